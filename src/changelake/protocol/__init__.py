@@ -1,0 +1,30 @@
+"""The CDCv2 protocol in pure Python: times, frontiers, statements, the Reader and the Writer.
+
+Nothing here imports Spark: the Spark layer resolves progress statements on the driver with
+this same code, so every protocol rule is stated once.
+"""
+
+from changelake.protocol.antichain import Antichain
+from changelake.protocol.consolidate import consolidate
+from changelake.protocol.messages import Data, Message, Progress, Update, Updates
+from changelake.protocol.reader import Batch, Collected, Reader, Rejected, collect, read
+from changelake.protocol.time import Time
+from changelake.protocol.writer import Writer
+
+__all__ = [
+    "Antichain",
+    "Batch",
+    "Collected",
+    "Data",
+    "Message",
+    "Progress",
+    "Reader",
+    "Rejected",
+    "Time",
+    "Update",
+    "Updates",
+    "Writer",
+    "collect",
+    "consolidate",
+    "read",
+]

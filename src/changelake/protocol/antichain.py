@@ -1,0 +1,92 @@
+"""Antichains: frontiers over partially ordered times.
+
+A frontier is a set of mutually incomparable times (an antichain). It stands for the set of all
+times greater than or equal to *some* element: the times "beyond" the frontier, which may still
+change. Times not beyond it are finished. The empty antichain is beyond nothing: every time is
+finished and the stream is closed. With integer times an antichain has at most one element and
+`Antichain([t])` is simply "everything before t is done".
+
+This mirrors timely dataflow's `Antichain` (differential-dataflow's `capture.rs` uses the same
+vocabulary), restricted to what the CDCv2 reader and writer need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from changelake.protocol.time import Time, join, less_equal, meet
+
+
+def _minimal(times: Iterable[Time]) -> tuple[Time, ...]:
+    """The minimal elements of `times`, deduplicated, sorted for a canonical form."""
+    elements: list[Time] = []
+    for t in times:
+        if any(less_equal(e, t) for e in elements):
+            continue
+        elements = [e for e in elements if not less_equal(t, e)]
+        elements.append(t)
+    return tuple(sorted(elements))
+
+
+@dataclass(frozen=True, slots=True)
+class Antichain:
+    """An immutable antichain in canonical (minimal, sorted) form, so `==` is set equality."""
+
+    elements: tuple[Time, ...] = ()
+
+    def __init__(self, times: Iterable[Time] = ()) -> None:
+        object.__setattr__(self, "elements", _minimal(times))
+
+    @classmethod
+    def of(cls, *times: Time) -> Antichain:
+        return cls(times)
+
+    def __iter__(self) -> Iterator[Time]:
+        return iter(self.elements)
+
+    def __len__(self) -> int:
+        return len(self.elements)
+
+    def __bool__(self) -> bool:
+        return bool(self.elements)
+
+    def __repr__(self) -> str:
+        return f"Antichain({list(self.elements)!r})"
+
+    @property
+    def is_closed(self) -> bool:
+        """The empty frontier: nothing remains open."""
+        return not self.elements
+
+    def beyond(self, time: Time) -> bool:
+        """Is `time` at or beyond the frontier (i.e. not yet finished)?"""
+        return any(less_equal(e, time) for e in self.elements)
+
+    def le(self, other: Antichain) -> bool:
+        """Frontier order: every time beyond `other` is also beyond `self`."""
+        return all(self.beyond(t) for t in other.elements)
+
+    def join(self, other: Antichain) -> Antichain:
+        """The least frontier beyond both (the later of two frontiers)."""
+        return Antichain(join(a, b) for a in self.elements for b in other.elements)
+
+    def meet(self, other: Antichain) -> Antichain:
+        """The greatest frontier not beyond either (the earlier of two frontiers)."""
+        return Antichain((*self.elements, *other.elements))
+
+    def to_json(self) -> list:
+        return [list(t) if isinstance(t, tuple) else t for t in self.elements]
+
+    @classmethod
+    def from_json(cls, value: list) -> Antichain:
+        return cls(tuple(t) if isinstance(t, list) else t for t in value)
+
+
+def meet_all(times: Iterable[Time]) -> Time:
+    """Greatest lower bound of a non-empty collection of times."""
+    it = iter(times)
+    acc = next(it)
+    for t in it:
+        acc = meet(acc, t)
+    return acc
