@@ -1,0 +1,55 @@
+"""Rows as hashable values.
+
+The protocol deduplicates on `(data, time)`, so `data` must be hashable; rows arrive as JSON
+objects or Avro records (dicts). `freeze` turns a plain-JSON value into an immutable one that
+hashes and compares by content; `thaw` turns it back. A record keeps its field order (the
+schema's order), so two rows with the same fields in a different order are different values:
+freeze with `fields=` to impose one order when the input order is not meaningful.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+
+class Record(tuple):
+    """A frozen JSON object: a tuple of `(name, value)` pairs. Hashes like a tuple (fast)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Record(" + ", ".join(f"{k}={v!r}" for k, v in self) + ")"
+
+    def get(self, name: str, default: Any = None) -> Any:
+        for key, value in self:
+            if key == name:
+                return value
+        return default
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self)
+
+
+def freeze(value: Any, fields: Sequence[str] | None = None) -> Hashable:
+    """Plain JSON (dicts, lists, scalars) to hashable: dict -> Record, list -> tuple.
+
+    With `fields`, a top-level dict becomes a Record with exactly those fields in that order
+    (missing ones are None), so that key order in the input does not matter.
+    """
+    if isinstance(value, dict):
+        if fields is not None:
+            return Record((name, freeze(value.get(name))) for name in fields)
+        return Record((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of `freeze`: Record -> dict, tuple -> list."""
+    if isinstance(value, Record):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
