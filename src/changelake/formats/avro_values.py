@@ -1,0 +1,315 @@
+"""Avro values in three forms, and the schema-directed conversions between them.
+
+* **Avro JSON**: the JSON encoding of the Avro spec, which the Materialize docs use: a union value
+  that is not null is wrapped as `{"<branch type name>": value}`, bytes are strings of code
+  points 0-255.
+* **Python Avro**: what fastavro reads and writes (bytes as `bytes`, logical types as Decimal,
+  datetime, UUID ...).
+* **Plain JSON**: what changelake hands to users and stores in rows: unions unwrapped, bytes as
+  the same 0-255 strings as Avro JSON (so the plain form is lossless and printable), logical
+  types as their ISO/decimal strings.
+
+Conversions validate as they go and raise `ValueError` with a path such as `data.price`, so the
+caller can name file, line and field.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+PRIMITIVES = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+)
+INT_RANGE = (-(2**31), 2**31 - 1)
+LONG_RANGE = (-(2**63), 2**63 - 1)
+
+Schema = Any  # a parsed (fastavro.parse_schema) or plain Avro schema: str, dict or list
+Named = Mapping[str, Any]
+
+
+def named_types(schema: Schema, namespace: str = "", out: dict[str, Any] | None = None) -> dict:
+    """Every named type (record, enum, fixed) in `schema`, by full name and by short name."""
+    out = {} if out is None else out
+    if isinstance(schema, list):
+        for branch in schema:
+            named_types(branch, namespace, out)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed"):
+            name = schema["name"]
+            ns = schema.get("namespace", namespace) if "." not in name else name.rsplit(".", 1)[0]
+            full = name if "." in name else (f"{ns}.{name}" if ns else name)
+            out[full] = schema
+            out.setdefault(full.rsplit(".", 1)[-1], schema)
+            if kind in ("record", "error"):
+                for field in schema["fields"]:
+                    named_types(field["type"], ns, out)
+        elif kind == "array":
+            named_types(schema["items"], namespace, out)
+        elif kind == "map":
+            named_types(schema["values"], namespace, out)
+        elif isinstance(kind, dict | list):
+            named_types(kind, namespace, out)
+    return out
+
+
+def _resolve(schema: Schema, named: Named) -> Schema:
+    while isinstance(schema, str) and schema not in PRIMITIVES:
+        if schema not in named:
+            raise ValueError(f"unknown Avro type name {schema!r}")
+        schema = named[schema]
+    if isinstance(schema, dict) and isinstance(schema.get("type"), str | dict | list) \
+            and schema["type"] not in ("record", "error", "enum", "fixed", "array", "map"):
+        return _resolve(schema["type"], named)  # {"type": "long", "logicalType": ...}
+    return schema
+
+
+def type_name(schema: Schema, named: Named) -> str:
+    """The name a union branch is known by in Avro JSON."""
+    schema = _resolve(schema, named)
+    if isinstance(schema, str):
+        return schema
+    if isinstance(schema, list):
+        raise ValueError("a union may not directly contain another union")
+    kind = schema["type"]
+    if kind in ("record", "error", "enum", "fixed"):
+        name = schema["name"]
+        ns = schema.get("namespace")
+        return name if "." in name or not ns else f"{ns}.{name}"
+    return kind
+
+
+def _fail(path: str, expected: str, value: Any) -> ValueError:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return ValueError(f"{path or 'value'}: expected {expected}, got {shown}")
+
+
+def _check_int(value: Any, path: str, kind: str) -> int:
+    if type(value) is not int:
+        raise _fail(path, kind, value)
+    lo, hi = INT_RANGE if kind == "int" else LONG_RANGE
+    if not lo <= value <= hi:
+        raise ValueError(f"{path or 'value'}: {value} does not fit an Avro {kind}")
+    return value
+
+
+def _check_bytes_str(value: Any, path: str, kind: str) -> str:
+    if not isinstance(value, str) or any(ord(c) > 255 for c in value):
+        raise _fail(path, f"{kind} (a string of code points 0-255)", value)
+    return value
+
+
+def from_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> Any:
+    """Avro JSON -> plain JSON: validate against `schema`, unwrap unions."""
+    schema = _resolve(schema, named)
+    if isinstance(schema, list):
+        if value is None:
+            if any(_resolve(b, named) == "null" for b in schema):
+                return None
+            raise _fail(path, "a union value (null is not a branch)", value)
+        if not isinstance(value, dict) or len(value) != 1:
+            raise _fail(path, 'a union value written as {"<type>": value}', value)
+        ((branch_name, inner),) = value.items()
+        for branch in schema:
+            if type_name(branch, named) in (branch_name, branch_name.rsplit(".", 1)[-1]):
+                return from_avro_json(inner, branch, named, path)
+        names = ", ".join(type_name(b, named) for b in schema)
+        raise ValueError(f"{path or 'value'}: union branch {branch_name!r} is not one of {names}")
+    if isinstance(schema, str):
+        return _primitive(value, schema, path)
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        if not isinstance(value, dict):
+            raise _fail(path, f"record {schema['name']}", value)
+        out: dict[str, Any] = {}
+        known = set()
+        for field in schema["fields"]:
+            name = field["name"]
+            known.add(name)
+            sub = f"{path}.{name}" if path else name
+            if name in value:
+                out[name] = from_avro_json(value[name], field["type"], named, sub)
+            elif "default" in field:
+                out[name] = field["default"]
+            else:
+                raise ValueError(f"{sub}: missing field")
+        extra = [k for k in value if k not in known]
+        if extra:
+            raise ValueError(f"{path or 'value'}: unknown field {extra[0]!r}")
+        return out
+    if kind == "array":
+        if not isinstance(value, list):
+            raise _fail(path, "array", value)
+        return [from_avro_json(v, schema["items"], named, f"{path}[{i}]")
+                for i, v in enumerate(value)]
+    if kind == "map":
+        if not isinstance(value, dict):
+            raise _fail(path, "map", value)
+        return {k: from_avro_json(v, schema["values"], named, f"{path}[{k!r}]")
+                for k, v in value.items()}
+    if kind == "enum":
+        if value not in schema["symbols"]:
+            raise _fail(path, f"one of {schema['symbols']}", value)
+        return value
+    if kind == "fixed":
+        text = _check_bytes_str(value, path, "fixed")
+        if len(text) != schema["size"]:
+            raise ValueError(f"{path or 'value'}: fixed of size {schema['size']}, got {len(text)}")
+        return text
+    raise ValueError(f"{path or 'value'}: unsupported Avro type {kind!r}")
+
+
+def _primitive(value: Any, kind: str, path: str) -> Any:
+    if kind == "null":
+        if value is not None:
+            raise _fail(path, "null", value)
+        return None
+    if kind == "boolean":
+        if type(value) is not bool:
+            raise _fail(path, "boolean", value)
+        return value
+    if kind in ("int", "long"):
+        return _check_int(value, path, kind)
+    if kind in ("float", "double"):
+        if type(value) not in (int, float):
+            raise _fail(path, kind, value)
+        return float(value)
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _fail(path, "string", value)
+        return value
+    if kind == "bytes":
+        return _check_bytes_str(value, path, "bytes")
+    raise ValueError(f"{path or 'value'}: unsupported Avro type {kind!r}")
+
+
+def _matches(value: Any, schema: Schema, named: Named) -> bool:
+    try:
+        from_avro_json(value, schema, named)
+    except ValueError:
+        return False
+    return True
+
+
+def _branch_for(value: Any, union: list, named: Named, path: str) -> Schema:
+    for branch in union:
+        if _matches(_wrap_all(value, branch, named), branch, named):
+            return branch
+    names = ", ".join(type_name(b, named) for b in union)
+    raise _fail(path, f"a value of one of {names}", value)
+
+
+def _wrap_all(value: Any, schema: Schema, named: Named) -> Any:
+    """Best-effort plain -> Avro JSON for branch matching (no errors raised here)."""
+    try:
+        return to_avro_json(value, schema, named)
+    except ValueError:
+        return value
+
+
+def to_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> Any:
+    """Plain JSON -> Avro JSON: wrap union values in their branch name, validate the rest."""
+    schema = _resolve(schema, named)
+    if isinstance(schema, list):
+        if value is None:
+            if any(_resolve(b, named) == "null" for b in schema):
+                return None
+            raise _fail(path, "a non-null value", value)
+        branch = _branch_for(value, [b for b in schema if _resolve(b, named) != "null"],
+                             named, path)
+        return {type_name(branch, named): to_avro_json(value, branch, named, path)}
+    if isinstance(schema, str):
+        if schema in ("float", "double") and type(value) is int:
+            return float(value)
+        return _primitive(value, schema, path)
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        if not isinstance(value, dict):
+            raise _fail(path, f"record {schema['name']}", value)
+        out = {}
+        for field in schema["fields"]:
+            name = field["name"]
+            sub = f"{path}.{name}" if path else name
+            if name in value:
+                out[name] = to_avro_json(value[name], field["type"], named, sub)
+            elif "default" in field:
+                out[name] = field["default"]
+            else:
+                raise ValueError(f"{sub}: missing field")
+        extra = [k for k in value if k not in out]
+        if extra:
+            raise ValueError(f"{path or 'value'}: unknown field {extra[0]!r}")
+        return out
+    if kind == "array":
+        if not isinstance(value, list):
+            raise _fail(path, "array", value)
+        return [to_avro_json(v, schema["items"], named, f"{path}[{i}]")
+                for i, v in enumerate(value)]
+    if kind == "map":
+        if not isinstance(value, dict):
+            raise _fail(path, "map", value)
+        return {k: to_avro_json(v, schema["values"], named, f"{path}[{k!r}]")
+                for k, v in value.items()}
+    return from_avro_json(value, schema, named, path)  # enum, fixed: same in both forms
+
+
+def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
+    """Plain JSON -> fastavro's Python values (bytes and fixed become `bytes`)."""
+    schema = _resolve(schema, named)
+    if value is None:
+        return None
+    if isinstance(schema, list):
+        branch = _branch_for(value, [b for b in schema if _resolve(b, named) != "null"],
+                             named, "")
+        return plain_to_python(value, branch, named)
+    if isinstance(schema, str):
+        return value.encode("latin-1") if schema == "bytes" else value
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        return {f["name"]: plain_to_python(value.get(f["name"]), f["type"], named)
+                for f in schema["fields"]}
+    if kind == "array":
+        return [plain_to_python(v, schema["items"], named) for v in value]
+    if kind == "map":
+        return {k: plain_to_python(v, schema["values"], named) for k, v in value.items()}
+    if kind == "fixed":
+        return value.encode("latin-1")
+    return value
+
+
+def python_to_plain(value: Any) -> Any:
+    """fastavro's Python values -> plain JSON (schema-free: the Python types say enough)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, dict):
+        return {k: python_to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [python_to_plain(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("latin-1")
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+        return value.isoformat()
+    if isinstance(value, tuple):  # fastavro's (branch name, value) with return_record_name
+        return python_to_plain(value[1])
+    raise ValueError(f"cannot represent {type(value).__name__} value {value!r} as JSON")
+
+
+def unwrap_unions_heuristically(value: Any) -> Any:
+    """Without a schema: `{"int": 10}` -> 10 for the primitive branch names; nothing else."""
+    if isinstance(value, dict):
+        if len(value) == 1:
+            ((key, inner),) = value.items()
+            if key in PRIMITIVES and key != "null":
+                return unwrap_unions_heuristically(inner)
+        return {k: unwrap_unions_heuristically(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap_unions_heuristically(v) for v in value]
+    return value

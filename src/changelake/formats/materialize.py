@@ -1,0 +1,492 @@
+"""Materialize CDC messages: the Avro schema, and the files and frames that carry them.
+
+A Materialize CDC message is a value of an Avro union of two branches (seeds 000 and 002):
+
+* an array of `com.materialize.cdc.update` records `{data, time, diff}`: an `Updates` message;
+* a `com.materialize.cdc.progress` record `{lower, upper, counts}`: a `Progress` message.
+
+Carriers supported here:
+
+* Avro object container files (OCF), one message per Avro datum, through fastavro;
+* Avro JSON, one message per line: `{"array": [...]}` and `{"com.materialize.cdc.progress": {...}}`
+  (the union wrapped by branch name, as the docs show). With a schema, nested unions are
+  unwrapped and every value is type-checked; without one, only primitive union wrappers such as
+  `{"int": 10}` are unwrapped;
+* single messages framed for Kafka: Confluent (magic byte 0, 4-byte schema id) and Avro
+  single-object encoding (`C3 01`, 8-byte CRC-64-AVRO fingerprint).
+
+Messages come out as protocol values (`Updates`, `Progress`) whose data rows are `Record`s in the
+schema's field order (sorted field names without a schema), each carrying the `Location` it was
+read from. Input that cannot be read is an `InputError` naming file and line or byte offset; in
+lenient mode it is set aside (see `SetAside`) and reading goes on with the next line or block.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import fastavro
+import orjson
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from changelake.errors import InputError, Location, SchemaError
+from changelake.formats import avro_values as av
+from changelake.protocol.antichain import Antichain
+from changelake.protocol.messages import Message, Progress, Updates
+from changelake.protocol.time import check_time
+from changelake.values import Record, freeze, thaw
+
+NAMESPACE = "com.materialize.cdc"
+PROGRESS_BRANCH = f"{NAMESPACE}.progress"
+OCF_MAGIC = b"Obj\x01"
+CONFLUENT_MAGIC = b"\x00"
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+
+
+# ---------------------------------------------------------------------------------- schema
+
+
+def cdc_schema(fields: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The Materialize CDC union schema for data records with these Avro fields.
+
+    `fields` are Avro field definitions, e.g. `{"name": "price", "type": ["null", "int"]}`.
+    """
+    return [
+        {
+            "type": "array",
+            "items": {
+                "type": "record",
+                "name": "update",
+                "namespace": NAMESPACE,
+                "fields": [
+                    {"name": "data",
+                     "type": {"type": "record", "name": "data", "fields": [dict(f) for f in fields]}},
+                    {"name": "time", "type": "long"},
+                    {"name": "diff", "type": "long"},
+                ],
+            },
+        },
+        {
+            "type": "record",
+            "name": "progress",
+            "namespace": NAMESPACE,
+            "fields": [
+                {"name": "lower", "type": {"type": "array", "items": "long"}},
+                {"name": "upper", "type": {"type": "array", "items": "long"}},
+                {"name": "counts", "type": {"type": "array", "items": {
+                    "type": "record", "name": "counts",
+                    "fields": [{"name": "time", "type": "long"}, {"name": "count", "type": "long"}],
+                }}},
+            ],
+        },
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class CdcSchema:
+    """A validated Materialize CDC schema, with what the codecs need precomputed."""
+
+    avro: Any  # the schema as JSON (list of the two branches)
+    data_type: Any  # the `data` record's schema
+    data_fields: tuple[str, ...]
+    named: Mapping[str, Any]
+
+    @classmethod
+    def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
+        if isinstance(avro, dict) and "schema" in avro and isinstance(avro["schema"], str):
+            avro = orjson.loads(avro["schema"])  # a schema-registry response
+        try:
+            fastavro.parse_schema(avro)
+        except Exception as error:  # fastavro raises several exception types
+            raise SchemaError(f"{source}: not a valid Avro schema: {error}") from None
+        named = av.named_types(avro)
+        if not isinstance(avro, list) or len(avro) != 2:
+            raise SchemaError(f"{source}: a Materialize CDC schema is a union of two branches "
+                              "(an array of updates and the progress record)")
+        array = av._resolve(avro[0], named)
+        progress = av._resolve(avro[1], named)
+        if not (isinstance(array, dict) and array.get("type") == "array"):
+            raise SchemaError(f"{source}: the first branch must be the array of updates")
+        if av.type_name(progress, named) != PROGRESS_BRANCH:
+            raise SchemaError(f"{source}: the second branch must be {PROGRESS_BRANCH}")
+        update = av._resolve(array["items"], named)
+        by_name = {f["name"]: f for f in update.get("fields", [])}
+        if set(by_name) != {"data", "time", "diff"}:
+            raise SchemaError(f"{source}: update records need exactly data, time and diff")
+        data_type = av._resolve(by_name["data"]["type"], named)
+        if not (isinstance(data_type, dict) and data_type.get("type") == "record"):
+            raise SchemaError(f"{source}: the data field must be a record")
+        fields = tuple(f["name"] for f in data_type["fields"])
+        return cls(avro, data_type, fields, named)
+
+    @classmethod
+    def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
+        return cls.from_json(cdc_schema(fields))
+
+    @property
+    def parsed(self) -> Any:
+        return fastavro.parse_schema(self.avro)
+
+    def fingerprint(self) -> bytes:
+        """CRC-64-AVRO fingerprint (little-endian bytes), for single-object encoding."""
+        canonical = to_parsing_canonical_form(self.avro)
+        return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+
+
+def load_schema(path: Path) -> CdcSchema:
+    try:
+        text = Path(path).read_bytes()
+    except OSError as error:
+        raise SchemaError(f"{path}: cannot read schema: {error.strerror}") from None
+    try:
+        avro = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise SchemaError(f"{path}: not JSON: {error}") from None
+    return CdcSchema.from_json(avro, str(path))
+
+
+# ------------------------------------------------------------------- messages <-> values
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """Input that lenient mode skipped: where, why, and the raw text (truncated)."""
+
+    location: Location
+    reason: str
+    raw: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"set_aside": str(self.location), "reason": self.reason, "raw": self.raw}
+
+
+Sink = Callable[[SetAside], None]
+
+
+def _times(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what}: expected an array of times, got {value!r}")
+    try:
+        return [check_time(t) for t in value]  # type: ignore[misc]
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
+
+
+def progress_from_plain(value: Any, origin: Location) -> Progress:
+    if not isinstance(value, dict) or set(value) != {"lower", "upper", "counts"}:
+        raise ValueError("progress must have exactly lower, upper and counts")
+    counts = value["counts"]
+    if not isinstance(counts, list):
+        raise ValueError("counts: expected an array")
+    pairs = []
+    for i, c in enumerate(counts):
+        if not isinstance(c, dict) or set(c) != {"time", "count"}:
+            raise ValueError(f"counts[{i}]: expected {{time, count}}, got {c!r}")
+        if type(c["count"]) is not int:
+            raise ValueError(f"counts[{i}].count: expected an integer, got {c['count']!r}")
+        pairs.append((check_time(c["time"]), c["count"]))
+    return Progress(Antichain(_times(value["lower"], "lower")),
+                    Antichain(_times(value["upper"], "upper")), tuple(pairs), origin)
+
+
+def updates_from_plain(
+    value: Any, origin: Location, freeze_data: Callable[[Any], Any]
+) -> Updates:
+    if not isinstance(value, list):
+        raise ValueError("updates must be an array")
+    out = []
+    for i, u in enumerate(value):
+        if not isinstance(u, dict) or set(u) != {"data", "time", "diff"}:
+            raise ValueError(f"update {i}: expected {{data, time, diff}}, got {_short(u)}")
+        try:
+            time = check_time(u["time"])
+        except ValueError as error:
+            raise ValueError(f"update {i}: {error}") from None
+        if type(u["diff"]) is not int:
+            raise ValueError(f"update {i}: diff must be an integer, got {u['diff']!r}")
+        if not isinstance(u["data"], dict):
+            raise ValueError(f"update {i}: data must be a record, got {_short(u['data'])}")
+        out.append((freeze_data(u["data"]), time, u["diff"]))
+    return Updates(out, origin)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _freezer(schema: CdcSchema | None) -> Callable[[Any], Any]:
+    if schema is None:
+        return lambda d: Record(sorted((k, freeze(v)) for k, v in d.items()))
+    fields = schema.data_fields
+    return lambda d: freeze(d, fields)
+
+
+def message_from_avro_json(obj: Any, schema: CdcSchema | None, origin: Location) -> Message:
+    """One line's JSON value (a wrapped union) to a protocol message."""
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise ValueError('expected {"array": [...]} or {"com.materialize.cdc.progress": {...}}')
+    ((branch, value),) = obj.items()
+    if schema is not None:
+        value = av.from_avro_json(obj, schema.avro, schema.named)
+        if branch == "array":
+            return updates_from_plain(value, origin, _freezer(schema))
+        return progress_from_plain(value, origin)
+    if branch == "array":
+        return updates_from_plain(av.unwrap_unions_heuristically(value), origin, _freezer(None))
+    if branch in (PROGRESS_BRANCH, "progress"):
+        return progress_from_plain(value, origin)
+    raise ValueError(f"unknown message branch {branch!r}")
+
+
+def message_to_plain(message: Message) -> Any:
+    """A protocol message as the plain value of its union branch."""
+    if isinstance(message, Updates):
+        return [{"data": thaw(d), "time": t, "diff": r} for d, t, r in message.updates]
+    return {
+        "lower": list(message.lower),
+        "upper": list(message.upper),
+        "counts": [{"time": t, "count": c} for t, c in message.counts],
+    }
+
+
+def message_to_avro_json(message: Message, schema: CdcSchema | None) -> dict[str, Any]:
+    plain = message_to_plain(message)
+    branch = "array" if isinstance(message, Updates) else PROGRESS_BRANCH
+    if schema is not None:
+        return av.to_avro_json(plain, schema.avro, schema.named)
+    return {branch: plain}
+
+
+# --------------------------------------------------------------------------------- reading
+
+
+def _emit_or_raise(error: InputError, sink: Sink | None, raw: str) -> None:
+    if sink is None:
+        raise error
+    sink(SetAside(error.location or Location(), error.reason, raw[:200]))
+
+
+def read_json_lines(
+    lines: Iterable[bytes],
+    *,
+    name: str,
+    schema: CdcSchema | None = None,
+    set_aside: Sink | None = None,
+) -> Iterator[Message]:
+    """Messages from Avro-JSON lines. With `set_aside`, bad lines go there instead of raising."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        origin = Location(name, number)
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            _emit_or_raise(InputError(f"not valid JSON: {error}", origin), set_aside,
+                           line.decode("utf-8", "replace"))
+            continue
+        try:
+            yield message_from_avro_json(obj, schema, origin)
+        except ValueError as error:
+            _emit_or_raise(InputError(f"not a Materialize CDC message: {error}", origin),
+                           set_aside, line.decode("utf-8", "replace"))
+
+
+def message_from_python(datum: Any, schema: CdcSchema, origin: Location) -> Message:
+    """A datum as fastavro reads it (list of updates, or the progress dict) to a message."""
+    if isinstance(datum, list):
+        return updates_from_plain(av.python_to_plain(datum), origin, _freezer(schema))
+    return progress_from_plain(av.python_to_plain(datum), origin)
+
+
+def read_ocf(fo: IO[bytes], *, name: str, set_aside: Sink | None = None) -> Iterator[Message]:
+    """Messages from an Avro object container file; the schema is the file's own."""
+    try:
+        blocks = fastavro.block_reader(fo)
+        schema = CdcSchema.from_json(blocks.writer_schema, name)
+    except (ValueError, EOFError, StopIteration) as error:
+        _emit_or_raise(InputError(f"not a readable Avro container file: {error}",
+                                  Location(name, offset=0)), set_aside, "")
+        return
+    position = fo.tell()
+    while True:
+        try:
+            block = next(blocks)
+        except StopIteration:
+            return
+        except (ValueError, EOFError, OSError) as error:
+            _emit_or_raise(InputError(f"truncated or corrupt Avro block: {error}",
+                                      Location(name, offset=position)), set_aside, "")
+            return
+        for index, datum in enumerate(block):
+            origin = Location(name, offset=block.offset, index=index)
+            try:
+                yield message_from_python(datum, schema, origin)
+            except ValueError as error:
+                _emit_or_raise(InputError(f"not a Materialize CDC message: {error}", origin),
+                               set_aside, "")
+        position = block.offset + block.size
+
+
+def read_stream(
+    fo: IO[bytes],
+    *,
+    name: str,
+    schema: CdcSchema | None = None,
+    set_aside: Sink | None = None,
+) -> Iterator[Message]:
+    """Messages from a binary stream, OCF or JSON lines, told apart by the first bytes."""
+    head = fo.peek(4)[:4] if hasattr(fo, "peek") else b""
+    if not head:
+        data = fo.read()
+        fo = io.BytesIO(data)
+        head = data[:4]
+    if head == OCF_MAGIC:
+        yield from read_ocf(fo, name=name, set_aside=set_aside)
+    else:
+        yield from read_json_lines(fo, name=name, schema=schema, set_aside=set_aside)
+
+
+def expand_paths(paths: Sequence[str | Path]) -> list[Path]:
+    """Files named, and the files below directories named (sorted; hidden and `_` files skipped,
+    as Spark does)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(
+                f for f in p.rglob("*")
+                if f.is_file() and not any(part.startswith((".", "_"))
+                                           for part in f.relative_to(p).parts)
+            ))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise InputError(f"{p}: no such file or directory")
+    return out
+
+
+def read_messages(
+    path: str | Path,
+    *,
+    schema: CdcSchema | None = None,
+    set_aside: Sink | None = None,
+) -> Iterator[Message]:
+    """Messages from one file ("-" is standard input)."""
+    if str(path) == "-":
+        yield from read_stream(sys.stdin.buffer, name="<stdin>", schema=schema,
+                               set_aside=set_aside)
+        return
+    with open(path, "rb") as fo:
+        yield from read_stream(fo, name=str(path), schema=schema, set_aside=set_aside)
+
+
+def read_all(
+    paths: Sequence[str | Path],
+    *,
+    schema: CdcSchema | None = None,
+    set_aside: Sink | None = None,
+) -> Iterator[Message]:
+    """Messages from files and directories in order; standard input when `paths` is empty."""
+    if not paths:
+        yield from read_messages("-", schema=schema, set_aside=set_aside)
+        return
+    for path in expand_paths(paths):
+        yield from read_messages(path, schema=schema, set_aside=set_aside)
+
+
+# --------------------------------------------------------------------------------- writing
+
+
+def write_json_lines(
+    fo: IO[bytes], messages: Iterable[Message], schema: CdcSchema | None = None
+) -> int:
+    """Write messages as Avro-JSON lines; returns how many."""
+    n = 0
+    for message in messages:
+        fo.write(orjson.dumps(message_to_avro_json(message, schema)) + b"\n")
+        n += 1
+    return n
+
+
+def _python_datum(message: Message, schema: CdcSchema) -> Any:
+    plain = message_to_plain(message)
+    if isinstance(message, Updates):
+        return [{"data": av.plain_to_python(u["data"], schema.data_type, schema.named),
+                 "time": u["time"], "diff": u["diff"]} for u in plain]
+    return plain
+
+
+def write_ocf(
+    fo: IO[bytes], messages: Iterable[Message], schema: CdcSchema, *, codec: str = "null"
+) -> int:
+    """Write messages to an Avro object container file; returns how many."""
+    count = 0
+
+    def records() -> Iterator[Any]:
+        nonlocal count
+        for message in messages:
+            count += 1
+            yield _python_datum(message, schema)
+
+    try:
+        fastavro.writer(fo, schema.parsed, records(), codec=codec)
+    except (ValueError, TypeError) as error:
+        raise SchemaError(f"message {count} does not fit the schema: {error}") from None
+    return count
+
+
+# ------------------------------------------------------------------------ framed messages
+
+
+def encode_confluent(message: Message, schema: CdcSchema, schema_id: int) -> bytes:
+    """A Kafka message value in Confluent wire format: 0x00, schema id (big-endian), Avro."""
+    out = io.BytesIO()
+    out.write(CONFLUENT_MAGIC + struct.pack(">I", schema_id))
+    fastavro.schemaless_writer(out, schema.parsed, _python_datum(message, schema))
+    return out.getvalue()
+
+
+def encode_single_object(message: Message, schema: CdcSchema) -> bytes:
+    """Avro single-object encoding: C3 01, CRC-64-AVRO fingerprint, Avro binary."""
+    out = io.BytesIO()
+    out.write(SINGLE_OBJECT_MAGIC + schema.fingerprint())
+    fastavro.schemaless_writer(out, schema.parsed, _python_datum(message, schema))
+    return out.getvalue()
+
+
+def decode_framed(
+    payload: bytes, schemas: Mapping[int | bytes, CdcSchema], origin: Location
+) -> Message:
+    """A Confluent-framed or single-object message. `schemas` maps schema ids (Confluent) or
+    fingerprints (single-object) to schemas."""
+    if payload[:1] == CONFLUENT_MAGIC and len(payload) >= 5:
+        (key,) = struct.unpack(">I", payload[1:5])
+        body = payload[5:]
+        what: Any = f"schema id {key}"
+    elif payload[:2] == SINGLE_OBJECT_MAGIC and len(payload) >= 10:
+        key = payload[2:10]
+        body = payload[10:]
+        what = f"fingerprint {key.hex()}"
+    else:
+        raise InputError("not a Confluent-framed or single-object Avro message "
+                         f"(starts with {payload[:2].hex() or 'nothing'})", origin)
+    schema = schemas.get(key)
+    if schema is None:
+        raise InputError(f"unknown {what}", origin)
+    fo = io.BytesIO(body)
+    try:
+        datum = fastavro.schemaless_reader(fo, schema.parsed)
+    except (EOFError, ValueError, IndexError) as error:
+        raise InputError(f"truncated or corrupt Avro message: {error}", origin) from None
+    if fo.tell() != len(body):
+        raise InputError(f"{len(body) - fo.tell()} bytes left over after the message", origin)
+    try:
+        return message_from_python(datum, schema, origin)
+    except ValueError as error:
+        raise InputError(f"not a Materialize CDC message: {error}", origin) from None
