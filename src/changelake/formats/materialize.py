@@ -65,8 +65,11 @@ def cdc_schema(fields: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "name": "update",
                 "namespace": NAMESPACE,
                 "fields": [
-                    {"name": "data",
-                     "type": {"type": "record", "name": "data", "fields": [dict(f) for f in fields]}},
+                    {
+                        "name": "data",
+                        "type": {"type": "record", "name": "data",
+                                 "fields": [dict(f) for f in fields]},
+                    },
                     {"name": "time", "type": "long"},
                     {"name": "diff", "type": "long"},
                 ],

@@ -35,6 +35,11 @@ class Writer:
         """Times not beyond this are finished: a change at such a time is an error."""
         return self._lower
 
+    @property
+    def unfinished(self) -> int:
+        """How many `(data, time)` pairs wait for their time to be finished."""
+        return len(self._buffer)
+
     def push(self, data: Data, time: Time, diff: int, origin: Location | None = None) -> None:
         if not self._lower.beyond(time):
             raise ProtocolError(

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up changelake in .venv inside this checkout. Fails early, in one line, without Java 17+.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+if ! command -v "$java_bin" >/dev/null 2>&1; then
+  echo "changelake setup: Java 17 or newer is required for Spark and was not found." >&2
+  echo "  Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME." >&2
+  exit 1
+fi
+java_version=$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
+if [ -z "$java_version" ] || [ "$java_version" -lt 17 ]; then
+  echo "changelake setup: Java 17 or newer is required for Spark; found version '${java_version:-unknown}'." >&2
+  exit 1
+fi
+
+python_bin="${PYTHON:-python3}"
+if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "changelake setup: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)." >&2
+  exit 1
+fi
+
+[ -x .venv/bin/python ] || "$python_bin" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[test]'
+echo "changelake installed in .venv (Java $java_version, $(.venv/bin/python --version))"

@@ -1,0 +1,182 @@
+"""The local (pure-Python) jobs behind `changelake decode` and `changelake encode`.
+
+They stream: input is read message by message and output is written as soon as it is final,
+so memory stays bounded by what the protocol holds unfinished, not by the size of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from changelake.errors import ChangelakeError, InputError, Location
+from changelake.formats import avro_values as av
+from changelake.formats.materialize import (
+    CdcSchema,
+    SetAside,
+    expand_paths,
+    read_all,
+    write_json_lines,
+    write_ocf,
+)
+from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
+from changelake.protocol.time import check_time
+from changelake.values import freeze, thaw
+
+
+def update_line(update: Update) -> bytes:
+    data, time, diff = update
+    return orjson.dumps({"data": thaw(data), "time": time, "diff": diff})
+
+
+def frontier_line(frontier: Antichain) -> bytes:
+    return orjson.dumps({"frontier": frontier.to_json()})
+
+
+@dataclass(slots=True)
+class DecodeReport:
+    """What a decode saw besides the history: for the summary on stderr."""
+
+    frontier: Antichain
+    updates: int = 0
+    set_aside: list[SetAside] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
+    waiting_for: str | None = None
+
+
+def write_history(out: IO[bytes], batches: Iterable[tuple[list[Update], Antichain]],
+                  start: Antichain) -> tuple[Antichain, int]:
+    """The decode output contract: each batch's updates in time order (ties broken by the
+    serialized line, so output is deterministic), then its frontier; always a final frontier."""
+    frontier, count, last_was_frontier = start, 0, False
+    for updates, new_frontier in batches:
+        lines = sorted((u[1], update_line(u)) for u in updates)
+        out.write(b"".join(line + b"\n" for _, line in lines))
+        count += len(lines)
+        out.write(frontier_line(new_frontier) + b"\n")
+        frontier, last_was_frontier = new_frontier, True
+    if not last_was_frontier:
+        out.write(frontier_line(frontier) + b"\n")
+    out.flush()
+    return frontier, count
+
+
+def decode_local(
+    paths: list[str],
+    out: IO[bytes],
+    *,
+    schema: CdcSchema | None = None,
+    lenient: bool = False,
+    since: Antichain | None = None,
+) -> DecodeReport:
+    """Read Materialize CDC files with the reference Reader and write the recovered history."""
+    set_aside: list[SetAside] = []
+    reader = Reader(since, strict=not lenient)
+    messages = read_all(paths, schema=schema, set_aside=set_aside.append if lenient else None)
+
+    def batches() -> Iterator[tuple[list[Update], Antichain]]:
+        for message in messages:
+            yield from reader.push(message)
+
+    frontier, count = write_history(out, batches(), reader.frontier)
+    return DecodeReport(frontier, count, set_aside, reader.rejected, reader.waiting_for())
+
+
+def _changes_from_lines(
+    paths: list[str], schema: CdcSchema, sink: Callable[[SetAside], None] | None,
+    stdin: IO[bytes] | None,
+) -> Iterator[tuple[str, Any, Location]]:
+    """("change", (data, time, diff)) and ("finished", T) items from JSON lines."""
+    sources: list[tuple[str, Iterable[bytes]]] = []
+    if not paths:
+        if stdin is None:
+            raise InputError("no input files and no standard input")
+        sources.append(("<stdin>", stdin))
+    for path in expand_paths(paths):
+        sources.append((str(path), path.open("rb")))
+    for name, lines in sources:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            origin = Location(name, number)
+            try:
+                yield _parse_change(line, schema, origin)
+            except (ValueError, orjson.JSONDecodeError) as error:
+                failure = InputError(str(error), origin)
+                if sink is None:
+                    raise failure from None
+                sink(SetAside(origin, str(error), line.decode("utf-8", "replace")[:200]))
+
+
+def _parse_change(line: bytes, schema: CdcSchema, origin: Location) -> tuple[str, Any, Location]:
+    obj = orjson.loads(line)
+    if isinstance(obj, dict) and set(obj) == {"finished"}:
+        return "finished", check_time(obj["finished"]), origin
+    if not isinstance(obj, dict) or set(obj) != {"data", "time", "diff"}:
+        raise ValueError('expected {"data": {...}, "time": T, "diff": D} or {"finished": T}')
+    if type(obj["diff"]) is not int:
+        raise ValueError(f"diff must be an integer, got {obj['diff']!r}")
+    av.to_avro_json(obj["data"], schema.data_type, schema.named, "data")  # type check
+    data = freeze(obj["data"], schema.data_fields)
+    return "change", (data, check_time(obj["time"]), obj["diff"]), origin
+
+
+@dataclass(slots=True)
+class EncodeReport:
+    messages: int = 0
+    unfinished: int = 0
+    set_aside: list[SetAside] = field(default_factory=list)
+
+
+def write_messages(
+    messages: Iterable[Message], schema: CdcSchema | None, *, avro: Path | None,
+    out: IO[bytes],
+) -> int:
+    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`."""
+    if avro is not None:
+        if schema is None:
+            raise ChangelakeError("--avro needs the data schema (--schema)")
+        with open(avro, "wb") as fo:
+            return write_ocf(fo, messages, schema)
+    count = write_json_lines(out, messages, schema)
+    out.flush()
+    return count
+
+
+def encode_local(
+    paths: list[str],
+    out: IO[bytes],
+    *,
+    schema: CdcSchema,
+    close: bool,
+    avro: Path | None = None,
+    batch_size: int = 1024,
+    lenient: bool = False,
+    stdin: IO[bytes] | None = None,
+) -> EncodeReport:
+    """JSON-lines changes and `{"finished": T}` marks to Materialize CDC messages."""
+    report = EncodeReport()
+    writer = Writer(batch_size=batch_size)
+    sink = report.set_aside.append if lenient else None
+
+    def messages() -> Iterator[Message]:
+        for kind, value, origin in _changes_from_lines(paths, schema, sink, stdin):
+            try:
+                if kind == "finished":
+                    yield from writer.finish_through(value, origin)
+                else:
+                    writer.push(*value, origin=origin)
+            except ChangelakeError as error:
+                if sink is None:
+                    raise
+                sink(SetAside(origin, error.reason))
+        if close:
+            yield from writer.close()
+        report.unfinished = writer.unfinished
+
+    report.messages = write_messages(messages(), schema, avro=avro, out=out)
+    return report

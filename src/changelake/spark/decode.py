@@ -1,0 +1,404 @@
+"""Data-parallel CDCv2 decoding: the Reader's result, computed over DataFrames.
+
+The pure-Python `Reader` consumes messages one at a time. Here the whole (mangled) log is
+already at hand as two DataFrames, so the same result is reached in a different order, without
+restating a single protocol rule:
+
+* Progress statements are few and small. They are collected to the driver and pushed into a
+  real `protocol.Reader` (see `resolve_progress`), which validates them (`inverted-interval`,
+  `count-outside`, `negative-count`, `duplicate-count`), grafts them, and yields the progress
+  frontier and the count it expects at every covered time.
+* Updates are many and never leave the executors. One shuffle aggregation by `(data, time)`
+  deduplicates them and, in the same pass, notices zero diffs (`zero-diff`) and two different
+  diffs for one `(data, time)` (`conflicting-diff`).
+* Per covered time, the number of distinct updates (a handful of rows, one per time) is
+  compared on the driver with the expected count: fewer means the time is unfinished and holds
+  the frontier back, more is `excess-updates`. The frontier is the Reader's: the meet of the
+  progress frontier and the unfinished covered times.
+
+For a log that is consistent (every message true of one history) the result is exactly what
+`protocol.collect` returns for the same messages in any order: the updates before the frontier
+(and at or after `since`), and the frontier. The tests check this differentially.
+
+Where the two differ, it is because a DataFrame is a set and a Reader sees a sequence:
+
+* The Reader discards updates at times it has already finished without looking at them, so a
+  conflicting or excess update that arrives *after* its time finished goes unnoticed there; here
+  every update is seen, so such a log is rejected. Decoding here is never less strict.
+* Lenient mode sets aside offending *rows*, not whole messages (a DataFrame has no message
+  boundaries): rows with a zero diff; both diffs of a conflicting `(data, time)` (which one is
+  right cannot be known, so neither is used and that time cannot finish); and every update at a
+  time with more distinct updates than its count (which of them are extra cannot be known, so
+  the frontier stops at that time). Rejected statements are exactly the Reader's rejections.
+  The Reader instead keeps whichever diff or update came first, which depends on arrival order.
+
+Only integer times exist on the wire (`time: long`), so frontiers here have at most one element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from changelake.errors import Location, ProtocolError
+from changelake.protocol import Antichain, Progress, Reader, Rejected
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+UPDATE_COLUMNS = ("data", "time", "diff")
+PROGRESS_COLUMNS = ("lower", "upper", "counts")
+LOCATION_COLUMNS = ("_file", "_line", "_index")
+"""Optional columns (as `materialize-cdc` provides them) used only to say where an error is."""
+
+
+# --------------------------------------------------------------------------- driver side
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressResolution:
+    """What the progress statements alone establish (see `resolve_progress`)."""
+
+    progress_frontier: Antichain
+    """The statements grafted on cover exactly the times not beyond this."""
+    expected: dict[int, int]
+    """The number of distinct updates each covered time (at or after `since`) must have; a
+    covered time not listed has none."""
+    rejected: list[Rejected] = field(default_factory=list)
+    """Statements set aside in lenient mode, with their errors (strict mode raises instead)."""
+
+
+def resolve_progress(
+    statements: Iterable[Progress], since: Antichain | None = None, *, strict: bool = True
+) -> ProgressResolution:
+    """Graft the statements with the reference `Reader`, fed no updates.
+
+    With no updates pushed, the Reader's outstanding count at a covered time is exactly the
+    count the statements expect there, and its progress frontier is what the statements cover:
+    its saved state (a public, versioned format) says both. So validation and grafting, the
+    subtle part of the protocol, are the Reader's own code and are never restated here.
+    """
+    reader = Reader(since, strict=strict)
+    for statement in statements:
+        reader.push(statement)
+    state = reader.save()
+    expected: dict[int, int] = {}
+    for time, count in state["counts"]:
+        if type(time) is not int:
+            raise TypeError(f"only integer times are supported on Spark, got {time!r}")
+        expected[time] = count
+    return ProgressResolution(
+        Antichain.from_json(state["progress"]), expected, list(reader.rejected)
+    )
+
+
+def _single(frontier: Antichain) -> int | None:
+    """The one integer element of a frontier over integer times; None when closed."""
+    if frontier.is_closed:
+        return None
+    (element,) = frontier.elements
+    if type(element) is not int:
+        raise TypeError(f"only integer times are supported on Spark, got {element!r}")
+    return element
+
+
+def _beyond(time: Column, frontier: Antichain) -> Column:
+    """Spark condition: `time` is at or beyond `frontier` (not yet finished)."""
+    from pyspark.sql import functions as F
+
+    bound = _single(frontier)
+    return F.lit(False) if bound is None else time >= F.lit(bound)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """The result of `decode`. `updates` and `rejected` are lazy DataFrames."""
+
+    updates: DataFrame
+    """Distinct `(data, time, diff)` at times in `[since, frontier)`."""
+    frontier: Antichain
+    """Every update at a time not beyond this is in `updates`."""
+    rejected: DataFrame
+    """Lenient mode: offending input with `rule` and `reason`; empty in strict mode."""
+    progress_frontier: Antichain
+    """What the progress statements cover (the frontier may be held back by missing updates)."""
+    _cached: DataFrame | None = None
+
+    def unpersist(self) -> None:
+        """Drop the cached deduplicated updates that `updates` and `rejected` are read from."""
+        if self._cached is not None:
+            self._cached.unpersist()
+
+
+def rejected_schema(data_type: DataType) -> StructType:
+    """Schema of `Decoded.rejected`: an update row or a statement row, with the rule broken."""
+    from pyspark.sql.types import (
+        ArrayType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    counts = ArrayType(
+        StructType([StructField("time", LongType()), StructField("count", LongType())])
+    )
+    return StructType(
+        [
+            StructField("rule", StringType(), False),
+            StructField("reason", StringType(), True),
+            StructField("data", data_type, True),
+            StructField("time", LongType(), True),
+            StructField("diff", LongType(), True),
+            StructField("lower", ArrayType(LongType()), True),
+            StructField("upper", ArrayType(LongType()), True),
+            StructField("counts", counts, True),
+        ]
+    )
+
+
+def collect_statements(progress: DataFrame) -> list[Progress]:
+    """The progress statements of a DataFrame, in its order, as protocol values."""
+    fields = [c for c in (*PROGRESS_COLUMNS, *LOCATION_COLUMNS) if c in progress.columns]
+    out: list[Progress] = []
+    for row in progress.select(*fields).collect():
+        values = row.asDict()
+        origin = None
+        if "_file" in values or "_line" in values:
+            origin = Location(file=values.get("_file"), line=values.get("_line"))
+        out.append(
+            Progress.make(
+                values["lower"] or (),
+                values["upper"] or (),
+                ((c["time"], c["count"]) for c in values["counts"] or ()),
+                origin,
+            )
+        )
+    return out
+
+
+def decode(
+    updates: DataFrame,
+    progress: DataFrame,
+    *,
+    since: Antichain | None = None,
+    strict: bool = True,
+    cache: bool = True,
+) -> Decoded:
+    """Recover the history in `updates`/`progress` up to the frontier the log justifies.
+
+    Runs two small Spark jobs eagerly (collecting the statements, and per-time counts of the
+    deduplicated updates) and returns lazy DataFrames. With `cache` (the default) the one
+    shuffle aggregation of the updates is persisted, so `updates` is read from it instead of
+    aggregating the input a second time; call `Decoded.unpersist()` when done.
+    Strict mode raises the first `ProtocolError` found; lenient mode reports in `rejected`.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    start = since if since is not None else Antichain([0])
+    _single(start)  # integer times only
+
+    resolution = resolve_progress(collect_statements(progress), start, strict=strict)
+    covered_until = _single(resolution.progress_frontier)  # None: everything covered
+
+    diff = F.col("diff")
+    time = F.col("time")
+    raw = updates.select(*UPDATE_COLUMNS)
+    # Updates at finished times only matter if they break a rule no matter when they come.
+    relevant = raw.where(_beyond(time, start) | (diff == 0))
+    nonzero = F.when(diff != 0, diff)
+    grouped = relevant.groupBy("data", "time").agg(
+        F.min(nonzero).alias("lo"),
+        F.max(nonzero).alias("hi"),
+        F.max((diff == 0).cast("int")).alias("zero"),
+    )
+    if cache:
+        grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
+    lo, hi = F.col("lo"), F.col("hi")
+    valid = lo.isNotNull() & (lo == hi)
+    conflict = lo.isNotNull() & (lo != hi)
+    in_range = _beyond(time, start)
+    covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
+    # One row per covered time, plus one row (time null) for everything else.
+    stats = (
+        grouped.groupBy(F.when(covered, time).alias("t"))
+        .agg(
+            F.count(F.when(valid, 1)).alias("valid"),
+            F.count(F.when(conflict, 1)).alias("conflicts"),
+            F.count(F.when(F.col("zero") == 1, 1)).alias("zeros"),
+        )
+        .collect()
+    )
+    zeros = sum(r["zeros"] for r in stats)
+    conflicts = sum(r["conflicts"] for r in stats)
+    distinct = {r["t"]: r["valid"] for r in stats if r["t"] is not None}
+    excess = sorted(
+        t for t, n in distinct.items() if n > resolution.expected.get(t, 0)
+    )
+    if strict and (zeros or conflicts or excess):
+        _raise_first(updates, grouped, zeros, conflicts, excess, resolution.expected, distinct)
+
+    # The frontier: the progress frontier, held back by covered times still missing updates
+    # (and, in lenient mode, by times whose extra updates cannot be told apart).
+    unfinished = [t for t, c in resolution.expected.items() if distinct.get(t, 0) < c]
+    frontier = resolution.progress_frontier.meet(Antichain([*unfinished, *excess]))
+
+    until = _single(frontier)
+    window = in_range if until is None else in_range & (time < F.lit(until))
+    result = grouped.where(valid & window).select("data", "time", lo.alias("diff"))
+
+    spark = updates.sparkSession
+    data_type = updates.schema["data"].dataType
+    rejected = _rejected(
+        spark, grouped, data_type, resolution.rejected, excess,
+        with_updates=not strict and bool(zeros or conflicts or excess),
+    )
+    return Decoded(
+        result, frontier, rejected, resolution.progress_frontier, grouped if cache else None
+    )
+
+
+def _rejected(
+    spark: SparkSession,
+    grouped: DataFrame,
+    data_type: DataType,
+    statements: Sequence[Rejected],
+    excess: Sequence[int],
+    *,
+    with_updates: bool,
+) -> DataFrame:
+    """Lenient mode's set-aside input as one DataFrame (see the module docstring)."""
+    from pyspark.sql import functions as F
+
+    schema = rejected_schema(data_type)
+    rows: list[dict[str, Any]] = []
+    for item in statements:
+        p = item.message
+        assert isinstance(p, Progress)
+        rows.append(
+            {
+                "rule": item.error.rule,
+                "reason": str(item.error),
+                "lower": list(p.lower.elements),
+                "upper": list(p.upper.elements),
+                "counts": [{"time": t, "count": c} for t, c in p.counts],
+            }
+        )
+    out = spark.createDataFrame(rows, schema) if rows else spark.createDataFrame([], schema)
+    if not with_updates:
+        return out
+    lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")
+
+    def shaped(df: DataFrame, rule: str, reason: Column) -> DataFrame:
+        return df.select(
+            F.lit(rule).alias("rule"), reason.alias("reason"), "data", "time", "diff"
+        ).unionByName(out.limit(0), allowMissingColumns=True).select(*schema.fieldNames())
+
+    zero_rows = shaped(
+        grouped.where(F.col("zero") == 1).withColumn("diff", F.lit(0).cast("long")),
+        "zero-diff",
+        F.lit("update has diff 0"),
+    )
+    conflicting = grouped.where(lo.isNotNull() & (lo != hi)).select(
+        "data", "time", F.explode(F.array(lo, hi)).alias("diff")
+    )
+    conflict_rows = shaped(
+        conflicting, "conflicting-diff", F.lit("one (data, time) has different diffs")
+    )
+    parts = [out, zero_rows, conflict_rows]
+    if excess:
+        extra = grouped.where(
+            lo.isNotNull() & (lo == hi) & time.isin(list(excess))
+        ).select("data", "time", lo.alias("diff"))
+        parts.append(
+            shaped(
+                extra,
+                "excess-updates",
+                F.lit("time has more distinct updates than its progress statement counted"),
+            )
+        )
+    result = parts[0]
+    for part in parts[1:]:
+        result = result.unionByName(part)
+    return result
+
+
+def _raise_first(
+    updates: DataFrame,
+    grouped: DataFrame,
+    zeros: int,
+    conflicts: int,
+    excess: Sequence[int],
+    expected: dict[int, int],
+    distinct: dict[int, int],
+) -> None:
+    """Raise the error for one offending update, located in the input if it says where."""
+    from pyspark.sql import functions as F
+
+    lo, hi = F.col("lo"), F.col("hi")
+    if zeros:
+        (example,) = grouped.where(F.col("zero") == 1).orderBy("time").limit(1).collect()
+        raise ProtocolError(
+            "zero-diff",
+            f"update of {_show(example['data'])} at time {example['time']} has diff 0 "
+            f"({zeros} such (data, time) in all)",
+            _locate(updates, example["data"], example["time"], F.col("diff") == 0),
+        )
+    if conflicts:
+        (example,) = (
+            grouped.where(lo.isNotNull() & (lo != hi)).orderBy("time").limit(1).collect()
+        )
+        raise ProtocolError(
+            "conflicting-diff",
+            f"{_show(example['data'])} at time {example['time']} has diffs {example['lo']} "
+            f"and {example['hi']} ({conflicts} such (data, time) in all)",
+            _locate(updates, example["data"], example["time"], F.col("diff") == example["hi"]),
+        )
+    t = excess[0]
+    raise ProtocolError(
+        "excess-updates",
+        f"time {t} has {distinct[t] - expected.get(t, 0)} more distinct updates than the "
+        f"{expected.get(t, 0)} its progress statements counted",
+        _locate(updates, None, t, F.lit(True)),
+    )
+
+
+def _show(data: Any) -> str:
+    return repr(data.asDict(recursive=True)) if hasattr(data, "asDict") else repr(data)
+
+
+def _locate(updates: DataFrame, data: Any, time: int, condition: Column) -> Location | None:
+    """Where one offending update sits in the input, if the input carries its location.
+
+    Only on the error path: this scans the input once more.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    present = [c for c in LOCATION_COLUMNS if c in updates.columns]
+    if not present:
+        return None
+    match = updates.where((F.col("time") == time) & condition)
+    if data is not None:
+        key_type = StructType(
+            [
+                StructField("_data", updates.schema["data"].dataType),
+                StructField("_time", LongType()),
+            ]
+        )
+        key = updates.sparkSession.createDataFrame([(data, time)], key_type)
+        match = match.join(
+            F.broadcast(key),
+            F.col("data").eqNullSafe(F.col("_data")) & (F.col("time") == F.col("_time")),
+        )
+    rows = match.select(*present).limit(1).collect()
+    if not rows:
+        return None
+    found = rows[0].asDict()
+    return Location(file=found.get("_file"), line=found.get("_line"), index=found.get("_index"))
