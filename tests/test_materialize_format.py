@@ -1,0 +1,200 @@
+"""Materialize CDC codecs: the seed examples, every carrier, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from changelake.errors import InputError, Location, SchemaError
+from changelake.formats.materialize import (
+    CdcSchema,
+    decode_framed,
+    encode_confluent,
+    encode_single_object,
+    read_all,
+    read_json_lines,
+    read_ocf,
+    write_json_lines,
+    write_ocf,
+)
+from changelake.protocol import Antichain, Progress, Updates, collect
+from changelake.values import Record
+from seeds import seed000_changefeed, seed000_schema, seed002_changefeed, seed002_schema
+
+SEED000_HISTORY = [
+    (Record((("id", 5), ("price", 12))), 4, 1),
+    (Record((("id", 5), ("price", 10))), 5, 1),
+    (Record((("id", 5), ("price", 12))), 5, -1),
+    (Record((("id", 5), ("price", 10))), 6, -1),
+]
+
+
+def lines(text: str) -> io.BytesIO:
+    return io.BytesIO(text.encode())
+
+
+def test_seed000_doubled_brace_is_an_error_naming_the_line() -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    with pytest.raises(InputError) as info:
+        list(read_json_lines(lines(seed000_changefeed()), name="seed000.jsonl", schema=schema))
+    assert info.value.location == Location("seed000.jsonl", 1)
+    assert "not valid JSON" in str(info.value)
+
+
+def test_seed000_lenient_sets_the_line_aside_and_keeps_the_rest() -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    aside: list = []
+    messages = list(read_json_lines(lines(seed000_changefeed()), name="s", schema=schema,
+                                    set_aside=aside.append))
+    assert [a.location.line for a in aside] == [1] and len(messages) == 5
+    got = collect(messages)
+    # the missing update at time 5 holds the frontier at 5: nothing after it is reported
+    assert got.updates == SEED000_HISTORY[:1] and got.frontier == Antichain([5])
+
+
+def test_seed000_decodes_to_the_history_it_describes() -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    text = seed000_changefeed().replace("{{", "{", 1)
+    got = collect(read_json_lines(lines(text), name="s", schema=schema))
+    assert sorted(got.updates, key=lambda u: (u[1], -u[2])) == SEED000_HISTORY
+    assert got.frontier == Antichain([10])
+
+
+def test_seed002_decodes_to_the_history_it_describes() -> None:
+    """Its progress statement starts at 1424849130110, so the reader starts there."""
+    schema = CdcSchema.from_json(seed002_schema())
+    messages = list(read_json_lines(lines(seed002_changefeed()), name="s", schema=schema))
+    assert len(messages) == 5
+    start = Antichain([1424849130110])
+    got = collect(messages, since=start)
+    row = lambda price: Record((("id", 5), ("price", price)))  # noqa: E731
+    assert sorted(got.updates, key=lambda u: (u[1], -u[2])) == [
+        (row(10), 1424849130111, 1),
+        (row(12), 1424849130111, -1),
+        (row(12), 1424849130112, 1),
+        (row(10), 1424849130113, -1),
+    ]
+    assert got.frontier == Antichain([1424849130116])
+    # from 0, the statement cannot be grafted: nothing is claimed about [0, ...110)
+    assert collect(messages).frontier == Antichain([0])
+
+
+def test_without_a_schema_primitive_unions_are_unwrapped() -> None:
+    text = seed000_changefeed().replace("{{", "{", 1)
+    got = collect(read_json_lines(lines(text), name="s"))
+    assert got.updates[0] == (Record((("id", 5), ("price", 12))), 4, 1)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"array":[{"data":{"id":"5","price":null},"time":1,"diff":1}]}',
+         "data.id: expected long"),
+        ('{"array":[{"data":{"id":5,"price":{"string":"x"}},"time":1,"diff":1}]}',
+         "union branch 'string'"),
+        ('{"array":[{"data":{"id":5,"price":7},"time":1,"diff":1}]}', "union value"),
+        ('{"array":[{"data":{"id":5},"time":1,"diff":1}]}', "data.price: missing field"),
+        ('{"array":[{"data":{"id":5,"price":null},"time":-1,"diff":1}]}', "negative"),
+        ('{"array":[{"data":{"id":5,"price":null},"time":1}]}', "missing field"),
+        ('{"com.materialize.cdc.progress":{"lower":[0],"upper":[1]}}', "missing field"),
+        ('{"updates":[]}', "branch 'updates'"),
+        ("[1,2]", "expected {\"array\""),
+    ],
+)
+def test_wrong_types_and_shapes_name_the_line_and_field(line: str, message: str) -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    text = '{"com.materialize.cdc.progress":{"lower":[0],"upper":[1],"counts":[]}}\n' + line
+    with pytest.raises(InputError) as info:
+        list(read_json_lines(lines(text), name="in.jsonl", schema=schema))
+    assert info.value.location == Location("in.jsonl", 2)
+    assert message in str(info.value)
+
+
+def test_unknown_shape_without_schema() -> None:
+    with pytest.raises(InputError, match=r"line 1: .*unknown message branch"):
+        list(read_json_lines(lines('{"nope": 1}\n'), name="x"))
+    with pytest.raises(InputError, match="diff must be an integer"):
+        list(read_json_lines(lines('{"array":[{"data":{},"time":1,"diff":"1"}]}'), name="x"))
+
+
+def _some_messages() -> list:
+    schema_rows = [Record((("id", i), ("price", None if i % 3 else i))) for i in range(50)]
+    return [
+        Updates([(r, 1 + i % 4, 1) for i, r in enumerate(schema_rows)]),
+        Progress.make([0], [5], [(1, 13), (2, 13), (3, 12), (4, 12)]),
+        Progress.make([5], []),
+    ]
+
+
+def test_ocf_and_json_lines_round_trip() -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    messages = _some_messages()
+    ocf = io.BytesIO()
+    write_ocf(ocf, messages, schema)
+    ocf.seek(0)
+    assert [m for m in read_ocf(ocf, name="x")] == messages
+    text = io.BytesIO()
+    write_json_lines(text, messages, schema)
+    text.seek(0)
+    assert list(read_json_lines(text, name="x", schema=schema)) == messages
+
+
+def test_truncated_avro_names_the_offset_and_keeps_earlier_blocks(tmp_path: Path) -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    messages = _some_messages() * 200
+    ocf = io.BytesIO()
+    import fastavro
+
+    fastavro.writer(ocf, schema.parsed,
+                    [m for m in _python_records(messages, schema)], sync_interval=500)
+    data = ocf.getvalue()
+    path = tmp_path / "cut.avro"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(InputError, match=r"cut.avro, offset \d+: truncated or corrupt"):
+        list(read_all([path]))
+    aside: list = []
+    kept = list(read_all([path], set_aside=aside.append))
+    assert 0 < len(kept) < len(messages) and kept == messages[: len(kept)]
+    assert len(aside) == 1 and aside[0].location.offset is not None
+
+
+def _python_records(messages: list, schema: CdcSchema) -> list:
+    from changelake.formats.materialize import _python_datum
+
+    return [_python_datum(m, schema) for m in messages]
+
+
+def test_not_an_avro_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.avro"
+    path.write_bytes(b"Obj\x01garbage")
+    with pytest.raises(InputError, match=r"bad\.avro, offset 0: not a readable Avro"):
+        list(read_all([path]))
+
+
+def test_framed_messages_round_trip_and_fail_clearly() -> None:
+    schema = CdcSchema.from_json(seed000_schema())
+    where = Location("topic", offset=42)
+    for message in _some_messages():
+        assert decode_framed(encode_confluent(message, schema, 7), {7: schema}, where) == message
+        framed = encode_single_object(message, schema)
+        assert decode_framed(framed, {schema.fingerprint(): schema}, where) == message
+    good = encode_confluent(_some_messages()[0], schema, 7)
+    with pytest.raises(InputError, match="topic, offset 42: unknown schema id 8"):
+        decode_framed(encode_confluent(_some_messages()[0], schema, 8), {7: schema}, where)
+    with pytest.raises(InputError, match="truncated or corrupt"):
+        decode_framed(good[:-7], {7: schema}, where)
+    with pytest.raises(InputError, match="not a Confluent-framed"):
+        decode_framed(b"{}", {7: schema}, where)
+
+
+def test_schema_validation() -> None:
+    with pytest.raises(SchemaError, match="union of two branches"):
+        CdcSchema.from_json({"type": "record", "name": "x", "fields": []})
+    with pytest.raises(SchemaError, match="not a valid Avro schema"):
+        CdcSchema.from_json([{"type": "nonsense"}])
+    built = CdcSchema.for_fields([{"name": "id", "type": "long"}])
+    assert built.data_fields == ("id",)
+    assert CdcSchema.from_json(seed000_schema()).fingerprint() == \
+        CdcSchema.from_json(seed000_schema()).fingerprint()
