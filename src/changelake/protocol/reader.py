@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from changelake.errors import Location, ProtocolError
@@ -69,10 +70,6 @@ def _beyond_test(frontier: Antichain) -> Callable[[Time], bool]:
     return frontier.beyond
 
 
-def _sort_key(update: Update) -> Any:
-    return update[1]
-
-
 class Reader:
     """Push messages in, get finished batches out. See the module docstring for the protocol."""
 
@@ -81,7 +78,7 @@ class Reader:
         self.strict = strict
         self._reported: Antichain = start
         self._progress: Antichain = start
-        self._pending: dict[tuple[Data, Time], int] = {}
+        self._pending: dict[Time, dict[Data, int]] = {}  # by time: finishing pops a bucket
         self._counts: dict[Time, int] = {}
         self._incomplete: set[Time] = set()
         self._queue: list[Progress] = []
@@ -104,7 +101,8 @@ class Reader:
 
     def state_size(self) -> int:
         """How many items the reader holds: pending updates, counts and queued statements."""
-        return len(self._pending) + len(self._counts) + len(self._queue) + len(self._incomplete)
+        held = sum(map(len, self._pending.values()))
+        return held + len(self._counts) + len(self._queue) + len(self._incomplete)
 
     def waiting_for(self) -> str | None:
         """Why the frontier is not further along, in words; None if the stream is closed."""
@@ -133,63 +131,75 @@ class Reader:
                 self._accept_updates(message)
             elif isinstance(message, Progress):
                 self._accept_progress(message)
+                self._drain_queue()  # only a new statement can make the queue actionable
             else:
                 raise TypeError(f"not a CDCv2 message: {message!r}")
         except ProtocolError as error:
             if self.strict:
                 raise
             self.rejected.append(Rejected(message, error))
-        self._drain_queue()
         return self._advance()
 
     def _accept_updates(self, message: Updates) -> None:
+        # The hot loop: kept lean on purpose (no enumerate, no per-update tuple keys). The
+        # index of an offending update is recovered on the error path only.
         beyond = _beyond_test(self._reported)
         pending = self._pending
-        fresh: dict[tuple[Data, Time], int] = {}
-        per_time: dict[Time, int] = {}
-        origin = message.origin or Location()
-        for index, (data, time, diff) in enumerate(message.updates):
-            if diff == 0:
-                raise ProtocolError(
-                    "zero-diff", f"update of {data!r} at time {time!r} has diff 0",
-                    origin.with_index(index),
-                )
+        fresh: dict[Time, dict[Data, int]] = {}
+        for data, time, diff in message.updates:
+            if not diff:
+                raise self._update_error(message, "zero-diff", data, time, diff, None)
             if not beyond(time):
                 continue  # at a finished time: a duplicate of what was already handed out
-            key = (data, time)
-            known = pending.get(key)
+            bucket = pending.get(time)
+            known = None if bucket is None else bucket.get(data)
             if known is None:
-                known = fresh.get(key)
+                new = fresh.get(time)
+                if new is None:
+                    new = fresh[time] = {}
+                known = new.get(data)
                 if known is None:
-                    fresh[key] = diff
-                    per_time[time] = per_time.get(time, 0) + 1
+                    new[data] = diff
                     continue
             if known != diff:
-                raise ProtocolError(
-                    "conflicting-diff",
-                    f"{data!r} at time {time!r} has diff {diff}, but diff {known} was seen",
-                    origin.with_index(index),
-                )
+                raise self._update_error(message, "conflicting-diff", data, time, diff, known)
         covered = _beyond_test(self._progress)
         counts = self._counts
-        for time, n in per_time.items():
-            if not covered(time) and counts.get(time, 0) - n < 0:
+        for time, new in fresh.items():
+            if not covered(time) and counts.get(time, 0) - len(new) < 0:
                 raise ProtocolError(
                     "excess-updates",
-                    f"time {time!r} would have {n - counts.get(time, 0)} more distinct "
+                    f"time {time!r} would have {len(new) - counts.get(time, 0)} more distinct "
                     "updates than its progress statement counted",
-                    origin,
+                    message.origin or Location(),
                 )
         # Validated: apply.
-        pending.update(fresh)
         incomplete = self._incomplete
-        for time, n in per_time.items():
-            left = counts.get(time, 0) - n
+        for time, new in fresh.items():
+            bucket = pending.get(time)
+            if bucket is None:
+                pending[time] = new
+            else:
+                bucket.update(new)
+            left = counts.get(time, 0) - len(new)
             if left:
                 counts[time] = left
             else:
                 counts.pop(time, None)
                 incomplete.discard(time)
+
+    @staticmethod
+    def _update_error(
+        message: Updates, rule: str, data: Data, time: Time, diff: int, known: int | None
+    ) -> ProtocolError:
+        index = next(i for i, u in enumerate(message.updates) if u[0] == data and u[1] == time
+                     and u[2] == diff)
+        where = (message.origin or Location()).with_index(index)
+        if rule == "zero-diff":
+            return ProtocolError(rule, f"update of {data!r} at time {time!r} has diff 0", where)
+        return ProtocolError(
+            rule, f"{data!r} at time {time!r} has diff {diff}, but diff {known} was seen", where
+        )
 
     def _accept_progress(self, message: Progress) -> None:
         origin = message.origin or Location()
@@ -273,18 +283,15 @@ class Reader:
         if lower_bound == self._reported:
             return []
         still_open = _beyond_test(lower_bound)
+        pending = self._pending
+        done = sorted(t for t in pending if not still_open(t))
         finished: list[Update] = []
-        keep: dict[tuple[Data, Time], int] = {}
-        for (data, time), diff in self._pending.items():
-            if still_open(time):
-                keep[(data, time)] = diff
-            else:
-                finished.append((data, time, diff))
-        self._pending = keep
+        for time in done:
+            bucket = pending.pop(time)
+            finished.extend(zip(bucket, repeat(time, len(bucket)), bucket.values(), strict=True))
         # Counts at finished times are zero by construction (an incomplete time holds the
         # frontier back), so no count is dropped here.
         self._reported = lower_bound
-        finished.sort(key=_sort_key)
         return [(finished, lower_bound)]
 
     # ------------------------------------------------------------------------- persistence
@@ -299,7 +306,8 @@ class Reader:
             "strict": self.strict,
             "reported": self._reported.to_json(),
             "progress": self._progress.to_json(),
-            "pending": [[data_to_json(d), time_json(t), r] for (d, t), r in self._pending.items()],
+            "pending": [[data_to_json(d), time_json(t), r]
+                        for t, bucket in self._pending.items() for d, r in bucket.items()],
             "counts": [[time_json(t), c] for t, c in self._counts.items()],
             "incomplete": [time_json(t) for t in self._incomplete],
             "queue": [progress_to_json(p) for p in self._queue],
@@ -317,7 +325,8 @@ class Reader:
 
         reader = cls(Antichain.from_json(state["reported"]), strict=state["strict"])
         reader._progress = Antichain.from_json(state["progress"])
-        reader._pending = {(data_from_json(d), time_of(t)): r for d, t, r in state["pending"]}
+        for d, t, r in state["pending"]:
+            reader._pending.setdefault(time_of(t), {})[data_from_json(d)] = r
         reader._counts = {time_of(t): c for t, c in state["counts"]}
         reader._incomplete = {time_of(t) for t in state["incomplete"]}
         reader._queue = [progress_from_json(p) for p in state["queue"]]
