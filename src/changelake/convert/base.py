@@ -1,0 +1,127 @@
+"""What every conversion of Changes into CDCv2 updates shares: columns, times, the window.
+
+A converter takes `Change`s in arrival order (`push`) and hands out `(data, time, diff)` updates
+for the times that the feed has finished (`advance`). Between the two, changes wait in a
+*window*: a feed may deliver the events of one time out of order (YDB between barriers, PITFALLS
+P20; Debezium across partitions), and a keyed conversion must not decide which value of a key
+wins before all events at that time are in (PITFALLS P6). At `advance(frontier)` the waiting
+changes at times before the frontier are applied in `(time, sequence, tie-break)` order.
+
+`push` validates everything that can be wrong with one change (and raises `ChangefeedError`
+naming its line), so that `advance` never fails: a lenient caller can set a bad change aside
+without losing anything accepted before it.
+
+Changes without a time of their own (`time=None`: snapshot rows, YDB records without virtual
+timestamps) are placed at the stream's *current time*: the latest time pushed so far, or the
+frontier if that is later. For an initial snapshot that is time 0, before every streamed
+transaction; for a snapshot repeated mid-stream it is "now", which is what an upsert means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from changelake.errors import ChangefeedError
+from changelake.formats.change import UNCHANGED, Change
+from changelake.protocol.messages import Update
+from changelake.values import freeze
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counts of what conversion did besides applying changes, for reports and tests."""
+
+    applied: int = 0
+    duplicates: int = 0  # replays: same sequence and same content as what was applied
+    stale: int = 0  # older than what the key already has (never resurrects a deleted key)
+    ties: int = 0  # same sequence, different content: the larger tie-break wins
+    unresolved: int = 0  # UNCHANGED values with no previous value to take (became null)
+    ignored: int = 0  # messages, tombstones, ...
+    late: int = 0  # duplicates recognised after their time was already finished
+
+
+@dataclass(slots=True)
+class Pending:
+    """A validated change waiting in the window."""
+
+    time: int
+    sequence: Any
+    tiebreak: tuple[Any, ...]
+    change: Change
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def order(self) -> tuple[Any, ...]:
+        return (self.time, self.sequence, self.tiebreak)
+
+
+class WindowedConverter:
+    """The window and the columns; subclasses decide what a change means."""
+
+    def __init__(self, columns: Sequence[str] | None = None) -> None:
+        self.columns: tuple[str, ...] | None = tuple(columns) if columns is not None else None
+        self.stats = Stats()
+        self._frontier = 0
+        self._max_time = 0
+        self._window: list[Pending] = []
+
+    @property
+    def frontier(self) -> int:
+        """Times below this are finished: converted and handed out."""
+        return self._frontier
+
+    def current_time(self) -> int:
+        return max(self._max_time, self._frontier)
+
+    def time_of(self, change: Change) -> int:
+        return self.current_time() if change.time is None else change.time
+
+    def push(self, change: Change) -> None:
+        raise NotImplementedError
+
+    def is_replay(self, change: Change) -> bool:
+        """Was this event (or a newer one for its key) applied already?"""
+        raise NotImplementedError
+
+    def advance(self, frontier: int | None) -> list[Update]:
+        """Finish every time below `frontier` (None: every time) and return their updates."""
+        if frontier is not None and frontier <= self._frontier:
+            return []
+        ready = [p for p in self._window if frontier is None or p.time < frontier]
+        self._window = [p for p in self._window if frontier is not None and p.time >= frontier]
+        ready.sort(key=Pending.order)
+        out = self._apply(ready)
+        if frontier is not None:
+            self._frontier = frontier
+        else:
+            self._frontier = max(self._max_time + 1, self._frontier)
+        return out
+
+    def _apply(self, ready: list[Pending]) -> list[Update]:
+        raise NotImplementedError
+
+    def _enqueue(self, pending: Pending) -> None:
+        self._max_time = max(self._max_time, pending.time)
+        self._window.append(pending)
+
+    # ---------------------------------------------------------------------------- columns
+
+    def _check_columns(self, change: Change) -> None:
+        """Fix the column list from the first image seen; later images must fit it."""
+        for image in (change.after, change.before):
+            if image is None:
+                continue
+            if self.columns is None:
+                self.columns = tuple(image)
+                continue
+            extra = [c for c in image if c not in self.columns]
+            if extra:
+                raise ChangefeedError(
+                    f"columns {extra} are not among the table's columns {list(self.columns)} "
+                    "(schema drift: give a table schema that lists them)", change.origin)
+
+    def freeze_row(self, row: dict[str, Any], columns: Sequence[str]) -> Any:
+        if any(row.get(c) is UNCHANGED for c in columns):
+            raise AssertionError("UNCHANGED must be resolved before a row is frozen")
+        return freeze(row, fields=columns)

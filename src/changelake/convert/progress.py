@@ -1,0 +1,104 @@
+"""How far a changefeed is finished: the frontier handed to the CDCv2 writer.
+
+Debezium data topics carry no progress statement (SPEC §5). Two signals are combined:
+
+* *High water*: Debezium emits one connector's events in commit order, so once an event at
+  time T is in, every time below T has all its events (within one ordered stream: a single
+  partition, or every partition read to the same point). Times below the highest time seen are
+  finished; the highest stays open, since more of its events may follow.
+* *Transaction metadata* (`provide.transaction.metadata`): a transaction whose END is in and
+  whose distinct events (by `total_order`, so replays count once) reach END's `event_count`
+  is complete: its time is finished even if it is the highest, and an incomplete one holds the
+  frontier at its time however far the high water goes (its events may be in another file).
+  END may arrive before or after the events it counts, and duplicate ENDs are harmless. An
+  END whose events never arrive holds nothing back: its time is unknown.
+
+YDB JSON has barriers: `resolved [S, x]` in a partition means every change before `[S, x]` of
+that partition is in, so steps below S are finished there; the feed's frontier is the minimum
+over partitions (SPEC §2.5). A data record below its partition's last barrier breaks the
+guarantee (ydb#6985) and is an error, unless it is a replay of a change already applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from changelake.errors import ChangefeedError
+from changelake.formats.change import Change, Resolved, TxBoundary
+
+
+@dataclass(slots=True)
+class _Tx:
+    time: int | None = None
+    orders: set[int] = field(default_factory=set)
+    expected: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.expected is not None and len(self.orders) >= self.expected
+
+
+class DebeziumProgress:
+    def __init__(self) -> None:
+        self.high: int | None = None
+        self._tx: dict[str, _Tx] = {}
+        self._finished = 0
+
+    def observe(self, change: Change, time: int) -> None:
+        if change.time is not None:
+            self.high = time if self.high is None else max(self.high, time)
+        if change.transaction is not None and change.tx_order is not None:
+            tx = self._tx.setdefault(change.transaction, _Tx())
+            tx.time = time if tx.time is None else min(tx.time, time)
+            tx.orders.add(change.tx_order)
+
+    def boundary(self, boundary: TxBoundary) -> None:
+        if boundary.status == "END":
+            tx = self._tx.setdefault(boundary.id, _Tx())
+            if tx.expected is None:
+                tx.expected = boundary.event_count
+
+    def frontier(self) -> int:
+        """Times below this are finished. Never moves back."""
+        if self.high is None:
+            return self._finished
+        frontier = self.high
+        at_high = [t for t in self._tx.values() if t.time == self.high]
+        if at_high and all(t.complete for t in at_high):
+            frontier = self.high + 1
+        for tx in self._tx.values():
+            if tx.time is not None and not tx.complete:
+                frontier = min(frontier, tx.time)
+        self._finished = max(self._finished, frontier)
+        # Forget transactions wholly behind the frontier (a replay of them is a duplicate).
+        self._tx = {i: t for i, t in self._tx.items()
+                    if t.time is None or t.time >= self._finished}
+        return self._finished
+
+
+class PartitionFrontiers:
+    """YDB barriers per partition (one input file = one partition)."""
+
+    def __init__(self, partitions: int) -> None:
+        self._resolved: list[tuple[int, int] | None] = [None] * partitions
+
+    def resolved(self, partition: int) -> tuple[int, int] | None:
+        return self._resolved[partition]
+
+    def barrier(self, partition: int, item: Resolved) -> None:
+        last = self._resolved[partition]
+        if last is None or item.position > last:
+            self._resolved[partition] = item.position  # a lower one is a re-read: keep
+
+    def check(self, partition: int, change: Change) -> None:
+        last = self._resolved[partition]
+        if last is not None and change.position is not None and change.position < last:
+            raise ChangefeedError(
+                f"record at ts {list(change.position)} arrives after resolved {list(last)} in "
+                "the same partition: the feed broke its barrier guarantee (see ydb#6985)",
+                change.origin)
+
+    def frontier(self) -> int:
+        if any(r is None for r in self._resolved):
+            return 0
+        return min(r[0] for r in self._resolved if r is not None)
