@@ -1,0 +1,238 @@
+"""Where a lake table's files live, and the manifest that says which of them are committed.
+
+A table directory holds immutable *file sets* (directories of Parquet files), each with the
+columns of the table plus `_time` (long) and `_diff` (long):
+
+* `seg/{lower}-{upper}`: a change segment, the updates of one frontier interval `[lower, upper)`
+  as committed by one ingest (`upper` is `inf` once the feed closed). The name is the interval,
+  so an ingest that crashed and runs again writes the same directory and replaces it.
+* `seg/{lower}-{upper}.v{N}`: the part of a segment beyond a compaction's `since`, rewritten by
+  compaction version N (the part at or before `since` went into the buckets).
+* `delta/v{N}/_bucket={k}`: a run of compacted changes of bucket k written by compaction N, with
+  times advanced to that compaction's `since`.
+* `delta/v{N}.m/_bucket={k}`: several runs of bucket k merged into one by compaction N.
+* `base/v{N}/_bucket={k}`: bucket k consolidated as of the `since` of compaction N.
+
+A file set is never modified after it is committed. Which of them make up the table is the
+*manifest* (`TableState`) of the committed version, kept as `_state/v{N}.json`; the commit
+point (see `commit.py`) names that version, so a manifest written by a run that crashed before
+its commit is never read, and the next run overwrites it.
+
+Times are the lake's integer times; a frontier is stored as an `Antichain` of at most one
+integer (the empty antichain: the feed is closed, every time is final).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from changelake.errors import LakeError
+from changelake.protocol import Antichain
+
+FORMAT = 1
+SEGMENT = "segment"
+DELTA = "delta"
+BASE = "base"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSet:
+    """One immutable directory of Parquet files and what the manifest knows about it.
+
+    `struct` indexes `TableState.structs`: the physical columns of these files, so the read
+    path can project old files onto today's schema without opening them.
+    """
+
+    path: str
+    kind: str
+    struct: int
+    rows: int
+    bytes: int
+    bucket: int | None = None
+    lower: int | None = None
+    upper: int | None = None  # None with kind == SEGMENT: the interval reaches to the end
+    min_time: int | None = None
+    max_time: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersion:
+    """The source's columns from time `from_time` on (a StructType as JSON, without _time and
+    _diff). The live columns at a time are those of the last version starting at or before it."""
+
+    from_time: int
+    struct: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableState:
+    """A committed version of a table: everything a reader or writer needs to know."""
+
+    name: str
+    version: int
+    key: tuple[str, ...]
+    buckets: int
+    since: int
+    frontier: tuple[int, ...]  # Antichain elements: (t,) or () when closed
+    versions: tuple[SchemaVersion, ...]
+    structs: tuple[str, ...]
+    files: tuple[FileSet, ...] = ()
+    bucket_columns: tuple[str, ...] = ()
+    scd2: bool = False
+    operation: str = "create"
+    committed_at: float = field(default_factory=time.time)
+    detail: dict = field(default_factory=dict)
+    format: int = FORMAT
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.key)
+
+    @property
+    def upper(self) -> int | None:
+        """The committed frontier as an integer; None once the feed is closed."""
+        return self.frontier[0] if self.frontier else None
+
+    def frontier_antichain(self) -> Antichain:
+        return Antichain(self.frontier)
+
+    def segments(self) -> list[FileSet]:
+        return [f for f in self.files if f.kind == SEGMENT]
+
+    def bucket_files(self, kind: str, bucket: int) -> list[FileSet]:
+        return [f for f in self.files if f.kind == kind and f.bucket == bucket]
+
+    def struct_id(self, struct_json: str) -> tuple[TableState, int]:
+        """The index of a physical schema, adding it if new."""
+        if struct_json in self.structs:
+            return self, self.structs.index(struct_json)
+        return replace(self, structs=(*self.structs, struct_json)), len(self.structs)
+
+    def next(self, operation: str, **changes: object) -> TableState:
+        return replace(
+            self, version=self.version + 1, operation=operation, committed_at=time.time(),
+            detail={}, **changes,
+        )
+
+    # --------------------------------------------------------------------- serialization
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TableState:
+        raw = json.loads(text)
+        if raw.get("format") != FORMAT:
+            raise LakeError(f"table manifest format {raw.get('format')!r} is not supported")
+        raw["key"] = tuple(raw["key"])
+        raw["bucket_columns"] = tuple(raw["bucket_columns"])
+        raw["frontier"] = tuple(raw["frontier"])
+        raw["structs"] = tuple(raw["structs"])
+        raw["versions"] = tuple(SchemaVersion(**v) for v in raw["versions"])
+        raw["files"] = tuple(FileSet(**f) for f in raw["files"])
+        return cls(**raw)
+
+
+def interval_name(lower: int, upper: int | None) -> str:
+    return f"{lower}-{'inf' if upper is None else upper}"
+
+
+def segment_path(lower: int, upper: int | None, version: int | None = None) -> str:
+    suffix = "" if version is None else f".v{version}"
+    return f"seg/{interval_name(lower, upper)}{suffix}"
+
+
+def bucket_path(kind: str, version: int, bucket: int, merged: bool = False) -> str:
+    return f"{kind}/v{version}{'.m' if merged else ''}/_bucket={bucket}"
+
+
+def run_root(kind: str, version: int, merged: bool = False) -> str:
+    return f"{kind}/v{version}{'.m' if merged else ''}"
+
+
+# ----------------------------------------------------------------------------- file system
+
+
+def manifest_path(table_dir: Path, version: int) -> Path:
+    return table_dir / "_state" / f"v{version}.json"
+
+
+def write_manifest(table_dir: Path, state: TableState) -> None:
+    """Write-then-rename, so a crash never leaves a half manifest under the final name."""
+    path = manifest_path(table_dir, state.version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(state.to_json())
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(table_dir: Path, version: int) -> TableState:
+    path = manifest_path(table_dir, version)
+    try:
+        return TableState.from_json(path.read_text())
+    except FileNotFoundError:
+        raise LakeError(
+            f"the metastore names version {version} of the table, but {path} is missing: "
+            "the lake directory and the metastore do not belong together"
+        ) from None
+
+
+def parquet_stats(directory: Path) -> tuple[int, int, int | None, int | None]:
+    """Rows, bytes and `_time` range of a file set, from the Parquet footers alone.
+
+    Reading footers is cheap and needs no Spark job, which matters because every commit asks.
+    """
+    import pyarrow.parquet as pq
+
+    rows = size = 0
+    lo: int | None = None
+    hi: int | None = None
+    for path in sorted(directory.rglob("*.parquet")):
+        if any(part.startswith((".", "_")) and "=" not in part
+               for part in path.relative_to(directory).parts):
+            continue
+        size += path.stat().st_size
+        meta = pq.ParquetFile(path).metadata
+        rows += meta.num_rows
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        if "_time" not in names:
+            continue
+        index = names.index("_time")
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            if not group.num_rows:
+                continue
+            stats = group.column(index).statistics
+            if stats is not None and stats.has_min_max:
+                g_lo, g_hi = stats.min, stats.max
+            else:  # no statistics written: read the one column
+                column = pq.ParquetFile(path).read_row_group(g, columns=["_time"]).column(0)
+                g_lo, g_hi = min(column.to_pylist()), max(column.to_pylist())
+            lo = g_lo if lo is None else min(lo, g_lo)
+            hi = g_hi if hi is None else max(hi, g_hi)
+    return rows, size, lo, hi
+
+
+def file_set_leaves(table_dir: Path) -> Iterable[str]:
+    """Every file-set directory present on disk, committed or not (for garbage collection)."""
+    seg = table_dir / "seg"
+    if seg.is_dir():
+        for child in seg.iterdir():
+            yield f"seg/{child.name}"
+    for kind in (DELTA, BASE):
+        top = table_dir / kind
+        if not top.is_dir():
+            continue
+        for run in top.iterdir():
+            if not run.is_dir():
+                continue
+            for child in run.iterdir():
+                if child.is_dir():
+                    yield f"{kind}/{run.name}/{child.name}"

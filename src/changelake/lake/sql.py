@@ -1,0 +1,116 @@
+"""The SQL that reads a table's state: the text of the committed view, and of `AS OF` reads.
+
+The view is plain Spark SQL over `parquet.`dir`` sources, so `spark.table("db.name")` needs no
+changelake code. Each committed file set is projected onto the table's logical schema (absent
+columns as typed nulls, narrower types cast up: see `schema.py`), the projections are unioned,
+and the union is merged on read:
+
+* keyed tables: per key, the update at the latest time wins (an insertion over a retraction at
+  the same time); the key exists if that update inserts. Taking the latest version of a key
+  instead of summing diffs over whole rows keeps a key's history consistent across schema
+  changes (a retraction written after a column was added need not match the old row exactly).
+* unkeyed tables: diffs are summed per row (on the columns live at the time read) and a row
+  with multiplicity n appears n times.
+
+The view text starts with a marker naming the committed manifest version; replacing the view
+(one metastore call) is the commit point.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from pyspark.sql.types import DataType, StructType
+
+from changelake.lake.layout import FileSet, TableState
+from changelake.lake.schema import live_columns, logical_schema, parse_struct
+
+MARKER = re.compile(r"/\* changelake table=(\S+) version=(\d+) \*/")
+
+
+def quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_type(dt: DataType) -> str:
+    return dt.simpleString()
+
+
+def path_literal(path: Path) -> str:
+    text = str(path)
+    if "`" in text or any(c in text for c in "{}[]*?,\\"):
+        # Hadoop would read these as glob syntax; the lake directory must not contain them.
+        raise ValueError(f"lake path {text!r} contains glob characters")
+    return text
+
+
+def project_file_set(fs: FileSet, state: TableState, table_dir: Path,
+                     logical: StructType, with_bucket: bool = False) -> str:
+    """SELECT the logical columns (+ _time, _diff, and the bucket if asked) from one file
+    set."""
+    physical = {f.name: f.dataType for f in parse_struct(state.structs[fs.struct]).fields}
+    items: list[str] = []
+    for f in logical.fields:
+        if f.name not in physical:
+            items.append(f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}")
+        elif physical[f.name] != f.dataType:
+            items.append(f"CAST({quote(f.name)} AS {sql_type(f.dataType)}) AS {quote(f.name)}")
+        else:
+            items.append(quote(f.name))
+    items += ["_time", "_diff"]
+    if with_bucket:
+        items.append(f"{int(fs.bucket or 0)} AS _bucket")
+    return f"SELECT {', '.join(items)} FROM parquet.`{path_literal(table_dir / fs.path)}`"
+
+
+def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | None = None,
+              logical: StructType | None = None, with_bucket: bool = False) -> str:
+    """All updates of the given file sets (default: all committed), on the logical schema."""
+    logical = logical if logical is not None else logical_schema(state.versions)
+    chosen = state.files if files is None else files
+    if not chosen:
+        items = [f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
+                 for f in logical.fields]
+        items += ["CAST(NULL AS BIGINT) AS _time", "CAST(NULL AS BIGINT) AS _diff"]
+        if with_bucket:
+            items.append("CAST(NULL AS INT) AS _bucket")
+        return f"SELECT {', '.join(items)} WHERE FALSE"
+    return "\nUNION ALL ".join(
+        project_file_set(fs, state, table_dir, logical, with_bucket) for fs in chosen
+    )
+
+
+def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
+              marker: bool = True) -> str:
+    """The table as of `as_of` (None: the committed frontier), merged on read."""
+    logical = logical_schema(state.versions)
+    names = [f.name for f in logical.fields]
+    cols = ", ".join(quote(n) for n in names)
+    where = "" if as_of is None else f" WHERE _time <= {int(as_of)}"
+    union = union_sql(state, table_dir, logical=logical)
+    tag = f"/* changelake table={state.name} version={state.version} */ " if marker else ""
+    if state.keyed:
+        key = ", ".join(quote(k) for k in state.key)
+        return (
+            f"SELECT {tag}{cols} FROM (SELECT *, row_number() OVER (PARTITION BY {key} "
+            f"ORDER BY _time DESC, _diff DESC) AS _rank FROM (\n{union}\n) u{where}) r "
+            f"WHERE _rank = 1 AND _diff > 0"
+        )
+    live = set(live_columns(state.versions, as_of))
+    group = [quote(n) for n in names if n in live]
+    shown = [quote(f.name) if f.name in live
+             else f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
+             for f in logical.fields]
+    return (
+        f"SELECT {tag}{cols} FROM (SELECT {', '.join(shown)}, "
+        f"explode(array_repeat(0, CAST(_n AS INT))) AS _copy FROM (SELECT {', '.join(group)}, "
+        f"SUM(_diff) AS _n FROM (\n{union}\n) u{where} GROUP BY {', '.join(group)}) g "
+        f"WHERE _n > 0) c"
+    )
+
+
+def read_marker(view_text: str) -> tuple[str, int] | None:
+    match = MARKER.search(view_text)
+    return (match.group(1), int(match.group(2))) if match else None
