@@ -302,6 +302,22 @@ def python_to_plain(value: Any) -> Any:
     raise ValueError(f"cannot represent {type(value).__name__} value {value!r} as JSON")
 
 
+def freeze_unwrapped(value: Any) -> Any:
+    """`unwrap_unions_heuristically` and `freeze` in one pass (the schemaless fast path)."""
+    from changelake.values import Record
+
+    kind = type(value)
+    if kind is dict:
+        if len(value) == 1:
+            for key, inner in value.items():
+                if key in PRIMITIVES and key != "null":
+                    return freeze_unwrapped(inner)
+        return Record([(k, freeze_unwrapped(v)) for k, v in value.items()])
+    if kind is list:
+        return tuple(map(freeze_unwrapped, value))
+    return value
+
+
 def unwrap_unions_heuristically(value: Any) -> Any:
     """Without a schema: `{"int": 10}` -> 10 for the primitive branch names; nothing else."""
     if isinstance(value, dict):
@@ -313,3 +329,176 @@ def unwrap_unions_heuristically(value: Any) -> Any:
     if isinstance(value, list):
         return [unwrap_unions_heuristically(v) for v in value]
     return value
+
+
+# ------------------------------------------------------------------- compiled converters
+#
+# The generic functions above re-interpret the schema for every value, which is fine for error
+# messages but slow for millions of rows. `compile_*` walk the schema once and return a tree of
+# closures that go straight to the frozen form (`Record` for records and maps, tuples for
+# arrays) that the protocol deduplicates on. A compiled converter only says *that* a value is
+# invalid (it raises `Invalid`); the caller re-runs the generic function to say *why*, so both
+# paths accept exactly the same values.
+
+
+class Invalid(Exception):
+    """A compiled converter met a value it does not accept (the generic path explains)."""
+
+
+Converter = Any  # Callable[[Any], Any]
+
+
+def _primitive_checker(kind: str) -> Converter:
+    if kind == "null":
+        def null(v: Any) -> None:
+            if v is not None:
+                raise Invalid
+        return null
+    if kind == "boolean":
+        def boolean(v: Any) -> bool:
+            if type(v) is not bool:
+                raise Invalid
+            return v
+        return boolean
+    if kind in ("int", "long"):
+        lo, hi = INT_RANGE if kind == "int" else LONG_RANGE
+
+        def integer(v: Any) -> int:
+            if type(v) is not int or not lo <= v <= hi:
+                raise Invalid
+            return v
+        return integer
+    if kind in ("float", "double"):
+        def real(v: Any) -> float:
+            if type(v) is float:
+                return v
+            if type(v) is int:
+                return float(v)
+            raise Invalid
+        return real
+    if kind == "string":
+        def string(v: Any) -> str:
+            if type(v) is not str:
+                raise Invalid
+            return v
+        return string
+    if kind == "bytes":
+        def octets(v: Any) -> str:
+            if type(v) is not str or (v and not v.isascii() and max(v) > "\xff"):
+                raise Invalid
+            return v
+        return octets
+    raise ValueError(f"unsupported Avro type {kind!r}")
+
+
+def compile_avro_json(schema: Schema, named: Named) -> Converter:
+    """Avro JSON -> frozen plain JSON, validating; raises `Invalid` on any mismatch."""
+    from changelake.values import Record
+
+    s = _resolve(schema, named)
+    if isinstance(s, list):
+        has_null = any(_resolve(b, named) == "null" for b in s)
+        branches: dict[str, Converter] = {}
+        for b in s:
+            name = type_name(b, named)
+            branches[name] = branches[name.rsplit(".", 1)[-1]] = compile_avro_json(b, named)
+
+        def union(v: Any) -> Any:
+            if v is None:
+                if has_null:
+                    return None
+                raise Invalid
+            if type(v) is not dict or len(v) != 1:
+                raise Invalid
+            for key, inner in v.items():
+                branch = branches.get(key)
+                if branch is None:
+                    raise Invalid
+                return branch(inner)
+            raise Invalid
+        return union
+    if isinstance(s, str):
+        return _primitive_checker(s)
+    kind = s["type"]
+    if kind in ("record", "error"):
+        fields = [(f["name"], compile_avro_json(f["type"], named)) for f in s["fields"]]
+        size = len(fields)
+
+        def record(v: Any) -> Record:
+            if type(v) is not dict or len(v) != size:
+                raise Invalid  # missing fields with defaults also take the generic path
+            try:
+                return Record([(name, convert(v[name])) for name, convert in fields])
+            except KeyError:
+                raise Invalid from None
+        return record
+    if kind == "array":
+        item = compile_avro_json(s["items"], named)
+
+        def array(v: Any) -> tuple:
+            if type(v) is not list:
+                raise Invalid
+            return tuple(map(item, v))
+        return array
+    if kind == "map":
+        value = compile_avro_json(s["values"], named)
+
+        def mapping(v: Any) -> Record:
+            if type(v) is not dict:
+                raise Invalid
+            return Record([(k, value(x)) for k, x in v.items()])
+        return mapping
+    if kind == "enum":
+        symbols = frozenset(s["symbols"])
+
+        def enum(v: Any) -> str:
+            if v not in symbols:
+                raise Invalid
+            return v
+        return enum
+    if kind == "fixed":
+        octets, size = _primitive_checker("bytes"), s["size"]
+
+        def fixed(v: Any) -> str:
+            if len(octets(v)) != size:
+                raise Invalid
+            return v
+        return fixed
+    raise ValueError(f"unsupported Avro type {kind!r}")
+
+
+def compile_python(schema: Schema, named: Named) -> Converter | None:
+    """fastavro's Python values -> frozen plain JSON; None where the value is already plain.
+
+    fastavro has validated the types while decoding, so this only converts representation.
+    """
+    from changelake.values import freeze
+
+    def generic(v: Any) -> Any:
+        return freeze(python_to_plain(v))
+
+    if isinstance(schema, dict) and "logicalType" in schema:
+        return generic
+    s = _resolve(schema, named)
+    if isinstance(s, list):
+        if all(compile_python(b, named) is None for b in s):
+            return None
+        return generic
+    if isinstance(s, str):
+        return (lambda v: v.decode("latin-1")) if s == "bytes" else None
+    kind = s["type"]
+    if kind in ("record", "error"):
+        from changelake.values import Record
+
+        fields = [(f["name"], compile_python(f["type"], named)) for f in s["fields"]]
+        if all(convert is None for _, convert in fields):
+            names = [name for name, _ in fields]
+            return lambda v: Record(zip(names, map(v.__getitem__, names), strict=True))
+        return lambda v: Record([(name, v[name] if convert is None else convert(v[name]))
+                                 for name, convert in fields])
+    if kind == "array":
+        item = compile_python(s["items"], named)
+        return tuple if item is None else (lambda v: tuple(map(item, v)))
+    if kind in ("map", "fixed"):
+        return generic
+    return None  # enum

@@ -99,6 +99,8 @@ class CdcSchema:
     data_type: Any  # the `data` record's schema
     data_fields: tuple[str, ...]
     named: Mapping[str, Any]
+    json_data: Any = None  # compiled Avro JSON -> frozen row converter
+    python_data: Any = None  # compiled fastavro value -> frozen row converter
 
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
@@ -126,7 +128,8 @@ class CdcSchema:
         if not (isinstance(data_type, dict) and data_type.get("type") == "record"):
             raise SchemaError(f"{source}: the data field must be a record")
         fields = tuple(f["name"] for f in data_type["fields"])
-        return cls(avro, data_type, fields, named)
+        return cls(avro, data_type, fields, named, av.compile_avro_json(data_type, named),
+                   av.compile_python(data_type, named))
 
     @classmethod
     def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
@@ -224,6 +227,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _schemaless_row(data: Any) -> Record:
+    """Without a schema, field order carries no meaning: rows are frozen in sorted order."""
+    if type(data) is not dict:
+        raise av.Invalid
+    return Record(sorted([(k, av.freeze_unwrapped(v)) for k, v in data.items()]))
+
+
 def _freezer(schema: CdcSchema | None) -> Callable[[Any], Any]:
     if schema is None:
         return lambda d: Record(sorted((k, freeze(v)) for k, v in d.items()))
@@ -237,15 +247,43 @@ def message_from_avro_json(obj: Any, schema: CdcSchema | None, origin: Location)
         raise ValueError('expected {"array": [...]} or {"com.materialize.cdc.progress": {...}}')
     ((branch, value),) = obj.items()
     if schema is not None:
+        if branch == "array":
+            try:
+                return _updates_fast(value, origin, schema.json_data)
+            except (av.Invalid, KeyError, TypeError):
+                pass  # the generic path below says what is wrong (or accepts defaults)
         value = av.from_avro_json(obj, schema.avro, schema.named)
         if branch == "array":
             return updates_from_plain(value, origin, _freezer(schema))
         return progress_from_plain(value, origin)
     if branch == "array":
+        try:
+            return _updates_fast(value, origin, _schemaless_row)
+        except (av.Invalid, KeyError, TypeError):
+            pass  # the generic path below says what is wrong
         return updates_from_plain(av.unwrap_unions_heuristically(value), origin, _freezer(None))
     if branch in (PROGRESS_BRANCH, "progress"):
         return progress_from_plain(value, origin)
     raise ValueError(f"unknown message branch {branch!r}")
+
+
+def _updates_fast(value: Any, origin: Location, data: Callable[[Any], Any]) -> Updates:
+    """The common case, fast: every check of `updates_from_plain`, with a compiled converter.
+    Raises `Invalid` (or KeyError) on anything unusual, for the generic path to explain."""
+    if type(value) is not list:
+        raise av.Invalid
+    out = []
+    append = out.append
+    low, high = av.LONG_RANGE
+    for u in value:
+        if type(u) is not dict or len(u) != 3:
+            raise av.Invalid
+        time, diff = u["time"], u["diff"]
+        if type(time) is not int or not 0 <= time <= high or type(diff) is not int \
+                or not low <= diff <= high:
+            raise av.Invalid
+        append((data(u["data"]), time, diff))
+    return Updates(out, origin)
 
 
 def message_to_plain(message: Message) -> Any:
@@ -304,7 +342,11 @@ def read_json_lines(
 def message_from_python(datum: Any, schema: CdcSchema, origin: Location) -> Message:
     """A datum as fastavro reads it (list of updates, or the progress dict) to a message."""
     if isinstance(datum, list):
-        return updates_from_plain(av.python_to_plain(datum), origin, _freezer(schema))
+        convert = schema.python_data
+        out = [(convert(u["data"]), u["time"], u["diff"]) for u in datum]
+        if any(t < 0 for _, t, _ in out):
+            return updates_from_plain(av.python_to_plain(datum), origin, _freezer(schema))
+        return Updates(out, origin)
     return progress_from_plain(av.python_to_plain(datum), origin)
 
 
