@@ -154,7 +154,7 @@ class KeyedConverter(WindowedConverter):
         tiebreak = self._tiebreak(change, effect)
         time = self.time_of(change)
         if time < self.frontier:
-            if effect.kind != "truncate" and self._is_old(effect.key, sequence, tiebreak):
+            if self._is_old(effect.key, sequence, tiebreak):
                 self.stats.late += 1
                 return
             raise ChangefeedError(
@@ -230,13 +230,13 @@ class KeyedConverter(WindowedConverter):
     def is_replay(self, change: Change) -> bool:
         """Has this event, or a newer one for its key, already been applied?"""
         effect = self._effect(change)
-        if effect.kind in ("ignore", "truncate"):
+        if effect.kind == "ignore":
             return False
         return self._is_old(effect.key, self._sequence(change), self._tiebreak(change, effect))
 
     def _is_old(self, key: Key | None, sequence: Any, tiebreak: tuple[Any, ...]) -> bool:
-        if self._floor is not None and _gt(self._floor, sequence):
-            return True
+        if self._floor is not None and not _gt(sequence, self._floor):
+            return True  # at or below the latest truncate (a replayed truncate included)
         entry = self._known.get(key) if key is not None else None
         if entry is None or entry.sequence is None:
             return False
@@ -312,10 +312,15 @@ class KeyedConverter(WindowedConverter):
         return self.freeze_row(row, columns)
 
     def _truncate(self, p: Pending) -> list[Update]:
+        if self._floor is not None and not _gt(p.sequence, self._floor):
+            self.stats.duplicates += 1  # a replayed truncate
+            return []
         out: list[Update] = []
         seen: set[Key] = set()
         for key, entry in self._known.items():
             seen.add(key)
+            if entry.sequence is not None and not _gt(p.sequence, entry.sequence):
+                continue  # written after the truncate
             if entry.row is not None:
                 out.append((entry.row, p.time, -1))
             entry.row, entry.sequence, entry.tiebreak = None, p.sequence, p.tiebreak

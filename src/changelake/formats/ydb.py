@@ -52,8 +52,12 @@ from changelake.formats.debezium import DebeziumParser, loads
 from changelake.formats.tableschema import TableSchema
 
 _OPTIONAL = re.compile(r"^Optional<(.*)>$")
-_INTS = frozenset({"Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint32", "Uint64",
-                   "Interval", "Interval64"})
+_INTS = {
+    **{f"Int{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 64)},
+    **{f"Uint{b}": (0, (1 << b) - 1) for b in (8, 16, 32, 64)},
+    "Interval": (-(1 << 63), (1 << 63) - 1),
+    "Interval64": (-(1 << 63), (1 << 63) - 1),
+}
 _FLOATS = {"nan": NAN, "inf": math.inf, "-inf": -math.inf}
 _DATA_FIELDS = frozenset({"key", "update", "reset", "erase", "newImage", "oldImage", "ts"})
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -207,8 +211,10 @@ def decode_value(value: Any, kind: str | None) -> Any:
             raise ValueError(f"Bool expected, got {_short(value)}")
         return value
     if kind in _INTS:
-        if type(value) is not int:
-            raise ValueError(f"{kind} expected an integer, got {_short(value)}")
+        low, high = _INTS[kind]
+        if type(value) is not int or not low <= value <= high:
+            raise ValueError(f"{kind} expected an integer in [{low}, {high}], "
+                             f"got {_short(value)}")
         return value
     if kind in ("Float", "Double"):
         if isinstance(value, str):
