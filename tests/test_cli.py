@@ -166,3 +166,23 @@ def test_demo_checks_itself() -> None:
     result = run("demo", "--updates", "2000")
     assert result.returncode == 0, result.stderr
     assert b"OK" in result.stdout
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "formats" / "samples"
+
+
+def test_encode_from_debezium_then_decode() -> None:
+    sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
+    encoded = run("encode", "--from", "debezium", "--key", "order_id", "--close", str(sample))
+    assert encoded.returncode == 0, encoded.stderr
+    lines = jsonl(run("decode", stdin=encoded.stdout).stdout)
+    assert lines[-1] == {"frontier": []}
+    final: dict = {}
+    for u in (x for x in lines if "data" in x):
+        key = (u["data"]["order_id"], u["data"]["product_id"])
+        final[key] = final.get(key, 0) + u["diff"]
+    # three snapshot rows, then order 1's product changes from 1 to 3
+    assert {k for k, n in final.items() if n} == {(1, 3), (2, 2), (3, 2)}
+    missing_key = run("encode", "--from", "debezium", "--close", str(sample))
+    assert missing_key.returncode == 2
+    assert "line 4" in missing_key.stderr.decode()

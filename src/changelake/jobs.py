@@ -180,3 +180,36 @@ def encode_local(
 
     report.messages = write_messages(messages(), schema, avro=avro, out=out)
     return report
+
+
+def encode_changefeed_job(
+    paths: list[str],
+    out: IO[bytes],
+    *,
+    source: str,
+    keys: list[str] | None,
+    table_schema: Path | None,
+    close: bool,
+    lenient: bool,
+    schema: CdcSchema | None = None,
+    avro: Path | None = None,
+) -> EncodeReport:
+    """A Debezium or YDB changefeed to Materialize CDC messages (see `changelake.convert`)."""
+    from changelake.convert import encode_changefeed
+
+    if not paths:
+        raise InputError("--from debezium|ydb needs input files")
+    parsed_schema = None
+    if table_schema is not None:
+        try:
+            parsed_schema = orjson.loads(table_schema.read_bytes())
+        except orjson.JSONDecodeError as error:
+            raise InputError(f"not JSON: {error}", Location(str(table_schema))) from None
+    report = EncodeReport()
+    messages = encode_changefeed(
+        expand_paths(paths), source=source,  # type: ignore[arg-type]
+        keys=keys, table_schema=parsed_schema, close=close, lenient=lenient,
+        set_aside=report.set_aside.append,
+    )
+    report.messages = write_messages(messages, schema, avro=avro, out=out)
+    return report
