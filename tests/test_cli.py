@@ -186,3 +186,25 @@ def test_encode_from_debezium_then_decode() -> None:
     missing_key = run("encode", "--from", "debezium", "--close", str(sample))
     assert missing_key.returncode == 2
     assert "line 4" in missing_key.stderr.decode()
+
+
+def test_decode_with_state_resumes_without_rereading(tmp_path: Path) -> None:
+    rng = random.Random(9)
+    history = random_history(rng, updates=300, times=12)
+    log = mangle([write(history, batch_size=5)], rng)
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    with open(first, "wb") as fo:
+        write_json_lines(fo, log[: len(log) // 2])
+    with open(second, "wb") as fo:
+        write_json_lines(fo, log[len(log) // 2 :])
+    state = tmp_path / "reader.json"
+    one = run("decode", "--state", str(state), str(first))
+    two = run("decode", "--state", str(state), str(second))  # only the new files
+    assert one.returncode == 0 and two.returncode == 0, two.stderr
+    resumed = [x for x in jsonl(one.stdout) + jsonl(two.stdout) if "data" in x]
+    whole = [x for x in jsonl(run("decode", str(first), str(second)).stdout) if "data" in x]
+    assert resumed == whole and len(whole) == len(history.truth)
+    assert jsonl(two.stdout)[-1] == {"frontier": []}
+    state.write_text("{nope")
+    bad = run("decode", "--state", str(state), str(second))
+    assert bad.returncode == 2 and "not a reader state file" in bad.stderr.decode()

@@ -83,18 +83,23 @@ MASTER = click.option("--master", default="local[*]", show_default=True,
 @click.option("--lenient", is_flag=True, help="Set bad input aside (reported) and go on.")
 @click.option("--since", type=click.IntRange(min=0), default=None,
               help="Resume: start from this frontier instead of 0.")
+@click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Resume from this reader state file if it exists; save it at the end "
+                   "(local engine).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True)
 @MASTER
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
-def decode(schema_path: Path | None, lenient: bool, since: int | None, engine: str,
-           master: str, inputs: tuple[str, ...]) -> None:
+def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Path | None,
+           engine: str, master: str, inputs: tuple[str, ...]) -> None:
     """Read Materialize CDC messages (Avro OCF or JSON lines, any order and duplication) and
     print the recovered history as JSON lines, then the frontier."""
     schema = _schema(schema_path)
     out = sys.stdout.buffer
     if engine == "spark":
+        if state is not None:
+            raise click.UsageError("--state is for the local engine; Spark resumes with --since")
         from changelake.spark.jobs import decode_with_spark
 
         report = decode_with_spark(list(inputs), out, schema=schema, lenient=lenient,
@@ -103,7 +108,7 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, engine: s
         from changelake.jobs import decode_local
 
         report = decode_local(list(inputs), out, schema=schema, lenient=lenient,
-                              since=_since(since))
+                              since=_since(since), state=state)
     _report_set_aside(report.set_aside, report.rejected)
     if report.waiting_for:
         click.echo(f"changelake: note: frontier stopped at {report.frontier.to_json()}: "

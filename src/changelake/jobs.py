@@ -65,6 +65,24 @@ def write_history(out: IO[bytes], batches: Iterable[tuple[list[Update], Antichai
     return frontier, count
 
 
+def load_reader(state: Path, *, strict: bool) -> Reader:
+    """A Reader restored from a state file written by `save_reader`."""
+    try:
+        saved = orjson.loads(state.read_bytes())
+        reader = Reader.restore(saved, data_from_json=freeze)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise InputError(f"not a reader state file: {error}", Location(str(state))) from None
+    reader.strict = strict
+    return reader
+
+
+def save_reader(reader: Reader, state: Path) -> None:
+    """Write the state atomically (temp file, then rename): a crash leaves the old state."""
+    temporary = state.with_name(state.name + ".tmp")
+    temporary.write_bytes(orjson.dumps(reader.save(data_to_json=thaw)))
+    temporary.replace(state)
+
+
 def decode_local(
     paths: list[str],
     out: IO[bytes],
@@ -72,10 +90,20 @@ def decode_local(
     schema: CdcSchema | None = None,
     lenient: bool = False,
     since: Antichain | None = None,
+    state: Path | None = None,
 ) -> DecodeReport:
-    """Read Materialize CDC files with the reference Reader and write the recovered history."""
+    """Read Materialize CDC files with the reference Reader and write the recovered history.
+
+    With `state`, the Reader resumes from that file (if it exists) and saves itself there at
+    the end, so the next run prints only what is newly finished.
+    """
     set_aside: list[SetAside] = []
-    reader = Reader(since, strict=not lenient)
+    if state is not None and state.exists():
+        if since is not None:
+            raise InputError("--since and an existing --state file both say where to start")
+        reader = load_reader(state, strict=not lenient)
+    else:
+        reader = Reader(since, strict=not lenient)
     messages = read_all(paths, schema=schema, set_aside=set_aside.append if lenient else None)
 
     def batches() -> Iterator[tuple[list[Update], Antichain]]:
@@ -83,6 +111,8 @@ def decode_local(
             yield from reader.push(message)
 
     frontier, count = write_history(out, batches(), reader.frontier)
+    if state is not None:
+        save_reader(reader, state)
     return DecodeReport(frontier, count, set_aside, reader.rejected, reader.waiting_for())
 
 
