@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# The shared specification (seeds, formats, samples) sits beside the checkout, as in CI.
+SHARED = Path(os.environ.get("CHANGELAKE_SHARED",
+                             Path(__file__).resolve().parents[2] / "shared"))
 SAMPLES = SHARED / "formats" / "samples"
 SEEDS = SHARED / "seeds"
 

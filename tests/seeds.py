@@ -3,11 +3,9 @@ themselves so the tests follow the specification as written."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 
-SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+from conftest import SEEDS
 
 
 def _seed(prefix: str) -> str:

@@ -168,7 +168,7 @@ def test_demo_checks_itself() -> None:
     assert b"OK" in result.stdout
 
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "formats" / "samples"
+from conftest import SAMPLES  # noqa: E402
 
 
 def test_encode_from_debezium_then_decode() -> None:
