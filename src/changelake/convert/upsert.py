@@ -27,7 +27,7 @@ of the new row, and only if neither has a value does the column become null (cou
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from changelake.convert.base import Pending, WindowedConverter
@@ -143,6 +143,12 @@ class KeyedConverter(WindowedConverter):
     # -------------------------------------------------------------------------------- push
 
     def push(self, change: Change) -> None:
+        moved = self._moved_key(change)
+        if moved is not None:
+            # An update that changes the primary key: delete the old key, write the new one
+            # (what Debezium itself emits as d + c at one position).
+            self.push(replace(change, op=Op.DELETE, key=None, after=None))
+            change = moved
         effect = self._effect(change)
         if effect.kind == "ignore":
             self.stats.ignored += 1
@@ -162,6 +168,18 @@ class KeyedConverter(WindowedConverter):
                 "finished (out-of-order input, or a feed that broke its progress guarantee)",
                 change.origin)
         self._enqueue(Pending(time, sequence, tiebreak, change, {"effect": effect}))
+
+    def _moved_key(self, change: Change) -> Change | None:
+        if change.op is not Op.UPDATE or change.before is None or change.after is None:
+            return None
+        keys = self.options.keys
+        before, after = change.before, change.after
+        if not all(k in before and k in after for k in keys):
+            return None
+        old = tuple(before[k] for k in keys)
+        if any(v is UNCHANGED or v is None for v in old) or old == tuple(after[k] for k in keys):
+            return None
+        return replace(change, key=None, before=None)
 
     def _effect(self, change: Change) -> _Effect:
         o = self.options
