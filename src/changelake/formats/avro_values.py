@@ -107,20 +107,43 @@ def _check_bytes_str(value: Any, path: str, kind: str) -> str:
 
 def from_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> Any:
     """Avro JSON -> plain JSON: validate against `schema`, unwrap unions."""
+    return _convert(value, schema, named, path, wrap=False)
+
+
+def to_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> Any:
+    """Plain JSON -> Avro JSON: wrap union values in their branch name, validate the rest."""
+    return _convert(value, schema, named, path, wrap=True)
+
+
+def _unwrap_union(value: Any, union: list, named: Named, path: str) -> Any:
+    if value is None:
+        if any(_resolve(b, named) == "null" for b in union):
+            return None
+        raise _fail(path, "a union value (null is not a branch)", value)
+    if not isinstance(value, dict) or len(value) != 1:
+        raise _fail(path, 'a union value written as {"<type>": value}', value)
+    ((branch_name, inner),) = value.items()
+    for branch in union:
+        if type_name(branch, named) in (branch_name, branch_name.rsplit(".", 1)[-1]):
+            return _convert(inner, branch, named, path, wrap=False)
+    names = ", ".join(type_name(b, named) for b in union)
+    raise ValueError(f"{path or 'value'}: union branch {branch_name!r} is not one of {names}")
+
+
+def _wrap_union(value: Any, union: list, named: Named, path: str) -> Any:
+    if value is None:
+        if any(_resolve(b, named) == "null" for b in union):
+            return None
+        raise _fail(path, "a non-null value", value)
+    branch = _branch_for(value, [b for b in union if _resolve(b, named) != "null"], named, path)
+    return {type_name(branch, named): _convert(value, branch, named, path, wrap=True)}
+
+
+def _convert(value: Any, schema: Schema, named: Named, path: str, *, wrap: bool) -> Any:
+    """The one schema walk behind both directions; only unions differ between them."""
     schema = _resolve(schema, named)
     if isinstance(schema, list):
-        if value is None:
-            if any(_resolve(b, named) == "null" for b in schema):
-                return None
-            raise _fail(path, "a union value (null is not a branch)", value)
-        if not isinstance(value, dict) or len(value) != 1:
-            raise _fail(path, 'a union value written as {"<type>": value}', value)
-        ((branch_name, inner),) = value.items()
-        for branch in schema:
-            if type_name(branch, named) in (branch_name, branch_name.rsplit(".", 1)[-1]):
-                return from_avro_json(inner, branch, named, path)
-        names = ", ".join(type_name(b, named) for b in schema)
-        raise ValueError(f"{path or 'value'}: union branch {branch_name!r} is not one of {names}")
+        return (_wrap_union if wrap else _unwrap_union)(value, schema, named, path)
     if isinstance(schema, str):
         return _primitive(value, schema, path)
     kind = schema["type"]
@@ -128,30 +151,28 @@ def from_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> 
         if not isinstance(value, dict):
             raise _fail(path, f"record {schema['name']}", value)
         out: dict[str, Any] = {}
-        known = set()
         for field in schema["fields"]:
             name = field["name"]
-            known.add(name)
             sub = f"{path}.{name}" if path else name
             if name in value:
-                out[name] = from_avro_json(value[name], field["type"], named, sub)
+                out[name] = _convert(value[name], field["type"], named, sub, wrap=wrap)
             elif "default" in field:
                 out[name] = field["default"]
             else:
                 raise ValueError(f"{sub}: missing field")
-        extra = [k for k in value if k not in known]
+        extra = [k for k in value if k not in out]
         if extra:
             raise ValueError(f"{path or 'value'}: unknown field {extra[0]!r}")
         return out
     if kind == "array":
         if not isinstance(value, list):
             raise _fail(path, "array", value)
-        return [from_avro_json(v, schema["items"], named, f"{path}[{i}]")
+        return [_convert(v, schema["items"], named, f"{path}[{i}]", wrap=wrap)
                 for i, v in enumerate(value)]
     if kind == "map":
         if not isinstance(value, dict):
             raise _fail(path, "map", value)
-        return {k: from_avro_json(v, schema["values"], named, f"{path}[{k!r}]")
+        return {k: _convert(v, schema["values"], named, f"{path}[{k!r}]", wrap=wrap)
                 for k, v in value.items()}
     if kind == "enum":
         if value not in schema["symbols"]:
@@ -211,52 +232,6 @@ def _wrap_all(value: Any, schema: Schema, named: Named) -> Any:
         return to_avro_json(value, schema, named)
     except ValueError:
         return value
-
-
-def to_avro_json(value: Any, schema: Schema, named: Named, path: str = "") -> Any:
-    """Plain JSON -> Avro JSON: wrap union values in their branch name, validate the rest."""
-    schema = _resolve(schema, named)
-    if isinstance(schema, list):
-        if value is None:
-            if any(_resolve(b, named) == "null" for b in schema):
-                return None
-            raise _fail(path, "a non-null value", value)
-        branch = _branch_for(value, [b for b in schema if _resolve(b, named) != "null"],
-                             named, path)
-        return {type_name(branch, named): to_avro_json(value, branch, named, path)}
-    if isinstance(schema, str):
-        if schema in ("float", "double") and type(value) is int:
-            return float(value)
-        return _primitive(value, schema, path)
-    kind = schema["type"]
-    if kind in ("record", "error"):
-        if not isinstance(value, dict):
-            raise _fail(path, f"record {schema['name']}", value)
-        out = {}
-        for field in schema["fields"]:
-            name = field["name"]
-            sub = f"{path}.{name}" if path else name
-            if name in value:
-                out[name] = to_avro_json(value[name], field["type"], named, sub)
-            elif "default" in field:
-                out[name] = field["default"]
-            else:
-                raise ValueError(f"{sub}: missing field")
-        extra = [k for k in value if k not in out]
-        if extra:
-            raise ValueError(f"{path or 'value'}: unknown field {extra[0]!r}")
-        return out
-    if kind == "array":
-        if not isinstance(value, list):
-            raise _fail(path, "array", value)
-        return [to_avro_json(v, schema["items"], named, f"{path}[{i}]")
-                for i, v in enumerate(value)]
-    if kind == "map":
-        if not isinstance(value, dict):
-            raise _fail(path, "map", value)
-        return {k: to_avro_json(v, schema["values"], named, f"{path}[{k!r}]")
-                for k, v in value.items()}
-    return from_avro_json(value, schema, named, path)  # enum, fixed: same in both forms
 
 
 def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
