@@ -31,6 +31,7 @@ from changelake.formats.debezium import PLACEHOLDER
 from changelake.protocol import collect
 from changelake.values import freeze
 
+FIXTURE = [HealthCheck.function_scoped_fixture]  # tmp_path_factory is safe to share
 PG_COLUMNS = ("id", "name", "amount", "note")
 DECIMAL = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
            "parameters": {"scale": "2"}, "optional": True}
@@ -154,7 +155,8 @@ def write_pg(history: PgHistory, directory: Path) -> tuple[list[Path], list[int]
             src = {**source, "snapshot": "false", "txId": xid, "lsn": lsn,
                    "sequence": orjson.dumps([str(previous_commit), str(lsn)]).decode()}
 
-            def event(kind: str, before: Any, after: Any, src: dict[str, Any] = src) -> bytes:
+            def event(kind: str, before: Any, after: Any, src: dict[str, Any] = src,
+                      xid: int = xid) -> bytes:
                 nonlocal order
                 order += 1
                 payload = {"op": kind, "before": before, "after": after, "source": src,
@@ -213,7 +215,7 @@ def state_at(updates: list[Any], time: int) -> Counter[Any]:
     return +total
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURE)
 @given(history=pg_histories(), close=st.booleans())
 def test_pg_history_round_trips(tmp_path_factory: pytest.TempPathFactory, history: PgHistory,
                                 close: bool) -> None:
@@ -235,7 +237,7 @@ def test_pg_history_round_trips(tmp_path_factory: pytest.TempPathFactory, histor
 # --------------------------------------------------------------- full images, no keys (MySQL)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=FIXTURE)
 @given(history=pg_histories())
 def test_full_before_images_convert_without_keys(tmp_path_factory: pytest.TempPathFactory,
                                                  history: PgHistory) -> None:
@@ -409,7 +411,7 @@ def write_ydb(history: dict[str, Any], directory: Path) -> tuple[list[Path], dic
     return paths, states, last_barrier
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, suppress_health_check=FIXTURE)
 @given(history=ydb_histories(), close=st.booleans())
 def test_ydb_history_round_trips(tmp_path_factory: pytest.TempPathFactory,
                                  history: dict[str, Any], close: bool) -> None:
