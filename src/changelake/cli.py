@@ -72,8 +72,23 @@ def main() -> None:
     """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
 
 
-MASTER = click.option("--master", default="local[*]", show_default=True,
-                      help="Spark master URL (for --engine spark).")
+def _parse_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict:
+    conf = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        conf[key] = value
+    return conf
+
+
+def spark_options(func: F) -> F:
+    """--master and --conf, for every command that runs on Spark."""
+    func = click.option("--conf", "spark_conf", multiple=True, callback=_parse_conf,
+                        metavar="KEY=VALUE",
+                        help="Spark setting, overriding the 2-core defaults (repeatable).")(func)
+    return click.option("--master", default="local[*]", show_default=True,
+                        help="Spark master URL: local[*], spark://HOST:PORT, ...")(func)
 
 
 @main.command()
@@ -88,11 +103,11 @@ MASTER = click.option("--master", default="local[*]", show_default=True,
                    "(local engine).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True)
-@MASTER
+@spark_options
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Path | None,
-           engine: str, master: str, inputs: tuple[str, ...]) -> None:
+           engine: str, master: str, spark_conf: dict, inputs: tuple[str, ...]) -> None:
     """Read Materialize CDC messages (Avro OCF or JSON lines, any order and duplication) and
     print the recovered history as JSON lines, then the frontier."""
     schema = _schema(schema_path)
@@ -103,7 +118,7 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
         from changelake.spark.jobs import decode_with_spark
 
         report = decode_with_spark(list(inputs), out, schema=schema, lenient=lenient,
-                                   since=_since(since), master=master)
+                                   since=_since(since), master=master, conf=spark_conf)
     else:
         from changelake.jobs import decode_local
 
