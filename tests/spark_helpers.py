@@ -9,14 +9,17 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from changelake.protocol import Antichain, Message, Progress, Updates, Writer
+from changelake.protocol import Message, Progress, Updates, Writer
 from changelake.values import freeze, thaw
 
 DATA_DDL = "struct<k:bigint,v:bigint>"
 UPDATES_DDL = f"data {DATA_DDL}, time bigint, diff bigint"
-PROGRESS_DDL = "lower array<bigint>, upper array<bigint>, counts array<struct<time:bigint,count:bigint>>"
+PROGRESS_DDL = (
+    "lower array<bigint>, upper array<bigint>, counts array<struct<time:bigint,count:bigint>>"
+)
 
 Change = tuple[dict[str, Any], int, int]
+FIELDS = ("k", "v")  # one field order, as a schema would impose
 
 
 def frames(spark: Any, messages: Sequence[Message]) -> tuple[Any, Any]:
@@ -80,11 +83,11 @@ def write(changes: Sequence[Change], finishes: Sequence[int], close: bool,
     for t in finishes:
         while pending and pending[0][1] <= t:
             data, time, diff = pending.pop(0)
-            writer.push(freeze(data), time, diff)
+            writer.push(freeze(data, FIELDS), time, diff)
         out.extend(writer.finish_through(t))
     if close:
         for data, time, diff in pending:
-            writer.push(freeze(data), time, diff)
+            writer.push(freeze(data, FIELDS), time, diff)
         out.extend(writer.close())
     return out
 
@@ -96,10 +99,3 @@ def mangle(first: Sequence[Message], second: Sequence[Message], seed: int,
     log = [m for m in [*first, *second] for _ in range(rng.randint(1, 2))]
     rng.shuffle(log)
     return log[: round(len(log) * keep)]
-
-
-def finish_points(history: tuple[list[Change], list[int], bool]) -> Antichain:
-    changes, finishes, close = history
-    if close:
-        return Antichain()
-    return Antichain([finishes[-1] + 1]) if finishes else Antichain([0])
