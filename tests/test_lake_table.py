@@ -1,0 +1,145 @@
+"""Lake tables: exactly-once commits of mangled increments, merge-on-read, AS OF, compaction.
+
+Every check compares against the truth computed in Python from the generated history.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from changelake.errors import LakeError
+from changelake.lake import Lake
+from changelake.lake.compact import CompactionPolicy, compact
+from changelake.protocol import Antichain
+from lake_history import (
+    SCHEMA,
+    increments,
+    keyed_history,
+    messages,
+    rows_of,
+    state_at,
+    to_df,
+    unkeyed_history,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def unique(name: str) -> str:
+    return f"lk_{uuid.uuid4().hex[:10]}.{name}"
+
+
+@pytest.fixture
+def lake(spark, tmp_path: Path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def deliver_and_check(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 24,
+                      compact_every: int = 3, buckets: int = 4) -> None:
+    rng = random.Random(seed)
+    history = (keyed_history(rng, times, 30, 6) if keyed
+               else unkeyed_history(rng, times, 6, 5))
+    name = unique("keyed" if keyed else "unkeyed")
+    table = lake.create_table(name, SCHEMA, key=["id"] if keyed else (), buckets=buckets)
+    policy = CompactionPolicy(fold_fraction=0.5, max_runs=2)
+    msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
+    for n, inc in enumerate(increments(msgs, rng)):
+        table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+        if n % compact_every == compact_every - 1:
+            state = table.state()
+            upper = state.upper
+            # sometimes compact to a time inside the committed range (splits a segment)
+            target = None if rng.random() < 0.5 or upper is None else rng.randint(
+                state.since, upper - 1)
+            compact(table, target, policy=policy)
+    state = table.state()
+    assert state.frontier == (times,)
+    assert rows_of(spark.table(name)) == state_at(history, times - 1, keyed=keyed)
+    for at in sorted({state.since, times - 1, (state.since + times) // 2}):
+        assert rows_of(table.as_of(at)) == state_at(history, at, keyed=keyed)
+    compact(table, policy=policy)
+    assert table.state().since == times - 1
+    assert rows_of(spark.table(name)) == state_at(history, times - 1, keyed=keyed)
+
+
+def test_keyed_mangled_increments_with_compactions(spark, lake):
+    deliver_and_check(spark, lake, keyed=True, seed=1)
+
+
+def test_unkeyed_mangled_increments_with_compactions(spark, lake):
+    deliver_and_check(spark, lake, keyed=False, seed=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [3, 4, 5, 6])
+def test_more_histories(spark, lake, seed):
+    deliver_and_check(spark, lake, keyed=seed % 2 == 0, seed=seed, times=40, compact_every=2)
+
+
+def test_unkeyed_multiplicity_is_rows(spark, lake):
+    name = unique("multi")
+    table = lake.create_table(name, SCHEMA)
+    row = (1, "a", 5)
+    table.commit(to_df(spark, [(row, 0, 2), ((2, "b", 1), 1, 1)]), Antichain([0]), Antichain([2]))
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [row, row, (2, "b", 1)]
+    table.commit(to_df(spark, [(row, 2, -1)]), Antichain([2]), Antichain([3]))
+    compact(table)
+    assert sorted(tuple(r) for r in spark.table(name).collect()) == [row, (2, "b", 1)]
+    assert sorted(tuple(r) for r in table.as_of(2).collect()) == [row, (2, "b", 1)]
+
+
+def test_exactly_once_rules(spark, lake):
+    name = unique("once")
+    table = lake.create_table(name, SCHEMA, key=["id"])
+    first = [((1, "a", 1), 0, 1), ((2, "b", 2), 1, 1)]
+    result = table.commit(to_df(spark, first), Antichain([0]), Antichain([2]))
+    assert (result.written, result.version) == (2, 1)
+    # the same input again: nothing new
+    again = table.commit(to_df(spark, first), Antichain([0]), Antichain([2]))
+    assert again.skipped and table.state().version == 1
+    # overlapping input: only times from the committed frontier on are written
+    overlap = [*first, ((1, "a", 1), 2, -1), ((1, "z", 9), 2, 1)]
+    result = table.commit(to_df(spark, overlap), Antichain([0]), Antichain([3]))
+    assert result.written == 2 and result.lower == 2
+    assert rows_of(spark.table(name)) == {(1, "z", 9): 1, (2, "b", 2): 1}
+    # a gap is an error and changes nothing
+    with pytest.raises(LakeError, match="missing"):
+        table.commit(to_df(spark, [((3, "c", 3), 5, 1)]), Antichain([5]), Antichain([6]))
+    # an update outside the interval is an error and changes nothing
+    with pytest.raises(LakeError, match="not inside"):
+        table.commit(to_df(spark, [((3, "c", 3), 7, 1)]), Antichain([3]), Antichain([4]))
+    assert table.state().version == 2
+    assert rows_of(spark.table(name)) == {(1, "z", 9): 1, (2, "b", 2): 1}
+    # AS OF outside [since, frontier) is refused
+    with pytest.raises(LakeError, match="not final"):
+        table.as_of(3)
+    # closing the feed: the empty frontier; afterwards every input is old
+    table.commit(to_df(spark, [((3, "c", 3), 7, 1)]), Antichain([3]), Antichain())
+    assert table.state().frontier == ()
+    assert table.commit(to_df(spark, first), Antichain([0]), Antichain()).skipped
+    assert rows_of(table.as_of(100)) == {(1, "z", 9): 1, (2, "b", 2): 1, (3, "c", 3): 1}
+    compact(table)
+    assert table.state().since == 7
+    with pytest.raises(LakeError, match="compacted away"):
+        table.as_of(6)
+
+
+def test_compaction_touches_only_changed_buckets(spark, lake):
+    name = unique("buckets")
+    table = lake.create_table(name, SCHEMA, key=["id"], buckets=8)
+    rows = [((k, "x", k), 0, 1) for k in range(64)]
+    table.commit(to_df(spark, rows), Antichain([0]), Antichain([1]))
+    first = compact(table)
+    assert len(first.folded) == 8  # no base yet anywhere
+    bases = {f.path for f in table.state().files if f.kind == "base"}
+    table.commit(to_df(spark, [((5, "x", 5), 1, -1), ((5, "y", 6), 1, 1)]),
+                 Antichain([1]), Antichain([2]))
+    second = compact(table, policy=CompactionPolicy(fold_fraction=0.5))
+    assert len(second.buckets_touched) == 1 and not second.folded
+    assert {f.path for f in table.state().files if f.kind == "base"} == bases
+    assert rows_of(spark.table(name))[(5, "y", 6)] == 1
+    assert len(rows_of(spark.table(name))) == 64
