@@ -402,3 +402,19 @@ def _locate(updates: DataFrame, data: Any, time: int, condition: Column) -> Loca
         return None
     found = rows[0].asDict()
     return Location(file=found.get("_file"), line=found.get("_line"), index=found.get("_index"))
+
+
+def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """The updates and progress DataFrames that `decode` takes, from a messages DataFrame
+    (one of `updates` or `progress` per row, as `encode` and the Avro union have it).
+    Location columns present in `messages` are carried along."""
+    from pyspark.sql import functions as F
+
+    extra = [c for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"]
+    updates = messages.where(F.col("updates").isNotNull()).select(
+        *extra, F.posexplode("updates").alias("_index", "u")
+    ).select("u.data", "u.time", "u.diff", *extra, "_index")
+    progress = messages.where(F.col("progress").isNotNull()).select(
+        "progress.lower", "progress.upper", "progress.counts", *extra
+    )
+    return updates, progress
