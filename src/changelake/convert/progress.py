@@ -21,6 +21,7 @@ guarantee (ydb#6985) and is an error, unless it is a replay of a change already 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from changelake.errors import ChangefeedError
@@ -62,18 +63,29 @@ class DebeziumProgress:
         """Times below this are finished. Never moves back."""
         if self.high is None:
             return self._finished
-        frontier = self.high
-        at_high = [t for t in self._tx.values() if t.time == self.high]
-        if at_high and all(t.complete for t in at_high):
-            frontier = self.high + 1
-        for tx in self._tx.values():
-            if tx.time is not None and not tx.complete:
-                frontier = min(frontier, tx.time)
-        self._finished = max(self._finished, frontier)
+        txs = [(t.time, len(t.orders), t.expected) for t in self._tx.values()]
+        self._finished = max(self._finished, frontier_from(self.high, txs))
         # Forget transactions wholly behind the frontier (a replay of them is a duplicate).
         self._tx = {i: t for i, t in self._tx.items()
                     if t.time is None or t.time >= self._finished}
         return self._finished
+
+
+def frontier_from(high: int, txs: Iterable[tuple[int | None, int, int | None]]) -> int:
+    """The Debezium rule, for one stream or for aggregates of a DataFrame: `high` is the
+    highest time seen; each transaction with metadata is `(time, distinct events, END count)`
+    (time None: only its END is in; count None: no END yet)."""
+    frontier = high
+    at_high: list[bool] = []
+    for time, seen, expected in txs:
+        complete = expected is not None and seen >= expected
+        if time == high:
+            at_high.append(complete)
+        if time is not None and not complete:
+            frontier = min(frontier, time)
+    if at_high and all(at_high) and frontier == high:
+        frontier = high + 1
+    return frontier
 
 
 class PartitionFrontiers:
