@@ -95,6 +95,25 @@ def test_debezium_on_spark_matches_the_encoder(spark: Any, tmp_path: Path, histo
     assert frames.rejected.count() == 0
 
 
+def test_frames_feed_spark_encode(spark: Any, tmp_path: Path) -> None:
+    from changelake.spark.encode import encode, to_messages
+
+    paths, times, states = write_pg(PG_CASES[1], tmp_path)
+    frames = changefeed_changes(lines_frame(spark, paths), source="debezium", keys=["id"],
+                                table_schema=PG_TABLE, close=False)
+    messages = list(to_messages(encode(frames.changes, frames.finished_through).collect(),
+                                fields=("id", "name", "amount", "note")))
+    got = collect(messages)
+    assert got.frontier.elements == (frames.frontier,)
+    for time, expected in zip(times, states, strict=True):
+        if time < frames.frontier:
+            total: Counter[Any] = Counter()
+            for data, t, diff in got.updates:
+                if t <= time:
+                    total[data] += diff
+            assert +total == expected
+
+
 def test_ydb_on_spark_matches_the_encoder(spark: Any, tmp_path: Path) -> None:
     rng = random.Random(7)
     history = {"scan": {1: ("a", 0.5), 2**63 + 1: ("b", "nan")},

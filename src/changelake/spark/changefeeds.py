@@ -66,9 +66,14 @@ _LONGS = frozenset({"Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint3
 
 @dataclass(frozen=True)
 class ChangefeedFrames:
-    changes: DataFrame
-    frontier: int | None
-    rejected: DataFrame
+    changes: DataFrame  # (data struct, time long, diff long), consolidated per (data, time)
+    frontier: int | None  # times below it are finished; None: the stream is closed
+    rejected: DataFrame  # (file, line, value, reason)
+
+    @property
+    def finished_through(self) -> int | None:
+        """The argument `changelake.spark.encode.encode` takes (-1: nothing finished yet)."""
+        return None if self.frontier is None else self.frontier - 1
 
 
 def spark_type(kind: str | None) -> str:
