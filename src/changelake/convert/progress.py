@@ -34,10 +34,6 @@ class _Tx:
     orders: set[int] = field(default_factory=set)
     expected: int | None = None
 
-    @property
-    def complete(self) -> bool:
-        return self.expected is not None and len(self.orders) >= self.expected
-
 
 class DebeziumProgress:
     def __init__(self) -> None:
