@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +70,10 @@ def build_session(
     """
     check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # halves start-up; loopback only
+    # Python workers must run this interpreter (the one with changelake and pyspark), not
+    # whatever `python3` is first on the PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
