@@ -198,3 +198,23 @@ def test_schema_validation() -> None:
     assert built.data_fields == ("id",)
     assert CdcSchema.from_json(seed000_schema()).fingerprint() == \
         CdcSchema.from_json(seed000_schema()).fingerprint()
+
+
+def test_nan_and_infinities_survive_every_carrier_and_deduplicate() -> None:
+    schema = CdcSchema.for_fields([{"name": "id", "type": "long"},
+                                   {"name": "x", "type": ["null", "double"]}])
+    rows = [Record((("id", i), ("x", v))) for i, v in
+            enumerate([float("nan"), float("inf"), float("-inf"), 1.5])]
+    messages = [Updates([(r, 1, 1) for r in rows]), Progress.make([0], [], [(1, 4)])]
+    text = io.BytesIO()
+    write_json_lines(text, messages, schema)
+    assert b'{"double":"NaN"}' in text.getvalue() and b'"Infinity"' in text.getvalue()
+    ocf = io.BytesIO()
+    write_ocf(ocf, messages, schema)
+    for carrier in (lambda: read_json_lines(io.BytesIO(text.getvalue()), name="j", schema=schema),
+                    lambda: read_ocf(io.BytesIO(ocf.getvalue()), name="o")):
+        decoded = list(carrier()) + list(carrier())  # every message twice
+        got = collect(decoded)
+        assert got.frontier.is_closed and len(got.updates) == 4  # NaN rows deduplicate
+        values = sorted(str(d.get("x")) for d, _, _ in got.updates)
+        assert values == ["-inf", "1.5", "inf", "nan"]

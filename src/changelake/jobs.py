@@ -30,7 +30,7 @@ from changelake.values import freeze, thaw
 
 def update_line(update: Update) -> bytes:
     data, time, diff = update
-    return orjson.dumps({"data": thaw(data), "time": time, "diff": diff})
+    return orjson.dumps({"data": thaw(data, json_safe=True), "time": time, "diff": diff})
 
 
 def frontier_line(frontier: Antichain) -> bytes:

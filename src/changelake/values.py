@@ -9,8 +9,21 @@ freeze with `fields=` to impose one order when the input order is not meaningful
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import Any
+
+NAN = float("nan")
+"""The one NaN that frozen rows hold. `nan != nan`, and since Python 3.10 a NaN hashes by
+identity, so two NaN objects would make two equal rows different keys; containers compare
+by identity first, so with one shared NaN object equal rows deduplicate again."""
+
+NONFINITE_TEXT = {"NaN": NAN, "Infinity": math.inf, "-Infinity": -math.inf}
+"""How JSON, which has no such numbers, carries them (Jackson's and Avro-Java's spelling)."""
+
+
+def nonfinite_text(value: float) -> str:
+    return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
 
 
 class Record(tuple):
@@ -43,13 +56,19 @@ def freeze(value: Any, fields: Sequence[str] | None = None) -> Hashable:
         return Record((k, freeze(v)) for k, v in value.items())
     if isinstance(value, list):
         return tuple(freeze(v) for v in value)
+    if type(value) is float and value != value:
+        return NAN
     return value
 
 
-def thaw(value: Any) -> Any:
-    """The inverse of `freeze`: Record -> dict, tuple -> list."""
+def thaw(value: Any, *, json_safe: bool = False) -> Any:
+    """The inverse of `freeze`: Record -> dict, tuple -> list. With `json_safe`, NaN and the
+    infinities become their strings (see `NONFINITE_TEXT`), which JSON writers would turn
+    into null."""
     if isinstance(value, Record):
-        return {k: thaw(v) for k, v in value}
+        return {k: thaw(v, json_safe=json_safe) for k, v in value}
     if isinstance(value, tuple):
-        return [thaw(v) for v in value]
+        return [thaw(v, json_safe=json_safe) for v in value]
+    if json_safe and type(value) is float and not math.isfinite(value):
+        return nonfinite_text(value)
     return value

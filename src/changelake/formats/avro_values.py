@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import decimal
+import math
 import uuid
 from collections.abc import Mapping
 from typing import Any
+
+from changelake.values import NAN, NONFINITE_TEXT, nonfinite_text
 
 PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -145,7 +148,10 @@ def _convert(value: Any, schema: Schema, named: Named, path: str, *, wrap: bool)
     if isinstance(schema, list):
         return (_wrap_union if wrap else _unwrap_union)(value, schema, named, path)
     if isinstance(schema, str):
-        return _primitive(value, schema, path)
+        result = _primitive(value, schema, path)
+        if wrap and type(result) is float and not math.isfinite(result):
+            return nonfinite_text(result)  # JSON has no NaN: write its string
+        return result
     kind = schema["type"]
     if kind in ("record", "error"):
         if not isinstance(value, dict):
@@ -198,9 +204,11 @@ def _primitive(value: Any, kind: str, path: str) -> Any:
     if kind in ("int", "long"):
         return _check_int(value, path, kind)
     if kind in ("float", "double"):
+        if type(value) is str and value in NONFINITE_TEXT:
+            return NONFINITE_TEXT[value]
         if type(value) not in (int, float):
             raise _fail(path, kind, value)
-        return float(value)
+        return NAN if value != value else float(value)
     if kind == "string":
         if not isinstance(value, str):
             raise _fail(path, "string", value)
@@ -282,6 +290,8 @@ def freeze_unwrapped(value: Any) -> Any:
     from changelake.values import Record
 
     kind = type(value)
+    if kind is float and value != value:
+        return NAN
     if kind is dict:
         if len(value) == 1:
             for key, inner in value.items():
@@ -346,9 +356,11 @@ def _primitive_checker(kind: str) -> Converter:
     if kind in ("float", "double"):
         def real(v: Any) -> float:
             if type(v) is float:
-                return v
+                return NAN if v != v else v
             if type(v) is int:
                 return float(v)
+            if type(v) is str and v in NONFINITE_TEXT:
+                return NONFINITE_TEXT[v]
             raise Invalid
         return real
     if kind == "string":
@@ -460,6 +472,8 @@ def compile_python(schema: Schema, named: Named) -> Converter | None:
             return None
         return generic
     if isinstance(s, str):
+        if s in ("float", "double"):
+            return lambda v: NAN if v != v else v
         return (lambda v: v.decode("latin-1")) if s == "bytes" else None
     kind = s["type"]
     if kind in ("record", "error"):

@@ -286,10 +286,11 @@ def _updates_fast(value: Any, origin: Location, data: Callable[[Any], Any]) -> U
     return Updates(out, origin)
 
 
-def message_to_plain(message: Message) -> Any:
+def message_to_plain(message: Message, *, json_safe: bool = False) -> Any:
     """A protocol message as the plain value of its union branch."""
     if isinstance(message, Updates):
-        return [{"data": thaw(d), "time": t, "diff": r} for d, t, r in message.updates]
+        return [{"data": thaw(d, json_safe=json_safe), "time": t, "diff": r}
+                for d, t, r in message.updates]
     return {
         "lower": list(message.lower),
         "upper": list(message.upper),
@@ -298,11 +299,10 @@ def message_to_plain(message: Message) -> Any:
 
 
 def message_to_avro_json(message: Message, schema: CdcSchema | None) -> dict[str, Any]:
-    plain = message_to_plain(message)
     branch = "array" if isinstance(message, Updates) else PROGRESS_BRANCH
     if schema is not None:
-        return av.to_avro_json(plain, schema.avro, schema.named)
-    return {branch: plain}
+        return av.to_avro_json(message_to_plain(message), schema.avro, schema.named)
+    return {branch: message_to_plain(message, json_safe=True)}
 
 
 # --------------------------------------------------------------------------------- reading
