@@ -1,0 +1,334 @@
+"""The lake commands as functions: what `changelake ingest|snapshot|compact|status|metastore`
+run. Each takes a SparkSession (or the options to build one on the lake's metastore) and returns
+data; printing belongs to the CLI (`report.py` has rich renderers for it).
+
+    ingest(lake, table, inputs, key=..., source=..., schema=...)  -> IngestReport
+    snapshot(lake, table, as_of=...)                              -> Iterator[dict]
+    compact(lake, table, since=...)                               -> CompactionResult
+    status(lake)                                                  -> list[TableStatus]
+    metastore(lake, port=...)                                     -> exit status
+
+Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or converts it with
+the Spark changefeed converter (Debezium, YDB), and commits the updates between the table's
+committed frontier and the input's (see `Table.commit`), so running it again on the same or
+overlapping input changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from changelake.errors import InputError, LakeError, SchemaError
+from changelake.lake.catalog import DEFAULT_BUCKETS, Lake, lake_session
+from changelake.lake.compact import CompactionPolicy, CompactionResult
+from changelake.lake.layout import SEGMENT
+from changelake.lake.table import CommitResult, ProgressFn, Table
+from changelake.protocol import Antichain, Progress, Updates
+from changelake.values import thaw
+
+
+def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: str = "local[*]",
+              metastore_uri: str | None = None, conf: dict[str, str] | None = None) -> Lake:
+    """The lake on `spark`, or on a session built for it (embedded Derby under the lake, or
+    the metastore service at `metastore_uri`)."""
+    if spark is None:
+        spark = lake_session(lake, master, metastore_uri=metastore_uri, conf=conf)
+    return Lake(spark, lake)
+
+
+# ---------------------------------------------------------------------------------- ingest
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    table: str
+    created: bool
+    commit: CommitResult
+    frontier: list  # the input's frontier (Antichain JSON)
+    rejected: int = 0
+
+
+_AVRO_PRIMITIVES: dict[str, DataType] = {
+    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
+    "double": DoubleType(), "string": StringType(), "bytes": BinaryType(),
+}
+
+
+def avro_to_spark(schema: Any, named: dict[str, Any] | None = None) -> DataType:
+    """Spark type of an Avro type (records, arrays, nullable unions, primitives; logical types
+    by their underlying type)."""
+    named = named or {}
+    if isinstance(schema, str):
+        if schema in _AVRO_PRIMITIVES:
+            return _AVRO_PRIMITIVES[schema]
+        if schema in named:
+            return avro_to_spark(named[schema], named)
+        raise SchemaError(f"Avro type {schema!r} has no lake column type")
+    if isinstance(schema, list):
+        branches = [b for b in schema if b != "null"]
+        if len(branches) != 1:
+            raise SchemaError(f"Avro union {schema!r} has no lake column type (only [null, T])")
+        return avro_to_spark(branches[0], named)
+    kind = schema.get("type")
+    if kind == "record":
+        return StructType([StructField(f["name"], avro_to_spark(f["type"], named), True)
+                           for f in schema["fields"]])
+    if kind == "array":
+        return ArrayType(avro_to_spark(schema["items"], named), True)
+    if kind == "enum":
+        return StringType()
+    if kind == "fixed":
+        return BinaryType()
+    return avro_to_spark(kind, named)
+
+
+def _infer(value: Any) -> DataType:
+    if isinstance(value, bool):
+        return BooleanType()
+    if isinstance(value, int):
+        return LongType()
+    if isinstance(value, float):
+        return DoubleType()
+    if isinstance(value, bytes):
+        return BinaryType()
+    return StringType()
+
+
+def _infer_struct(samples: Sequence[dict[str, Any]]) -> StructType:
+    """Schemaless JSON lines: each column's type from its first non-null value (string if all
+    are null). Pass `--schema` for anything richer."""
+    names: list[str] = []
+    types: dict[str, DataType] = {}
+    for row in samples:
+        for name, value in row.items():
+            if name not in types:
+                names.append(name)
+                types[name] = StringType()
+            if value is not None and isinstance(types[name], StringType) and \
+                    not isinstance(value, str):
+                types[name] = _infer(value)
+    return StructType([StructField(n, types[n], True) for n in names])
+
+
+def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
+                       schema_file: Path | None) -> tuple[DataFrame, DataFrame]:
+    """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them.
+
+    The files are parsed on the driver with the project's codecs (Spark has no Avro reader
+    here); the decoding itself runs on Spark.
+    """
+    from changelake.formats.materialize import load_schema, read_all
+    from changelake.spark.decode import split_messages
+    from changelake.spark.encode import messages_schema
+
+    cdc = load_schema(Path(schema_file)) if schema_file else None
+    updates: list[dict[str, Any]] = []
+    statements: list[Progress] = []
+    for message in read_all([str(p) for p in inputs], schema=cdc):
+        if isinstance(message, Updates):
+            updates.extend({"data": thaw(d), "time": t, "diff": n}
+                           for d, t, n in message.updates)
+        else:
+            statements.append(message)
+    if cdc is not None:
+        data_type = avro_to_spark(cdc.data_type, dict(cdc.named))
+    else:
+        data_type = _infer_struct([u["data"] for u in updates[:1000]])
+    if not data_type.fields:  # type: ignore[attr-defined]
+        raise InputError("no updates with columns in the input, and no --schema to say them")
+    rows: list[dict[str, Any]] = []
+    for u in updates:
+        rows.append({"updates": [u], "progress": None})
+    for p in statements:
+        rows.append({"updates": None, "progress": {
+            "lower": list(p.lower.elements), "upper": list(p.upper.elements),
+            "counts": [{"time": t, "count": c} for t, c in p.counts]}})
+    messages = spark.createDataFrame(rows, messages_schema(data_type))
+    return split_messages(messages)
+
+
+def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
+                      key: Sequence[str], schema_file: Path | None
+                      ) -> tuple[DataFrame, int | None]:
+    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier."""
+    from changelake.formats.materialize import expand_paths
+    from changelake.spark.changefeeds import changefeed_changes
+
+    lines: list[tuple[str, str, int]] = []
+    for path in expand_paths([str(p) for p in inputs]):
+        with open(path, encoding="utf-8") as fh:
+            lines.extend((text.rstrip("\n"), str(path), n) for n, text in enumerate(fh, 1)
+                         if text.strip())
+    frame = spark.createDataFrame(lines, "value string, file string, line long")
+    table_schema = json.loads(Path(schema_file).read_text()) if schema_file else None
+    frames = changefeed_changes(frame, source=source,  # type: ignore[arg-type]
+                                keys=list(key) or None, table_schema=table_schema)
+    # A transaction may touch one row several times: consolidate, so a keyed table sees at
+    # most one insertion and one retraction per key and time.
+    changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
+               .where(F.col("diff") != 0))
+    return changes, frames.frontier
+
+
+def flatten(updates: DataFrame) -> DataFrame:
+    """(data struct, time, diff) -> the table's columns, `_time`, `_diff`."""
+    return updates.select("data.*", F.col("time").alias("_time"), F.col("diff").alias("_diff"))
+
+
+def ingest(lake: Lake, table: str, inputs: Sequence[str | Path], *, key: Sequence[str] = (),
+           source: str = "materialize", schema: Path | None = None,
+           buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None) -> IngestReport:
+    """Decode or convert `inputs` and commit what is new to `table` (created if missing, keyed
+    by `key`). Exactly once: see the module docstring."""
+    spark = lake.spark
+    step = progress or (lambda _d, _i, _n: None)
+    step("reading input", 0, 3)
+    existing = lake.exists(table)
+    committed = lake.table(table).state().upper if existing else 0
+    if source == "materialize":
+        from changelake.spark.decode import decode
+
+        updates_df, progress_df = materialize_frames(spark, inputs, schema)
+        step("decoding", 1, 3)
+        since = Antichain([committed]) if committed is not None else Antichain([0])
+        decoded = decode(updates_df, progress_df, since=since)
+        rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
+    elif source in ("debezium", "ydb"):
+        step("converting", 1, 3)
+        changes, frontier = changefeed_frames(spark, inputs, source, key, schema)
+        rows = flatten(changes)
+        # Changefeed times are log positions (sparse), so no gap can be told from the times;
+        # the input is taken to continue the committed history (Debezium re-delivers from the
+        # committed offset), and what is before the committed frontier is skipped.
+        lower = Antichain([committed if committed is not None else 0])
+        upper = Antichain() if frontier is None else Antichain([frontier])
+    else:
+        raise LakeError(f"unknown input kind {source!r}: materialize, debezium or ydb")
+    step("committing", 2, 3)
+    data_schema = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
+    created = False
+    if not existing:
+        lake.create_table(table, data_schema, key=key, buckets=buckets)
+        created = True
+    handle: Table = lake.table(table)
+    result = handle.commit(rows, lower, upper)
+    step("done", 3, 3)
+    return IngestReport(table, created, result, upper.to_json())
+
+
+# -------------------------------------------------------------------------------- snapshot
+
+
+def plain(value: Any) -> Any:
+    """A Spark value as plain JSON (dates and timestamps ISO, decimals as strings, bytes as
+    hex), as `snapshot --format jsonl` prints it."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return value
+
+
+def snapshot(lake: Lake, table: str, *, as_of: int | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it) or
+    AS OF a time, as plain dicts, streamed."""
+    handle = lake.table(table)
+    frame = handle.current() if as_of is None else handle.as_of(as_of)
+    for row in frame.toLocalIterator():
+        yield plain(row.asDict(recursive=True))
+
+
+def snapshot_columns(lake: Lake, table: str) -> list[str]:
+    return lake.table(table).schema.fieldNames()
+
+
+# --------------------------------------------------------------------------------- compact
+
+
+def compact(lake: Lake, table: str, *, since: int | None = None,
+            policy: CompactionPolicy | None = None, progress: ProgressFn | None = None
+            ) -> CompactionResult:
+    from changelake.lake.compact import compact as run
+
+    return run(lake.table(table), since, policy=policy, progress=progress)
+
+
+# ---------------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class TableStatus:
+    name: str
+    key: list[str]
+    frontier: list  # Antichain JSON: [t], or [] once the feed is closed
+    since: int
+    rows: int
+    segments: int
+    files: int
+    bytes: int
+    version: int
+    last_operation: str
+    last_commit: str  # ISO 8601, UTC
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def table_status(lake: Lake, name: str, *, count_rows: bool = True) -> TableStatus:
+    handle = lake.table(name)
+    state = handle.state()
+    files = sum(1 for fs in state.files for _ in (handle.directory / fs.path).glob("*.parquet"))
+    rows = handle.current().count() if count_rows else -1
+    when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
+    return TableStatus(
+        name=name, key=list(state.key), frontier=list(state.frontier), since=state.since,
+        rows=rows, segments=sum(1 for f in state.files if f.kind == SEGMENT), files=files,
+        bytes=sum(f.bytes for f in state.files), version=state.version,
+        last_operation=state.operation, last_commit=when,
+    )
+
+
+def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:
+    """Per table: frontier, since, rows (a count of the current state), segments, Parquet
+    files, bytes, and the last commit."""
+    return [table_status(lake, name, count_rows=count_rows) for name in lake.tables()]
+
+
+# ------------------------------------------------------------------------------- metastore
+
+
+def metastore(lake: Path | str, *, port: int | None = None) -> int:
+    """Serve the lake's metastore until interrupted (see `metastore.py`); the exit status."""
+    from changelake.lake.metastore import DEFAULT_PORT, serve
+
+    return serve(lake, port or DEFAULT_PORT)
