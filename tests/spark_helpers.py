@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +13,11 @@ from hypothesis import strategies as st
 
 from changelake.protocol import Message, Progress, Updates, Writer
 from changelake.values import freeze, thaw
+
+# Spark's Python workers run the `materialize-cdc` data source, so they must be this interpreter
+# (which has changelake installed), not whatever `python3` is on the PATH. Set before the
+# session fixture first starts Spark (collection imports this module before any test runs).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 DATA_DDL = "struct<k:bigint,v:bigint>"
 UPDATES_DDL = f"data {DATA_DDL}, time bigint, diff bigint"

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 UPDATE_COLUMNS = ("data", "time", "diff")
 PROGRESS_COLUMNS = ("lower", "upper", "counts")
-LOCATION_COLUMNS = ("_file", "_line", "_index")
+LOCATION_COLUMNS = ("_file", "_line", "_offset", "_index")
 """Optional columns (as `materialize-cdc` provides them) used only to say where an error is."""
 
 
@@ -127,6 +127,10 @@ class Decoded:
     """Lenient mode: offending input with `rule` and `reason`; empty in strict mode."""
     progress_frontier: Antichain
     """What the progress statements cover (the frontier may be held back by missing updates)."""
+    missing: dict[int, int] = field(default_factory=dict)
+    """Covered times still waiting for updates: how many distinct updates each lacks."""
+    pending: DataFrame | None = None
+    """The distinct updates at or beyond the frontier: all a resuming decoder needs to keep."""
     _cached: DataFrame | None = None
 
     def unpersist(self) -> None:
@@ -169,8 +173,8 @@ def collect_statements(progress: DataFrame) -> list[Progress]:
     for row in progress.select(*fields).collect():
         values = row.asDict()
         origin = None
-        if "_file" in values or "_line" in values:
-            origin = Location(file=values.get("_file"), line=values.get("_line"))
+        if "_file" in values:
+            origin = Location(values["_file"], values.get("_line"), values.get("_offset"))
         out.append(
             Progress.make(
                 values["lower"] or (),
@@ -252,6 +256,11 @@ def decode(
     until = _single(frontier)
     window = in_range if until is None else in_range & (time < F.lit(until))
     result = grouped.where(valid & window).select("data", "time", lo.alias("diff"))
+    pending = grouped.where(valid & _beyond(time, frontier)).select(
+        "data", "time", lo.alias("diff")
+    )
+    missing = {t: c - distinct.get(t, 0) for t, c in resolution.expected.items()
+               if distinct.get(t, 0) < c}
 
     spark = updates.sparkSession
     data_type = updates.schema["data"].dataType
@@ -260,7 +269,13 @@ def decode(
         with_updates=not strict and bool(zeros or conflicts or excess),
     )
     return Decoded(
-        result, frontier, rejected, resolution.progress_frontier, grouped if cache else None
+        result,
+        frontier,
+        rejected,
+        resolution.progress_frontier,
+        missing,
+        pending,
+        grouped if cache else None,
     )
 
 
@@ -370,6 +385,8 @@ def _raise_first(
 
 
 def _show(data: Any) -> str:
+    if isinstance(data, str):  # data carried as JSON text
+        return data
     return repr(data.asDict(recursive=True)) if hasattr(data, "asDict") else repr(data)
 
 
@@ -401,7 +418,8 @@ def _locate(updates: DataFrame, data: Any, time: int, condition: Column) -> Loca
     if not rows:
         return None
     found = rows[0].asDict()
-    return Location(file=found.get("_file"), line=found.get("_line"), index=found.get("_index"))
+    return Location(found.get("_file"), found.get("_line"), found.get("_offset"),
+                    found.get("_index"))
 
 
 def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:

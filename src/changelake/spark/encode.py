@@ -167,5 +167,10 @@ def to_messages(rows: Iterable[Row], fields: Sequence[str] | None = None) -> Ite
 
 
 def _freeze_row(data: Any, fields: Sequence[str] | None) -> Any:
+    """A data value as the protocol holds it: a struct Row, or JSON text (`dataAs=json`)."""
+    if isinstance(data, str):
+        import orjson
+
+        data = orjson.loads(data)
     plain = data.asDict(recursive=True) if hasattr(data, "asDict") else data
     return freeze(plain, fields if fields is not None else tuple(plain))

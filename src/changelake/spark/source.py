@@ -1,0 +1,471 @@
+"""`materialize-cdc`: a Python Data Source for directories of Materialize CDC files.
+
+Spark's own Avro module is not bundled with PySpark, so this wraps the pure-Python codecs of
+`changelake.formats.materialize` (fastavro for object container files, orjson for Avro-JSON
+lines; the kind is detected per file). Each file is one input partition, read on an executor;
+nothing is shared with the driver but the options.
+
+A row is one message, mirroring the Avro union: `updates` (array of `{data, time, diff}`) or
+`progress` (`{lower, upper, counts}`), plus where it came from (`_file`, `_line` for JSON lines,
+`_offset` for an OCF block) and, in lenient mode, `_error` for input the codecs set aside (both
+message columns null). `changelake.spark.decode.split_messages` turns this into `decode`'s input.
+
+Options:
+
+* `schema`: path of the Avro schema (the CLI's `--schema FILE`), or `avroSchema`: its JSON text.
+  Without either, the first Avro container file's own schema is used; JSON lines without a
+  schema can be read only with `dataAs=json`.
+* `lenient` (`false`): set unreadable input aside in `_error` rows instead of failing the job.
+* `dataAs` (`struct`): `struct` gives `data` as a Spark struct (Avro types mapped below);
+  `json` gives the row as canonical JSON text, exactly as the local engine prints it, which
+  lets the CLI's Spark engine print byte-identical output with no type mapping at all.
+* `maxFilesPerTrigger` (streaming): at most this many new files per micro-batch.
+
+Avro to Spark in `struct` mode: null/boolean/int/long/float/double/string as themselves;
+records, arrays and maps as struct, array and map; `["null", T]` as nullable `T`. Values whose
+plain JSON form (see `formats.avro_values`) is a string map to string: bytes and fixed (0-255
+code points), enums, and logical types. A union of several non-null types maps to a string
+holding the value's JSON.
+
+Streaming offsets are the sorted list of file names seen, not modification times (which tie at
+millisecond resolution). Files must appear atomically (written under a name starting with `.`
+or `_`, which is ignored, then renamed), and never change afterwards.
+
+Writing (`df.write.format("materialize-cdc")`) takes a messages DataFrame (as `encode` makes)
+and writes one file per partition with the codecs: option `format` = `json` (default) or
+`avro` (needs the schema), committed by an atomic rename.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Row, SparkSession
+    from pyspark.sql.types import DataType, StructType
+
+NAME = "materialize-cdc"
+INPUT_ERROR_MARK = "changelake-input-error"
+"""Marks an input error raised in an executor, so the driver can turn it back into one line."""
+
+Converter = Callable[[Any], Any]
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("materialize-cdc")` available in this session."""
+    spark.dataSource.register(MaterializeCdcDataSource)
+
+
+# ------------------------------------------------------------------------- Avro -> Spark
+
+
+def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
+    """The Spark type for a plain-JSON value of this Avro type, and the value converter."""
+    import orjson
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        MapType,
+        NullType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    from changelake.formats import avro_values as av
+    from changelake.values import thaw
+
+    def same(v: Any) -> Any:
+        return v
+
+    def as_text(v: Any) -> Any:
+        return v if v is None or isinstance(v, str) else str(v)
+
+    if isinstance(schema, dict) and "logicalType" in schema:
+        return StringType(), as_text
+    schema = av._resolve(schema, named)
+    if isinstance(schema, list):
+        branches = [b for b in schema if av._resolve(b, named) != "null"]
+        if len(branches) == 1:
+            return _spark_type(branches[0], named)
+
+        def as_json(v: Any) -> Any:
+            return None if v is None else orjson.dumps(thaw(v)).decode()
+
+        return StringType(), as_json
+    if isinstance(schema, str):
+        primitive = {
+            "null": NullType(),
+            "boolean": BooleanType(),
+            "int": IntegerType(),
+            "long": LongType(),
+            "float": FloatType(),
+            "double": DoubleType(),
+            "string": StringType(),
+            "bytes": StringType(),
+        }[schema]
+        return primitive, same
+    kind = schema["type"]
+    if kind in ("record", "error"):
+        names: list[str] = []
+        fields: list[StructField] = []
+        converters: list[Converter] = []
+        for f in schema["fields"]:
+            spark_type, convert = _spark_type(f["type"], named)
+            names.append(f["name"])
+            fields.append(StructField(f["name"], spark_type, True))
+            converters.append(convert)
+        pairs = list(zip(names, converters, strict=True))
+
+        def record(v: Any) -> Any:
+            if v is None:
+                return None
+            get = v.get
+            return tuple(convert(get(name)) for name, convert in pairs)
+
+        return StructType(fields), record
+    if kind == "array":
+        item_type, item = _spark_type(schema["items"], named)
+        return ArrayType(item_type, True), lambda v: None if v is None else [item(x) for x in v]
+    if kind == "map":
+        value_type, value = _spark_type(schema["values"], named)
+        return MapType(StringType(), value_type, True), (
+            lambda v: None if v is None else {k: value(x) for k, x in v}
+        )
+    return StringType(), as_text  # enum, fixed
+
+
+def message_type(data_type: DataType) -> StructType:
+    """A row of the source: one message with where it came from."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from changelake.spark.encode import messages_schema
+
+    return StructType(
+        [
+            *messages_schema(data_type).fields,
+            StructField("_file", StringType(), True),
+            StructField("_line", LongType(), True),
+            StructField("_offset", LongType(), True),
+            StructField("_error", StringType(), True),
+        ]
+    )
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every reader task needs, resolved once on the driver (plain, picklable values)."""
+
+    paths: tuple[str, ...]
+    avro_schema: str | None  # JSON text
+    lenient: bool
+    data_as: str  # "struct" or "json"
+    max_files: int | None
+
+    @classmethod
+    def parse(cls, options: Any) -> Options:
+        raw = {k.lower(): v for k, v in dict(options).items()}
+        paths: list[str] = []
+        if raw.get("path"):
+            paths.append(raw["path"])
+        if raw.get("paths"):
+            import json
+
+            value = raw["paths"]
+            paths.extend(json.loads(value) if value.startswith("[") else value.split(","))
+        if not paths:
+            raise ValueError(f"{NAME}: give a path (load(path)) or the paths option")
+        avro = raw.get("avroschema")
+        if avro is None and raw.get("schema"):
+            avro = Path(raw["schema"]).read_text()
+        data_as = raw.get("dataas", "struct").lower()
+        if data_as not in ("struct", "json"):
+            raise ValueError(f"{NAME}: dataAs must be struct or json, not {data_as!r}")
+        max_files = raw.get("maxfilespertrigger")
+        return cls(
+            tuple(paths),
+            avro,
+            raw.get("lenient", "false").lower() in ("true", "1", "yes"),
+            data_as,
+            int(max_files) if max_files else None,
+        )
+
+    def cdc_schema(self) -> Any:
+        from changelake.formats.materialize import CdcSchema
+
+        if self.avro_schema is None:
+            return None
+        import orjson
+
+        return CdcSchema.from_json(orjson.loads(self.avro_schema))
+
+    def files(self) -> list[str]:
+        from changelake.formats.materialize import expand_paths
+
+        return [str(p) for p in expand_paths(self.paths)]
+
+
+def _first_ocf_schema(files: Sequence[str]) -> str | None:
+    import fastavro
+    import orjson
+
+    from changelake.formats.materialize import OCF_MAGIC
+
+    for name in files:
+        with open(name, "rb") as fo:
+            if fo.read(4) != OCF_MAGIC:
+                continue
+            fo.seek(0)
+            return orjson.dumps(fastavro.reader(fo).writer_schema).decode()
+    return None
+
+
+def _data_type(options: Options, files: Sequence[str]) -> tuple[Options, DataType]:
+    from pyspark.sql.types import StringType
+
+    if options.data_as == "json":
+        return options, StringType()
+    avro = options.avro_schema or _first_ocf_schema(files)
+    if avro is None:
+        raise ValueError(
+            f"{NAME}: JSON-lines input needs the schema option (an Avro schema file) to give "
+            "data a Spark type, or dataAs=json"
+        )
+    options = Options(options.paths, avro, options.lenient, options.data_as, options.max_files)
+    schema = options.cdc_schema()
+    data_type, _ = _spark_type(schema.data_type, schema.named)
+    return options, data_type
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    """One file, read whole by one task."""
+
+    path: str
+
+
+def _row_maker(options: Options) -> Callable[[Any], Any]:
+    """Protocol message -> row tuple (without the location columns)."""
+    import orjson
+
+    from changelake.protocol import Updates
+    from changelake.values import thaw
+
+    if options.data_as == "json":
+
+        def data(d: Any) -> Any:
+            return orjson.dumps(thaw(d)).decode()
+    else:
+        schema = options.cdc_schema()
+        _, data = _spark_type(schema.data_type, schema.named)
+
+    def make(message: Any) -> tuple[Any, Any]:
+        if isinstance(message, Updates):
+            return [(data(d), t, r) for d, t, r in message.updates], None
+        return None, (
+            list(message.lower.elements),
+            list(message.upper.elements),
+            [(t, c) for t, c in message.counts],
+        )
+
+    return make
+
+
+def read_file(options: Options, path: str) -> Iterator[tuple[Any, ...]]:
+    """The rows of one file: messages, and in lenient mode what was set aside."""
+    from changelake.errors import ChangelakeError
+    from changelake.formats.materialize import SetAside, read_messages
+
+    make = _row_maker(options)
+    set_aside: list[SetAside] = []
+    sink = set_aside.append if options.lenient else None
+    messages = read_messages(path, schema=options.cdc_schema(), set_aside=sink)
+    try:
+        for message in messages:
+            updates, progress = make(message)
+            origin = message.origin
+            line = origin.line if origin is not None else None
+            offset = origin.offset if origin is not None else None
+            yield updates, progress, path, line, offset, None
+            while set_aside:
+                item = set_aside.pop(0)
+                yield None, None, path, item.location.line, item.location.offset, item.reason
+    except ChangelakeError as error:
+        # Raised in an executor, this reaches the driver as text: one recognisable line.
+        raise RuntimeError(f"{INPUT_ERROR_MARK}<<{error}>>") from None
+    for item in set_aside:
+        yield None, None, path, item.location.line, item.location.offset, item.reason
+
+
+class MaterializeCdcReader(DataSourceReader):
+    def __init__(self, options: Options, files: Sequence[str]) -> None:
+        self.options = options
+        self.files = list(files)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [FilePartition(f) for f in self.files]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, FilePartition)
+        yield from read_file(self.options, partition.path)
+
+
+@dataclass(frozen=True)
+class FilesPartition(InputPartition):
+    paths: tuple[str, ...]
+
+
+class MaterializeCdcStreamReader(DataSourceStreamReader):
+    """New files since the last offset; an offset is the sorted list of files seen."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def initialOffset(self) -> dict:
+        return {"files": []}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+        seen = set(start["files"]) if start else set()
+        new = [f for f in self.options.files() if f not in seen]
+        cap = limit.max_files if isinstance(limit, ReadMaxFiles) else None
+        if cap is not None:
+            new = new[:cap]
+        return {"files": sorted(seen.union(new))}
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+        if self.options.max_files:
+            return ReadMaxFiles(self.options.max_files)
+        return ReadAllAvailable()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        seen = set(start["files"])
+        return [FilePartition(f) for f in end["files"] if f not in seen]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, FilePartition)
+        yield from read_file(self.options, partition.path)
+
+    def commit(self, end: dict) -> None:
+        pass  # files are never deleted by the reader
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+@dataclass
+class WrittenFile(WriterCommitMessage):
+    path: str
+    messages: int
+
+
+class MaterializeCdcWriter(DataSourceWriter):
+    """One file per partition: written under a hidden name, then renamed into place."""
+
+    def __init__(self, options: Any, overwrite: bool) -> None:
+        raw = {k.lower(): v for k, v in dict(options).items()}
+        self.path = raw["path"]
+        self.format = raw.get("format", "json").lower()
+        if self.format not in ("json", "avro"):
+            raise ValueError(f"{NAME}: format must be json or avro, not {self.format!r}")
+        avro = raw.get("avroschema")
+        if avro is None and raw.get("schema"):
+            avro = Path(raw["schema"]).read_text()
+        if self.format == "avro" and avro is None:
+            raise ValueError(f"{NAME}: writing Avro needs the schema or avroSchema option")
+        self.avro_schema = avro
+        self.overwrite = overwrite
+
+    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        import orjson
+        from pyspark import TaskContext
+
+        from changelake.formats.materialize import CdcSchema, write_json_lines, write_ocf
+        from changelake.spark.encode import to_messages
+
+        schema = None if self.avro_schema is None else CdcSchema.from_json(
+            orjson.loads(self.avro_schema)
+        )
+        fields = schema.data_fields if schema is not None else None
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        suffix = "avro" if self.format == "avro" else "jsonl"
+        name = f"part-{part:05d}-{uuid.uuid4().hex[:12]}.{suffix}"
+        os.makedirs(self.path, exist_ok=True)
+        temporary = os.path.join(self.path, f".{name}.tmp")
+        messages = to_messages(iterator, fields)
+        with open(temporary, "wb") as fo:
+            if self.format == "avro":
+                assert schema is not None
+                count = write_ocf(fo, messages, schema)
+            else:
+                count = write_json_lines(fo, messages, schema)
+        final = os.path.join(self.path, name)
+        os.replace(temporary, final)
+        return WrittenFile(final, count)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        for message in messages:
+            if isinstance(message, WrittenFile) and os.path.exists(message.path):
+                os.remove(message.path)
+
+
+# -------------------------------------------------------------------------- data source
+
+
+class MaterializeCdcDataSource(DataSource):
+    """`spark.read.format("materialize-cdc")`, also `readStream`, and `write`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _resolved(self) -> tuple[Options, DataType, list[str]]:
+        options = Options.parse(self.options)
+        files = options.files()
+        options, data_type = _data_type(options, files)
+        return options, data_type, files
+
+    def schema(self) -> StructType:
+        _, data_type, _ = self._resolved()
+        return message_type(data_type)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options, _, files = self._resolved()
+        return MaterializeCdcReader(options, files)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        options = Options.parse(self.options)
+        if options.data_as == "struct" and options.avro_schema is None:
+            options, _ = _data_type(options, options.files())
+        return MaterializeCdcStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return MaterializeCdcWriter(self.options, overwrite)
