@@ -1,0 +1,138 @@
+"""Schema evolution: added, removed and widened columns over a feed's life; anything else is a
+clear error that leaves the table as it was."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+from pyspark.sql.types import (
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from changelake.errors import SchemaError
+from changelake.lake import Lake
+from changelake.lake.compact import compact
+from changelake.protocol import Antichain
+
+pytestmark = pytest.mark.spark
+
+
+def schema(*cols: tuple[str, object]) -> StructType:
+    return StructType([StructField(n, t, True) for n, t in cols]
+                      + [StructField("_time", LongType()), StructField("_diff", LongType())])
+
+
+def df(spark, struct: StructType, rows: list[tuple]):
+    return spark.createDataFrame(rows, struct)
+
+
+def rows(frame) -> Counter:
+    return Counter(tuple(r) for r in frame.collect())
+
+
+def commit(table, spark, struct, data, lo, hi):
+    return table.commit(df(spark, struct, data), Antichain([lo]), Antichain([hi]))
+
+
+@pytest.fixture
+def lake(spark, tmp_path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def name() -> str:
+    return f"sc_{uuid.uuid4().hex[:10]}.t"
+
+
+V1 = schema(("id", LongType()), ("name", StringType()))
+V2 = schema(("id", LongType()), ("name", StringType()), ("email", StringType()))
+V3 = schema(("id", LongType()), ("email", StringType()))  # `name` removed
+
+
+def test_added_and_removed_columns_keyed(spark, lake):
+    n = name()
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    commit(table, spark, V1, [(1, "ann", 0, 1), (2, "bob", 0, 1)], 0, 1)
+    # a column is added: old rows read it as null
+    changed = commit(table, spark, V2, [(2, "bob", None, 1, -1), (2, "bob", "b@x", 1, 1),
+                                        (3, "cy", "c@x", 1, 1)], 1, 2)
+    assert changed.schema_changed
+    assert spark.table(n).columns == ["id", "name", "email"]
+    assert rows(spark.table(n)) == Counter({(1, "ann", None): 1, (2, "bob", "b@x"): 1,
+                                            (3, "cy", "c@x"): 1})
+    compact(table, 0)  # history before the removal folded into the buckets
+    # a column is removed: it stays in the table; rows written since hold null
+    commit(table, spark, V3, [(3, "c@x", 2, -1), (3, "cy@x", 2, 1)], 2, 3)
+    assert rows(spark.table(n)) == Counter({(1, "ann", None): 1, (2, "bob", "b@x"): 1,
+                                            (3, None, "cy@x"): 1})
+    # ... and history before the removal still shows it
+    assert rows(table.as_of(1)) == Counter({(1, "ann", None): 1, (2, "bob", "b@x"): 1,
+                                            (3, "cy", "c@x"): 1})
+    assert rows(table.as_of(0)) == Counter({(1, "ann", None): 1, (2, "bob", None): 1})
+    compact(table)
+    assert rows(spark.table(n)) == Counter({(1, "ann", None): 1, (2, "bob", "b@x"): 1,
+                                            (3, None, "cy@x"): 1})
+    assert [v.from_time for v in table.state().versions] == [0, 1, 2]
+
+
+def test_removed_column_unkeyed_matches_on_live_columns(spark, lake):
+    n = name()
+    table = lake.create_table(n, StructType(V1.fields[:2]))
+    commit(table, spark, V1, [(1, "ann", 0, 2), (2, "bob", 0, 1)], 0, 1)
+    only_id = schema(("id", LongType()))
+    # after `name` is removed, a retraction can only name the live columns
+    commit(table, spark, only_id, [(1, 1, -1)], 1, 2)
+    assert rows(spark.table(n)) == Counter({(1, None): 1, (2, None): 1})
+    assert rows(table.as_of(0)) == Counter({(1, "ann"): 2, (2, "bob"): 1})
+    compact(table)
+    assert rows(spark.table(n)) == Counter({(1, None): 1, (2, None): 1})
+
+
+def test_widening_is_accepted(spark, lake):
+    n = name()
+    narrow = schema(("id", IntegerType()), ("score", FloatType()))
+    wide = schema(("id", LongType()), ("score", DoubleType()))
+    table = lake.create_table(n, StructType(narrow.fields[:2]), key=["id"], buckets=2)
+    commit(table, spark, narrow, [(1, 0.5, 0, 1), (2, 1.5, 0, 1)], 0, 1)
+    compact(table)
+    commit(table, spark, wide, [(2, 1.5, 1, -1), (2, 2.25, 1, 1), (2**40, 3.0, 1, 1)], 1, 2)
+    frame = spark.table(n)
+    assert [f.dataType for f in frame.schema.fields] == [LongType(), DoubleType()]
+    assert rows(frame) == Counter({(1, 0.5): 1, (2, 2.25): 1, (2**40, 3.0): 1})
+    # narrower input than the table is cast up, with no new schema version
+    versions = len(table.state().versions)
+    commit(table, spark, narrow, [(1, 0.5, 2, -1)], 2, 3)
+    assert len(table.state().versions) == versions
+    compact(table)
+    assert rows(spark.table(n)) == Counter({(2, 2.25): 1, (2**40, 3.0): 1})
+
+
+@pytest.mark.parametrize("bad, match", [
+    (schema(("id", LongType()), ("name", LongType())), "changes type from string to bigint"),
+    (schema(("id", IntegerType()), ("name", StringType())), None),  # narrowing: accepted
+    (schema(("name", StringType()),), "key column"),
+    (schema(("id", LongType()), ("Name", StringType())), "differs only in case"),
+    (schema(("id", LongType()), ("_bucket", StringType())), "reserved"),
+])
+def test_incompatible_changes_are_errors_that_lose_nothing(spark, lake, bad, match):
+    n = name()
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    commit(table, spark, V1, [(1, "ann", 0, 1)], 0, 1)
+    before = table.state()
+    row = (*(1 if f.dataType != StringType() else "x" for f in bad.fields[:-2]), 1, 1)
+    if match is None:
+        commit(table, spark, bad, [row], 1, 2)
+        assert table.state().version == before.version + 1
+        return
+    with pytest.raises(SchemaError, match=match):
+        commit(table, spark, bad, [row], 1, 2)
+    assert table.state() == before
+    assert rows(spark.table(n)) == Counter({(1, "ann"): 1})
+    assert not any(p.name.startswith("1-") for p in (table.directory / "seg").iterdir())
