@@ -143,12 +143,10 @@ class KeyedConverter(WindowedConverter):
     # -------------------------------------------------------------------------------- push
 
     def push(self, change: Change) -> None:
-        moved = self._moved_key(change)
+        moved = split_moved_key(change, self.options.keys)
         if moved is not None:
-            # An update that changes the primary key: delete the old key, write the new one
-            # (what Debezium itself emits as d + c at one position).
-            self.push(replace(change, op=Op.DELETE, key=None, after=None))
-            change = moved
+            self.push(moved[0])
+            change = moved[1]
         effect = self._effect(change)
         if effect.kind == "ignore":
             self.stats.ignored += 1
@@ -168,18 +166,6 @@ class KeyedConverter(WindowedConverter):
                 "finished (out-of-order input, or a feed that broke its progress guarantee)",
                 change.origin)
         self._enqueue(Pending(time, sequence, tiebreak, change, {"effect": effect}))
-
-    def _moved_key(self, change: Change) -> Change | None:
-        if change.op is not Op.UPDATE or change.before is None or change.after is None:
-            return None
-        keys = self.options.keys
-        before, after = change.before, change.after
-        if not all(k in before and k in after for k in keys):
-            return None
-        old = tuple(before[k] for k in keys)
-        if any(v is UNCHANGED or v is None for v in old) or old == tuple(after[k] for k in keys):
-            return None
-        return replace(change, key=None, before=None)
 
     def _effect(self, change: Change) -> _Effect:
         o = self.options
@@ -349,6 +335,23 @@ class KeyedConverter(WindowedConverter):
         self._floor = p.sequence
         self.stats.applied += 1
         return out
+
+
+def split_moved_key(change: Change, keys: Sequence[str]) -> tuple[Change, Change] | None:
+    """An update that changes the primary key, as (delete of the old key, write of the new
+    one): what Debezium itself emits as d + c at one position. Public because keyed conversion
+    on Spark groups by key and must split before grouping (the two halves belong to two
+    groups). None for any other change."""
+    if change.op is not Op.UPDATE or change.before is None or change.after is None:
+        return None
+    before, after = change.before, change.after
+    if not all(k in before and k in after for k in keys):
+        return None
+    old = tuple(before[k] for k in keys)
+    if any(v is UNCHANGED or v is None for v in old) or old == tuple(after[k] for k in keys):
+        return None
+    return (replace(change, op=Op.DELETE, key=None, after=None),
+            replace(change, key=None, before=None))
 
 
 def _gt(a: Any, b: Any) -> bool:

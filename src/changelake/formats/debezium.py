@@ -431,7 +431,11 @@ def _tx_boundary(payload: dict[str, Any], origin: Location) -> TxBoundary:
     if status == "END" and type(count) is not int:
         raise ChangefeedError(f"END needs an integer event_count, got {count!r}", origin)
     per: list[tuple[str, int]] = []
-    for entry in payload.get("data_collections") or ():
+    collections = payload.get("data_collections") or []
+    if not isinstance(collections, list):
+        raise ChangefeedError(f"data_collections must be an array, got {_short(collections)}",
+                              origin)
+    for entry in collections:
         if not isinstance(entry, dict) or type(entry.get("event_count")) is not int:
             raise ChangefeedError(f"bad data_collections entry {_short(entry)}", origin)
         per.append((str(entry.get("data_collection")), entry["event_count"]))
@@ -442,7 +446,10 @@ def _tx_boundary(payload: dict[str, Any], origin: Location) -> TxBoundary:
 def _envelope_fields(schema: Any) -> dict[str, FieldSchema]:
     if not isinstance(schema, dict):
         return {}
-    return {f["field"]: f for f in schema.get("fields") or ()
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        return {}  # not a Connect struct schema: values are taken as they are
+    return {f["field"]: f for f in fields
             if isinstance(f, dict) and isinstance(f.get("field"), str)}
 
 
