@@ -35,14 +35,22 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from changelake.convert.images import ImageConverter
 from changelake.convert.progress import frontier_from
-from changelake.convert.upsert import KeyedConverter, UpsertOptions
+from changelake.convert.upsert import KeyedConverter, MemoryState, UpsertOptions, split_moved_key
 from changelake.errors import ChangefeedError, Location, SchemaError
-from changelake.formats.change import NAN, Change, Op, Resolved, Skipped, TxBoundary, _Unchanged
+from changelake.formats.change import (
+    NAN,
+    Change,
+    Op,
+    Resolved,
+    Skipped,
+    TxBoundary,
+    _Unchanged,
+)
 from changelake.formats.debezium import DebeziumParser
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
@@ -55,8 +63,11 @@ if TYPE_CHECKING:
 
 PARSED_DDL = (
     "file string, line long, kind string, item binary, key binary, time long, tx string, "
-    "tx_order long, end_count long, barrier long, pos binary, ident binary, error string"
+    "tx_order long, end_count long, barrier long, pos binary, ident binary, op string, "
+    "error string"
 )
+#: Changes that carry no key and still mean something to keyed conversion (or nothing at all).
+_KEYLESS = frozenset({Op.TRUNCATE, Op.MESSAGE, Op.TOMBSTONE})
 REJECTED_DDL = "file string, line long, value string, reason string"
 _SPARK_TYPES = {"Bool": "boolean", "Float": "double", "Double": "double", "Uint64":
                 "decimal(20,0)"}
@@ -94,11 +105,16 @@ def _parser(source: str, schema: TableSchema | None) -> Any:
 
 
 def _key_of(change: Change, keys: Sequence[str] | None) -> Any:
+    """The key as `KeyedConverter._key` tells it (an image holding UNCHANGED in a key column
+    does not say the key), so that each key's events meet in one group."""
     if not keys:
         return None
     for image in (change.key, change.after, change.before):
         if image is not None and all(k in image for k in keys):
-            return tuple(freeze(image[k]) for k in keys)
+            values = tuple(image[k] for k in keys)
+            if any(isinstance(v, _Unchanged) for v in values):
+                continue
+            return tuple(freeze(v) for v in values)
     return None
 
 
@@ -107,36 +123,51 @@ def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str
     import pandas as pd
 
     parser = _parser(source, schema)
+    names = [c.split()[0] for c in PARSED_DDL.split(", ")]
     for frame in frames:
         rows: list[dict[str, Any]] = []
         for value, file, line in zip(frame["value"], frame["file"], frame["line"], strict=True):
-            row: dict[str, Any] = {"file": file, "line": int(line), "kind": None, "item": None,
-                                   "key": None, "time": None, "tx": None, "tx_order": None,
-                                   "end_count": None, "barrier": None, "pos": None,
-                                   "ident": None, "error": None}
+            base: dict[str, Any] = dict.fromkeys(names)
+            base.update(file=file, line=int(line))
             try:
                 item = parser.parse_line(value, Location(file, int(line)))
             except ChangefeedError as error:
-                row["kind"], row["error"] = "error", error.reason
-                rows.append(row)
+                rows.append({**base, "kind": "error", "error": error.reason})
                 continue
             if isinstance(item, Change):
-                row.update(kind="change", item=pickle.dumps(item), time=item.time,
-                           tx=item.transaction, tx_order=item.tx_order,
-                           pos=pickle.dumps(item.position),
-                           ident=pickle.dumps((item.position, item.op.value, freeze(item.key),
-                                               freeze(item.before), freeze(item.after))))
-                key = _key_of(item, keys)
-                row["key"] = pickle.dumps(key) if key is not None else None
+                rows.extend(_change_rows(base, item, keys))
             elif isinstance(item, TxBoundary):
-                row.update(kind=item.status, tx=item.id, end_count=item.event_count)
+                rows.append({**base, "kind": item.status, "tx": item.id,
+                             "end_count": item.event_count})
             elif isinstance(item, Resolved):
-                row.update(kind="resolved", barrier=item.frontier, pos=pickle.dumps(item.position))
+                rows.append({**base, "kind": "resolved", "barrier": item.frontier,
+                             "pos": pickle.dumps(item.position)})
             else:
                 assert isinstance(item, Skipped)
-                row["kind"] = "skipped"
-            rows.append(row)
-        yield pd.DataFrame(rows, columns=[c.split()[0] for c in PARSED_DDL.split(", ")])
+                rows.append({**base, "kind": "skipped"})
+        yield pd.DataFrame(rows, columns=names)
+
+
+def _change_rows(base: dict[str, Any], change: Change,
+                 keys: Sequence[str] | None) -> list[dict[str, Any]]:
+    """One row per change; an update that moves its key is two (see `split_moved_key`), one
+    for each key's group. A keyed event whose key cannot be told is an error row here, where
+    its line is known, rather than a failure inside a group."""
+    moved = split_moved_key(change, keys) if keys else None
+    rows = []
+    for part in moved or (change,):
+        key = _key_of(part, keys)
+        if keys and key is None and part.op not in _KEYLESS:
+            return [{**base, "kind": "error",
+                     "error": f"cannot tell the key {list(keys)} of this {part.op.value} event: "
+                              "neither its key, after nor before image has it"}]
+        rows.append({**base, "kind": "change", "op": part.op.value, "item": pickle.dumps(part),
+                     "key": pickle.dumps(key) if key is not None else None,
+                     "time": part.time, "tx": part.transaction, "tx_order": part.tx_order,
+                     "pos": pickle.dumps(part.position),
+                     "ident": pickle.dumps((part.position, part.op.value, freeze(part.key),
+                                            freeze(part.before), freeze(part.after)))})
+    return rows
 
 
 def _restore(change: Change) -> Change:
@@ -163,20 +194,28 @@ def changefeed_changes(
     close: bool = False,
     strict: bool = True,
     options: UpsertOptions | None = None,
+    state: DataFrame | None = None,
 ) -> ChangefeedFrames:
-    """See the module docstring. `lines` needs `value`, `file` and `line` columns."""
+    """See the module docstring. `lines` needs `value`, `file` and `line` columns.
+
+    `state`: the table's current rows (one per key, the table's columns by name), for keyed
+    conversion: what `encode_changefeed(..., state=MemoryState(...))` gets from its `State`.
+    Raises `ChangefeedError` naming file and line for the first bad line when `strict`;
+    otherwise bad lines are in `rejected` and everything else is converted."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     schema = TableSchema.from_json(table_schema) if isinstance(table_schema, dict) \
         else table_schema
-    if source == "ydb" and schema is None:
-        raise SchemaError("YDB records name no columns: a table schema is required")
     if source not in ("debezium", "ydb"):
         raise SchemaError(f"unknown changefeed source {source!r}")
+    if source == "ydb" and schema is None:
+        raise SchemaError("YDB records name no columns: a table schema is required")
     if options is None:
         key_columns = tuple(keys) if keys else (schema.primary_key if schema else ())
         options = UpsertOptions(keys=key_columns) if key_columns else None
+    if state is not None and options is None:
+        raise SchemaError("a state is the current row of each key: give the key columns")
     key_names = options.keys if options is not None else None
 
     parsed = lines.select("value", "file", "line").mapInPandas(
@@ -201,21 +240,47 @@ def changefeed_changes(
         frontier = _debezium_frontier(parsed, changes)
     if close:
         frontier = None
-
-    rejected = errors.join(lines.select("file", "line", "value"), ["file", "line"]) \
-        .select("file", "line", "value", F.col("error").alias("reason"))
     if strict:
-        first = rejected.orderBy("file", "line").limit(1).collect()
-        if first:
-            row = first[0]
-            raise ChangefeedError(row["reason"], Location(row["file"], row["line"]))
+        _raise_first(errors)  # before converting: a bad line stops the batch anyway
 
-    columns = _columns(schema, changes)
+    columns = _columns(schema, changes, state)
     if options is not None:
-        data = _convert_keyed(changes, options, columns, frontier)
+        out = _convert_keyed(changes, options, columns, frontier, state)
     else:
-        data = _convert_images(changes, columns, frontier)
-    return ChangefeedFrames(data, frontier, rejected)
+        out = _convert_images(changes, columns, frontier)
+    out = out.localCheckpoint()  # converted once, so that its errors can be looked at
+    failed = out.where(F.col("error").isNotNull()).select("file", "line", "error")
+    if strict:
+        _raise_first(failed)
+    else:
+        _raise_first(failed.where(F.col("file").isNull()))  # the state's, not a line's
+        errors = errors.unionByName(failed)
+    # One line, one reason (both halves of a moved key may fail).
+    errors = errors.groupBy("file", "line").agg(F.min("error").alias("error"))
+    data = out.where(F.col("error").isNull())
+    if options is None:
+        # Per-batch image converters: the same row may be inserted and retracted by two.
+        data = data.groupBy(*[f"c{i}" for i in range(len(columns))], "time") \
+            .agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
+    rejected = errors.join(lines.select("file", "line", "value"), ["file", "line"], "left") \
+        .select("file", "line", "value", F.col("error").alias("reason"))
+    return ChangefeedFrames(_as_data(data, columns), frontier, rejected)
+
+
+def _raise_first(errors: DataFrame) -> None:
+    """The first error by (file, line) as one `ChangefeedError`, saying how many more there
+    are; an error of no line (a bad state) first of all."""
+    from pyspark.sql import functions as F
+
+    first = errors.orderBy(F.col("file").asc_nulls_first(), "line").limit(1).collect()
+    if not first:
+        return
+    row = first[0]
+    more = errors.count() - 1
+    reason = row["error"] + (f" (and {more} more bad line{'s' * (more > 1)}; strict=False "
+                             "sets them aside)" if more else "")
+    location = Location(row["file"], row["line"]) if row["file"] is not None else None
+    raise ChangefeedError(reason, location)
 
 
 def _debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
@@ -278,9 +343,10 @@ def _barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, Da
     return kept, late
 
 
-def _columns(schema: TableSchema | None, changes: DataFrame) -> list[tuple[str, str]]:
+def _columns(schema: TableSchema | None, changes: DataFrame,
+             state: DataFrame | None = None) -> list[tuple[str, str]]:
     """Column names and Spark types: the table schema's, else (and for untyped columns) the
-    kind of the first value seen in a sample of images."""
+    kind of the first value seen in a sample of images, else the state's columns."""
     sample: dict[str, Any] = {}
     names: list[str] = list(schema.names) if schema is not None else []
     if schema is None or any(c.type is None for c in schema.columns):
@@ -294,7 +360,20 @@ def _columns(schema: TableSchema | None, changes: DataFrame) -> list[tuple[str, 
                             and not isinstance(value, _Unchanged):
                         sample[name] = value
     typed = {c.name: c.type for c in schema.columns} if schema is not None else {}
-    return [(n, spark_type(typed[n]) if typed.get(n) else _infer(sample.get(n))) for n in names]
+    stated = {f.name: f.dataType.simpleString() for f in state.schema.fields} \
+        if state is not None else {}
+    if not names:
+        names = list(stated)
+    out = []
+    for n in names:
+        if typed.get(n):
+            kind = spark_type(typed[n])
+        elif n in sample or stated.get(n) not in _ARROW_TYPES:
+            kind = _infer(sample.get(n))
+        else:
+            kind = stated[n]  # nothing seen in the feed: the state knows
+        out.append((n, kind))
+    return out
 
 
 def _infer(value: Any) -> str:
@@ -307,9 +386,53 @@ def _infer(value: Any) -> str:
     return "string"
 
 
+def _fits(value: Any, kind: str) -> bool:
+    """Can `value` (as parsed) go into a column of this Spark type? What Arrow would otherwise
+    refuse inside a worker, with no line to name."""
+    if value is None or isinstance(value, _Unchanged):
+        return True
+    if kind == "bigint":
+        return type(value) is int and -(2**63) <= value < 2**63
+    if kind == "decimal(20,0)":
+        return type(value) is int and -(10**20) < value < 10**20
+    if kind == "double":
+        return type(value) in (int, float)
+    if kind == "boolean":
+        return type(value) is bool
+    return isinstance(value, str)
+
+
+def _misfit(change: Change, kinds: dict[str, str]) -> str | None:
+    for what, image in (("after", change.after), ("before", change.before)):
+        for name, value in (image or {}).items():
+            kind = kinds.get(name)
+            if kind is not None and not _fits(value, kind):
+                return (f"column {name} of the {what} image is {value!r}, not a {kind} (the "
+                        "column's type, from the table schema or the first rows seen)")
+    return None
+
+
+def _from_spark(value: Any) -> Any:
+    """A state value as the parsers give it: Uint64 columns are decimals in Spark."""
+    import decimal
+
+    return int(value) if isinstance(value, decimal.Decimal) else value
+
+
+def _to_arrow(value: Any, kind: str) -> Any:
+    import decimal
+
+    if not _fits(value, kind):
+        return None
+    return decimal.Decimal(value) if kind.startswith("decimal") and value is not None else value
+
+
+_OUTPUT_EXTRA = "time long, diff long, file string, line long, error string"
+
+
 def _output(columns: list[tuple[str, str]]) -> str:
     fields = ", ".join(f"`c{i}` {kind}" for i, (_, kind) in enumerate(columns))
-    return f"{fields}, time long, diff long"
+    return f"{fields}, {_OUTPUT_EXTRA}" if fields else _OUTPUT_EXTRA
 
 
 def _as_data(frame: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
@@ -319,86 +442,202 @@ def _as_data(frame: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
     return frame.select(data.alias("data"), "time", "diff")
 
 
-def _rows_table(updates: list[Any], columns: list[tuple[str, str]]) -> pa.Table:
-    """Updates as an Arrow table of flat columns. Arrow, not pandas: pandas would turn NaN
-    into null on the way to Spark."""
-    import decimal
-
+def _arrow_type(kind: str) -> pa.DataType:
     import pyarrow as pa
 
-    out: dict[str, list[Any]] = {f"c{i}": [] for i in range(len(columns))}
-    out["time"], out["diff"] = [], []
-    for data, time, diff in updates:
-        for i, (name, kind) in enumerate(columns):
-            value = data.get(name)
-            if kind.startswith("decimal") and value is not None:
-                value = decimal.Decimal(value)
-            out[f"c{i}"].append(value)
-        out["time"].append(time)
-        out["diff"].append(diff)
-    types = {"bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
-             "string": pa.string(), "decimal(20,0)": pa.decimal128(20, 0)}
-    arrays = [pa.array(out[f"c{i}"], type=types[kind]) for i, (_, kind) in enumerate(columns)]
-    arrays += [pa.array(out["time"], type=pa.int64()), pa.array(out["diff"], type=pa.int64())]
-    return pa.Table.from_arrays(arrays, names=[*(f"c{i}" for i in range(len(columns))),
-                                               "time", "diff"])
+    return {"bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
+            "string": pa.string(), "decimal(20,0)": pa.decimal128(20, 0)}[kind]
 
 
-def _convert_keyed(changes: DataFrame, options: UpsertOptions,
-                   columns: list[tuple[str, str]], frontier: int | None) -> DataFrame:
+_ARROW_TYPES = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A change that could not be converted: a row of the output with `error` set."""
+
+    origin: Location | None
+    reason: str
+
+
+def _rows_table(updates: list[Any], columns: list[tuple[str, str]],
+                failures: Sequence[_Failure] = ()) -> pa.Table:
+    """Updates and failures as an Arrow table of flat columns. Arrow, not pandas: pandas would
+    turn NaN into null on the way to Spark."""
+    import pyarrow as pa
+
+    n = len(updates) + len(failures)
+    arrays = [pa.array([_to_arrow(data.get(name), kind) for data, _, _ in updates]
+                       + [None] * len(failures), type=_arrow_type(kind))
+              for name, kind in columns]
+    origins = [f.origin or Location() for f in failures]
+    arrays += [pa.array([t for _, t, _ in updates] + [None] * len(failures), type=pa.int64()),
+               pa.array([d for _, _, d in updates] + [None] * len(failures), type=pa.int64()),
+               pa.array([None] * len(updates) + [o.file for o in origins], type=pa.string()),
+               pa.array([None] * len(updates) + [o.line for o in origins], type=pa.int64()),
+               pa.array([None] * len(updates) + [f.reason for f in failures],
+                        type=pa.string())]
+    names = [*(f"c{i}" for i in range(len(columns))), "time", "diff", "file", "line", "error"]
+    assert all(len(a) == n for a in arrays)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _change_at(item: bytes, time: Any) -> Change:
+    """A parsed change with the time the windows gave it."""
+    change = _restore(pickle.loads(item))
+    return replace(change, time=int(time))
+
+
+@dataclass(frozen=True)
+class _KeyedJob:
+    """Keyed conversion of one key's group, shipped to the workers: a fresh `KeyedConverter`
+    per key, whose `State` holds the key's row from the state table (if any), so that the
+    group converts exactly as the sequential encoder would with that state."""
+
+    options: UpsertOptions
+    columns: tuple[tuple[str, str], ...]
+    stored: tuple[str, ...]  # the state columns, in order: the converter's output columns
+    frontier: int | None
+    truncates: tuple[Change, ...]
+
+    def converter(self, rows: dict[Any, Any]) -> KeyedConverter:
+        return KeyedConverter(self.options, columns=[n for n, _ in self.columns],
+                              state=MemoryState(rows))
+
+    def row(self, values: Sequence[Any]) -> Any:
+        return freeze(dict(zip(self.stored, map(_from_spark, values), strict=True)),
+                      fields=self.stored)
+
+    def finish(self, converter: KeyedConverter, failures: list[_Failure]) -> pa.Table:
+        try:
+            for change in self.truncates:
+                converter.push(change)
+            updates = converter.advance(self.frontier)
+        except ChangefeedError as error:
+            updates = []
+            failures.append(_Failure(error.location, error.reason))
+        return _rows_table(updates, list(self.columns), failures)
+
+    def group(self, changes: pa.Table, state: pa.Table | None) -> pa.Table:
+        """One key: its changes and (cogrouped) its row in the state table."""
+        key_column = changes.column("key") if changes.num_rows else state.column("key")
+        key = pickle.loads(key_column[0].as_py())
+        rows = {}
+        if state is not None and state.num_rows:
+            if state.num_rows > 1:
+                return _rows_table([], list(self.columns), [_Failure(None, (
+                    f"the state has {state.num_rows} rows for key {list(key)}: a table's "
+                    "current state has one row per key"))])
+            rows[key] = self.row([state.column(f"s{i}")[0].as_py()
+                                  for i in range(len(self.stored))])
+        converter = self.converter(rows)
+        kinds = dict(self.columns)
+        failures: list[_Failure] = []
+        for item, time in zip(changes.column("item").to_pylist(),
+                              changes.column("time").to_pylist(), strict=True):
+            change = _change_at(item, time)
+            misfit = _misfit(change, kinds)
+            if misfit is not None:
+                failures.append(_Failure(change.origin, misfit))
+                continue
+            try:
+                converter.push(change)
+            except ChangefeedError as error:
+                failures.append(_Failure(error.location or change.origin, error.reason))
+        return self.finish(converter, failures)
+
+    def truncated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """State rows of keys with no changes in the batch: only a truncate touches them."""
+        index = [self.stored.index(k) for k in self.options.keys]
+        for batch in batches:
+            rows = {}
+            for values in zip(*(batch.column(f"s{i}").to_pylist()
+                                for i in range(len(self.stored))), strict=True):
+                row = self.row(values)
+                rows[tuple(freeze(_from_spark(values[i])) for i in index)] = row
+            yield from self.finish(self.converter(rows), []).to_batches()
+
+
+def _convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tuple[str, str]],
+                   frontier: int | None, state: DataFrame | None) -> DataFrame:
     from pyspark.sql import functions as F
 
     names = [n for n, _ in columns]
-    truncates = [pickle.loads(r["item"]) for r in
-                 changes.where(F.col("key").isNull()).select("item").collect()]
-    truncates = [c for c in truncates if c.op is Op.TRUNCATE]
-    keyless = changes.where(F.col("key").isNull())
-    unkeyed = [pickle.loads(r["item"]) for r in keyless.select("item").limit(1).collect()]
-    bad = [c for c in unkeyed if c.op not in (Op.TRUNCATE, Op.MESSAGE, Op.TOMBSTONE)]
-    if bad:
-        raise ChangefeedError(f"cannot tell the key {list(options.keys)} of this event",
-                              bad[0].origin)
+    stored = KeyedConverter(options, columns=names).output_columns  # raises on bad key columns
+    truncates = tuple(_change_at(r["item"], r["time"]) for r in
+                      changes.where(F.col("op") == Op.TRUNCATE.value)
+                      .select("item", "time").collect())
+    job = _KeyedJob(options, tuple(columns), stored, frontier, truncates)
+    keyed = changes.where(F.col("key").isNotNull()).select("key", "item", "time")
+    if state is None:
+        # Lambdas: Spark tells the kinds of grouped function apart by their parameters, and
+        # counts a bound method's `self`.
+        return keyed.groupBy("key").applyInArrow(lambda t: job.group(t, None),
+                                                 _output(columns))
 
-    def convert(table: pa.Table) -> pa.Table:
-        converter = KeyedConverter(options, columns=names)
-        for item, time in zip(table.column("item").to_pylist(),
-                              table.column("time").to_pylist(), strict=True):
-            change = _restore(pickle.loads(item))
-            converter.push(Change(change.op, change.key, change.before, change.after,
-                                  change.position, int(time), change.transaction, change.table,
-                                  change.origin, change.snapshot, change.tx_order,
-                                  change.message))
-        for change in truncates:
-            converter.push(change)
-        return _rows_table(converter.advance(frontier), columns)
+    kinds = dict(columns)
+    missing = [n for n in stored if n not in state.columns]
+    if missing:
+        raise SchemaError(f"the state has no columns {missing} (it has {state.columns})")
+    rows = state.select(*[F.col(n).cast(kinds[n]).alias(f"s{i}") for i, n in enumerate(stored)])
+    # The batch's keys, typed like the state's columns, so the state is joined in Spark and
+    # only the rows of keys the batch touches go through Python (unless there is a truncate).
+    key_kinds = [kinds[k] for k in options.keys]
+    key_ddl = ", ".join(f"k{i} {kind}" for i, kind in enumerate(key_kinds))
 
-    out = (changes.where(F.col("key").isNotNull()).select("key", "item", "time")
-           .groupBy("key").applyInArrow(convert, _output(columns)))
-    return _as_data(out, columns)
+    def typed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in batches:
+            raw = batch.column("key").to_pylist()
+            values = [pickle.loads(k) for k in raw]
+            arrays = [pa.array(raw, type=pa.binary())]
+            arrays += [pa.array([_to_arrow(v[i], kind) for v in values], type=_arrow_type(kind))
+                       for i, kind in enumerate(key_kinds)]
+            yield pa.RecordBatch.from_arrays(
+                arrays, names=["key", *(f"k{i}" for i in range(len(key_kinds)))])
+
+    batch_keys = keyed.select("key").distinct().mapInArrow(typed, f"key binary, {key_ddl}")
+    on = [rows[f"s{stored.index(k)}"].eqNullSafe(batch_keys[f"k{i}"])
+          for i, k in enumerate(options.keys)]
+    matched = rows.join(batch_keys, on, "inner").select("key", *rows.columns)
+    out = keyed.groupBy("key").cogroup(matched.groupBy("key")) \
+        .applyInArrow(lambda t, s: job.group(t, s), _output(columns))
+    if truncates:
+        untouched = rows.join(batch_keys, on, "left_anti")
+        out = out.unionByName(untouched.mapInArrow(job.truncated, _output(columns)))
+    return out
 
 
 def _convert_images(changes: DataFrame, columns: list[tuple[str, str]],
                     frontier: int | None) -> DataFrame:
-    from pyspark.sql import functions as F
-
     names = [n for n, _ in columns]
+    kinds = dict(columns)
 
     def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             converter = ImageConverter(names)
+            failures: list[_Failure] = []
             for item, time in zip(batch.column("item").to_pylist(),
                                   batch.column("time").to_pylist(), strict=True):
-                change = _restore(pickle.loads(item))
-                if change.op is Op.TRUNCATE:
-                    raise ChangefeedError("a truncate needs key columns on Spark",
-                                          change.origin)
-                converter.push(Change(change.op, change.key, change.before, change.after,
-                                      change.position, int(time), origin=change.origin))
-            yield from _rows_table(converter.advance(frontier), columns).to_batches()
+                change = _change_at(item, time)
+                reason = _misfit(change, kinds)
+                if reason is None and change.op is Op.TRUNCATE:
+                    reason = "a truncate needs key columns on Spark"
+                if reason is not None:
+                    failures.append(_Failure(change.origin, reason))
+                    continue
+                try:
+                    converter.push(change)
+                except ChangefeedError as error:
+                    failures.append(_Failure(error.location or change.origin, error.reason))
+            try:
+                updates = converter.advance(frontier)
+            except ChangefeedError as error:
+                updates = []
+                failures.append(_Failure(error.location, error.reason))
+            yield from _rows_table(updates, columns, failures).to_batches()
 
     # Identical events (replays) are one.
-    unique = changes.dropDuplicates(["ident"]).select("item", "time")
-    out = unique.mapInArrow(convert, _output(columns))
-    out = out.groupBy(*[f"c{i}" for i in range(len(columns))], "time") \
-        .agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
-    return _as_data(out, columns)
+    return changes.dropDuplicates(["ident"]).select("item", "time") \
+        .mapInArrow(convert, _output(columns))
