@@ -109,9 +109,13 @@ def read_messages_frame(
     from changelake.spark.source import register
 
     register(spark)
+    # Executors open absolute paths (their working directory is not ours); errors and `_file`
+    # show the names as given, like the local engine.
+    names = {os.path.abspath(f): str(f) for f in files}
     reader = (
         spark.read.format("materialize-cdc")
-        .option("paths", orjson.dumps(list(files)).decode())
+        .option("paths", orjson.dumps(list(names)).decode())
+        .option("names", orjson.dumps(names).decode())
         .option("lenient", str(lenient).lower())
         .option("dataAs", data_as)
     )

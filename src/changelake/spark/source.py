@@ -38,6 +38,7 @@ and writes one file per partition with the codecs: option `format` = `json` (def
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -182,16 +183,17 @@ class Options:
     lenient: bool
     data_as: str  # "struct" or "json"
     max_files: int | None
+    names: tuple[tuple[str, str], ...] = ()  # path -> the name errors and `_file` show
 
     @classmethod
     def parse(cls, options: Any) -> Options:
+        import json
+
         raw = {k.lower(): v for k, v in dict(options).items()}
         paths: list[str] = []
         if raw.get("path"):
             paths.append(raw["path"])
         if raw.get("paths"):
-            import json
-
             value = raw["paths"]
             paths.extend(json.loads(value) if value.startswith("[") else value.split(","))
         if not paths:
@@ -203,12 +205,14 @@ class Options:
         if data_as not in ("struct", "json"):
             raise ValueError(f"{NAME}: dataAs must be struct or json, not {data_as!r}")
         max_files = raw.get("maxfilespertrigger")
+        names = raw.get("names")
         return cls(
             tuple(paths),
             avro,
             raw.get("lenient", "false").lower() in ("true", "1", "yes"),
             data_as,
             int(max_files) if max_files else None,
+            tuple(sorted(json.loads(names).items())) if names else (),
         )
 
     def cdc_schema(self) -> Any:
@@ -252,7 +256,7 @@ def _data_type(options: Options, files: Sequence[str]) -> tuple[Options, DataTyp
             f"{NAME}: JSON-lines input needs the schema option (an Avro schema file) to give "
             "data a Spark type, or dataAs=json"
         )
-    options = Options(options.paths, avro, options.lenient, options.data_as, options.max_files)
+    options = dataclasses.replace(options, avro_schema=avro)
     schema = options.cdc_schema()
     data_type, _ = _spark_type(schema.data_type, schema.named)
     return options, data_type
@@ -297,28 +301,37 @@ def _row_maker(options: Options) -> Callable[[Any], Any]:
 
 def read_file(options: Options, path: str) -> Iterator[tuple[Any, ...]]:
     """The rows of one file: messages, and in lenient mode what was set aside."""
-    from changelake.errors import ChangelakeError
-    from changelake.formats.materialize import SetAside, read_messages
+    from changelake.errors import ChangelakeError, InputError
+    from changelake.formats.materialize import SetAside, read_stream
 
     make = _row_maker(options)
     set_aside: list[SetAside] = []
     sink = set_aside.append if options.lenient else None
-    messages = read_messages(path, schema=options.cdc_schema(), set_aside=sink)
+    name = dict(options.names).get(path, path)
+
+    def messages() -> Iterator[Any]:
+        try:
+            fo = open(path, "rb")  # noqa: SIM115 - closed below, a generator's lifetime
+        except OSError as error:
+            raise InputError(f"{name}: {error.strerror}") from None
+        with fo:
+            yield from read_stream(fo, name=name, schema=options.cdc_schema(), set_aside=sink)
+
     try:
-        for message in messages:
+        for message in messages():
             updates, progress = make(message)
             origin = message.origin
             line = origin.line if origin is not None else None
             offset = origin.offset if origin is not None else None
-            yield updates, progress, path, line, offset, None
+            yield updates, progress, name, line, offset, None
             while set_aside:
                 item = set_aside.pop(0)
-                yield None, None, path, item.location.line, item.location.offset, item.reason
+                yield None, None, name, item.location.line, item.location.offset, item.reason
     except ChangelakeError as error:
         # Raised in an executor, this reaches the driver as text: one recognisable line.
         raise RuntimeError(f"{INPUT_ERROR_MARK}<<{error}>>") from None
     for item in set_aside:
-        yield None, None, path, item.location.line, item.location.offset, item.reason
+        yield None, None, name, item.location.line, item.location.offset, item.reason
 
 
 class MaterializeCdcReader(DataSourceReader):
