@@ -143,3 +143,18 @@ def test_compaction_touches_only_changed_buckets(spark, lake):
     assert {f.path for f in table.state().files if f.kind == "base"} == bases
     assert rows_of(spark.table(name))[(5, "y", 6)] == 1
     assert len(rows_of(spark.table(name))) == 64
+
+
+def test_scd2_history_view(spark, lake):
+    name = unique("scd")
+    table = lake.create_table(name, SCHEMA, key=["id"], scd2=True)
+    table.commit(to_df(spark, [((1, "a", 1), 0, 1), ((2, "b", 2), 0, 1)]),
+                 Antichain([0]), Antichain([1]))
+    table.commit(to_df(spark, [((1, "a", 1), 3, -1), ((1, "a", 5), 3, 1),
+                               ((2, "b", 2), 4, -1)]), Antichain([1]), Antichain([5]))
+    history = {tuple(r) for r in spark.table(f"{name}_history").collect()}
+    assert history == {(1, "a", 1, 0, 3), (1, "a", 5, 3, None), (2, "b", 2, 0, 4)}
+    # compacting to 3 folds history before it: versions from then on stay exact
+    compact(table, 3)
+    history = {tuple(r) for r in spark.table(f"{name}_history").collect()}
+    assert history == {(1, "a", 5, 3, None), (2, "b", 2, 3, 4)}

@@ -242,6 +242,10 @@ def _compact_locked(table: Table, state: TableState, since: int | None,
         "rows_written": written,
     })
     publish(spark, directory, result, expected=state.version)
+    if result.scd2:
+        from changelake.lake.scd2 import publish_history
+
+        publish_history(table, result)
     removed = collect_garbage(directory, result, retain)
     step("done", 5)
     return CompactionResult(

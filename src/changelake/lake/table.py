@@ -194,6 +194,10 @@ class Table:
                            versions=evolution.versions, files=files)
             new = _with_detail(new, lower=committed, upper=up, rows=count)
             publish(self.spark, self.directory, new, expected=state.version)
+            if new.scd2:
+                from changelake.lake.scd2 import publish_history
+
+                publish_history(self, new)
             collect_garbage(self.directory, new, retain)
             return CommitResult(self.name, new.version, committed, up, count, False,
                                 evolution.changed)
