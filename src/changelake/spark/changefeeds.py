@@ -277,8 +277,8 @@ def _raise_first(errors: DataFrame) -> None:
         return
     row = first[0]
     more = errors.count() - 1
-    reason = row["error"] + (f" (and {more} more bad line{'s' * (more > 1)}; strict=False "
-                             "sets them aside)" if more else "")
+    reason = row["error"] + (f" (and {more} more bad line{'s' * (more > 1)} found; "
+                             "strict=False sets them aside)" if more else "")
     location = Location(row["file"], row["line"]) if row["file"] is not None else None
     raise ChangefeedError(reason, location)
 
@@ -345,24 +345,26 @@ def _barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, Da
 
 def _columns(schema: TableSchema | None, changes: DataFrame,
              state: DataFrame | None = None) -> list[tuple[str, str]]:
-    """Column names and Spark types: the table schema's, else (and for untyped columns) the
-    kind of the first value seen in a sample of images, else the state's columns."""
+    """Column names and Spark types. The names are the table schema's, else those of the first
+    image in (file, line) order, as the sequential encoder fixes them (a column beyond them is
+    schema drift, an error at its line), else the state's. The types are the schema's, else
+    (and for untyped columns) the kind of the first value seen in a sample of images."""
     sample: dict[str, Any] = {}
-    names: list[str] = list(schema.names) if schema is not None else []
+    names: list[str] | None = list(schema.names) if schema is not None else None
     if schema is None or any(c.type is None for c in schema.columns):
-        for row in changes.select("item").limit(500).collect():
+        for row in changes.orderBy("file", "line").select("item").limit(500).collect():
             change = pickle.loads(row["item"])
             for image in (change.after, change.before):
+                if image is not None and names is None:
+                    names = list(image)
                 for name, value in (image or {}).items():
-                    if name not in names:
-                        names.append(name)
                     if sample.get(name) is None and value is not None \
                             and not isinstance(value, _Unchanged):
                         sample[name] = value
     typed = {c.name: c.type for c in schema.columns} if schema is not None else {}
     stated = {f.name: f.dataType.simpleString() for f in state.schema.fields} \
         if state is not None else {}
-    if not names:
+    if names is None:
         names = list(stated)
     out = []
     for n in names:
