@@ -10,7 +10,9 @@ No rule is restated here; the pure-Python pieces run inside Spark:
 
 1. *Parse* (`mapInPandas`, fully parallel): each line through `DebeziumParser` / `YdbParser`,
    into one row per item. Images, keys and positions travel pickled, so `UNCHANGED`, Uint64
-   beyond a long and NaN survive exactly. A line that does not parse becomes a rejected row.
+   beyond a long and NaN survive exactly. A line that does not parse, or a keyed event whose
+   key cannot be told, becomes an error row; an update that moves its key becomes two rows
+   (`split_moved_key`), one for each key's group.
 2. *Times* that the sequential encoder derives from what came before are derived with windows:
    a transaction's time is the minimum over its events (the first event's, for MySQL GTIDs and
    PostgreSQL without `sequence`); a change without a time of its own (snapshot rows) takes the
@@ -19,16 +21,36 @@ No rule is restated here; the pure-Python pieces run inside Spark:
 3. *Progress* is small and resolved on the driver with the same rules as the encoder
    (`convert.progress.frontier_from` for Debezium, the minimum over files of the last barrier
    for YDB).
-4. *Convert* (`groupBy(key).applyInPandas`): each key's changes go through a fresh
-   `KeyedConverter` (or, without keys, through an `ImageConverter` per table-less group of
-   identical events), which orders them, drops replays and stale events, resolves UNCHANGED,
-   and emits the updates at times below the frontier. Truncates reach every key's group.
+4. *Convert*: with keys, `groupBy(key)` — cogrouped with the `state` table's rows of the keys
+   the batch touches, when one is given — and `applyInArrow`: each key's changes go through a
+   fresh `KeyedConverter` whose `State` holds that key's row, which orders them, drops replays
+   and stale events, resolves UNCHANGED from the state's row, and emits the updates at times
+   below the frontier. Truncates reach every key's group, and the state rows of keys the batch
+   does not touch (`mapInArrow`, no shuffle). The state is joined by key in Spark (the batch's
+   keys typed like the table's columns), so only the touched rows reach Python. Without keys,
+   an `ImageConverter` per Arrow batch of distinct events.
+5. *Failures* inside a worker (schema drift, a value that does not fit its column's Spark type,
+   a truncate without keys, ...) are rows of the output with an `error`, never exceptions: the
+   output is checkpointed once, and the driver raises the first as one `ChangefeedError`
+   naming file and line (`strict`), or adds them to `rejected`. A problem with the state (two
+   rows for a key) is raised either way: it is not a line that can be set aside.
 
-Differences from `encode_changefeed`, from doing a batch at once: there is no state from before
-the batch (keyed conversion starts empty); `strict=True` raises on the first rejected line
-(lowest file, line) only after the whole batch is parsed; times below the frontier are all
-emitted, the rest wait for a later batch; without keys a truncate is rejected (it needs the
-whole table's rows in one place).
+Differences from `encode_changefeed`, from doing a batch at once:
+
+* The state is the table's current rows only: a delete from before the batch is not
+  remembered with its sequence, so the batch's events of a key apply over whatever the state
+  holds (as `encode_changefeed` does with a `MemoryState` of the same rows). Replays of events
+  older than the batch are the caller's to skip (the lake skips times below its frontier).
+* `strict=True` raises on the first bad line (lowest file, line), after the whole batch is
+  parsed; lines that parse but fail conversion are only looked at when no line failed to
+  parse. Nothing is returned then: nothing of the batch was consumed. `strict=False` converts
+  everything else exactly as the encoder does in lenient mode.
+* Columns are typed: a value that does not fit its column's type (the table schema's, else
+  the first value seen) is a bad line here, while the encoder, untyped, passes it through.
+* Without a table schema the columns are those of the first image in `(file, line)` order;
+  the encoder takes the first in the order its files were given.
+* Times below the frontier are all emitted, the rest wait for a later batch; without keys a
+  truncate is rejected (it needs the whole table's rows in one place).
 """
 
 from __future__ import annotations
