@@ -39,8 +39,8 @@ Differences from `encode_changefeed`, from doing a batch at once:
 
 * The state is the table's current rows only: a delete from before the batch is not
   remembered with its sequence, so the batch's events of a key apply over whatever the state
-  holds (as `encode_changefeed` does with a `MemoryState` of the same rows). Replays of events
-  older than the batch are the caller's to skip (the lake skips times below its frontier).
+  holds (as `encode_changefeed` does with a `MemoryState` of the same rows). Events the state
+  already reflects must be skipped by time: `since`.
 * `strict=True` raises on the first bad line (lowest file, line), after the whole batch is
   parsed; lines that parse but fail conversion are only looked at when no line failed to
   parse. Nothing is returned then: nothing of the batch was consumed. `strict=False` converts
@@ -217,11 +217,16 @@ def changefeed_changes(
     strict: bool = True,
     options: UpsertOptions | None = None,
     state: DataFrame | None = None,
+    since: int | None = None,
 ) -> ChangefeedFrames:
     """See the module docstring. `lines` needs `value`, `file` and `line` columns.
 
     `state`: the table's current rows (one per key, the table's columns by name), for keyed
     conversion: what `encode_changefeed(..., state=MemoryState(...))` gets from its `State`.
+    `since`: the state already holds every change at times below it (a table committed up to
+    that frontier), so those changes are replays and skipped. Without it, a re-delivered event
+    would be applied over the state's newer row and the next change of its key would retract
+    a row the table does not hold.
     Raises `ChangefeedError` naming file and line for the first bad line when `strict`;
     otherwise bad lines are in `rejected` and everything else is converted."""
     from pyspark.sql import Window
@@ -265,6 +270,8 @@ def changefeed_changes(
     if strict:
         _raise_first(errors)  # before converting: a bad line stops the batch anyway
 
+    if since is not None:
+        changes = changes.where(F.col("time") >= since)
     columns = _columns(schema, changes, state)
     if options is not None:
         out = _convert_keyed(changes, options, columns, frontier, state)
