@@ -225,3 +225,21 @@ def test_since_skips_what_the_state_already_holds(spark: Any, tmp_path: Path) ->
                                 state=spark.createDataFrame(rows, PG_DDL))
     rest = Counter({(data, time): diff for (data, time), diff in full.items() if time >= cut})
     assert rest and spark_updates(frames) == rest
+
+
+def test_column_types_hold_every_value_of_the_batch(spark: Any, tmp_path: Path) -> None:
+    """A column null in the first several hundred rows is not a string, and a column of ints
+    and floats is a double: the types come from every value, not from the first rows."""
+    path = tmp_path / "types.jsonl"
+    events = [_mysql("c", 10 + i, after={"id": i, "n": None, "x": 1}) for i in range(600)]
+    events.append(_mysql("c", 700, after={"id": 600, "n": 2**63 + 5, "x": 1.5}))
+    events.append(_mysql("c", 701, after={"id": 601, "n": 7, "x": 2}))
+    path.write_bytes(b"\n".join(events) + b"\n")
+    frames = changefeed_changes(lines_frame(spark, [path]), source="debezium", keys=["id"],
+                                close=True, strict=True)
+    assert frames.changes.schema["data"].dataType.simpleString() \
+        == "struct<id:bigint,n:decimal(20,0),x:double>"
+    got = {row["data"]["id"]: row["data"] for row in frames.changes.where("data.id >= 599")
+           .collect()}
+    assert (got[600]["n"], got[600]["x"], got[601]["n"], got[599]["x"]) \
+        == (Decimal(2**63 + 5), 1.5, Decimal(7), 1.0)

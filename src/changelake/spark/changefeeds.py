@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from changelake.convert.images import ImageConverter
@@ -146,6 +146,7 @@ def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str
 
     parser = _parser(source, schema)
     names = [c.split()[0] for c in PARSED_DDL.split(", ")]
+    seen = _Seen()
     for frame in frames:
         rows: list[dict[str, Any]] = []
         for value, file, line in zip(frame["value"], frame["file"], frame["line"], strict=True):
@@ -158,6 +159,7 @@ def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str
                 continue
             if isinstance(item, Change):
                 rows.extend(_change_rows(base, item, keys))
+                seen.observe(item, file, int(line))
             elif isinstance(item, TxBoundary):
                 rows.append({**base, "kind": item.status, "tx": item.id,
                              "end_count": item.event_count})
@@ -168,6 +170,54 @@ def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str
                 assert isinstance(item, Skipped)
                 rows.append({**base, "kind": "skipped"})
         yield pd.DataFrame(rows, columns=names)
+    # What this partition saw of the columns: one row, merged on the driver (`_columns`).
+    yield pd.DataFrame([{**dict.fromkeys(names), "kind": "columns",
+                         "item": pickle.dumps(seen)}], columns=names)
+
+
+@dataclass
+class _Seen:
+    """The columns of a partition's images: the first image's names (by file, line) and the
+    kinds of every non-null value, so that a column's Spark type does not depend on which
+    rows a sample happened to hold (a column null in the first rows is not a string)."""
+
+    first: tuple[str, int, tuple[str, ...]] | None = None
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+    firsts: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # by (file, line)
+
+    def observe(self, change: Change, file: str, line: int) -> None:
+        for image in (change.after, change.before):
+            if image is None:
+                continue
+            if self.first is None or (file, line) < self.first[:2]:
+                self.first = (file, line, tuple(image))
+            for name, value in image.items():
+                if value is not None and not isinstance(value, _Unchanged):
+                    kind = _infer(value)
+                    self.kinds.setdefault(name, set()).add(kind)
+                    if name not in self.firsts or (file, line) < self.firsts[name][:2]:
+                        self.firsts[name] = (file, line, kind)
+
+    def merge(self, other: _Seen) -> None:
+        if other.first is not None and (self.first is None or other.first < self.first):
+            self.first = other.first
+        for name, kinds in other.kinds.items():
+            self.kinds.setdefault(name, set()).update(kinds)
+        for name, first in other.firsts.items():
+            if name not in self.firsts or first < self.firsts[name]:
+                self.firsts[name] = first
+
+    def kind(self, name: str) -> str | None:
+        """The Spark type of a column (None: no value seen): the one numeric type that holds
+        every number seen, else the kind of the first value (the odd values are bad lines)."""
+        kinds = self.kinds.get(name)
+        if not kinds:
+            return None
+        if len(kinds) > 1 and kinds <= {"bigint", "decimal(20,0)"}:
+            return "decimal(20,0)"
+        if len(kinds) > 1 and kinds <= {"bigint", "decimal(20,0)", "double"}:
+            return "double"
+        return self.firsts[name][2]
 
 
 def _change_rows(base: dict[str, Any], change: Change,
@@ -272,7 +322,7 @@ def changefeed_changes(
 
     if since is not None:
         changes = changes.where(F.col("time") >= since)
-    columns = _columns(schema, changes, state)
+    columns = _columns(schema, parsed, state)
     if options is not None:
         out = _convert_keyed(changes, options, columns, frontier, state)
     else:
@@ -372,37 +422,33 @@ def _barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, Da
     return kept, late
 
 
-def _columns(schema: TableSchema | None, changes: DataFrame,
+def _columns(schema: TableSchema | None, parsed: DataFrame,
              state: DataFrame | None = None) -> list[tuple[str, str]]:
     """Column names and Spark types. The names are the table schema's, else those of the first
     image in (file, line) order, as the sequential encoder fixes them (a column beyond them is
-    schema drift, an error at its line), else the state's. The types are the schema's, else
-    (and for untyped columns) the kind of the first value seen in a sample of images."""
-    sample: dict[str, Any] = {}
-    names: list[str] | None = list(schema.names) if schema is not None else None
-    if schema is None or any(c.type is None for c in schema.columns):
-        for row in changes.orderBy("file", "line").select("item").limit(500).collect():
-            change = pickle.loads(row["item"])
-            for image in (change.after, change.before):
-                if image is not None and names is None:
-                    names = list(image)
-                for name, value in (image or {}).items():
-                    if sample.get(name) is None and value is not None \
-                            and not isinstance(value, _Unchanged):
-                        sample[name] = value
-    typed = {c.name: c.type for c in schema.columns} if schema is not None else {}
+    schema drift, an error at its line), else the state's. The types are the table schema's,
+    else the state's (the table's, so that one batch's types cannot drift from the table's),
+    else the one kind that holds every value of the batch (`_Seen.kind`)."""
+    seen = _Seen()
+    for row in parsed.where(parsed["kind"] == "columns").select("item").collect():
+        seen.merge(pickle.loads(row["item"]))
     stated = {f.name: f.dataType.simpleString() for f in state.schema.fields} \
         if state is not None else {}
-    if names is None:
+    if schema is not None:
+        names = list(schema.names)
+    elif seen.first is not None:
+        names = list(seen.first[2])
+    else:
         names = list(stated)
+    typed = {c.name: c.type for c in schema.columns} if schema is not None else {}
     out = []
     for n in names:
         if typed.get(n):
             kind = spark_type(typed[n])
-        elif n in sample or stated.get(n) not in _ARROW_TYPES:
-            kind = _infer(sample.get(n))
+        elif stated.get(n) in _ARROW_TYPES:
+            kind = stated[n]
         else:
-            kind = stated[n]  # nothing seen in the feed: the state knows
+            kind = seen.kind(n) or "string"
         out.append((n, kind))
     return out
 
