@@ -15,7 +15,11 @@ Positions and times (the CDCv2 mapping, DESIGN.md "Conventions"):
   transaction and strictly increases from one transaction to the next, so it is a commit-ordered
   transaction time. Without `sequence[0]` (Debezium < 1.5, or null after some restarts) the
   transaction's time is the `lsn` of its first event this parser saw (by `txId`); that is a
-  fallback, not commit-ordered for concurrent transactions.
+  fallback, not commit-ordered for concurrent transactions (SPEC §1.4: LSNs of concurrent
+  transactions interleave). What happens then is an error, not a wrong history: a transaction
+  that began before, but committed after, one already finished arrives with a time below the
+  frontier, and conversion refuses it naming its line ("arrives after times below ... were
+  finished"). Debezium >= 1.5 sends `sequence`; older feeds need it fixed upstream.
 * MySQL. Position `(binlog file number, pos, row)`. Time: the binlog position of the
   transaction as `file_number << 32 | pos`: from `transaction.id` (`file=..,pos=..`) when present,
   else the position of the first event seen with the same GTID, else the event's own position.

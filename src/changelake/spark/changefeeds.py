@@ -46,11 +46,16 @@ Differences from `encode_changefeed`, from doing a batch at once:
   parse. Nothing is returned then: nothing of the batch was consumed. `strict=False` converts
   everything else exactly as the encoder does in lenient mode.
 * Columns are typed: a value that does not fit its column's type (the table schema's, else
-  the first value seen) is a bad line here, while the encoder, untyped, passes it through.
+  the state's, else the one number type that holds every number of the batch, else the kind
+  of the column's first value) is a bad line here; the encoder, untyped, passes it through.
 * Without a table schema the columns are those of the first image in `(file, line)` order;
   the encoder takes the first in the order its files were given.
 * Times below the frontier are all emitted, the rest wait for a later batch; without keys a
   truncate is rejected (it needs the whole table's rows in one place).
+* Not yet checked here: a change arriving after a later time was finished. The encoder refuses
+  it (e.g. PostgreSQL without `sequence`, where a concurrent transaction's fallback time, its
+  first LSN, is below that of one committed before it); here the whole batch is one window, so
+  it is converted at its (wrong) time.
 """
 
 from __future__ import annotations
@@ -485,7 +490,8 @@ def _misfit(change: Change, kinds: dict[str, str]) -> str | None:
             kind = kinds.get(name)
             if kind is not None and not _fits(value, kind):
                 return (f"column {name} of the {what} image is {value!r}, not a {kind} (the "
-                        "column's type, from the table schema or the first rows seen)")
+                        "column's type: the table schema's, the state's, or that of the "
+                        "column's first value in the batch)")
     return None
 
 
