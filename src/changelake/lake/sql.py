@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pyspark.sql.types import DataType, StructType
@@ -77,9 +78,37 @@ def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | Non
         if with_bucket:
             items.append("CAST(NULL AS INT) AS _bucket")
         return f"SELECT {', '.join(items)} WHERE FALSE"
-    return "\nUNION ALL ".join(
-        project_file_set(fs, state, table_dir, logical, with_bucket) for fs in chosen
-    )
+    if with_bucket:
+        parts = [project_file_set(fs, state, table_dir, logical, True) for fs in chosen]
+    else:
+        parts = [project_file_set(fs, state, table_dir, logical) for fs in group_runs(
+            chosen, table_dir)]
+    return "\nUNION ALL ".join(parts)
+
+
+def group_runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
+    """Read a whole `base/vN` or `delta/vN` directory as one source when every bucket in it
+    is one of `files` (the usual case right after it is written), instead of one source per
+    bucket: each source costs the read path a listing and a footer read when the view is
+    resolved. A directory also holding superseded buckets is read bucket by bucket."""
+    by_root: dict[str, list[FileSet]] = {}
+    out: list[FileSet] = []
+    for fs in files:
+        if fs.bucket is not None and "/_bucket=" in fs.path:
+            by_root.setdefault(fs.path.rsplit("/", 1)[0], []).append(fs)
+        else:
+            out.append(fs)
+    for root, members in by_root.items():
+        on_disk = {p.name for p in (table_dir / root).iterdir() if p.is_dir()} \
+            if (table_dir / root).is_dir() else set()
+        named = {fs.path.rsplit("/", 1)[1] for fs in members}
+        if len(members) > 1 and on_disk == named and len({fs.struct for fs in members}) == 1:
+            first = members[0]
+            out.append(replace(first, path=root, rows=sum(f.rows for f in members),
+                               bytes=sum(f.bytes for f in members), bucket=None))
+        else:
+            out.extend(members)
+    return out
 
 
 def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
