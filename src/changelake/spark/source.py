@@ -54,6 +54,7 @@ from pyspark.sql.datasource import (
     InputPartition,
     WriterCommitMessage,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -352,11 +353,19 @@ class FilesPartition(InputPartition):
     paths: tuple[str, ...]
 
 
-class MaterializeCdcStreamReader(DataSourceStreamReader):
-    """New files since the last offset; an offset is the sorted list of files seen."""
+class MaterializeCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """New files since the last offset; an offset is the sorted list of files seen.
+
+    With `availableNow`, the files present when the query starts are the target: they are
+    read in as many batches as the read limit asks, and later files wait for the next run.
+    """
 
     def __init__(self, options: Options) -> None:
         self.options = options
+        self.target: set[str] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = set(self.options.files())
 
     def initialOffset(self) -> dict:
         return {"files": []}
@@ -366,6 +375,8 @@ class MaterializeCdcStreamReader(DataSourceStreamReader):
 
         seen = set(start["files"]) if start else set()
         new = [f for f in self.options.files() if f not in seen]
+        if self.target is not None:
+            new = [f for f in new if f in self.target]
         cap = limit.max_files if isinstance(limit, ReadMaxFiles) else None
         if cap is not None:
             new = new[:cap]
