@@ -70,6 +70,13 @@ def _report_set_aside(set_aside: list, rejected: list) -> None:
 @click.version_option(package_name="changelake")
 def main() -> None:
     """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
+    import os
+
+    from changelake.spark.session import JVM_LOG_ENV
+
+    # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours.
+    os.environ.setdefault(JVM_LOG_ENV, str(Path(tempfile.gettempdir()) / "changelake"
+                                           / f"spark-{os.getpid()}.log"))
 
 
 def _parse_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict:
@@ -209,6 +216,204 @@ def demo(seed: int, updates: int, workdir: Path | None) -> None:
         _fail("the recovered history differs from the generated one")
     console.print("[bold green]OK[/]: recovered exactly the generated history, once each, "
                   "in time order.")
+
+
+# ------------------------------------------------------------------------------ lake tables
+
+
+def lake_options(func: F) -> F:
+    """--lake, --metastore-uri and the Spark options, for every lake command."""
+    func = spark_options(func)
+    func = click.option("--metastore-uri", default=None, metavar="thrift://HOST:PORT",
+                        help="A Hive metastore service (default: the lake's embedded Derby; "
+                             "see `changelake metastore`).")(func)
+    return click.option("--lake", "lake_dir", required=True,
+                        type=click.Path(file_okay=False, path_type=Path),
+                        help="The lake directory (data files and the embedded metastore).")(func)
+
+
+def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict) -> Any:
+    from changelake.lake.jobs import open_lake
+
+    lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf)
+    lake.spark.sparkContext.setLogLevel("ERROR")
+    return lake
+
+
+def _progress_bar() -> Any:
+    """A rich progress callback on a terminal; None (quiet) otherwise."""
+    if not sys.stderr.isatty():
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    task = bar.add_task("starting", total=1)
+
+    def step(description: str, done: int, total: int) -> None:
+        bar.update(task, description=description, completed=done, total=total)
+
+    return bar, step
+
+
+@main.command()
+@lake_options
+@click.option("--table", required=True, help="Table name (created on first ingest).")
+@click.option("--key", default=None, help="Key columns, comma-separated: one row per key.")
+@click.option("--from", "source", type=click.Choice(["materialize", "debezium", "ydb"]),
+              default="materialize", show_default=True)
+@click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False,
+                                                          path_type=Path),
+              help="Materialize CDC Avro schema (materialize), or YDB table schema (ydb).")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@user_errors
+def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
+           key: str | None, source: str, schema_path: Path | None,
+           inputs: tuple[str, ...]) -> None:
+    """Decode (or convert) INPUT and commit what is new to a lake table, exactly once."""
+    from changelake.lake import jobs
+
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    bar, step = _progress_bar()
+    try:
+        if bar is not None:
+            bar.start()
+        report = jobs.ingest(lake, table, list(inputs), key=key.split(",") if key else (),
+                             source=source, schema=schema_path, progress=step)
+    finally:
+        if bar is not None:
+            bar.stop()
+        lake.spark.stop()
+    commit = report.commit
+    what = "nothing new" if commit.skipped else f"{commit.written:,} update(s)"
+    click.echo(f"{table}: {what} committed, frontier {report.frontier} "
+               f"(version {commit.version})", err=True)
+
+
+@main.command()
+@lake_options
+@click.option("--table", required=True)
+@click.option("--as-of", type=click.IntRange(min=0), default=None,
+              help="The table as it was at this time (from its `since` to its frontier).")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "table"]), default=None,
+              help="Default: table on a terminal, jsonl otherwise.")
+@user_errors
+def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+             table: str, as_of: int | None, fmt: str | None) -> None:
+    """Print the rows of a lake table now, or AS OF a time."""
+    import csv
+
+    import orjson
+
+    from changelake.lake import jobs
+
+    fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        columns = jobs.snapshot_columns(lake, table)
+        rows = jobs.snapshot(lake, table, as_of=as_of)
+        if fmt == "jsonl":
+            out = sys.stdout.buffer
+            for row in rows:
+                out.write(orjson.dumps(row) + b"\n")
+            out.flush()
+        elif fmt == "csv":
+            writer = csv.DictWriter(sys.stdout, fieldnames=columns)
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        else:
+            from rich.console import Console
+            from rich.table import Table
+
+            view = Table(title=f"{table}" + (f" as of {as_of}" if as_of is not None else ""))
+            for name in columns:
+                view.add_column(name)
+            for row in rows:
+                view.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+            Console().print(view)
+    finally:
+        lake.spark.stop()
+
+
+@main.command()
+@lake_options
+@click.option("--table", required=True)
+@click.option("--since", type=click.IntRange(min=0), default=None,
+              help="Advance `since` to this time (default: the table's frontier).")
+@user_errors
+def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+            table: str, since: int | None) -> None:
+    """Fold change segments into the buckets they touch and advance `since`."""
+    from changelake.lake import jobs
+
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    bar, step = _progress_bar()
+    try:
+        if bar is not None:
+            bar.start()
+        result = jobs.compact(lake, table, since=since, progress=step)
+    finally:
+        if bar is not None:
+            bar.stop()
+        lake.spark.stop()
+    if result.version is None:
+        click.echo(f"{table}: nothing to compact (since {result.since})", err=True)
+    else:
+        click.echo(f"{table}: since {result.since_before} -> {result.since}; "
+                   f"{result.segments} segment(s), {result.changes:,} change(s), "
+                   f"{len(result.buckets_touched)} bucket(s) touched, "
+                   f"{result.files_removed} file(s) removed (version {result.version})",
+                   err=True)
+
+
+@main.command()
+@lake_options
+@click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default=None,
+              help="Default: table on a terminal, jsonl otherwise.")
+@user_errors
+def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+           fmt: str | None) -> None:
+    """Per table: frontier, since, rows, segments, files, bytes, last commit."""
+    import orjson
+
+    from changelake.lake import jobs
+
+    fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        tables = jobs.status(lake)
+    finally:
+        lake.spark.stop()
+    if fmt == "jsonl":
+        for item in tables:
+            sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    view = Table(title=f"lake {lake_dir}")
+    for name in ("table", "key", "frontier", "since", "rows", "segments", "files", "bytes",
+                 "version", "last commit"):
+        view.add_column(name, justify="right" if name in ("rows", "files", "bytes") else "left")
+    for t in tables:
+        view.add_row(t.name, ",".join(t.key), str(t.frontier), str(t.since), f"{t.rows:,}",
+                     str(t.segments), str(t.files), f"{t.bytes:,}", str(t.version),
+                     f"{t.last_commit} ({t.last_operation})")
+    Console().print(view)
+
+
+@main.command()
+@click.option("--lake", "lake_dir", required=True,
+              type=click.Path(file_okay=False, path_type=Path))
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port on 127.0.0.1 (default 9083).")
+@user_errors
+def metastore(lake_dir: Path, port: int | None) -> None:
+    """Serve the lake's metastore as a Hive metastore service on 127.0.0.1, so that several
+    Spark processes can use the lake at once (--metastore-uri thrift://127.0.0.1:PORT)."""
+    from changelake.lake import jobs
+
+    sys.exit(jobs.metastore(lake_dir, port=port))
 
 
 if __name__ == "__main__":

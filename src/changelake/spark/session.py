@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangelakeError
 
@@ -97,4 +97,28 @@ def build_session(
     settings.update(conf or {})
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    log = os.environ.get(JVM_LOG_ENV)
+    if not log:
+        return builder.getOrCreate()
+    return _with_stderr_to(Path(log), builder.getOrCreate)
+
+
+JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
+"""If set, the JVM that a new session starts writes its stderr (start-up notices, log4j) to
+this file instead of the terminal. The CLI sets it, so its stderr holds only its own lines."""
+
+
+def _with_stderr_to(path: Path, start: Any) -> Any:
+    """Run `start` with file descriptor 2 pointing at `path`: a JVM launched meanwhile
+    inherits it for life, while this process gets its own stderr back afterwards."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        return start()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
