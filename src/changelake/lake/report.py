@@ -1,0 +1,105 @@
+"""Rendering the lake jobs' results for the CLI: rich tables on a terminal, plain text
+otherwise, and progress bars only on a terminal (quiet in pipes, logs and tests)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
+
+import orjson
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from changelake.lake.compact import CompactionResult
+from changelake.lake.jobs import IngestReport, TableStatus
+from changelake.lake.table import ProgressFn
+
+
+@contextmanager
+def progress_bar(console: Console, title: str) -> Iterator[ProgressFn | None]:
+    """A `ProgressFn` drawing a bar while on a terminal; None (no output) otherwise."""
+    if not console.is_terminal:
+        yield None
+        return
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn(
+            "{task.completed}/{task.total}"), TimeElapsedColumn(), console=console,
+            transient=True) as bar:
+        task = bar.add_task(title, total=1)
+
+        def update(description: str, done: int, total: int) -> None:
+            bar.update(task, description=f"{title}: {description}", completed=done,
+                       total=total)
+
+        yield update
+
+
+def write_snapshot(rows: Iterable[dict[str, Any]], columns: Sequence[str], fmt: str,
+                   out: IO[bytes], console: Console | None = None) -> int:
+    """Print rows as jsonl (one JSON object per row, plain values), csv, or a table; returns
+    the number of rows."""
+    n = 0
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(orjson.dumps(row) + b"\n")
+            n += 1
+    elif fmt == "csv":
+        text = io.StringIO()
+        writer = csv.writer(text)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+            n += 1
+        out.write(text.getvalue().encode())
+    elif fmt == "table":
+        table = RichTable(*columns)
+        for row in rows:
+            table.add_row(*["∅" if row.get(c) is None else str(row.get(c)) for c in columns])
+            n += 1
+        (console or Console()).print(table)
+    else:
+        raise ValueError(f"unknown format {fmt!r}: jsonl, csv or table")
+    return n
+
+
+def status_table(statuses: Sequence[TableStatus]) -> RichTable:
+    table = RichTable("table", "key", "frontier", "since", "rows", "segments", "files",
+                      "bytes", "version", "last commit")
+    for s in statuses:
+        table.add_row(s.name, ",".join(s.key) or "-", str(s.frontier), str(s.since),
+                      f"{s.rows:,}", str(s.segments), str(s.files), f"{s.bytes:,}",
+                      str(s.version), f"{s.last_operation} {s.last_commit}")
+    return table
+
+
+def print_status(statuses: Sequence[TableStatus], console: Console, out: IO[bytes]) -> None:
+    """A rich table on a terminal, JSON lines (one per table) otherwise."""
+    if console.is_terminal:
+        console.print(status_table(statuses))
+    else:
+        for s in statuses:
+            out.write(orjson.dumps(s.to_json()) + b"\n")
+
+
+def ingest_line(report: IngestReport) -> str:
+    c = report.commit
+    if c.skipped:
+        return (f"{report.table}: nothing new (committed through {c.lower}; input frontier "
+                f"{report.frontier})")
+    made = "created, " if report.created else ""
+    return (f"{report.table}: {made}committed {c.written:,} updates at times [{c.lower}, "
+            f"{'∞' if c.upper is None else c.upper}) as version {c.version}"
+            + (" (schema changed)" if c.schema_changed else ""))
+
+
+def compact_line(result: CompactionResult) -> str:
+    if result.version is None:
+        return f"{result.table}: nothing to compact (since {result.since})"
+    return (f"{result.table}: since {result.since_before} -> {result.since}; {result.changes:,}"
+            f" changes from {result.segments} segment(s) into {len(result.buckets_touched)} "
+            f"bucket(s), {len(result.merged)} merged, {len(result.folded)} folded; "
+            f"{result.rows_written:,} rows written, {result.files_removed} old file set(s) "
+            f"removed")
