@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,8 +34,13 @@ from changelake.lake.layout import TableState, file_set_leaves, read_manifest, w
 from changelake.lake.sql import quote, read_marker, state_sql
 
 DEFAULT_RETAIN = 2
-"""States whose files survive garbage collection: the current one and the one before, so a
-reader that resolved the previous view while a commit happened still finds its files."""
+"""States whose files survive garbage collection whatever their age: the current one and the
+one before."""
+
+DEFAULT_GRACE_SECONDS = 300.0
+"""How long a replaced state's files stay, for readers that resolved its view just before it
+was replaced (a query that takes longer than this on a table committed to meanwhile can fail
+with a missing file, as on any lake format with vacuuming)."""
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -115,20 +121,32 @@ def publish(spark: SparkSession, table_dir: Path, state: TableState, *,
         spark.sql(f"ALTER VIEW {qualified(state.name)} AS {sql}")
 
 
-def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RETAIN) -> int:
-    """Delete file sets that no retained committed state refers to; return how many.
+def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RETAIN,
+                    grace_seconds: float = DEFAULT_GRACE_SECONDS) -> int:
+    """Delete file sets that no committed state a reader may still be using refers to; return
+    how many were deleted.
 
-    Call with the writer lock held and `state` just committed: then every file set on disk is
-    either referenced by a retained state, or superseded longer ago, or left by a run that
-    crashed before its commit; the latter two are garbage.
+    A state may be in use from its commit until `grace_seconds` after the next commit replaced
+    it (a reader resolves the view, then lists and reads the files it names), and the last
+    `retain` states are kept regardless. Call with the writer lock held and `state` just
+    committed: every other file set on disk was then either superseded longer ago, or left by
+    a run that crashed before its commit (never visible); both are garbage.
     """
-    keep: set[str] = set()
-    for version in range(max(0, state.version - retain + 1), state.version + 1):
+    now = time.time()
+    keep: set[str] = {f.path for f in state.files}
+    replaced_at = state.committed_at  # when the state below `version` stopped being current
+    version = state.version - 1
+    while version >= 0:
+        in_window = version > state.version - retain or now - replaced_at < grace_seconds
+        if not in_window:
+            break
         try:
-            old = state if version == state.version else read_manifest(table_dir, version)
+            old = read_manifest(table_dir, version)
         except LakeError:
-            continue
+            break
         keep.update(f.path for f in old.files)
+        replaced_at = old.committed_at
+        version -= 1
     removed = 0
     for leaf in list(file_set_leaves(table_dir)):
         if leaf not in keep:
