@@ -13,6 +13,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from changelake.protocol.consolidate import consolidate
 from changelake.protocol.messages import Message, Progress, Update, Updates
 from changelake.protocol.writer import Writer
@@ -141,3 +143,97 @@ def justified(truth: Sequence[Update], delivered: Sequence[Message]) -> tuple[li
     kept = [u for u in truth if frontier is None or u[1] < frontier]
     return kept, ([] if frontier is None else [frontier])
 
+
+
+# ------------------------------------------------------------------ a Debezium changefeed
+
+ORDER_COLUMNS = ("id", "customer", "amount_cents", "status")
+
+
+@dataclass(frozen=True, slots=True)
+class DebeziumFeed:
+    """Debezium PostgreSQL change events for a table `orders`, with the truth to check against.
+
+    Events are bare payloads as the default replica identity writes them: updates carry no
+    before-image and deletes only the key, so conversion must take previous rows by key. The
+    feed ends with a tail of events re-sent after a simulated connector restart.
+    """
+
+    events: list[dict]
+    states: list[tuple[int, dict[int, dict]]]  # (time, rows by id after that time)
+    replayed: int
+
+    @property
+    def final(self) -> dict[int, dict]:
+        return self.states[-1][1]
+
+
+def debezium_orders(
+    rng: random.Random, *, rows: int = 50, transactions: int = 60, replay: int = 5
+) -> DebeziumFeed:
+    """A snapshot of `rows` orders, then `transactions` transactions of 1-4 changes each.
+
+    Times follow the Debezium mapping changelake uses for PostgreSQL (`formats/debezium.py`):
+    a transaction's time is `sequence[0]`, the LSN of the previous commit; snapshot rows come
+    at time 0.
+    """
+    live: dict[int, dict] = {}
+    events: list[dict] = []
+    lsn = 24_000_000
+    statuses = ("new", "paid", "shipped", "returned")
+
+    def event(op: str, before: dict | None, after: dict | None, *, snapshot: str,
+              previous_commit: int | None, xid: int) -> dict:
+        nonlocal lsn
+        lsn += rng.randint(8, 200)
+        sequence = orjson.dumps([None if previous_commit is None else str(previous_commit),
+                                 str(lsn)]).decode()
+        return {"before": before, "after": after, "op": op, "ts_ms": 1_700_000_000_000 + lsn,
+                "transaction": None,
+                "source": {"version": "2.5.0.Final", "connector": "postgresql", "name": "demo",
+                           "ts_ms": 1_700_000_000_000 + lsn, "snapshot": snapshot, "db": "shop",
+                           "sequence": sequence, "schema": "public", "table": "orders",
+                           "txId": xid, "lsn": lsn, "xmin": None}}
+
+    def order(key: int) -> dict:
+        return {"id": key, "customer": f"customer-{rng.randrange(20)}",
+                "amount_cents": rng.randrange(100, 100_000), "status": rng.choice(statuses)}
+
+    xid = 500
+    for key in range(rows):
+        live[key] = order(key)
+        flag = "last" if key == rows - 1 else ("first" if key == 0 else "true")
+        events.append(event("r", None, live[key], snapshot=flag, previous_commit=None, xid=xid))
+    states: list[tuple[int, dict[int, dict]]] = [(0, {k: dict(v) for k, v in live.items()})]
+    previous_commit = lsn
+    next_key = rows
+    for _ in range(transactions):
+        xid += 1
+        time = previous_commit
+        touched: set[int] = set()
+        for _ in range(rng.randint(1, 4)):
+            roll = rng.random()
+            candidates = [k for k in live if k not in touched]
+            if roll < 0.35 or not candidates:
+                key, next_key = next_key, next_key + 1
+                live[key] = order(key)
+                events.append(event("c", None, live[key], snapshot="false",
+                                    previous_commit=time, xid=xid))
+            elif roll < 0.8:
+                key = rng.choice(candidates)
+                live[key] = {**live[key], "status": rng.choice(statuses),
+                             "amount_cents": rng.randrange(100, 100_000)}
+                events.append(event("u", None, live[key], snapshot="false",
+                                    previous_commit=time, xid=xid))
+            else:
+                key = rng.choice(candidates)
+                del live[key]
+                events.append(event("d", {"id": key, "customer": None, "amount_cents": None,
+                                          "status": None}, None, snapshot="false",
+                                    previous_commit=time, xid=xid))
+            touched.add(key)
+        lsn += rng.randint(8, 64)  # the commit record
+        previous_commit = lsn
+        states.append((time, {k: dict(v) for k, v in live.items()}))
+    tail = events[-replay:] if replay else []
+    return DebeziumFeed(events + tail, states, len(tail))
