@@ -246,7 +246,12 @@ def decode(
         t for t, n in distinct.items() if n > resolution.expected.get(t, 0)
     )
     if strict and (zeros or conflicts or excess):
-        _raise_first(updates, grouped, zeros, conflicts, excess, resolution.expected, distinct)
+        try:
+            _raise_first(updates, grouped, zeros, conflicts, excess, resolution.expected,
+                         distinct)
+        finally:
+            if cache:
+                grouped.unpersist()  # the caller never sees it: do not leak the cache
 
     # The frontier: the progress frontier, held back by covered times still missing updates
     # (and, in lenient mode, by times whose extra updates cannot be told apart).
