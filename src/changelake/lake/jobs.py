@@ -45,8 +45,8 @@ from changelake.lake.catalog import DEFAULT_BUCKETS, Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.layout import SEGMENT
 from changelake.lake.table import CommitResult, ProgressFn, Table
-from changelake.protocol import Antichain, Progress, Updates
-from changelake.values import thaw
+from changelake.protocol import Antichain
+from changelake.spark.jobs import translate_errors
 
 
 def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: str = "local[*]",
@@ -136,43 +136,32 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
                        schema_file: Path | None) -> tuple[DataFrame, DataFrame]:
     """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them.
 
-    The files are parsed on the driver with the project's codecs (Spark has no Avro reader
-    here); the decoding itself runs on Spark.
+    The executors parse the files (the `materialize-cdc` data source); nothing is collected.
+    The Avro schema is the `schema_file`, else the first container file's own; JSON-lines
+    input alone needs `schema_file` to type the rows.
     """
-    from changelake.formats.materialize import load_schema, read_all
+    from changelake.formats.materialize import expand_paths, load_schema
     from changelake.spark.decode import split_messages
-    from changelake.spark.encode import messages_schema
+    from changelake.spark.jobs import read_messages_frame
 
     cdc = load_schema(Path(schema_file)) if schema_file else None
-    updates: list[dict[str, Any]] = []
-    statements: list[Progress] = []
-    for message in read_all([str(p) for p in inputs], schema=cdc):
-        if isinstance(message, Updates):
-            updates.extend({"data": thaw(d), "time": t, "diff": n}
-                           for d, t, n in message.updates)
-        else:
-            statements.append(message)
-    if cdc is not None:
-        data_type = avro_to_spark(cdc.data_type, dict(cdc.named))
-    else:
-        data_type = _infer_struct([u["data"] for u in updates[:1000]])
-    if not data_type.fields:  # type: ignore[attr-defined]
-        raise InputError("no updates with columns in the input, and no --schema to say them")
-    rows: list[dict[str, Any]] = []
-    for u in updates:
-        rows.append({"updates": [u], "progress": None})
-    for p in statements:
-        rows.append({"updates": None, "progress": {
-            "lower": list(p.lower.elements), "upper": list(p.upper.elements),
-            "counts": [{"time": t, "count": c} for t, c in p.counts]}})
-    messages = spark.createDataFrame(rows, messages_schema(data_type))
+    files = [str(p) for p in expand_paths([str(p) for p in inputs])]
+    if not files:
+        raise InputError("no input files")
+    messages = read_messages_frame(spark, files, schema=cdc, data_as="struct")
     return split_messages(messages)
 
 
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
-                      key: Sequence[str], schema_file: Path | None
+                      key: Sequence[str], schema_file: Path | None, *,
+                      state: DataFrame | None = None, since: int | None = None
                       ) -> tuple[DataFrame, int | None]:
-    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier."""
+    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier.
+
+    `state` holds the table's current rows (one per key): a keyed conversion takes a key's
+    previous row from it, so an update or delete of a row committed earlier retracts it.
+    `since` is the table's committed frontier: changes before it are already in `state`.
+    """
     from changelake.formats.materialize import expand_paths
     from changelake.spark.changefeeds import changefeed_changes
 
@@ -184,7 +173,8 @@ def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source:
     frame = spark.createDataFrame(lines, "value string, file string, line long")
     table_schema = json.loads(Path(schema_file).read_text()) if schema_file else None
     frames = changefeed_changes(frame, source=source,  # type: ignore[arg-type]
-                                keys=list(key) or None, table_schema=table_schema)
+                                keys=list(key) or None, table_schema=table_schema,
+                                state=state, since=since)
     # A transaction may touch one row several times: consolidate, so a keyed table sees at
     # most one insertion and one retraction per key and time.
     changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
@@ -213,11 +203,14 @@ def ingest(lake: Lake, table: str, inputs: Sequence[str | Path], *, key: Sequenc
         updates_df, progress_df = materialize_frames(spark, inputs, schema)
         step("decoding", 1, 3)
         since = Antichain([committed]) if committed is not None else Antichain([0])
-        decoded = decode(updates_df, progress_df, since=since)
+        decoded = translate_errors(decode, updates_df, progress_df, since=since)
         rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
     elif source in ("debezium", "ydb"):
         step("converting", 1, 3)
-        changes, frontier = changefeed_frames(spark, inputs, source, key, schema)
+        # A keyed table's previous rows come from the table itself (upserts by key).
+        state = lake.table(table).current() if existing and key else None
+        changes, frontier = changefeed_frames(spark, inputs, source, key, schema, state=state,
+                                              since=committed if existing else None)
         rows = flatten(changes)
         # Changefeed times are log positions (sparse), so no gap can be told from the times;
         # the input is taken to continue the committed history (Debezium re-delivers from the

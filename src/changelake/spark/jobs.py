@@ -55,7 +55,7 @@ class SparkDecoded:
         if self.decoded is None:
             return
         ordered = self.decoded.updates.orderBy("time", "data")
-        for row in _translated(ordered.toLocalIterator):
+        for row in translate_errors(ordered.toLocalIterator):
             yield b'{"data":%s,"time":%d,"diff":%d}' % (
                 row["data"].encode(), row["time"], row["diff"]
             )
@@ -86,7 +86,7 @@ class SparkDecoded:
             self.decoded.unpersist()
 
 
-def _translated(action: Any, *args: Any, **kwargs: Any) -> Any:
+def translate_errors(action: Any, *args: Any, **kwargs: Any) -> Any:
     """Run a Spark action; an input error raised in an executor comes back as `InputError`."""
     try:
         return action(*args, **kwargs)
@@ -121,7 +121,7 @@ def read_messages_frame(
     )
     if schema is not None:
         reader = reader.option("avroSchema", orjson.dumps(schema.avro).decode())
-    return _translated(reader.load)
+    return translate_errors(reader.load)
 
 
 def decode_files(
@@ -148,7 +148,7 @@ def decode_files(
     messages = read_messages_frame(spark, files, schema=schema, lenient=not strict)
     set_aside: list[SetAside] = []
     if not strict:
-        for row in _translated(
+        for row in translate_errors(
             messages.where(F.col("_error").isNotNull())
             .select("_file", "_line", "_offset", "_error")
             .collect
@@ -157,7 +157,7 @@ def decode_files(
                 SetAside(Location(row["_file"], row["_line"], row["_offset"]), row["_error"])
             )
     updates, progress = split_messages(messages)
-    decoded = _translated(decode, updates, progress, since=since, strict=strict)
+    decoded = translate_errors(decode, updates, progress, since=since, strict=strict)
     rejected = [] if strict else _rejected_items(decoded)
     return SparkDecoded(
         decoded.frontier,
