@@ -177,3 +177,11 @@ def test_replaced_files_are_deleted_only_when_no_recent_state_refers_to_them(spa
     assert collect_garbage(table.directory, state, retain=1, grace_seconds=0) == 2
     assert set(file_set_leaves(table.directory)) == live
     assert rows_of(spark.table(name)) == {(1, "a", 1): 1, (2, "b", 1): 1}
+
+
+def test_compaction_with_nothing_committed_past_since_is_a_no_op(spark, lake):
+    name = unique("empty")
+    table = lake.create_table(name, SCHEMA, key=["id"])
+    assert compact(table).version is None  # nothing committed yet: nothing to do
+    table.commit(to_df(spark, []), Antichain([0]), Antichain([1]))
+    assert compact(table).version is None and table.state().since == 0

@@ -140,7 +140,9 @@ def _compact_locked(table: Table, state: TableState, since: int | None,
     segments = state.segments()
     if since is None:
         if upper is not None:
-            since = upper - 1
+            if upper <= state.since:  # nothing committed past `since`: nothing to do
+                return CompactionResult(state.name, None, state.since, state.since)
+            since = upper - 1  # default: as far as is committed
         else:
             since = max([s.max_time for s in segments if s.max_time is not None]
                         + [state.since])
