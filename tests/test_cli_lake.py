@@ -29,7 +29,8 @@ def orders_feed(tmp_path: Path) -> Path:
     return feed
 
 
-def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path) -> None:
+def ingest_twice_and_snapshot(tmp_path: Path) -> list[str]:
+    """The essential sequence; returns the lake options for further commands."""
     feed = orders_feed(tmp_path)
     lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
     first = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
@@ -42,24 +43,16 @@ def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path) -> None:
     rows = sorted((r["order_id"], r["product_id"]) for r in map(orjson.loads,
                                                                 now.stdout.splitlines()))
     assert rows == [(1, 3), (2, 2), (3, 2)]  # one row per key, order 1 moved to product 3
+    return lake
+
+
+def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path) -> None:
+    ingest_twice_and_snapshot(tmp_path)
 
 
 @pytest.mark.slow
 def test_ingest_snapshot_compact_status(tmp_path: Path) -> None:
-    feed = orders_feed(tmp_path)
-    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
-
-    first = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
-    assert first.returncode == 0, first.stderr
-    assert first.stderr.decode().strip().splitlines() == [
-        "orders: 5 update(s) committed, frontier [] (version 1)"]
-    again = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
-    assert "nothing new committed" in again.stderr.decode()
-
-    now = run("snapshot", *lake, "--table", "orders", "--format", "jsonl")
-    rows = sorted((r["order_id"], r["product_id"]) for r in map(orjson.loads,
-                                                                now.stdout.splitlines()))
-    assert rows == [(1, 3), (2, 2), (3, 2)]  # one row per key, order 1 moved to product 3
+    lake = ingest_twice_and_snapshot(tmp_path)
     before = run("snapshot", *lake, "--table", "orders", "--as-of", "1", "--format", "csv")
     assert before.returncode == 0, before.stderr
     lines = before.stdout.decode().splitlines()

@@ -108,19 +108,9 @@ class Reader:
         """Why the frontier is not further along, in words; None if the stream is closed."""
         if self._reported.is_closed:
             return None
-        reasons: list[str] = []
-        if self._incomplete:
-            times = sorted(self._incomplete)
-            shown = ", ".join(f"{t!r} ({self._counts[t]} missing)" for t in times[:5])
-            more = f" and {len(times) - 5} more" if len(times) > 5 else ""
-            reasons.append(f"updates missing at time {shown}{more}")
-        if not self._progress.is_closed:
-            gap = f"no progress statement covers times from {self._progress.to_json()}"
-            if self._queue:
-                lowers = sorted({str(p.lower.to_json()) for p in self._queue})[:3]
-                gap += f" (queued statements start at {', '.join(lowers)})"
-            reasons.append(gap)
-        return "; ".join(reasons)
+        missing = {t: self._counts[t] for t in self._incomplete}
+        lowers = sorted({str(p.lower.to_json()) for p in self._queue})
+        return waiting_reason(missing, self._progress, lowers)
 
     # ------------------------------------------------------------------------------- input
 
@@ -331,6 +321,26 @@ class Reader:
         reader._incomplete = {time_of(t) for t in state["incomplete"]}
         reader._queue = [progress_from_json(p) for p in state["queue"]]
         return reader
+
+
+def waiting_reason(
+    missing: dict[Time, int], progress: Antichain, queued_lowers: Iterable[str] = ()
+) -> str | None:
+    """Why a frontier is held back, in words, for both engines: covered times still missing
+    updates (with how many), and the first time no grafted statement covers."""
+    reasons: list[str] = []
+    if missing:
+        times = sorted(missing)
+        shown = ", ".join(f"{t!r} ({missing[t]} missing)" for t in times[:5])
+        more = f" and {len(times) - 5} more" if len(times) > 5 else ""
+        reasons.append(f"updates missing at time {shown}{more}")
+    if not progress.is_closed:
+        gap = f"no progress statement covers times from {progress.to_json()}"
+        lowers = list(queued_lowers)[:3]
+        if lowers:
+            gap += f" (queued statements start at {', '.join(lowers)})"
+        reasons.append(gap)
+    return "; ".join(reasons) or None
 
 
 def progress_to_json(p: Progress) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import orjson
 from changelake.errors import InputError, Location, ProtocolError
 from changelake.formats.materialize import CdcSchema, SetAside, expand_paths
 from changelake.protocol import Antichain, Rejected, Updates
+from changelake.protocol.reader import waiting_reason
 from changelake.values import freeze
 
 if TYPE_CHECKING:
@@ -69,17 +70,7 @@ class SparkDecoded:
         """Why the frontier is not further along, in the local engine's words."""
         if self.frontier.is_closed:
             return None
-        reasons: list[str] = []
-        if self.missing:
-            times = sorted(self.missing)
-            shown = ", ".join(f"{t!r} ({self.missing[t]} missing)" for t in times[:5])
-            more = f" and {len(times) - 5} more" if len(times) > 5 else ""
-            reasons.append(f"updates missing at time {shown}{more}")
-        if not self.progress_frontier.is_closed:
-            reasons.append(
-                f"no progress statement covers times from {self.progress_frontier.to_json()}"
-            )
-        return "; ".join(reasons) or None
+        return waiting_reason(dict(self.missing), self.progress_frontier)
 
     def close(self) -> None:
         if self.decoded is not None:
