@@ -36,9 +36,9 @@ def ingest_twice_and_snapshot(tmp_path: Path) -> list[str]:
     first = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
     assert first.returncode == 0, first.stderr
     assert first.stderr.decode().strip().splitlines() == [
-        "orders: 5 update(s) committed, frontier [] (version 1)"]
+        "orders: created, committed 5 updates at times [0, ∞) as version 1"]
     again = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
-    assert "nothing new committed" in again.stderr.decode()
+    assert again.returncode == 0 and "orders: nothing new" in again.stderr.decode()
     now = run("snapshot", *lake, "--table", "orders", "--format", "jsonl")
     rows = sorted((r["order_id"], r["product_id"]) for r in map(orjson.loads,
                                                                 now.stdout.splitlines()))
@@ -60,10 +60,23 @@ def test_ingest_snapshot_compact_status(tmp_path: Path) -> None:
     assert len(lines) == 4 and any(",1," in line for line in lines[1:])  # product 1 then
 
     compacted = run("compact", *lake, "--table", "orders")
-    assert compacted.returncode == 0 and "since 0 ->" in compacted.stderr.decode()
+    assert compacted.returncode == 0 and "since 0 -> " in compacted.stderr.decode()
     status = run("status", *lake, "--format", "jsonl")
     (table,) = map(orjson.loads, status.stdout.splitlines())
     assert table["name"] == "orders" and table["rows"] == 3 and table["frontier"] == []
     missing = run("snapshot", *lake, "--table", "nope")
     assert missing.returncode == 2
     assert missing.stderr.decode().count("\n") == 1 and "nope" in missing.stderr.decode()
+
+
+@pytest.mark.slow
+def test_scd2_history_from_the_cli(tmp_path: Path) -> None:
+    feed = orders_feed(tmp_path)
+    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
+    assert run("ingest", *lake, "--table", "orders", "--key", "order_id", "--scd2",
+               str(feed)).returncode == 0
+    history = run("snapshot", *lake, "--table", "orders", "--history", "--format", "jsonl")
+    versions = [(r["order_id"], r["product_id"], r["valid_from"], r["valid_to"])
+                for r in map(orjson.loads, history.stdout.splitlines())]
+    assert versions == [(1, 1, 0, 23911952), (1, 3, 23911952, None), (2, 2, 0, None),
+                        (3, 2, 0, None)]

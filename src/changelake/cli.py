@@ -273,21 +273,6 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
     return lake
 
 
-def _progress_bar() -> Any:
-    """A rich progress callback on a terminal; None (quiet) otherwise."""
-    if not sys.stderr.isatty():
-        return None, None
-    from rich.progress import Progress
-
-    bar = Progress(transient=True)
-    task = bar.add_task("starting", total=1)
-
-    def step(description: str, done: int, total: int) -> None:
-        bar.update(task, description=description, completed=done, total=total)
-
-    return bar, step
-
-
 @main.command()
 @lake_options
 @click.option("--table", required=True, help="Table name (created on first ingest).")
@@ -297,29 +282,27 @@ def _progress_bar() -> Any:
 @click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False,
                                                           path_type=Path),
               help="Materialize CDC Avro schema (materialize), or YDB table schema (ydb).")
+@click.option("--scd2", is_flag=True,
+              help="Also keep NAME_history: one row per version of a key with valid_from / "
+                   "valid_to (SCD type 2). Takes effect when the table is created.")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
-           key: str | None, source: str, schema_path: Path | None,
+           key: str | None, source: str, schema_path: Path | None, scd2: bool,
            inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT and commit what is new to a lake table, exactly once."""
-    from changelake.lake import jobs
+    from rich.console import Console
+
+    from changelake.lake import jobs, report
 
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    bar, step = _progress_bar()
     try:
-        if bar is not None:
-            bar.start()
-        report = jobs.ingest(lake, table, list(inputs), key=key.split(",") if key else (),
-                             source=source, schema=schema_path, progress=step)
+        with report.progress_bar(Console(stderr=True), f"ingest {table}") as step:
+            result = jobs.ingest(lake, table, list(inputs), key=key.split(",") if key else (),
+                                 source=source, schema=schema_path, progress=step, scd2=scd2)
     finally:
-        if bar is not None:
-            bar.stop()
         lake.spark.stop()
-    commit = report.commit
-    what = "nothing new" if commit.skipped else f"{commit.written:,} update(s)"
-    click.echo(f"{table}: {what} committed, frontier {report.frontier} "
-               f"(version {commit.version})", err=True)
+    click.echo(report.ingest_line(result), err=True)
 
 
 @main.command()
@@ -327,43 +310,25 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 @click.option("--table", required=True)
 @click.option("--as-of", type=click.IntRange(min=0), default=None,
               help="The table as it was at this time (from its `since` to its frontier).")
+@click.option("--history", is_flag=True,
+              help="SCD type 2: every version of every key, with valid_from / valid_to.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "table"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
 @user_errors
 def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-             table: str, as_of: int | None, fmt: str | None) -> None:
-    """Print the rows of a lake table now, or AS OF a time."""
-    import csv
-
-    import orjson
-
-    from changelake.lake import jobs
+             table: str, as_of: int | None, history: bool, fmt: str | None) -> None:
+    """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history."""
+    if history and as_of is not None:
+        raise click.UsageError("--history and --as-of are exclusive")
+    from changelake.lake import jobs, report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        columns = jobs.snapshot_columns(lake, table)
-        rows = jobs.snapshot(lake, table, as_of=as_of)
-        if fmt == "jsonl":
-            out = sys.stdout.buffer
-            for row in rows:
-                out.write(orjson.dumps(row) + b"\n")
-            out.flush()
-        elif fmt == "csv":
-            writer = csv.DictWriter(sys.stdout, fieldnames=columns)
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({k: "" if v is None else v for k, v in row.items()})
-        else:
-            from rich.console import Console
-            from rich.table import Table
-
-            view = Table(title=f"{table}" + (f" as of {as_of}" if as_of is not None else ""))
-            for name in columns:
-                view.add_column(name)
-            for row in rows:
-                view.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
-            Console().print(view)
+        columns = jobs.snapshot_columns(lake, table, history=history)
+        report.write_snapshot(jobs.snapshot(lake, table, as_of=as_of, history=history),
+                              columns, fmt, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
     finally:
         lake.spark.stop()
 
@@ -377,26 +342,17 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
 def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
             table: str, since: int | None) -> None:
     """Fold change segments into the buckets they touch and advance `since`."""
-    from changelake.lake import jobs
+    from rich.console import Console
+
+    from changelake.lake import jobs, report
 
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    bar, step = _progress_bar()
     try:
-        if bar is not None:
-            bar.start()
-        result = jobs.compact(lake, table, since=since, progress=step)
+        with report.progress_bar(Console(stderr=True), f"compact {table}") as step:
+            result = jobs.compact(lake, table, since=since, progress=step)
     finally:
-        if bar is not None:
-            bar.stop()
         lake.spark.stop()
-    if result.version is None:
-        click.echo(f"{table}: nothing to compact (since {result.since})", err=True)
-    else:
-        click.echo(f"{table}: since {result.since_before} -> {result.since}; "
-                   f"{result.segments} segment(s), {result.changes:,} change(s), "
-                   f"{len(result.buckets_touched)} bucket(s) touched, "
-                   f"{result.files_removed} file(s) removed (version {result.version})",
-                   err=True)
+    click.echo(report.compact_line(result), err=True)
 
 
 @main.command()
@@ -408,8 +364,9 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            fmt: str | None) -> None:
     """Per table: frontier, since, rows, segments, files, bytes, last commit."""
     import orjson
+    from rich.console import Console
 
-    from changelake.lake import jobs
+    from changelake.lake import jobs, report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
@@ -420,19 +377,8 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if fmt == "jsonl":
         for item in tables:
             sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    view = Table(title=f"lake {lake_dir}")
-    for name in ("table", "key", "frontier", "since", "rows", "segments", "files", "bytes",
-                 "version", "last commit"):
-        view.add_column(name, justify="right" if name in ("rows", "files", "bytes") else "left")
-    for t in tables:
-        view.add_row(t.name, ",".join(t.key), str(t.frontier), str(t.since), f"{t.rows:,}",
-                     str(t.segments), str(t.files), f"{t.bytes:,}", str(t.version),
-                     f"{t.last_commit} ({t.last_operation})")
-    Console().print(view)
+    else:
+        Console().print(report.status_table(tables))
 
 
 @main.command()

@@ -132,15 +132,21 @@ def _infer_struct(samples: Sequence[dict[str, Any]]) -> StructType:
     return StructType([StructField(n, types[n], True) for n in names])
 
 
+def _starts_with(path: str, magic: bytes) -> bool:
+    with open(path, "rb") as fo:
+        return fo.read(len(magic)) == magic
+
+
 def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
                        schema_file: Path | None) -> tuple[DataFrame, DataFrame]:
     """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them.
 
     The executors parse the files (the `materialize-cdc` data source); nothing is collected.
-    The Avro schema is the `schema_file`, else the first container file's own; JSON-lines
-    input alone needs `schema_file` to type the rows.
+    The Avro schema is the `schema_file`, else the first container file's own. JSON lines with
+    neither are read as canonical JSON text and typed by Spark's JSON schema inference over the
+    rows (field names sorted, as the schemaless codec orders them).
     """
-    from changelake.formats.materialize import expand_paths, load_schema
+    from changelake.formats.materialize import OCF_MAGIC, expand_paths, load_schema
     from changelake.spark.decode import split_messages
     from changelake.spark.jobs import read_messages_frame
 
@@ -148,8 +154,17 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     if not files:
         raise InputError("no input files")
-    messages = read_messages_frame(spark, files, schema=cdc, data_as="struct")
-    return split_messages(messages)
+    typed = cdc is not None or any(_starts_with(f, OCF_MAGIC) for f in files)
+    messages = read_messages_frame(spark, files, schema=cdc,
+                                   data_as="struct" if typed else "json")
+    updates, progress = split_messages(messages)
+    if typed:
+        return updates, progress
+    texts = updates.select("data").rdd.map(lambda row: row[0])
+    inferred = translate_errors(lambda: spark.read.json(texts).schema)
+    if not inferred.fields:
+        raise InputError("no updates with columns in the input, and no --schema to type them")
+    return updates.withColumn("data", F.from_json("data", inferred)), progress
 
 
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
@@ -189,9 +204,11 @@ def flatten(updates: DataFrame) -> DataFrame:
 
 def ingest(lake: Lake, table: str, inputs: Sequence[str | Path], *, key: Sequence[str] = (),
            source: str = "materialize", schema: Path | None = None,
-           buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None) -> IngestReport:
+           buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None,
+           scd2: bool = False) -> IngestReport:
     """Decode or convert `inputs` and commit what is new to `table` (created if missing, keyed
-    by `key`). Exactly once: see the module docstring."""
+    by `key`, with an SCD type 2 history view if `scd2`). Exactly once: see the module
+    docstring."""
     spark = lake.spark
     step = progress or (lambda _d, _i, _n: None)
     step("reading input", 0, 3)
@@ -223,7 +240,7 @@ def ingest(lake: Lake, table: str, inputs: Sequence[str | Path], *, key: Sequenc
     data_schema = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
     created = False
     if not existing:
-        lake.create_table(table, data_schema, key=key, buckets=buckets)
+        lake.create_table(table, data_schema, key=key, buckets=buckets, scd2=scd2)
         created = True
     handle: Table = lake.table(table)
     result = handle.commit(rows, lower, upper)
@@ -250,17 +267,24 @@ def plain(value: Any) -> Any:
     return value
 
 
-def snapshot(lake: Lake, table: str, *, as_of: int | None = None) -> Iterator[dict[str, Any]]:
-    """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it) or
-    AS OF a time, as plain dicts, streamed."""
+def snapshot(lake: Lake, table: str, *, as_of: int | None = None,
+             history: bool = False) -> Iterator[dict[str, Any]]:
+    """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it),
+    AS OF a time, or (`history`) its SCD type 2 versions, as plain dicts, streamed."""
     handle = lake.table(table)
-    frame = handle.current() if as_of is None else handle.as_of(as_of)
+    if history:
+        from changelake.lake.scd2 import history as scd2_history
+
+        frame = scd2_history(handle).orderBy(*handle.state().key, "valid_from")
+    else:
+        frame = handle.current() if as_of is None else handle.as_of(as_of)
     for row in frame.toLocalIterator():
         yield plain(row.asDict(recursive=True))
 
 
-def snapshot_columns(lake: Lake, table: str) -> list[str]:
-    return lake.table(table).schema.fieldNames()
+def snapshot_columns(lake: Lake, table: str, *, history: bool = False) -> list[str]:
+    names = lake.table(table).schema.fieldNames()
+    return [*names, "valid_from", "valid_to"] if history else names
 
 
 # --------------------------------------------------------------------------------- compact

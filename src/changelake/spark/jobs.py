@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from changelake.spark.decode import Decoded
 
 _INPUT_ERROR = re.compile(r"changelake-input-error<<(.*?)>>", re.S)
+_SOURCE_ERROR = re.compile(r"ValueError: (materialize-cdc: [^\n]*)")
+"""An option or input problem the data source reports while Spark plans the read."""
 
 
 @dataclass
@@ -82,7 +84,7 @@ def translate_errors(action: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return action(*args, **kwargs)
     except Exception as error:  # Py4JJavaError, PySparkException, AnalysisException ...
-        found = _INPUT_ERROR.search(str(error))
+        found = _INPUT_ERROR.search(str(error)) or _SOURCE_ERROR.search(str(error))
         if found is None:
             raise
         raise InputError(found.group(1).strip()) from None
