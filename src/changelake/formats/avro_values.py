@@ -454,6 +454,10 @@ def compile_avro_json(schema: Schema, named: Named) -> Converter:
     raise ValueError(f"unsupported Avro type {kind!r}")
 
 
+def _canonical_nan(v: Any) -> Any:
+    return NAN if v != v else v
+
+
 def compile_python(schema: Schema, named: Named) -> Converter | None:
     """fastavro's Python values -> frozen plain JSON; None where the value is already plain.
 
@@ -468,12 +472,15 @@ def compile_python(schema: Schema, named: Named) -> Converter | None:
         return generic
     s = _resolve(schema, named)
     if isinstance(s, list):
-        if all(compile_python(b, named) is None for b in s):
+        branches = {compile_python(b, named) for b in s}
+        if branches <= {None}:
             return None
+        if branches <= {None, _canonical_nan}:
+            return _canonical_nan  # harmless on the other branches' values (None, str, int)
         return generic
     if isinstance(s, str):
         if s in ("float", "double"):
-            return lambda v: NAN if v != v else v
+            return _canonical_nan
         return (lambda v: v.decode("latin-1")) if s == "bytes" else None
     kind = s["type"]
     if kind in ("record", "error"):
