@@ -20,7 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from changelake.formats.materialize import CdcSchema, write_json_lines, write_ocf
+from changelake.formats.materialize import CdcSchema
+from changelake.simulate import write_log_files
 from spark_helpers import write
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -118,16 +119,9 @@ def _log(root: Path) -> Path:
     messages = [*write(changes, [5, 12, 20], True, 16), *write(changes, [9, 25], True, 7)]
     rng.shuffle(messages)
     out = root / "log"
-    out.mkdir()
-    for i in range(0, len(messages), 4):
-        chunk = messages[i : i + 4]
-        if i % 8:
-            with (out / f"{i:04d}.avro").open("wb") as fo:
-                write_ocf(fo, chunk, SCHEMA)
-        else:
-            with (out / f"{i:04d}.jsonl").open("wb") as fo:
-                write_json_lines(fo, chunk, SCHEMA)
-    shutil.copy(out / "0004.avro", out / "again-0004.avro")
+    paths = write_log_files(out, [messages[i : i + 4] for i in range(0, len(messages), 4)],
+                            SCHEMA)
+    shutil.copy(paths[1], out / f"again-{paths[1].name}")
     return out
 
 

@@ -18,6 +18,7 @@ from changelake.formats.materialize import (
 )
 from changelake.jobs import decode_local, frontier_line
 from changelake.protocol import Antichain, collect
+from changelake.simulate import write_log_files
 from changelake.spark.decode import decode, split_messages
 from changelake.spark.encode import encode
 from changelake.spark.jobs import decode_files, read_messages_frame
@@ -49,16 +50,9 @@ def _log_dir(root: Path, *, close: bool = True) -> Path:
     messages = [*first, *second]
     rng.shuffle(messages)
     out = root / "log"
-    out.mkdir()
-    for i in range(0, len(messages), 3):
-        chunk = messages[i : i + 3]
-        if i % 2:
-            with (out / f"part-{i:03d}.avro").open("wb") as fo:
-                write_ocf(fo, chunk, SCHEMA)
-        else:
-            with (out / f"part-{i:03d}.jsonl").open("wb") as fo:
-                write_json_lines(fo, chunk, SCHEMA)
-    shutil.copy(out / "part-003.avro", out / "redelivered-003.avro")
+    paths = write_log_files(out, [messages[i : i + 3] for i in range(0, len(messages), 3)],
+                            SCHEMA)
+    shutil.copy(paths[1], out / f"redelivered-{paths[1].name}")
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from changelake.formats.materialize import CdcSchema, read_all, write_json_lines, write_ocf
+from changelake.formats.materialize import CdcSchema, read_all
 from changelake.protocol import Antichain, collect
 from changelake.simulate import (
     ORDER_COLUMNS,
@@ -27,6 +27,7 @@ from changelake.simulate import (
     mangle,
     random_history,
     write,
+    write_log_files,
 )
 
 DEMO_FIELDS = [{"name": "id", "type": "long"}, {"name": "v", "type": ["null", "long"]}]
@@ -51,17 +52,9 @@ def run_protocol_demo(workdir: Path, *, seed: int = 0, updates: int = 20_000,
     streams = [write(history, batch_size=256), write(history, batch_size=97, finish_every=3)]
     log = mangle(streams, rng, duplicate=0.5)
     schema = CdcSchema.for_fields(DEMO_FIELDS)
-    workdir.mkdir(parents=True, exist_ok=True)
     files = 8
     chunk = -(-len(log) // files)
-    for i in range(files):
-        part = log[i * chunk : (i + 1) * chunk]
-        if i % 2:
-            with open(workdir / f"part-{i:02d}.avro", "wb") as fo:
-                write_ocf(fo, part, schema)
-        else:
-            with open(workdir / f"part-{i:02d}.jsonl", "wb") as fo:
-                write_json_lines(fo, part, schema)
+    write_log_files(workdir, [log[i * chunk : (i + 1) * chunk] for i in range(files)], schema)
     got = collect(read_all([workdir]))
     truth = history.truth
     return DemoResult(
@@ -146,21 +139,16 @@ def run_pipeline_demo(
     steps.append(PipelineStep("CDCv2 messages, then re-batched, duplicated and shuffled",
                               f"{len(messages):,} -> {sum(map(len, parts)):,}"))
     logdir = workdir / "log"
-    logdir.mkdir(parents=True, exist_ok=True)
     schema_file = workdir / "orders.avsc"
     schema_file.write_bytes(orjson.dumps(schema.avro))
 
     lake = Lake(spark, workdir / "lake")
+    delivered: list[Path] = []
     for i, part in enumerate(parts):
-        if i % 2 == 0:
-            with open(logdir / f"delivery-{i}.avro", "wb") as fo:
-                write_ocf(fo, part, schema)
-        else:
-            with open(logdir / f"delivery-{i}.jsonl", "wb") as fo:
-                write_json_lines(fo, part, schema)
+        delivered += write_log_files(logdir, [part], schema, prefix="delivery-", start=i)
         if i == deliveries - 1 and deliveries > 1:  # the log re-delivers an earlier file
-            (logdir / "delivery-0-again.avro").write_bytes(
-                (logdir / "delivery-0.avro").read_bytes())
+            first = delivered[0]
+            (logdir / f"again-{first.name}").write_bytes(first.read_bytes())
         report = jobs.ingest(lake, table, [logdir], key=["id"], source="materialize",
                              schema=schema_file)
         steps.append(PipelineStep(

@@ -12,9 +12,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
+from changelake.formats.materialize import CdcSchema, write_json_lines, write_ocf
 from changelake.protocol.consolidate import consolidate
 from changelake.protocol.messages import Message, Progress, Update, Updates
 from changelake.protocol.writer import Writer
@@ -237,3 +239,18 @@ def debezium_orders(
         states.append((time, {k: dict(v) for k, v in live.items()}))
     tail = events[-replay:] if replay else []
     return DebeziumFeed(events + tail, states, len(tail))
+
+
+def write_log_files(directory: Path, parts: Sequence[Sequence[Message]], schema: CdcSchema,
+                    *, prefix: str = "part-", start: int = 0) -> list[Path]:
+    """One file per part, alternating JSON lines (even parts) and Avro OCF (odd parts), as a
+    log written by several kinds of writer; returns the paths in part order. `start` numbers
+    the first part, so a log written in several calls keeps alternating."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    for k, part in enumerate(parts, start=start):
+        path = directory / f"{prefix}{k:03d}{'.avro' if k % 2 else '.jsonl'}"
+        with open(path, "wb") as fo:
+            (write_ocf if k % 2 else write_json_lines)(fo, part, schema)
+        paths.append(path)
+    return paths
