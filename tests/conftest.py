@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-# The shared specification (seeds, formats, samples) sits beside the checkout, as in CI.
-SHARED = Path(os.environ.get("CHANGELAKE_SHARED",
-                             Path(__file__).resolve().parents[2] / "shared"))
-SAMPLES = SHARED / "formats" / "samples"
-SEEDS = SHARED / "seeds"
+# Every fixture lives in the repository: the format samples (public examples of Debezium and
+# YDB messages, each with its origin in `.source.txt`) and the seed documents the examples are
+# cut from. A clone with nothing beside it runs the whole suite.
+DATA = Path(__file__).resolve().parent / "data"
+SAMPLES = DATA / "samples"
+SEEDS = DATA / "seeds"
 
 
 @pytest.fixture(scope="session")
