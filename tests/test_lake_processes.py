@@ -114,6 +114,28 @@ def test_kill9_more(tmp_path, case):
                       kills=sorted(rng.sample(markers, 2), key=markers.index))
 
 
+def listen_addresses(port: int) -> set[str]:
+    """The local addresses of every socket listening on `port`, from the kernel's tables
+    (IPv4 and IPv6; an IPv4-mapped IPv6 address is reported as its IPv4 form)."""
+    import ipaddress
+
+    found: set[str] = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                continue
+            raw = bytes.fromhex(address)
+            # The kernel prints each 32-bit word in host (little-endian) order.
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, width // 2, 4))
+            ip = ipaddress.ip_address(raw)
+            if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+                ip = ip.ipv4_mapped
+            found.add(str(ip))
+    return found
+
+
 def test_reader_in_another_process_during_ingest_and_compaction(tmp_path):
     from changelake.lake import metastore
 
@@ -121,6 +143,10 @@ def test_reader_in_another_process_during_ingest_and_compaction(tmp_path):
     table = f"r{uuid.uuid4().hex[:8]}.t"
     stop = tmp_path / "stop"
     with metastore.start(lake) as service:
+        # The service has no authentication: it must listen on loopback only, and say so.
+        assert listen_addresses(service.port) == {"127.0.0.1"}
+        assert (f"listening on 127.0.0.1:{service.port} (loopback only)"
+                in service.log.read_text())
         common = ["--lake", str(lake), "--table", table, "--seed", "7", "--keyed",
                   "--metastore-uri", service.uri]
         writer = Worker("run", *common, "--compact-every", "2")

@@ -6,86 +6,51 @@ embedded mode uses (`LAKE/metastore/metastore_db`): run this, then pass `--metas
 thrift://127.0.0.1:PORT` to every command (one at a time may also go on using the embedded
 mode whenever the service is stopped).
 
-The service runs from PySpark's own jars (see ../shared/PLATFORM.md). Hive 2.3's own
-`HiveMetaStore` main binds every interface; a lake's metastore has no authentication, so we
-serve the same handler from a small launcher bound to loopback only (`LOOPBACK_SOURCE`, run by
-Java's single-file source launcher, which needs a JDK; with only a JRE the stock main is used
-and a warning says that it listens on all interfaces).
+The promise: the service listens on 127.0.0.1 only, with whatever Java 17+ is installed (a JRE
+is enough), and says so when it starts. A lake's metastore has no authentication, so it must
+never be reachable from another host. Hive 2.3's own `HiveMetaStore` main binds every
+interface and has no setting to change that, so we assemble the same Thrift server ourselves,
+bound to loopback: the handler, processor and server are Hive's and Thrift's classes from
+PySpark's own jars, created through PySpark's JVM gateway (py4j), so no Java source is compiled
+and no JDK is needed.
+
+The serving process is a Python process holding that JVM: the JVM exits when the Python side
+goes away (PySpark's gateway watches its standard input), and `MetastoreService.stop` ends the
+whole process group, so a stopped service never keeps Derby locked.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import os
-import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from xml.sax.saxutils import escape
+from typing import Any
 
 from changelake.errors import LakeError
 from changelake.spark.session import check_java
 
 DEFAULT_PORT = 9083
 HOST = "127.0.0.1"
-
-LOOPBACK_SOURCE = """\
-import java.net.InetSocketAddress;
-import org.apache.hadoop.hive.conf.HiveConf;
-import org.apache.hadoop.hive.metastore.HiveMetaStore;
-import org.apache.hadoop.hive.metastore.api.ThriftHiveMetastore;
-import org.apache.thrift.protocol.TBinaryProtocol;
-import org.apache.thrift.server.TThreadPoolServer;
-import org.apache.thrift.transport.TServerSocket;
-import org.apache.thrift.transport.TTransportFactory;
-
-public class LoopbackMetastore {
-    public static void main(String[] args) throws Exception {
-        String host = args[0];
-        int port = Integer.parseInt(args[1]);
-        HiveConf conf = new HiveConf(HiveMetaStore.HMSHandler.class);
-        ThriftHiveMetastore.Iface handler =
-            HiveMetaStore.newRetryingHMSHandler("changelake", conf, false);
-        TServerSocket socket = new TServerSocket(new InetSocketAddress(host, port));
-        TThreadPoolServer.Args serverArgs = new TThreadPoolServer.Args(socket)
-            .processor(new ThriftHiveMetastore.Processor<ThriftHiveMetastore.Iface>(handler))
-            .protocolFactory(new TBinaryProtocol.Factory())
-            .transportFactory(new TTransportFactory())
-            .minWorkerThreads(2)
-            .maxWorkerThreads(64);
-        System.out.println("changelake metastore listening on " + host + ":" + port);
-        System.out.flush();
-        new TThreadPoolServer(serverArgs).serve();
-    }
-}
-"""
+LISTENING = "changelake metastore listening on {host}:{port} (loopback only)"
 
 
-def spark_jars() -> Path:
-    import pyspark
-
-    home = os.environ.get("SPARK_HOME")
-    jars = Path(home) / "jars" if home else Path(pyspark.__file__).parent / "jars"
-    if not jars.is_dir():
-        raise LakeError(f"no Spark jars at {jars}; is PySpark installed?")
-    return jars
-
-
-def hive_site(lake: Path) -> str:
+def hive_settings(lake: Path) -> dict[str, str]:
+    """The metastore's configuration: the lake's Derby database and warehouse."""
     db = lake / "metastore" / "metastore_db"
-    props = {
+    return {
         "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={db};create=true",
         "hive.metastore.warehouse.dir": str(lake / "warehouse"),
         "datanucleus.schema.autoCreateAll": "true",
         "hive.metastore.schema.verification": "false",
     }
-    body = "\n".join(
-        f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
-        for k, v in props.items()
-    )
-    return f'<?xml version="1.0"?>\n<configuration>\n{body}\n</configuration>\n'
 
 
 def free_port() -> int:
@@ -94,27 +59,59 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def command(lake: Path, port: int) -> list[str]:
-    """The java command line serving `lake`'s metastore on loopback `port`."""
-    lake = lake.resolve()
-    conf = lake / "metastore" / "conf"
-    conf.mkdir(parents=True, exist_ok=True)
+def loopback_server(lake: Path, port: int) -> tuple[Any, Any]:
+    """(gateway, Thrift server) serving `lake`'s metastore on HOST:`port`, not yet serving.
+
+    The JVM is PySpark's gateway JVM (PySpark's jars on its class path, Derby's home in the
+    lake's metastore directory, so its `derby.log` lands there and not in the working
+    directory)."""
+    from pyspark import SparkConf
+    from pyspark.java_gateway import launch_gateway
+
+    check_java()
+    home = lake / "metastore"
+    home.mkdir(parents=True, exist_ok=True)
     (lake / "warehouse").mkdir(parents=True, exist_ok=True)
-    (conf / "hive-site.xml").write_text(hive_site(lake))
-    java = check_java()
-    classpath = f"{conf}{os.pathsep}{spark_jars()}/*"
-    base = [java,
-            "-Dlog4j2.contextSelector="
-            "org.apache.logging.log4j.core.selector.ClassLoaderContextSelector",
-            f"-Dderby.system.home={lake / 'metastore'}", "-Xmx512m", "-cp", classpath]
-    javac = Path(java).resolve().parent / "javac"
-    if javac.exists():
-        source = conf / "LoopbackMetastore.java"
-        source.write_text(LOOPBACK_SOURCE)
-        return [*base, str(source), HOST, str(port)]
-    print("warning: no JDK found; the Hive metastore service listens on all interfaces",
-          file=sys.stderr)
-    return [*base, "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(port)]
+    conf = SparkConf().set("spark.driver.extraJavaOptions", f"-Dderby.system.home={home}") \
+        .set("spark.driver.memory", "512m").set("spark.driver.bindAddress", HOST) \
+        .set("spark.driver.host", HOST)
+    gateway = launch_gateway(conf)
+    jvm = gateway.jvm
+    hive_conf = jvm.org.apache.hadoop.hive.conf.HiveConf()
+    for key, value in hive_settings(lake).items():
+        hive_conf.set(key, value)
+    handler = jvm.org.apache.hadoop.hive.metastore.HiveMetaStore.newRetryingHMSHandler(
+        "changelake", hive_conf, False)
+    processor = getattr(
+        jvm, "org.apache.hadoop.hive.metastore.api.ThriftHiveMetastore$Processor")(handler)
+    server_socket = jvm.org.apache.thrift.transport.TServerSocket(
+        jvm.java.net.InetSocketAddress(HOST, port))
+    args = (jvm.org.apache.thrift.server.TThreadPoolServer.Args(server_socket)
+            .processor(processor)
+            .protocolFactory(jvm.org.apache.thrift.protocol.TBinaryProtocol.Factory())
+            .minWorkerThreads(2).maxWorkerThreads(64))
+    return gateway, jvm.org.apache.thrift.server.TThreadPoolServer(args)
+
+
+def serve(lake: Path | str, port: int = DEFAULT_PORT) -> int:
+    """Serve in the foreground until interrupted (the CLI's `changelake metastore`); returns
+    the exit status. Prints one line on stdout once it accepts connections."""
+    lake = Path(lake).resolve()
+    gateway, server = loopback_server(lake, port)
+    signal.signal(signal.SIGTERM, _interrupt)
+    print(LISTENING.format(host=HOST, port=port), flush=True)
+    try:
+        server.serve()  # returns once stopped
+    except KeyboardInterrupt:
+        server.stop()
+    finally:
+        gateway.shutdown()
+    return 0
+
+
+def _interrupt(_signum: int, _frame: object) -> None:
+    """SIGTERM ends the service as Ctrl-C does: stop serving, shut the JVM down."""
+    raise KeyboardInterrupt
 
 
 @dataclass
@@ -130,19 +127,35 @@ class MetastoreService:
         return f"thrift://{HOST}:{self.port}"
 
     def stop(self) -> None:
+        """End the service and its JVM (the whole process group), and wait for both."""
         if self.process.poll() is None:
-            self.process.terminate()
+            _signal_group(self.process, signal.SIGTERM)
             try:
                 self.process.wait(20)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                _signal_group(self.process, signal.SIGKILL)
                 self.process.wait()
+        _signal_group(self.process, signal.SIGKILL)  # a JVM left behind, if any
+        deadline = time.monotonic() + 20
+        while _listening(self.port) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def __enter__(self) -> MetastoreService:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0
 
 
 def wait_listening(port: int, process: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -153,10 +166,8 @@ def wait_listening(port: int, process: subprocess.Popen, log: Path, timeout: flo
             raise LakeError(f"the metastore service exited with status {process.returncode}:"
                             f" {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"
                             f" (log: {log})")
-        with socket.socket() as s:
-            s.settimeout(0.5)
-            if s.connect_ex((HOST, port)) == 0:
-                return
+        if _listening(port):
+            return
         time.sleep(0.3)
     raise LakeError(f"the metastore service did not listen on port {port} within {timeout:.0f}"
                     f" s (log: {log})")
@@ -164,17 +175,18 @@ def wait_listening(port: int, process: subprocess.Popen, log: Path, timeout: flo
 
 def start(lake: Path | str, port: int | None = None, *, timeout: float = 180.0
           ) -> MetastoreService:
-    """Start the service in the background and wait until it accepts connections.
-
-    Nothing else may hold the lake's embedded Derby meanwhile (one JVM per database).
-    """
+    """Start the service in the background (its own process group) and wait until it accepts
+    connections. Nothing else may hold the lake's embedded Derby meanwhile."""
     lake = Path(lake).resolve()
     port = port or free_port()
     log = lake / "metastore" / "service.log"
-    cmd = command(lake, port)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "changelake.lake.metastore", "--lake", str(lake),
+           "--port", str(port)]
     with open(log, "ab") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, cwd=lake / "metastore")
+                                   stdin=subprocess.DEVNULL, cwd=lake / "metastore",
+                                   start_new_session=True)
     service = MetastoreService(process, port, log)
     try:
         wait_listening(port, process, log, timeout)
@@ -184,16 +196,14 @@ def start(lake: Path | str, port: int | None = None, *, timeout: float = 180.0
     return service
 
 
-def serve(lake: Path | str, port: int = DEFAULT_PORT) -> int:
-    """Run the service in the foreground (the CLI's `changelake metastore`); returns the exit
-    status. Output goes to the terminal."""
-    lake = Path(lake).resolve()
-    cmd = command(lake, port)
-    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
-        raise LakeError(f"java not found: {cmd[0]}")
-    process = subprocess.Popen(cmd, cwd=lake / "metastore")
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        return process.wait()
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m changelake.lake.metastore --lake DIR --port P`: what `start` runs."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lake", required=True, type=Path)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    args = parser.parse_args(argv)
+    return serve(args.lake, args.port)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
