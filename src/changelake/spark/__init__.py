@@ -1,0 +1,29 @@
+"""CDCv2 on Spark: the data-parallel decode and encode, and the `materialize-cdc` data source.
+
+What users import:
+
+    from changelake.spark import build_session, decode, encode, register, split_messages
+
+* `decode(updates, progress, since=...)`: the Reader's result over DataFrames (`Decoded`).
+* `encode(changes, finished_through, since=...)`: the Writer's messages as a DataFrame.
+* `register(spark)`: makes `spark.read.format("materialize-cdc")` available.
+* `split_messages(messages)`: a messages DataFrame (one message per row) into decode's input.
+* `build_session(...)`: a SparkSession with the project's defaults (edges only: library
+  functions take the session, or DataFrames, as arguments).
+"""
+
+from changelake.spark.decode import Decoded, decode, split_messages
+from changelake.spark.encode import encode, messages_schema, to_messages
+from changelake.spark.session import build_session
+from changelake.spark.source import register
+
+__all__ = [
+    "Decoded",
+    "build_session",
+    "decode",
+    "encode",
+    "messages_schema",
+    "register",
+    "split_messages",
+    "to_messages",
+]

@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,11 +70,6 @@ def build_session(
     (one JVM at a time); with `metastore_uri`, a Hive metastore service (any number of JVMs).
     """
     check_java()
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # halves start-up; loopback only
-    # Python workers must run this interpreter (the one with changelake and pyspark), not
-    # whatever `python3` is first on the PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -98,9 +94,33 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
-    if not log:
-        return builder.getOrCreate()
-    return _with_stderr_to(Path(log), builder.getOrCreate)
+    with _launch_environment():
+        if not log:
+            return builder.getOrCreate()
+        return _with_stderr_to(Path(log), builder.getOrCreate)
+
+
+LAUNCH_ENVIRONMENT = {
+    "SPARK_LOCAL_IP": "127.0.0.1",  # halves start-up; loopback only
+    # Python workers must run this interpreter (the one with changelake and pyspark), not
+    # whatever `python3` is first on the PATH. PySpark reads it when the context starts.
+    "PYSPARK_PYTHON": sys.executable,
+    "PYSPARK_DRIVER_PYTHON": sys.executable,
+}
+"""Set (unless the user set them) only while a session starts: the JVM and the context read
+them then. The caller's `os.environ` is left as it was."""
+
+
+@contextmanager
+def _launch_environment() -> Iterator[None]:
+    added = [k for k in LAUNCH_ENVIRONMENT if k not in os.environ]
+    for key in added:
+        os.environ[key] = LAUNCH_ENVIRONMENT[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
