@@ -180,11 +180,9 @@ def concurrent_ingests_and_compaction(tmp_path: Path, seed: int) -> None:
     assert [{c: r[c] for c in ORDER_COLUMNS} for r in final["rows"]] == truth, (commits, final)
 
 
-def test_concurrent_ingests_and_compaction_apply_the_union_exactly_once(tmp_path):
-    concurrent_ingests_and_compaction(tmp_path, random.Random().randrange(10_000))
-
-
+# Four JVMs at once (the service, two ingests, a compaction) take minutes on 2 busy cores: the
+# default suite races threads on the shared session instead (tests/test_lake_writers.py).
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(4))
-def test_concurrent_ingests_and_compaction_repeated(tmp_path, case):
+def test_concurrent_ingests_and_compaction_in_processes(tmp_path, case):
     concurrent_ingests_and_compaction(tmp_path, 500 + case)

@@ -198,11 +198,11 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         check_name(column, f"table {handle.name}: key column")
     spark = lake.spark
     step = progress or (lambda _d, _i, _n: None)
-    step("waiting for the table's writer lock", 0, 4)
+    step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer:
         existing = writer.state is not None
         committed = writer.state.upper if writer.state is not None else 0
-        step("reading input", 1, 4)
+        step("reading input", 1, 3)
         if source == "materialize":
             from changelake.spark.decode import decode
 
@@ -224,12 +224,12 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             # frontier is skipped.
             lower = Antichain([committed if committed is not None else 0])
             upper = Antichain() if frontier is None else Antichain([frontier])
-        step("committing", 2, 4)
+        step("committing", 2, 3)
         if not existing:
             data = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
             writer.create(data, key=key, buckets=buckets, scd2=scd2)
         result = writer.commit(rows, lower, upper)
-    step("done", 4, 4)
+    step("done", 3, 3)
     return IngestReport(handle.name, not existing, result, upper.to_json())
 
 
