@@ -287,7 +287,9 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 
 @main.command()
 @lake_options
-@click.option("--table", required=True, help="Table name (created on first ingest).")
+@click.option("--table", required=True,
+              help="NAME or DATABASE.NAME (letters, digits and _, case-insensitive); created "
+                   "on first ingest.")
 @click.option("--key", default=None, help="Key columns, comma-separated: one row per key.")
 @click.option("--from", "source", type=click.Choice(["materialize", "debezium", "ydb"]),
               default="materialize", show_default=True)
