@@ -10,7 +10,16 @@ run with the same seed) and compacts every few increments, printing a line befor
 a test can kill it at chosen points; running it again after a kill must finish the job.
 `check` verifies that the table is readable and equals the truth at its committed frontier.
 `read` reads the table until FILE exists and verifies that every read is a state the history
-passed through. Each prints one JSON line `RESULT {...}` at the end.
+passed through.
+
+    python tests/lake_worker.py ingest  --lake L --table T --seed S --metastore-uri U
+                                        --inputs F1,F2 [--inputs F1,F2,F3 ...]
+    python tests/lake_worker.py compact --lake L --table T --seed S --metastore-uri U --stop FILE
+
+`ingest` runs `jobs.ingest` of a keyed Debezium feed once per `--inputs` (comma-separated
+files), as concurrent deliveries would. `compact` compacts whenever the table exists until FILE
+exists, then once more, and reports the table's rows and whether every key's diffs sum to 0 or
+1 (exactly once). Each prints one JSON line `RESULT {...}` at the end.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ def say(line: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("action", choices=["run", "check", "read"])
+    parser.add_argument("action", choices=["run", "check", "read", "ingest", "compact"])
     parser.add_argument("--lake", required=True)
     parser.add_argument("--table", required=True)
     parser.add_argument("--seed", type=int, required=True)
@@ -58,6 +67,7 @@ def main() -> int:
     parser.add_argument("--metastore-uri")
     parser.add_argument("--compact-every", type=int, default=3)
     parser.add_argument("--stop")
+    parser.add_argument("--inputs", action="append", default=[])
     args = parser.parse_args()
 
     from changelake.lake import Lake, lake_session
@@ -107,16 +117,44 @@ def main() -> int:
         valid = {frozenset(c.items()) for c in truth.values()}
         reads = bad = 0
         versions: set[int] = set()
+        from changelake.lake import TableIdentifier
         from changelake.lake.commit import committed_version
 
+        ident = TableIdentifier.parse(args.table)
         while not Path(args.stop).exists():
             rows = rows_of(spark.table(args.table))
             reads += 1
             if frozenset(rows.items()) not in valid:
                 bad += 1
-            versions.add(committed_version(spark, args.table) or -1)
+            versions.add(committed_version(spark, ident) or -1)
             time.sleep(0.1)
         result = {"reads": reads, "bad": bad, "versions": len(versions)}
+
+    if args.action == "ingest":
+        from changelake.lake import jobs
+
+        commits = []
+        for n, files in enumerate(args.inputs):
+            say(f"INGEST {n}")
+            report = jobs.ingest(lake, args.table, files.split(","), key=["id"],
+                                 source="debezium")
+            c = report.commit
+            commits.append([c.lower, c.upper, c.written, c.skipped])
+        result = {"commits": commits}
+
+    if args.action == "compact":
+        compactions = 0
+        while not Path(args.stop).exists():
+            if lake.exists(args.table):
+                compactions += compact(lake.table(args.table)).version is not None
+            time.sleep(0.2)
+        table = lake.table(args.table)
+        compact(table)
+        sums = table.updates().groupBy("id").agg({"_diff": "sum"}).collect()
+        result = {"compactions": compactions, "upper": table.state().upper,
+                  "sums_ok": all(r["sum(_diff)"] in (0, 1) for r in sums),
+                  "rows": sorted((r.asDict() for r in table.current().collect()),
+                                 key=lambda r: r["id"])}
 
     say("RESULT " + json.dumps(result))
     spark.stop()

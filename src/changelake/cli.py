@@ -265,6 +265,18 @@ def lake_options(func: F) -> F:
                         help="The lake directory (data files and the embedded metastore).")(func)
 
 
+def _table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, ...]]:
+    """The table name and key columns checked before Spark starts (see lake/identifier.py):
+    a bad name is one line and exit 2 at once, with nothing created."""
+    from changelake.lake.identifier import TableIdentifier, check_name
+
+    ident = TableIdentifier.parse(table)
+    columns = tuple(key.split(",")) if key else ()
+    for column in columns:
+        check_name(column, f"table {ident}: key column")
+    return ident, columns
+
+
 def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict) -> Any:
     from changelake.lake.jobs import open_lake
 
@@ -275,7 +287,9 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 
 @main.command()
 @lake_options
-@click.option("--table", required=True, help="Table name (created on first ingest).")
+@click.option("--table", required=True,
+              help="NAME or DATABASE.NAME (letters, digits and _, case-insensitive); created "
+                   "on first ingest.")
 @click.option("--key", default=None, help="Key columns, comma-separated: one row per key.")
 @click.option("--from", "source", type=click.Choice(["materialize", "debezium", "ydb"]),
               default="materialize", show_default=True)
@@ -295,11 +309,12 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
     from changelake.lake import jobs, report
 
+    ident, columns = _table_and_key(table, key)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        with report.progress_bar(Console(stderr=True), f"ingest {table}") as step:
-            result = jobs.ingest(lake, table, list(inputs), key=key.split(",") if key else (),
-                                 source=source, schema=schema_path, progress=step, scd2=scd2)
+        with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
+            result = jobs.ingest(lake, ident, list(inputs), key=columns, source=source,
+                                 schema=schema_path, progress=step, scd2=scd2)
     finally:
         lake.spark.stop()
     click.echo(report.ingest_line(result), err=True)
@@ -323,10 +338,11 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
     from changelake.lake import jobs, report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
+    ident, _ = _table_and_key(table)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        columns = jobs.snapshot_columns(lake, table, history=history)
-        report.write_snapshot(jobs.snapshot(lake, table, as_of=as_of, history=history),
+        columns = jobs.snapshot_columns(lake, ident, history=history)
+        report.write_snapshot(jobs.snapshot(lake, ident, as_of=as_of, history=history),
                               columns, fmt, sys.stdout.buffer)
         sys.stdout.buffer.flush()
     finally:
@@ -346,10 +362,11 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 
     from changelake.lake import jobs, report
 
+    ident, _ = _table_and_key(table)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        with report.progress_bar(Console(stderr=True), f"compact {table}") as step:
-            result = jobs.compact(lake, table, since=since, progress=step)
+        with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
+            result = jobs.compact(lake, ident, since=since, progress=step)
     finally:
         lake.spark.stop()
     click.echo(report.compact_line(result), err=True)

@@ -1,14 +1,16 @@
 """Lake tables on Spark: exactly-once commits of CDC updates, merge-on-read, AS OF, compaction.
 
-Layers: `layout` (files and manifests) and `schema` (evolution) are values; `sql` turns a
-manifest into the SQL of its view; `commit` is the atomic commit point; `table` and `compact`
-are the operations; `catalog` ties a lake directory to a metastore; `jobs` are what the CLI
-runs.
+Layers, each importing only those above it: `identifier` (names, checked once), `layout`
+(files and manifests) and `schema` (evolution) are values; `sql` and `scd2` turn a manifest
+into the SQL of its views; `commit` is the one commit path (manifest, views, garbage
+collection) and the writer lock; `table` and `compact` are the operations; `catalog` ties a
+lake directory to a metastore; `jobs` are what the CLI runs, and `report` renders them.
 """
 
-from changelake.lake.catalog import DEFAULT_BUCKETS, Lake, lake_session
+from changelake.lake.catalog import Lake, lake_session
+from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import FileSet, SchemaVersion, TableState
-from changelake.lake.table import CommitResult, Table
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, Table
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -17,6 +19,7 @@ __all__ = [
     "Lake",
     "SchemaVersion",
     "Table",
+    "TableIdentifier",
     "TableState",
     "lake_session",
 ]

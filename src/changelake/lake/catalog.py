@@ -4,7 +4,8 @@
       metastore/metastore_db    embedded Derby (default; one JVM at a time)
       metastore/conf            hive-site.xml of `changelake metastore` (the shared service)
       warehouse/                Spark's warehouse directory (databases)
-      tables/DB/NAME/           one directory per table (see `layout.py`)
+      tables/DB/NAME/           one directory per table (see `layout.py`); DB and NAME are
+                                identifiers, lower-cased (see `identifier.py`)
 
 The metastore holds one view per table, the commit point; everything else is in the table
 directory. Any metastore works (`metastore_uri`, or whatever the session was built with), as
@@ -20,13 +21,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
-from changelake.lake.commit import load_state, publish, split_name
-from changelake.lake.layout import SchemaVersion, TableState
-from changelake.lake.schema import evolve, struct_json
+from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.sql import path_literal
-from changelake.lake.table import Table
-
-DEFAULT_BUCKETS = 8
+from changelake.lake.table import DEFAULT_BUCKETS, Table
 
 
 def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: str | None = None,
@@ -46,70 +43,59 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
 
 
 class Lake:
-    """The tables of one lake directory, through a SparkSession on its metastore."""
+    """The tables of one lake directory, through a SparkSession on its metastore.
+
+    Every method taking a table name takes the text (`NAME` or `DATABASE.NAME`, checked by
+    `TableIdentifier.parse`) or a `TableIdentifier`."""
 
     def __init__(self, spark: SparkSession, root: Path | str) -> None:
         self.spark = spark
         self.root = Path(root).resolve()
         path_literal(self.root)  # refuse glob characters early, with a clear message
 
-    def table_dir(self, name: str) -> Path:
-        db, table = split_name(name)
-        return self.root / "tables" / db / table
+    @property
+    def tables_dir(self) -> Path:
+        return self.root / "tables"
 
-    def exists(self, name: str) -> bool:
-        return load_state(self.spark, name, self.table_dir(name)) is not None
+    def handle(self, name: str | TableIdentifier) -> Table:
+        """A handle on the table `name`, whether or not it exists (a writer creates it)."""
+        return Table(self.spark, TableIdentifier.parse(name), self.tables_dir)
 
-    def table(self, name: str) -> Table:
-        table = Table(self.spark, name, self.table_dir(name))
-        if not self.exists(name):
-            raise LakeError(f"table {name} does not exist in lake {self.root}")
+    def exists(self, name: str | TableIdentifier) -> bool:
+        return self.handle(name).load() is not None
+
+    def table(self, name: str | TableIdentifier) -> Table:
+        table = self.handle(name)
+        if table.load() is None:
+            raise LakeError(f"table {table.name} does not exist in lake {self.root}")
         return table
 
-    def create_table(self, name: str, schema: StructType, *, key: Sequence[str] = (),
-                     buckets: int = DEFAULT_BUCKETS, since: int = 0, scd2: bool = False,
-                     exist_ok: bool = False) -> Table:
-        """Create an empty table committed through `since` (its history starts there)."""
-        directory = self.table_dir(name)
-        if self.exists(name):
-            if exist_ok:
-                return Table(self.spark, name, directory)
-            raise LakeError(f"table {name} already exists in lake {self.root}")
-        if buckets < 1:
-            raise LakeError("a table needs at least one bucket")
-        evolution = evolve((), schema, since, key=key, table=name)
-        logical = evolution.write_struct
-        state = TableState(
-            name=name, version=0, key=tuple(key), buckets=buckets, since=since,
-            frontier=(since,), versions=(SchemaVersion(since, struct_json(logical)),),
-            structs=(), bucket_columns=tuple(key) or tuple(logical.fieldNames()), scd2=scd2,
-        )
-        publish(self.spark, directory, state, expected=None)
-        if scd2:
-            from changelake.lake.scd2 import publish_history
-
-            publish_history(Table(self.spark, name, directory))
-        return Table(self.spark, name, directory)
-
-    def open_or_create(self, name: str, schema: StructType, *, key: Sequence[str] = (),
-                       buckets: int = DEFAULT_BUCKETS, since: int = 0) -> Table:
-        if self.exists(name):
-            table = Table(self.spark, name, self.table_dir(name))
-            have = table.state().key
-            if key and tuple(key) != have:
-                raise LakeError(f"table {name} is keyed by {list(have)}, not {list(key)}")
-            return table
-        return self.create_table(name, schema, key=key, buckets=buckets, since=since)
+    def create_table(self, name: str | TableIdentifier, schema: StructType, *,
+                     key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS, since: int = 0,
+                     scd2: bool = False, exist_ok: bool = False) -> Table:
+        """Create an empty table committed through `since` (its history starts there). Under
+        the table's writer lock, so two creations at once make one table."""
+        table = self.handle(name)
+        with table.writer() as writer:
+            if writer.state is not None:
+                if exist_ok:
+                    return table
+                raise LakeError(f"table {table.name} already exists in lake {self.root}")
+            writer.create(schema, key=key, buckets=buckets, since=since, scd2=scd2)
+        return table
 
     def tables(self) -> list[str]:
         """The lake's tables: views in the metastore whose data lives under this lake."""
         found: list[str] = []
-        for db in sorted(d.name for d in (self.root / "tables").glob("*") if d.is_dir()):
-            if not self.spark.catalog.databaseExists(db):
+        top = self.tables_dir
+        for db in sorted(d.name for d in top.glob("*") if d.is_dir()):
+            if IDENTIFIER.fullmatch(db) is None or db != db.lower() or \
+                    not self.spark.catalog.databaseExists(db):
                 continue
             for t in self.spark.catalog.listTables(db):
-                name = f"{db}.{t.name}" if db != "default" else t.name
-                if (self.table_dir(name) / "_state").is_dir() and self.exists(name):
-                    found.append(name)
+                if IDENTIFIER.fullmatch(t.name) is None:
+                    continue
+                table = self.handle(TableIdentifier(db, t.name.lower()))
+                if (top / db / t.name.lower() / "_state").is_dir() and table.load() is not None:
+                    found.append(table.name)
         return sorted(found)
-

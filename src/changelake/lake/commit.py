@@ -1,4 +1,5 @@
-"""The commit point, the writer lock, and garbage collection.
+"""The commit point, the writer lock, and garbage collection: every commit goes through
+`commit_state` (table creation, ingest, compaction alike).
 
 A commit is: write the new file sets, write the manifest `_state/v{N}.json`, then replace the
 table's view with one whose text names version N and reads exactly N's file sets. Only that
@@ -9,10 +10,12 @@ last step is visible, and it is one metastore call (`ALTER VIEW ... AS`, a singl
   unreferenced and the next run (which computes the same version number and the same names)
   overwrites it;
 * a crash after it leaves version N committed; the next run finds nothing left to do except
-  garbage collection.
+  garbage collection (and the SCD type 2 history view, which trails the table by one metastore
+  call and is caught up by the next commit).
 
 One writer per table at a time: writers hold an exclusive `flock` on `_lock` in the table
 directory, which the kernel releases when the process dies (so kill -9 leaves no stale lock).
+A writer holds it from reading the committed state to its commit (see `Table.writer`).
 Readers take no lock: the view they resolved names files that stay until no retained state
 refers to them.
 """
@@ -30,8 +33,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from changelake.errors import LakeError
+from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import TableState, file_set_leaves, read_manifest, write_manifest
-from changelake.lake.sql import quote, read_marker, state_sql
+from changelake.lake.scd2 import scd2_sql
+from changelake.lake.sql import read_marker, state_sql, string_literal
 
 DEFAULT_RETAIN = 2
 """States whose files survive garbage collection whatever their age: the current one and the
@@ -43,49 +48,39 @@ was replaced (a query that takes longer than this on a table committed to meanwh
 with a missing file, as on any lake format with vacuuming)."""
 
 
-def split_name(name: str) -> tuple[str, str]:
-    parts = name.split(".")
-    if len(parts) == 1:
-        return "default", parts[0]
-    if len(parts) == 2 and all(parts):
-        return parts[0], parts[1]
-    raise LakeError(f"table name {name!r} must be NAME or DATABASE.NAME")
-
-
-def qualified(name: str) -> str:
-    db, table = split_name(name)
-    return f"{quote(db)}.{quote(table)}"
-
-
-def view_text(spark: SparkSession, name: str) -> str | None:
+def view_text(spark: SparkSession, ident: TableIdentifier) -> str | None:
     """The committed view's SQL text, or None if there is no such table."""
-    db, table = split_name(name)
-    if not spark.catalog.tableExists(f"{quote(db)}.{quote(table)}"):
+    if not spark.catalog.tableExists(ident.quoted):
         return None
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {qualified(name)}").collect():
+    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {ident.quoted}").collect():
         if row[0] == "View Text":
             return str(row[1])
-    raise LakeError(f"{name} exists in the metastore but is not a changelake table (no view)")
+    raise LakeError(f"{ident} exists in the metastore but is not a changelake table (no view)")
 
 
-def committed_version(spark: SparkSession, name: str) -> int | None:
-    text = view_text(spark, name)
+def committed_version(spark: SparkSession, ident: TableIdentifier) -> int | None:
+    text = view_text(spark, ident)
     if text is None:
         return None
-    marker = read_marker(text)
-    if marker is None:
-        raise LakeError(f"{name} exists in the metastore but is not a changelake table")
-    return marker[1]
+    version = read_marker(text)
+    if version is None:
+        raise LakeError(f"{ident} exists in the metastore but is not a changelake table")
+    return version
 
 
-def load_state(spark: SparkSession, name: str, table_dir: Path) -> TableState | None:
-    version = committed_version(spark, name)
+def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
+               ) -> TableState | None:
+    version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
 
 
 @contextmanager
 def writer_lock(table_dir: Path) -> Iterator[None]:
-    """Exclusive per-table writer lock; blocks until the previous writer is done or dead."""
+    """Exclusive per-table writer lock; blocks until the previous writer is done or dead.
+
+    `flock` belongs to an open file description, so taking it twice in one process (even on
+    one thread) blocks forever: a writer takes it once (`Table.writer`) and passes the locked
+    handle inward."""
     table_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(table_dir / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -96,29 +91,38 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def publish(spark: SparkSession, table_dir: Path, state: TableState, *,
-            expected: int | None) -> None:
-    """Make `state` the committed version. `expected` is the version it was derived from
-    (None: the table is being created); anything else committed meanwhile is an error, which
-    the writer lock makes a sign of a second lake directory or a foreign writer."""
+def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
+                 state: TableState, *, expected: int | None,
+                 retain: int = DEFAULT_RETAIN) -> int:
+    """Make `state` the committed version of the table, with the writer lock held: write its
+    manifest, replace the view (the commit point), replace the history view if the table keeps
+    one, and collect garbage. Returns how many file sets garbage collection deleted.
+
+    `expected` is the version `state` was derived from (None: the table is being created);
+    anything else committed meanwhile is an error, which the writer lock makes a sign of a
+    second lake directory or a foreign writer."""
     write_manifest(table_dir, state)
     sql = state_sql(state, table_dir)
-    current = committed_version(spark, state.name)
+    current = committed_version(spark, ident)
     if current != expected:
         raise LakeError(
-            f"table {state.name}: expected committed version {expected}, found {current}; "
+            f"table {ident}: expected committed version {expected}, found {current}; "
             "another writer committed meanwhile, nothing was changed"
         )
     if expected is None:
-        db, _ = split_name(state.name)
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(db)}")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
         spark.sql(
-            f"CREATE VIEW {qualified(state.name)} TBLPROPERTIES ("
-            f"'changelake.location' = '{table_dir}', 'changelake.key' = '{','.join(state.key)}')"
-            f" AS {sql}"
+            f"CREATE VIEW {ident.quoted} TBLPROPERTIES ("
+            f"'changelake.location' = {string_literal(str(table_dir))}, "
+            f"'changelake.key' = {string_literal(','.join(state.key))}) AS {sql}"
         )
     else:
-        spark.sql(f"ALTER VIEW {qualified(state.name)} AS {sql}")
+        spark.sql(f"ALTER VIEW {ident.quoted} AS {sql}")
+    if state.scd2:
+        history = ident.history()
+        verb = "ALTER" if spark.catalog.tableExists(history.quoted) else "CREATE"
+        spark.sql(f"{verb} VIEW {history.quoted} AS {scd2_sql(state, table_dir)}")
+    return collect_garbage(table_dir, state, retain)
 
 
 def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RETAIN,

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
-from changelake.lake.commit import DEFAULT_RETAIN, collect_garbage, publish, writer_lock
+from changelake.lake.commit import DEFAULT_RETAIN
 from changelake.lake.layout import (
     BASE,
     DELTA,
@@ -44,7 +44,7 @@ from changelake.lake.layout import (
 )
 from changelake.lake.schema import logical_schema, struct_json
 from changelake.lake.sql import quote, union_sql
-from changelake.lake.table import ProgressFn, Table, clear_dir
+from changelake.lake.table import ProgressFn, Table, TableWriter, clear_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,14 +127,13 @@ def compact(table: Table, since: int | None = None, *,
     committed version being replaced, and nothing is visible before the commit.
     """
     policy = policy or CompactionPolicy()
-    with writer_lock(table.directory):
-        state = table.state()
-        return _compact_locked(table, state, since, policy, retain, progress)
+    with table.writer() as writer:
+        return _compact_locked(writer, since, policy, retain, progress)
 
 
-def _compact_locked(table: Table, state: TableState, since: int | None,
-                    policy: CompactionPolicy, retain: int,
-                    progress: ProgressFn | None) -> CompactionResult:
+def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPolicy,
+                    retain: int, progress: ProgressFn | None) -> CompactionResult:
+    table, state = writer.table, writer.committed()
     spark, directory = table.spark, table.directory
     upper = state.upper
     segments = state.segments()
@@ -243,12 +242,7 @@ def _compact_locked(table: Table, state: TableState, since: int | None,
         "touched": len(run_stats), "folded": len(fold), "merged": len(merge),
         "rows_written": written,
     })
-    publish(spark, directory, result, expected=state.version)
-    if result.scd2:
-        from changelake.lake.scd2 import publish_history
-
-        publish_history(table, result)
-    removed = collect_garbage(directory, result, retain)
+    removed = writer.publish(result, retain=retain)
     step("done", 5)
     return CompactionResult(
         state.name, result.version, state.since, since, len(chosen), change_count,

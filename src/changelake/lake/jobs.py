@@ -41,10 +41,14 @@ from pyspark.sql.types import (
 )
 
 from changelake.errors import InputError, LakeError, SchemaError
-from changelake.lake.catalog import DEFAULT_BUCKETS, Lake, lake_session
+from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
+from changelake.lake.compact import compact as compact_table
+from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SEGMENT
-from changelake.lake.table import CommitResult, ProgressFn, Table
+from changelake.lake.metastore import DEFAULT_PORT, serve
+from changelake.lake.sql import path_literal
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
 from changelake.spark.jobs import translate_errors
 
@@ -53,6 +57,7 @@ def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: st
               metastore_uri: str | None = None, conf: dict[str, str] | None = None) -> Lake:
     """The lake on `spark`, or on a session built for it (embedded Derby under the lake, or
     the metastore service at `metastore_uri`)."""
+    path_literal(Path(lake).resolve())  # a lake path Spark would misread: before Spark starts
     if spark is None:
         spark = lake_session(lake, master, metastore_uri=metastore_uri, conf=conf)
     return Lake(spark, lake)
@@ -102,34 +107,6 @@ def avro_to_spark(schema: Any, named: dict[str, Any] | None = None) -> DataType:
     if kind == "fixed":
         return BinaryType()
     return avro_to_spark(kind, named)
-
-
-def _infer(value: Any) -> DataType:
-    if isinstance(value, bool):
-        return BooleanType()
-    if isinstance(value, int):
-        return LongType()
-    if isinstance(value, float):
-        return DoubleType()
-    if isinstance(value, bytes):
-        return BinaryType()
-    return StringType()
-
-
-def _infer_struct(samples: Sequence[dict[str, Any]]) -> StructType:
-    """Schemaless JSON lines: each column's type from its first non-null value (string if all
-    are null). Pass `--schema` for anything richer."""
-    names: list[str] = []
-    types: dict[str, DataType] = {}
-    for row in samples:
-        for name, value in row.items():
-            if name not in types:
-                names.append(name)
-                types[name] = StringType()
-            if value is not None and isinstance(types[name], StringType) and \
-                    not isinstance(value, str):
-                types[name] = _infer(value)
-    return StructType([StructField(n, types[n], True) for n in names])
 
 
 def _starts_with(path: str, magic: bytes) -> bool:
@@ -202,50 +179,58 @@ def flatten(updates: DataFrame) -> DataFrame:
     return updates.select("data.*", F.col("time").alias("_time"), F.col("diff").alias("_diff"))
 
 
-def ingest(lake: Lake, table: str, inputs: Sequence[str | Path], *, key: Sequence[str] = (),
-           source: str = "materialize", schema: Path | None = None,
+def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path], *,
+           key: Sequence[str] = (), source: str = "materialize", schema: Path | None = None,
            buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None,
            scd2: bool = False) -> IngestReport:
     """Decode or convert `inputs` and commit what is new to `table` (created if missing, keyed
     by `key`, with an SCD type 2 history view if `scd2`). Exactly once: see the module
-    docstring."""
+    docstring.
+
+    One writer at a time, end to end: the table's writer lock is held from reading the
+    committed state, through the conversion (which takes a key's previous row from that state)
+    and the creation of a missing table, to the commit; so two ingests at once, or an ingest
+    and a compaction, commit one after the other, each on what the other committed."""
+    if source not in ("materialize", "debezium", "ydb"):
+        raise LakeError(f"unknown input kind {source!r}: materialize, debezium or ydb")
+    handle = lake.handle(table)
+    for column in key:
+        check_name(column, f"table {handle.name}: key column")
     spark = lake.spark
     step = progress or (lambda _d, _i, _n: None)
-    step("reading input", 0, 3)
-    existing = lake.exists(table)
-    committed = lake.table(table).state().upper if existing else 0
-    if source == "materialize":
-        from changelake.spark.decode import decode
+    step("waiting for the table's writer lock", 0, 3)
+    with handle.writer() as writer:
+        existing = writer.state is not None
+        committed = writer.state.upper if writer.state is not None else 0
+        step("reading input", 1, 3)
+        if source == "materialize":
+            from changelake.spark.decode import decode
 
-        updates_df, progress_df = materialize_frames(spark, inputs, schema)
-        step("decoding", 1, 3)
-        since = Antichain([committed]) if committed is not None else Antichain([0])
-        decoded = translate_errors(decode, updates_df, progress_df, since=since)
-        rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
-    elif source in ("debezium", "ydb"):
-        step("converting", 1, 3)
-        # A keyed table's previous rows come from the table itself (upserts by key).
-        state = lake.table(table).current() if existing and key else None
-        changes, frontier = changefeed_frames(spark, inputs, source, key, schema, state=state,
-                                              since=committed if existing else None)
-        rows = flatten(changes)
-        # Changefeed times are log positions (sparse), so no gap can be told from the times;
-        # the input is taken to continue the committed history (Debezium re-delivers from the
-        # committed offset), and what is before the committed frontier is skipped.
-        lower = Antichain([committed if committed is not None else 0])
-        upper = Antichain() if frontier is None else Antichain([frontier])
-    else:
-        raise LakeError(f"unknown input kind {source!r}: materialize, debezium or ydb")
-    step("committing", 2, 3)
-    data_schema = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
-    created = False
-    if not existing:
-        lake.create_table(table, data_schema, key=key, buckets=buckets, scd2=scd2)
-        created = True
-    handle: Table = lake.table(table)
-    result = handle.commit(rows, lower, upper)
+            updates_df, progress_df = materialize_frames(spark, inputs, schema)
+            since = Antichain([committed]) if committed is not None else Antichain([0])
+            decoded = translate_errors(decode, updates_df, progress_df, since=since)
+            rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
+        else:
+            # A keyed table's previous rows come from the table itself (upserts by key), at
+            # the state read under the lock.
+            state = writer.current() if existing and key else None
+            changes, frontier = changefeed_frames(spark, inputs, source, key, schema,
+                                                  state=state,
+                                                  since=committed if existing else None)
+            rows = flatten(changes)
+            # Changefeed times are log positions (sparse), so no gap can be told from the
+            # times; the input is taken to continue the committed history (Debezium
+            # re-delivers from the committed offset), and what is before the committed
+            # frontier is skipped.
+            lower = Antichain([committed if committed is not None else 0])
+            upper = Antichain() if frontier is None else Antichain([frontier])
+        step("committing", 2, 3)
+        if not existing:
+            data = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
+            writer.create(data, key=key, buckets=buckets, scd2=scd2)
+        result = writer.commit(rows, lower, upper)
     step("done", 3, 3)
-    return IngestReport(table, created, result, upper.to_json())
+    return IngestReport(handle.name, not existing, result, upper.to_json())
 
 
 # -------------------------------------------------------------------------------- snapshot
@@ -267,22 +252,21 @@ def plain(value: Any) -> Any:
     return value
 
 
-def snapshot(lake: Lake, table: str, *, as_of: int | None = None,
+def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = None,
              history: bool = False) -> Iterator[dict[str, Any]]:
     """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it),
     AS OF a time, or (`history`) its SCD type 2 versions, as plain dicts, streamed."""
     handle = lake.table(table)
     if history:
-        from changelake.lake.scd2 import history as scd2_history
-
-        frame = scd2_history(handle).orderBy(*handle.state().key, "valid_from")
+        frame = handle.history().orderBy(*handle.state().key, "valid_from")
     else:
         frame = handle.current() if as_of is None else handle.as_of(as_of)
     for row in frame.toLocalIterator():
         yield plain(row.asDict(recursive=True))
 
 
-def snapshot_columns(lake: Lake, table: str, *, history: bool = False) -> list[str]:
+def snapshot_columns(lake: Lake, table: str | TableIdentifier, *, history: bool = False
+                     ) -> list[str]:
     names = lake.table(table).schema.fieldNames()
     return [*names, "valid_from", "valid_to"] if history else names
 
@@ -290,12 +274,10 @@ def snapshot_columns(lake: Lake, table: str, *, history: bool = False) -> list[s
 # --------------------------------------------------------------------------------- compact
 
 
-def compact(lake: Lake, table: str, *, since: int | None = None,
+def compact(lake: Lake, table: str | TableIdentifier, *, since: int | None = None,
             policy: CompactionPolicy | None = None, progress: ProgressFn | None = None
             ) -> CompactionResult:
-    from changelake.lake.compact import compact as run
-
-    return run(lake.table(table), since, policy=policy, progress=progress)
+    return compact_table(lake.table(table), since, policy=policy, progress=progress)
 
 
 # ---------------------------------------------------------------------------------- status
@@ -321,14 +303,15 @@ class TableStatus:
         return asdict(self)
 
 
-def table_status(lake: Lake, name: str, *, count_rows: bool = True) -> TableStatus:
+def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True
+                 ) -> TableStatus:
     handle = lake.table(name)
     state = handle.state()
     files = sum(1 for fs in state.files for _ in (handle.directory / fs.path).glob("*.parquet"))
     rows = handle.current().count() if count_rows else -1
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
-        name=name, key=list(state.key), frontier=list(state.frontier), since=state.since,
+        name=handle.name, key=list(state.key), frontier=list(state.frontier), since=state.since,
         rows=rows, segments=sum(1 for f in state.files if f.kind == SEGMENT), files=files,
         bytes=sum(f.bytes for f in state.files), version=state.version,
         last_operation=state.operation, last_commit=when,
@@ -346,6 +329,4 @@ def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:
 
 def metastore(lake: Path | str, *, port: int | None = None) -> int:
     """Serve the lake's metastore until interrupted (see `metastore.py`); the exit status."""
-    from changelake.lake.metastore import DEFAULT_PORT, serve
-
     return serve(lake, port or DEFAULT_PORT)

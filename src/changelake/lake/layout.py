@@ -104,9 +104,6 @@ class TableState:
     def segments(self) -> list[FileSet]:
         return [f for f in self.files if f.kind == SEGMENT]
 
-    def bucket_files(self, kind: str, bucket: int) -> list[FileSet]:
-        return [f for f in self.files if f.kind == kind and f.bucket == bucket]
-
     def struct_id(self, struct_json: str) -> tuple[TableState, int]:
         """The index of a physical schema, adding it if new."""
         if struct_json in self.structs:

@@ -75,15 +75,6 @@ def status_table(statuses: Sequence[TableStatus]) -> RichTable:
     return table
 
 
-def print_status(statuses: Sequence[TableStatus], console: Console, out: IO[bytes]) -> None:
-    """A rich table on a terminal, JSON lines (one per table) otherwise."""
-    if console.is_terminal:
-        console.print(status_table(statuses))
-    else:
-        for s in statuses:
-            out.write(orjson.dumps(s.to_json()) + b"\n")
-
-
 def ingest_line(report: IngestReport) -> str:
     c = report.commit
     if c.skipped:

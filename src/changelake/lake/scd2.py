@@ -12,32 +12,22 @@ that both began and ended before a compaction is gone). Keep `since` back (compa
 
 With `scd2=True` at creation, the table also has a view `NAME_history` over this, replaced
 after each of the table's commits (its own single metastore call, so it can trail the table by
-one commit if a process dies between the two; the next commit or `publish_history` catches up).
+one commit if a process dies between the two; the next commit catches up). This module is the
+SQL only; `commit.py` replaces the view, and `Table.history` reads it for any keyed table.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from pyspark.sql import DataFrame
+from pathlib import Path
 
 from changelake.errors import LakeError
-from changelake.lake.commit import qualified
 from changelake.lake.layout import TableState
 from changelake.lake.schema import logical_schema
 from changelake.lake.sql import quote, union_sql
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from changelake.lake.table import Table
-
-
-def history_name(name: str) -> str:
-    return f"{name}_history"
-
 
 def scd2_sql(state: TableState, table_dir: Path) -> str:
+    """The SCD type 2 history of the committed `state` as one SELECT."""
     if not state.keyed:
         raise LakeError(f"table {state.name} has no key: SCD type 2 history needs one")
     logical = logical_schema(state.versions)
@@ -49,24 +39,7 @@ def scd2_sql(state: TableState, table_dir: Path) -> str:
         f"t AS (SELECT DISTINCT {', '.join(key)}, _time FROM u), "
         f"n AS (SELECT {', '.join(key)}, _time, lead(_time) OVER (PARTITION BY "
         f"{', '.join(key)} ORDER BY _time) AS _next FROM t) "
-        f"SELECT /* changelake history table={state.name} version={state.version} */ "
+        f"SELECT /* changelake history version={state.version} */ "
         f"{cols}, u._time AS valid_from, n._next AS valid_to "
         f"FROM u JOIN n ON {on} AND u._time = n._time WHERE u._diff > 0"
     )
-
-
-def history(table: Table) -> DataFrame:
-    """The SCD type 2 history as a DataFrame (any keyed table, whether or not `scd2`)."""
-    return table.spark.sql(scd2_sql(table.state(), table.directory))
-
-
-def publish_history(table: Table, state: TableState | None = None) -> None:
-    """Create or replace the `NAME_history` view for the committed state."""
-    state = state or table.state()
-    sql = scd2_sql(state, table.directory)
-    target = qualified(history_name(state.name))
-    db_table = history_name(state.name)
-    if table.spark.catalog.tableExists(db_table if "." in db_table else f"default.{db_table}"):
-        table.spark.sql(f"ALTER VIEW {target} AS {sql}")
-    else:
-        table.spark.sql(f"CREATE VIEW {target} AS {sql}")

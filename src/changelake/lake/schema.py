@@ -11,6 +11,8 @@ rewrites a file to follow one: old files are projected onto the current schema w
   removal cannot name the removed value (see `sql.py`).
 * Widening a type is accepted: integral types to wider integral types, float to double.
   Narrower input than the table's type is cast up.
+* A column name that is not an identifier (`[A-Za-z_][A-Za-z0-9_]*`, nested names too) is a
+  `SchemaError`.
 * Anything else (a narrowing, a change of kind such as int to string, a change inside a nested
   type, a key column removed) is a `SchemaError` raised before anything is written, so the
   rejected commit loses nothing and the table stays at its last commit.
@@ -22,9 +24,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
 from changelake.errors import SchemaError
+from changelake.lake.identifier import check_name
 from changelake.lake.layout import SchemaVersion
 
 META_COLUMNS = ("_time", "_diff", "_bucket")
@@ -44,6 +47,20 @@ def struct_json(struct: StructType) -> str:
     version), so two schemas that differ only in nullability are one schema."""
     fields = [StructField(f.name, f.dataType, True) for f in struct.fields]
     return StructType(fields).json()
+
+
+def check_column_names(dt: DataType, table: str, prefix: str = "") -> None:
+    """Every column name, nested ones included, an identifier (see `identifier.py`): names
+    reach SQL text and Parquet schemas. A SchemaError naming the first that is not."""
+    if isinstance(dt, StructType):
+        for f in dt.fields:
+            what = f"table {table}: column" + (f" in {prefix[:-1]}" if prefix else "")
+            check_name(f.name, what, SchemaError)
+            check_column_names(f.dataType, table, f"{prefix}{f.name}.")
+    elif isinstance(dt, ArrayType):
+        check_column_names(dt.elementType, table, prefix)
+    elif isinstance(dt, MapType):
+        check_column_names(dt.valueType, table, prefix)
 
 
 def wider(old: DataType, new: DataType, column: str, table: str) -> DataType:
@@ -104,6 +121,7 @@ def evolve(
     table: str,
 ) -> Evolution:
     """Check `incoming` against the table and say how the table's schema changes at `at`."""
+    check_column_names(incoming, table)
     names = [f.name for f in incoming.fields]
     for reserved in META_COLUMNS:
         if reserved in names:

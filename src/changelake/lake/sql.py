@@ -13,7 +13,9 @@ and the union is merged on read:
   with multiplicity n appears n times.
 
 The view text starts with a marker naming the committed manifest version; replacing the view
-(one metastore call) is the commit point.
+(one metastore call) is the commit point. Names reach the SQL only as identifiers checked by
+`identifier.py`, always in backticks (`quote`); the marker holds no name, and string literals
+are escaped (`string_literal`).
 """
 
 from __future__ import annotations
@@ -25,14 +27,22 @@ from pathlib import Path
 
 from pyspark.sql.types import DataType, StructType
 
+from changelake.errors import LakeError
 from changelake.lake.layout import FileSet, TableState
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
 
-MARKER = re.compile(r"/\* changelake table=(\S+) version=(\d+) \*/")
+# Views committed before the marker lost its table name still carry `table=NAME`.
+MARKER = re.compile(r"/\* changelake (?:table=\S+ )?version=(\d+) \*/")
 
 
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def string_literal(text: str) -> str:
+    """A Spark SQL string literal holding exactly `text` (Spark reads backslash escapes in
+    literals by default, so both the backslash and the quote are escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def sql_type(dt: DataType) -> str:
@@ -43,7 +53,8 @@ def path_literal(path: Path) -> str:
     text = str(path)
     if "`" in text or any(c in text for c in "{}[]*?,\\"):
         # Hadoop would read these as glob syntax; the lake directory must not contain them.
-        raise ValueError(f"lake path {text!r} contains glob characters")
+        raise LakeError(f"lake path {text!r} contains a backtick or glob characters "
+                        "({}[]*?,\\), which Spark would misread in a path")
     return text
 
 
@@ -119,7 +130,7 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
     cols = ", ".join(quote(n) for n in names)
     where = "" if as_of is None else f" WHERE _time <= {int(as_of)}"
     union = union_sql(state, table_dir, logical=logical)
-    tag = f"/* changelake table={state.name} version={state.version} */ " if marker else ""
+    tag = f"/* changelake version={state.version} */ " if marker else ""
     if state.keyed:
         key = ", ".join(quote(k) for k in state.key)
         return (
@@ -140,6 +151,7 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
     )
 
 
-def read_marker(view_text: str) -> tuple[str, int] | None:
+def read_marker(view_text: str) -> int | None:
+    """The committed version a view's text names, or None if it is not a changelake view."""
     match = MARKER.search(view_text)
-    return (match.group(1), int(match.group(2))) if match else None
+    return int(match.group(1)) if match else None

@@ -12,13 +12,20 @@ frontier it has committed (F), and
 
 Updates at zero diff are dropped (they say nothing); an update at a time >= upper is an error,
 raised before the commit point, so the table stays at its last commit.
+
+Writers work inside `Table.writer()`: it takes the table's writer lock once and yields a
+`TableWriter` holding the committed state read under it, so that whatever a writer derives from
+that state (an ingest's conversion against the current rows, a compaction's plan) is committed
+before anyone else can commit. `Table.commit` is the same for one commit. Every commit goes
+through `commit.commit_state`.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,24 +33,22 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
-from changelake.lake.commit import (
-    DEFAULT_RETAIN,
-    collect_garbage,
-    load_state,
-    publish,
-    qualified,
-    writer_lock,
-)
+from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
+from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import (
     SEGMENT,
     FileSet,
+    SchemaVersion,
     TableState,
     parquet_stats,
     segment_path,
 )
+from changelake.lake.scd2 import scd2_sql
 from changelake.lake.schema import evolve, logical_schema, struct_json
-from changelake.lake.sql import state_sql
+from changelake.lake.sql import state_sql, union_sql
 from changelake.protocol import Antichain
+
+DEFAULT_BUCKETS = 8
 
 ProgressFn = Callable[[str, int, int], None]
 """progress(step description, steps done, steps total): the jobs layer draws bars with it."""
@@ -80,21 +85,35 @@ def clear_dir(path: Path) -> None:
 
 
 class Table:
-    """A handle on one lake table. Cheap: state is read from the metastore when needed."""
+    """A handle on one lake table, which may not exist yet (`Lake.table` checks that it does).
+    Cheap: state is read from the metastore when needed."""
 
-    def __init__(self, spark: SparkSession, name: str, directory: Path) -> None:
+    def __init__(self, spark: SparkSession, ident: TableIdentifier, tables: Path) -> None:
         self.spark = spark
-        self.name = name
-        self.directory = directory
+        self.ident = ident
+        self._tables = tables
 
     def __repr__(self) -> str:
-        return f"Table({self.name!r}, {str(self.directory)!r})"
+        return f"Table({self.ident.display!r}, {str(self._tables)!r})"
+
+    @property
+    def name(self) -> str:
+        return self.ident.display
+
+    @property
+    def directory(self) -> Path:
+        """The table's directory, verified to lie inside the lake each time it is asked for."""
+        return self.ident.directory(self._tables)
 
     # ------------------------------------------------------------------------------ state
 
+    def load(self) -> TableState | None:
+        """The committed manifest (read fresh from the metastore), or None: no such table."""
+        return load_state(self.spark, self.ident, self.directory)
+
     def state(self) -> TableState:
         """The committed manifest (read fresh from the metastore)."""
-        state = load_state(self.spark, self.name, self.directory)
+        state = self.load()
         if state is None:
             raise LakeError(f"table {self.name} does not exist")
         return state
@@ -115,7 +134,7 @@ class Table:
 
     def current(self) -> DataFrame:
         """The current state through the metastore view, exactly as plain Spark SQL reads it."""
-        return self.spark.table(qualified(self.name))
+        return self.spark.table(self.ident.quoted)
 
     def as_of(self, time: int) -> DataFrame:
         """The state at `time` (all updates at times <= `time`), for since <= time < frontier."""
@@ -132,84 +151,151 @@ class Table:
     def updates(self) -> DataFrame:
         """Every retained update (base and deltas at their compacted times, then segments),
         on the logical schema with `_time` and `_diff`."""
-        from changelake.lake.sql import union_sql
-
         return self.spark.sql(union_sql(self.state(), self.directory))
 
+    def history(self) -> DataFrame:
+        """The SCD type 2 history (see `scd2.py`) of any keyed table, whether or not it keeps
+        a history view."""
+        return self.spark.sql(scd2_sql(self.state(), self.directory))
+
     # ----------------------------------------------------------------------------- writes
+
+    @contextmanager
+    def writer(self) -> Iterator[TableWriter]:
+        """Hold the table's writer lock: the yielded writer has the committed state as read
+        under the lock (None: the table does not exist yet), and commits through it are the
+        only ones until the block ends."""
+        directory = self.directory
+        with writer_lock(directory):
+            writer = TableWriter(self, self.load())
+            try:
+                yield writer
+            finally:
+                writer.closed = True
 
     def commit(self, updates: DataFrame, lower: Antichain, upper: Antichain, *,
                retain: int = DEFAULT_RETAIN) -> CommitResult:
         """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
+        with self.writer() as writer:
+            return writer.commit(updates, lower, upper, retain=retain)
+
+
+class TableWriter:
+    """A table under its writer lock (see `Table.writer`); `state` is its committed state."""
+
+    def __init__(self, table: Table, state: TableState | None) -> None:
+        self.table = table
+        self.state = state
+        self.closed = False
+
+    @property
+    def spark(self) -> SparkSession:
+        return self.table.spark
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    def committed(self) -> TableState:
+        """The committed state; a LakeError if the table does not exist (or the lock is gone)."""
+        if self.closed:
+            raise LakeError(f"table {self.name}: the writer lock was released")
+        if self.state is None:
+            raise LakeError(f"table {self.name} does not exist")
+        return self.state
+
+    def current(self) -> DataFrame:
+        """The table's rows at the committed state held under the lock."""
+        state = self.committed()
+        return self.spark.sql(state_sql(state, self.table.directory, marker=False))
+
+    def publish(self, state: TableState, *, retain: int = DEFAULT_RETAIN) -> int:
+        """Commit `state` (derived from `self.state`) through `commit_state`; returns how many
+        file sets garbage collection removed."""
+        if self.closed:
+            raise LakeError(f"table {self.name}: the writer lock was released")
+        expected = None if self.state is None else self.state.version
+        removed = commit_state(self.spark, self.table.ident, self.table.directory, state,
+                               expected=expected, retain=retain)
+        self.state = state
+        return removed
+
+    def create(self, schema: StructType, *, key: Sequence[str] = (),
+               buckets: int = DEFAULT_BUCKETS, since: int = 0, scd2: bool = False
+               ) -> TableState:
+        """Create the table, empty and committed through `since` (its history starts there)."""
+        if self.state is not None:
+            raise LakeError(f"table {self.name} already exists")
+        for column in key:
+            check_name(column, f"table {self.name}: key column")
+        if buckets < 1:
+            raise LakeError("a table needs at least one bucket")
+        if scd2 and not key:
+            raise LakeError(f"table {self.name} has no key: SCD type 2 history needs one")
+        evolution = evolve((), schema, since, key=key, table=self.name)
+        logical = evolution.write_struct
+        state = TableState(
+            name=self.name, version=0, key=tuple(key), buckets=buckets, since=since,
+            frontier=(since,), versions=(SchemaVersion(since, struct_json(logical)),),
+            structs=(), bucket_columns=tuple(key) or tuple(logical.fieldNames()), scd2=scd2,
+        )
+        self.publish(state)
+        return state
+
+    def commit(self, updates: DataFrame, lower: Antichain, upper: Antichain, *,
+               retain: int = DEFAULT_RETAIN) -> CommitResult:
+        """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
+        name = self.name
         for column in ("_time", "_diff"):
             if column not in updates.columns:
-                raise LakeError(f"table {self.name}: updates have no {column} column "
+                raise LakeError(f"table {name}: updates have no {column} column "
                                 f"(columns: {updates.columns})")
         lo = frontier_int(lower, "lower")
         up = frontier_int(upper, "upper")
         if lo is None:
-            raise LakeError(f"table {self.name}: lower frontier of a commit cannot be closed")
+            raise LakeError(f"table {name}: lower frontier of a commit cannot be closed")
         if up is not None and up < lo:
-            raise LakeError(f"table {self.name}: upper {up} is before lower {lo}")
-        with writer_lock(self.directory):
-            state = self.state()
-            committed = state.upper
-            if committed is None or (up is not None and committed >= up):
-                return CommitResult(self.name, state.version, committed, up, 0, True)
-            if committed < lo:
-                raise LakeError(
-                    f"table {self.name}: the input starts at time {lo} but the table is "
-                    f"committed only through time {committed - 1}; updates at times "
-                    f"[{committed}, {lo}) are missing, nothing was written"
-                )
-            data = [f for f in updates.schema.fields if f.name not in ("_time", "_diff")]
-            evolution = evolve(state.versions, StructType(data), committed, key=state.key,
-                               table=self.name)
-            rows = updates.where((F.col("_time") >= committed) & (F.col("_diff") != 0))
-            rows = rows.select(
-                *[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
-                  for f in evolution.write_struct.fields],
-                F.col("_time").cast("long").alias("_time"),
-                F.col("_diff").cast("long").alias("_diff"),
+            raise LakeError(f"table {name}: upper {up} is before lower {lo}")
+        state = self.committed()
+        committed = state.upper
+        if committed is None or (up is not None and committed >= up):
+            return CommitResult(name, state.version, committed, up, 0, True)
+        if committed < lo:
+            raise LakeError(
+                f"table {name}: the input starts at time {lo} but the table is "
+                f"committed only through time {committed - 1}; updates at times "
+                f"[{committed}, {lo}) are missing, nothing was written"
             )
-            rel = segment_path(committed, up)
-            target = self.directory / rel
-            clear_dir(target)
-            rows.write.parquet(str(target))
-            count, size, t_min, t_max = parquet_stats(target)
-            if up is not None and t_max is not None and t_max >= up:
-                shutil.rmtree(target, ignore_errors=True)
-                raise LakeError(
-                    f"table {self.name}: an update at time {t_max} is not inside the "
-                    f"committed interval [{lo}, {up}); nothing was written"
-                )
-            new, struct = state.struct_id(struct_json(evolution.write_struct))
-            files = new.files
-            if count:
-                files = (*files, FileSet(rel, SEGMENT, struct, count, size, lower=committed,
-                                         upper=up, min_time=t_min, max_time=t_max))
-            else:
-                shutil.rmtree(target, ignore_errors=True)
-            new = new.next("commit", frontier=() if up is None else (up,),
-                           versions=evolution.versions, files=files)
-            new = _with_detail(new, lower=committed, upper=up, rows=count)
-            publish(self.spark, self.directory, new, expected=state.version)
-            if new.scd2:
-                from changelake.lake.scd2 import publish_history
-
-                publish_history(self, new)
-            collect_garbage(self.directory, new, retain)
-            return CommitResult(self.name, new.version, committed, up, count, False,
-                                evolution.changed)
-
-    def compact(self, since: int | None = None, **options: object) -> object:
-        """Advance `since` and fold changes into the buckets; see `compact.py`."""
-        from changelake.lake.compact import compact
-
-        return compact(self, since, **options)  # type: ignore[arg-type]
-
-
-def _with_detail(state: TableState, **detail: object) -> TableState:
-    from dataclasses import replace
-
-    return replace(state, detail=dict(detail))
+        data = [f for f in updates.schema.fields if f.name not in ("_time", "_diff")]
+        evolution = evolve(state.versions, StructType(data), committed, key=state.key,
+                           table=name)
+        rows = updates.where((F.col("_time") >= committed) & (F.col("_diff") != 0))
+        rows = rows.select(
+            *[F.col(f"`{f.name}`").cast(f.dataType).alias(f.name)
+              for f in evolution.write_struct.fields],
+            F.col("_time").cast("long").alias("_time"),
+            F.col("_diff").cast("long").alias("_diff"),
+        )
+        rel = segment_path(committed, up)
+        target = self.table.directory / rel
+        clear_dir(target)
+        rows.write.parquet(str(target))
+        count, size, t_min, t_max = parquet_stats(target)
+        if up is not None and t_max is not None and t_max >= up:
+            shutil.rmtree(target, ignore_errors=True)
+            raise LakeError(
+                f"table {name}: an update at time {t_max} is not inside the "
+                f"committed interval [{lo}, {up}); nothing was written"
+            )
+        new, struct = state.struct_id(struct_json(evolution.write_struct))
+        files = new.files
+        if count:
+            files = (*files, FileSet(rel, SEGMENT, struct, count, size, lower=committed,
+                                     upper=up, min_time=t_min, max_time=t_max))
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+        new = new.next("commit", frontier=() if up is None else (up,),
+                       versions=evolution.versions, files=files)
+        new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+        self.publish(new, retain=retain)
+        return CommitResult(name, new.version, committed, up, count, False, evolution.changed)
