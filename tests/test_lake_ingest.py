@@ -14,6 +14,7 @@ import pytest
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, jobs
 from changelake.values import freeze
+from conftest import SAMPLES
 from lake_history import keyed_history, messages, state_at
 
 pytestmark = pytest.mark.spark
@@ -104,3 +105,36 @@ def test_ingest_debezium(spark, lake, tmp_path):
     later = jobs.ingest(lake, name, [more], key=["id"], source="debezium")
     assert later.frontier == [700] and later.commit.lower == 500
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne"), (3, "cyd")}
+
+
+def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
+    """A Debezium file's last transaction cannot be known complete: ingest leaves it out and
+    says why; with close (the input is the whole feed) it is committed, exactly once."""
+    from changelake.lake import report
+
+    sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
+    name = f"hold_{uuid.uuid4().hex[:8]}.orders"
+    first = jobs.ingest(lake, name, [sample], key=["order_id"], source="debezium")
+    (held,) = first.frontier
+    assert held > 0 and first.waiting_for is not None
+    assert f"time {held} complete" in first.waiting_for and "--close" in first.waiting_for
+    assert report.waiting_line(first) == (
+        f"note: frontier stopped at [{held}]: {first.waiting_for}")
+    # The snapshot rows are committed; the update of order 1 (the last transaction) is not.
+    rows = {r["order_id"]: r["product_id"] for r in spark.table(name).collect()}
+    assert rows == {1: 1, 2: 2, 3: 2}
+
+    closed = jobs.ingest(lake, name, [sample], key=["order_id"], source="debezium",
+                         close=True)
+    assert closed.frontier == [] and closed.waiting_for is None
+    assert report.waiting_line(closed) is None
+    assert closed.commit.written == 2  # order 1's old row retracted, its new row inserted
+    rows = {r["order_id"]: r["product_id"] for r in spark.table(name).collect()}
+    assert rows == {1: 3, 2: 2, 3: 2}
+
+
+def test_close_is_refused_for_a_materialize_log(lake, tmp_path):
+    from changelake.errors import LakeError
+
+    with pytest.raises(LakeError, match="closes itself"):
+        jobs.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)

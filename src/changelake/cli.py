@@ -299,10 +299,13 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--scd2", is_flag=True,
               help="Also keep NAME_history: one row per version of a key with valid_from / "
                    "valid_to (SCD type 2). Takes effect when the table is created.")
+@click.option("--close", is_flag=True,
+              help="The input is the whole changefeed: commit its last transaction too "
+                   "(debezium, ydb; as encode --from --close).")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
-           key: str | None, source: str, schema_path: Path | None, scd2: bool,
+           key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT and commit what is new to a lake table, exactly once."""
     from rich.console import Console
@@ -310,14 +313,21 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     from changelake.lake import jobs, report
 
     ident, columns = _table_and_key(table, key)
+    if close and source == "materialize":
+        raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
+                               "closes itself")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
             result = jobs.ingest(lake, ident, list(inputs), key=columns, source=source,
-                                 schema=schema_path, progress=step, scd2=scd2)
+                                 schema=schema_path, progress=step, scd2=scd2,
+                                 close=close)
     finally:
         lake.spark.stop()
     click.echo(report.ingest_line(result), err=True)
+    waiting = report.waiting_line(result)
+    if waiting is not None:
+        click.echo(f"changelake: {waiting}", err=True)
 
 
 @main.command()

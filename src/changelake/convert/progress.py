@@ -110,3 +110,14 @@ class PartitionFrontiers:
         if any(r is None for r in self._resolved):
             return 0
         return min(r[0] for r in self._resolved if r is not None)
+
+
+def changefeed_waiting_reason(source: str, frontier: int) -> str:
+    """Why a changefeed's frontier is not further along, in words, for both engines: what the
+    rules above need before time `frontier` counts as complete."""
+    if source == "ydb":
+        return (f"time {frontier} is complete only once every partition has a resolved record "
+                "beyond it; more input finishes it, or --close if the input is the whole feed")
+    return (f"nothing shows time {frontier} complete: Debezium finishes a time when a later "
+            "one arrives, or when transaction metadata counts all its events; more input "
+            "finishes it, or --close if the input is the whole feed")

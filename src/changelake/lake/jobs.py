@@ -40,6 +40,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import InputError, LakeError, SchemaError
 from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
@@ -50,6 +51,7 @@ from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
+from changelake.protocol.reader import waiting_reason
 from changelake.spark.jobs import translate_errors
 
 
@@ -72,6 +74,9 @@ class IngestReport:
     created: bool
     commit: CommitResult
     frontier: list  # the input's frontier (Antichain JSON)
+    waiting_for: str | None = None
+    """Why the input's frontier stops where it does (None: the input closed the stream):
+    updates at and beyond it stay uncommitted until more input, or `close`, finishes them."""
     rejected: int = 0
 
 
@@ -146,13 +151,15 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
 
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                       key: Sequence[str], schema_file: Path | None, *,
-                      state: DataFrame | None = None, since: int | None = None
-                      ) -> tuple[DataFrame, int | None]:
+                      state: DataFrame | None = None, since: int | None = None,
+                      close: bool = False) -> tuple[DataFrame, int | None]:
     """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier.
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's
     previous row from it, so an update or delete of a row committed earlier retracts it.
     `since` is the table's committed frontier: changes before it are already in `state`.
+    `close`: the input is the whole feed, so every time in it is finished (the frontier is
+    None); without it, the times the feed cannot show complete stay open.
     """
     from changelake.formats.materialize import expand_paths
     from changelake.spark.changefeeds import changefeed_changes
@@ -166,7 +173,7 @@ def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source:
     table_schema = json.loads(Path(schema_file).read_text()) if schema_file else None
     frames = changefeed_changes(frame, source=source,  # type: ignore[arg-type]
                                 keys=list(key) or None, table_schema=table_schema,
-                                state=state, since=since)
+                                state=state, since=since, close=close)
     # A transaction may touch one row several times: consolidate, so a keyed table sees at
     # most one insertion and one retraction per key and time.
     changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
@@ -182,10 +189,16 @@ def flatten(updates: DataFrame) -> DataFrame:
 def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path], *,
            key: Sequence[str] = (), source: str = "materialize", schema: Path | None = None,
            buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None,
-           scd2: bool = False) -> IngestReport:
+           scd2: bool = False, close: bool = False) -> IngestReport:
     """Decode or convert `inputs` and commit what is new to `table` (created if missing, keyed
     by `key`, with an SCD type 2 history view if `scd2`). Exactly once: see the module
     docstring.
+
+    What is committed stops at the input's frontier, and the report says why it stops there
+    (`IngestReport.waiting_for`). A changefeed cannot show its last transaction complete, so
+    that one waits for more input, unless `close` says the input is the whole feed (as
+    `encode --from ... --close` does). A Materialize CDC log says for itself when it closes:
+    `close` is refused for it.
 
     One writer at a time, end to end: the table's writer lock is held from reading the
     committed state, through the conversion (which takes a key's previous row from that state)
@@ -193,6 +206,9 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
     and a compaction, commit one after the other, each on what the other committed."""
     if source not in ("materialize", "debezium", "ydb"):
         raise LakeError(f"unknown input kind {source!r}: materialize, debezium or ydb")
+    if close and source == "materialize":
+        raise LakeError("close is for changefeeds (debezium, ydb): a Materialize CDC log "
+                        "closes itself with a progress statement whose upper is []")
     handle = lake.handle(table)
     for column in key:
         check_name(column, f"table {handle.name}: key column")
@@ -210,13 +226,16 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             since = Antichain([committed]) if committed is not None else Antichain([0])
             decoded = translate_errors(decode, updates_df, progress_df, since=since)
             rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
+            waiting = None if upper.is_closed else waiting_reason(
+                dict(decoded.missing), decoded.progress_frontier)
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
             # the state read under the lock.
             state = writer.current() if existing and key else None
             changes, frontier = changefeed_frames(spark, inputs, source, key, schema,
                                                   state=state,
-                                                  since=committed if existing else None)
+                                                  since=committed if existing else None,
+                                                  close=close)
             rows = flatten(changes)
             # Changefeed times are log positions (sparse), so no gap can be told from the
             # times; the input is taken to continue the committed history (Debezium
@@ -224,13 +243,14 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             # frontier is skipped.
             lower = Antichain([committed if committed is not None else 0])
             upper = Antichain() if frontier is None else Antichain([frontier])
+            waiting = None if frontier is None else changefeed_waiting_reason(source, frontier)
         step("committing", 2, 3)
         if not existing:
             data = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
             writer.create(data, key=key, buckets=buckets, scd2=scd2)
         result = writer.commit(rows, lower, upper)
     step("done", 3, 3)
-    return IngestReport(handle.name, not existing, result, upper.to_json())
+    return IngestReport(handle.name, not existing, result, upper.to_json(), waiting)
 
 
 # -------------------------------------------------------------------------------- snapshot

@@ -86,6 +86,14 @@ def ingest_line(report: IngestReport) -> str:
             + (" (schema changed)" if c.schema_changed else ""))
 
 
+def waiting_line(report: IngestReport) -> str | None:
+    """Why the ingest stopped where it did: the updates from its frontier on are not committed
+    yet (None when the input closed the stream)."""
+    if report.waiting_for is None:
+        return None
+    return f"note: frontier stopped at {report.frontier}: {report.waiting_for}"
+
+
 def compact_line(result: CompactionResult) -> str:
     if result.version is None:
         return f"{result.table}: nothing to compact (since {result.since})"
