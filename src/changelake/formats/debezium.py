@@ -61,6 +61,7 @@ from changelake.formats.change import (
     TxBoundary,
 )
 from changelake.formats.tableschema import TableSchema
+from changelake.protocol.time import MAX_TIME
 
 PLACEHOLDER = "__debezium_unavailable_value"
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -72,6 +73,7 @@ _KAFKA_FIELDS = frozenset({"key", "value", "headers", "topic", "partition", "off
                            "timestamp"})
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
 _PG_TX_ID = re.compile(r"^(\d+):\d+$")
+_DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII only: str.isdigit also takes "²"
 _EPOCH = dt.datetime(1970, 1, 1)
 # PostgreSQL +-infinity timestamps as Debezium writes them (µs; the ms form is /1000).
 _PG_INFINITY_US = {9223372036825200000: "infinity", -9223372036832400000: "-infinity"}
@@ -159,6 +161,9 @@ class DebeziumParser:
         if tx is not None and not isinstance(tx, dict):
             raise ChangefeedError("transaction must be an object or null", origin)
         position, time, tx_id = self._locate(source, tx, snapshot, origin)
+        if time is not None and time > MAX_TIME:
+            raise ChangefeedError(f"the transaction's time {time} (from source) does not fit "
+                                  "a 64-bit signed integer, as CDCv2 times must", origin)
         fields = _envelope_fields(schema)
         before = self._image(payload.get("before"), fields.get("before"), "before", origin)
         after = self._image(payload.get("after"), fields.get("after"), "after", origin)
@@ -243,7 +248,8 @@ class DebeziumParser:
             raise ChangefeedError(f"{what} must be an object or null, got {_short(raw)}", origin)
         fields: dict[str, FieldSchema] = {}
         if isinstance(struct, dict):
-            for f in struct.get("fields") or ():
+            listed = struct.get("fields")
+            for f in listed if isinstance(listed, list) else ():
                 if isinstance(f, dict) and isinstance(f.get("field"), str):
                     fields[f["field"]] = f
         elif self.table_schema is not None:
@@ -495,15 +501,24 @@ def _pg_sequence(raw: Any, origin: Location) -> tuple[int | None, int | None]:
         parts = orjson.loads(raw) if isinstance(raw, str) else raw
         if not isinstance(parts, list) or len(parts) != 2:
             raise ValueError
-        out = [None if p is None else int(p) for p in parts]
+        out = [None if p is None else _lsn(p) for p in parts]
     except (ValueError, TypeError, orjson.JSONDecodeError):
         raise ChangefeedError(f"source.sequence must be '[lsn, lsn]', got {raw!r}",
                               origin) from None
     return out[0], out[1]
 
 
+def _lsn(value: Any) -> int:
+    """An LSN in `sequence`: a non-negative integer, or its decimal digits."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    raise ValueError
+
+
 def _binlog_number(raw: Any, origin: Location) -> int:
-    if not isinstance(raw, str) or "." not in raw or not raw.rsplit(".", 1)[1].isdigit():
+    if not isinstance(raw, str) or "." not in raw or not _DIGITS.fullmatch(raw.rsplit(".", 1)[1]):
         raise ChangefeedError(f"source.file must be a binlog name like mysql-bin.000003, "
                               f"got {raw!r}", origin)
     return int(raw.rsplit(".", 1)[1])
@@ -512,7 +527,7 @@ def _binlog_number(raw: Any, origin: Location) -> int:
 def _binlog_tx_time(tx_id: str, origin: Location) -> int:
     parts = dict(p.split("=", 1) for p in tx_id.split(",") if "=" in p)
     pos = parts.get("pos", "")
-    if not pos.isdigit():
+    if not _DIGITS.fullmatch(pos):
         raise ChangefeedError(f"transaction id {tx_id!r} has no pos", origin)
     return _binlog_number(parts.get("file"), origin) << 32 | int(pos)
 

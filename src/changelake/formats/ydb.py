@@ -50,6 +50,7 @@ from changelake.errors import ChangefeedError, Location
 from changelake.formats.change import NAN, UNCHANGED, Change, Item, Op, Resolved
 from changelake.formats.debezium import DebeziumParser, loads
 from changelake.formats.tableschema import TableSchema
+from changelake.protocol.time import MAX_TIME
 
 _OPTIONAL = re.compile(r"^Optional<(.*)>$")
 _INTS = {
@@ -109,6 +110,9 @@ class YdbParser:
         if "ts" in value:
             position = _pair(value["ts"], "ts", origin)
             time = position[0]
+            if time > MAX_TIME:
+                raise ChangefeedError(f"step {time} does not fit a 64-bit signed integer, as "
+                                      "CDCv2 times must", origin)
         old = self._image(value.get("oldImage"), "oldImage", origin)
         new = self._image(value.get("newImage"), "newImage", origin)
         before = {**key, **old} if old is not None else None
