@@ -183,12 +183,20 @@ def write_messages(
     messages: Iterable[Message], schema: CdcSchema | None, *, avro: Path | None,
     out: IO[bytes],
 ) -> int:
-    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`."""
+    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`. The file is
+    written beside its place and renamed there when complete: input that fails half-way
+    leaves no half-written file (nor clobbers an earlier one)."""
     if avro is not None:
         if schema is None:
             raise ChangelakeError("--avro needs the data schema (--schema)")
-        with open(avro, "wb") as fo:
-            return write_ocf(fo, messages, schema)
+        temporary = avro.with_name(f".{avro.name}.tmp")
+        try:
+            with open(temporary, "wb") as fo:
+                count = write_ocf(fo, messages, schema)
+            temporary.replace(avro)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return count
     count = write_json_lines(out, messages, schema)
     out.flush()
     return count
