@@ -419,6 +419,14 @@ def read_ocf(fo: IO[bytes], *, name: str, set_aside: Sink | None = None) -> Iter
                                set_aside, "")
 
 
+def read_ocf_schema(fo: IO[bytes], *, name: str) -> CdcSchema:
+    """The Materialize CDC schema of an Avro container file, from its checked header: for
+    readers that need the schema before the messages (an `InputError` at offset 0 if the
+    header is corrupt, where fastavro's own reader raises whatever its parser does)."""
+    header, _ = ocf.read_header(fo, name)
+    return _ocf_schema(header, name)
+
+
 def _ocf_schema(header: ocf.Header, name: str) -> CdcSchema:
     where = Location(name, offset=0)
     try:
