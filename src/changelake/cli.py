@@ -38,7 +38,7 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ChangelakeError as error:
-            _fail(str(error))
+            _fail(" ".join(str(error).splitlines()))  # one line, whatever the input held
         except BrokenPipeError:
             sys.exit(0)  # the reader went away (e.g. `| head`)
         except OSError as error:

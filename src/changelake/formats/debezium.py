@@ -39,7 +39,6 @@ element of an array) becomes `UNCHANGED`.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import decimal
 import math
@@ -72,6 +71,11 @@ _OPS = {"c": Op.CREATE, "r": Op.READ, "u": Op.UPDATE, "d": Op.DELETE, "t": Op.TR
 _KAFKA_FIELDS = frozenset({"key", "value", "headers", "topic", "partition", "offset",
                            "timestamp"})
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
+# Decimals are written out in full ("f" format), so their size is bounded: PostgreSQL's
+# numeric allows a scale up to 16383 digits; 4 KiB of two's complement is ~9860 digits (and
+# converting more takes time quadratic in the length).
+MAX_DECIMAL_SCALE = 16383
+MAX_DECIMAL_BYTES = 4096
 _PG_TX_ID = re.compile(r"^(\d+):\d+$")
 _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII only: str.isdigit also takes "²"
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -261,7 +265,7 @@ class DebeziumParser:
         for name in [*(n for n in fields if n in raw), *(n for n in raw if n not in fields)]:
             try:
                 out[name] = decode_value(raw[name], fields.get(name))
-            except (ValueError, TypeError, binascii.Error, decimal.InvalidOperation) as error:
+            except (ValueError, TypeError, ArithmeticError) as error:  # dates, decimals
                 raise ChangefeedError(f"{what}.{name}: {error}", origin) from None
         return out
 
@@ -319,21 +323,27 @@ def _float(value: Any) -> Any:
 
 
 def _scale(schema: FieldSchema) -> int:
-    params = schema.get("parameters") or {}
-    raw = params.get("scale", 0)
+    params = schema.get("parameters")
+    raw = params.get("scale", 0) if isinstance(params, dict) else 0
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"decimal scale {raw!r} is not an integer") from None
+        raise ValueError(f"decimal scale {_short(raw)} is not an integer") from None
 
 
 def _unscaled(value: Any) -> int:
     if not isinstance(value, str):
         raise ValueError(f"decimal bytes must be base64 text, got {_short(value)}")
-    return int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
+    raw = base64.b64decode(value, validate=True)
+    if len(raw) > MAX_DECIMAL_BYTES:
+        raise ValueError(f"decimal of {len(raw)} bytes, more than the maximum of "
+                         f"{MAX_DECIMAL_BYTES}")
+    return int.from_bytes(raw, "big", signed=True)
 
 
 def _decimal_text(unscaled: int, scale: int) -> str:
+    if abs(scale) > MAX_DECIMAL_SCALE:
+        raise ValueError(f"decimal scale {scale} is beyond the maximum of {MAX_DECIMAL_SCALE}")
     return format(decimal.Decimal(unscaled).scaleb(-scale), "f")
 
 
@@ -361,7 +371,10 @@ def _int(value: Any) -> int:
 
 
 def _date(value: Any, _schema: FieldSchema) -> str:
-    return (dt.date(1970, 1, 1) + dt.timedelta(days=_int(value))).isoformat()
+    try:
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=_int(value))).isoformat()
+    except OverflowError:
+        raise ValueError(f"date {value} is out of range") from None
 
 
 def _time_of_day(value: Any, per_second: int) -> str:

@@ -115,13 +115,14 @@ class CdcSchema:
         try:
             fastavro.parse_schema(avro)
         except Exception as error:  # fastavro raises several exception types
-            raise SchemaError(f"{source}: not a valid Avro schema: {error}") from None
+            # its message may quote the schema, newlines and all: keep the error one line
+            raise SchemaError(f"{source}: not a valid Avro schema: {_flat(error)}") from None
         try:
             return cls._checked(avro, source)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             # fastavro lets some malformed schemas through (a record without fields, ...)
             raise SchemaError(f"{source}: not a valid Avro schema: {type(error).__name__}: "
-                              f"{error}") from None
+                              f"{_flat(error)}") from None
 
     @classmethod
     def _checked(cls, avro: Any, source: str) -> CdcSchema:
@@ -248,6 +249,12 @@ def _long(value: Any, what: str) -> int:
     if not low <= value <= high:
         raise ValueError(f"{what} {value} does not fit a 64-bit signed integer")
     return value
+
+
+def _flat(error: Exception) -> str:
+    """A library's error message as one line of reasonable length."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _short(value: Any) -> str:
@@ -449,7 +456,7 @@ def _datums(prefix: bytes, sync: bytes, block: ocf.Block, name: str) -> list[Any
         left = len(block.data) - reader.bytes_.tell()
     except Exception as error:  # fastavro raises several types (EOFError, IndexError, ...)
         raise InputError(f"corrupt Avro datum {len(datums)} of the block: "
-                         f"{type(error).__name__}: {error}",
+                         f"{type(error).__name__}: {_flat(error)}",
                          Location(name, offset=block.offset, index=len(datums))) from None
     if left:
         raise InputError(f"{left} bytes left over after the block's {block.count} records",

@@ -35,7 +35,6 @@ the YDB types of the table schema.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import decimal
 import math
@@ -158,7 +157,7 @@ class YdbParser:
     def _decode(self, name: str, value: Any, origin: Location) -> Any:
         try:
             return decode_value(value, self._types.get(name))
-        except (ValueError, TypeError, binascii.Error, decimal.InvalidOperation) as error:
+        except (ValueError, TypeError, ArithmeticError) as error:  # dates, decimals
             raise ChangefeedError(f"column {name}: {error}", origin) from None
 
     # ---------------------------------------------------------------------- DEBEZIUM_JSON
