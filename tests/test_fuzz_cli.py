@@ -148,3 +148,12 @@ def test_ocf_helpers_frame_a_valid_block(tmp_path: Path) -> None:
     result = run("decode", str(path))
     assert result.returncode == 0, result.stderr
     assert result.stdout == b'{"frontier":[]}\n'
+
+
+def test_decode_reads_a_valid_avro_file_from_a_pipe() -> None:
+    """Control for the truncated case (and a fixed bug: reading block offsets with `tell()`
+    made any container file on a pipe fail with "Illegal seek")."""
+    result = subprocess.run([*CLI, "decode"], input=corpus()["simple.avro"],
+                            capture_output=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(b'{"frontier":[]}\n')
