@@ -602,3 +602,56 @@ def test_ydb_values_by_column_type(kind: str, value: Any, as_key: bool) -> None:
         YdbParser(schema).parse_line(_dumps(record), Location("part.jsonl", 3))
     except ChangefeedError as error:
         assert str(error).startswith("part.jsonl, line 3: ") and "\n" not in str(error)
+
+
+# ----------------------------------------------------------- schemas and framed messages
+
+
+@FUZZ
+@given(mutated(orjson.dumps(rich_schema().avro), json=True))
+def test_mutated_cdc_schema_files(work: Path, data: bytes) -> None:
+    """`--schema FILE`: a usable schema, or a ChangelakeError naming the file."""
+    from changelake.formats.materialize import load_schema
+
+    path = work / "schema.json"
+    path.write_bytes(data)
+    only_located_errors(lambda: load_schema(path), path, ())
+
+
+@FUZZ
+@given(mutated(orjson.dumps(EXPECTED["ydb-test-json-updates.jsonl"][0]), json=True))
+def test_mutated_table_schema_files(work: Path, data: bytes) -> None:
+    """`--table-schema FILE` for YDB: a usable schema, or a ChangelakeError."""
+    path, table = work / "part.jsonl", work / "table-schema.json"
+    path.write_bytes((SAMPLES / "ydb-test-json-updates.jsonl").read_bytes())
+    table.write_bytes(data)
+    try:
+        encode_changefeed_job([str(path)], io.BytesIO(), source="ydb", keys=None,
+                              table_schema=table, close=True, lenient=False)
+    except ChangelakeError as error:
+        assert "\n" not in str(error)
+
+
+@FUZZ
+@given(st.sampled_from(range(len(rich_messages()))).flatmap(
+    lambda i: mutated(_framed_message(i), json=False)))
+def test_mutated_framed_messages(payload: bytes) -> None:
+    """Kafka message values (Confluent and single-object framing)."""
+    from changelake.errors import Location
+    from changelake.formats.materialize import decode_framed
+
+    schema = rich_schema()
+    schemas = {7: schema, schema.fingerprint(): schema}
+    try:
+        decode_framed(payload, schemas, Location("topic", offset=42))
+    except ChangelakeError as error:
+        assert str(error).startswith("topic, offset 42: ") and "\n" not in str(error)
+
+
+def _framed_message(index: int) -> bytes:
+    from changelake.formats.materialize import encode_confluent, encode_single_object
+
+    message = rich_messages()[index]
+    if index % 2:
+        return encode_confluent(message, rich_schema(), 7)
+    return encode_single_object(message, rich_schema())

@@ -24,6 +24,7 @@ from changelake.formats.materialize import (
     write_json_lines,
     write_ocf,
 )
+from changelake.formats.tableschema import TableSchema
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
 from changelake.protocol.time import MAX_TIME, check_time
 from changelake.values import freeze, thaw
@@ -257,9 +258,10 @@ def encode_changefeed_job(
     parsed_schema = None
     if table_schema is not None:
         try:
-            parsed_schema = orjson.loads(table_schema.read_bytes())
-        except orjson.JSONDecodeError as error:
-            raise InputError(f"not JSON: {error}", Location(str(table_schema))) from None
+            raw = jsonl.loads(table_schema.read_bytes())
+        except jsonl.JsonError as error:
+            raise InputError(str(error), Location(str(table_schema))) from None
+        parsed_schema = TableSchema.from_json(raw, str(table_schema))
     report = EncodeReport()
     messages = encode_changefeed(
         expand_paths(paths), source=source,  # type: ignore[arg-type]

@@ -245,7 +245,7 @@ def encode_changefeed(
     *,
     source: Literal["debezium", "ydb"],
     keys: list[str] | None,
-    table_schema: dict | None,
+    table_schema: TableSchema | dict | None,
     close: bool,
     lenient: bool,
     set_aside: Sink | None = None,
