@@ -18,7 +18,10 @@ Carriers supported here:
 Messages come out as protocol values (`Updates`, `Progress`) whose data rows are `Record`s in the
 schema's field order (sorted field names without a schema), each carrying the `Location` it was
 read from. Input that cannot be read is an `InputError` naming file and line or byte offset; in
-lenient mode it is set aside (see `SetAside`) and reading goes on with the next line or block.
+lenient mode it is set aside (see `SetAside`) and reading goes on with the next line or block
+(after corrupt container framing, with the next file). Input is read within the bounds of
+`lines.py` (JSON lines) and `ocf.py` (container files): a hostile length is refused, not
+allocated.
 """
 
 from __future__ import annotations

@@ -59,13 +59,20 @@ class _Counted:
             raise _Corrupt(f"truncated: {what} needs {n} bytes, the file has {len(data)} left")
         return data
 
-    def long(self, what: str, *, eof_ok: bool = False) -> int | None:
-        """A zigzag varint long; None at a clean end of input if `eof_ok`."""
+    def long(self, what: str) -> int:
+        """A zigzag varint long."""
+        value = self.long_or_end(what)
+        if value is None:
+            raise _Corrupt(f"truncated: the file ends where {what} should be")
+        return value
+
+    def long_or_end(self, what: str) -> int | None:
+        """A zigzag varint long, or None at the end of the input."""
         shift = value = 0
         for i in range(_LONG_BYTES):
             byte = self.read(1)
             if not byte:
-                if eof_ok and i == 0:
+                if i == 0:
                     return None
                 raise _Corrupt(f"truncated: {what} ends in the middle of a number")
             b = byte[0]
@@ -77,7 +84,6 @@ class _Counted:
 
     def length(self, what: str, limit: int) -> int:
         n = self.long(what)
-        assert n is not None
         if n < 0:
             raise _Corrupt(f"{what} is negative ({n})")
         if n > limit:
@@ -111,7 +117,6 @@ class Header:
 @dataclass(frozen=True, slots=True)
 class Block:
     offset: int  # of the block's record count, from the start of the file
-    size: int  # bytes the block takes in the file, sync marker included
     count: int
     data: bytes  # decompressed
 
@@ -139,7 +144,6 @@ def read_header(fo: IO[bytes], name: str) -> tuple[Header, _Counted]:
         metadata: dict[str, bytes] = {}
         while True:
             count = stream.long("the metadata map's block count")
-            assert count is not None
             if count == 0:
                 break
             if count < 0:  # a negative count is followed by the block's size in bytes
@@ -178,7 +182,7 @@ def read_blocks(stream: _Counted, header: Header, name: str) -> Iterator[Block]:
     while True:
         offset = stream.position
         try:
-            count = stream.long("the block's record count", eof_ok=True)
+            count = stream.long_or_end("the block's record count")
             if count is None:
                 return
             if count < 0:
@@ -197,7 +201,7 @@ def read_blocks(stream: _Counted, header: Header, name: str) -> Iterator[Block]:
         except _Corrupt as error:
             raise InputError(f"truncated or corrupt Avro block: {error}",
                              Location(name, offset=offset)) from None
-        yield Block(offset, stream.position - offset, count, data)
+        yield Block(offset, count, data)
 
 
 def _bounded(make: Callable[[], object], what: str) -> Callable[[bytes], bytes]:
