@@ -171,3 +171,33 @@ def test_ingest_refuses_invalid_utf8_in_a_changefeed(tmp_path: Path) -> None:
     one_line_exit_2(run("ingest", "--lake", str(lake), "--table", "t", "--from", "debezium",
                         "--key", "id", str(path), timeout=600), f"{path}, line 2: ")
     _no_table(lake)
+
+
+def test_an_unexpected_exception_is_one_internal_error_line(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last resort of `user_errors`: a bug (not bad input) is exit 1 and one line, with
+    the traceback only under CHANGELAKE_DEBUG."""
+    from changelake.cli import user_errors
+    from changelake.errors import InputError
+
+    @user_errors
+    def broken() -> None:
+        raise KeyError("line\nbreak")
+
+    monkeypatch.delenv("CHANGELAKE_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        broken()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and err.count("\n") == 1
+    assert err.startswith("changelake: internal error: KeyError: ") and "CHANGELAKE_DEBUG" in err
+    monkeypatch.setenv("CHANGELAKE_DEBUG", "1")
+    with pytest.raises(KeyError):
+        broken()
+
+    @user_errors
+    def bad_input() -> None:
+        raise InputError("two\nlines")
+
+    with pytest.raises(SystemExit) as exit_:
+        bad_input()
+    assert exit_.value.code == 2 and capsys.readouterr().err == "changelake: error: two lines\n"
