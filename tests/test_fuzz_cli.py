@@ -201,3 +201,9 @@ def test_an_unexpected_exception_is_one_internal_error_line(
     with pytest.raises(SystemExit) as exit_:
         bad_input()
     assert exit_.value.code == 2 and capsys.readouterr().err == "changelake: error: two lines\n"
+
+
+def test_decode_refuses_a_since_beyond_a_long() -> None:
+    result = subprocess.run([*CLI, "decode", "--since", str(2**64)], input=b"",
+                            capture_output=True, timeout=120)
+    one_line_exit_2(result, "--since: time 18446744073709551616 does not fit")

@@ -100,6 +100,12 @@ def decode_local(
     the end, so the next run prints only what is newly finished.
     """
     set_aside: list[SetAside] = []
+    if since is not None:
+        try:
+            for time in since:
+                check_time(time)
+        except ValueError as error:
+            raise InputError(f"--since: {error}") from None
     if state is not None and state.exists():
         if since is not None:
             raise InputError("--since and an existing --state file both say where to start")
