@@ -14,12 +14,14 @@ over-long varints), and for JSON, values swapped for others of any type, huge in
 deeply nested arrays. The hostile sizes of the issue have a test each below: a progress
 statement claiming 10^8 counts, JSON nested 10^5 deep, an Avro block claiming 2^62 records or
 bytes, and a 1 GB line (slow) with the 17 MiB line that crosses the same bound in the default
-run. `-m slow` runs the longer fuzz profile.
+run. `-m slow` runs a longer decode campaign and the 1 GB line; CHANGELAKE_FUZZ_EXAMPLES=N
+sets the examples per fuzz target.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import random
 import resource
 from collections.abc import Callable
@@ -43,7 +45,10 @@ from changelake.values import Record
 from conftest import SAMPLES
 from test_convert_samples import EXPECTED
 
-FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+# 150 examples per target in the default run (~30 s for the file); CHANGELAKE_FUZZ_EXAMPLES=N
+# for a longer campaign, still derandomized (the same N examples on every machine).
+FUZZ = settings(max_examples=int(os.environ.get("CHANGELAKE_FUZZ_EXAMPLES", "150")),
+                deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow, HealthCheck.data_too_large])
 LONG_FUZZ = settings(FUZZ, max_examples=3000)
