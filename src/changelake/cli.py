@@ -26,20 +26,36 @@ def _fail(message: str) -> None:
 
 
 def user_errors(func: F) -> F:
-    """Turn `ChangelakeError` (and unreadable files) into one line and exit status 2."""
+    """Turn `ChangelakeError` (and unreadable files) into one line and exit status 2.
+
+    Anything else is a bug in changelake, not bad input (input errors are translated where the
+    input is parsed, with its location): one "internal error" line and exit status 1, with the
+    traceback only when CHANGELAKE_DEBUG is set.
+    """
 
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ChangelakeError as error:
-            _fail(str(error))
+            _fail(" ".join(str(error).splitlines()))  # one line, whatever the input held
+        except BrokenPipeError:
+            sys.exit(0)  # the reader went away (e.g. `| head`)
         except OSError as error:
-            if error.errno == 32:  # broken pipe: the reader went away (e.g. `| head`)
+            if error.errno == 32:  # broken pipe, raised as a plain OSError
                 sys.exit(0)
             _fail(f"{error.filename or ''}: {error.strerror}".lstrip(": "))
-        except BrokenPipeError:
-            sys.exit(0)
+        except click.ClickException:
+            raise  # usage errors: click prints them
+        except Exception as error:
+            import os
+
+            if os.environ.get("CHANGELAKE_DEBUG"):
+                raise
+            text = " ".join(str(error).split())[:300]
+            click.echo(f"changelake: internal error: {type(error).__name__}: {text} (a bug: "
+                       "please report it; CHANGELAKE_DEBUG=1 shows the traceback)", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 

@@ -15,6 +15,7 @@ import orjson
 
 from changelake.errors import ChangelakeError, InputError, Location
 from changelake.formats import avro_values as av
+from changelake.formats import lines as jsonl
 from changelake.formats.materialize import (
     CdcSchema,
     SetAside,
@@ -23,8 +24,9 @@ from changelake.formats.materialize import (
     write_json_lines,
     write_ocf,
 )
+from changelake.formats.tableschema import TableSchema
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
-from changelake.protocol.time import check_time
+from changelake.protocol.time import MAX_TIME, check_time
 from changelake.values import freeze, thaw
 
 
@@ -68,9 +70,9 @@ def write_history(out: IO[bytes], batches: Iterable[tuple[list[Update], Antichai
 def load_reader(state: Path, *, strict: bool) -> Reader:
     """A Reader restored from a state file written by `save_reader`."""
     try:
-        saved = orjson.loads(state.read_bytes())
+        saved = jsonl.loads(state.read_bytes())
         reader = Reader.restore(saved, data_from_json=freeze)
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+    except ValueError as error:  # JsonError too
         raise InputError(f"not a reader state file: {error}", Location(str(state))) from None
     reader.strict = strict
     return reader
@@ -98,6 +100,12 @@ def decode_local(
     the end, so the next run prints only what is newly finished.
     """
     set_aside: list[SetAside] = []
+    if since is not None:
+        try:
+            for time in since:
+                check_time(time)
+        except ValueError as error:
+            raise InputError(f"--since: {error}") from None
     if state is not None and state.exists():
         if since is not None:
             raise InputError("--since and an existing --state file both say where to start")
@@ -120,39 +128,55 @@ def _changes_from_lines(
     paths: list[str], schema: CdcSchema, sink: Callable[[SetAside], None] | None,
     stdin: IO[bytes] | None,
 ) -> Iterator[tuple[str, Any, Location]]:
-    """("change", (data, time, diff)) and ("finished", T) items from JSON lines."""
-    sources: list[tuple[str, Iterable[bytes]]] = []
+    """("change", (data, time, diff)) and ("finished", T) items from JSON lines, read within
+    the bounds of `formats.lines`."""
+    sources: list[tuple[str, Callable[[], IO[bytes]]]] = []
     if not paths:
         if stdin is None:
             raise InputError("no input files and no standard input")
-        sources.append(("<stdin>", stdin))
+        sources.append(("<stdin>", lambda: stdin))
     for path in expand_paths(paths):
-        sources.append((str(path), path.open("rb")))
-    for name, lines in sources:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            origin = Location(name, number)
-            try:
-                yield _parse_change(line, schema, origin)
-            except (ValueError, orjson.JSONDecodeError) as error:
-                failure = InputError(str(error), origin)
-                if sink is None:
-                    raise failure from None
-                sink(SetAside(origin, str(error), line.decode("utf-8", "replace")[:200]))
+        sources.append((str(path), lambda path=path: path.open("rb")))  # type: ignore[misc]
+    for name, open_ in sources:
+        fo = open_()
+        try:
+            for number, line in jsonl.numbered_lines(fo):
+                origin = Location(name, number)
+                try:
+                    if line is None:
+                        raise ValueError(jsonl.TOO_LONG)
+                    yield _parse_change(line, schema, origin)
+                except ValueError as error:  # JsonError too
+                    if sink is None:
+                        raise InputError(str(error), origin) from None
+                    sink(SetAside(origin, str(error),
+                                  (line or b"").decode("utf-8", "replace")[:200]))
+        finally:
+            if fo is not stdin:
+                fo.close()
 
 
 def _parse_change(line: bytes, schema: CdcSchema, origin: Location) -> tuple[str, Any, Location]:
-    obj = orjson.loads(line)
+    obj = jsonl.loads(line)
     if isinstance(obj, dict) and set(obj) == {"finished"}:
-        return "finished", check_time(obj["finished"]), origin
+        finished = check_time(obj["finished"])
+        if finished == MAX_TIME:  # the frontier after it, MAX_TIME + 1, is not a long
+            raise ValueError(f"finished must be below {MAX_TIME}, got {finished}")
+        return "finished", finished, origin
     if not isinstance(obj, dict) or set(obj) != {"data", "time", "diff"}:
         raise ValueError('expected {"data": {...}, "time": T, "diff": D} or {"finished": T}')
-    if type(obj["diff"]) is not int:
-        raise ValueError(f"diff must be an integer, got {obj['diff']!r}")
+    diff = obj["diff"]
+    low, high = av.LONG_RANGE
+    if type(diff) is not int or not low <= diff <= high:
+        raise ValueError(f"diff must be a 64-bit integer, got {_short(diff)}")
     av.to_avro_json(obj["data"], schema.data_type, schema.named, "data")  # type check
     data = freeze(obj["data"], schema.data_fields)
-    return "change", (data, check_time(obj["time"]), obj["diff"]), origin
+    return "change", (data, check_time(obj["time"]), diff), origin
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(slots=True)
@@ -166,12 +190,20 @@ def write_messages(
     messages: Iterable[Message], schema: CdcSchema | None, *, avro: Path | None,
     out: IO[bytes],
 ) -> int:
-    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`."""
+    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`. The file is
+    written beside its place and renamed there when complete: input that fails half-way
+    leaves no half-written file (nor clobbers an earlier one)."""
     if avro is not None:
         if schema is None:
             raise ChangelakeError("--avro needs the data schema (--schema)")
-        with open(avro, "wb") as fo:
-            return write_ocf(fo, messages, schema)
+        temporary = avro.with_name(f".{avro.name}.tmp")
+        try:
+            with open(temporary, "wb") as fo:
+                count = write_ocf(fo, messages, schema)
+            temporary.replace(avro)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return count
     count = write_json_lines(out, messages, schema)
     out.flush()
     return count
@@ -232,9 +264,10 @@ def encode_changefeed_job(
     parsed_schema = None
     if table_schema is not None:
         try:
-            parsed_schema = orjson.loads(table_schema.read_bytes())
-        except orjson.JSONDecodeError as error:
-            raise InputError(f"not JSON: {error}", Location(str(table_schema))) from None
+            raw = jsonl.loads(table_schema.read_bytes())
+        except jsonl.JsonError as error:
+            raise InputError(str(error), Location(str(table_schema))) from None
+        parsed_schema = TableSchema.from_json(raw, str(table_schema))
     report = EncodeReport()
     messages = encode_changefeed(
         expand_paths(paths), source=source,  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ from changelake.convert.upsert import KeyedConverter, State, UpsertOptions
 from changelake.errors import ChangefeedError, ChangelakeError, InputError, Location, SchemaError
 from changelake.formats.change import Change, Item, Resolved, Skipped, TxBoundary
 from changelake.formats.debezium import DebeziumParser
+from changelake.formats.lines import TOO_LONG, numbered_lines
 from changelake.formats.materialize import SetAside, Sink
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
@@ -60,13 +61,12 @@ class FeedReport:
     stats: Stats = field(default_factory=Stats)
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """Non-blank lines with their 1-based numbers."""
+def read_lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
+    """Non-blank lines with their 1-based numbers; None for a line over the maximum length
+    (see `formats.lines`)."""
     try:
         with open(path, "rb") as fo:
-            for number, line in enumerate(fo, start=1):
-                if line.strip():
-                    yield number, line
+            yield from numbered_lines(fo)
     except OSError as error:
         raise InputError(f"cannot read: {error.strerror}", Location(str(path))) from None
 
@@ -150,6 +150,9 @@ class ChangefeedEncoder:
         for number, line in read_lines(path):
             self.report.lines += 1
             origin = Location(str(path), number)
+            if line is None:
+                self._reject(ChangefeedError(TOO_LONG, origin))
+                continue
             try:
                 yield parse(line, origin), line
             except ChangefeedError as error:
@@ -242,7 +245,7 @@ def encode_changefeed(
     *,
     source: Literal["debezium", "ydb"],
     keys: list[str] | None,
-    table_schema: dict | None,
+    table_schema: TableSchema | dict | None,
     close: bool,
     lenient: bool,
     set_aside: Sink | None = None,

@@ -39,7 +39,6 @@ element of an array) becomes `UNCHANGED`.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import decimal
 import math
@@ -50,6 +49,7 @@ from typing import Any
 import orjson
 
 from changelake.errors import ChangefeedError, Location
+from changelake.formats import lines as jsonl
 from changelake.formats.change import (
     NAN,
     UNCHANGED,
@@ -60,6 +60,7 @@ from changelake.formats.change import (
     TxBoundary,
 )
 from changelake.formats.tableschema import TableSchema
+from changelake.protocol.time import MAX_TIME
 
 PLACEHOLDER = "__debezium_unavailable_value"
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -70,7 +71,13 @@ _OPS = {"c": Op.CREATE, "r": Op.READ, "u": Op.UPDATE, "d": Op.DELETE, "t": Op.TR
 _KAFKA_FIELDS = frozenset({"key", "value", "headers", "topic", "partition", "offset",
                            "timestamp"})
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
+# Decimals are written out in full ("f" format), so their size is bounded: PostgreSQL's
+# numeric allows a scale up to 16383 digits; 4 KiB of two's complement is ~9860 digits (and
+# converting more takes time quadratic in the length).
+MAX_DECIMAL_SCALE = 16383
+MAX_DECIMAL_BYTES = 4096
 _PG_TX_ID = re.compile(r"^(\d+):\d+$")
+_DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII only: str.isdigit also takes "²"
 _EPOCH = dt.datetime(1970, 1, 1)
 # PostgreSQL +-infinity timestamps as Debezium writes them (µs; the ms form is /1000).
 _PG_INFINITY_US = {9223372036825200000: "infinity", -9223372036832400000: "-infinity"}
@@ -79,11 +86,11 @@ FieldSchema = Mapping[str, Any]
 
 
 def loads(line: bytes | str, origin: Location) -> Any:
-    """orjson, with a parse failure turned into one clear error at this line."""
+    """orjson within the bounds of `lines.py`, a failure one clear error at this line."""
     try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError as error:
-        raise ChangefeedError(f"not valid JSON: {error}", origin) from None
+        return jsonl.loads(line)
+    except jsonl.JsonError as error:
+        raise ChangefeedError(str(error), origin) from None
 
 
 def normalise_tx_id(raw: Any) -> str:
@@ -158,6 +165,9 @@ class DebeziumParser:
         if tx is not None and not isinstance(tx, dict):
             raise ChangefeedError("transaction must be an object or null", origin)
         position, time, tx_id = self._locate(source, tx, snapshot, origin)
+        if time is not None and time > MAX_TIME:
+            raise ChangefeedError(f"the transaction's time {time} (from source) does not fit "
+                                  "a 64-bit signed integer, as CDCv2 times must", origin)
         fields = _envelope_fields(schema)
         before = self._image(payload.get("before"), fields.get("before"), "before", origin)
         after = self._image(payload.get("after"), fields.get("after"), "after", origin)
@@ -242,7 +252,8 @@ class DebeziumParser:
             raise ChangefeedError(f"{what} must be an object or null, got {_short(raw)}", origin)
         fields: dict[str, FieldSchema] = {}
         if isinstance(struct, dict):
-            for f in struct.get("fields") or ():
+            listed = struct.get("fields")
+            for f in listed if isinstance(listed, list) else ():
                 if isinstance(f, dict) and isinstance(f.get("field"), str):
                     fields[f["field"]] = f
         elif self.table_schema is not None:
@@ -254,7 +265,7 @@ class DebeziumParser:
         for name in [*(n for n in fields if n in raw), *(n for n in raw if n not in fields)]:
             try:
                 out[name] = decode_value(raw[name], fields.get(name))
-            except (ValueError, TypeError, binascii.Error, decimal.InvalidOperation) as error:
+            except (ValueError, TypeError, ArithmeticError) as error:  # dates, decimals
                 raise ChangefeedError(f"{what}.{name}: {error}", origin) from None
         return out
 
@@ -312,21 +323,27 @@ def _float(value: Any) -> Any:
 
 
 def _scale(schema: FieldSchema) -> int:
-    params = schema.get("parameters") or {}
-    raw = params.get("scale", 0)
+    params = schema.get("parameters")
+    raw = params.get("scale", 0) if isinstance(params, dict) else 0
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"decimal scale {raw!r} is not an integer") from None
+        raise ValueError(f"decimal scale {_short(raw)} is not an integer") from None
 
 
 def _unscaled(value: Any) -> int:
     if not isinstance(value, str):
         raise ValueError(f"decimal bytes must be base64 text, got {_short(value)}")
-    return int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
+    raw = base64.b64decode(value, validate=True)
+    if len(raw) > MAX_DECIMAL_BYTES:
+        raise ValueError(f"decimal of {len(raw)} bytes, more than the maximum of "
+                         f"{MAX_DECIMAL_BYTES}")
+    return int.from_bytes(raw, "big", signed=True)
 
 
 def _decimal_text(unscaled: int, scale: int) -> str:
+    if abs(scale) > MAX_DECIMAL_SCALE:
+        raise ValueError(f"decimal scale {scale} is beyond the maximum of {MAX_DECIMAL_SCALE}")
     return format(decimal.Decimal(unscaled).scaleb(-scale), "f")
 
 
@@ -354,7 +371,10 @@ def _int(value: Any) -> int:
 
 
 def _date(value: Any, _schema: FieldSchema) -> str:
-    return (dt.date(1970, 1, 1) + dt.timedelta(days=_int(value))).isoformat()
+    try:
+        return (dt.date(1970, 1, 1) + dt.timedelta(days=_int(value))).isoformat()
+    except OverflowError:
+        raise ValueError(f"date {value} is out of range") from None
 
 
 def _time_of_day(value: Any, per_second: int) -> str:
@@ -494,15 +514,24 @@ def _pg_sequence(raw: Any, origin: Location) -> tuple[int | None, int | None]:
         parts = orjson.loads(raw) if isinstance(raw, str) else raw
         if not isinstance(parts, list) or len(parts) != 2:
             raise ValueError
-        out = [None if p is None else int(p) for p in parts]
+        out = [None if p is None else _lsn(p) for p in parts]
     except (ValueError, TypeError, orjson.JSONDecodeError):
         raise ChangefeedError(f"source.sequence must be '[lsn, lsn]', got {raw!r}",
                               origin) from None
     return out[0], out[1]
 
 
+def _lsn(value: Any) -> int:
+    """An LSN in `sequence`: a non-negative integer, or its decimal digits."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    raise ValueError
+
+
 def _binlog_number(raw: Any, origin: Location) -> int:
-    if not isinstance(raw, str) or "." not in raw or not raw.rsplit(".", 1)[1].isdigit():
+    if not isinstance(raw, str) or "." not in raw or not _DIGITS.fullmatch(raw.rsplit(".", 1)[1]):
         raise ChangefeedError(f"source.file must be a binlog name like mysql-bin.000003, "
                               f"got {raw!r}", origin)
     return int(raw.rsplit(".", 1)[1])
@@ -511,7 +540,7 @@ def _binlog_number(raw: Any, origin: Location) -> int:
 def _binlog_tx_time(tx_id: str, origin: Location) -> int:
     parts = dict(p.split("=", 1) for p in tx_id.split(",") if "=" in p)
     pos = parts.get("pos", "")
-    if not pos.isdigit():
+    if not _DIGITS.fullmatch(pos):
         raise ChangefeedError(f"transaction id {tx_id!r} has no pos", origin)
     return _binlog_number(parts.get("file"), origin) << 32 | int(pos)
 

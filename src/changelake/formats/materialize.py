@@ -18,7 +18,10 @@ Carriers supported here:
 Messages come out as protocol values (`Updates`, `Progress`) whose data rows are `Record`s in the
 schema's field order (sorted field names without a schema), each carrying the `Location` it was
 read from. Input that cannot be read is an `InputError` naming file and line or byte offset; in
-lenient mode it is set aside (see `SetAside`) and reading goes on with the next line or block.
+lenient mode it is set aside (see `SetAside`) and reading goes on with the next line or block
+(after corrupt container framing, with the next file). Input is read within the bounds of
+`lines.py` (JSON lines) and `ocf.py` (container files): a hostile length is refused, not
+allocated.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from changelake.errors import InputError, Location, SchemaError
 from changelake.formats import avro_values as av
+from changelake.formats import lines as jsonl
+from changelake.formats import ocf
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message, Progress, Updates
 from changelake.protocol.time import check_time
@@ -44,7 +49,7 @@ from changelake.values import Record, freeze, thaw
 
 NAMESPACE = "com.materialize.cdc"
 PROGRESS_BRANCH = f"{NAMESPACE}.progress"
-OCF_MAGIC = b"Obj\x01"
+OCF_MAGIC = ocf.MAGIC
 CONFLUENT_MAGIC = b"\x00"
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 
@@ -105,11 +110,25 @@ class CdcSchema:
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
         if isinstance(avro, dict) and "schema" in avro and isinstance(avro["schema"], str):
-            avro = orjson.loads(avro["schema"])  # a schema-registry response
+            try:  # a schema-registry response
+                avro = orjson.loads(avro["schema"])
+            except orjson.JSONDecodeError as error:
+                raise SchemaError(f"{source}: the registry's schema is not JSON: {error}") \
+                    from None
         try:
             fastavro.parse_schema(avro)
         except Exception as error:  # fastavro raises several exception types
-            raise SchemaError(f"{source}: not a valid Avro schema: {error}") from None
+            # its message may quote the schema, newlines and all: keep the error one line
+            raise SchemaError(f"{source}: not a valid Avro schema: {_flat(error)}") from None
+        try:
+            return cls._checked(avro, source)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            # fastavro lets some malformed schemas through (a record without fields, ...)
+            raise SchemaError(f"{source}: not a valid Avro schema: {type(error).__name__}: "
+                              f"{_flat(error)}") from None
+
+    @classmethod
+    def _checked(cls, avro: Any, source: str) -> CdcSchema:
         named = av.named_types(avro)
         if not isinstance(avro, list) or len(avro) != 2:
             raise SchemaError(f"{source}: a Materialize CDC schema is a union of two branches "
@@ -177,7 +196,7 @@ Sink = Callable[[SetAside], None]
 
 def _times(value: Any, what: str) -> list[int]:
     if not isinstance(value, list):
-        raise ValueError(f"{what}: expected an array of times, got {value!r}")
+        raise ValueError(f"{what}: expected an array of times, got {_short(value)}")
     try:
         return [check_time(t) for t in value]  # type: ignore[misc]
     except ValueError as error:
@@ -193,10 +212,11 @@ def progress_from_plain(value: Any, origin: Location) -> Progress:
     pairs = []
     for i, c in enumerate(counts):
         if not isinstance(c, dict) or set(c) != {"time", "count"}:
-            raise ValueError(f"counts[{i}]: expected {{time, count}}, got {c!r}")
-        if type(c["count"]) is not int:
-            raise ValueError(f"counts[{i}].count: expected an integer, got {c['count']!r}")
-        pairs.append((check_time(c["time"]), c["count"]))
+            raise ValueError(f"counts[{i}]: expected {{time, count}}, got {_short(c)}")
+        try:
+            pairs.append((check_time(c["time"]), _long(c["count"], "count")))
+        except ValueError as error:
+            raise ValueError(f"counts[{i}]: {error}") from None
     return Progress(Antichain(_times(value["lower"], "lower")),
                     Antichain(_times(value["upper"], "upper")), tuple(pairs), origin)
 
@@ -214,12 +234,30 @@ def updates_from_plain(
             time = check_time(u["time"])
         except ValueError as error:
             raise ValueError(f"update {i}: {error}") from None
-        if type(u["diff"]) is not int:
-            raise ValueError(f"update {i}: diff must be an integer, got {u['diff']!r}")
+        try:
+            diff = _long(u["diff"], "diff")
+        except ValueError as error:
+            raise ValueError(f"update {i}: {error}") from None
         if not isinstance(u["data"], dict):
             raise ValueError(f"update {i}: data must be a record, got {_short(u['data'])}")
-        out.append((freeze_data(u["data"]), time, u["diff"]))
+        out.append((freeze_data(u["data"]), time, diff))
     return Updates(out, origin)
+
+
+def _long(value: Any, what: str) -> int:
+    """A diff or count: an Avro long."""
+    if type(value) is not int:
+        raise ValueError(f"{what} must be an integer, got {_short(value)}")
+    low, high = av.LONG_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"{what} {value} does not fit a 64-bit signed integer")
+    return value
+
+
+def _flat(error: Exception) -> str:
+    """A library's error message as one line of reasonable length."""
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _short(value: Any) -> str:
@@ -315,21 +353,23 @@ def _emit_or_raise(error: InputError, sink: Sink | None, raw: str) -> None:
 
 
 def read_json_lines(
-    lines: Iterable[bytes],
+    lines: IO[bytes] | Iterable[bytes],
     *,
     name: str,
     schema: CdcSchema | None = None,
     set_aside: Sink | None = None,
 ) -> Iterator[Message]:
-    """Messages from Avro-JSON lines. With `set_aside`, bad lines go there instead of raising."""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    """Messages from Avro-JSON lines (a binary stream, or lines), within the bounds of
+    `lines.py`. With `set_aside`, bad lines go there instead of raising."""
+    for number, line in jsonl.numbered_lines(lines):
         origin = Location(name, number)
+        if line is None:
+            _emit_or_raise(InputError(jsonl.TOO_LONG, origin), set_aside, "")
+            continue
         try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError as error:
-            _emit_or_raise(InputError(f"not valid JSON: {error}", origin), set_aside,
+            obj = jsonl.loads(line)
+        except jsonl.JsonError as error:
+            _emit_or_raise(InputError(str(error), origin), set_aside,
                            line.decode("utf-8", "replace"))
             continue
         try:
@@ -351,32 +391,80 @@ def message_from_python(datum: Any, schema: CdcSchema, origin: Location) -> Mess
 
 
 def read_ocf(fo: IO[bytes], *, name: str, set_aside: Sink | None = None) -> Iterator[Message]:
-    """Messages from an Avro object container file; the schema is the file's own."""
+    """Messages from an Avro object container file; the schema is the file's own.
+
+    The framing is read and bounded by `ocf` (a corrupt header or block length is refused
+    before anything is allocated); fastavro decodes the datums of each checked block. In
+    lenient mode a block whose datums do not decode is set aside and reading goes on with the
+    next block; corrupt framing sets aside the rest of the file (no length can be trusted to
+    find the next block).
+    """
     try:
-        blocks = fastavro.block_reader(fo)
-        schema = CdcSchema.from_json(blocks.writer_schema, name)
-    except (ValueError, EOFError, StopIteration) as error:
-        _emit_or_raise(InputError(f"not a readable Avro container file: {error}",
-                                  Location(name, offset=0)), set_aside, "")
+        header, stream = ocf.read_header(fo, name)
+        schema = _ocf_schema(header, name)
+    except InputError as error:
+        _emit_or_raise(error, set_aside, "")
         return
-    position = fo.tell()
+    prefix = header.with_null_codec()
+    blocks = ocf.read_blocks(stream, header, name)
     while True:
         try:
             block = next(blocks)
         except StopIteration:
             return
-        except (ValueError, EOFError, OSError) as error:
-            _emit_or_raise(InputError(f"truncated or corrupt Avro block: {error}",
-                                      Location(name, offset=position)), set_aside, "")
+        except InputError as error:
+            _emit_or_raise(error, set_aside, "")
             return
-        for index, datum in enumerate(block):
+        try:
+            datums = _datums(prefix, header.sync, block, name)
+        except InputError as error:
+            _emit_or_raise(error, set_aside, "")
+            continue
+        for index, datum in enumerate(datums):
             origin = Location(name, offset=block.offset, index=index)
             try:
                 yield message_from_python(datum, schema, origin)
             except ValueError as error:
                 _emit_or_raise(InputError(f"not a Materialize CDC message: {error}", origin),
                                set_aside, "")
-        position = block.offset + block.size
+
+
+def read_ocf_schema(fo: IO[bytes], *, name: str) -> CdcSchema:
+    """The Materialize CDC schema of an Avro container file, from its checked header: for
+    readers that need the schema before the messages (an `InputError` at offset 0 if the
+    header is corrupt, where fastavro's own reader raises whatever its parser does)."""
+    header, _ = ocf.read_header(fo, name)
+    return _ocf_schema(header, name)
+
+
+def _ocf_schema(header: ocf.Header, name: str) -> CdcSchema:
+    where = Location(name, offset=0)
+    try:
+        avro = orjson.loads(header.metadata["avro.schema"])
+    except orjson.JSONDecodeError as error:
+        raise InputError(f"the container's schema is not JSON: {error}", where) from None
+    try:
+        return CdcSchema.from_json(avro, name)
+    except SchemaError as error:
+        raise InputError(f"the container's schema: {error.reason}", where) from None
+
+
+def _datums(prefix: bytes, sync: bytes, block: ocf.Block, name: str) -> list[Any]:
+    """The datums of one checked block, all or none: a datum that does not decode, or bytes
+    left over after the last one, is an `InputError` at the block's offset."""
+    datums: list[Any] = []
+    try:
+        (reader,) = fastavro.block_reader(io.BytesIO(prefix + block.framed(sync)))
+        datums.extend(reader)
+        left = len(block.data) - reader.bytes_.tell()
+    except Exception as error:  # fastavro raises several types (EOFError, IndexError, ...)
+        raise InputError(f"corrupt Avro datum {len(datums)} of the block: "
+                         f"{type(error).__name__}: {_flat(error)}",
+                         Location(name, offset=block.offset, index=len(datums))) from None
+    if left:
+        raise InputError(f"{left} bytes left over after the block's {block.count} records",
+                         Location(name, offset=block.offset))
+    return datums
 
 
 def read_stream(

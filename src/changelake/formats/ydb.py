@@ -35,7 +35,6 @@ the YDB types of the table schema.
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import decimal
 import math
@@ -50,6 +49,7 @@ from changelake.errors import ChangefeedError, Location
 from changelake.formats.change import NAN, UNCHANGED, Change, Item, Op, Resolved
 from changelake.formats.debezium import DebeziumParser, loads
 from changelake.formats.tableschema import TableSchema
+from changelake.protocol.time import MAX_TIME
 
 _OPTIONAL = re.compile(r"^Optional<(.*)>$")
 _INTS = {
@@ -109,6 +109,9 @@ class YdbParser:
         if "ts" in value:
             position = _pair(value["ts"], "ts", origin)
             time = position[0]
+            if time > MAX_TIME:
+                raise ChangefeedError(f"step {time} does not fit a 64-bit signed integer, as "
+                                      "CDCv2 times must", origin)
         old = self._image(value.get("oldImage"), "oldImage", origin)
         new = self._image(value.get("newImage"), "newImage", origin)
         before = {**key, **old} if old is not None else None
@@ -154,7 +157,7 @@ class YdbParser:
     def _decode(self, name: str, value: Any, origin: Location) -> Any:
         try:
             return decode_value(value, self._types.get(name))
-        except (ValueError, TypeError, binascii.Error, decimal.InvalidOperation) as error:
+        except (ValueError, TypeError, ArithmeticError) as error:  # dates, decimals
             raise ChangefeedError(f"column {name}: {error}", origin) from None
 
     # ---------------------------------------------------------------------- DEBEZIUM_JSON

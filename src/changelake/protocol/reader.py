@@ -45,7 +45,7 @@ from typing import Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
-from changelake.protocol.time import Time
+from changelake.protocol.time import MAX_TIME, Time
 
 Batch = tuple[list[Update], Antichain]
 """A finished batch: the updates (in time order) at times that just became finished, and the
@@ -305,22 +305,136 @@ class Reader:
 
     @classmethod
     def restore(
-        cls, state: dict[str, Any], data_from_json: Callable[[Any], Data] = lambda d: d
+        cls, state: Any, data_from_json: Callable[[Any], Data] = lambda d: d
     ) -> Reader:
-        if state.get("version") != 1:
-            raise ValueError(f"unknown reader state version {state.get('version')!r}")
-
-        def time_of(t: Any) -> Time:
-            return tuple(t) if isinstance(t, list) else t
-
-        reader = cls(Antichain.from_json(state["reported"]), strict=state["strict"])
-        reader._progress = Antichain.from_json(state["progress"])
-        for d, t, r in state["pending"]:
-            reader._pending.setdefault(time_of(t), {})[data_from_json(d)] = r
-        reader._counts = {time_of(t): c for t, c in state["counts"]}
-        reader._incomplete = {time_of(t) for t in state["incomplete"]}
-        reader._queue = [progress_from_json(p) for p in state["queue"]]
+        """The reader `save` described. A state is input (a file that may be damaged or
+        edited), so it is checked whole before use, like a message: every time, count and
+        diff well-formed, and the invariants the reader keeps between messages true (see
+        `_check_restored`). Anything else raises ValueError naming the first field wrong,
+        rather than making a reader that fails later, far from the cause."""
+        if not isinstance(state, dict) or state.get("version") != 1:
+            version = state.get("version") if isinstance(state, dict) else None
+            raise ValueError(f"unknown reader state version {version!r}")
+        fields = {"version", "strict", "reported", "progress", "pending", "counts",
+                  "incomplete", "queue"}
+        if set(state) != fields:
+            raise ValueError(f"a reader state has exactly the fields {sorted(fields)}")
+        if type(state["strict"]) is not bool:
+            raise ValueError("strict must be true or false")
+        times = _TimeKind()
+        reader = cls(times.antichain(state["reported"], "reported"), strict=state["strict"])
+        reader._progress = times.antichain(state["progress"], "progress")
+        for i, entry in enumerate(_array(state["pending"], "pending")):
+            what = f"pending[{i}]"
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ValueError(f"{what}: expected [data, time, diff]")
+            time = times.time(entry[1], what)
+            data = data_from_json(entry[0])
+            try:
+                hash(data)
+            except TypeError:
+                raise ValueError(f"{what}: data is not a row") from None
+            bucket = reader._pending.setdefault(time, {})
+            if data in bucket:
+                raise ValueError(f"{what}: the same data and time twice")
+            bucket[data] = _nonzero(entry[2], f"{what} diff")
+        for i, entry in enumerate(_array(state["counts"], "counts")):
+            what = f"counts[{i}]"
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise ValueError(f"{what}: expected [time, count]")
+            time = times.time(entry[0], what)
+            if time in reader._counts:
+                raise ValueError(f"{what}: time {time!r} counted twice")
+            reader._counts[time] = _nonzero(entry[1], f"{what} count")
+        reader._incomplete = {times.time(t, f"incomplete[{i}]")
+                              for i, t in enumerate(_array(state["incomplete"], "incomplete"))}
+        for i, p in enumerate(_array(state["queue"], "queue")):
+            what = f"queue[{i}]"
+            if not isinstance(p, dict) or set(p) != {"lower", "upper", "counts"}:
+                raise ValueError(f"{what}: expected a statement {{lower, upper, counts}}")
+            counts = []
+            for j, c in enumerate(_array(p["counts"], f"{what}.counts")):
+                if not isinstance(c, dict) or set(c) != {"time", "count"}:
+                    raise ValueError(f"{what}.counts[{j}]: expected {{time, count}}")
+                counts.append((times.time(c["time"], f"{what}.counts[{j}]"),
+                               _integer(c["count"], f"{what}.counts[{j}] count")))
+            statement = Progress(times.antichain(p["lower"], f"{what}.lower"),
+                                 times.antichain(p["upper"], f"{what}.upper"), tuple(counts))
+            try:
+                reader._accept_progress(statement)  # the rules of a statement read as input
+            except ProtocolError as error:
+                raise ValueError(f"{what}: {error.reason}") from None
+        reader._check_restored()
         return reader
+
+    def _check_restored(self) -> None:
+        """The invariants between messages: the progress frontier is not behind the reported
+        one; the covered times with outstanding counts are exactly `incomplete`, each
+        expecting more updates; the reported frontier is the meet of both bounds; no update
+        waits at a time already reported finished."""
+        if not self._reported.le(self._progress):
+            raise ValueError("reported is beyond progress")
+        covered = {t: c for t, c in self._counts.items() if not self._progress.beyond(t)}
+        if set(covered) != self._incomplete or any(c < 0 for c in covered.values()):
+            raise ValueError("incomplete must list the covered times that still expect updates")
+        bound = self._progress.meet(Antichain(self._incomplete)) if self._incomplete \
+            else self._progress
+        if bound != self._reported:
+            raise ValueError(f"reported must be {bound.to_json()}, the meet of progress and "
+                             "incomplete")
+        late = [t for t in self._pending if not self._reported.beyond(t)]
+        if late:
+            raise ValueError(f"updates pending at time {late[0]!r}, already reported finished")
+
+
+class _TimeKind:
+    """Times read from a saved state: well-formed, and all of one kind (integers, or tuples
+    of one length), since times of different kinds do not compare."""
+
+    def __init__(self) -> None:
+        self.kind: int | None = None  # 0 for integers, else the tuple length
+
+    def time(self, value: Any, what: str) -> Time:
+        if type(value) is int:
+            kind, time = 0, value
+            if not 0 <= value <= MAX_TIME:
+                raise ValueError(f"{what}: time {value} is not a 64-bit non-negative integer")
+        elif isinstance(value, list) and value and all(type(v) is int and 0 <= v <= MAX_TIME
+                                                         for v in value):
+            kind, time = len(value), tuple(value)
+        else:
+            raise ValueError(f"{what}: not a time: {_short(value)}")
+        if self.kind is None:
+            self.kind = kind
+        elif kind != self.kind:
+            raise ValueError(f"{what}: time {_short(value)} is not of the kind of the others")
+        return time
+
+    def antichain(self, value: Any, what: str) -> Antichain:
+        return Antichain(self.time(t, what) for t in _array(value, what))
+
+
+def _array(value: Any, what: str) -> list:
+    if not isinstance(value, list):
+        raise ValueError(f"{what}: expected an array, got {_short(value)}")
+    return value
+
+
+def _integer(value: Any, what: str) -> int:
+    if type(value) is not int or not -(2**63) <= value < 2**63:
+        raise ValueError(f"{what} must be a 64-bit integer, got {_short(value)}")
+    return value
+
+
+def _nonzero(value: Any, what: str) -> int:
+    if not _integer(value, what):
+        raise ValueError(f"{what} must not be zero")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def waiting_reason(

@@ -49,14 +49,23 @@ def minimum_like(t: Time) -> Time:
     return 0 if type(t) is int else tuple(0 for _ in t)  # type: ignore[union-attr]
 
 
-def check_time(value: object) -> Time:
-    """Validate a time read from input; raises ValueError naming what is wrong."""
+MAX_TIME = 2**63 - 1
+"""Times travel as Avro longs: a time on the wire is an integer in `[0, MAX_TIME]`."""
+
+
+def check_time(value: object) -> int:
+    """Validate a time read from input (an integer, as on the wire); raises ValueError naming
+    what is wrong. Pair times are for the protocol's own use, never read from input: a stream
+    that mixed both kinds would have incomparable times."""
     if type(value) is int:
         if value < 0:
             raise ValueError(f"time {value} is negative")
+        if value > MAX_TIME:
+            raise ValueError(f"time {value} does not fit a 64-bit signed integer")
         return value
-    if isinstance(value, tuple | list) and value and all(type(v) is int for v in value):
-        if any(v < 0 for v in value):
-            raise ValueError(f"time {list(value)} has a negative coordinate")
-        return tuple(value)
-    raise ValueError(f"time must be a non-negative integer, got {value!r}")
+    raise ValueError(f"time must be a non-negative 64-bit integer, got {_short(value)}")
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -19,6 +19,8 @@ from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.time import Time
 
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # diffs travel as Avro longs
+
 
 class Writer:
     """Turns changes into CDCv2 messages. Changes need not be consolidated or ordered."""
@@ -49,7 +51,15 @@ class Writer:
                 origin,
             )
         key = (data, time)
-        self._buffer[key] = self._buffer.get(key, 0) + diff
+        total = self._buffer.get(key, 0) + diff
+        if not _LONG_MIN <= total <= _LONG_MAX:
+            raise ProtocolError(
+                "diff-overflow",
+                f"the diffs of {data!r} at time {time!r} add up to {total}, beyond a 64-bit "
+                "integer",
+                origin,
+            )
+        self._buffer[key] = total
 
     def extend(self, changes: Iterable[Update]) -> None:
         for data, time, diff in changes:

@@ -1,0 +1,83 @@
+"""JSON lines, read within fixed bounds.
+
+Every JSON-lines reader (Materialize CDC messages, the changes `encode` takes, Debezium and YDB
+changefeeds) reads its lines here, so a hostile file meets the same two limits everywhere:
+
+* a line holds at most `MAX_LINE_BYTES` (16 MiB, the bound on one Avro block too: see
+  `ocf.py`). A longer line is not held in memory: it is skipped in bounded chunks and reported
+  in its place, so a 1 GB line costs 16 MiB, and a lenient reader goes on with the next line;
+* a JSON value nests at most `MAX_DEPTH` (128) arrays and objects. orjson parses up to 1024
+  levels but writes at most 254, and rows are written back wrapped in a few more levels
+  (`{"data": ...}`, Avro union branches), so a deeper value would be accepted here and fail
+  far from its line when written; Python code that walks a value recursively stays far from
+  the interpreter's recursion limit too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import IO, Any
+
+import orjson
+
+MAX_LINE_BYTES = 16 * 2**20
+MAX_DEPTH = 128
+TOO_LONG = f"line longer than the maximum of {MAX_LINE_BYTES} bytes"
+_SKIP_CHUNK = 2**20
+_ORJSON_MAX_DEPTH = 254  # orjson.dumps refuses values nested deeper than this
+
+
+class JsonError(ValueError):
+    """A line that is not JSON, or nests deeper than `MAX_DEPTH`."""
+
+
+def numbered_lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, bytes | None]]:
+    """The non-blank lines of a binary stream (or of an iterable of lines) with their 1-based
+    numbers; None in place of a line longer than `MAX_LINE_BYTES`."""
+    readline = getattr(source, "readline", None)
+    if readline is None:
+        for number, line in enumerate(source, start=1):  # type: ignore[arg-type]
+            if len(line) > MAX_LINE_BYTES:
+                yield number, None
+            elif line.strip():
+                yield number, line
+        return
+    number = 0
+    while True:
+        line = readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            while not line.endswith(b"\n"):  # skip the rest without holding it
+                line = readline(_SKIP_CHUNK)
+                if not line:
+                    break
+            yield number, None
+        elif line.strip():
+            yield number, line
+
+
+_WRAP = _ORJSON_MAX_DEPTH - MAX_DEPTH
+
+
+def loads(line: bytes | str) -> Any:
+    """orjson.loads, refusing values nested deeper than `MAX_DEPTH`; raises `JsonError`."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise JsonError(f"not valid JSON: {error}") from None
+    opening = line.count(b"[" if isinstance(line, bytes) else "[") \
+        + line.count(b"{" if isinstance(line, bytes) else "{")
+    if opening > MAX_DEPTH:
+        # Cheap and exact: orjson writes at most 254 levels, so the value fits MAX_DEPTH iff
+        # it can be written inside 254 - MAX_DEPTH more levels (C speed, no Python recursion).
+        wrapped = value
+        for _ in range(_WRAP):
+            wrapped = [wrapped]
+        try:
+            orjson.dumps(wrapped)
+        except orjson.JSONEncodeError:
+            raise JsonError(f"JSON nested deeper than the maximum of {MAX_DEPTH} levels") \
+                from None
+    return value
