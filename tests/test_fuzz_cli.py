@@ -207,3 +207,13 @@ def test_decode_refuses_a_since_beyond_a_long() -> None:
     result = subprocess.run([*CLI, "decode", "--since", str(2**64)], input=b"",
                             capture_output=True, timeout=120)
     one_line_exit_2(result, "--since: time 18446744073709551616 does not fit")
+
+
+@pytest.mark.parametrize("command", [["snapshot", "--as-of"], ["compact", "--since"]])
+def test_lake_times_beyond_a_long_are_refused_before_spark(tmp_path: Path,
+                                                           command: list[str]) -> None:
+    lake = tmp_path / "lake"
+    result = subprocess.run([*CLI, command[0], "--lake", str(lake), "--table", "t",
+                             command[1], str(2**63)], capture_output=True, timeout=120)
+    one_line_exit_2(result, f"{command[1]}: time {2**63} does not fit")
+    assert not lake.exists()  # refused before anything was opened

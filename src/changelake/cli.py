@@ -20,6 +20,21 @@ from changelake.errors import ChangelakeError
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+
+def _time(value: int | None, option: str) -> int | None:
+    """A logical time given on the command line, within what the wire carries (an Avro long,
+    not negative); one line naming the option otherwise."""
+    from changelake.errors import InputError
+    from changelake.protocol.time import check_time
+
+    if value is None:
+        return None
+    try:
+        return check_time(value)
+    except ValueError as error:
+        raise InputError(f"{option}: {error}") from None
+
+
 def _fail(message: str) -> None:
     click.echo(f"changelake: error: {message}", err=True)
     sys.exit(2)
@@ -365,6 +380,7 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     ident, _ = _table_and_key(table)
+    as_of = _time(as_of, "--as-of")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         columns = jobs.snapshot_columns(lake, ident, history=history)
@@ -389,6 +405,7 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     from changelake.lake import jobs, report
 
     ident, _ = _table_and_key(table)
+    since = _time(since, "--since")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
