@@ -160,9 +160,6 @@ def test_decode_reads_a_valid_avro_file_from_a_pipe() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="lake/jobs.py changefeed_frames reads changefeed files "
-                   "as text (open(encoding='utf-8')): invalid UTF-8 is an internal error "
-                   "(see the fuzz report); fix: read bytes with formats.lines.numbered_lines")
 def test_ingest_refuses_invalid_utf8_in_a_changefeed(tmp_path: Path) -> None:
     path, lake = tmp_path / "feed.jsonl", tmp_path / "lake"
     path.write_bytes(b'{"op": "c", "after": {"id": 1}, "source": {"lsn": 10, "txId": 5}}\n'

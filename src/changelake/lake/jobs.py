@@ -41,7 +41,8 @@ from pyspark.sql.types import (
 )
 
 from changelake.convert.progress import changefeed_waiting_reason
-from changelake.errors import InputError, LakeError, SchemaError
+from changelake.errors import ChangefeedError, InputError, LakeError, Location, SchemaError
+from changelake.formats.lines import TOO_LONG, numbered_lines
 from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
@@ -166,9 +167,15 @@ def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source:
 
     lines: list[tuple[str, str, int]] = []
     for path in expand_paths([str(p) for p in inputs]):
-        with open(path, encoding="utf-8") as fh:
-            lines.extend((text.rstrip("\n"), str(path), n) for n, text in enumerate(fh, 1)
-                         if text.strip())
+        with open(path, "rb") as fh:
+            for n, raw in numbered_lines(fh):
+                if raw is None:
+                    raise ChangefeedError(TOO_LONG, Location(str(path), n))
+                try:
+                    lines.append((raw.decode("utf-8").rstrip("\r\n"), str(path), n))
+                except UnicodeDecodeError as error:
+                    raise ChangefeedError(f"not UTF-8 text: {error.reason} at byte "
+                                          f"{error.start}", Location(str(path), n)) from None
     frame = spark.createDataFrame(lines, "value string, file string, line long")
     table_schema = json.loads(Path(schema_file).read_text()) if schema_file else None
     frames = changefeed_changes(frame, source=source,  # type: ignore[arg-type]
