@@ -111,8 +111,13 @@ def local_reader(sample: int, times: int) -> tuple[float, int]:
     return seconds, len(deliveries)
 
 
-def stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[float]:
+def stream_batches(spark, batches: int, per_batch: int) -> list[float]:
     """Seconds per `DecodeBatches` call, one micro-batch of `per_batch` updates each."""
+    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
+        return _stream_batches(spark, Path(tmp), batches, per_batch)
+
+
+def _stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[float]:
     from changelake.formats.materialize import CdcSchema, write_json_lines
     from changelake.protocol import Writer
     from changelake.spark.jobs import read_messages_frame
@@ -125,7 +130,7 @@ def stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[floa
     for batch in range(batches):
         messages = []
         for i in range(batch * per_batch, (batch + 1) * per_batch):
-            writer.push({"k": i, "v": i % 7}, i // 100, 1)
+            writer.push(Record((("k", i), ("v", i % 7))), i // 100, 1)
         messages.extend(writer.finish_through((batch + 1) * per_batch // 100 - 1))
         path = root / "stream-in" / f"{batch:05d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +215,7 @@ def main() -> int:
         dedup_s = statistics.median(a for _, a in rounds)
 
         local = local_reader(args.sample, args.times) if args.sample else None
-        stream = (stream_batches(spark, root, args.stream_batches, args.stream_updates)
+        stream = (stream_batches(spark, args.stream_batches, args.stream_updates)
                   if args.stream_batches else [])
 
         def rate(seconds: float, rows: int = deliveries) -> str:
