@@ -47,7 +47,7 @@ def _outcome(convert: Any) -> Any:
 
 
 @seed(20261125)
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(value=st.one_of(updates, st.just({"not": "a list"}),
                        st.lists(st.just({"data": 1, "time": 0, "diff": 1}), max_size=1)))
 def test_schemaless_fast_path_equals_the_general_one(value: Any) -> None:
@@ -61,7 +61,7 @@ def test_schemaless_fast_path_equals_the_general_one(value: Any) -> None:
 
 
 @seed(20261126)
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(data=rows, special=st.sampled_from([None, NAN, math.inf, -math.inf]))
 def test_update_line_equals_thawed_dump(data: dict[str, Any], special: float | None) -> None:
     row = freeze(av.unwrap_unions_heuristically({**data, "z": special}))

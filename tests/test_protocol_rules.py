@@ -16,7 +16,7 @@ diff_lists = st.lists(st.sampled_from([-2, -1, 0, 1, 2]), min_size=1, max_size=6
 
 
 @seed(20261123)
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(diffs=diff_lists, batched=st.booleans())
 def test_python_rules_are_the_readers(diffs: list[int], batched: bool) -> None:
     """Deliveries of one (data, time): the Reader rejects them exactly when a rule says so,
