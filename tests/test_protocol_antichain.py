@@ -1,5 +1,6 @@
 """Frontiers over integer and pair (product order) times."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,3 +54,15 @@ def test_antichain_elements_are_incomparable(xs: list) -> None:
             assert not less_equal(x, y) and not less_equal(y, x)
     for x in xs:
         assert Antichain(xs).beyond(x)
+
+
+def test_as_frontier_takes_plain_values() -> None:
+    from changelake.protocol.antichain import as_frontier
+
+    assert as_frontier(4) == as_frontier([4]) == as_frontier(Antichain([4])) == Antichain([4])
+    assert as_frontier([]) == Antichain()
+    assert as_frontier((1, 2)) == Antichain([(1, 2)])
+    assert as_frontier([(1, 2), (2, 1)]).elements == ((1, 2), (2, 1))
+    for bad in (-1, [-1], "4", True, 4.0, None):
+        with pytest.raises(ValueError):
+            as_frontier(bad)  # type: ignore[arg-type]

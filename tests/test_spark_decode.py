@@ -97,9 +97,21 @@ def test_resume_since_skips_earlier_times(spark) -> None:
         Updates([(R(1), 1, 1), (R(2), 3, 1), (R(3), 5, -1)]),
     ]
     start = Antichain([3])
-    got = decode(*frames(spark, log), since=start)
-    assert got.frontier == Antichain([8]) == collect(log, start).frontier
-    assert canonical(rows_of(got.updates)) == canonical([(R(2), 3, 1), (R(3), 5, -1)])
+    expected = canonical([(R(2), 3, 1), (R(3), 5, -1)])
+    for since in (start, 3, [3]):  # plain values as well as an Antichain
+        with decode(*frames(spark, log), since=since) as got:
+            assert got.frontier == Antichain([8]) == collect(log, start).frontier
+            assert canonical(rows_of(got.updates)) == expected
+            assert got._cached is not None and got._cached.is_cached
+        assert not got._cached.is_cached  # the context released the cache
+
+
+def test_a_failing_decode_leaves_nothing_cached(spark) -> None:
+    log = [Updates([(R(1), 1, 1)]), Updates([(R(1), 1, -1)]), Progress.make([0], [5])]
+    before = len(spark.sparkContext._jsc.getPersistentRDDs())
+    with pytest.raises(ProtocolError):
+        decode(*frames(spark, log))
+    assert len(spark.sparkContext._jsc.getPersistentRDDs()) == before
 
 
 def _reader_rule(log) -> str:

@@ -27,12 +27,33 @@ from changelake.formats.materialize import (
 from changelake.formats.tableschema import TableSchema
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
 from changelake.protocol.time import MAX_TIME, check_time
-from changelake.values import freeze, thaw
+from changelake.values import Record, freeze, thaw
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _plain_row(data: Any) -> dict[str, Any] | None:
+    """`thaw(data, json_safe=True)` for the common row, a Record of scalars with no NaN or
+    infinity, without a call per value; None for any other value."""
+    if type(data) is not Record:
+        return None
+    row = dict(data)
+    for value in row.values():
+        kind = type(value)
+        if kind is float:
+            if value - value != 0.0:  # NaN or an infinity: thaw spells those as text
+                return None
+        elif kind not in _PLAIN:
+            return None
+    return row
 
 
 def update_line(update: Update) -> bytes:
     data, time, diff = update
-    return orjson.dumps({"data": thaw(data, json_safe=True), "time": time, "diff": diff})
+    row = _plain_row(data)
+    if row is None:
+        row = thaw(data, json_safe=True)
+    return orjson.dumps({"data": row, "time": time, "diff": diff})
 
 
 def frontier_line(frontier: Antichain) -> bytes:
@@ -56,9 +77,20 @@ def write_history(out: IO[bytes], batches: Iterable[tuple[list[Update], Antichai
     serialized line, so output is deterministic), then its frontier; always a final frontier."""
     frontier, count, last_was_frontier = start, 0, False
     for updates, new_frontier in batches:
-        lines = sorted((u[1], update_line(u)) for u in updates)
-        out.write(b"".join(line + b"\n" for _, line in lines))
-        count += len(lines)
+        by_time: dict[Any, list[bytes]] = {}
+        for update in updates:
+            line = update_line(update)
+            group = by_time.get(update[1])
+            if group is None:
+                by_time[update[1]] = [line]
+            else:
+                group.append(line)
+        for time in sorted(by_time):
+            group = by_time[time]
+            group.sort()
+            group.append(b"")
+            out.write(b"\n".join(group))
+            count += len(group) - 1
         out.write(frontier_line(new_frontier) + b"\n")
         frontier, last_was_frontier = new_frontier, True
     if not last_was_frontier:

@@ -296,7 +296,7 @@ def message_from_avro_json(obj: Any, schema: CdcSchema | None, origin: Location)
         return progress_from_plain(value, origin)
     if branch == "array":
         try:
-            return _updates_fast(value, origin, _schemaless_row)
+            return _updates_fast_schemaless(value, origin)
         except (av.Invalid, KeyError, TypeError):
             pass  # the generic path below says what is wrong
         return updates_from_plain(av.unwrap_unions_heuristically(value), origin, _freezer(None))
@@ -321,6 +321,37 @@ def _updates_fast(value: Any, origin: Location, data: Callable[[Any], Any]) -> U
                 or not low <= diff <= high:
             raise av.Invalid
         append((data(u["data"]), time, diff))
+    return Updates(out, origin)
+
+
+_FLAT = frozenset({str, int, float, bool, type(None)})
+"""Types that `freeze_unwrapped` returns unchanged, as JSON parsing produces them (JSON has no
+NaN, so a parsed float never needs the shared NaN)."""
+
+
+def _updates_fast_schemaless(value: Any, origin: Location) -> Updates:
+    """`_updates_fast` with `_schemaless_row` inlined, and rows whose values are all plain
+    scalars (the common case) frozen without a call per value. Same result, same checks."""
+    if type(value) is not list:
+        raise av.Invalid
+    out = []
+    append = out.append
+    low, high = av.LONG_RANGE
+    flat = _FLAT.issuperset
+    unwrapped = av.freeze_unwrapped
+    for u in value:
+        if type(u) is not dict or len(u) != 3:
+            raise av.Invalid
+        time, diff, data = u["time"], u["diff"], u["data"]
+        if type(time) is not int or not 0 <= time <= high or type(diff) is not int \
+                or not low <= diff <= high or type(data) is not dict:
+            raise av.Invalid
+        if flat(map(type, data.values())):
+            row = Record(sorted(data.items()))
+        else:
+            row = Record(sorted([(k, v if type(v) in _FLAT else unwrapped(v))
+                                 for k, v in data.items()]))
+        append((row, time, diff))
     return Updates(out, origin)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from changelake.protocol.time import Time, join, less_equal, meet
+from changelake.protocol.time import Time, check_time, join, less_equal, meet
 
 
 def _minimal(times: Iterable[Time]) -> tuple[Time, ...]:
@@ -90,3 +90,19 @@ def meet_all(times: Iterable[Time]) -> Time:
     for t in it:
         acc = meet(acc, t)
     return acc
+
+
+def as_frontier(value: Antichain | Time | Iterable[Time]) -> Antichain:
+    """A frontier from a plain Python value, for arguments such as `since`.
+
+    An `Antichain` is returned as is; one time (an `int`, or a tuple for a product time) is
+    the frontier `[time]`; any other iterable (`[4]`, `[]` for closed) lists the elements.
+    Times are checked as input times are (non-negative integers): `ValueError` otherwise.
+    """
+    if isinstance(value, Antichain):
+        return value
+    if type(value) is int or isinstance(value, tuple):
+        return Antichain([check_time(value)])
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(f"not a frontier: {value!r} (an Antichain, a time or a list of times)")
+    return Antichain(check_time(t) for t in value)

@@ -10,11 +10,16 @@ restating a single protocol rule:
   frontier and the count it expects at every covered time.
 * Updates are many and never leave the executors. One shuffle aggregation by `(data, time)`
   deduplicates them and, in the same pass, notices zero diffs (`zero-diff`) and two different
-  diffs for one `(data, time)` (`conflicting-diff`).
+  diffs for one `(data, time)` (`conflicting-diff`). These rules are column expressions, each
+  written next to the pure-Python rule it mirrors in `protocol/rules.py` (tested pairwise).
 * Per covered time, the number of distinct updates (a handful of rows, one per time) is
-  compared on the driver with the expected count: fewer means the time is unfinished and holds
-  the frontier back, more is `excess-updates`. The frontier is the Reader's: the meet of the
-  progress frontier and the unfinished covered times.
+  compared on the driver with the expected count by the rules' Python functions: fewer means
+  the time is unfinished and holds the frontier back, more is `excess-updates`. The frontier is
+  the Reader's: the meet of the progress frontier and the unfinished covered times.
+
+The aggregate is cached (by default) while the per-time counts are taken, so the result is
+read from it without a second shuffle; adaptive execution may coalesce its partitions (see
+`CACHED_PLAN_COALESCING`). `Decoded.unpersist()` releases it; nothing else is cached.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
@@ -42,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import Location, ProtocolError
-from changelake.protocol import Antichain, Progress, Reader, Rejected
+from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
+from changelake.protocol.antichain import as_frontier
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -104,20 +110,17 @@ def _single(frontier: Antichain) -> int | None:
     return element
 
 
-def _beyond(time: Column, frontier: Antichain) -> Column:
-    """Spark condition: `time` is at or beyond `frontier` (not yet finished)."""
-    from pyspark.sql import functions as F
-
-    bound = _single(frontier)
-    return F.lit(False) if bound is None else time >= F.lit(bound)
-
-
 # ----------------------------------------------------------------------------- decoding
 
 
 @dataclass(frozen=True)
 class Decoded:
-    """The result of `decode`. `updates` and `rejected` are lazy DataFrames."""
+    """The result of `decode`. `updates`, `pending` and `rejected` are lazy DataFrames.
+
+    They are read from one cached aggregate of the input: release it with `unpersist()`, or
+    use the result as a context manager (`with decode(...) as decoded:`). Nothing else is
+    cached, and a `decode` that raises leaves nothing cached.
+    """
 
     updates: DataFrame
     """Distinct `(data, time, diff)` at times in `[since, frontier)`."""
@@ -134,9 +137,16 @@ class Decoded:
     _cached: DataFrame | None = None
 
     def unpersist(self) -> None:
-        """Drop the cached deduplicated updates that `updates` and `rejected` are read from."""
+        """Drop the cached aggregate that `updates`, `pending` and `rejected` are read from
+        (they stay usable, recomputed from the input). Idempotent."""
         if self._cached is not None:
             self._cached.unpersist()
+
+    def __enter__(self) -> Decoded:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.unpersist()
 
 
 def rejected_schema(data_type: DataType) -> StructType:
@@ -186,64 +196,96 @@ def collect_statements(progress: DataFrame) -> list[Progress]:
     return out
 
 
+CACHED_PLAN_COALESCING = "spark.sql.optimizer.canChangeCachedPlanOutputPartitioning"
+"""Spark caches a plan with adaptive execution off unless this is true, so a cached aggregate
+keeps every one of `spark.sql.shuffle.partitions` (200 by default) partitions: most of them
+tiny, each a task in every job that reads it. `decode` sets it while it caches."""
+
+
+def _persist_coalesced(df: DataFrame) -> DataFrame:
+    """`df.persist()`, with adaptive execution free to coalesce the cached plan's shuffle
+    partitions. The session setting is restored at once: only the plan cached here is
+    affected (the choice is made when the plan is cached, not when it is computed)."""
+    from pyspark import StorageLevel
+
+    conf = df.sparkSession.conf
+    previous = conf.get(CACHED_PLAN_COALESCING, None)
+    conf.set(CACHED_PLAN_COALESCING, "true")
+    try:
+        return df.persist(StorageLevel.MEMORY_AND_DISK)
+    finally:
+        if previous is None:
+            conf.unset(CACHED_PLAN_COALESCING)
+        else:
+            conf.set(CACHED_PLAN_COALESCING, previous)
+
+
 def decode(
     updates: DataFrame,
     progress: DataFrame,
     *,
-    since: Antichain | None = None,
+    since: Antichain | int | Iterable[int] | None = None,
     strict: bool = True,
     cache: bool = True,
 ) -> Decoded:
     """Recover the history in `updates`/`progress` up to the frontier the log justifies.
 
-    Runs two small Spark jobs eagerly (collecting the statements, and per-time counts of the
-    deduplicated updates) and returns lazy DataFrames. With `cache` (the default) the one
-    shuffle aggregation of the updates is persisted, so `updates` is read from it instead of
-    aggregating the input a second time; call `Decoded.unpersist()` when done.
+    `since` is a frontier: an `Antichain`, a time (`4`) or a list of times (`[4]`); default
+    `[0]`. Runs two Spark jobs eagerly (collecting the statements, and one aggregation of the
+    updates that yields the per-time counts) and returns lazy DataFrames; lenient mode skips
+    the second when no statement covers anything (then no time can finish or be in excess).
+    With `cache` (the default) the aggregate is persisted while the counts are computed, so
+    `updates` and `pending` read it instead of aggregating the input again: call
+    `Decoded.unpersist()` (or use `with`) when done. Without `cache`, nothing is cached and
+    every action on the result aggregates the input again.
     Strict mode raises the first `ProtocolError` found; lenient mode reports in `rejected`.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    start = since if since is not None else Antichain([0])
+    start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
 
     resolution = resolve_progress(collect_statements(progress), start, strict=strict)
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
+    covers_anything = resolution.progress_frontier != start
 
     diff = F.col("diff")
     time = F.col("time")
-    raw = updates.select(*UPDATE_COLUMNS)
+    in_range = rules.is_beyond_column(start, time)
     # Updates at finished times only matter if they break a rule no matter when they come.
-    relevant = raw.where(_beyond(time, start) | (diff == 0))
-    nonzero = F.when(diff != 0, diff)
-    grouped = relevant.groupBy("data", "time").agg(
-        F.min(nonzero).alias("lo"),
-        F.max(nonzero).alias("hi"),
-        F.max((diff == 0).cast("int")).alias("zero"),
-    )
-    if cache:
-        grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
-    lo, hi = F.col("lo"), F.col("hi")
-    valid = lo.isNotNull() & (lo == hi)
-    conflict = lo.isNotNull() & (lo != hi)
-    in_range = _beyond(time, start)
-    covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
-    # One row per covered time, plus one row (time null) for everything else.
-    stats = (
-        grouped.groupBy(F.when(covered, time).alias("t"))
-        .agg(
-            F.count(F.when(valid, 1)).alias("valid"),
-            F.count(F.when(conflict, 1)).alias("conflicts"),
-            F.count(F.when(F.col("zero") == 1, 1)).alias("zeros"),
-        )
-        .collect()
-    )
-    zeros = sum(r["zeros"] for r in stats)
-    conflicts = sum(r["conflicts"] for r in stats)
-    distinct = {r["t"]: r["valid"] for r in stats if r["t"] is not None}
+    relevant = updates.select(*UPDATE_COLUMNS).where(in_range | (diff == 0))
+    grouped = relevant.groupBy("data", "time").agg(*rules.summarize_columns(diff))
+    lo, hi, zero = F.col("lo"), F.col("hi"), F.col("zero")
+    valid = rules.is_settled_column(lo, hi)
+    conflict = rules.is_conflicting_column(lo, hi)
+    zero_diff = rules.is_zero_diff_column(zero)
+
+    distinct: dict[int, int] = {}
+    zeros = conflicts = 0
+    if strict or covers_anything:  # else nothing can finish, and errors are only set aside
+        if cache:
+            grouped = _persist_coalesced(grouped)
+        covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
+        # One row per covered time, plus one row (time null) for everything else.
+        try:
+            stats = (
+                grouped.groupBy(F.when(covered, time).alias("t"))
+                .agg(
+                    F.count(F.when(valid, 1)).alias("valid"),
+                    F.count(F.when(conflict, 1)).alias("conflicts"),
+                    F.count(F.when(zero_diff, 1)).alias("zeros"),
+                )
+                .collect()
+            )
+        except BaseException:
+            if cache:
+                grouped.unpersist()  # the caller never sees it: do not leak the cache
+            raise
+        zeros = sum(r["zeros"] for r in stats)
+        conflicts = sum(r["conflicts"] for r in stats)
+        distinct = {r["t"]: r["valid"] for r in stats if r["t"] is not None}
     excess = sorted(
-        t for t, n in distinct.items() if n > resolution.expected.get(t, 0)
+        t for t, n in distinct.items() if rules.is_excess(n, resolution.expected.get(t, 0))
     )
     if strict and (zeros or conflicts or excess):
         try:
@@ -253,25 +295,22 @@ def decode(
             if cache:
                 grouped.unpersist()  # the caller never sees it: do not leak the cache
 
-    # The frontier: the progress frontier, held back by covered times still missing updates
-    # (and, in lenient mode, by times whose extra updates cannot be told apart).
-    unfinished = [t for t, c in resolution.expected.items() if distinct.get(t, 0) < c]
-    frontier = resolution.progress_frontier.meet(Antichain([*unfinished, *excess]))
-
+    frontier = rules.frontier(resolution.progress_frontier, resolution.expected, distinct)
     until = _single(frontier)
     window = in_range if until is None else in_range & (time < F.lit(until))
     result = grouped.where(valid & window).select("data", "time", lo.alias("diff"))
-    pending = grouped.where(valid & _beyond(time, frontier)).select(
+    pending = grouped.where(valid & rules.is_beyond_column(frontier, time)).select(
         "data", "time", lo.alias("diff")
     )
     missing = {t: c - distinct.get(t, 0) for t, c in resolution.expected.items()
-               if distinct.get(t, 0) < c}
+               if rules.is_unfinished(distinct.get(t, 0), c)}
 
     spark = updates.sparkSession
     data_type = updates.schema["data"].dataType
+    checked = strict or covers_anything
     rejected = _rejected(
         spark, grouped, data_type, resolution.rejected, excess,
-        with_updates=not strict and bool(zeros or conflicts or excess),
+        with_updates=not strict and (not checked or bool(zeros or conflicts or excess)),
     )
     return Decoded(
         result,
@@ -280,7 +319,7 @@ def decode(
         resolution.progress_frontier,
         missing,
         pending,
-        grouped if cache else None,
+        grouped if cache and grouped.is_cached else None,
     )
 
 
@@ -321,11 +360,12 @@ def _rejected(
         ).unionByName(out.limit(0), allowMissingColumns=True).select(*schema.fieldNames())
 
     zero_rows = shaped(
-        grouped.where(F.col("zero") == 1).withColumn("diff", F.lit(0).cast("long")),
+        grouped.where(rules.is_zero_diff_column(F.col("zero")))
+        .withColumn("diff", F.lit(0).cast("long")),
         "zero-diff",
         F.lit("update has diff 0"),
     )
-    conflicting = grouped.where(lo.isNotNull() & (lo != hi)).select(
+    conflicting = grouped.where(rules.is_conflicting_column(lo, hi)).select(
         "data", "time", F.explode(F.array(lo, hi)).alias("diff")
     )
     conflict_rows = shaped(
@@ -334,7 +374,7 @@ def _rejected(
     parts = [out, zero_rows, conflict_rows]
     if excess:
         extra = grouped.where(
-            lo.isNotNull() & (lo == hi) & time.isin(list(excess))
+            rules.is_settled_column(lo, hi) & time.isin(list(excess))
         ).select("data", "time", lo.alias("diff"))
         parts.append(
             shaped(
@@ -363,7 +403,10 @@ def _raise_first(
 
     lo, hi = F.col("lo"), F.col("hi")
     if zeros:
-        (example,) = grouped.where(F.col("zero") == 1).orderBy("time").limit(1).collect()
+        (example,) = (
+            grouped.where(rules.is_zero_diff_column(F.col("zero")))
+            .orderBy("time").limit(1).collect()
+        )
         raise ProtocolError(
             "zero-diff",
             f"update of {_show(example['data'])} at time {example['time']} has diff 0 "
@@ -372,7 +415,7 @@ def _raise_first(
         )
     if conflicts:
         (example,) = (
-            grouped.where(lo.isNotNull() & (lo != hi)).orderBy("time").limit(1).collect()
+            grouped.where(rules.is_conflicting_column(lo, hi)).orderBy("time").limit(1).collect()
         )
         raise ProtocolError(
             "conflicting-diff",
