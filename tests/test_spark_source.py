@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import random
 import shutil
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from changelake.spark.decode import decode, split_messages
 from changelake.spark.encode import encode
 from changelake.spark.jobs import decode_files, read_messages_frame
 from changelake.spark.source import register
+from conftest import seeded
 from spark_helpers import FIELDS, canonical, rows_of, write
 
 pytestmark = pytest.mark.spark
@@ -33,7 +33,7 @@ SCHEMA = CdcSchema.for_fields(
 
 
 def _history(seed: int, n: int = 60) -> list[tuple[dict, int, int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     return [
         ({"k": rng.randrange(8), "v": rng.choice([None, 1, 2])}, rng.randrange(10),
          rng.choice([-1, 1, 2]))
@@ -46,7 +46,7 @@ def _log_dir(root: Path, *, close: bool = True) -> Path:
     changes = _history(7)
     first = write(changes, [1, 3, 6], close, 4)
     second = write(changes, [2, 6], close, 3)
-    rng = random.Random(3)
+    rng = seeded(3)
     messages = [*first, *second]
     rng.shuffle(messages)
     out = root / "log"
