@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Every random test is seeded and says its seed. Hypothesis: derandomized (its generator is
+# seeded from each test's name and source), so a run is repeatable; a failure prints the
+# falsifying example, seeds drawn for `random.Random` included. Plain `random`: `seeded`.
+settings.register_profile("changelake", derandomize=True, print_blob=True)
+settings.load_profile("changelake")
+
+
+def seeded(seed: int) -> random.Random:
+    """A `random.Random` on `seed`, printed (pytest shows it with a failure) to reproduce it."""
+    print(f"random seed: {seed}")
+    return random.Random(seed)
+
+
+def pytest_report_header() -> str:
+    return "hypothesis: derandomized (profile changelake); random tests print their seed"
 
 # Every fixture lives in the repository: the format samples (public examples of Debezium and
 # YDB messages, each with its origin in `.source.txt`) and the seed documents the examples are

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 
 from changelake.protocol import Message, Progress, Updates, Writer
 from changelake.values import freeze, thaw
+from conftest import seeded
 
 # Spark's Python workers run the `materialize-cdc` data source, so they must be this interpreter
 # (which has changelake installed), not whatever `python3` is on the PATH. Set before the
@@ -102,7 +102,7 @@ def write(changes: Sequence[Change], finishes: Sequence[int], close: bool,
 def mangle(first: Sequence[Message], second: Sequence[Message], seed: int,
            keep: float) -> list[Message]:
     """Two writers' outputs mixed, duplicated, reordered and truncated, as a log may deliver."""
-    rng = random.Random(seed)
+    rng = seeded(seed)
     log = [m for m in [*first, *second] for _ in range(rng.randint(1, 2))]
     rng.shuffle(log)
     return log[: round(len(log) * keep)]

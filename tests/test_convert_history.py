@@ -13,7 +13,6 @@ give the history's state after every transaction (Debezium) or step (YDB), and i
 from __future__ import annotations
 
 import base64
-import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from changelake.formats.change import NAN
 from changelake.formats.debezium import PLACEHOLDER
 from changelake.protocol import collect
 from changelake.values import freeze
+from conftest import seeded
 
 FIXTURE = [HealthCheck.function_scoped_fixture]  # tmp_path_factory is safe to share
 PG_COLUMNS = ("id", "name", "amount", "note")
@@ -353,7 +353,7 @@ def _score(value: Any) -> Any:
 def write_ydb(history: dict[str, Any], directory: Path) -> tuple[list[Path], dict[int, Counter],
                                                                  int | None]:
     """Two partition files; the state after each step; the last barrier step."""
-    rng = random.Random(history["seed"])
+    rng = seeded(history["seed"])
     partitions: list[list[list[tuple[int, bytes]]]] = [[[]], [[]]]  # windows of (key, line)
     state: dict[int, dict[str, Any]] = {}
     states: dict[int, Counter] = {}

@@ -189,6 +189,108 @@ def test_framed_messages_round_trip_and_fail_clearly() -> None:
         decode_framed(b"{}", {7: schema}, where)
 
 
+# ----------------------------------------------------------- framings against known bytes
+
+# The Avro specification's reference CRC-64-AVRO ("Rabin") fingerprint, written out here so
+# that the codecs are checked against the spec, not against fastavro's implementation.
+_EMPTY64 = 0xC15D213AA4D7A795
+
+
+def _rabin(data: bytes) -> int:
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (_EMPTY64 & -(fp & 1))
+        table.append(fp)
+    fp = _EMPTY64
+    for byte in data:
+        fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
+    return fp
+
+
+def test_reference_fingerprint_matches_published_vectors() -> None:
+    """Apache Avro's published vectors (share/test/data/schema-tests.txt), as signed longs."""
+    for canonical, published in [
+        ('"null"', 7195948357588979594),
+        ('"int"', 8247732601305521295),
+        ('{"name":"foo","type":"record","fields":[{"name":"f1","type":"boolean"}]}',
+         7843277075252814651),
+    ]:
+        assert _rabin(canonical.encode()) == published % 2**64, canonical
+
+
+# The CDC schema of one `long` column in Parsing Canonical Form, written by hand from the
+# spec's rules (full names, attributes in name/type/fields/items order, no whitespace).
+_TINY_CANONICAL = (
+    '[{"type":"array","items":{"name":"com.materialize.cdc.update","type":"record","fields":['
+    '{"name":"data","type":{"name":"com.materialize.cdc.data","type":"record","fields":['
+    '{"name":"id","type":"long"}]}},{"name":"time","type":"long"},{"name":"diff","type":"long"}'
+    ']}},{"name":"com.materialize.cdc.progress","type":"record","fields":['
+    '{"name":"lower","type":{"type":"array","items":"long"}},'
+    '{"name":"upper","type":{"type":"array","items":"long"}},'
+    '{"name":"counts","type":{"type":"array","items":{"name":"com.materialize.cdc.counts",'
+    '"type":"record","fields":[{"name":"time","type":"long"},{"name":"count","type":"long"}]}}}'
+    ']}]'
+)
+_TINY = CdcSchema.for_fields([{"name": "id", "type": "long"}])
+# Avro binary by hand: union branch (zig-zag varint), array blocks (count, items, 0), longs.
+_TINY_MESSAGES = [
+    (Updates([(Record((("id", 5),)), 4, 1), (Record((("id", -1),)), 300, -1)]),
+     bytes([0x00,                     # branch 0: the array of updates
+            0x04,                     # a block of 2 items
+            0x0A, 0x08, 0x02,         # id 5, time 4, diff 1
+            0x01, 0xD8, 0x04, 0x01,   # id -1, time 300 (varint d8 04), diff -1
+            0x00])),                  # end of the array
+    (Progress.make([0], [5], [(1, 2)]),
+     bytes([0x02,                     # branch 1: progress
+            0x02, 0x00, 0x00,         # lower [0]
+            0x02, 0x0A, 0x00,         # upper [5]
+            0x02, 0x02, 0x04, 0x00])),  # counts [(time 1, count 2)]
+]
+
+
+# `CdcSchema.fingerprint` reverses fastavro's hex digest, which already lists the fingerprint's
+# bytes little-endian: the frames carry it big-endian, so no other Avro implementation finds
+# the schema. Round trips pass (both sides agree); the spec's bytes do not. formats/ is fixed
+# by its owner (drop the `[::-1]`); then these pass and the marks go.
+_FINGERPRINT_BIG_ENDIAN = pytest.mark.xfail(
+    strict=True, reason="CdcSchema.fingerprint is big-endian; the spec says little-endian")
+
+
+def test_tiny_schema_canonical_form() -> None:
+    from fastavro.schema import to_parsing_canonical_form
+
+    assert to_parsing_canonical_form(_TINY.avro) == _TINY_CANONICAL
+
+
+@_FINGERPRINT_BIG_ENDIAN
+def test_tiny_schema_fingerprint_is_little_endian_crc64_avro() -> None:
+    expected = _rabin(_TINY_CANONICAL.encode()).to_bytes(8, "little")
+    assert _TINY.fingerprint() == expected
+
+
+def test_confluent_frame_is_the_specified_bytes() -> None:
+    """Confluent wire format: magic 0x00, the schema id as 4 bytes big-endian, Avro binary."""
+    where = Location("topic", offset=0)
+    for message, body in _TINY_MESSAGES:
+        framed = encode_confluent(message, _TINY, 0x01020304)
+        assert framed == b"\x00\x01\x02\x03\x04" + body
+        assert decode_framed(framed, {0x01020304: _TINY}, where) == message
+
+
+@_FINGERPRINT_BIG_ENDIAN
+def test_single_object_frame_is_the_specified_bytes() -> None:
+    """Avro single-object encoding: C3 01, the CRC-64-AVRO fingerprint of the canonical form
+    as 8 bytes little-endian, Avro binary."""
+    where = Location("topic", offset=0)
+    fingerprint = _rabin(_TINY_CANONICAL.encode()).to_bytes(8, "little")
+    for message, body in _TINY_MESSAGES:
+        framed = encode_single_object(message, _TINY)
+        assert framed == b"\xc3\x01" + fingerprint + body
+        assert decode_framed(framed, {fingerprint: _TINY}, where) == message
+
+
 def test_schema_validation() -> None:
     with pytest.raises(SchemaError, match="union of two branches"):
         CdcSchema.from_json({"type": "record", "name": "x", "fields": []})
@@ -196,8 +298,15 @@ def test_schema_validation() -> None:
         CdcSchema.from_json([{"type": "nonsense"}])
     built = CdcSchema.for_fields([{"name": "id", "type": "long"}])
     assert built.data_fields == ("id",)
-    assert CdcSchema.from_json(seed000_schema()).fingerprint() == \
-        CdcSchema.from_json(seed000_schema()).fingerprint()
+    # The fingerprint is of the canonical form: names, types and order, not layout or docs.
+    seed = seed000_schema()
+    import orjson
+
+    relaid = orjson.loads(orjson.dumps(seed, option=orjson.OPT_INDENT_2))
+    relaid[1]["doc"] = "documentation is not part of the canonical form"
+    assert CdcSchema.from_json(relaid).fingerprint() == CdcSchema.from_json(seed).fingerprint()
+    renamed = orjson.loads(orjson.dumps(seed).replace(b'"price"', b'"cost"'))
+    assert CdcSchema.from_json(renamed).fingerprint() != CdcSchema.from_json(seed).fingerprint()
 
 
 def test_nan_and_infinities_survive_every_carrier_and_deduplicate() -> None:

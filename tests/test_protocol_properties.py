@@ -5,13 +5,13 @@ The oracle (`simulate.justified`) works from the truth and the delivered message
 without the Reader's machinery, so the two can disagree if the Reader is wrong.
 """
 
-import random
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.protocol import Antichain, Reader, Writer, collect
 from changelake.simulate import justified, mangle, random_history, write
+from conftest import seeded
 
 PROPERTY = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -29,7 +29,7 @@ PROPERTY = settings(max_examples=300, deadline=None,
 def test_reader_recovers_exactly_what_is_justified(
     seed: int, updates: int, times: int, closed: bool, keep: float, duplicate: float
 ) -> None:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     history = random_history(rng, updates=updates, times=times, closed=closed)
     streams = [write(history, batch_size=rng.randint(1, 9)),
                write(history, batch_size=rng.randint(1, 9), finish_every=2)]
@@ -46,7 +46,7 @@ def test_reader_recovers_exactly_what_is_justified(
 @PROPERTY
 @given(seed=st.integers(0, 2**32 - 1), cut=st.floats(0, 1))
 def test_restored_reader_continues_identically(seed: int, cut: float) -> None:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     history = random_history(rng, updates=60, times=6)
     log = mangle([write(history, batch_size=4)], rng)
     split = int(len(log) * cut)
@@ -67,7 +67,7 @@ def test_restored_reader_continues_identically(seed: int, cut: float) -> None:
     seed=st.integers(0, 2**32 - 1),
 )
 def test_pair_times_recover_the_consolidated_history(changes: list, seed: int) -> None:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     writer = Writer(batch_size=3, since=Antichain([(0, 0)]))
     writer.extend(changes)
     messages = writer.advance_to(Antichain([(0, 2), (2, 0)])) + writer.close()
@@ -86,7 +86,7 @@ def test_pair_times_recover_the_consolidated_history(changes: list, seed: int) -
 
 def test_the_oracle_is_not_trivially_satisfied() -> None:
     """Guard: a truncated log really does hold the frontier back in these generators."""
-    rng = random.Random(11)
+    rng = seeded(11)
     history = random_history(rng, updates=100, times=8)
     log = mangle([write(history)], rng, keep=0.3)
     updates, frontier = justified(history.truth, log)

@@ -1,6 +1,5 @@
 """The Reader: each protocol rule, lenient mode, bounded memory, save and restore."""
 
-import random
 
 import orjson
 import pytest
@@ -8,6 +7,7 @@ import pytest
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Updates, Writer, collect
 from changelake.simulate import mangle, random_history, write
+from conftest import seeded
 
 P = Progress.make
 
@@ -99,7 +99,7 @@ def test_lenient_rejects_a_statement_that_undercounts() -> None:
 
 
 def test_state_is_empty_after_a_closed_stream() -> None:
-    rng = random.Random(3)
+    rng = seeded(3)
     history = random_history(rng, updates=300)
     log = mangle([write(history), write(history, batch_size=3, finish_every=2)], rng)
     r = Reader()
@@ -124,7 +124,7 @@ def test_memory_is_bounded_by_what_is_unfinished() -> None:
 
 
 def test_save_and_restore_resumes_exactly() -> None:
-    rng = random.Random(7)
+    rng = seeded(7)
     history = random_history(rng, updates=200)
     log = mangle([write(history)], rng)
     whole = collect(log)

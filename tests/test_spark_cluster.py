@@ -8,7 +8,6 @@ the driver, the two executors and their Python workers are all different process
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 
 from changelake.formats.materialize import CdcSchema
 from changelake.simulate import write_log_files
+from conftest import seeded
 from spark_helpers import write
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -110,7 +110,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
 
 
 def _log(root: Path) -> Path:
-    rng = random.Random(42)
+    rng = seeded(42)
     changes = [
         ({"k": rng.randrange(50), "v": rng.choice([None, "a", "é", "b\"c"])},
          rng.randrange(30), rng.choice([-1, 1, 3]))

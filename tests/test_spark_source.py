@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import random
 import shutil
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from changelake.spark.decode import decode, split_messages
 from changelake.spark.encode import encode
 from changelake.spark.jobs import decode_files, read_messages_frame
 from changelake.spark.source import register
+from conftest import seeded
 from spark_helpers import FIELDS, canonical, rows_of, write
 
 pytestmark = pytest.mark.spark
@@ -33,7 +33,7 @@ SCHEMA = CdcSchema.for_fields(
 
 
 def _history(seed: int, n: int = 60) -> list[tuple[dict, int, int]]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     return [
         ({"k": rng.randrange(8), "v": rng.choice([None, 1, 2])}, rng.randrange(10),
          rng.choice([-1, 1, 2]))
@@ -46,7 +46,7 @@ def _log_dir(root: Path, *, close: bool = True) -> Path:
     changes = _history(7)
     first = write(changes, [1, 3, 6], close, 4)
     second = write(changes, [2, 6], close, 3)
-    rng = random.Random(3)
+    rng = seeded(3)
     messages = [*first, *second]
     rng.shuffle(messages)
     out = root / "log"
@@ -164,6 +164,49 @@ def test_encoded_messages_written_as_avro_and_json_read_back(spark, tmp_path: Pa
         history = consolidate((freeze(d, FIELDS), t, r) for d, t, r in changes)
         assert expected.frontier == Antichain()
         assert canonical(expected.updates) == canonical(history)
+
+
+def _write(messages, target: Path, mode: str) -> None:
+    (messages.write.format("materialize-cdc").mode(mode).option("format", "json")
+     .option("avroSchema", _schema_text()).save(str(target)))
+
+
+def _history_of(changes: list) -> list:
+    from changelake.protocol import consolidate
+    from changelake.values import freeze
+
+    return canonical(consolidate((freeze(d, FIELDS), t, r) for d, t, r in changes))
+
+
+def test_write_append_keeps_and_overwrite_replaces(spark, tmp_path: Path) -> None:
+    """append adds files beside what is there; overwrite leaves only its own files (and hidden
+    files, which no reader reads); both read back as exactly what was written."""
+    register(spark)
+    ddl = "data struct<k:bigint,v:bigint>, time bigint, diff bigint"
+    first, second = _history(21, 30), _history(22, 30)
+    first_messages = encode(spark.createDataFrame(first, ddl), None, batch_size=4).repartition(2)
+    second_messages = encode(spark.createDataFrame(second, ddl), None, batch_size=4) \
+        .repartition(3)
+    target = tmp_path / "out"
+    _write(first_messages, target, "append")
+    before = set(target.iterdir())
+    (target / ".hidden-in-progress").write_text("not a message")
+    _write(first_messages, target, "append")
+    appended = set(target.iterdir())
+    assert before < appended  # the first files are still there, with new ones beside them
+    # The same messages twice are a redelivery: read back, the history once.
+    assert len([p for p in appended if not p.name.startswith(".")]) == 4
+    twice = collect(read_all([target], schema=SCHEMA))
+    assert canonical(twice.updates) == _history_of(first)
+
+    _write(second_messages, target, "overwrite")
+    kept = {p.name for p in target.iterdir()}
+    assert not kept & {p.name for p in appended if not p.name.startswith(".")}
+    assert ".hidden-in-progress" in kept
+    assert not any(name.endswith(".tmp") for name in kept)
+    replaced = collect(read_all([target], schema=SCHEMA))
+    assert replaced.frontier == Antichain()
+    assert canonical(replaced.updates) == _history_of(second)
 
 
 def test_stream_reads_each_new_file_once(spark, tmp_path: Path) -> None:

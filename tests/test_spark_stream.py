@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -15,9 +14,10 @@ import pytest
 
 from changelake.formats.materialize import CdcSchema, read_all, write_json_lines, write_ocf
 from changelake.jobs import update_line
-from changelake.protocol import Antichain, Message, collect
+from changelake.protocol import Antichain, Message, Updates, collect
 from changelake.spark.jobs import read_messages_frame
 from changelake.spark.stream import DecodeBatches, latest_state, read_history
+from conftest import seeded
 from spark_helpers import write
 
 pytestmark = pytest.mark.spark
@@ -28,7 +28,7 @@ SCHEMA = CdcSchema.for_fields(
 
 
 def _messages(seed: int, n: int) -> list[Message]:
-    rng = random.Random(seed)
+    rng = seeded(seed)
     changes = [
         ({"k": rng.randrange(20), "v": rng.choice([None, 1, 2])}, rng.randrange(12),
          rng.choice([-1, 1, 2]))
@@ -103,8 +103,9 @@ def test_batches_replayed_after_a_crash_are_neither_lost_nor_repeated(spark, tmp
 def test_state_keeps_only_unfinished_updates_and_statements(spark, tmp_path) -> None:
     messages = _messages(2, 60)
     inputs = tmp_path / "in"
-    # Leave out every message about times 9 and later: those times stay unfinished.
-    early = [m for m in messages if not _mentions_late_times(m)]
+    # Every update, but no progress statement about times 9 and later: those times stay
+    # unfinished, their updates pending; every statement kept is finished.
+    early = [m for m in messages if isinstance(m, Updates) or not _mentions_late_times(m)]
     files = _write_files(inputs, early, 0)
     sink = DecodeBatches(tmp_path / "out", tmp_path / "state")
     sink(read_messages_frame(spark, [str(f) for f in files], schema=SCHEMA), 0)
@@ -113,10 +114,14 @@ def test_state_keeps_only_unfinished_updates_and_statements(spark, tmp_path) -> 
     state, path = found
     local = collect(read_all([inputs], schema=SCHEMA))
     assert state.frontier == local.frontier
-    assert all(not p.upper.le(state.frontier) for p in state.statements)
-    if state.has_pending:
-        pending = spark.read.parquet(str(path / "pending")).collect()
-        assert all(state.frontier.beyond(r["time"]) for r in pending)
+    assert state.frontier == Antichain([9])
+    assert state.statements == ()  # all finished: none kept
+    # Exactly the updates beyond the frontier are kept, as pending.
+    late = {t for m in early if isinstance(m, Updates) for _, t, _ in m.updates
+            if local.frontier.beyond(t)}
+    assert late and state.has_pending
+    pending = spark.read.parquet(str(path / "pending")).collect()
+    assert {r["time"] for r in pending} == late
 
 
 def _mentions_late_times(message: Message) -> bool:

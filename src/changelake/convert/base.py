@@ -15,18 +15,27 @@ Changes without a time of their own (`time=None`: snapshot rows, YDB records wit
 timestamps) are placed at the stream's *current time*: the latest time pushed so far, or the
 frontier if that is later. For an initial snapshot that is time 0, before every streamed
 transaction; for a snapshot repeated mid-stream it is "now", which is what an upsert means.
+
+The times that a sequential reading derives from what came before are also derived on Spark,
+with windows over a whole batch (`changelake.spark.changefeeds`); those column expressions are
+here, beside the rules they restate, and `tests/test_convert_spark_rules.py` compares each with
+the Python on generated feeds: `spark_transaction_time` (the parser's time of a transaction)
+and `spark_current_time` (`time_of`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangefeedError
-from changelake.formats.change import UNCHANGED, Change
+from changelake.formats.change import UNCHANGED, Change, Op
 from changelake.protocol.messages import Update
 from changelake.values import freeze
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 
 @dataclass(slots=True)
@@ -125,3 +134,52 @@ class WindowedConverter:
         if any(row.get(c) is UNCHANGED for c in columns):
             raise AssertionError("UNCHANGED must be resolved before a row is frozen")
         return freeze(row, fields=columns)
+
+
+# ------------------------------------------------------------------ the same rules on Spark
+
+#: The order a Spark batch is read in: what the files' order is to the sequential encoder.
+SPARK_ORDER = ("file", "line")
+
+
+def spark_transaction_time(time: str = "time", tx: str = "tx",
+                           order: Sequence[str] = SPARK_ORDER) -> Column:
+    """The time `DebeziumParser` gives a transaction, over a frame of parsed changes: the time
+    of the first event of the transaction in `order` that has one (a snapshot row, without a
+    time, keeps none).
+
+    The parser (in `formats.debezium`, which holds no Spark code) gives a MySQL GTID and a
+    PostgreSQL `txId` without `sequence` the time of the first of their events it parses,
+    and every other event its own time, which is then the same for all events of its
+    transaction. On Spark each partition has a parser of its own, so only the first event of a
+    transaction in the whole batch is sure to be timed as the sequential parser would time it:
+    this takes that event's time for all. The same as the encoder's when it is given the files
+    in `order`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    whole = Window.partitionBy(tx).orderBy(*order) \
+        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    return F.when(F.col(tx).isNotNull() & F.col(time).isNotNull(),
+                  F.first(time, ignorenulls=True).over(whole)).otherwise(F.col(time))
+
+
+def spark_current_time(time: str = "time", op: str = "op",
+                       order: Sequence[str] = SPARK_ORDER) -> Column:
+    """`WindowedConverter.time_of` over a frame of changes (`time` after
+    `spark_transaction_time`, `op` the `Op` value): a change's own time, else the highest
+    time of the changes before it in `order`, else 0. A message (which both converters ignore)
+    moves nothing.
+
+    `time_of` is also at least the frontier, which the sequential encoder moves as it reads;
+    a batch on Spark is converted as one window, so this is `time_of` for changes pushed with
+    no frontier moved beyond the highest time pushed before them: what differs is a change
+    without a time that comes after the frontier passed every time before it (a snapshot row
+    after a transaction completed by its metadata, a YDB record without a virtual timestamp
+    after a barrier ahead of every record)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    before = Window.orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
+    moving = F.when(F.col(op) != Op.MESSAGE.value, F.col(time))
+    return F.coalesce(F.col(time), F.max(moving).over(before), F.lit(0))

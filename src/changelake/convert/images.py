@@ -27,6 +27,13 @@ from changelake.values import freeze
 _HINT = "give the key columns so that the previous row comes from state"
 
 
+def event_identity(change: Change) -> tuple[Any, ...]:
+    """What makes two events one (a replay): position, op and images. Public because Spark
+    drops replays by it before converting."""
+    return (change.position, change.op, freeze(change.key), freeze(change.before),
+            freeze(change.after))
+
+
 class ImageConverter(WindowedConverter):
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         super().__init__(columns)
@@ -41,8 +48,7 @@ class ImageConverter(WindowedConverter):
         if op is not Op.TRUNCATE:
             self._check(change)
             self._check_columns(change)
-        identity = (change.position, op, freeze(change.key), freeze(change.before),
-                    freeze(change.after))
+        identity = event_identity(change)
         if identity in self._seen:
             if self.time_of(change) < self.frontier:
                 self.stats.late += 1
@@ -58,8 +64,7 @@ class ImageConverter(WindowedConverter):
         self._enqueue(Pending(time, change.position or (), (), change))
 
     def is_replay(self, change: Change) -> bool:
-        return (change.position, change.op, freeze(change.key), freeze(change.before),
-                freeze(change.after)) in self._seen
+        return event_identity(change) in self._seen
 
     def _check(self, change: Change) -> None:
         op = change.op

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from changelake.errors import ChangefeedError
 from changelake.formats.change import Change, Resolved, TxBoundary
@@ -110,6 +111,36 @@ class PartitionFrontiers:
         if any(r is None for r in self._resolved):
             return 0
         return min(r[0] for r in self._resolved if r is not None)
+
+
+def barrier_violations(items: Iterable[tuple[int, Resolved | Change, bool]]
+                       ) -> list[tuple[int, str]]:
+    """`PartitionFrontiers.check` over one partition's items `(line, item, replay)` in line
+    order, for Spark, which checks each file on its own: `(line, reason)` of each record below
+    the partition's last barrier. A `replay` is not checked: the sequential encoder skips an
+    event that its converter already applied (`is_replay`) before checking it; Spark, which
+    converts after checking, counts as a replay a record repeating an earlier event of its
+    partition (`event_identity`)."""
+    frontiers = PartitionFrontiers(1)
+    bad: list[tuple[int, str]] = []
+    for line, item, replay in items:
+        if isinstance(item, Resolved):
+            frontiers.barrier(0, item)
+        elif not replay:
+            try:
+                frontiers.check(0, item)
+            except ChangefeedError as error:
+                bad.append((line, error.reason))
+    return bad
+
+
+def ydb_frontier(last: Iterable[Any], partitions: int) -> int:
+    """`PartitionFrontiers.frontier` from each partition's last barrier position (fewer than
+    `partitions` of them: some partition has none yet)."""
+    frontiers = PartitionFrontiers(partitions)
+    for index, position in enumerate(last):
+        frontiers.barrier(index, Resolved(tuple(position)))
+    return frontiers.frontier()
 
 
 def changefeed_waiting_reason(source: str, frontier: int) -> str:

@@ -190,16 +190,10 @@ class KeyedConverter(WindowedConverter):
                        nulls_keep=o.ignore_null_updates)
 
     def _key(self, change: Change) -> Key:
-        keys = self.options.keys
-        for source in (change.key, change.after, change.before):
-            if source is not None and all(k in source for k in keys):
-                values = tuple(source[k] for k in keys)
-                if any(v is UNCHANGED for v in values):
-                    continue
-                return tuple(freeze(v) for v in values)
-        raise ChangefeedError(f"cannot tell the key {list(keys)} of this {change.op.value} "
-                              "event: neither its key, after nor before image has it",
-                              change.origin)
+        key = key_of(change, self.options.keys)
+        if key is None:
+            raise unkeyed(change, self.options.keys)
+        return key
 
     def _sequence(self, change: Change) -> Any:
         """The order of events of one key. By default `(position, n)`: n is 0 for events with
@@ -335,6 +329,26 @@ class KeyedConverter(WindowedConverter):
         self._floor = p.sequence
         self.stats.applied += 1
         return out
+
+
+def key_of(change: Change, keys: Sequence[str]) -> Key | None:
+    """The key of an event: from its key, else its after-image, else its before-image, the
+    first that has every key column with a value other than UNCHANGED; None if none has.
+    Public because keyed conversion on Spark groups each key's events before converting."""
+    for source in (change.key, change.after, change.before):
+        if source is not None and all(k in source for k in keys):
+            values = tuple(source[k] for k in keys)
+            if any(v is UNCHANGED for v in values):
+                continue
+            return tuple(freeze(v) for v in values)
+    return None
+
+
+def unkeyed(change: Change, keys: Sequence[str]) -> ChangefeedError:
+    """The error for an event whose key `key_of` cannot tell."""
+    return ChangefeedError(f"cannot tell the key {list(keys)} of this {change.op.value} "
+                           "event: neither its key, after nor before image has it",
+                           change.origin)
 
 
 def split_moved_key(change: Change, keys: Sequence[str]) -> tuple[Change, Change] | None:

@@ -6,21 +6,27 @@ partition, as for `encode --from`). Output (`ChangefeedFrames`): `changes` as `(
 time long, diff long)` for the finished times, the `frontier` (times below it are finished;
 None = closed), and `rejected` lines with the reason. The changes feed `changelake.spark.encode`.
 
-No rule is restated here; the pure-Python pieces run inside Spark:
+Each rule is written once: the pure-Python pieces run inside Spark, and the few rules that
+must be column expressions are written beside the Python rule they restate, in `convert`, where
+a test compares the two on generated feeds (`tests/test_convert_spark_rules.py`):
 
 1. *Parse* (`mapInPandas`, fully parallel): each line through `DebeziumParser` / `YdbParser`,
    into one row per item. Images, keys and positions travel pickled, so `UNCHANGED`, Uint64
    beyond a long and NaN survive exactly. A line that does not parse, or a keyed event whose
    key cannot be told, becomes an error row; an update that moves its key becomes two rows
-   (`split_moved_key`), one for each key's group.
-2. *Times* that the sequential encoder derives from what came before are derived with windows:
-   a transaction's time is the minimum over its events (the first event's, for MySQL GTIDs and
-   PostgreSQL without `sequence`); a change without a time of its own (snapshot rows) takes the
-   highest time before it in `(file, line)` order, or 0. A YDB record below its partition's last
-   barrier (ydb#6985) is rejected, unless it repeats an earlier line exactly.
-3. *Progress* is small and resolved on the driver with the same rules as the encoder
-   (`convert.progress.frontier_from` for Debezium, the minimum over files of the last barrier
-   for YDB).
+   (`split_moved_key`), one for each key's group; the key is `key_of`'s, and replays are told
+   by `event_identity`.
+2. *Times* that the sequential encoder derives from what came before are derived with windows
+   in `(file, line)` order: a transaction's time is that of its first event
+   (`convert.base.spark_transaction_time`, the parser's rule for MySQL GTIDs and PostgreSQL
+   without `sequence`); a change without a time of its own (snapshot rows) takes the highest
+   time before it, or 0 (`convert.base.spark_current_time`, the converters' `time_of`). A YDB
+   record below its partition's last barrier (ydb#6985) is rejected, unless it repeats an
+   earlier event of its file (`event_identity`): each file's lines go through
+   `PartitionFrontiers.check` (`convert.progress.barrier_violations`).
+3. *Progress* is small and resolved on the driver with the encoder's own rules
+   (`convert.progress.frontier_from` for Debezium; for YDB `PartitionFrontiers.frontier` over
+   each file's last barrier, `convert.progress.ydb_frontier`).
 4. *Convert*: with keys, `groupBy(key)` — cogrouped with the `state` table's rows of the keys
    the batch touches, when one is given — and `applyInArrow`: each key's changes go through a
    fresh `KeyedConverter` whose `State` holds that key's row, which orders them, drops replays
@@ -49,7 +55,15 @@ Differences from `encode_changefeed`, from doing a batch at once:
   the state's, else the one number type that holds every number of the batch, else the kind
   of the column's first value) is a bad line here; the encoder, untyped, passes it through.
 * Without a table schema the columns are those of the first image in `(file, line)` order;
-  the encoder takes the first in the order its files were given.
+  the encoder takes the first in the order its files were given. Likewise for a transaction's
+  time: the first event's in `(file, line)` order here, the first parsed there.
+* A change without a time of its own takes the highest time before it here; the encoder takes
+  the frontier if that is later (a snapshot row after a transaction that its metadata
+  completed, a YDB record without a virtual timestamp after barriers). YDB files are read one
+  after another here, interleaved barrier by barrier there.
+* A YDB record below its partition's last barrier is a replay here if it repeats an earlier
+  event of its file; the encoder asks its converter (`is_replay`), which for keyed
+  conversion also skips an event older than what its key already has.
 * Times below the frontier are all emitted, the rest wait for a later batch; without keys a
   truncate is rejected (it needs the whole table's rows in one place).
 * Not yet checked here: a change arriving after a later time was finished. The encoder refuses
@@ -65,9 +79,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from changelake.convert.images import ImageConverter
-from changelake.convert.progress import frontier_from
-from changelake.convert.upsert import KeyedConverter, MemoryState, UpsertOptions, split_moved_key
+from changelake.convert.base import spark_current_time, spark_transaction_time
+from changelake.convert.images import ImageConverter, event_identity
+from changelake.convert.progress import barrier_violations, frontier_from, ydb_frontier
+from changelake.convert.upsert import (
+    KeyedConverter,
+    MemoryState,
+    UpsertOptions,
+    key_of,
+    split_moved_key,
+    unkeyed,
+)
 from changelake.errors import ChangefeedError, Location, SchemaError
 from changelake.formats.change import (
     NAN,
@@ -129,20 +151,6 @@ def spark_type(kind: str | None) -> str:
 
 def _parser(source: str, schema: TableSchema | None) -> Any:
     return DebeziumParser(schema) if source == "debezium" else YdbParser(schema)  # type: ignore[arg-type]
-
-
-def _key_of(change: Change, keys: Sequence[str] | None) -> Any:
-    """The key as `KeyedConverter._key` tells it (an image holding UNCHANGED in a key column
-    does not say the key), so that each key's events meet in one group."""
-    if not keys:
-        return None
-    for image in (change.key, change.after, change.before):
-        if image is not None and all(k in image for k in keys):
-            values = tuple(image[k] for k in keys)
-            if any(isinstance(v, _Unchanged) for v in values):
-                continue
-            return tuple(freeze(v) for v in values)
-    return None
 
 
 def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str] | None,
@@ -233,17 +241,14 @@ def _change_rows(base: dict[str, Any], change: Change,
     moved = split_moved_key(change, keys) if keys else None
     rows = []
     for part in moved or (change,):
-        key = _key_of(part, keys)
+        key = key_of(part, keys) if keys else None
         if keys and key is None and part.op not in _KEYLESS:
-            return [{**base, "kind": "error",
-                     "error": f"cannot tell the key {list(keys)} of this {part.op.value} event: "
-                              "neither its key, after nor before image has it"}]
+            return [{**base, "kind": "error", "error": unkeyed(part, keys).reason}]
         rows.append({**base, "kind": "change", "op": part.op.value, "item": pickle.dumps(part),
                      "key": pickle.dumps(key) if key is not None else None,
                      "time": part.time, "tx": part.transaction, "tx_order": part.tx_order,
                      "pos": pickle.dumps(part.position),
-                     "ident": pickle.dumps((part.position, part.op.value, freeze(part.key),
-                                            freeze(part.before), freeze(part.after)))})
+                     "ident": pickle.dumps(event_identity(part))})
     return rows
 
 
@@ -284,7 +289,6 @@ def changefeed_changes(
     a row the table does not hold.
     Raises `ChangefeedError` naming file and line for the first bad line when `strict`;
     otherwise bad lines are in `rejected` and everything else is converted."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     schema = TableSchema.from_json(table_schema) if isinstance(table_schema, dict) \
@@ -306,13 +310,8 @@ def changefeed_changes(
     errors = parsed.where(F.col("kind") == "error").select("file", "line", "error")
 
     changes = parsed.where(F.col("kind") == "change")
-    in_order = Window.orderBy("file", "line").rowsBetween(Window.unboundedPreceding, -1)
-    by_tx = Window.partitionBy("tx")
-    changes = changes.withColumn(
-        "time", F.when(F.col("tx").isNotNull() & F.col("time").isNotNull(),
-                       F.min("time").over(by_tx)).otherwise(F.col("time")))
-    changes = changes.withColumn("_now", F.coalesce(F.max("time").over(in_order), F.lit(0)))
-    changes = changes.withColumn("time", F.coalesce("time", "_now")).drop("_now")
+    changes = changes.withColumn("time", spark_transaction_time())
+    changes = changes.withColumn("time", spark_current_time())
 
     if source == "ydb":
         changes, late = _barrier_check(parsed, changes)
@@ -382,38 +381,32 @@ def _debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
 
 
 def _ydb_frontier(parsed: DataFrame, lines: DataFrame) -> int:
+    """`PartitionFrontiers.frontier` from each file's last barrier (`ydb_frontier`)."""
     from pyspark.sql import functions as F
 
     files = lines.select("file").distinct().count()
-    barriers = parsed.where(F.col("kind") == "resolved").groupBy("file") \
-        .agg(F.max("barrier").alias("b")).collect()
-    if len(barriers) < files:
-        return 0
-    return min(r["b"] for r in barriers)
+    last = parsed.where(F.col("kind") == "resolved").groupBy("file") \
+        .agg(F.max_by("pos", "barrier").alias("pos")).collect()
+    return ydb_frontier((pickle.loads(r["pos"]) for r in last), files)
 
 
 def _barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Records below their partition's last barrier: the sequential check, per file."""
+    """Records below their partition's last barrier: `PartitionFrontiers.check`, per file
+    (`barrier_violations`)."""
     import pandas as pd
 
     def check(frame: pd.DataFrame) -> pd.DataFrame:
-        frame = frame.sort_values("line")
-        last: Any = None
+        frame = frame.sort_values("line", kind="stable")
         seen: set[bytes] = set()
-        bad = []
-        for kind, item, pos, line in zip(frame["kind"], frame["ident"], frame["pos"],
-                                         frame["line"], strict=True):
-            position = pickle.loads(pos) if pos is not None else None
+        items = []
+        for kind, ident, item, pos, line in zip(frame["kind"], frame["ident"], frame["item"],
+                                                frame["pos"], frame["line"], strict=True):
             if kind == "resolved":
-                last = position if last is None or position > last else last
-            elif kind == "change":
-                replay = item in seen
-                seen.add(item)
-                if (last is not None and position is not None and position < last
-                        and not replay):
-                    bad.append((line, f"record at ts {list(position)} arrives after resolved "
-                                      f"{list(last)} in the same partition: the feed broke its "
-                                      "barrier guarantee (see ydb#6985)"))
+                items.append((line, Resolved(pickle.loads(pos)), False))
+            else:
+                items.append((line, pickle.loads(item), ident in seen))
+                seen.add(ident)
+        bad = barrier_violations(items)
         return pd.DataFrame({
             "file": pd.Series([frame["file"].iloc[0]] * len(bad), dtype=object),
             "line": pd.Series([b[0] for b in bad], dtype="int64"),

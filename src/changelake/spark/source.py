@@ -33,7 +33,11 @@ or `_`, which is ignored, then renamed), and never change afterwards.
 
 Writing (`df.write.format("materialize-cdc")`) takes a messages DataFrame (as `encode` makes)
 and writes one file per partition with the codecs: option `format` = `json` (default) or
-`avro` (needs the schema), committed by an atomic rename.
+`avro` (needs the schema). Each file is written under a hidden name and renamed into place.
+`mode("append")` renames each file as its task finishes and leaves what was there. A
+`mode("overwrite")` job renames nothing until every task has succeeded: then, on the driver,
+it removes every file a reader of the path would read (not hidden ones, such as another job's
+files in progress) and renames its own into place; a failed job leaves the path as it was.
 """
 
 from __future__ import annotations
@@ -406,12 +410,15 @@ class MaterializeCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
 
 @dataclass
 class WrittenFile(WriterCommitMessage):
-    path: str
+    path: str  # where the file is: its final name, or (overwrite) its hidden name until commit
+    final: str  # its name once committed
     messages: int
 
 
 class MaterializeCdcWriter(DataSourceWriter):
-    """One file per partition: written under a hidden name, then renamed into place."""
+    """One file per partition: written under a hidden name, then renamed into place (by the
+    task when appending, by the driver's `commit` when overwriting, see the module
+    docstring)."""
 
     def __init__(self, options: Any, overwrite: bool) -> None:
         raw = {k.lower(): v for k, v in dict(options).items()}
@@ -452,8 +459,24 @@ class MaterializeCdcWriter(DataSourceWriter):
             else:
                 count = write_json_lines(fo, messages, schema)
         final = os.path.join(self.path, name)
+        if self.overwrite:
+            return WrittenFile(temporary, final, count)
         os.replace(temporary, final)
-        return WrittenFile(final, count)
+        return WrittenFile(final, final, count)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Overwrite: every task succeeded, so what the path held goes and the new files come
+        in. Append: the tasks already renamed their files."""
+        if not self.overwrite:
+            return
+        from changelake.formats.materialize import expand_paths
+
+        written = [m for m in messages if isinstance(m, WrittenFile)]
+        if os.path.isdir(self.path):
+            for old in expand_paths([self.path]):
+                os.remove(old)
+        for message in written:
+            os.replace(message.path, message.final)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         for message in messages:
