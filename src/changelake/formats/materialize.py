@@ -161,7 +161,7 @@ class CdcSchema:
     def fingerprint(self) -> bytes:
         """CRC-64-AVRO fingerprint (little-endian bytes), for single-object encoding."""
         canonical = to_parsing_canonical_form(self.avro)
-        return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))[::-1]
+        return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))  # hex of the LE bytes
 
 
 def load_schema(path: Path) -> CdcSchema:
