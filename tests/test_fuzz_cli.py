@@ -126,9 +126,6 @@ def test_ingest_refuses_a_corrupt_debezium_file_and_commits_nothing(tmp_path: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="spark/source.py reads OCF headers and blocks with "
-                   "fastavro directly: a corrupt block is an internal error (see the fuzz "
-                   "report); fix: spark/ reads through formats.materialize.read_ocf")
 def test_ingest_refuses_a_corrupt_avro_file_and_commits_nothing(tmp_path: Path) -> None:
     header, sync = _header()
     path, lake = tmp_path / "claims.avro", tmp_path / "lake"

@@ -252,3 +252,16 @@ def _schema_text() -> str:
     import orjson
 
     return orjson.dumps(SCHEMA.avro).decode()
+
+
+def test_a_corrupt_container_header_is_one_planning_error_naming_the_file(tmp_path):
+    """The schema is taken from the first container file's checked header while Spark plans
+    the read: a damaged header is one located line, never fastavro's own exception."""
+    from changelake.formats.materialize import OCF_MAGIC
+    from changelake.spark.source import NAME, _first_ocf_schema
+
+    bad = tmp_path / "bad.avro"
+    bad.write_bytes(OCF_MAGIC + b"\x02\x16avro.schema\xff\xff\xff\xff\x0f")
+    with pytest.raises(ValueError, match=rf"^{NAME}: {bad}, offset 0: ") as raised:
+        _first_ocf_schema([str(bad)])
+    assert "\n" not in str(raised.value)

@@ -236,17 +236,22 @@ class Options:
 
 
 def _first_ocf_schema(files: Sequence[str]) -> str | None:
-    import fastavro
+    """The schema of the first Avro container file, from its checked header only (a corrupt
+    header is a planning error naming the file and offset; no block is read here)."""
     import orjson
 
-    from changelake.formats.materialize import OCF_MAGIC
+    from changelake.errors import ChangelakeError
+    from changelake.formats.materialize import OCF_MAGIC, read_ocf_schema
 
     for name in files:
         with open(name, "rb") as fo:
             if fo.read(4) != OCF_MAGIC:
                 continue
             fo.seek(0)
-            return orjson.dumps(fastavro.reader(fo).writer_schema).decode()
+            try:
+                return orjson.dumps(read_ocf_schema(fo, name=name).avro).decode()
+            except ChangelakeError as error:  # the driver reports planning errors as one line
+                raise ValueError(f"{NAME}: {error}") from None
     return None
 
 
