@@ -53,3 +53,23 @@ def test_build_session_restores_the_environment(spark):
     # The session's Python workers still run this interpreter.
     assert spark.sparkContext.pythonExec == os.environ.get(
         "PYSPARK_PYTHON", LAUNCH_ENVIRONMENT["PYSPARK_PYTHON"])
+
+
+@pytest.mark.parametrize("since", [4, [4]])
+def test_frontier_arguments_take_plain_values(since):
+    """`since=4` and `since=[4]` mean the Antichain [4] wherever a frontier is taken."""
+    from changelake.protocol import Antichain, Progress, Reader, Updates, Writer, collect
+
+    assert Reader(since).frontier == Antichain([4])
+    assert Writer(since=since).frontier == Antichain([4])
+    messages = [Updates([("a", 5, 1)]), Progress.make([4], [6], [(5, 1)])]
+    assert collect(messages, since).updates == [("a", 5, 1)]
+    assert Reader([]).is_closed
+
+
+def test_a_frontier_that_is_not_one_is_refused():
+    from changelake.protocol import Reader
+
+    for bad in ("4", -1, [1.5], {"t": 4}):
+        with pytest.raises(ValueError, match="frontier|time"):
+            Reader(bad)

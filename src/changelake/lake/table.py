@@ -47,6 +47,7 @@ from changelake.lake.scd2 import scd2_sql
 from changelake.lake.schema import evolve, logical_schema, struct_json
 from changelake.lake.sql import state_sql, union_sql
 from changelake.protocol import Antichain
+from changelake.protocol.antichain import FrontierLike, as_frontier
 
 DEFAULT_BUCKETS = 8
 
@@ -54,8 +55,13 @@ ProgressFn = Callable[[str, int, int], None]
 """progress(step description, steps done, steps total): the jobs layer draws bars with it."""
 
 
-def frontier_int(frontier: Antichain, what: str) -> int | None:
-    """A lake frontier as an integer (None: closed). Lake tables have integer times."""
+def frontier_int(value: FrontierLike, what: str) -> int | None:
+    """A lake frontier as an integer (None: closed). Lake tables have integer times; the
+    argument may be an `Antichain`, a time (`4`) or a list of times (`[4]`, `[]`)."""
+    try:
+        frontier = as_frontier(value)
+    except ValueError as error:
+        raise LakeError(f"{what} frontier: {error}") from None
     if frontier.is_closed:
         return None
     if len(frontier) != 1 or type(frontier.elements[0]) is not int:
@@ -173,7 +179,7 @@ class Table:
             finally:
                 writer.closed = True
 
-    def commit(self, updates: DataFrame, lower: Antichain, upper: Antichain, *,
+    def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
                retain: int = DEFAULT_RETAIN) -> CommitResult:
         """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
         with self.writer() as writer:
@@ -242,7 +248,7 @@ class TableWriter:
         self.publish(state)
         return state
 
-    def commit(self, updates: DataFrame, lower: Antichain, upper: Antichain, *,
+    def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
                retain: int = DEFAULT_RETAIN) -> CommitResult:
         """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
         name = self.name

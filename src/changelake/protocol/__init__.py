@@ -4,7 +4,7 @@ Nothing here imports Spark: the Spark layer resolves progress statements on the 
 this same code, so every protocol rule is stated once.
 """
 
-from changelake.protocol.antichain import Antichain
+from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier
 from changelake.protocol.consolidate import consolidate
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.reader import Batch, Collected, Reader, Rejected, collect, read
@@ -13,6 +13,7 @@ from changelake.protocol.writer import Writer
 
 __all__ = [
     "Antichain",
+    "FrontierLike",
     "Batch",
     "Collected",
     "Data",
@@ -24,6 +25,7 @@ __all__ = [
     "Update",
     "Updates",
     "Writer",
+    "as_frontier",
     "collect",
     "consolidate",
     "read",

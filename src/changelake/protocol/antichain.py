@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from changelake.protocol.time import Time, check_time, join, less_equal, meet
 
@@ -92,7 +93,12 @@ def meet_all(times: Iterable[Time]) -> Time:
     return acc
 
 
-def as_frontier(value: Antichain | Time | Iterable[Time]) -> Antichain:
+FrontierLike: TypeAlias = "Antichain | Time | Iterable[Time]"
+"""What a `since`, `lower` or `upper` argument takes: an `Antichain`, one time, or a list of
+times (`[]`: closed). `as_frontier` turns it into an `Antichain`."""
+
+
+def as_frontier(value: FrontierLike) -> Antichain:
     """A frontier from a plain Python value, for arguments such as `since`.
 
     An `Antichain` is returned as is; one time (an `int`, or a tuple for a product time) is

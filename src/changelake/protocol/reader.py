@@ -43,7 +43,7 @@ from itertools import repeat
 from typing import Any
 
 from changelake.errors import Location, ProtocolError
-from changelake.protocol.antichain import Antichain
+from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.time import MAX_TIME, Time
 
@@ -73,8 +73,8 @@ def _beyond_test(frontier: Antichain) -> Callable[[Time], bool]:
 class Reader:
     """Push messages in, get finished batches out. See the module docstring for the protocol."""
 
-    def __init__(self, since: Antichain | None = None, *, strict: bool = True) -> None:
-        start = since if since is not None else Antichain([0])
+    def __init__(self, since: FrontierLike | None = None, *, strict: bool = True) -> None:
+        start = as_frontier(since) if since is not None else Antichain([0])
         self.strict = strict
         self._reported: Antichain = start
         self._progress: Antichain = start
@@ -481,7 +481,7 @@ def progress_from_json(value: dict[str, Any], origin: Location | None = None) ->
 
 
 def read(
-    messages: Iterable[Message], since: Antichain | None = None, *, strict: bool = True
+    messages: Iterable[Message], since: FrontierLike | None = None, *, strict: bool = True
 ) -> Iterator[Batch]:
     """Pull wrapper: the finished batches of a message stream, in order."""
     reader = Reader(since, strict=strict)
@@ -499,7 +499,7 @@ class Collected:
 
 
 def collect(
-    messages: Iterable[Message], since: Antichain | None = None, *, strict: bool = True
+    messages: Iterable[Message], since: FrontierLike | None = None, *, strict: bool = True
 ) -> Collected:
     """Read a whole stream and return its recovered history."""
     reader = Reader(since, strict=strict)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from changelake.errors import Location, ProtocolError
-from changelake.protocol.antichain import Antichain
+from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.time import Time
 
@@ -25,11 +25,11 @@ _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1  # diffs travel as Avro longs
 class Writer:
     """Turns changes into CDCv2 messages. Changes need not be consolidated or ordered."""
 
-    def __init__(self, *, batch_size: int = 1024, since: Antichain | None = None) -> None:
+    def __init__(self, *, batch_size: int = 1024, since: FrontierLike | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.batch_size = batch_size
-        self._lower = since if since is not None else Antichain([0])
+        self._lower = as_frontier(since) if since is not None else Antichain([0])
         self._buffer: dict[tuple[Data, Time], int] = {}
 
     @property
