@@ -71,5 +71,5 @@ def test_a_frontier_that_is_not_one_is_refused():
     from changelake.protocol import Reader
 
     for bad in ("4", -1, [1.5], {"t": 4}):
-        with pytest.raises(ValueError, match="frontier|time"):
+        with pytest.raises(ValueError, match=r"frontier|time"):
             Reader(bad)

@@ -13,10 +13,10 @@ from changelake.protocol.writer import Writer
 
 __all__ = [
     "Antichain",
-    "FrontierLike",
     "Batch",
     "Collected",
     "Data",
+    "FrontierLike",
     "Message",
     "Progress",
     "Reader",
