@@ -231,9 +231,10 @@ def decode(
     """Recover the history in `updates`/`progress` up to the frontier the log justifies.
 
     `since` is a frontier: an `Antichain`, a time (`4`) or a list of times (`[4]`); default
-    `[0]`. Runs two Spark jobs eagerly (collecting the statements, and one aggregation of the
-    updates that yields the per-time counts) and returns lazy DataFrames; lenient mode skips
-    the second when no statement covers anything (then no time can finish or be in excess).
+    `[0]`. Runs two Spark actions eagerly (collecting the statements, and one aggregation of
+    the updates that yields the per-time counts) and returns lazy DataFrames; lenient mode
+    skips the second when no statement covers anything (then no time can finish or be in
+    excess).
     With `cache` (the default) the aggregate is persisted while the counts are computed, so
     `updates` and `pending` read it instead of aggregating the input again: call
     `Decoded.unpersist()` (or use `with`) when done. Without `cache`, nothing is cached and
