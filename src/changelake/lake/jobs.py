@@ -20,6 +20,7 @@ import datetime as dt
 import decimal
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
     spark = lake.spark
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
-    with handle.writer() as writer:
+    with handle.writer() as writer, ExitStack() as cleanup:
         existing = writer.state is not None
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
@@ -232,6 +233,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             updates_df, progress_df = materialize_frames(spark, inputs, schema)
             since = Antichain([committed]) if committed is not None else Antichain([0])
             decoded = translate_errors(decode, updates_df, progress_df, since=since)
+            cleanup.callback(decoded.unpersist)  # its cached aggregate, once committed
             rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
             waiting = None if upper.is_closed else waiting_reason(
                 dict(decoded.missing), decoded.progress_frontier)
