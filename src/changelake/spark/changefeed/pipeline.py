@@ -78,6 +78,24 @@ def _first_problem(frame: DataFrame) -> str | None:
     return row[0] if row is not None else None
 
 
+def _facts(items: DataFrame) -> Any:
+    """What the later steps need to know about the batch, in one aggregate row."""
+    change = F.col("kind") == "change"
+    return _guard(lambda: items.agg(
+        F.min("problem").alias("problem"),
+        F.count_distinct(F.when(change, F.col("table"))).alias("tables"),
+        F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
+        F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
+        F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
+        .alias("metadata"),
+        F.max(F.when(change, F.col("ptime"))).alias("high"),
+        F.min("schema").alias("schema"), F.max("schema").alias("other_schema"),
+        F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
+                 F.when(change & (F.col("after_raw").isNotNull()
+                                  | F.col("before_raw").isNotNull()),
+                        F.struct("file_index", "line"))).alias("first")).first())
+
+
 def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
     if schema is not None:
         return list(schema.names)
@@ -87,22 +105,16 @@ def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
     return [*(n for n in fields if n in raw), *(n for n in raw if n not in fields)]
 
 
-def _columns(spark: SparkSession, changes: DataFrame, schema: TableSchema | None,
+def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
              state: DataFrame | None) -> list[ColumnSpec]:
     """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
-    first = _guard(lambda: changes.where(
-        F.col("after_raw").isNotNull() | F.col("before_raw").isNotNull()).agg(F.min_by(
-            F.struct("after_raw", "before_raw", "schema"),
-            F.struct("file_index", "line")).alias("f")).first())
-    if first is None or first["f"] is None:
+    if facts["first"] is None:
         raise Unsupported("no row images in the batch")
-    names = _column_names(first["f"], schema)
-    schemas = _guard(lambda: changes.where(F.col("schema").isNotNull()).select("schema")
-                     .distinct().limit(3).collect())
-    line_fields = [image_fields(r["schema"]) for r in schemas]
-    if any(f != line_fields[0] for f in line_fields):
+    names = _column_names(facts["first"], schema)
+    if facts["schema"] != facts["other_schema"] and \
+            image_fields(facts["schema"]) != image_fields(facts["other_schema"]):
         raise Unsupported("Debezium schemas that differ between lines")
-    connect = line_fields[0] if line_fields else None
+    connect = image_fields(facts["schema"])
     images = changes.select(F.col("after_raw").alias("value")).where("value IS NOT NULL") \
         .unionByName(changes.select(F.col("before_raw").alias("value"))
                      .where("value IS NOT NULL"))
@@ -147,18 +159,17 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
     """A keyed Debezium batch on the JVM path: (updates, frontier), or `Unsupported`."""
     lines = read_lines(spark, files)
     items = _guard(lambda: parse_items(lines.frame).localCheckpoint())
-    problem = _first_problem(items)
-    if problem is not None:
-        raise Unsupported(problem)
-    changes = items.where(F.col("kind") == "change")
-    facts = _guard(lambda: changes.agg(
-        F.count_distinct("table").alias("tables"),
-        F.count(F.when(F.col("ptime").isNull(), 1)).alias("untimed")).first())
+    facts = _facts(items)
+    if facts["problem"] is not None:
+        raise Unsupported(facts["problem"])
     if facts["tables"] > 1:
         raise Unsupported("bad: events of two tables")
-    timed = assign_times(spark, changes, bool(facts["untimed"]))
-    frontier = None if close else debezium_frontier(timed, items)
-    columns = _columns(spark, changes, table_schema, state)
+    changes = items.where(F.col("kind") == "change")
+    timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
+                         untimed=bool(facts["untimed"]))
+    frontier = None if close else debezium_frontier(timed, items, facts["high"],
+                                                    bool(facts["metadata"]))
+    columns = _columns(spark, changes, facts, table_schema, state)
     if frontier is not None:
         timed = timed.where(F.col("time") < frontier)
     if since is not None:

@@ -21,17 +21,21 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 
-def debezium_frontier(changes: DataFrame, items: DataFrame) -> int:
-    """`changes`: timed change rows (`ptime`, `time`, `tx`, `tx_order`); `items`: every parsed
-    line (for the ENDs)."""
+def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
+                      metadata: bool) -> int:
+    """`changes`: timed change rows (`time`, `tx`, `tx_order`); `items`: every parsed line
+    (for the ENDs); `high`: the highest parser time; `metadata`: some line is a transaction
+    event or carries `total_order` (else the high water alone decides)."""
+    if high is None:
+        return 0
+    if not metadata:
+        return high
     txs = (changes.where(F.col("tx_order").isNotNull() & F.col("tx").isNotNull())
            .groupBy("tx").agg(F.min("time").alias("t"),
                               F.countDistinct("tx_order").alias("seen")))
     ends = (items.where(F.col("kind") == "END").groupBy("tx")
             .agg(F.min_by("end_count", F.struct("file_index", "line")).alias("expected")))
-    top = changes.agg(F.max("ptime")).first()[0]
-    if top is None:
-        return 0
+    top = high
     joined = txs.join(ends, "tx", "full_outer")
     complete = F.col("expected").isNotNull() & (F.coalesce("seen", F.lit(0)) >= F.col("expected"))
     at_high = F.col("t") == F.lit(top)

@@ -28,13 +28,17 @@ from pyspark.sql import functions as F
 CHUNK = 1 << 16
 
 
-def assign_times(spark: SparkSession, changes: DataFrame, untimed: bool) -> DataFrame:
+def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
+                 untimed: bool) -> DataFrame:
     """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `line`) with `time`.
-    `untimed`: some change has no time of its own (known from the parse aggregates)."""
-    by_tx = Window.partitionBy("tx")
-    first = F.min(F.when(F.col("tx_min"), F.col("ptime"))).over(by_tx)
-    changes = changes.withColumn("time", F.when(F.col("tx_min"), first)
-                                 .otherwise(F.col("ptime")))
+    `by_tx`: some change takes its transaction's time; `untimed`: some change has no time of
+    its own (both known from the parse aggregates, so that no window runs for nothing)."""
+    if by_tx:
+        first = F.min(F.when(F.col("tx_min"), F.col("ptime"))).over(Window.partitionBy("tx"))
+        changes = changes.withColumn("time", F.when(F.col("tx_min"), first)
+                                     .otherwise(F.col("ptime")))
+    else:
+        changes = changes.withColumn("time", F.col("ptime"))
     if not untimed:
         return changes
     narrow = changes.select("file_index", "line", "time",
