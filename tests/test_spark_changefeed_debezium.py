@@ -96,6 +96,7 @@ def test_pg_history_matches_the_encoder(spark: Any, tmp_path: Path, history: PgH
     check(spark, paths, tmp_path, PG_TABLE, close)
 
 
+@pytest.mark.slow
 @settings(max_examples=3, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=pg_histories(), close=st.booleans())

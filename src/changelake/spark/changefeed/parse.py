@@ -72,7 +72,7 @@ def _tx_id(raw: Column) -> Column:
 def parse_items(lines: DataFrame) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules."""
     tombstone_line = F.trim(F.col("value")) == "null"
-    env = lines.select("file", "file_index", "line", "value", F.when(
+    env = lines.select("file", "file_index", "block", "row", "value", F.when(
         ~tombstone_line, F.from_json("value", ENVELOPE, FAILFAST)).alias("e"))
     e = F.col("e")
     bare_fields_null = F.coalesce(*[e[f] for f in _ENVELOPE_FIELDS]).isNull()
@@ -81,7 +81,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
     kafka = bare_fields_null & _has(F.col("_top"), "value") & _only(F.col("_top"), _KAFKA_FIELDS)
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
     body = F.when(wrapped, F.from_json(e["payload"], ENVELOPE, FAILFAST)).otherwise(e)
-    env = env.select("file", "file_index", "line", "value", "_top",
+    env = env.select("file", "file_index", "block", "row", "value", "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
                      wrapped.alias("_wrapped"),
                      F.when(wrapped, e["schema"]).alias("schema"),
@@ -94,7 +94,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
     src_keys = F.json_object_keys(b["source"])
     src = F.from_json(b["source"], SOURCE, FAILFAST)
     items = env.select(
-        "file", "file_index", "line", "schema", "_null_line", "_kafka", "_wrapped", "b",
+        "file", "file_index", "block", "row", "schema", "_null_line", "_kafka", "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"), src_keys.alias("_skeys"),
         src.alias("s"))
     return _classify(items)
@@ -185,7 +185,8 @@ def _classify(items: DataFrame) -> DataFrame:
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
     return items.select(
-        "file", "file_index", "line", "schema", kind.alias("kind"), problem.alias("problem"),
+        "file", "file_index", "block", "row", "schema", kind.alias("kind"),
+        problem.alias("problem"),
         op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
         F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),
         b["transaction"]["total_order"].alias("tx_order"),

@@ -4,8 +4,8 @@
 schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed with
 `from_json` (`parse.py`), typed (`types.py`), timed with windows by transaction and by file
 (`times.py`), converted with windows by key joined with the table's rows (`keyed.py`), and the
-frontier comes from aggregates (`progress.py`). The driver sees one row per file block, per
-chunk of 65,536 lines, per distinct Debezium schema, and a handful of aggregate rows.
+frontier comes from aggregates (`progress.py`). The driver sees one row per file block (only
+when snapshot rows need the current time) and a handful of aggregate rows.
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
 over the parsed batch, and by `from_json` failing fast), and the batch then goes through the
@@ -93,7 +93,7 @@ def _facts(items: DataFrame) -> Any:
         F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
-                        F.struct("file_index", "line"))).alias("first")).first())
+                        F.struct("file_index", "block", "row"))).alias("first")).first())
 
 
 def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
@@ -207,7 +207,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     log.info("changefeed conversion on the Python path: %s", reason)
     from changelake.spark.changefeeds import changefeed_changes
 
-    lines = read_lines(spark, files).frame.select("value", "file", "line")
+    lines = read_lines(spark, files).numbered().select("value", "file", "line")
     frames = changefeed_changes(lines, source=source,  # type: ignore[arg-type]
                                 keys=list(key) or None, table_schema=table_json, state=state,
                                 since=since, close=close)

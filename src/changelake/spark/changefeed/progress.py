@@ -7,7 +7,7 @@ batch as the old path does:
   have none); no such change: frontier 0;
 * each transaction with metadata (`transaction.total_order`): its time is the least of its
   changes', its count the number of distinct `total_order`s (a replay counts once), and its
-  expected count the `event_count` of its first END (in file, line order);
+  expected count the `event_count` of its first END (in reading order);
 * frontier = the least time of an incomplete transaction, capped at `high`; when it is `high`
   and every transaction at `high` is complete, `high + 1`.
 
@@ -34,7 +34,7 @@ def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
            .groupBy("tx").agg(F.min("time").alias("t"),
                               F.countDistinct("tx_order").alias("seen")))
     ends = (items.where(F.col("kind") == "END").groupBy("tx")
-            .agg(F.min_by("end_count", F.struct("file_index", "line")).alias("expected")))
+            .agg(F.min_by("end_count", F.struct("file_index", "block", "row")).alias("expected")))
     top = high
     joined = txs.join(ends, "tx", "full_outer")
     complete = F.col("expected").isNotNull() & (F.coalesce("seen", F.lit(0)) >= F.col("expected"))

@@ -11,9 +11,9 @@ window whose partitions are small, never one global window:
   (`WindowedConverter.current_time`): the highest time of the changes before it, in the order
   the encoder reads them (file by file, line by line), or 0. Here: the highest time of the
   earlier files (one aggregate row per file), and within its file the highest time of the
-  earlier lines of its chunk (`partitionBy(file, line // CHUNK)`) and of the earlier chunks
-  (one aggregate row per chunk). Only the narrow `(file, line, time)` columns are shuffled, and
-  only when the batch has such changes.
+  earlier lines of its block (`partitionBy(file, block)`, see `read.py`) and of the earlier
+  blocks (one aggregate row per block). Only the narrow `(file, block, row, time)` columns are
+  shuffled, and only when the batch has such changes.
 
 As in the old path (`spark/changefeeds.py`), the frontier is not part of the current time: a
 snapshot row that the encoder reads after a transaction finished by its END (frontier = its
@@ -25,12 +25,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-CHUNK = 1 << 16
-
 
 def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
                  untimed: bool) -> DataFrame:
-    """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `line`) with `time`.
+    """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `block`, `row`)
+    with `time`.
     `by_tx`: some change takes its transaction's time; `untimed`: some change has no time of
     its own (both known from the parse aggregates, so that no window runs for nothing)."""
     if by_tx:
@@ -41,23 +40,22 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
         changes = changes.withColumn("time", F.col("ptime"))
     if not untimed:
         return changes
-    narrow = changes.select("file_index", "line", "time",
-                            F.floor(F.col("line") / CHUNK).alias("chunk"))
-    chunks = sorted(narrow.groupBy("file_index", "chunk").agg(F.max("time").alias("t"))
-                    .collect(), key=lambda r: (r["file_index"], r["chunk"]))
+    narrow = changes.select("file_index", "block", "row", "time")
+    blocks = sorted(narrow.groupBy("file_index", "block").agg(F.max("time").alias("t"))
+                    .collect(), key=lambda r: (r["file_index"], r["block"]))
     before: list[tuple[int, int, int | None]] = []
     high: int | None = None
-    for r in chunks:
-        before.append((r["file_index"], r["chunk"], high))
+    for r in blocks:
+        before.append((r["file_index"], r["block"], high))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
-    earlier = spark.createDataFrame(before, "file_index int, chunk long, _earlier long")
-    in_chunk = Window.partitionBy("file_index", "chunk").orderBy("line") \
+    earlier = spark.createDataFrame(before, "file_index int, block long, _earlier long")
+    in_block = Window.partitionBy("file_index", "block").orderBy("row") \
         .rowsBetween(Window.unboundedPreceding, -1)
-    now = (narrow.withColumn("_within", F.max("time").over(in_chunk))
+    now = (narrow.withColumn("_within", F.max("time").over(in_block))
            .where(F.col("time").isNull())
-           .join(F.broadcast(earlier), ["file_index", "chunk"])
-           .select("file_index", "line",
+           .join(F.broadcast(earlier), ["file_index", "block"])
+           .select("file_index", "block", "row",
                    F.coalesce(F.greatest("_within", "_earlier"), F.lit(0)).alias("_now")))
-    return (changes.join(now, ["file_index", "line"], "left")
+    return (changes.join(now, ["file_index", "block", "row"], "left")
             .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
