@@ -28,6 +28,7 @@ import resource
 import shutil
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 import orjson
@@ -41,20 +42,29 @@ def write_feed(path: Path, events: int, seed: int = 9) -> int:
     keys = max(10, events // 6)
     source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1,
               "db": "postgres", "schema": "public", "table": "items", "xmin": None}
-    lines: list[bytes] = []
+    out = open(path, "wb")  # noqa: SIM115 - closed below; lines are streamed, not held
+    written = 0
+    tail: deque[bytes] = deque(maxlen=max(1, events // 50))
+
+    def emit(line: bytes) -> None:
+        nonlocal written
+        out.write(line + b"\n")
+        tail.append(line)
+        written += 1
+
     live: dict[int, tuple[str, int]] = {}
     lsn = 1000
     snapshot = keys // 10
     for k in range(snapshot):
         live[k] = (f"n{k}", k % 997)
-        lines.append(orjson.dumps({"op": "r", "before": None, "after": {
+        emit(orjson.dumps({"op": "r", "before": None, "after": {
             "id": k, "name": f"n{k}", "amount": k % 997, "note": "snap"}, "source": {
             **source, "snapshot": "last" if k == snapshot - 1 else "true", "txId": 1,
             "lsn": lsn, "sequence": f'[null,"{lsn}"]'}, "ts_ms": 1}))
     commit = lsn
     next_key = snapshot
     xid = 100
-    while len(lines) < events:
+    while written < events:
         xid += 1
         previous, commit = commit, commit + 800
         for i in range(rng.randint(1, 5)):
@@ -65,7 +75,7 @@ def write_feed(path: Path, events: int, seed: int = 9) -> int:
             if next_key < keys and (roll < 0.45 or not live):
                 k, next_key = next_key, next_key + 1
                 live[k] = (f"n{k}", k % 997)
-                lines.append(orjson.dumps({"op": "c", "before": None, "after": {
+                emit(orjson.dumps({"op": "c", "before": None, "after": {
                     "id": k, "name": f"n{k}", "amount": k % 997, "note": "x"}, "source": src}))
             elif roll < 0.9 or len(live) < keys // 4:
                 k = rng.choice(list(live)) if len(live) < 64 else rng.randrange(next_key)
@@ -74,7 +84,7 @@ def write_feed(path: Path, events: int, seed: int = 9) -> int:
                 amount = live[k][1] + 1
                 live[k] = (live[k][0], amount)
                 note = PLACEHOLDER if rng.random() < 0.33 else f"u{amount}"
-                lines.append(orjson.dumps({"op": "u", "before": None, "after": {
+                emit(orjson.dumps({"op": "u", "before": None, "after": {
                     "id": k, "name": live[k][0], "amount": amount, "note": note},
                     "source": src}))
             else:
@@ -82,14 +92,15 @@ def write_feed(path: Path, events: int, seed: int = 9) -> int:
                 if k not in live:
                     continue
                 del live[k]
-                lines.append(orjson.dumps({"op": "d", "before": {
+                emit(orjson.dumps({"op": "d", "before": {
                     "id": k, "name": None, "amount": None, "note": None}, "after": None,
                     "source": src}))
-                lines.append(b"null")
-    tail = lines[-max(1, len(lines) // 50):]
-    with open(path, "wb") as fh:
-        fh.write(b"\n".join(lines + tail) + b"\n")
-    return len(lines) + len(tail)
+                emit(b"null")
+    replay = list(tail)
+    for line in replay:
+        out.write(line + b"\n")
+    out.close()
+    return written + len(replay)
 
 
 def peak_rss_mb(spark: object) -> tuple[float, float]:
@@ -126,7 +137,14 @@ def main() -> None:
         schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
         small = work / "small.jsonl"
         write_feed(small, 600)
-        jobs.changefeed_frames = pipeline.changefeed_frames  # type: ignore[assignment]
+        taken: list[str] = []  # which path each ingest's conversion took
+
+        def frames(*args: object, **kwargs: object) -> object:
+            converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
+            taken.append(converted.path)
+            return converted.changes, converted.frontier
+
+        jobs.changefeed_frames = frames  # type: ignore[assignment]
         jobs.ingest(lake, "bench.warm", [small], key=["id"], source="debezium")
         spark.read.schema(schema).json(str(small)).where("after IS NOT NULL").select(
             "after.*").write.parquet(str(work / "warm.parquet"))
@@ -135,12 +153,11 @@ def main() -> None:
         spark.read.schema(schema).json(str(feed)).where("after IS NOT NULL").select(
             "after.*").write.parquet(str(work / "plain.parquet"))
         plain = time.perf_counter() - start
-        path = pipeline.convert_frames(spark, [feed], "debezium", ["id"], None).path
         start = time.perf_counter()
         report = jobs.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
         ours = time.perf_counter() - start
         rows = [("plain Parquet write", plain, ""),
-                (f"ingest, JVM path ({path})", ours,
+                (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
             jobs.changefeed_frames = old_frames

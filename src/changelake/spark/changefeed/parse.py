@@ -14,8 +14,10 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
   transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
 
 Images stay JSON text here (`before_raw`, `after_raw`): their types are decided next
-(`types.py`) from what every line says. Presence of a key is told with `json_object_keys`, as
-the Python parser tells it with `in`.
+(`types.py`) from what every line says. Where the Python parser asks whether a field is
+present (`in`: the envelope's `payload`, the source's `lsn`/`txId`/`sequence`/`file`/`pos`),
+this step asks `json_object_keys`; an image column that is absent and one that is null both
+read as null (`keyed.py` hands a null key to the old path, where the two differ).
 
 What this step does not do the Python way sets `problem` on the row: a line the Python parser
 rejects (with its own message, which this path does not restate), and a line it accepts that

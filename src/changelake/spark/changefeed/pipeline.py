@@ -1,20 +1,28 @@
 """The changefeed path on Spark, step by step: read, parse, types, times, keyed, progress.
 
-`convert(...)` runs a keyed Debezium batch (PostgreSQL or MySQL payloads, with or without the
-schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed with
-`from_json` (`parse.py`), typed (`types.py`), timed with windows by transaction and by file
-(`times.py`), converted with windows by key joined with the table's rows (`keyed.py`), and the
-frontier comes from aggregates (`progress.py`). The driver sees one row per file block (only
-when snapshot rows need the current time) and a handful of aggregate rows.
+`debezium_changes` converts a keyed Debezium batch (PostgreSQL or MySQL payloads, with or
+without the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`),
+parsed with `from_json` (`parse.py`), typed (`types.py`), timed with windows by transaction and
+by file block (`times.py`), converted with windows by key joined with the table's rows
+(`keyed.py`), and the frontier comes from aggregates (`progress.py`). The driver sees one row
+per file block (only when snapshot rows need the current time) and a handful of aggregate rows.
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
-over the parsed batch, and by `from_json` failing fast), and the batch then goes through the
-old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines: that path
-converts everything `encode_changefeed` does and reports bad lines with its messages. Not
-covered yet: YDB feeds, conversion without keys, non-default `UpsertOptions`, any bad line,
-truncates, logical messages, Kafka record dumps, changes without a position (incremental
-snapshots), two writes of one key at one position with different rows, null keys, temporal
-and nested Connect types, and the lenient mode (`strict=False`).
+over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
+batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
+which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
+Not covered yet: YDB feeds, conversion without keys, non-default `UpsertOptions`, any bad line,
+truncates, logical messages, Kafka record dumps, Debezium key records, changes without a
+position (incremental snapshots), two writes of one key at one position with different rows
+(told apart by a 64-bit hash of the row), null keys, temporal and nested Connect types, a
+Debezium schema that differs between lines, and the lenient mode (`strict=False`).
+
+Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
+unless said): a snapshot row read after a transaction that metadata finished is placed at that
+transaction's time, not one above (`times.py`); a change arriving after a later time was
+finished is converted, not refused; the table's rows are not checked for one row per key (the
+old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
+`"snapshot": 1`) is accepted (this path only).
 
 `changefeed_frames` has the signature and result of `lake.jobs.changefeed_frames`, so that the
 lake switches to this path with one line.
@@ -30,6 +38,7 @@ from typing import Any
 
 import orjson
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -61,15 +70,16 @@ class Converted:
 
 
 def _guard(action: Any) -> Any:
-    """Run a Spark action; a value `from_json` refuses (FAILFAST) is `Unsupported`."""
+    """Run one of the checking actions. A failure in it is a value Spark refuses (`from_json`
+    in FAILFAST mode, a cast, base64, a decimal wider than 8 bytes): `Unsupported`, so that the
+    old path converts the batch or names the bad line. The parsed lines and the typed events
+    are checkpointed by these actions, so the final job parses nothing again (a state whose
+    values do not cast to the columns' types is the one failure left to it)."""
     try:
         return action()
-    except Py4JJavaError as error:
-        text = str(error)
-        if "MALFORMED_RECORD" in text or "CANNOT_PARSE" in text or "CAST_INVALID" in text \
-                or "decimal wider" in text:
-            raise Unsupported("bad: a value Spark's JSON reader refuses") from None
-        raise
+    except (Py4JJavaError, PySparkException) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        raise Unsupported(f"bad: a value Spark refuses ({first})") from None
 
 
 def _first_problem(frame: DataFrame) -> str | None:
