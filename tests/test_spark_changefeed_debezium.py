@@ -141,6 +141,16 @@ def test_mysql_full_images_with_gtids_and_a_moved_key(spark: Any, tmp_path: Path
     assert [k for k, _ in next(iter(updates))[0]] == ["id", "name", "amount", "note"]
 
 
+def test_a_file_named_twice_is_read_twice(spark: Any, tmp_path: Path) -> None:
+    from changelake.spark.changefeed.read import read_lines
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"a\n\n  \nb\n")
+    lines = read_lines(spark, [str(path), str(path)])
+    assert sorted((r["file_index"], r["line"], r["value"]) for r in lines.numbered().collect()) \
+        == [(0, 1, "a"), (0, 4, "b"), (1, 1, "a"), (1, 4, "b")]
+
+
 def test_a_bad_line_goes_to_the_old_path_with_its_error(spark: Any, tmp_path: Path) -> None:
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:

@@ -62,7 +62,9 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     names = spark.createDataFrame(
         [(os.path.abspath(str(f)), str(f), i) for i, f in enumerate(files)],
         "_path string, file string, file_index int")
-    raw = spark.read.text([str(f) for f in files]).select(
+    # Each file once (Spark reads a path named twice twice); a file named twice is then joined
+    # to both of its names, so its lines come twice, as the encoder reads them.
+    raw = spark.read.text(list(dict.fromkeys(str(f) for f in files))).select(
         "value", F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
         .alias("_path"), F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
