@@ -1,111 +1,181 @@
 """Ingest throughput: Debezium JSON into a committed lake table, against a plain Parquet write.
 
-The same PostgreSQL-style Debezium change events (JSON lines, with before and after images:
-`--rows` inserts, then updates of a tenth of them) are
+A PostgreSQL Debezium feed (JSON lines, default replica identity, `--events` events over
+`events // 6` keys): an initial snapshot of a tenth of the keys, inserts of the rest, updates
+without before-images (a third of them with a TOAST-unchanged `note`), deletes (key-only
+before-image, then a tombstone), and a connector restart that re-sends the last 2% of the feed.
 
-* ingested with `changelake.lake.jobs.ingest` (parse and convert on Spark, consolidate, commit
-  a segment exactly once, replace the view), into a fresh keyed table; and
+The same lines are
+
+* ingested with `changelake.lake.jobs.ingest` into a fresh keyed table, once on the JVM path
+  (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
+  group, `changelake.spark.changefeeds`): the benchmark points `jobs.changefeed_frames` at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
-  what a pipeline without exactly-once or deletes would do with the same lines.
+  what a pipeline without exactly-once, keys or deletes would do with the same lines.
 
-Printed: rows (events) per second for both, and the ratio.
+Printed: events per second of each, the ratio ingest/plain rate, and the peak RSS of the
+driver (the Python process and the JVM, from the kernel's high-water marks).
 
-    python benchmarks/bench_ingest.py              # 200k events
-    python benchmarks/bench_ingest.py --scale 0.1  # a quick run
+    python benchmarks/bench_ingest.py --events 110000 --old
+    python benchmarks/bench_ingest.py --events 1100000
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import random
+import resource
 import shutil
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
+import orjson
 
-def event(op: str, before: dict | None, after: dict | None, lsn: int, tx: int) -> str:
-    source = {"version": "2.7", "connector": "postgresql", "name": "pg", "ts_ms": 1,
-              "snapshot": False, "db": "postgres", "schema": "public", "table": "items",
-              "txId": tx, "lsn": lsn, "xmin": None}
-    return json.dumps({"before": before, "after": after, "source": source, "op": op,
-                       "ts_ms": 1})
+PLACEHOLDER = "__debezium_unavailable_value"
 
 
-def write_feed(path: Path, rows: int) -> int:
-    lsn = 0
-    n = 0
-    with open(path, "w") as fh:
-        for i in range(rows):
-            lsn += 8
-            fh.write(event("c", None, {"id": i, "name": f"n{i}", "amount": i % 997}, lsn, lsn)
-                     + "\n")
-            n += 1
-        for i in range(0, rows, 10):
-            lsn += 8
-            old = {"id": i, "name": f"n{i}", "amount": i % 997}
-            new = {**old, "amount": old["amount"] + 1}
-            fh.write(event("u", old, new, lsn, lsn) + "\n")
-            n += 1
-    return n
+def write_feed(path: Path, events: int, seed: int = 9) -> int:
+    """The feed described in the module docstring; returns the number of lines written."""
+    rng = random.Random(seed)
+    keys = max(10, events // 6)
+    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "ts_ms": 1,
+              "db": "postgres", "schema": "public", "table": "items", "xmin": None}
+    out = open(path, "wb")  # noqa: SIM115 - closed below; lines are streamed, not held
+    written = 0
+    tail: deque[bytes] = deque(maxlen=max(1, events // 50))
+
+    def emit(line: bytes) -> None:
+        nonlocal written
+        out.write(line + b"\n")
+        tail.append(line)
+        written += 1
+
+    live: dict[int, tuple[str, int]] = {}
+    lsn = 1000
+    snapshot = keys // 10
+    for k in range(snapshot):
+        live[k] = (f"n{k}", k % 997)
+        emit(orjson.dumps({"op": "r", "before": None, "after": {
+            "id": k, "name": f"n{k}", "amount": k % 997, "note": "snap"}, "source": {
+            **source, "snapshot": "last" if k == snapshot - 1 else "true", "txId": 1,
+            "lsn": lsn, "sequence": f'[null,"{lsn}"]'}, "ts_ms": 1}))
+    commit = lsn
+    next_key = snapshot
+    xid = 100
+    while written < events:
+        xid += 1
+        previous, commit = commit, commit + 800
+        for i in range(rng.randint(1, 5)):
+            lsn = commit - 700 + 8 * i
+            src = {**source, "snapshot": "false", "txId": xid, "lsn": lsn,
+                   "sequence": f'["{previous}","{lsn}"]'}
+            roll = rng.random()
+            if next_key < keys and (roll < 0.45 or not live):
+                k, next_key = next_key, next_key + 1
+                live[k] = (f"n{k}", k % 997)
+                emit(orjson.dumps({"op": "c", "before": None, "after": {
+                    "id": k, "name": f"n{k}", "amount": k % 997, "note": "x"}, "source": src}))
+            elif roll < 0.9 or len(live) < keys // 4:
+                k = rng.choice(list(live)) if len(live) < 64 else rng.randrange(next_key)
+                if k not in live:
+                    continue
+                amount = live[k][1] + 1
+                live[k] = (live[k][0], amount)
+                note = PLACEHOLDER if rng.random() < 0.33 else f"u{amount}"
+                emit(orjson.dumps({"op": "u", "before": None, "after": {
+                    "id": k, "name": live[k][0], "amount": amount, "note": note},
+                    "source": src}))
+            else:
+                k = rng.randrange(next_key)
+                if k not in live:
+                    continue
+                del live[k]
+                emit(orjson.dumps({"op": "d", "before": {
+                    "id": k, "name": None, "amount": None, "note": None}, "after": None,
+                    "source": src}))
+                emit(b"null")
+    replay = list(tail)
+    for line in replay:
+        out.write(line + b"\n")
+    out.close()
+    return written + len(replay)
+
+
+def peak_rss_mb(spark: object) -> tuple[float, float]:
+    """(Python driver, JVM) peak resident set sizes in MiB."""
+    python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[attr-defined]
+    jvm = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            jvm = int(line.split()[1]) / 1024
+    return python, jvm
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--events", type=int, default=110_000)
+    parser.add_argument("--old", action="store_true", help="also time the old path")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
-    rows = max(100, int(args.rows * args.scale))
 
     from changelake.lake import Lake, jobs, lake_session
-    from changelake.protocol import Antichain
+    from changelake.spark import changefeed
+    from changelake.spark.changefeed import pipeline
 
+    assert changefeed is not None
+    old_frames = jobs.changefeed_frames
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
         feed = work / "feed.jsonl"
-        events = write_feed(feed, rows)
+        events = write_feed(feed, args.events)
         spark = lake_session(work / "lake", args.master)
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
-        # warm up both paths on a small feed (JIT, Python workers)
+        schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
         small = work / "small.jsonl"
-        write_feed(small, 200)
+        write_feed(small, 600)
+        taken: list[str] = []  # which path each ingest's conversion took
+
+        def frames(*args: object, **kwargs: object) -> object:
+            converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
+            taken.append(converted.path)
+            return converted.changes, converted.frontier
+
+        jobs.changefeed_frames = frames  # type: ignore[assignment]
         jobs.ingest(lake, "bench.warm", [small], key=["id"], source="debezium")
-        schema = ("after struct<id:bigint,name:string,amount:bigint>, op string")
         spark.read.schema(schema).json(str(small)).where("after IS NOT NULL").select(
             "after.*").write.parquet(str(work / "warm.parquet"))
 
         start = time.perf_counter()
-        report = jobs.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
-        ours = time.perf_counter() - start
-        start = time.perf_counter()
         spark.read.schema(schema).json(str(feed)).where("after IS NOT NULL").select(
             "after.*").write.parquet(str(work / "plain.parquet"))
         plain = time.perf_counter() - start
-        # the same ingest in its two halves: conversion (changefeed -> updates, cached), and
-        # the lake commit of those updates into a fresh table
         start = time.perf_counter()
-        changes, frontier = jobs.changefeed_frames(spark, [feed], "debezium", ["id"], None)
-        updates = jobs.flatten(changes).cache()
-        updates.count()
-        convert = time.perf_counter() - start
-        data = updates.drop("_time", "_diff").schema
-        table = lake.create_table("bench.items2", data, key=["id"])
-        start = time.perf_counter()
-        table.commit(updates, Antichain([0]), Antichain([frontier]))
-        commit = time.perf_counter() - start
-        print(f"{events:,} Debezium events ({rows:,} inserts, {events - rows:,} updates), "
-              f"master {args.master}")
-        print(f"plain Parquet write:     {plain:7.2f} s  {events / plain / 1000:8.1f} k events/s")
-        print(f"lake ingest (committed): {ours:7.2f} s  {events / ours / 1000:8.1f} k events/s"
-              f"  ({report.commit.written:,} updates committed, frontier {report.frontier})")
-        print(f"  of which conversion:   {convert:7.2f} s  (changefeed -> updates, cached)")
-        print(f"  of which lake commit:  {commit:7.2f} s  (write segment, stats, commit view)")
-        print(f"ratio lake/plain rate: {plain / ours:.2f}; "
-              f"commit alone vs plain write: {plain / commit:.2f}")
+        report = jobs.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
+        ours = time.perf_counter() - start
+        rows = [("plain Parquet write", plain, ""),
+                (f"ingest, JVM path ({taken[-1]})", ours,
+                 f"{report.commit.written:,} updates, frontier {report.frontier}")]
+        if args.old:
+            jobs.changefeed_frames = old_frames
+            start = time.perf_counter()
+            old = jobs.ingest(lake, "bench.old", [feed], key=["id"], source="debezium")
+            took = time.perf_counter() - start
+            rows.append(("ingest, old path (UDF)", took,
+                         f"{old.commit.written:,} updates, frontier {old.frontier}"))
+        python, jvm = peak_rss_mb(spark)
+        print(f"{events:,} Debezium events over {max(10, args.events // 6):,} keys, "
+              f"{feed.stat().st_size / 2**20:.0f} MiB, master {args.master}")
+        for name, took, note in rows:
+            print(f"{name:34} {took:8.2f} s {events / took / 1000:8.1f} k events/s "
+                  f"{plain / took:6.2f}x plain  {note}")
+        print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB")
         spark.stop()
     finally:
+        jobs.changefeed_frames = old_frames
         shutil.rmtree(work, ignore_errors=True)
 
 

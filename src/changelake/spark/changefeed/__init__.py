@@ -1,0 +1,1 @@
+"""Changefeeds on Spark in the JVM, one module per step (see `pipeline.py`)."""

@@ -1,0 +1,177 @@
+"""Step 5, keyed conversion: each key's events in order, and the table's row, in the JVM.
+
+Mirrors `convert.upsert.KeyedConverter` with the default `UpsertOptions` (order by position,
+tombstones ignored, deletes by op d), for the events at times in `[since, frontier)`:
+
+* *Images* are read with `from_json` against the column types (`types.py`), decoded, and each
+  value marked when it is Debezium's unavailable placeholder (`UNCHANGED`).
+* *Key* (`_key`): from the after image, else the before image, skipping an image whose key
+  holds UNCHANGED. An update whose before image names another key is two events at one
+  position, a delete of the old key and a write of the new one without before image
+  (`split_moved_key`).
+* *Order* (`Pending.order`): per key, `(time, position, rank)`; rank 0 for a delete, 1 for a
+  write (`_tiebreak`). An event is applied when its `(position, rank)` is above every earlier
+  event's of its key (`_is_old`, `_apply_one`: the applied events of a key increase, so the
+  running maximum over all earlier events is that of the applied ones). Equal: a replay; below:
+  stale. Two writes of one key at one position with different rows would be ordered by their
+  text (`repr`), which this path does not restate: `Unsupported`.
+* *Rows* (`_merge`): a written column is the after image's value; an UNCHANGED one keeps the
+  key's previous row's value, which is the last real value written since the key's last
+  applied delete (`segment`), else the table's row (state) when no delete was applied yet, else
+  the first write's before image value, else null.
+* *Updates*: each applied event retracts the key's previous row (the state's for the first)
+  and inserts its own (a delete none), at its time; equal pairs cancel when consolidated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from changelake.spark.changefeed.parse import FAILFAST
+from changelake.spark.changefeed.types import Decoder, decode, unchanged
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    name: str
+    out_type: str  # the Spark type of the output column
+    raw_type: str  # the type `from_json` reads
+    with_schema: Decoder  # for lines that carry a Debezium schema
+    without_schema: Decoder  # for lines that do not (the table schema's `debezium` field)
+
+
+def _image(raw: Column, has_schema: Column, columns: Sequence[ColumnSpec]) -> list[Column]:
+    """(value, unchanged flag) columns of one image, in column order, flattened."""
+    ddl = ", ".join(f"`{c.name}` {c.raw_type}" for c in columns)
+    parsed = F.from_json(raw, ddl, FAILFAST)
+    out: list[Column] = []
+    for c in columns:
+        value = parsed[c.name]
+        if c.with_schema == c.without_schema:
+            decoded = decode(value, c.with_schema)
+        else:
+            decoded = F.when(has_schema, decode(value, c.with_schema)) \
+                .otherwise(decode(value, c.without_schema))
+        flag = unchanged(value) if c.raw_type == "string" else F.lit(False)
+        flag = F.coalesce(flag, F.lit(False))
+        out += [F.when(~flag, decoded).cast(c.out_type), flag]
+    return out
+
+
+def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
+                 keys: Sequence[str]) -> DataFrame:
+    """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
+    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way)."""
+    has_schema = F.col("schema").isNotNull()
+    names = [c.name for c in columns]
+    after = _image(F.col("after_raw"), has_schema, columns)
+    before = _image(F.col("before_raw"), has_schema, columns)
+
+    def struct(values: list[Column], at: int) -> Column:
+        return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])
+
+    frame = changes.select("file", "file_index", "block", "row", "op", "time", "pos",
+                           F.col("after_raw").isNotNull().alias("_has_a"),
+                           F.col("before_raw").isNotNull().alias("_has_b"),
+                           struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
+                           struct(before, 0).alias("b"), struct(before, 1).alias("ub"))
+    a, ua, b, ub = F.col("a"), F.col("ua"), F.col("b"), F.col("ub")
+
+    def key_state(img: Column, flags: Column, present: Column) -> tuple[Column, Column]:
+        """(usable, holds a null): usable when present and no key column is UNCHANGED."""
+        no_unchanged = F.lit(True)
+        some_null = F.lit(False)
+        for k in keys:
+            no_unchanged = no_unchanged & ~flags[k]
+            some_null = some_null | img[k].isNull()
+        return present & no_unchanged, present & no_unchanged & some_null
+
+    a_ok, a_null = key_state(a, ua, F.col("_has_a"))
+    b_ok, b_null = key_state(b, ub, F.col("_has_b"))
+    a_key = [a[k] for k in keys]
+    b_key = [b[k] for k in keys]
+    key = [F.when(a_ok, ak).otherwise(bk) for ak, bk in zip(a_key, b_key, strict=True)]
+    moved = (F.col("op") == "u") & b_ok & ~b_null & a_ok & ~a_null & ~F.reduce(
+        F.array(*[ak.eqNullSafe(bk) for ak, bk in zip(a_key, b_key, strict=True)]),
+        F.lit(True), lambda acc, x: acc & x)
+    problem = (F.when(a_ok & a_null, "unsupported: a null key")
+               .when(~a_ok & b_ok & b_null, "unsupported: a null key")
+               .when(~a_ok & ~b_ok, "bad: cannot tell the key"))
+    no_before = F.struct(*[F.lit(None).cast(c.out_type).alias(c.name) for c in columns])
+    no_flags = F.struct(*[F.lit(False).alias(n) for n in names])
+
+    def event(key_values: list[Column], is_delete: Column, before_values: Column,
+              before_flags: Column) -> Column:
+        return F.struct(*[v.alias(f"k{i}") for i, v in enumerate(key_values)],
+                        is_delete.alias("is_delete"), before_values.alias("b"),
+                        before_flags.alias("ub"))
+
+    events = F.when(moved, F.array(event(b_key, F.lit(True), b, ub),
+                                   event(a_key, F.lit(False), no_before, no_flags))) \
+        .otherwise(F.array(event(key, F.col("op") == "d", b, ub)))
+    out = frame.select("file", "file_index", "block", "row", "time", "pos", "a", "ua",
+                       problem.alias("problem"), F.explode(events).alias("ev"))
+    return out.select("file", "file_index", "block", "row", "time", "pos", "problem",
+                      *[F.col(f"ev.k{i}").alias(f"k{i}") for i in range(len(keys))],
+                      "ev.is_delete", F.when(F.col("ev.is_delete"), 0).otherwise(1)
+                      .alias("rank"), "a", "ua", "ev.b", "ev.ub",
+                      F.xxhash64("a", "ua").alias("content"))
+
+
+def ties(events: DataFrame, keys: Sequence[str]) -> Column:
+    """Per event: another write of its key at its position holds a different row."""
+    same = Window.partitionBy(*[f"k{i}" for i in range(len(keys))], "pos", "rank")
+    writes = F.when(F.col("rank") == 1, F.col("content"))
+    return F.min(writes).over(same) != F.max(writes).over(same)
+
+
+def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+            state: DataFrame | None) -> DataFrame:
+    """`(data struct, time, diff)`, consolidated, for the events (already limited to the times
+    to convert). `state`: the table's current rows, one per key."""
+    names = [c.name for c in columns]
+    kcols = [f"k{i}" for i in range(len(keys))]
+    if state is not None:
+        stored = state.select(*[F.col(k).cast(dict((c.name, c.out_type) for c in columns)[k])
+                                .alias(f"k{i}") for i, k in enumerate(keys)],
+                              F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
+                                         for c in columns]).alias("st"))
+        events = events.join(stored, kcols, "left")
+    else:
+        events = events.withColumn("st", F.lit(None).cast(
+            "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
+    order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
+    seen = F.max(F.struct("pos", "rank")).over(
+        order.rowsBetween(Window.unboundedPreceding, -1))
+    applied = events.withColumn("_seen", seen) \
+        .where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.col("_seen")))
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    applied = applied.withColumn(
+        "segment", F.sum(F.col("is_delete").cast("int")).over(upto)) \
+        .withColumn("_n", F.row_number().over(order))
+    in_segment = Window.partitionBy(*kcols, "segment").orderBy("time", "pos", "rank") \
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    write = ~F.col("is_delete")
+    values = []
+    for n in names:
+        real = F.last(F.when(write & ~F.col("ua")[n], F.struct(F.col("a")[n].alias("v"))),
+                      ignorenulls=True).over(in_segment)
+        fallback = F.first(F.when(write, F.struct(
+            F.when(~F.col("ub")[n], F.col("b")[n]).alias("v"))), ignorenulls=True) \
+            .over(in_segment)
+        from_state = (F.col("segment") == 0) & F.col("st").isNotNull()
+        values.append(F.when(real.isNotNull(), real["v"])
+                      .when(from_state, F.col("st")[n]).otherwise(fallback["v"]).alias(n))
+    rows = applied.withColumn("new", F.when(write, F.struct(*values)))
+    previous = F.when(F.col("_n") == 1, F.col("st")).otherwise(F.lag("new").over(order))
+    rows = rows.withColumn("old", previous)
+    updates = rows.select("time", F.explode(F.array(
+        F.struct(F.col("old").alias("data"), F.lit(-1).cast("long").alias("diff")),
+        F.struct(F.col("new").alias("data"), F.lit(1).cast("long").alias("diff")))).alias("u"))
+    return (updates.where(F.col("u.data").isNotNull())
+            .groupBy(F.col("u.data").alias("data"), "time")
+            .agg(F.sum("u.diff").alias("diff")).where(F.col("diff") != 0))

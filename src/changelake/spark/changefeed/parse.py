@@ -1,0 +1,197 @@
+"""Step 2, parse: each Debezium line into one item row, with Spark's JSON functions.
+
+Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and `_locate`
+(positions and parser times), one rule per column expression:
+
+* a line `null`, or an envelope whose `payload` is null: a tombstone (`_tombstone`);
+* `{"schema": .., "payload": {..}}` (a `payload` key and none of op/before/after/status/source):
+  the payload is the body, the schema text is kept for `types.image_fields`;
+* a body with `op`: a change; with `status`: a transaction BEGIN/END (`_tx_boundary`); with
+  `ddl`/`tableChanges`: a schema change; only `ts_*` keys: a heartbeat (both `skipped`);
+* positions (`_locate_pg`, `_locate_mysql`): PostgreSQL `(sequence[0] or 0, sequence[1] else
+  lsn else 0, lsn or 0)` and time `sequence[0]`, else the transaction's first LSN (`tx_min`);
+  MySQL `(binlog number, pos, row)` and time `number << 32 | pos`, or the `file=..,pos=..` of the
+  transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
+
+Images stay JSON text here (`before_raw`, `after_raw`): their types are decided next
+(`types.py`) from what every line says. Where the Python parser asks whether a field is
+present (`in`: the envelope's `payload`, the source's `lsn`/`txId`/`sequence`/`file`/`pos`),
+this step asks `json_object_keys`; an image column that is absent and one that is null both
+read as null (`keyed.py` hands a null key to the old path, where the two differ).
+
+What this step does not do the Python way sets `problem` on the row: a line the Python parser
+rejects (with its own message, which this path does not restate), and a line it accepts that
+this path does not convert yet (Kafka record dumps, truncates, logical messages, YDB's
+DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, so a value of the
+wrong JSON type fails the job instead of becoming null. Either way the caller hands the whole
+batch to the old path, which reports bad lines exactly as `encode_changefeed` does.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+FAILFAST = {"mode": "FAILFAST"}
+ENVELOPE = (
+    "schema string, payload string, op string, before string, after string, status string, "
+    "id string, event_count bigint, data_collections string, source string, "
+    "transaction struct<id: string, total_order: bigint>, ddl string, tableChanges string"
+)
+SOURCE = (
+    "connector string, snapshot string, lsn bigint, txId bigint, sequence string, "
+    "file string, pos bigint, row bigint, gtid string, step string, table string, "
+    "schema string, db string"
+)
+COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
+_ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
+_KAFKA_FIELDS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
+_SNAPSHOT_TRUE = ("true", "first", "last", "first_in_data_collection",
+                  "last_in_data_collection")
+_HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
+
+
+def _has(keys: Column, name: str) -> Column:
+    return F.coalesce(F.array_contains(keys, name), F.lit(False))
+
+
+def _only(keys: Column, names: tuple[str, ...]) -> Column:
+    return F.size(F.array_except(keys, F.array(*map(F.lit, names)))) == 0
+
+
+def _problems(*cases: tuple[Column, str]) -> Column:
+    out = F.lit(None).cast("string")
+    for condition, reason in reversed(cases):
+        out = F.when(condition, F.lit(reason)).otherwise(out)
+    return out
+
+
+def _tx_id(raw: Column) -> Column:
+    """`normalise_tx_id`: PostgreSQL `txId:LSN` keeps the txId; other ids stay whole."""
+    return F.when(raw.rlike(r"^\d+:\d+$"), F.regexp_extract(raw, r"^(\d+):", 1)).otherwise(raw)
+
+
+def parse_items(lines: DataFrame) -> DataFrame:
+    """One row per line: see the module docstring for the columns' rules."""
+    tombstone_line = F.trim(F.col("value")) == "null"
+    env = lines.select("file", "file_index", "block", "row", "value", F.when(
+        ~tombstone_line, F.from_json("value", ENVELOPE, FAILFAST)).alias("e"))
+    e = F.col("e")
+    bare_fields_null = F.coalesce(*[e[f] for f in _ENVELOPE_FIELDS]).isNull()
+    top_keys = F.when(bare_fields_null, F.json_object_keys("value"))
+    env = env.withColumn("_top", top_keys)
+    kafka = bare_fields_null & _has(F.col("_top"), "value") & _only(F.col("_top"), _KAFKA_FIELDS)
+    wrapped = bare_fields_null & _has(F.col("_top"), "payload")
+    body = F.when(wrapped, F.from_json(e["payload"], ENVELOPE, FAILFAST)).otherwise(e)
+    env = env.select("file", "file_index", "block", "row", "value", "_top",
+                     tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
+                     wrapped.alias("_wrapped"),
+                     F.when(wrapped, e["schema"]).alias("schema"),
+                     F.when(wrapped, e["payload"]).alias("_payload"), body.alias("b"))
+    b = F.col("b")
+    body_null = F.col("_wrapped") & F.col("_payload").isNull()
+    body_keys = F.when(F.coalesce(*[b[f] for f in _ENVELOPE_FIELDS]).isNull(),
+                       F.when(F.col("_wrapped"), F.json_object_keys("_payload"))
+                       .otherwise(F.col("_top")))
+    src_keys = F.json_object_keys(b["source"])
+    src = F.from_json(b["source"], SOURCE, FAILFAST)
+    items = env.select(
+        "file", "file_index", "block", "row", "schema", "_null_line", "_kafka", "_wrapped", "b",
+        body_null.alias("_body_null"), body_keys.alias("_keys"), src_keys.alias("_skeys"),
+        src.alias("s"))
+    return _classify(items)
+
+
+def _classify(items: DataFrame) -> DataFrame:
+    b, s, skeys = F.col("b"), F.col("s"), F.col("_skeys")
+    tombstone = F.col("_null_line") | F.col("_body_null")
+    is_change = ~tombstone & b["op"].isNotNull()
+    is_tx = ~tombstone & b["op"].isNull() & b["status"].isNotNull()
+    keys = F.col("_keys")
+    skipped = ~tombstone & ~is_change & ~is_tx & (
+        keys.isNotNull() & (_has(keys, "ddl") | _has(keys, "tableChanges")
+                            | ((F.size(keys) > 0) & _only(keys, _HEARTBEAT))))
+    kind = (F.when(tombstone, "tombstone").when(is_change, "change")
+            .when(is_tx, b["status"]).when(skipped, "skipped").otherwise(None))
+
+    snapshot = F.coalesce(s["snapshot"].isin(*_SNAPSHOT_TRUE), F.lit(False))
+    op = F.when((b["op"] == "c") & snapshot, "r").otherwise(b["op"])
+    tx_raw = b["transaction"]["id"]
+    tx_id = F.when(tx_raw.isNotNull(), _tx_id(tx_raw))
+    ydb = (s["connector"] == "ydb") | _has(skeys, "step")
+    pg = _has(skeys, "lsn") | _has(skeys, "txId") | _has(skeys, "sequence")
+    mysql = ~pg & (_has(skeys, "file") | _has(skeys, "pos"))
+    # PostgreSQL
+    seq = F.from_json(s["sequence"], "array<string>", FAILFAST)
+    seq0, seq1 = seq[0].cast("bigint"), seq[1].cast("bigint")
+    lsn = s["lsn"]
+    pg_tx = F.coalesce(tx_id, s["txId"].cast("string"))
+    pg_none = seq0.isNull() & seq1.isNull() & lsn.isNull()
+    pg_pos = F.when(~pg_none, F.array(F.coalesce(seq0, F.lit(0)),
+                                      F.coalesce(seq1, lsn, F.lit(0)), F.coalesce(lsn, F.lit(0))))
+    pg_own = F.coalesce(lsn, seq1)
+    pg_time = F.when(pg_none | snapshot, None).when(seq0.isNotNull(), seq0).otherwise(pg_own)
+    pg_tx_min = ~pg_none & ~snapshot & seq0.isNull() & pg_tx.isNotNull() & pg_own.isNotNull()
+    # MySQL
+    file_no = F.regexp_extract(s["file"], r"\.([0-9]+)$", 1)
+    file_ok = file_no != ""
+    number = F.when(file_ok, file_no.cast("bigint"))
+    row = F.coalesce(s["row"], F.lit(0))
+    my_tx = F.coalesce(tx_id, s["gtid"])
+    my_pos = F.array(number, s["pos"], row)
+    tx_file = F.regexp_extract(my_tx, r"(?:^|,)file=[^,]*\.([0-9]+)(?:,|$)", 1)
+    tx_at = F.regexp_extract(my_tx, r"(?:^|,)pos=([0-9]+)(?:,|$)", 1)
+    by_tx_id = my_tx.startswith("file=")
+    my_time = (F.when(snapshot, None)
+               .when(by_tx_id, F.shiftleft(tx_file.cast("bigint"), 32).bitwiseOR(
+                   tx_at.cast("bigint")))
+               .otherwise(F.shiftleft(number, 32).bitwiseOR(s["pos"])))
+    my_tx_min = ~snapshot & my_tx.isNotNull() & ~by_tx_id
+
+    position = F.when(pg, pg_pos).when(mysql, my_pos)
+    time = F.when(pg, pg_time).when(mysql, my_time)
+    tx = F.when(pg, pg_tx).when(mysql, my_tx).otherwise(tx_id)
+    tx_min = F.when(pg, pg_tx_min).when(mysql, my_tx_min).otherwise(False)
+    table = F.when(F.coalesce(s["table"], F.lit("")) != "",
+                   F.when(F.coalesce(s["schema"], s["db"], F.lit("")) != "",
+                          F.concat_ws(".", F.coalesce(s["schema"], s["db"]), s["table"]))
+                   .otherwise(s["table"]))
+    collections = F.from_json(b["data_collections"], COLLECTIONS, FAILFAST)
+    negative = F.coalesce(lsn < 0, F.lit(False)) | F.coalesce(s["txId"] < 0, F.lit(False)) | \
+        F.coalesce(s["pos"] < 0, F.lit(False)) | F.coalesce(s["row"] < 0, F.lit(False))
+    image_not_object = (F.coalesce(~F.trim(b["before"]).startswith("{"), F.lit(False))
+                        | F.coalesce(~F.trim(b["after"]).startswith("{"), F.lit(False)))
+    change_problem = _problems(
+        (F.col("_kafka"), "unsupported: a Kafka record dump"),
+        (ydb, "unsupported: YDB's DEBEZIUM_JSON"),
+        (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
+        (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
+        (b["source"].isNull(), "bad: no source block"),
+        (negative, "bad: a negative position"),
+        (pg & (F.size(seq) != 2), "bad: source.sequence"),
+        (mysql & (~file_ok | s["pos"].isNull() | (s["pos"] >= 2 ** 32)), "bad: binlog position"),
+        (mysql & by_tx_id & ((tx_file == "") | (tx_at == "")), "bad: transaction id"),
+        (image_not_object, "bad: an image that is not an object"),
+        ((b["op"] == "d") & b["after"].isNotNull(), "bad: a delete with an after image"),
+        (op.isin("c", "r", "u") & b["after"].isNull(), "bad: no after image"),
+        (position.isNull(), "unsupported: a change without a position"),
+    )
+    tx_problem = _problems(
+        (~b["status"].isin("BEGIN", "END"), "bad: transaction status"),
+        (b["id"].isNull(), "bad: transaction without an id"),
+        ((b["status"] == "END") & b["event_count"].isNull(), "bad: END without event_count"),
+        (F.coalesce(F.exists(collections, lambda c: c["event_count"].isNull()), F.lit(False)),
+         "bad: data_collections entry"),
+    )
+    problem = (F.when(F.col("_kafka"), "unsupported: a Kafka record dump")
+               .when(is_change, change_problem).when(is_tx, tx_problem)
+               .when(kind.isNull(), "bad: not a Debezium event"))
+    return items.select(
+        "file", "file_index", "block", "row", "schema", kind.alias("kind"),
+        problem.alias("problem"),
+        op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
+        F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),
+        b["transaction"]["total_order"].alias("tx_order"),
+        F.when(b["status"] == "END", b["event_count"]).alias("end_count"),
+        position.alias("pos"), table.alias("table"), snapshot.alias("snapshot"),
+        b["before"].alias("before_raw"), b["after"].alias("after_raw"))

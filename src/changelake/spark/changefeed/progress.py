@@ -1,0 +1,49 @@
+"""Step 6, progress: the Debezium frontier from aggregates; one row reaches the driver.
+
+The rule is `convert.progress.frontier_from` (see `DebeziumProgress`), evaluated over the whole
+batch as the old path does:
+
+* `high`: the highest time a change brings with it (`Change.time`, the parser's: snapshot rows
+  have none); no such change: frontier 0;
+* each transaction with metadata (`transaction.total_order`): its time is the least of its
+  changes', its count the number of distinct `total_order`s (a replay counts once), and its
+  expected count the `event_count` of its first END (in reading order);
+* frontier = the least time of an incomplete transaction, capped at `high`; when it is `high`
+  and every transaction at `high` is complete, `high + 1`.
+
+`frontier_from` folds over transactions on the driver; here the fold is three aggregates over
+the join of transactions and ENDs, so the number of transactions does not reach the driver.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
+                      metadata: bool) -> int:
+    """`changes`: timed change rows (`time`, `tx`, `tx_order`); `items`: every parsed line
+    (for the ENDs); `high`: the highest parser time; `metadata`: some line is a transaction
+    event or carries `total_order` (else the high water alone decides)."""
+    if high is None:
+        return 0
+    if not metadata:
+        return high
+    txs = (changes.where(F.col("tx_order").isNotNull() & F.col("tx").isNotNull())
+           .groupBy("tx").agg(F.min("time").alias("t"),
+                              F.countDistinct("tx_order").alias("seen")))
+    ends = (items.where(F.col("kind") == "END").groupBy("tx")
+            .agg(F.min_by("end_count", F.struct("file_index", "block", "row")).alias("expected")))
+    top = high
+    joined = txs.join(ends, "tx", "full_outer")
+    complete = F.col("expected").isNotNull() & (F.coalesce("seen", F.lit(0)) >= F.col("expected"))
+    at_high = F.col("t") == F.lit(top)
+    row = joined.agg(
+        F.min(F.when(F.col("t").isNotNull() & ~complete, F.col("t"))).alias("held"),
+        F.count(F.when(at_high, 1)).alias("at_high"),
+        F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
+    frontier = top if row["held"] is None else min(top, row["held"])
+    if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == top:
+        frontier = top + 1
+    return int(frontier)

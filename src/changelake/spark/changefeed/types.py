@@ -1,0 +1,138 @@
+"""Step 3, types: the one place where a changefeed column gets its Spark type and its decoder.
+
+A column's *output* type (what the lake table holds) is, as in the old path
+(`spark/changefeeds.py`, `_columns`): the table schema's YDB type name (`spark_type`), else the
+state's (the lake table's) type, else what the feed's values say: the Kafka Connect field schema
+of the Debezium `schema` field or of the table schema's `debezium` entry (`connect_type`), else
+Spark's JSON inference over every image on the executors (`infer_images`).
+
+A column's *raw* type is what `from_json` reads from the image before decoding: the output type,
+except for Connect `bytes` (base64) and `Decimal` (base64 two's complement with the schema's
+scale), read as strings and decoded by expressions that give exactly the text
+`formats.debezium.decode_value` gives. Types the plain-JSON convention writes as strings that
+this path cannot yet decode in the JVM (`io.debezium.time.*`, nested structs, arrays) raise
+`Unsupported`: the old path converts those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from changelake.formats.debezium import PLACEHOLDER, PLACEHOLDER_B64
+
+#: Output types this path handles (what the old path's Arrow conversion handles too).
+SUPPORTED = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
+_YDB_TYPES = {"Bool": "boolean", "Float": "double", "Double": "double", "Uint64": "decimal(20,0)"}
+_YDB_LONGS = frozenset({"Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint32",
+                        "Interval", "Interval64"})
+_CONNECT = {"int8": "bigint", "int16": "bigint", "int32": "bigint", "int64": "bigint",
+            "float": "double", "float32": "double", "float64": "double", "double": "double",
+            "boolean": "boolean", "string": "string"}
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+class Unsupported(Exception):
+    """The feed needs something this path does not do yet; the old path converts it."""
+
+
+def spark_type(kind: str | None) -> str:
+    """The Spark SQL type of a column by its YDB type name (plain JSON: strings otherwise)."""
+    if kind is None:
+        return "string"
+    base = kind.removeprefix("Optional<").removesuffix(">").rstrip("?")
+    if base in _YDB_LONGS:
+        return "bigint"
+    return _YDB_TYPES.get(base, "string")
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How one column's raw JSON value becomes its plain-JSON value: `kind` is "plain" (as
+    read), "bytes" (base64 to a string of code points 0-255) or "decimal" (with `scale`)."""
+
+    kind: str = "plain"
+    scale: int = 0
+
+    @property
+    def raw_type(self) -> str | None:
+        return "string" if self.kind != "plain" else None
+
+
+def connect_decoder(field: Mapping[str, Any] | None) -> tuple[Decoder, str | None]:
+    """A Connect field schema's decoder and output type (None: the field says nothing)."""
+    if not field:
+        return Decoder(), None
+    name, kind = field.get("name"), field.get("type")
+    if name == DECIMAL:
+        raw = (field.get("parameters") or {}).get("scale", 0)
+        try:
+            return Decoder("decimal", int(raw)), "string"
+        except (TypeError, ValueError):
+            raise Unsupported(f"decimal scale {raw!r}") from None
+    if name is not None:
+        raise Unsupported(f"Connect logical type {name}")
+    if kind == "bytes":
+        return Decoder("bytes"), "string"
+    if kind in _CONNECT:
+        return Decoder(), _CONNECT[kind]
+    raise Unsupported(f"Connect type {kind}")
+
+
+def image_fields(schema_text: str | None) -> dict[str, Mapping[str, Any]] | None:
+    """The `after` (else `before`) struct's field schemas of a Debezium `schema` field."""
+    if schema_text is None:
+        return None
+    schema = json.loads(schema_text)
+    if not isinstance(schema, dict) or not isinstance(schema.get("fields"), list):
+        return None
+    for image in ("after", "before"):
+        for f in schema["fields"]:
+            if isinstance(f, dict) and f.get("field") == image and \
+                    isinstance(f.get("fields"), list):
+                return {g["field"]: g for g in f["fields"]
+                        if isinstance(g, dict) and isinstance(g.get("field"), str)}
+    return None
+
+
+def infer_images(spark: SparkSession, texts: DataFrame) -> StructType:
+    """Spark's JSON schema inference over every image text (column `value`), on the executors:
+    the names of every column any image has, each with the type that holds all its values."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    dataset = getattr(texts._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
+    inferred = spark._jsparkSession.read().option("mode", "FAILFAST").json(dataset).schema()
+    parsed = StructType.fromJson(json.loads(inferred.json()))
+    assert isinstance(parsed, StructType)
+    return parsed
+
+
+def unchanged(raw: Column) -> Column:
+    """Debezium's `__debezium_unavailable_value` (as text or as base64): the UNCHANGED marker."""
+    return raw.isin(PLACEHOLDER, PLACEHOLDER_B64)
+
+
+def decode(raw: Column, decoder: Decoder) -> Column:
+    """The plain-JSON value of a raw column, as `formats.debezium.decode_value` gives it."""
+    if decoder.kind == "bytes":
+        return F.decode(F.unbase64(raw), "ISO-8859-1")
+    if decoder.kind == "decimal":
+        data = F.unbase64(raw)
+        n = F.octet_length(data)
+        digits = F.hex(data)
+        negative = (n > 0) & (F.conv(F.substring(digits, 1, 2), 16, 10).cast("int") >= 128)
+        # Sign-extended to 64 bits, then read as a signed long: exact two's complement.
+        padded = F.when(negative, F.lpad(digits, 16, "F")).otherwise(F.lpad(digits, 16, "0"))
+        signed = F.conv(padded, 16, -10).cast("decimal(38,0)")
+        scaled = (signed / F.lit(10 ** decoder.scale).cast("decimal(38,0)")) \
+            .cast(f"decimal(38,{decoder.scale})").cast("string")
+        too_long = F.raise_error(F.lit("decimal wider than 8 bytes"))
+        return F.when(raw.isNull(), F.lit(None).cast("string")) \
+            .when(n > 8, too_long).otherwise(scaled)
+    return raw

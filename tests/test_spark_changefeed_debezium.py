@@ -1,0 +1,159 @@
+"""The JVM changefeed path agrees with `encode_changefeed` on generated Debezium histories."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from changelake.convert import MemoryState, encode_changefeed
+from changelake.errors import ChangefeedError
+from changelake.protocol import collect
+from changelake.spark.changefeed.pipeline import convert_frames
+from changelake.values import thaw
+from test_convert_history import (
+    PG_COLUMNS,
+    PG_TABLE,
+    PgHistory,
+    _json_row,
+    pg_histories,
+    write_pg,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return value
+
+
+def spark_updates(changes: Any) -> Counter[Any]:
+    out: Counter[Any] = Counter()
+    for row in changes.collect():
+        data = tuple((k, _plain(v)) for k, v in row["data"].asDict().items())
+        out[(data, row["time"])] += row["diff"]
+    return Counter({k: v for k, v in out.items() if v})
+
+
+def python_updates(messages: Any) -> Counter[Any]:
+    out: Counter[Any] = Counter()
+    for data, time, diff in collect(messages).updates:
+        out[(tuple((k, _plain(v)) for k, v in thaw(data).items()), time)] += diff
+    return Counter({k: v for k, v in out.items() if v})
+
+
+PG_CASES = [
+    PgHistory({1: ("ann", 150, "n1"), 2: ("bob", -3, "n2")},
+              [[("update", 1, ("cy", 7, "n1"), True), ("insert", 101, ("dee", 0, "x"))],
+               [("rekey", 2, 102, ("bob", -3, "n2")), ("delete", 101)],
+               [("update", 102, ("ann", 9, "n3"), False)]],
+              (0.8, 0.3), metadata, False, [0, 1, 2, 3] * 16)
+    for metadata in (False, True)
+]
+
+
+def check(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any] | None,
+          close: bool, rows: list[dict[str, Any]] | None = None) -> Counter[Any]:
+    """The JVM path and the encoder on the same files (and the same initial rows): the same
+    updates and frontier. Returns the updates."""
+    schema_file = None
+    if table is not None:
+        schema_file = tmp_path / "table.json"
+        schema_file.write_text(json.dumps(table))
+    state = None
+    if rows is not None:
+        state = spark.createDataFrame(rows, "id bigint, name string, amount string, note string")
+    got = convert_frames(spark, paths, "debezium", ["id"], schema_file, close=close,
+                         state=state)
+    assert got.path == "jvm", got.reason
+    memory = MemoryState.from_rows(rows, ["id"], PG_COLUMNS) if rows is not None else None
+    messages = list(encode_changefeed(paths, source="debezium", keys=["id"], table_schema=table,
+                                      close=close, lenient=False, state=memory))
+    expected = collect(messages)
+    assert got.frontier == (None if close else expected.frontier.elements[0])
+    updates = spark_updates(got.changes)
+    assert updates == python_updates(messages)
+    return updates
+
+
+@pytest.mark.parametrize("history", PG_CASES)
+@pytest.mark.parametrize("close", [False, True])
+def test_pg_history_matches_the_encoder(spark: Any, tmp_path: Path, history: PgHistory,
+                                        close: bool) -> None:
+    paths, _, _ = write_pg(history, tmp_path)
+    check(spark, paths, tmp_path, PG_TABLE, close)
+
+
+@pytest.mark.slow
+@settings(max_examples=3, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=pg_histories(), close=st.booleans())
+def test_generated_pg_histories_match_the_encoder(spark: Any, tmp_path_factory: Any,
+                                                  history: PgHistory, close: bool) -> None:
+    """Snapshot rows, replays after a restart, tombstones, key changes, TOAST, metadata."""
+    directory = tmp_path_factory.mktemp("pg")
+    paths, _, _ = write_pg(history, directory)
+    check(spark, paths, directory, PG_TABLE, close)
+
+
+def test_state_stands_in_for_the_snapshot(spark: Any, tmp_path: Path) -> None:
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    rows = [{"id": 1, "name": "ann", "amount": "1.50", "note": "n1"},
+            {"id": 2, "name": "bob", "amount": "-0.03", "note": "n2"}]
+    for path in paths:
+        kept = [line for line in path.read_bytes().splitlines() if b'"op":"r"' not in line]
+        path.write_bytes(b"\n".join(kept) + b"\n")
+    updates = check(spark, paths, tmp_path, PG_TABLE, False, rows)
+    assert any(diff < 0 for diff in updates.values())  # rows only the state held, retracted
+
+
+def test_mysql_full_images_with_gtids_and_a_moved_key(spark: Any, tmp_path: Path) -> None:
+    """MySQL positions and GTID times, an update that moves its key (two events at one
+    position), a replayed tail, and the column order of the first image."""
+    source = {"connector": "mysql", "db": "inv", "table": "items", "server_id": 1}
+    rows = {1: ("ann", 150, "a"), 2: ("bob", 7, "b")}
+    lines = [orjson.dumps({"op": "r", "after": _json_row(k, v), "source": {
+        **source, "snapshot": "true", "file": "bin.000001", "pos": 4, "row": 0}})
+        for k, v in rows.items()]
+    events = [("c", None, (3, ("cy", 1, "c"))), ("u", (1, rows[1]), (1, ("ann", 9, "a"))),
+              ("u", (2, rows[2]), (12, ("bob", 7, "b"))), ("d", (3, ("cy", 1, "c")), None)]
+    for n, (op, before, after) in enumerate(events):
+        src = {**source, "snapshot": "false", "file": "bin.000002", "pos": 100 + 10 * (n // 2),
+               "row": n % 2, "gtid": f"g:{n // 2}"}
+        lines.append(orjson.dumps({
+            "op": op, "before": _json_row(*before) if before else None,
+            "after": _json_row(*after) if after else None, "source": src}))
+    path = tmp_path / "my.jsonl"
+    path.write_bytes(b"\n".join(lines + lines[-3:]) + b"\n")
+    updates = check(spark, [path], tmp_path, None, True)
+    assert [k for k, _ in next(iter(updates))[0]] == ["id", "name", "amount", "note"]
+
+
+def test_a_file_named_twice_is_read_twice(spark: Any, tmp_path: Path) -> None:
+    from changelake.spark.changefeed.read import read_lines
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b"a\n\n  \nb\n")
+    lines = read_lines(spark, [str(path), str(path)])
+    assert sorted((r["file_index"], r["line"], r["value"]) for r in lines.numbered().collect()) \
+        == [(0, 1, "a"), (0, 4, "b"), (1, 1, "a"), (1, 4, "b")]
+
+
+def test_a_bad_line_goes_to_the_old_path_with_its_error(spark: Any, tmp_path: Path) -> None:
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    with open(paths[0], "ab") as fh:
+        fh.write(b'{"op": "u", "after": {"id": "x"}, "source": {"lsn": -1}}\n')
+    with pytest.raises(ChangefeedError, match=r"items.jsonl, line \d+: source.lsn must be"):
+        convert_frames(spark, paths, "debezium", ["id"], None)
