@@ -149,3 +149,20 @@ def to_df(spark: SparkSession, updates: Sequence[Update], schema: StructType = S
           ) -> DataFrame:
     fields = [*schema.fields, StructField("_time", LongType()), StructField("_diff", LongType())]
     return spark.createDataFrame([(*row, t, d) for row, t, d in updates], StructType(fields))
+
+
+def changes_are_exactly_once(table, key: str = "id") -> bool:
+    """A keyed table's committed changes apply exactly once: per key, its row at `since`
+    (0 or 1) plus the diffs of the change segments after it is 0 or 1, so no insertion came
+    without the retraction of the row before it and nothing was retracted twice. (Compacted
+    buckets hold each key's state at `since`, not its changes, so their diffs do not sum.)"""
+    from pyspark.sql import functions as F
+
+    from changelake.lake.sql import union_sql
+
+    state = table.state()
+    at_since = table.as_of(state.since).select(key, F.lit(1).cast("long").alias("_diff"))
+    changes = table.spark.sql(union_sql(state, table.directory, state.segments()))
+    sums = (at_since.unionByName(changes.select(key, "_diff"))
+            .groupBy(key).agg(F.sum("_diff").alias("n")).where(~F.col("n").isin(0, 1)))
+    return sums.count() == 0

@@ -35,6 +35,9 @@ def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> 
     two = jobs.ingest(lake, table, [first, rest], key=["id"], source="debezium")
     upper = two.commit.upper
     assert upper is not None and upper > committed
+    # An older delivery arriving late (as when two ingests race) has nothing new.
+    late = jobs.ingest(lake, table, [first], key=["id"], source="debezium")
+    assert late.commit.skipped and late.commit.version == two.commit.version
     handle = lake.table(table)
     # Without transaction metadata or --close, the last transaction is not provably complete:
     # the truth to compare with is the state just before the committed frontier.

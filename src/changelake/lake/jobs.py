@@ -51,7 +51,7 @@ from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SEGMENT
 from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.sql import path_literal
-from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, frontier_int
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
 from changelake.spark.jobs import translate_errors
@@ -253,6 +253,9 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             lower = Antichain([committed if committed is not None else 0])
             upper = Antichain() if frontier is None else Antichain([frontier])
             waiting = None if frontier is None else changefeed_waiting_reason(source, frontier)
+        input_upper = frontier_int(upper, "input")
+        if committed is not None and input_upper is not None and input_upper < committed:
+            lower = upper  # the input ends before the committed frontier: nothing new in it
         step("committing", 2, 3)
         if not existing:
             data = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
