@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import seeded
+
 pytestmark = pytest.mark.spark
 
 WORKER = Path(__file__).resolve().parent / "lake_worker.py"
@@ -99,8 +101,8 @@ def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) 
 
 
 def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
-    rng = random.Random()
-    seed = rng.randrange(1000)
+    seed = random.randrange(1000)  # a new kill point each run, printed to reproduce it
+    rng = seeded(seed)
     crash_and_recover(tmp_path, seed, keyed=True,
                       kills=[f"COMMIT {rng.randint(1, 5)}", f"COMPACT {rng.choice([5, 8])}"])
 
