@@ -13,11 +13,14 @@ import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+import orjson
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from changelake.protocol import Antichain, Message, Reader, Writer
+from changelake.simulate import debezium_orders
 
 Row = tuple
 Update = tuple[Row, int, int]
@@ -166,3 +169,16 @@ def changes_are_exactly_once(table, key: str = "id") -> bool:
     sums = (at_since.unionByName(changes.select(key, "_diff"))
             .groupBy(key).agg(F.sum("_diff").alias("n")).where(~F.col("n").isin(0, 1)))
     return sums.count() == 0
+
+
+def write_parts(tmp_path: Path, rng: random.Random) -> tuple[object, list[str]]:
+    """A keyed Debezium orders feed cut at two random points into three files (for writers
+    that race each other with overlapping parts): the feed, and the files' paths."""
+    feed = debezium_orders(rng, rows=12, transactions=30, replay=0)
+    cuts = sorted(rng.sample(range(1, len(feed.events)), 2))
+    parts = []
+    for n, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(feed.events)], strict=True)):
+        path = tmp_path / f"part-{n}.jsonl"
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[lo:hi]))
+        parts.append(str(path))
+    return feed, parts

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import seeded
+from lake_history import write_parts
 
 pytestmark = pytest.mark.spark
 
@@ -168,21 +169,10 @@ def concurrent_ingests_and_compaction(tmp_path: Path, seed: int) -> None:
     before-images, so each conversion reads the table's current rows) into a table neither has
     created yet, while a third compacts it: the table must be one exactly-once application of
     the union, whatever the interleaving."""
-    import orjson
-
     from changelake.lake import metastore
-    from changelake.simulate import ORDER_COLUMNS, debezium_orders
+    from changelake.simulate import ORDER_COLUMNS
 
-    print(f"seed {seed}")
-    rng = random.Random(seed)
-    feed = debezium_orders(rng, rows=12, transactions=30, replay=0)
-    cuts = sorted(rng.sample(range(1, len(feed.events)), 2))
-    parts = []
-    for n, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(feed.events)], strict=True)):
-        path = tmp_path / f"part-{n}.jsonl"
-        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[lo:hi]))
-        parts.append(str(path))
-    p1, p2, p3 = parts
+    feed, (p1, p2, p3) = write_parts(tmp_path, seeded(seed))
     lake = tmp_path / "lake"
     table = f"c{uuid.uuid4().hex[:8]}.orders"
     stop = tmp_path / "stop"

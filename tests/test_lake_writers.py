@@ -15,26 +15,14 @@ import threading
 import uuid
 from pathlib import Path
 
-import orjson
 import pytest
 
 from changelake.lake import Lake, jobs
 from changelake.lake.compact import compact
-from changelake.simulate import ORDER_COLUMNS, debezium_orders
-from lake_history import changes_are_exactly_once
+from changelake.simulate import ORDER_COLUMNS
+from lake_history import changes_are_exactly_once, write_parts
 
 pytestmark = pytest.mark.spark
-
-
-def write_parts(tmp_path: Path, rng: random.Random) -> tuple[object, list[str]]:
-    feed = debezium_orders(rng, rows=12, transactions=30, replay=0)
-    cuts = sorted(rng.sample(range(1, len(feed.events)), 2))
-    parts = []
-    for n, (lo, hi) in enumerate(zip([0, *cuts], [*cuts, len(feed.events)], strict=True)):
-        path = tmp_path / f"part-{n}.jsonl"
-        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[lo:hi]))
-        parts.append(str(path))
-    return feed, parts
 
 
 def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2) -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from changefeed_cases import PG_CASES, python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
 from changelake.spark.changefeed.pipeline import convert_frames
-from changelake.values import thaw
 from test_convert_history import (
     PG_COLUMNS,
     PG_TABLE,
@@ -29,39 +27,6 @@ from test_convert_history import (
 )
 
 pytestmark = pytest.mark.spark
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
-    return value
-
-
-def spark_updates(changes: Any) -> Counter[Any]:
-    out: Counter[Any] = Counter()
-    for row in changes.collect():
-        data = tuple((k, _plain(v)) for k, v in row["data"].asDict().items())
-        out[(data, row["time"])] += row["diff"]
-    return Counter({k: v for k, v in out.items() if v})
-
-
-def python_updates(messages: Any) -> Counter[Any]:
-    out: Counter[Any] = Counter()
-    for data, time, diff in collect(messages).updates:
-        out[(tuple((k, _plain(v)) for k, v in thaw(data).items()), time)] += diff
-    return Counter({k: v for k, v in out.items() if v})
-
-
-PG_CASES = [
-    PgHistory({1: ("ann", 150, "n1"), 2: ("bob", -3, "n2")},
-              [[("update", 1, ("cy", 7, "n1"), True), ("insert", 101, ("dee", 0, "x"))],
-               [("rekey", 2, 102, ("bob", -3, "n2")), ("delete", 101)],
-               [("update", 102, ("ann", 9, "n3"), False)]],
-              (0.8, 0.3), metadata, False, [0, 1, 2, 3] * 16)
-    for metadata in (False, True)
-]
 
 
 def check(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any] | None,

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from changefeed_cases import python_updates, spark_updates
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
 from changelake.spark.changefeed.pipeline import convert_frames
 from conftest import SAMPLES
-from test_spark_changefeed_debezium import python_updates, spark_updates
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # ~11 Spark conversions and encodes
 

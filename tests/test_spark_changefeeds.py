@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from changefeed_cases import PG_CASES, python_updates, spark_updates
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
 from changelake.spark.changefeeds import changefeed_changes
-from changelake.values import thaw
 from conftest import seeded
 from test_convert_history import (
     PG_TABLE,
@@ -47,39 +45,6 @@ def lines_frame(spark: Any, paths: list[Path]) -> Any:
     return spark.createDataFrame(rows, "value string, file string, line long")
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "NaN"
-    return value
-
-
-def spark_updates(frames: Any) -> Counter[Any]:
-    out: Counter[Any] = Counter()
-    for row in frames.changes.collect():
-        data = tuple((k, _plain(v)) for k, v in row["data"].asDict().items())
-        out[(data, row["time"])] += row["diff"]
-    return Counter({k: v for k, v in out.items() if v})
-
-
-def python_updates(messages: Any) -> Counter[Any]:
-    out: Counter[Any] = Counter()
-    for data, time, diff in collect(messages).updates:
-        out[(tuple((k, _plain(v)) for k, v in thaw(data).items()), time)] += diff
-    return Counter({k: v for k, v in out.items() if v})
-
-
-PG_CASES = [
-    PgHistory({1: ("ann", 150, "n1"), 2: ("bob", -3, "n2")},
-              [[("update", 1, ("cy", 7, "n1"), True), ("insert", 101, ("dee", 0, "x"))],
-               [("rekey", 2, 102, ("bob", -3, "n2")), ("delete", 101)],
-               [("update", 102, ("ann", 9, "n3"), False)]],
-              (0.8, 0.3), metadata, False, [0, 1, 2, 3] * 16)
-    for metadata in (False, True)
-]
-
-
 @pytest.mark.parametrize("history", PG_CASES)
 @pytest.mark.parametrize("close", [False, True])
 def test_debezium_on_spark_matches_the_encoder(spark: Any, tmp_path: Path, history: PgHistory,
@@ -91,7 +56,7 @@ def test_debezium_on_spark_matches_the_encoder(spark: Any, tmp_path: Path, histo
                                       table_schema=PG_TABLE, close=close, lenient=False))
     expected = collect(messages)
     assert frames.frontier == (None if close else expected.frontier.elements[0])
-    assert spark_updates(frames) == python_updates(messages)
+    assert spark_updates(frames.changes) == python_updates(messages)
     assert frames.rejected.count() == 0
 
 
@@ -132,7 +97,7 @@ def test_ydb_on_spark_matches_the_encoder(spark: Any, tmp_path: Path) -> None:
                                           table_schema=YDB_TABLE, close=close, lenient=False))
         expected = collect(messages)
         assert frames.frontier == (None if close else expected.frontier.elements[0])
-        assert spark_updates(frames) == python_updates(messages)
+        assert spark_updates(frames.changes) == python_updates(messages)
 
 
 def test_images_on_spark_and_bad_lines(spark: Any, tmp_path: Path) -> None:
@@ -149,7 +114,7 @@ def test_images_on_spark_and_bad_lines(spark: Any, tmp_path: Path) -> None:
     frames = changefeed_changes(lines, source="debezium", close=True, strict=False)
     assert [(r["line"], r["reason"][:14]) for r in frames.rejected.collect()] == [
         (4, "not valid JSON")]
-    assert spark_updates(frames) == Counter({((("id", 1), ("v", "b")), 1 << 32 | 20): 1,
+    assert spark_updates(frames.changes) == Counter({((("id", 1), ("v", "b")), 1 << 32 | 20): 1,
                                              ((("id", 1), ("v", "a")), 1 << 32 | 10): 1,
                                              ((("id", 1), ("v", "a")), 1 << 32 | 20): -1})
 

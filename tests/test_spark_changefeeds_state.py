@@ -62,7 +62,7 @@ def test_state_on_spark_matches_the_encoder_with_a_memory_state(
     frames = changefeed_changes(lines_frame(spark, paths), source="debezium", keys=["id"],
                                 table_schema=PG_TABLE, close=close,
                                 state=spark.createDataFrame(rows, PG_DDL))
-    got = spark_updates(frames)
+    got = spark_updates(frames.changes)
     assert got == python_updates(messages)
     # And the state stood in for the snapshot exactly: the full feed less its snapshot rows.
     expected = python_updates(full)
@@ -94,7 +94,7 @@ def test_ydb_state_with_uint64_keys_nan_and_partial_updates(spark: Any, tmp_path
                                   "id decimal(20,0), name string, score double")
     frames = changefeed_changes(lines_frame(spark, paths), source="ydb", table_schema=YDB_TABLE,
                                 close=True, state=frame)
-    got = spark_updates(frames)
+    got = spark_updates(frames.changes)
     assert got == python_updates(messages)
     # The update of key 1 kept the state's score; erasing `big` retracted its NaN row.
     assert got[((("id", 1), ("name", "a"), ("score", 0.5)), 101)] == -1
@@ -137,7 +137,7 @@ def test_state_with_deletes_replays_and_a_truncate(spark: Any, tmp_path: Path) -
         ((("id", 1), ("v", "a2")), at(40)): -1, ((("id", 3), ("v", "c")), at(40)): -1,
         ((("id", 4), ("v", "d")), at(50)): 1})
     assert python_updates(messages) == expected
-    assert spark_updates(frames) == expected
+    assert spark_updates(frames.changes) == expected
 
 
 def _bad_pg_feed(tmp_path: Path) -> tuple[list[Path], list[int]]:
@@ -180,8 +180,8 @@ def test_bad_lines_strict_and_lenient_agree_with_the_encoder(spark: Any, tmp_pat
     assert rejected == sorted((a.location.file, a.location.line, a.reason) for a in aside)
     assert [line for _, line, _ in rejected] == bad
     # Nothing accepted is lost: every other line converts as the sequential encoder has it.
-    assert spark_updates(frames) == python_updates(messages)
-    assert spark_updates(frames)
+    assert spark_updates(frames.changes) == python_updates(messages)
+    assert spark_updates(frames.changes)
 
 
 def test_worker_side_failures_name_their_line(spark: Any, tmp_path: Path) -> None:
@@ -198,11 +198,11 @@ def test_worker_side_failures_name_their_line(spark: Any, tmp_path: Path) -> Non
     frames = changefeed_changes(lines, source="debezium", close=True, strict=False)
     assert [(r["line"], r["reason"][:24]) for r in frames.rejected.orderBy("line").collect()] \
         == [(2, "column id of the after i"), (3, "a truncate needs key col")]
-    assert spark_updates(frames) == Counter({((("id", 1), ("v", "a")), 1 << 32 | 10): 1})
+    assert spark_updates(frames.changes) == Counter({((("id", 1), ("v", "a")), 1 << 32 | 10): 1})
     keyed = changefeed_changes(lines, source="debezium", keys=["id"], close=True, strict=False,
                                state=spark.createDataFrame([(9, "z")], "id long, v string"))
     assert [r["line"] for r in keyed.rejected.collect()] == [2]
-    assert spark_updates(keyed) == Counter({((("id", 1), ("v", "a")), 1 << 32 | 10): 1,
+    assert spark_updates(keyed.changes) == Counter({((("id", 1), ("v", "a")), 1 << 32 | 10): 1,
                                             ((("id", 1), ("v", "a")), 1 << 32 | 30): -1,
                                             ((("id", 9), ("v", "z")), 1 << 32 | 30): -1})
 
@@ -224,7 +224,7 @@ def test_since_skips_what_the_state_already_holds(spark: Any, tmp_path: Path) ->
                                 table_schema=PG_TABLE, close=True, since=cut,
                                 state=spark.createDataFrame(rows, PG_DDL))
     rest = Counter({(data, time): diff for (data, time), diff in full.items() if time >= cut})
-    assert rest and spark_updates(frames) == rest
+    assert rest and spark_updates(frames.changes) == rest
 
 
 def test_column_types_hold_every_value_of_the_batch(spark: Any, tmp_path: Path) -> None:

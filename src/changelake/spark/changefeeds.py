@@ -103,6 +103,7 @@ from changelake.formats.change import (
 from changelake.formats.debezium import DebeziumParser
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
+from changelake.spark.changefeed.types import spark_type
 from changelake.values import freeze
 
 if TYPE_CHECKING:
@@ -118,10 +119,6 @@ PARSED_DDL = (
 #: Changes that carry no key and still mean something to keyed conversion (or nothing at all).
 _KEYLESS = frozenset({Op.TRUNCATE, Op.MESSAGE, Op.TOMBSTONE})
 REJECTED_DDL = "file string, line long, value string, reason string"
-_SPARK_TYPES = {"Bool": "boolean", "Float": "double", "Double": "double", "Uint64":
-                "decimal(20,0)"}
-_LONGS = frozenset({"Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint32",
-                    "Interval", "Interval64"})
 
 
 @dataclass(frozen=True)
@@ -134,16 +131,6 @@ class ChangefeedFrames:
     def finished_through(self) -> int | None:
         """The argument `changelake.spark.encode.encode` takes (-1: nothing finished yet)."""
         return None if self.frontier is None else self.frontier - 1
-
-
-def spark_type(kind: str | None) -> str:
-    """The Spark SQL type of a column by its YDB type name (plain JSON: strings otherwise)."""
-    if kind is None:
-        return "string"
-    base = kind.removeprefix("Optional<").removesuffix(">").rstrip("?")
-    if base in _LONGS:
-        return "bigint"
-    return _SPARK_TYPES.get(base, "string")
 
 
 # --------------------------------------------------------------------------------- parsing

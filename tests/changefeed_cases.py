@@ -1,0 +1,50 @@
+"""What the changefeed tests on Spark share: the generated PostgreSQL histories they all run,
+and the two sides they compare (the updates a Spark path produced, and the updates the
+pure-Python encoder's messages carry), as counters of plain values."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from decimal import Decimal
+from typing import Any
+
+from changelake.protocol import collect
+from changelake.values import thaw
+from test_convert_history import PgHistory
+
+
+def plain(value: Any) -> Any:
+    """One spelling for values the two sides type differently (Uint64 as a decimal, NaN)."""
+    if isinstance(value, Decimal):
+        return int(value)
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return value
+
+
+def spark_updates(changes: Any) -> Counter[Any]:
+    """The `(data, time)` multiplicities of a DataFrame of `(data, time, diff)`."""
+    out: Counter[Any] = Counter()
+    for row in changes.collect():
+        data = tuple((k, plain(v)) for k, v in row["data"].asDict().items())
+        out[(data, row["time"])] += row["diff"]
+    return Counter({k: v for k, v in out.items() if v})
+
+
+def python_updates(messages: Any) -> Counter[Any]:
+    """The `(data, time)` multiplicities that the encoder's messages recover to."""
+    out: Counter[Any] = Counter()
+    for data, time, diff in collect(messages).updates:
+        out[(tuple((k, plain(v)) for k, v in thaw(data).items()), time)] += diff
+    return Counter({k: v for k, v in out.items() if v})
+
+
+PG_CASES = [
+    PgHistory({1: ("ann", 150, "n1"), 2: ("bob", -3, "n2")},
+              [[("update", 1, ("cy", 7, "n1"), True), ("insert", 101, ("dee", 0, "x"))],
+               [("rekey", 2, 102, ("bob", -3, "n2")), ("delete", 101)],
+               [("update", 102, ("ann", 9, "n3"), False)]],
+              (0.8, 0.3), metadata, False, [0, 1, 2, 3] * 16)
+    for metadata in (False, True)
+]
