@@ -103,12 +103,22 @@ def as_frontier(value: FrontierLike) -> Antichain:
 
     An `Antichain` is returned as is; one time (an `int`, or a tuple for a product time) is
     the frontier `[time]`; any other iterable (`[4]`, `[]` for closed) lists the elements.
-    Times are checked as input times are (non-negative integers): `ValueError` otherwise.
+    Each time, or each coordinate of a product time, is checked as an input time is (a
+    non-negative 64-bit integer): `ValueError` otherwise.
     """
     if isinstance(value, Antichain):
         return value
     if type(value) is int or isinstance(value, tuple):
-        return Antichain([check_time(value)])
+        return Antichain([_checked(value)])
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise ValueError(f"not a frontier: {value!r} (an Antichain, a time or a list of times)")
-    return Antichain(check_time(t) for t in value)
+    return Antichain(_checked(t) for t in value)
+
+
+def _checked(time: object) -> Time:
+    """An integer time, or a product time of integer coordinates, each one checked."""
+    if isinstance(time, tuple):
+        if len(time) < 2:
+            raise ValueError(f"a product time has at least two coordinates, got {time!r}")
+        return tuple(check_time(t) for t in time)
+    return check_time(time)
