@@ -31,8 +31,8 @@ pytestmark = pytest.mark.spark
 @pytest.fixture(autouse=True)
 def python_workers(spark: Any) -> None:
     """Python workers must run this interpreter (the one with changelake and pyspark).
-    `build_session` does not set PYSPARK_PYTHON yet (reported), so point the live context at
-    it; the context reads `pythonExec` whenever it ships a Python function."""
+    `build_session` points a session it starts at it; this also holds for a session started
+    elsewhere (the context reads `pythonExec` whenever it ships a Python function)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark.sparkContext.pythonExec = sys.executable
 

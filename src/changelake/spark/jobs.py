@@ -199,9 +199,6 @@ def decode_with_spark(
     from changelake.jobs import DecodeReport, frontier_line
     from changelake.spark.session import build_session
 
-    # Python workers (the data source runs in them) must be this interpreter, which has
-    # changelake installed; Spark's default is whatever `python3` is on the PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spool: Path | None = None
     if not paths:
         spool = Path(tempfile.mkdtemp(prefix="changelake-stdin-"))

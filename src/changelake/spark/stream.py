@@ -248,7 +248,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from changelake.spark.session import build_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = build_session(args.master, app_name="changelake-stream")
     try:
         query = start(
