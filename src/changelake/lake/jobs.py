@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -42,8 +41,7 @@ from pyspark.sql.types import (
 )
 
 from changelake.convert.progress import changefeed_waiting_reason
-from changelake.errors import ChangefeedError, InputError, LakeError, Location, SchemaError
-from changelake.formats.lines import TOO_LONG, numbered_lines
+from changelake.errors import InputError, LakeError, SchemaError
 from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
@@ -54,6 +52,7 @@ from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, frontier_int
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
+from changelake.spark.changefeed.pipeline import changefeed_frames
 from changelake.spark.jobs import translate_errors
 
 
@@ -149,44 +148,6 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     if not inferred.fields:
         raise InputError("no updates with columns in the input, and no --schema to type them")
     return updates.withColumn("data", F.from_json("data", inferred)), progress
-
-
-def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
-                      key: Sequence[str], schema_file: Path | None, *,
-                      state: DataFrame | None = None, since: int | None = None,
-                      close: bool = False) -> tuple[DataFrame, int | None]:
-    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier.
-
-    `state` holds the table's current rows (one per key): a keyed conversion takes a key's
-    previous row from it, so an update or delete of a row committed earlier retracts it.
-    `since` is the table's committed frontier: changes before it are already in `state`.
-    `close`: the input is the whole feed, so every time in it is finished (the frontier is
-    None); without it, the times the feed cannot show complete stay open.
-    """
-    from changelake.formats.materialize import expand_paths
-    from changelake.spark.changefeeds import changefeed_changes
-
-    lines: list[tuple[str, str, int]] = []
-    for path in expand_paths([str(p) for p in inputs]):
-        with open(path, "rb") as fh:
-            for n, raw in numbered_lines(fh):
-                if raw is None:
-                    raise ChangefeedError(TOO_LONG, Location(str(path), n))
-                try:
-                    lines.append((raw.decode("utf-8").rstrip("\r\n"), str(path), n))
-                except UnicodeDecodeError as error:
-                    raise ChangefeedError(f"not UTF-8 text: {error.reason} at byte "
-                                          f"{error.start}", Location(str(path), n)) from None
-    frame = spark.createDataFrame(lines, "value string, file string, line long")
-    table_schema = json.loads(Path(schema_file).read_text()) if schema_file else None
-    frames = changefeed_changes(frame, source=source,  # type: ignore[arg-type]
-                                keys=list(key) or None, table_schema=table_schema,
-                                state=state, since=since, close=close)
-    # A transaction may touch one row several times: consolidate, so a keyed table sees at
-    # most one insertion and one retraction per key and time.
-    changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
-               .where(F.col("diff") != 0))
-    return changes, frames.frontier
 
 
 def flatten(updates: DataFrame) -> DataFrame:

@@ -24,8 +24,7 @@ finished is converted, not refused; the table's rows are not checked for one row
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
 
-`changefeed_frames` has the signature and result of `lake.jobs.changefeed_frames`, so that the
-lake switches to this path with one line.
+`changefeed_frames` is what `lake.jobs.ingest` converts a changefeed with.
 """
 
 from __future__ import annotations
@@ -205,6 +204,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     table_json = orjson.loads(Path(schema_file).read_bytes()) if schema_file else None
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
+    read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
     reason = "unsupported: YDB" if source != "debezium" else \
         "unsupported: no key columns" if not keys else None
     if reason is None:
@@ -228,9 +228,16 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
 
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                       key: Sequence[str], schema_file: Path | None, *,
-                      state: DataFrame | None = None, since: int | None = None
-                      ) -> tuple[DataFrame, int | None]:
-    """`lake.jobs.changefeed_frames`, on this path: consolidated updates and the frontier."""
+                      state: DataFrame | None = None, since: int | None = None,
+                      close: bool = False) -> tuple[DataFrame, int | None]:
+    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier
+    (what `lake.jobs.ingest` commits).
+
+    `state` holds the table's current rows (one per key): a keyed conversion takes a key's
+    previous row from it, so an update or delete of a row committed earlier retracts it.
+    `since` is the table's committed frontier: changes before it are already in `state`.
+    `close`: the input is the whole feed, so every time in it is finished (the frontier is
+    None); without it, the times the feed cannot show complete stay open."""
     converted = convert_frames(spark, inputs, source, key, schema_file, state=state,
-                               since=since)
+                               since=since, close=close)
     return converted.changes, converted.frontier

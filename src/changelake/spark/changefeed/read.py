@@ -11,10 +11,21 @@ the executors read in parallel, a block lies in one Spark partition, and in it
 `monotonically_increasing_id` increases line by line. The file names are joined on from the
 caller's list (a few rows, broadcast).
 
+Lines end at `\n` only, as `formats.lines.numbered_lines` splits them (Hadoop's default would
+also split at a lone `\r`), and a trailing `\r` is dropped, as the encoder's `rstrip` does, so
+the two number the same lines.
+
 `numbered` adds 1-based line numbers counted as `read_lines` counts them (blank lines count):
 the lines of the file's earlier blocks plus the place in the block. That takes one aggregate
 row per block to the driver and one more pass over the input, so only the old path, which
 names lines in its messages, asks for it.
+
+`check` holds the lines to the bounds every JSON-lines reader keeps (`formats.lines`): UTF-8
+text, at most `MAX_LINE_BYTES` a line. One aggregate over the text finds the first line that
+breaks one (in reading order); only then do two small jobs name its line and its bad byte. A
+line over the bound is read whole on an executor before it is refused (the reader here cannot
+skip it in chunks as `numbered_lines` does), so a line beyond the executor's memory fails the
+job rather than being named.
 """
 
 from __future__ import annotations
@@ -26,7 +37,8 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from changelake.errors import InputError
+from changelake.errors import ChangefeedError, InputError, Location
+from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,36 @@ class Lines:
         return (self.frame.join(F.broadcast(shift), ["file_index", "block"])
                 .withColumn("line", F.col("row") - F.col("_shift") + 1).drop("_shift"))
 
+    def line_number(self, file_index: int, block: int, row: int) -> int:
+        """The 1-based number of one line in its file: the lines before it, plus one."""
+        before = (F.col("block") < block) | ((F.col("block") == block) & (F.col("row") < row))
+        return self.raw.where((F.col("file_index") == file_index) & before).count() + 1
+
+    def check(self) -> None:
+        """Raise `ChangefeedError` naming file and line for the first line (in reading order)
+        that is not UTF-8 or is longer than `MAX_LINE_BYTES` (its newline counted, as
+        `numbered_lines` counts it)."""
+        too_long = F.octet_length("value") >= MAX_LINE_BYTES
+        flaw = F.when(too_long, F.lit(1)).when(~F.is_valid_utf8("value"), F.lit(2))
+        first = self.raw.where(flaw.isNotNull()).agg(F.min(F.struct(
+            "file_index", "block", "row", flaw.alias("flaw")))).first()
+        if first is None or first[0] is None:
+            return
+        at = first[0]
+        where = Location(self.files[at["file_index"]],
+                         self.line_number(at["file_index"], at["block"], at["row"]))
+        if at["flaw"] == 1:
+            raise ChangefeedError(TOO_LONG, where)
+        raw = self.raw.where((F.col("file_index") == at["file_index"])
+                             & (F.col("block") == at["block"]) & (F.col("row") == at["row"])) \
+            .select(F.col("value").cast("binary")).first()[0]
+        try:
+            bytes(raw).decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ChangefeedError(f"not UTF-8 text: {error.reason} at byte {error.start}",
+                                  where) from None
+        raise ChangefeedError("not UTF-8 text", where)  # Spark and Python disagree: say so
+
 
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
@@ -64,8 +106,9 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         "_path string, file string, file_index int")
     # Each file once (Spark reads a path named twice twice); a file named twice is then joined
     # to both of its names, so its lines come twice, as the encoder reads them.
-    raw = spark.read.text(list(dict.fromkeys(str(f) for f in files))).select(
-        "value", F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
+    raw = spark.read.text(list(dict.fromkeys(str(f) for f in files)), lineSep="\n").select(
+        F.expr("TRIM(TRAILING '\\r' FROM value)").alias("value"),
+        F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
         .alias("_path"), F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
     frame = raw.join(F.broadcast(names), "_path").drop("_path")

@@ -1,0 +1,82 @@
+"""Reading changefeed files on the executors keeps the bounds the encoder's reader keeps.
+
+`read_lines(...).check()` must refuse the line `encode_changefeed` refuses, naming the same
+file and line: invalid UTF-8 (with Python's reason and byte offset: the encoder leaves that
+to orjson, whose words differ) and over-long lines (the same message). Blank lines, CRLF line
+ends and a lone CR inside a line are numbered and kept as the encoder's reader keeps them.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changelake.errors import ChangefeedError
+from changelake.formats.lines import MAX_LINE_BYTES
+from changelake.jobs import encode_changefeed_job
+from changelake.spark.changefeed.read import read_lines
+
+pytestmark = pytest.mark.spark
+
+GOOD = b'{"op": "c", "after": {"id": 1}, "source": {"lsn": 10, "txId": 5}}'
+
+
+def encoder_error(path: Path) -> str:
+    with pytest.raises(ChangefeedError) as caught:
+        encode_changefeed_job([str(path)], io.BytesIO(), source="debezium", keys=["id"],
+                              table_schema=None, close=True, lenient=False)
+    return str(caught.value)
+
+
+def spark_error(spark: Any, path: Path) -> str:
+    with pytest.raises(ChangefeedError) as caught:
+        read_lines(spark, [str(path)]).check()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"caf\xc3", b"\xed\xa0\x80", b"ok \xc0\xaf"])
+def test_invalid_utf8_is_named_as_the_encoder_names_it(spark: Any, tmp_path: Path,
+                                                       bad: bytes) -> None:
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(GOOD + b"\n\n   \r\n" + GOOD.replace(b'"id": 1', b'"id": "' + bad + b'"')
+                     + b"\n" + GOOD + b"\n")
+    message = spark_error(spark, path)
+    assert encoder_error(path).startswith(f"{path}, line 4: ")
+    line = path.read_bytes().splitlines()[3]
+    with pytest.raises(UnicodeDecodeError) as python:
+        line.decode("utf-8")
+    assert message == (f"{path}, line 4: not UTF-8 text: {python.value.reason} at byte "
+                       f"{python.value.start}")
+
+
+def test_a_line_over_the_bound_is_named_as_the_encoder_names_it(spark: Any,
+                                                                tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    with open(path, "wb") as fh:
+        fh.write(GOOD + b"\n" + GOOD + b"\n")
+        fh.write(b'{"op": "c", "after": {"id": "' + b"x" * MAX_LINE_BYTES + b'"}}\n')
+        fh.write(b"\xff\n")  # later: the first flaw is named
+    message = spark_error(spark, path)
+    assert message == encoder_error(path)
+    assert message.startswith(f"{path}, line 3: line longer than the maximum")
+
+
+def test_a_line_just_within_the_bound_passes(spark: Any, tmp_path: Path) -> None:
+    """Control: the bound counts the newline, as the encoder's reader does."""
+    path = tmp_path / "edge.jsonl"
+    path.write_bytes(b" " * (MAX_LINE_BYTES - 1 - len(GOOD)) + GOOD + b"\n")
+    read_lines(spark, [str(path)]).check()
+    path.write_bytes(b" " * (MAX_LINE_BYTES - len(GOOD)) + GOOD + b"\n")
+    assert spark_error(spark, path) == encoder_error(path)
+
+
+def test_line_ends_are_the_encoders(spark: Any, tmp_path: Path) -> None:
+    path = tmp_path / "crlf.jsonl"
+    path.write_bytes(b"a\r\n\r\n b\rc \r\r\nd")
+    lines = read_lines(spark, [str(path)])
+    lines.check()
+    assert sorted((r["line"], r["value"]) for r in lines.numbered().collect()) == \
+        [(1, "a"), (3, " b\rc "), (4, "d")]
