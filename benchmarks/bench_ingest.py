@@ -7,9 +7,9 @@ before-image, then a tombstone), and a connector restart that re-sends the last 
 
 The same lines are
 
-* ingested with `changelake.lake.jobs.ingest` into a fresh keyed table, once on the JVM path
+* ingested with `changelake.lake.commands.ingest` into a fresh keyed table, once on the JVM path
   (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
-  group, `changelake.spark.changefeeds`): the benchmark points `jobs.changefeed_frames` at each;
+  group, `changelake.spark.changefeeds`): the benchmark points `commands.changefeed_frames` at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines.
 
@@ -121,12 +121,12 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
-    from changelake.lake import Lake, jobs, lake_session
+    from changelake.lake import Lake, commands, lake_session
     from changelake.spark import changefeed
     from changelake.spark.changefeed import pipeline
 
     assert changefeed is not None
-    old_frames = jobs.changefeed_frames
+    old_frames = commands.changefeed_frames
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
         feed = work / "feed.jsonl"
@@ -144,8 +144,8 @@ def main() -> None:
             taken.append(converted.path)
             return converted.changes, converted.frontier
 
-        jobs.changefeed_frames = frames  # type: ignore[assignment]
-        jobs.ingest(lake, "bench.warm", [small], key=["id"], source="debezium")
+        commands.changefeed_frames = frames  # type: ignore[assignment]
+        commands.ingest(lake, "bench.warm", [small], key=["id"], source="debezium")
         spark.read.schema(schema).json(str(small)).where("after IS NOT NULL").select(
             "after.*").write.parquet(str(work / "warm.parquet"))
 
@@ -154,15 +154,15 @@ def main() -> None:
             "after.*").write.parquet(str(work / "plain.parquet"))
         plain = time.perf_counter() - start
         start = time.perf_counter()
-        report = jobs.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
+        report = commands.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
         ours = time.perf_counter() - start
         rows = [("plain Parquet write", plain, ""),
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
-            jobs.changefeed_frames = old_frames
+            commands.changefeed_frames = old_frames
             start = time.perf_counter()
-            old = jobs.ingest(lake, "bench.old", [feed], key=["id"], source="debezium")
+            old = commands.ingest(lake, "bench.old", [feed], key=["id"], source="debezium")
             took = time.perf_counter() - start
             rows.append(("ingest, old path (UDF)", took,
                          f"{old.commit.written:,} updates, frontier {old.frontier}"))
@@ -175,7 +175,7 @@ def main() -> None:
         print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB")
         spark.stop()
     finally:
-        jobs.changefeed_frames = old_frames
+        commands.changefeed_frames = old_frames
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import orjson
 
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.jobs import decode_local
+from changelake.local import decode_local
 from changelake.protocol import Writer
 from changelake.values import freeze
 

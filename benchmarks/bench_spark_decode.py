@@ -120,7 +120,7 @@ def stream_batches(spark, batches: int, per_batch: int) -> list[float]:
 def _stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[float]:
     from changelake.formats.materialize import CdcSchema, write_json_lines
     from changelake.protocol import Writer
-    from changelake.spark.jobs import read_messages_frame
+    from changelake.spark.decode_files import read_messages_frame
     from changelake.spark.stream import DecodeBatches
 
     schema = CdcSchema.for_fields([{"name": "k", "type": "long"}, {"name": "v", "type": "long"}])

@@ -38,7 +38,7 @@ from changelake.errors import ChangelakeError, InputError, ProtocolError
 from changelake.formats import lines as jsonl
 from changelake.formats import ocf
 from changelake.formats.materialize import CdcSchema, read_all, write_json_lines, write_ocf
-from changelake.jobs import decode_local, encode_changefeed_job, encode_local, load_reader
+from changelake.local import decode_local, encode_changefeed_job, encode_local, load_reader
 from changelake.protocol import Progress, Updates, Writer
 from changelake.simulate import mangle, random_history, write
 from changelake.values import NAN, Record

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.lake import Lake, jobs
+from changelake.lake import Lake, commands
 from changelake.values import freeze
 from conftest import SAMPLES
 from lake_history import keyed_history, messages, state_at
@@ -50,7 +50,7 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     name = f"in_{uuid.uuid4().hex[:8]}.t"
 
     cached = len(spark.sparkContext._jsc.getPersistentRDDs())
-    first = jobs.ingest(lake, name, [early], key=["id"], schema=schema_file)
+    first = commands.ingest(lake, name, [early], key=["id"], schema=schema_file)
     assert first.created and first.frontier == [6]
     # The decoder's cached aggregate is released once the commit has read it.
     assert len(spark.sparkContext._jsc.getPersistentRDDs()) == cached
@@ -58,18 +58,18 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     assert Counter(tuple(r) for r in spark.table(name).collect()) == state_at(history, 5,
                                                                               keyed=True)
     # the early part again, then everything (overlapping): nothing doubled
-    again = jobs.ingest(lake, name, [early], key=["id"], schema=schema_file)
+    again = commands.ingest(lake, name, [early], key=["id"], schema=schema_file)
     assert again.commit.skipped
-    rest = jobs.ingest(lake, name, [early, full], key=["id"], schema=schema_file)
+    rest = commands.ingest(lake, name, [early, full], key=["id"], schema=schema_file)
     assert rest.commit.lower == 6 and rest.frontier == [12]
     assert Counter(tuple(r) for r in spark.table(name).collect()) == state_at(history, 11,
                                                                               keyed=True)
-    snap = list(jobs.snapshot(lake, name, as_of=5))
+    snap = list(commands.snapshot(lake, name, as_of=5))
     assert Counter((r["id"], r["name"], r["amount"]) for r in snap) == state_at(history, 5,
                                                                                keyed=True)
-    result = jobs.compact(lake, name)
+    result = commands.compact(lake, name)
     assert result.since == 11 and table.state().since == 11
-    [status] = [s for s in jobs.status(lake) if s.name == name]
+    [status] = [s for s in commands.status(lake) if s.name == name]
     assert (status.frontier, status.since, status.segments) == ([12], 11, 0)
     assert status.rows == len(state_at(history, 11, keyed=True)) and status.files > 0
 
@@ -93,11 +93,11 @@ def test_ingest_debezium(spark, lake, tmp_path):
     feed = tmp_path / "feed.jsonl"
     feed.write_text("\n".join(lines) + "\n")
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
-    report = jobs.ingest(lake, name, [feed], key=["id"], source="debezium")
+    report = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
     # without transaction metadata the last position seen (500) is not known to be finished
     assert report.frontier == [500]
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne")}
-    again = jobs.ingest(lake, name, [feed], key=["id"], source="debezium")
+    again = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
     assert again.commit.skipped
     # the feed goes on (delivered again from the start): position 500 is now finished
     more = tmp_path / "more.jsonl"
@@ -105,7 +105,7 @@ def test_ingest_debezium(spark, lake, tmp_path):
                                                       {"id": 3, "name": "cyd"}, 600, 6),
                                debezium_line("c", None, {"id": 4, "name": "di"}, 700, 7)])
                     + "\n")
-    later = jobs.ingest(lake, name, [more], key=["id"], source="debezium")
+    later = commands.ingest(lake, name, [more], key=["id"], source="debezium")
     assert later.frontier == [700] and later.commit.lower == 500
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne"), (3, "cyd")}
 
@@ -117,7 +117,7 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
 
     sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
     name = f"hold_{uuid.uuid4().hex[:8]}.orders"
-    first = jobs.ingest(lake, name, [sample], key=["order_id"], source="debezium")
+    first = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium")
     (held,) = first.frontier
     assert held > 0 and first.waiting_for is not None
     assert f"time {held} complete" in first.waiting_for and "--close" in first.waiting_for
@@ -127,7 +127,7 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     rows = {r["order_id"]: r["product_id"] for r in spark.table(name).collect()}
     assert rows == {1: 1, 2: 2, 3: 2}
 
-    closed = jobs.ingest(lake, name, [sample], key=["order_id"], source="debezium",
+    closed = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium",
                          close=True)
     assert closed.frontier == [] and closed.waiting_for is None
     assert report.waiting_line(closed) is None
@@ -140,4 +140,4 @@ def test_close_is_refused_for_a_materialize_log(lake, tmp_path):
     from changelake.errors import LakeError
 
     with pytest.raises(LakeError, match="closes itself"):
-        jobs.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)
+        commands.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from changelake.errors import LakeError, SchemaError
-from changelake.lake import Lake, TableIdentifier, jobs
+from changelake.lake import Lake, TableIdentifier, commands
 from changelake.protocol import Antichain
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
@@ -173,7 +173,7 @@ def test_api_refuses_bad_table_names_with_nothing_created(spark, lake, tmp_path)
         with pytest.raises(LakeError):
             lake.exists(name)
         with pytest.raises(LakeError):
-            jobs.ingest(lake, name, [feed])
+            commands.ingest(lake, name, [feed])
     assert not (lake.root / "tables").exists()
     assert {d.name for d in spark.catalog.listDatabases()} == databases
     assert snapshot_tree(outside) == before

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import orjson
 
-from changelake.lake import jobs
+from changelake.lake import commands
 from changelake.lake.catalog import Lake
 from changelake.simulate import ORDER_COLUMNS, debezium_orders
 
@@ -27,16 +27,16 @@ def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> 
     lake = Lake(spark, tmp_path / "lake")
     table = "upserts.orders"
 
-    one = jobs.ingest(lake, table, [first], key=["id"], source="debezium")
+    one = commands.ingest(lake, table, [first], key=["id"], source="debezium")
     committed = one.commit.upper
     assert committed is not None and committed > 0  # the open tail waits for more input
     # The topic is read again from the start, as a restarted consumer would: what is already
     # committed is skipped, and the rest is converted against the table's current rows.
-    two = jobs.ingest(lake, table, [first, rest], key=["id"], source="debezium")
+    two = commands.ingest(lake, table, [first, rest], key=["id"], source="debezium")
     upper = two.commit.upper
     assert upper is not None and upper > committed
     # An older delivery arriving late (as when two ingests race) has nothing new.
-    late = jobs.ingest(lake, table, [first], key=["id"], source="debezium")
+    late = commands.ingest(lake, table, [first], key=["id"], source="debezium")
     assert late.commit.skipped and late.commit.version == two.commit.version
     handle = lake.table(table)
     # Without transaction metadata or --close, the last transaction is not provably complete:

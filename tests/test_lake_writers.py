@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from changelake.lake import Lake, jobs
+from changelake.lake import Lake, commands
 from changelake.lake.compact import compact
 from changelake.simulate import ORDER_COLUMNS
 from lake_history import changes_are_exactly_once, write_parts
@@ -40,7 +40,7 @@ def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2) -> None:
     def ingest(rounds: list[list[str]]) -> None:
         try:
             for files in rounds:
-                c = jobs.ingest(lake, name, files, key=["id"], source="debezium").commit
+                c = commands.ingest(lake, name, files, key=["id"], source="debezium").commit
                 commits.append((c.lower, c.upper, c.skipped))
         except BaseException as error:  # reported below, with the seed
             errors.append(error)

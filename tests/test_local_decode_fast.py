@@ -16,7 +16,7 @@ from changelake.formats.materialize import (
     _updates_fast,
     _updates_fast_schemaless,
 )
-from changelake.jobs import update_line
+from changelake.local import update_line
 from changelake.values import NAN, freeze, thaw
 
 scalars = st.one_of(

@@ -16,7 +16,7 @@ import pytest
 
 from changelake.errors import ChangefeedError
 from changelake.formats.lines import MAX_LINE_BYTES
-from changelake.jobs import encode_changefeed_job
+from changelake.local import encode_changefeed_job
 from changelake.spark.changefeed.read import read_lines
 
 pytestmark = pytest.mark.spark

@@ -15,12 +15,12 @@ from changelake.formats.materialize import (
     write_json_lines,
     write_ocf,
 )
-from changelake.jobs import decode_local, frontier_line
+from changelake.local import decode_local, frontier_line
 from changelake.protocol import Antichain, collect
 from changelake.simulate import write_log_files
 from changelake.spark.decode import decode, split_messages
+from changelake.spark.decode_files import decode_files, read_messages_frame
 from changelake.spark.encode import encode
-from changelake.spark.jobs import decode_files, read_messages_frame
 from changelake.spark.source import register
 from conftest import seeded
 from spark_helpers import FIELDS, canonical, rows_of, write

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from changelake.formats.materialize import CdcSchema, read_all, write_json_lines, write_ocf
-from changelake.jobs import update_line
+from changelake.local import update_line
 from changelake.protocol import Antichain, Message, Updates, collect
-from changelake.spark.jobs import read_messages_frame
+from changelake.spark.decode_files import read_messages_frame
 from changelake.spark.stream import DecodeBatches, latest_state, read_history
 from conftest import seeded
 from spark_helpers import write

@@ -153,12 +153,12 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
     if engine == "spark":
         if state is not None:
             raise click.UsageError("--state is for the local engine; Spark resumes with --since")
-        from changelake.spark.jobs import decode_with_spark
+        from changelake.spark.decode_files import decode_with_spark
 
         report = decode_with_spark(list(inputs), out, schema=schema, lenient=lenient,
                                    since=_since(since), master=master, conf=spark_conf)
     else:
-        from changelake.jobs import decode_local
+        from changelake.local import decode_local
 
         report = decode_local(list(inputs), out, schema=schema, lenient=lenient,
                               since=_since(since), state=state)
@@ -192,7 +192,7 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
     with {"finished": T} marks, or a Debezium / YDB changefeed (--from)."""
     out = sys.stdout.buffer
     if source != "materialize":
-        from changelake.jobs import encode_changefeed_job
+        from changelake.local import encode_changefeed_job
 
         report = encode_changefeed_job(
             list(inputs), out, source=source,
@@ -202,7 +202,7 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
         return
     if schema_path is None:
         raise click.UsageError("--schema is required with --from materialize")
-    from changelake.jobs import encode_local
+    from changelake.local import encode_local
 
     report = encode_local(list(inputs), out, schema=_schema(schema_path), close=close,
                           avro=avro, batch_size=batch_size, lenient=lenient,
@@ -309,7 +309,7 @@ def _table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, 
 
 
 def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict) -> Any:
-    from changelake.lake.jobs import open_lake
+    from changelake.lake.commands import open_lake
 
     lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf)
     lake.spark.sparkContext.setLogLevel("ERROR")
@@ -341,7 +341,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     """Decode (or convert) INPUT and commit what is new to a lake table, exactly once."""
     from rich.console import Console
 
-    from changelake.lake import jobs, report
+    from changelake.lake import commands, report
 
     ident, columns = _table_and_key(table, key)
     if close and source == "materialize":
@@ -350,7 +350,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
-            result = jobs.ingest(lake, ident, list(inputs), key=columns, source=source,
+            result = commands.ingest(lake, ident, list(inputs), key=columns, source=source,
                                  schema=schema_path, progress=step, scd2=scd2,
                                  close=close)
     finally:
@@ -376,15 +376,15 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
     """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history."""
     if history and as_of is not None:
         raise click.UsageError("--history and --as-of are exclusive")
-    from changelake.lake import jobs, report
+    from changelake.lake import commands, report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     ident, _ = _table_and_key(table)
     as_of = _time(as_of, "--as-of")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        columns = jobs.snapshot_columns(lake, ident, history=history)
-        report.write_snapshot(jobs.snapshot(lake, ident, as_of=as_of, history=history),
+        columns = commands.snapshot_columns(lake, ident, history=history)
+        report.write_snapshot(commands.snapshot(lake, ident, as_of=as_of, history=history),
                               columns, fmt, sys.stdout.buffer)
         sys.stdout.buffer.flush()
     finally:
@@ -402,14 +402,14 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     """Fold change segments into the buckets they touch and advance `since`."""
     from rich.console import Console
 
-    from changelake.lake import jobs, report
+    from changelake.lake import commands, report
 
     ident, _ = _table_and_key(table)
     since = _time(since, "--since")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
-            result = jobs.compact(lake, ident, since=since, progress=step)
+            result = commands.compact(lake, ident, since=since, progress=step)
     finally:
         lake.spark.stop()
     click.echo(report.compact_line(result), err=True)
@@ -426,12 +426,12 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     import orjson
     from rich.console import Console
 
-    from changelake.lake import jobs, report
+    from changelake.lake import commands, report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        tables = jobs.status(lake)
+        tables = commands.status(lake)
     finally:
         lake.spark.stop()
     if fmt == "jsonl":
@@ -450,9 +450,9 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 def metastore(lake_dir: Path, port: int | None) -> None:
     """Serve the lake's metastore as a Hive metastore service on 127.0.0.1, so that several
     Spark processes can use the lake at once (--metastore-uri thrift://127.0.0.1:PORT)."""
-    from changelake.lake import jobs
+    from changelake.lake import commands
 
-    sys.exit(jobs.metastore(lake_dir, port=port))
+    sys.exit(commands.metastore(lake_dir, port=port))
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def run_pipeline_demo(
     metastore; tests pass theirs).
     """
     from changelake.convert import encode_changefeed
-    from changelake.lake import jobs
+    from changelake.lake import commands
     from changelake.lake.catalog import Lake
 
     rng = random.Random(seed)
@@ -149,17 +149,17 @@ def run_pipeline_demo(
         if i == deliveries - 1 and deliveries > 1:  # the log re-delivers an earlier file
             first = delivered[0]
             (logdir / f"again-{first.name}").write_bytes(first.read_bytes())
-        report = jobs.ingest(lake, table, [logdir], key=["id"], source="materialize",
+        report = commands.ingest(lake, table, [logdir], key=["id"], source="materialize",
                              schema=schema_file)
         steps.append(PipelineStep(
             f"ingest after delivery {i + 1} (the whole log directory again)",
             f"{report.commit.written:,} new updates, frontier {report.frontier}"))
         if i == deliveries - 2:
-            result = jobs.compact(lake, table)
+            result = commands.compact(lake, table)
             steps.append(PipelineStep(
                 "compact", f"since {result.since_before} -> {result.since}, "
                            f"{len(result.buckets_touched)} bucket(s) rewritten"))
-    again = jobs.ingest(lake, table, [logdir], key=["id"], source="materialize",
+    again = commands.ingest(lake, table, [logdir], key=["id"], source="materialize",
                         schema=schema_file)
     checks.append(("ingesting the same log again changes nothing", again.commit.skipped))
 

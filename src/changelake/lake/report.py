@@ -1,4 +1,4 @@
-"""Rendering the lake jobs' results for the CLI: rich tables on a terminal, plain text
+"""Rendering the lake commands' results for the CLI: rich tables on a terminal, plain text
 otherwise, and progress bars only on a terminal (quiet in pipes, logs and tests)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from changelake.lake.commands import IngestReport, TableStatus
 from changelake.lake.compact import CompactionResult
-from changelake.lake.jobs import IngestReport, TableStatus
 from changelake.lake.table import ProgressFn
 
 

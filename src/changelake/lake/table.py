@@ -52,7 +52,7 @@ from changelake.protocol.antichain import FrontierLike, as_frontier
 DEFAULT_BUCKETS = 8
 
 ProgressFn = Callable[[str, int, int], None]
-"""progress(step description, steps done, steps total): the jobs layer draws bars with it."""
+"""progress(step description, steps done, steps total): the commands layer draws bars with it."""
 
 
 def frontier_int(value: FrontierLike, what: str) -> int | None:

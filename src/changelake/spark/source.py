@@ -60,13 +60,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from changelake.spark.errors import INPUT_ERROR_MARK
+
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
     from pyspark.sql.types import DataType, StructType
 
 NAME = "materialize-cdc"
-INPUT_ERROR_MARK = "changelake-input-error"
-"""Marks an input error raised in an executor, so the driver can turn it back into one line."""
 
 Converter = Callable[[Any], Any]
 

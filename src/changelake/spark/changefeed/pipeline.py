@@ -24,7 +24,7 @@ finished is converted, not refused; the table's rows are not checked for one row
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
 
-`changefeed_frames` is what `lake.jobs.ingest` converts a changefeed with.
+`changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source:
                       state: DataFrame | None = None, since: int | None = None,
                       close: bool = False) -> tuple[DataFrame, int | None]:
     """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier
-    (what `lake.jobs.ingest` commits).
+    (what `lake.commands.ingest` commits).
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's
     previous row from it, so an update or delete of a row committed earlier retracts it.

@@ -1,4 +1,4 @@
-"""The local (pure-Python) jobs behind `changelake decode` and `changelake encode`.
+"""The local (pure-Python) engine behind `changelake decode` and `changelake encode`.
 
 They stream: input is read message by message and output is written as soon as it is final,
 so memory stays bounded by what the protocol holds unfinished, not by the size of the log.

@@ -14,7 +14,6 @@ Intermediate frontier lines are not printed (the contract allows that): one fron
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -25,21 +24,19 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from changelake.errors import InputError, Location, ProtocolError
+from changelake.errors import Location, ProtocolError
 from changelake.formats.materialize import CdcSchema, SetAside, expand_paths
 from changelake.protocol import Antichain, Rejected, Updates
 from changelake.protocol.reader import waiting_reason
+from changelake.spark.errors import translate_errors
 from changelake.values import freeze
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from changelake.jobs import DecodeReport
+    from changelake.local import DecodeReport
     from changelake.spark.decode import Decoded
 
-_INPUT_ERROR = re.compile(r"changelake-input-error<<(.*?)>>", re.S)
-_SOURCE_ERROR = re.compile(r"ValueError: (materialize-cdc: [^\n]*)")
-"""An option or input problem the data source reports while Spark plans the read."""
 
 
 @dataclass
@@ -77,17 +74,6 @@ class SparkDecoded:
     def close(self) -> None:
         if self.decoded is not None:
             self.decoded.unpersist()
-
-
-def translate_errors(action: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run a Spark action; an input error raised in an executor comes back as `InputError`."""
-    try:
-        return action(*args, **kwargs)
-    except Exception as error:  # Py4JJavaError, PySparkException, AnalysisException ...
-        found = _INPUT_ERROR.search(str(error)) or _SOURCE_ERROR.search(str(error))
-        if found is None:
-            raise
-        raise InputError(found.group(1).strip()) from None
 
 
 def read_messages_frame(
@@ -192,11 +178,11 @@ def decode_with_spark(
     master: str = "local[*]",
     conf: dict[str, str] | None = None,
 ) -> DecodeReport:
-    """The CLI's Spark engine: same arguments and report as `changelake.jobs.decode_local`.
+    """The CLI's Spark engine: same arguments and report as `changelake.local.decode_local`.
 
     Standard input (no paths) is spooled to a temporary file first: executors read files.
     """
-    from changelake.jobs import DecodeReport, frontier_line
+    from changelake.local import DecodeReport, frontier_line
     from changelake.spark.session import build_session
 
     spool: Path | None = None

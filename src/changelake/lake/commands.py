@@ -53,7 +53,7 @@ from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, fro
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
 from changelake.spark.changefeed.pipeline import changefeed_frames
-from changelake.spark.jobs import translate_errors
+from changelake.spark.errors import translate_errors
 
 
 def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: str = "local[*]",
@@ -131,7 +131,7 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     """
     from changelake.formats.materialize import OCF_MAGIC, expand_paths, load_schema
     from changelake.spark.decode import split_messages
-    from changelake.spark.jobs import read_messages_frame
+    from changelake.spark.decode_files import read_messages_frame
 
     cdc = load_schema(Path(schema_file)) if schema_file else None
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
