@@ -30,9 +30,11 @@ pytestmark = pytest.mark.spark
 
 
 def check(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any] | None,
-          close: bool, rows: list[dict[str, Any]] | None = None) -> Counter[Any]:
+          close: bool, rows: list[dict[str, Any]] | None = None,
+          keys: list[str] | None = None) -> Counter[Any]:
     """The JVM path and the encoder on the same files (and the same initial rows): the same
-    updates and frontier. Returns the updates."""
+    updates and frontier. Returns the updates. `keys`: ["id"] unless given ([] for none)."""
+    keys = ["id"] if keys is None else keys
     schema_file = None
     if table is not None:
         schema_file = tmp_path / "table.json"
@@ -40,11 +42,12 @@ def check(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any] |
     state = None
     if rows is not None:
         state = spark.createDataFrame(rows, "id bigint, name string, amount string, note string")
-    got = convert_frames(spark, paths, "debezium", ["id"], schema_file, close=close,
+    got = convert_frames(spark, paths, "debezium", keys, schema_file, close=close,
                          state=state)
     assert got.path == "jvm", got.reason
     memory = MemoryState.from_rows(rows, ["id"], PG_COLUMNS) if rows is not None else None
-    messages = list(encode_changefeed(paths, source="debezium", keys=["id"], table_schema=table,
+    messages = list(encode_changefeed(paths, source="debezium", keys=keys or None,
+                                      table_schema=table,
                                       close=close, lenient=False, state=memory))
     expected = collect(messages)
     assert got.frontier == (None if close else expected.frontier.elements[0])
@@ -84,9 +87,12 @@ def test_state_stands_in_for_the_snapshot(spark: Any, tmp_path: Path) -> None:
     assert any(diff < 0 for diff in updates.values())  # rows only the state held, retracted
 
 
-def test_mysql_full_images_with_gtids_and_a_moved_key(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("keys", [["id"], []], ids=["keyed", "unkeyed"])
+def test_mysql_full_images_with_gtids_and_a_moved_key(spark: Any, tmp_path: Path,
+                                                      keys: list[str]) -> None:
     """MySQL positions and GTID times, an update that moves its key (two events at one
-    position), a replayed tail, and the column order of the first image."""
+    position), a replayed tail, and the column order of the first image; with keys, and
+    without (complete images, `unkeyed.py`)."""
     source = {"connector": "mysql", "db": "inv", "table": "items", "server_id": 1}
     rows = {1: ("ann", 150, "a"), 2: ("bob", 7, "b")}
     lines = [orjson.dumps({"op": "r", "after": _json_row(k, v), "source": {
@@ -102,8 +108,9 @@ def test_mysql_full_images_with_gtids_and_a_moved_key(spark: Any, tmp_path: Path
             "after": _json_row(*after) if after else None, "source": src}))
     path = tmp_path / "my.jsonl"
     path.write_bytes(b"\n".join(lines + lines[-3:]) + b"\n")
-    updates = check(spark, [path], tmp_path, None, True)
+    updates = check(spark, [path], tmp_path, None, True, keys=keys)
     assert [k for k, _ in next(iter(updates))[0]] == ["id", "name", "amount", "note"]
+    assert sum(1 for diff in updates.values() if diff < 0) >= 2  # updates retract
 
 
 def test_a_file_named_twice_is_read_twice(spark: Any, tmp_path: Path) -> None:
@@ -122,3 +129,18 @@ def test_a_bad_line_goes_to_the_old_path_with_its_error(spark: Any, tmp_path: Pa
         fh.write(b'{"op": "u", "after": {"id": "x"}, "source": {"lsn": -1}}\n')
     with pytest.raises(ChangefeedError, match=r"items.jsonl, line \d+: source.lsn must be"):
         convert_frames(spark, paths, "debezium", ["id"], None)
+
+
+def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """PostgreSQL's default replica identity sends updates without before-images: without
+    keys the JVM path hands the batch over, and the error names the encoder's line."""
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed(paths, source="debezium", keys=None, table_schema=None,
+                               close=True, lenient=False))
+    with pytest.raises(ChangefeedError) as spark_error:
+        convert_frames(spark, paths, "debezium", [], None, close=True)
+    # The Spark path looks at the whole batch, so it adds how many more lines are bad.
+    assert str(spark_error.value).startswith(str(encoder.value))
+    assert "without a before-image" in str(encoder.value)

@@ -62,10 +62,9 @@ def _image(raw: Column, has_schema: Column, columns: Sequence[ColumnSpec]) -> li
     return out
 
 
-def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
-                 keys: Sequence[str]) -> DataFrame:
-    """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
-    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way)."""
+def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame:
+    """One row per change: its place, `op`, `time`, `pos`, whether it has each image
+    (`_has_a`, `_has_b`), the images' typed values (`a`, `b`) and UNCHANGED flags (`ua`, `ub`)."""
     has_schema = F.col("schema").isNotNull()
     names = [c.name for c in columns]
     after = _image(F.col("after_raw"), has_schema, columns)
@@ -74,11 +73,19 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
     def struct(values: list[Column], at: int) -> Column:
         return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])
 
-    frame = changes.select("file", "file_index", "block", "row", "op", "time", "pos",
-                           F.col("after_raw").isNotNull().alias("_has_a"),
-                           F.col("before_raw").isNotNull().alias("_has_b"),
-                           struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
-                           struct(before, 0).alias("b"), struct(before, 1).alias("ub"))
+    return changes.select("file", "file_index", "block", "row", "op", "time", "pos",
+                          F.col("after_raw").isNotNull().alias("_has_a"),
+                          F.col("before_raw").isNotNull().alias("_has_b"),
+                          struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
+                          struct(before, 0).alias("b"), struct(before, 1).alias("ub"))
+
+
+def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
+                 keys: Sequence[str]) -> DataFrame:
+    """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
+    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way)."""
+    names = [c.name for c in columns]
+    frame = typed_images(changes, columns)
     a, ua, b, ub = F.col("a"), F.col("ua"), F.col("b"), F.col("ub")
 
     def key_state(img: Column, flags: Column, present: Column) -> tuple[Column, Column]:

@@ -1,17 +1,18 @@
 """The changefeed path on Spark, step by step: read, parse, types, times, keyed, progress.
 
-`debezium_changes` converts a keyed Debezium batch (PostgreSQL or MySQL payloads, with or
-without the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`),
-parsed with `from_json` (`parse.py`), typed (`types.py`), timed with windows by transaction and
-by file block (`times.py`), converted with windows by key joined with the table's rows
-(`keyed.py`), and the frontier comes from aggregates (`progress.py`). The driver sees one row
+`debezium_changes` converts a Debezium batch (PostgreSQL or MySQL payloads, with or without
+the schema wrapper) wholly in the JVM: the files are read on the executors and held to UTF-8
+and the line bound (`read.py`), parsed with `from_json` (`parse.py`), typed (`types.py`), timed
+with windows by transaction and by file block (`times.py`), converted with windows by key
+joined with the table's rows (`keyed.py`) or, without keys, by their images (`unkeyed.py`),
+and the frontier comes from aggregates (`progress.py`). The driver sees one row
 per file block (only when snapshot rows need the current time) and a handful of aggregate rows.
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
 batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
 which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
-Not covered yet: YDB feeds, conversion without keys, non-default `UpsertOptions`, any bad line,
+Not covered yet: YDB feeds, non-default `UpsertOptions`, any bad line,
 truncates, logical messages, Kafka record dumps, Debezium key records, changes without a
 position (incremental snapshots), two writes of one key at one position with different rows
 (told apart by a 64-bit hash of the row), null keys, temporal and nested Connect types, a
@@ -56,6 +57,7 @@ from changelake.spark.changefeed.types import (
     infer_images,
     spark_type,
 )
+from changelake.spark.changefeed.unkeyed import convert_images, image_events
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +167,8 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
                      table_schema: TableSchema | None = None, close: bool = False,
                      state: DataFrame | None = None, since: int | None = None
                      ) -> tuple[DataFrame, int | None]:
-    """A keyed Debezium batch on the JVM path: (updates, frontier), or `Unsupported`."""
+    """A Debezium batch on the JVM path: (updates, frontier), or `Unsupported`. Without
+    `keys`, the images are converted as they are (`unkeyed.py`)."""
     lines = read_lines(spark, files)
     items = _guard(lambda: parse_items(lines.frame).localCheckpoint())
     facts = _facts(items)
@@ -183,6 +186,12 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
         timed = timed.where(F.col("time") >= since)
+    if not keys:
+        events = _guard(lambda: image_events(timed, columns).localCheckpoint())
+        problem = _first_problem(events)
+        if problem is not None:
+            raise Unsupported(problem)
+        return convert_images(events.where(F.col("problem").isNull())), frontier
     events = typed_events(timed, columns, keys)
     events = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
         "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
@@ -205,8 +214,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
-    reason = "unsupported: YDB" if source != "debezium" else \
-        "unsupported: no key columns" if not keys else None
+    reason = "unsupported: YDB" if source != "debezium" else None
     if reason is None:
         try:
             changes, frontier = debezium_changes(spark, files, keys=keys, table_schema=schema,
