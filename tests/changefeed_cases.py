@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 from changelake.protocol import collect
 from changelake.values import thaw
@@ -48,3 +51,31 @@ PG_CASES = [
               (0.8, 0.3), metadata, False, [0, 1, 2, 3] * 16)
     for metadata in (False, True)
 ]
+
+
+def write_float_keys(path: Path) -> Path:
+    """A keyed feed whose key values are equal in Python but spelled apart: `1` then `1.0`,
+    `0.0` then `-0.0`; the update and the delete must find the rows they change."""
+    def line(op: str, lsn: int, before: Any, after: Any) -> bytes:
+        return orjson.dumps({"op": op, "before": before, "after": after, "source": {
+            "connector": "postgresql", "lsn": lsn, "txId": lsn, "snapshot": "false"}})
+
+    path.write_bytes(b"\n".join([
+        line("c", 100, None, {"id": 1, "name": "a"}),
+        line("u", 110, None, {"id": 1.0, "name": "b"}),
+        line("c", 120, None, {"id": 0.0, "name": "z"}),
+        line("d", 130, {"id": -0.0}, None),
+        line("c", 140, None, {"id": 2.5, "name": "c"})]) + b"\n")
+    return path
+
+
+#: The rows `write_float_keys`'s feed leaves.
+FLOAT_KEYS_FINAL = Counter({(("id", 1.0), ("name", "b")): 1, (("id", 2.5), ("name", "c")): 1})
+
+
+def final_rows(updates: Counter[Any]) -> Counter[Any]:
+    """The rows a history of `(data, time)` multiplicities ends with."""
+    out: Counter[Any] = Counter()
+    for (data, _), diff in updates.items():
+        out[data] += diff
+    return +out

@@ -12,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from changefeed_cases import PG_CASES, python_updates, spark_updates
+from changefeed_cases import (
+    FLOAT_KEYS_FINAL,
+    PG_CASES,
+    final_rows,
+    python_updates,
+    spark_updates,
+    write_float_keys,
+)
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
@@ -144,3 +151,11 @@ def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
     # The Spark path looks at the whole batch, so it adds how many more lines are bad.
     assert str(spark_error.value).startswith(str(encoder.value))
     assert "without a before-image" in str(encoder.value)
+
+
+def test_keys_equal_in_python_are_one_key_in_spark(spark: Any, tmp_path: Path) -> None:
+    """`1` and `1.0`, `0.0` and `-0.0` are one key to the Python converter: typed key columns
+    (double here) group them as one in Spark too, so the update and the delete find their row."""
+    path = write_float_keys(tmp_path / "floats.jsonl")
+    updates = check(spark, [path], tmp_path, None, True)
+    assert final_rows(updates) == FLOAT_KEYS_FINAL

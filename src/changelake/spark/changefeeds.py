@@ -232,11 +232,25 @@ def _change_rows(base: dict[str, Any], change: Change,
         if keys and key is None and part.op not in _KEYLESS:
             return [{**base, "kind": "error", "error": unkeyed(part, keys).reason}]
         rows.append({**base, "kind": "change", "op": part.op.value, "item": pickle.dumps(part),
-                     "key": pickle.dumps(key) if key is not None else None,
+                     "key": pickle.dumps(_one_spelling(key)) if key is not None else None,
                      "time": part.time, "tx": part.transaction, "tx_order": part.tx_order,
                      "pos": pickle.dumps(part.position),
                      "ident": pickle.dumps(event_identity(part))})
     return rows
+
+
+def _one_spelling(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A key as the bytes Spark groups by: values Python holds equal (`1`, `1.0` and `True`;
+    `0.0` and `-0.0`) pickle alike, so they reach one key's group, as they are one key to
+    the converter's dicts."""
+    def spell(value: Any) -> Any:
+        if isinstance(value, bool):
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        return value
+
+    return tuple(spell(v) for v in key)
 
 
 def _restore(change: Change) -> Change:
