@@ -44,10 +44,17 @@ from pyspark.sql import functions as F
 
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
+from changelake.spark.changefeed.barriers import barrier_problems, ydb_frontier
 from changelake.spark.changefeed.parse import parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import read_lines
 from changelake.spark.changefeed.times import assign_times
+from changelake.spark.changefeed.ydb import (
+    untimed_positions,
+    with_content,
+    ydb_columns,
+    ydb_items,
+)
 from changelake.spark.changefeed.types import (
     SUPPORTED,
     Decoder,
@@ -194,6 +201,44 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
     return convert(events, columns, keys, state), frontier
 
 
+def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
+                table_schema: TableSchema, close: bool = False,
+                state: DataFrame | None = None, since: int | None = None
+                ) -> tuple[DataFrame, int | None]:
+    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier), or
+    `Unsupported` (see `ydb.py` for what is covered)."""
+    columns = ydb_columns(table_schema, keys)
+    items = barrier_problems(ydb_items(read_lines(spark, files).frame, table_schema, columns),
+                             len(keys))
+    items = _guard(lambda: items.localCheckpoint())
+    change = F.col("kind") == "change"
+    facts = _guard(lambda: items.agg(
+        F.min("problem").alias("problem"),
+        F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
+        F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
+        F.count(F.when(~change, 1)).alias("barriers")).first())
+    if facts["problem"] is not None:
+        raise Unsupported(facts["problem"])
+    events = items.where(change)
+    if facts["untimed"]:
+        if facts["timed"] or facts["barriers"]:
+            raise Unsupported("records without ts beside records with ts or barriers")
+        events = untimed_positions(events)
+    frontier = None if close else _guard(lambda: ydb_frontier(items, len(files)))
+    if frontier is not None:
+        events = events.where(F.col("time") < frontier)
+    if since is not None:
+        events = events.where(F.col("time") >= since)
+    events = with_content(events)
+    events = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
+        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
+        .localCheckpoint())
+    problem = _first_problem(events)
+    if problem is not None:
+        raise Unsupported(problem)
+    return convert(events, columns, keys, state), frontier
+
+
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                    key: Sequence[str], schema_file: Path | None, *,
                    state: DataFrame | None = None, since: int | None = None,
@@ -205,12 +250,19 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     table_json = orjson.loads(Path(schema_file).read_bytes()) if schema_file else None
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
-    reason = "unsupported: YDB" if source != "debezium" else \
-        "unsupported: no key columns" if not keys else None
+    reason = "unsupported: no key columns" if not keys else \
+        "unsupported: YDB without a table schema" if source == "ydb" and schema is None \
+        else None
     if reason is None:
         try:
-            changes, frontier = debezium_changes(spark, files, keys=keys, table_schema=schema,
-                                                 close=close, state=state, since=since)
+            if source == "ydb":
+                assert schema is not None
+                changes, frontier = ydb_changes(spark, files, keys=keys, table_schema=schema,
+                                                close=close, state=state, since=since)
+            else:
+                changes, frontier = debezium_changes(spark, files, keys=keys,
+                                                     table_schema=schema, close=close,
+                                                     state=state, since=since)
             return Converted(changes, frontier, "jvm")
         except Unsupported as why:
             reason = str(why)
