@@ -43,18 +43,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.tableschema import TableSchema
-from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.barriers import barrier_problems, ydb_frontier
+from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.parse import parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import read_lines
 from changelake.spark.changefeed.times import assign_times
-from changelake.spark.changefeed.ydb import (
-    untimed_positions,
-    with_content,
-    ydb_columns,
-    ydb_items,
-)
 from changelake.spark.changefeed.types import (
     SUPPORTED,
     Decoder,
@@ -63,6 +57,12 @@ from changelake.spark.changefeed.types import (
     image_fields,
     infer_images,
     spark_type,
+)
+from changelake.spark.changefeed.ydb import (
+    untimed_positions,
+    with_content,
+    ydb_columns,
+    ydb_items,
 )
 
 log = logging.getLogger(__name__)

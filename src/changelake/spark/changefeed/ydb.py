@@ -22,8 +22,8 @@ Utf8/Uuid a string; null anything.
 Every line the Python parser refuses, and every line this path cannot read the Python way, sets
 `problem` (the caller hands the batch to the old path, which names the line as
 `encode_changefeed` does): not one JSON object nesting at most four levels (strings aside),
-a line near the length limit, a surrogate escape or a replacement character (orjson refuses
-what Spark would repair), duplicate names, DEBEZIUM_JSON records (`payload`/`value`), OLD_IMAGE
+a line near the length limit, a surrogate escape, a byte-order mark or a replacement character
+(orjson refuses what Spark would repair or skip), duplicate names, DEBEZIUM_JSON records (`payload`/`value`), OLD_IMAGE
 records (no after image), a null key value, and, on a line with a Uint64 beyond a long, a
 number with an exponent or 19 digits before its point (`9223372036854775808.0` reads as that
 integer in a variant).
@@ -54,9 +54,9 @@ _INTS = {f"Int{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 6
 #: The YDB types whose JSON values this path reads in the JVM.
 COVERED = frozenset({"Bool", "Uint64", "Float", "Double", "Utf8", "Uuid", *_INTS})
 _DATA_FIELDS = ("key", "update", "reset", "erase", "newImage", "oldImage", "ts")
-_STRING = r'"(?:[^"\\]|\\.)*"'
+_STRING = r'"(?:[^"\\]++|\\.)*+"'
 _CONTAINER = r"\{[^{}\[\]]*\}|\[[^{}\[\]]*\]"
-_NAME = re.compile(r"^[^'\\]+$")
+_NAME = re.compile(r"^[^'\\`]+$")
 
 
 def ydb_columns(schema: TableSchema, keys: Sequence[str]) -> list[ColumnSpec]:
@@ -265,7 +265,7 @@ def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpe
     )
     line_problem = _problems(
         (F.octet_length("value") >= MAX_LINE_BYTES - 1, "unsupported: a line near the limit"),
-        (F.col("value").contains("\ufffd"), "unsupported: a replacement character"),
+        (F.col("value").rlike("[\ufffd\ufeff]"), "unsupported: a replacement character or BOM"),
         (F.col("value").rlike(r"\\u[dD][89a-fA-F]"), "unsupported: a surrogate escape"),
         (~_well_formed(F.col("value")), "unsupported: not one JSON value of at most 4 levels"),
         (F.try_parse_json("value").isNull() | top.isNull(), "bad: not a JSON object"),
