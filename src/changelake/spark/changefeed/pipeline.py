@@ -11,7 +11,7 @@ What it does not cover raises `Unsupported` before anything is returned (checked
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
 batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
 which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
-Not covered yet: YDB feeds, conversion without keys, non-default `UpsertOptions`, any bad line,
+Not covered yet: conversion without keys, non-default `UpsertOptions`, any bad line,
 truncates, logical messages, Kafka record dumps, Debezium key records, changes without a
 position (incremental snapshots), two writes of one key at one position with different rows
 (told apart by a 64-bit hash of the row), null keys, temporal and nested Connect types, a
@@ -23,6 +23,14 @@ transaction's time, not one above (`times.py`); a change arriving after a later 
 finished is converted, not refused; the table's rows are not checked for one row per key (the
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
+
+`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with `parse_json` against
+the table schema's types (`ydb.py`, which says what it covers: records with virtual timestamps
+and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
+the primary key as key), the barrier rule and the frontier by file (`barriers.py`), converted
+by `keyed.convert`. Where it may differ from `encode_changefeed` (shared with the old path): a
+record below its partition's barrier is a replay only if it repeats an earlier record of its
+file (the encoder also skips one older than what its key already has applied).
 
 `changefeed_frames` has the signature and result of `lake.jobs.changefeed_frames`, so that the
 lake switches to this path with one line.
