@@ -134,8 +134,10 @@ def write_ydb_feed(paths: list[Path], events: int, seed: int = 9) -> int:
     live: dict[int, int] = {}
     next_key = 0
     step, tx = 1000, 1
-    for n in range(events):
-        if n % 1000 == 999:
+    n = 0
+    while written < events:
+        n += 1
+        if n % 1000 == 0:
             step += 1
             for p in range(len(paths)):
                 emit(p, orjson.dumps({"resolved": [step, 0]}))

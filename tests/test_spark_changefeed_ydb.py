@@ -150,7 +150,8 @@ def test_the_tables_rows_stand_in_for_earlier_events(spark: Any, tmp_path: Path)
     assert got is not None and got.path == "jvm", got and got.reason
 
 
-@settings(max_examples=4, deadline=None,
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=ydb_histories(), close=st.booleans(), replay=st.booleans(),
        late=st.booleans())

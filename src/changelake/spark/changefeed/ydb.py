@@ -23,10 +23,10 @@ Every line the Python parser refuses, and every line this path cannot read the P
 `problem` (the caller hands the batch to the old path, which names the line as
 `encode_changefeed` does): not one JSON object nesting at most four levels (strings aside),
 a line near the length limit, a surrogate escape, a byte-order mark or a replacement character
-(orjson refuses what Spark would repair or skip), duplicate names, DEBEZIUM_JSON records (`payload`/`value`), OLD_IMAGE
-records (no after image), a null key value, and, on a line with a Uint64 beyond a long, a
-number with an exponent or 19 digits before its point (`9223372036854775808.0` reads as that
-integer in a variant).
+(orjson refuses what Spark would repair or skip), duplicate names (orjson keeps the last),
+DEBEZIUM_JSON records (`payload`/`value`), OLD_IMAGE records (no after image), a null key
+value, and, on a line with a Uint64 beyond a long, a number with an exponent or 19 digits
+before its point (`9223372036854775808.0` reads as that integer in a variant).
 
 Records without `ts` (no virtual timestamps) are placed by the encoder at the stream's current
 time and ordered by arrival: covered only when no line of the batch has a `ts` or is a barrier,
@@ -179,8 +179,11 @@ def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpe
     """One row per line: file, file_index, block, row, kind ("resolved" or "change"), problem,
     rpos (a barrier's position), has_ts, and for changes the event columns `keyed.convert`
     reads: k0.., is_delete, rank, op, pos, time, a, ua, b, ub, content."""
-    v = F.try_parse_json("value")
-    top = F.json_object_keys("value")
+    # Parsed once (a project over these is not collapsed into their many uses).
+    lines = lines.select("file", "file_index", "block", "row", "value",
+                         F.try_parse_json("value").alias("_v"),
+                         F.json_object_keys("value").alias("_top"))
+    v, top = F.col("_v"), F.col("_top")
     types = {c.name: _base_type(c.type) or "" for c in schema.columns}
     keys = list(schema.primary_key)
     non_key = [n for n in schema.names if n not in keys]
@@ -268,7 +271,7 @@ def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpe
         (F.col("value").rlike("[\ufffd\ufeff]"), "unsupported: a replacement character or BOM"),
         (F.col("value").rlike(r"\\u[dD][89a-fA-F]"), "unsupported: a surrogate escape"),
         (~_well_formed(F.col("value")), "unsupported: not one JSON value of at most 4 levels"),
-        (F.try_parse_json("value").isNull() | top.isNull(), "bad: not a JSON object"),
+        (v.isNull() | top.isNull(), "bad: not a JSON object"),
     )
     problem = F.coalesce(line_problem, F.when(resolved, resolved_problem).otherwise(data_problem))
 
