@@ -13,11 +13,18 @@ The same lines are
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines.
 
+With `--source ydb` the feed is YDB changefeed JSON instead (`write_ydb_feed`): two partition
+files of the same table (Uint64 key), UPDATES-mode records with virtual timestamps (inserts,
+partial updates that leave columns unchanged, erases), a resolved record in both partitions
+every thousand events, and a restart that re-sends the last 2% of each partition; the plain
+write reads the `update` objects.
+
 Printed: events per second of each, the ratio ingest/plain rate, and the peak RSS of the
 driver (the Python process and the JVM, from the kernel's high-water marks).
 
     python benchmarks/bench_ingest.py --events 110000 --old
     python benchmarks/bench_ingest.py --events 1100000
+    python benchmarks/bench_ingest.py --events 110000 --source ydb
 """
 
 from __future__ import annotations
@@ -103,6 +110,68 @@ def write_feed(path: Path, events: int, seed: int = 9) -> int:
     return written + len(replay)
 
 
+YDB_TABLE = {"columns": [{"name": "id", "type": "Uint64"}, {"name": "name", "type": "Utf8"},
+                         {"name": "amount", "type": "Int64"}, {"name": "note", "type": "Utf8"}],
+             "primary_key": ["id"]}
+
+
+def write_ydb_feed(paths: list[Path], events: int, seed: int = 9) -> int:
+    """The YDB feed described in the module docstring, one partition per path; returns the
+    number of lines written."""
+    rng = random.Random(seed)
+    keys = max(10, events // 6)
+    outs = [open(p, "wb") for p in paths]  # noqa: SIM115 - closed below; streamed
+    tails: list[deque[bytes]] = [deque(maxlen=max(1, events // 50 // len(paths)))
+                                 for _ in paths]
+    written = 0
+
+    def emit(partition: int, line: bytes) -> None:
+        nonlocal written
+        outs[partition].write(line + b"\n")
+        tails[partition].append(line)
+        written += 1
+
+    live: dict[int, int] = {}
+    next_key = 0
+    step, tx = 1000, 1
+    n = 0
+    while written < events:
+        n += 1
+        if n % 1000 == 0:
+            step += 1
+            for p in range(len(paths)):
+                emit(p, orjson.dumps({"resolved": [step, 0]}))
+        step += rng.randint(0, 1)
+        tx += 1
+        roll = rng.random()
+        if next_key < keys and (roll < 0.45 or not live):
+            k, next_key = next_key, next_key + 1
+            live[k] = k % 997
+            body = {"update": {"name": f"n{k}", "amount": live[k], "note": "x"}}
+        elif roll < 0.9 and live:
+            k = rng.randrange(next_key)
+            if k not in live:
+                continue
+            live[k] += 1
+            changed = {"amount": live[k]}
+            if rng.random() < 0.67:
+                changed["note"] = f"u{live[k]}"
+            body = {"update": changed}
+        else:
+            k = rng.randrange(next_key)
+            if k not in live:
+                continue
+            del live[k]
+            body = {"erase": {}}
+        emit(k % len(paths), orjson.dumps({**body, "key": [k], "ts": [step, tx]}))
+    for p, out in enumerate(outs):
+        for line in list(tails[p]):
+            out.write(line + b"\n")
+            written += 1
+        out.close()
+    return written
+
+
 def peak_rss_mb(spark: object) -> tuple[float, float]:
     """(Python driver, JVM) peak resident set sizes in MiB."""
     python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -119,6 +188,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=110_000)
     parser.add_argument("--old", action="store_true", help="also time the old path")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--source", choices=("debezium", "ydb"), default="debezium")
     args = parser.parse_args()
 
     from changelake.lake import Lake, commands, lake_session
@@ -129,15 +199,34 @@ def main() -> None:
     old_frames = commands.changefeed_frames
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
-        feed = work / "feed.jsonl"
-        events = write_feed(feed, args.events)
+        ydb = args.source == "ydb"
+        table_file = work / "table.json"
+        table_file.write_bytes(orjson.dumps(YDB_TABLE))
+        if ydb:
+            feed = [work / "partition-0.jsonl", work / "partition-1.jsonl"]
+            small = [work / "small-0.jsonl", work / "small-1.jsonl"]
+            events = write_ydb_feed(feed, args.events)
+            write_ydb_feed(small, 600)
+            schema = "key array<decimal(20,0)>, update struct<name:string,amount:bigint," \
+                "note:string>"
+            image = "update"
+        else:
+            feed, small = [work / "feed.jsonl"], [work / "small.jsonl"]
+            events = write_feed(feed[0], args.events)
+            write_feed(small[0], 600)
+            schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
+            image = "after"
+        options = {"source": args.source, "schema": table_file if ydb else None}
         spark = lake_session(work / "lake", args.master)
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
-        schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
-        small = work / "small.jsonl"
-        write_feed(small, 600)
         taken: list[str] = []  # which path each ingest's conversion took
+
+        def plain_write(paths: list[Path], out: Path) -> None:
+            frame = spark.read.schema(schema).json([str(p) for p in paths]) \
+                .where(f"{image} IS NOT NULL")
+            columns = ["key[0] AS id", f"{image}.*"] if ydb else [f"{image}.*"]
+            frame.selectExpr(*columns).write.parquet(str(out))
 
         def frames(*args: object, **kwargs: object) -> object:
             converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
@@ -145,16 +234,15 @@ def main() -> None:
             return converted.changes, converted.frontier
 
         commands.changefeed_frames = frames  # type: ignore[assignment]
-        commands.ingest(lake, "bench.warm", [small], key=["id"], source="debezium")
-        spark.read.schema(schema).json(str(small)).where("after IS NOT NULL").select(
-            "after.*").write.parquet(str(work / "warm.parquet"))
+        commands.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
+        plain_write(small, work / "warm.parquet")
 
         start = time.perf_counter()
-        spark.read.schema(schema).json(str(feed)).where("after IS NOT NULL").select(
-            "after.*").write.parquet(str(work / "plain.parquet"))
+        plain_write(feed, work / "plain.parquet")
         plain = time.perf_counter() - start
         start = time.perf_counter()
-        report = commands.ingest(lake, "bench.items", [feed], key=["id"], source="debezium")
+        report = commands.ingest(lake, "bench.items", feed, key=["id"],
+                             **options)  # type: ignore[arg-type]
         ours = time.perf_counter() - start
         rows = [("plain Parquet write", plain, ""),
                 (f"ingest, JVM path ({taken[-1]})", ours,
@@ -162,13 +250,16 @@ def main() -> None:
         if args.old:
             commands.changefeed_frames = old_frames
             start = time.perf_counter()
-            old = commands.ingest(lake, "bench.old", [feed], key=["id"], source="debezium")
+            old = commands.ingest(lake, "bench.old", feed, key=["id"],
+                              **options)  # type: ignore[arg-type]
             took = time.perf_counter() - start
             rows.append(("ingest, old path (UDF)", took,
                          f"{old.commit.written:,} updates, frontier {old.frontier}"))
         python, jvm = peak_rss_mb(spark)
-        print(f"{events:,} Debezium events over {max(10, args.events // 6):,} keys, "
-              f"{feed.stat().st_size / 2**20:.0f} MiB, master {args.master}")
+        size = sum(p.stat().st_size for p in feed)
+        print(f"{events:,} {'YDB' if ydb else 'Debezium'} lines over "
+              f"{max(10, args.events // 6):,} keys, {size / 2**20:.0f} MiB, "
+              f"master {args.master}")
         for name, took, note in rows:
             print(f"{name:34} {took:8.2f} s {events / took / 1000:8.1f} k events/s "
                   f"{plain / took:6.2f}x plain  {note}")

@@ -12,7 +12,7 @@ What it does not cover raises `Unsupported` before anything is returned (checked
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
 batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
 which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
-Not covered yet: YDB feeds, non-default `UpsertOptions`, any bad line,
+Not covered yet: non-default `UpsertOptions`, any bad line,
 truncates, logical messages, Kafka record dumps, Debezium key records, changes without a
 position (incremental snapshots), two writes of one key at one position with different rows
 (told apart by a 64-bit hash of the row), null keys, temporal and nested Connect types, a
@@ -24,6 +24,14 @@ transaction's time, not one above (`times.py`); a change arriving after a later 
 finished is converted, not refused; the table's rows are not checked for one row per key (the
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
+
+`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with `parse_json` against
+the table schema's types (`ydb.py`, which says what it covers: records with virtual timestamps
+and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
+the primary key as key), the barrier rule and the frontier by file (`barriers.py`), converted
+by `keyed.convert`. Where it may differ from `encode_changefeed` (shared with the old path): a
+record below its partition's barrier is a replay only if it repeats an earlier record of its
+file (the encoder also skips one older than what its key already has applied).
 
 `changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
@@ -43,6 +51,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.tableschema import TableSchema
+from changelake.spark.changefeed.barriers import barrier_problems, ydb_frontier
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.parse import parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
@@ -58,6 +67,12 @@ from changelake.spark.changefeed.types import (
     spark_type,
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
+from changelake.spark.changefeed.ydb import (
+    untimed_positions,
+    with_content,
+    ydb_columns,
+    ydb_items,
+)
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +217,44 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
     return convert(events, columns, keys, state), frontier
 
 
+def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
+                table_schema: TableSchema, close: bool = False,
+                state: DataFrame | None = None, since: int | None = None
+                ) -> tuple[DataFrame, int | None]:
+    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier), or
+    `Unsupported` (see `ydb.py` for what is covered)."""
+    columns = ydb_columns(table_schema, keys)
+    items = barrier_problems(ydb_items(read_lines(spark, files).frame, table_schema, columns),
+                             len(keys))
+    items = _guard(lambda: items.localCheckpoint())
+    change = F.col("kind") == "change"
+    facts = _guard(lambda: items.agg(
+        F.min("problem").alias("problem"),
+        F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
+        F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
+        F.count(F.when(~change, 1)).alias("barriers")).first())
+    if facts["problem"] is not None:
+        raise Unsupported(facts["problem"])
+    events = items.where(change)
+    if facts["untimed"]:
+        if facts["timed"] or facts["barriers"]:
+            raise Unsupported("records without ts beside records with ts or barriers")
+        events = untimed_positions(events)
+    frontier = None if close else _guard(lambda: ydb_frontier(items, len(files)))
+    if frontier is not None:
+        events = events.where(F.col("time") < frontier)
+    if since is not None:
+        events = events.where(F.col("time") >= since)
+    events = with_content(events)
+    events = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
+        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
+        .localCheckpoint())
+    problem = _first_problem(events)
+    if problem is not None:
+        raise Unsupported(problem)
+    return convert(events, columns, keys, state), frontier
+
+
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                    key: Sequence[str], schema_file: Path | None, *,
                    state: DataFrame | None = None, since: int | None = None,
@@ -214,11 +267,20 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
-    reason = "unsupported: YDB" if source != "debezium" else None
+    reason = None
+    if source == "ydb":
+        reason = "unsupported: YDB without a table schema" if schema is None else \
+            "unsupported: YDB without key columns" if not keys else None
     if reason is None:
         try:
-            changes, frontier = debezium_changes(spark, files, keys=keys, table_schema=schema,
-                                                 close=close, state=state, since=since)
+            if source == "ydb":
+                assert schema is not None
+                changes, frontier = ydb_changes(spark, files, keys=keys, table_schema=schema,
+                                                close=close, state=state, since=since)
+            else:
+                changes, frontier = debezium_changes(spark, files, keys=keys,
+                                                     table_schema=schema, close=close,
+                                                     state=state, since=since)
             return Converted(changes, frontier, "jvm")
         except Unsupported as why:
             reason = str(why)

@@ -1,0 +1,236 @@
+"""The JVM changefeed path on YDB JSON agrees with `encode_changefeed`: the same updates and
+frontier, or the encoder's error (the batch then goes to the old path, which names the line).
+Every YDB sample, and generated two-partition histories with barriers, replays after a consumer
+restart and late records below a barrier."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from changefeed_cases import python_updates, spark_updates
+from changelake.convert import MemoryState, encode_changefeed
+from changelake.errors import ChangefeedError
+from changelake.protocol import collect
+from changelake.spark.changefeed.pipeline import Converted, convert_frames
+from conftest import SAMPLES, seeded
+from test_convert_history import YDB_TABLE, write_ydb, ydb_histories
+from test_convert_samples import EXPECTED
+
+pytestmark = pytest.mark.spark
+
+#: The samples the JVM path converts; the others go to the old path (types it does not read,
+#: DEBEZIUM_JSON, bad lines).
+JVM_SAMPLES = {
+    "ydb-test-json-initial-scan-updated-rows.jsonl", "ydb-test-json-initial-scan.jsonl",
+    "ydb-test-json-keys-only-uuid-key.jsonl", "ydb-test-json-keys-only.jsonl",
+    "ydb-test-json-nan-inf.jsonl", "ydb-test-json-new-and-old-images.jsonl",
+    "ydb-test-json-updates-add-drop-column.jsonl", "ydb-test-json-updates.jsonl",
+}
+YDB_SAMPLES = sorted([*SAMPLES.glob("ydb-*.jsonl"), *SAMPLES.glob("pattern-ydb-test-json-*.jsonl")])
+#: The old path names the first bad line as the encoder does, and counts the others.
+_MORE = re.compile(r" \(and \d+ more bad lines? found; strict=False sets them aside\)$")
+
+
+def compare(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any], *,
+            close: bool, rows: list[dict[str, Any]] | None = None,
+            since: int | None = None) -> tuple[Converted | None, str | None]:
+    """Both sides on the same files: (what the Spark path returned, the encoder's error)."""
+    schema_file = tmp_path / "table.json"
+    schema_file.write_text(json.dumps(table))
+    names = [c["name"] for c in table["columns"]]
+    keys = list(table["primary_key"])
+    try:
+        memory = MemoryState.from_rows(rows, keys, names) if rows is not None else None
+        messages = list(encode_changefeed(paths, source="ydb", keys=None, table_schema=table,
+                                          close=close, lenient=False, state=memory))
+        error = None
+    except ChangefeedError as failure:
+        error = str(failure)
+    state = None
+    if rows is not None:
+        state = spark.createDataFrame([{**r, "id": Decimal(r["id"])} for r in rows],
+                                      "id decimal(20,0), name string, score double")
+    try:
+        got = convert_frames(spark, paths, "ydb", [], schema_file, close=close, state=state,
+                             since=since)
+    except ChangefeedError as failure:
+        assert _MORE.sub("", str(failure)) == error
+        return None, error
+    assert error is None, f"the encoder refused: {error}"
+    expected = collect(messages)
+    assert got.frontier == (None if close else expected.frontier.elements[0])
+    assert spark_updates(got.changes) == python_updates(messages)
+    return got, None
+
+
+@pytest.mark.slow  # ~19 conversions
+@pytest.mark.parametrize("path", YDB_SAMPLES, ids=lambda p: p.name)
+def test_sample_agrees_with_the_encoder(spark: Any, tmp_path: Path, path: Path) -> None:
+    got, _ = compare(spark, [path], tmp_path, EXPECTED[path.name][0], close=True)
+    if path.name in JVM_SAMPLES:
+        assert got is not None and got.path == "jvm", got and got.reason
+
+
+@pytest.mark.parametrize("name", ["ydb-test-json-new-and-old-images.jsonl",
+                                  "ydb-test-json-keys-only-uuid-key.jsonl"])
+def test_samples_on_the_jvm_path(spark: Any, tmp_path: Path, name: str) -> None:
+    """New and old images, erases; a Uuid key and UNCHANGED columns (KEYS_ONLY)."""
+    got, _ = compare(spark, [SAMPLES / name], tmp_path, EXPECTED[name][0], close=True)
+    assert got is not None and got.path == "jvm", got and got.reason
+
+
+def restarted(paths: list[Path], seed: int) -> None:
+    """A consumer restart in each partition: a tail of it, from some line on, read again."""
+    rng = seeded(seed)
+    for path in paths:
+        lines = path.read_bytes().splitlines()
+        start = rng.randrange(len(lines)) if lines else 0
+        path.write_bytes(b"\n".join(lines + lines[start:]) + b"\n")
+
+
+def late_record(paths: list[Path], seed: int) -> bool:
+    """A record below its partition's last barrier (ydb#6985), at the end of a partition that
+    has a barrier: False when no partition has one. Its key is new: the encoder skips a late
+    record of a key that has a newer event applied (`is_replay`), the Spark paths skip only
+    repeats of an earlier record of the partition (see `spark/changefeed/barriers.py`)."""
+    rng = seeded(seed)
+    for path in paths:
+        lines = path.read_bytes().splitlines()
+        barriers = [orjson.loads(line)["resolved"] for line in lines if b"resolved" in line]
+        if barriers:
+            step = max(barriers)[0] - 1
+            record = {"update": {"name": "late"}, "key": [rng.choice([6, 7, 8])],
+                      "ts": [step, 1]}
+            path.write_bytes(b"\n".join([*lines, orjson.dumps(record)]) + b"\n")
+            return True
+    return False
+
+
+HISTORY = {"scan": {1: ("a", 0.5), 2**63 + 1: ("b", "nan")},
+           "txs": [(1, [("update", 1, {"name": "c"}), ("reset", 2**64 - 1, {"score": "inf"})],
+                    True),
+                   (1, [("erase", 1, {}), ("update", 2**63 + 1, {"score": 2.0})], False),
+                   (0, [("update", 3, {"name": None}), ("update", 1, {"score": -1.5})], True),
+                   (2, [("update", 2**64 - 1, {"name": "z"})], False)],
+           "seed": 11}
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_two_partitions_with_barriers_and_a_restart(spark: Any, tmp_path: Path,
+                                                    close: bool) -> None:
+    paths, _, last = write_ydb(HISTORY, tmp_path)
+    restarted(paths, 5)
+    got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=close)
+    assert got is not None and got.path == "jvm", got and got.reason
+    assert last is not None and (close or got.frontier == last)
+
+
+def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> None:
+    paths, _, _ = write_ydb(HISTORY, tmp_path)
+    assert late_record(paths, 3)
+    _, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
+    assert error is not None and "after resolved" in error and "partition-" in error
+
+
+def test_the_tables_rows_stand_in_for_earlier_events(spark: Any, tmp_path: Path) -> None:
+    """Keys the batch updates without creating them take the table's rows (the encoder gets
+    the same rows as its `State`)."""
+    paths, _, _ = write_ydb(HISTORY, tmp_path)
+    rows = [{"id": 3, "name": "old", "score": 1.0}, {"id": 2**64 - 1, "name": "x", "score": None}]
+    got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=False, rows=rows)
+    assert got is not None and got.path == "jvm", got and got.reason
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=ydb_histories(), close=st.booleans(), replay=st.booleans(),
+       late=st.booleans())
+def test_generated_histories_match_the_encoder(spark: Any, tmp_path_factory: Any,
+                                               history: dict[str, Any], close: bool,
+                                               replay: bool, late: bool) -> None:
+    """Two partitions, barriers, out-of-order records between them, Uint64 keys beyond a long,
+    NaN and infinities; a restart replaying a tail; a record below a barrier."""
+    directory = tmp_path_factory.mktemp("ydb")
+    paths, _, _ = write_ydb(history, directory)
+    if replay:
+        restarted(paths, history["seed"])
+    bad = late and late_record(paths, history["seed"])
+    got, error = compare(spark, paths, directory, YDB_TABLE, close=close)
+    if bad:
+        assert error is not None
+    else:
+        assert got is not None and got.path == "jvm", got and got.reason
+
+
+LINE_TABLE = {"columns": [{"name": "k", "type": "Uint64"}, {"name": "v", "type": "Uint32"},
+                          {"name": "s", "type": "Utf8"}, {"name": "d", "type": "Double"},
+                          {"name": "f", "type": "Bool"}], "primary_key": ["k"]}
+REFUSED = [
+    b'[1]', b'{"key":[1],"update":{}} x', b'{"key":[1],"update":{"d":NaN}}',
+    b"{'key':[1],'update':{}}", b'{"key":[1],"update":{"v":1.0}}',
+    b'{"key":[1],"update":{"v":"1"}}',
+    b'{"key":[1],"update":{"v":4294967296}}', b'{"key":[1],"update":{"v":-1}}',
+    b'{"key":[true],"update":{}}', b'{"key":[1.0],"update":{}}', b'{"key":[-1],"update":{}}',
+    b'{"key":[18446744073709551616],"update":{}}', b'{"key":[1,2],"update":{}}',
+    b'{"key":1,"update":{}}', b'{"update":{}}', b'{"key":[1],"update":{"x":1}}',
+    b'{"key":[1],"update":{"k":1}}', b'{"key":[1],"reset":{},"erase":{}}', b'{"key":[1]}',
+    b'{"key":[1],"update":null}', b'{"key":[1],"update":[]}',
+    b'{"key":[1],"update":{},"ts":[1,-1]}',
+    b'{"key":[1],"update":{},"ts":[1.0,1]}', b'{"key":[1],"update":{},"ts":[1]}',
+    b'{"key":[1],"update":{},"ts":null}', b'{"key":[1],"update":{},"ts":[9223372036854775808,0]}',
+    b'{"resolved":[1,2],"x":1}', b'{"resolved":[1,"2"]}', b'{"resolved":null}',
+    b'{"key":[1],"update":{},"foo":1}', b'{"key":[1],"erase":{},"newImage":{"v":1}}',
+    b'{"key":[1],"update":{"s":1}}', b'{"key":[1],"update":{"d":"NaN"}}',
+    b'{"key":[1],"update":{"d":true}}', b'{"key":[1],"update":{"f":1}}',
+    b'{"key":[1],"update":{"d":1e400}}', b'{"key":[1],"update":{"s":"\\ud800"}}',
+    b'{"key":[1],"update":{},"newImage":{"v":1.5}}', b'{"key":[1],"update":{},"newImage":[]}',
+    b'{"key":[1],"erase":{},"oldImage":{"k":1}}',
+    b'\xef\xbb\xbf{"key":[1],"update":{}}', b'{"key":[1],"update":{"s":"\xff"}}',
+    b'{"key":[9223372036854775808.0],"update":{}}',
+]
+#: Accepted by the parser, read otherwise by Spark: handed to the old path too.
+HANDED_OVER = [b'{"key":[1],"update":{},"key":[2]}', b'{"key":[5],"update":{"d":-0.0}}',
+               b'{"key":[18446744073709551615],"reset":{"d":1e2}}']
+ACCEPTED = [
+    b' {"key" : [1], "update" : {"v":1, "s":"a\\"b}", "d":"-inf", "f":false}} ',
+    b'{"key":[18446744073709551615],"reset":{"d":1.5},"ts":[9223372036854775807,0]}',
+    b'{"key":[2],"erase":{"ignored":1},"oldImage":{"v":null}}',
+    b'{"key":[3],"update":{"ignored":1},"newImage":{"d":12345678901234567890123}}',
+    b'{"resolved":[9223372036854775807,18446744073709551615]}',
+    b'{"key":[4],"update":{"s":"' + b'\\"' * 20000 + b'"}}',
+]
+
+
+def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path) -> None:
+    """The parse step against `YdbParser`: a line it refuses (or that this path reads otherwise)
+    sets `problem`, so the batch goes to the old path; the lines it accepts do not."""
+    from changelake.errors import Location
+    from changelake.formats.tableschema import TableSchema
+    from changelake.formats.ydb import YdbParser
+    from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
+
+    schema = TableSchema.from_json(LINE_TABLE)
+    parser = YdbParser(schema)
+    for line in REFUSED:
+        with pytest.raises(ChangefeedError):
+            parser.parse_line(line, Location("x", 1))
+    for line in HANDED_OVER + ACCEPTED:
+        parser.parse_line(line, Location("x", 1))
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"\n".join(REFUSED + HANDED_OVER + ACCEPTED) + b"\n")
+    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]))
+    got = sorted((r["row"], r["problem"]) for r in items.select("row", "problem").collect())
+    refused = len(REFUSED + HANDED_OVER)
+    assert [p is not None for _, p in got] == [True] * refused + [False] * len(ACCEPTED), \
+        [(n, p) for n, (_, p) in enumerate(got) if (p is None) == (n < refused)]
