@@ -241,12 +241,30 @@ def decode(
     every action on the result aggregates the input again.
     Strict mode raises the first `ProtocolError` found; lenient mode reports in `rejected`.
     """
+    start = as_frontier(since) if since is not None else Antichain([0])
+    _single(start)  # integer times only
+    return decode_statements(
+        updates, collect_statements(progress), since=start, strict=strict, cache=cache
+    )
+
+
+def decode_statements(
+    updates: DataFrame,
+    statements: Iterable[Progress],
+    *,
+    since: Antichain | int | Iterable[int] | None = None,
+    strict: bool = True,
+    cache: bool = True,
+) -> Decoded:
+    """`decode` with the progress statements already on the driver: the streaming decode
+    keeps them there between batches, so no Spark job puts them into a DataFrame and
+    collects them back. Runs the one aggregation job (see `decode`)."""
     from pyspark.sql import functions as F
 
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
 
-    resolution = resolve_progress(collect_statements(progress), start, strict=strict)
+    resolution = resolve_progress(statements, start, strict=strict)
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
     covers_anything = resolution.progress_frontier != start
 
@@ -350,7 +368,11 @@ def _rejected(
                 "counts": [{"time": t, "count": c} for t, c in p.counts],
             }
         )
-    out = spark.createDataFrame(rows, schema) if rows else spark.createDataFrame([], schema)
+    # An empty frame as a plan, not data: no rows travel from Python (strict mode, mostly).
+    out = spark.createDataFrame(rows, schema) if rows else spark.range(0).select(
+        *(F.lit(None).cast(f.dataType).alias(f.name) if f.nullable else F.lit("").alias(f.name)
+          for f in schema.fields)
+    )
     if not with_updates:
         return out
     lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")
