@@ -141,7 +141,9 @@ class DecodeBatches:
                 )
                 updates = updates.unionByName(pending)
             statements = list(dict.fromkeys([*kept, *collect_statements(progress)]))
-            decoded = decode_statements(updates, statements, since=start, strict=self.strict)
+            # A micro-batch is small: as many partitions as cores, not the session's 200.
+            decoded = decode_statements(updates, statements, since=start, strict=self.strict,
+                                        partitions=spark.sparkContext.defaultParallelism)
             try:
                 frontier = decoded.frontier
                 # What stays: statements not wholly behind the new frontier, pending updates.
