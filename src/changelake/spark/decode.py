@@ -384,11 +384,7 @@ def _rejected(
                 "counts": [{"time": t, "count": c} for t, c in p.counts],
             }
         )
-    # An empty frame as a plan, not data: no rows travel from Python (strict mode, mostly).
-    out = spark.createDataFrame(rows, schema) if rows else spark.range(0).select(
-        *(F.lit(None).cast(f.dataType).alias(f.name) if f.nullable else F.lit("").alias(f.name)
-          for f in schema.fields)
-    )
+    out = spark.createDataFrame(rows, schema)
     if not with_updates:
         return out
     lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")
