@@ -20,10 +20,10 @@ restating a single protocol rule:
 The aggregate is cached (by default) while the per-time counts are taken, so the result is
 read from it without a second shuffle; adaptive execution may coalesce its partitions (see
 `CACHED_PLAN_COALESCING`). The counts are taken from the cache by one task, without an
-exchange. `Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then: one to
-collect the statements (none with `decode_statements`, which takes them as they are), and the
-aggregation with the counts (a stage for each side of its shuffle, and the count's); reading
-`Decoded.updates` is one more, from the cache.
+exchange. `Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then (with
+adaptive execution, each stage is a job): one collects the statements (none with
+`decode_statements`, which takes them as they are), two build the cached aggregate (the two
+sides of its shuffle), one takes the counts; actions on the result read the cache.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
