@@ -19,11 +19,11 @@ restating a single protocol rule:
 
 The aggregate is cached (by default) while the per-time counts are taken, so the result is
 read from it without a second shuffle; adaptive execution may coalesce its partitions (see
-`CACHED_PLAN_COALESCING`). The counts are taken from the cache by one task, without an
-exchange. `Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then (with
-adaptive execution, each stage is a job): one collects the statements (none with
-`decode_statements`, which takes them as they are), two build the cached aggregate (the two
-sides of its shuffle), one takes the counts; actions on the result read the cache.
+`CACHED_PLAN_COALESCING`). Under adaptive execution, the counts are taken from the cache by
+one task, without an exchange. `Decoded.unpersist()` releases it; nothing else is cached.
+Spark jobs, then (with adaptive execution, each stage is a job): one collects the statements
+(none with `decode_statements`, which takes them as they are), two build the cached aggregate
+(the two sides of its shuffle), one takes the counts; actions on the result read the cache.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
@@ -301,7 +301,10 @@ def decode_statements(
         # One row per covered time, plus one row (time null) for everything else. A cache is
         # read in one task, with no exchange: these few rows are not worth a job of their own
         # with a 200-way shuffle (the cache's columns are in memory and only four are read).
-        source = grouped.coalesce(1) if cache else grouped
+        # Only under adaptive execution, which builds the cache in a job of its own first:
+        # otherwise that one task would compute the whole aggregate.
+        adaptive = updates.sparkSession.conf.get("spark.sql.adaptive.enabled") == "true"
+        source = grouped.coalesce(1) if cache and adaptive else grouped
         try:
             stats = (
                 source.groupBy(F.when(covered, time).alias("t"))
