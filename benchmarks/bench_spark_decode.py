@@ -1,9 +1,10 @@
 """Spark decode throughput against the least any decoder must do, measured in one run.
 
-Input: `--rows` distinct updates (default 500k, i.e. 1M input rows) over `--files` Parquet
-files (default 20), each update delivered twice, shuffled, plus the progress statements (each
-delivered twice). Parquet, not the Materialize CDC codecs: generating and reading millions of
-rows through fastavro in Python would measure the codec, not the decoder.
+Input: `--rows` distinct updates (default 500k, i.e. 1M input rows; or `--input-rows`, twice
+that) over `--files` Parquet files (default 20), each update delivered twice, shuffled, plus
+the progress statements (each delivered twice). Parquet, not the Materialize CDC codecs:
+generating and reading millions of rows through fastavro in Python would measure the codec,
+not the decoder.
 
 The session is Spark's default as far as partitioning goes (`spark.sql.shuffle.partitions`
 200, adaptive execution on), not the project's tuned one: `--shuffle-partitions` changes it.
@@ -19,7 +20,9 @@ alternating, and the median of the per-round ratios is reported (rows/s count in
   Materialize CDC files read with the `materialize-cdc` source, as `spark/stream.py` does),
   each through `DecodeBatches` (the `foreachBatch` function): seconds per batch.
 
-    .venv/bin/python benchmarks/bench_spark_decode.py [--rows 500000] [--files 20]
+It also prints how many Spark jobs one decode + count and one dropDuplicates().count() ran.
+
+    .venv/bin/python benchmarks/bench_spark_decode.py [--input-rows 1000000] [--files 20]
 """
 
 from __future__ import annotations
@@ -146,6 +149,8 @@ def _stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500_000, help="distinct updates")
+    parser.add_argument("--input-rows", type=int, default=None,
+                        help="input rows (deliveries) instead: --rows is half of it")
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--times", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -158,6 +163,8 @@ def main() -> int:
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--keep", type=Path, default=None, help="reuse/keep input here")
     args = parser.parse_args()
+    if args.input_rows is not None:
+        args.rows = args.input_rows // 2
 
     from changelake.spark.decode import decode
     from changelake.spark.session import build_session
@@ -188,13 +195,28 @@ def main() -> int:
         def frames():
             return spark.read.parquet(updates_path), spark.read.parquet(progress_path)
 
-        def run_decode() -> int:
+        jobs: dict[str, int] = {}
+
+        def counting_jobs(label: str, action):
+            """Run `action` in a job group of its own and note how many Spark jobs it ran."""
+            def run():
+                context = spark.sparkContext
+                group = f"{label}-{time.monotonic_ns()}"
+                context.setJobGroup(group, label)
+                try:
+                    return action()
+                finally:
+                    jobs[label] = len(context.statusTracker().getJobIdsForGroup(group))
+                    context.setLocalProperty("spark.jobGroup.id", None)
+            return run
+
+        def decode_and_count() -> int:
             with decode(*frames()) as decoded:
                 assert decoded.frontier == Antichain(), decoded.frontier
                 return decoded.updates.count()
 
-        def run_dedup() -> int:
-            return frames()[0].dropDuplicates().count()
+        run_decode = counting_jobs("decode + count", decode_and_count)
+        run_dedup = counting_jobs("dropDuplicates", lambda: frames()[0].dropDuplicates().count())
 
         scan, n_scan = timed("(b) scan count()", lambda: frames()[0].count())
         assert n_scan == deliveries
@@ -233,6 +255,8 @@ def main() -> int:
         print(f"  decode / dropDuplicates      {statistics.median(ratios):6.2f}x  (median; "
               f"rounds: {', '.join(f'{x:.2f}' for x in ratios)}; aim <= 1.10)")
         print(f"  decode / scan                {decode_s / scan:6.2f}x")
+        print(f"Spark jobs (last round): decode + count {jobs['decode + count']}, "
+              f"dropDuplicates().count() {jobs['dropDuplicates']}")
         if local is not None:
             print(f"  local Reader / Spark per row "
                   f"{(local[0] / local[1]) / (decode_s / deliveries):6.2f}x")

@@ -219,3 +219,35 @@ def test_error_names_the_input_location_when_the_input_carries_it(spark) -> None
     assert caught.value.rule == "conflicting-diff"
     assert caught.value.location is not None
     assert (caught.value.location.file, caught.value.location.line) == ("feed.jsonl", 7)
+
+
+def test_rejected_has_its_schema_when_empty_and_when_not(spark) -> None:
+    from changelake.spark.decode import rejected_schema
+
+    log = [Updates([(R(1), 1, 1)]), Progress.make([0], [5], [(1, 1)])]
+    updates, progress = frames(spark, log)
+    expected = rejected_schema(updates.schema["data"].dataType)
+    with decode(updates, progress) as strict:
+        assert strict.rejected.schema == expected
+        assert strict.rejected.count() == 0
+    bad = [*log, Progress.make([9], [2])]  # inverted: set aside in lenient mode
+    with decode(*frames(spark, bad), strict=False) as lenient:
+        assert lenient.rejected.schema == expected
+        assert [r["rule"] for r in lenient.rejected.collect()] == ["inverted-interval"]
+
+
+def test_same_result_without_adaptive_execution(spark) -> None:
+    # Without adaptive execution the counts are taken through an exchange, not in one task.
+    log = [
+        Progress.make([0], [10], [(4, 1), (5, 2)]),
+        Updates([(R(1), 4, 1), (R(1), 5, 1), (R(2), 5, -1), (R(1), 5, 1)]),
+    ]
+    key = "spark.sql.adaptive.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "false")
+    try:
+        with decode(*frames(spark, log)) as got:
+            assert got.frontier == Antichain([10]) == collect(log).frontier
+            assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
+    finally:
+        spark.conf.set(key, before)

@@ -19,7 +19,11 @@ restating a single protocol rule:
 
 The aggregate is cached (by default) while the per-time counts are taken, so the result is
 read from it without a second shuffle; adaptive execution may coalesce its partitions (see
-`CACHED_PLAN_COALESCING`). `Decoded.unpersist()` releases it; nothing else is cached.
+`CACHED_PLAN_COALESCING`). Under adaptive execution, the counts are taken from the cache by
+one task, without an exchange. `Decoded.unpersist()` releases it; nothing else is cached.
+Spark jobs, then (with adaptive execution, each stage is a job): one collects the statements
+(none with `decode_statements`, which takes them as they are), two build the cached aggregate
+(the two sides of its shuffle), one takes the counts; actions on the result read the cache.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
@@ -241,12 +245,37 @@ def decode(
     every action on the result aggregates the input again.
     Strict mode raises the first `ProtocolError` found; lenient mode reports in `rejected`.
     """
+    start = as_frontier(since) if since is not None else Antichain([0])
+    _single(start)  # integer times only
+    return decode_statements(
+        updates, collect_statements(progress), since=start, strict=strict, cache=cache
+    )
+
+
+def decode_statements(
+    updates: DataFrame,
+    statements: Iterable[Progress],
+    *,
+    since: Antichain | int | Iterable[int] | None = None,
+    strict: bool = True,
+    cache: bool = True,
+    partitions: int | None = None,
+) -> Decoded:
+    """`decode` with the progress statements already on the driver: the streaming decode
+    keeps them there between batches, so no Spark job puts them into a DataFrame and
+    collects them back. Runs the one aggregation job (see `decode`).
+
+    `partitions` fixes the aggregation's partition count instead of the session's
+    `spark.sql.shuffle.partitions` (the rows are then shuffled without a map-side partial
+    aggregation): for small inputs such as a micro-batch, where each of 200 shuffle
+    partitions is a file written per task and costs more than the rows do.
+    """
     from pyspark.sql import functions as F
 
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
 
-    resolution = resolve_progress(collect_statements(progress), start, strict=strict)
+    resolution = resolve_progress(statements, start, strict=strict)
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
     covers_anything = resolution.progress_frontier != start
 
@@ -255,6 +284,8 @@ def decode(
     in_range = rules.is_beyond_column(start, time)
     # Updates at finished times only matter if they break a rule no matter when they come.
     relevant = updates.select(*UPDATE_COLUMNS).where(in_range | (diff == 0))
+    if partitions is not None:
+        relevant = relevant.repartition(partitions, "data", "time")  # the groupBy keeps it
     grouped = relevant.groupBy("data", "time").agg(*rules.summarize_columns(diff))
     lo, hi, zero = F.col("lo"), F.col("hi"), F.col("zero")
     valid = rules.is_settled_column(lo, hi)
@@ -267,10 +298,16 @@ def decode(
         if cache:
             grouped = _persist_coalesced(grouped)
         covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
-        # One row per covered time, plus one row (time null) for everything else.
+        # One row per covered time, plus one row (time null) for everything else. A cache is
+        # read in one task, with no exchange: these few rows are not worth a job of their own
+        # with a 200-way shuffle (the cache's columns are in memory and only four are read).
+        # Only under adaptive execution, which builds the cache in a job of its own first:
+        # otherwise that one task would compute the whole aggregate.
+        adaptive = updates.sparkSession.conf.get("spark.sql.adaptive.enabled") == "true"
+        source = grouped.coalesce(1) if cache and adaptive else grouped
         try:
             stats = (
-                grouped.groupBy(F.when(covered, time).alias("t"))
+                source.groupBy(F.when(covered, time).alias("t"))
                 .agg(
                     F.count(F.when(valid, 1)).alias("valid"),
                     F.count(F.when(conflict, 1)).alias("conflicts"),
@@ -350,7 +387,7 @@ def _rejected(
                 "counts": [{"time": t, "count": c} for t, c in p.counts],
             }
         )
-    out = spark.createDataFrame(rows, schema) if rows else spark.createDataFrame([], schema)
+    out = spark.createDataFrame(rows, schema)
     if not with_updates:
         return out
     lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")

@@ -9,11 +9,13 @@ unfinished is kept, as files in a state directory:
   unfinished time must have, or wait for a gap before them to close), and the frontier.
 
 Batch `n` is a pure function of (the state after batch `n-1`, the files of batch `n`):
-`decode(state updates + new updates, state statements + new statements, since=frontier)`. Its
-finished updates go to `output/<n>` and the new state to `state/<n>`, each written under a
-hidden name and renamed into place; the state rename is the batch's commit. Spark logs batch
-`n`'s offsets (its file list) before running it and replays exactly that batch after a crash,
-so after `kill -9` anywhere:
+`decode(state updates + new updates, state statements + new statements, since=frontier)`, the
+statements passed as they are (they stay on the driver, see `decode_statements`). One Spark
+job writes its finished and its pending updates, under a hidden name in the state directory;
+the finished ones are moved to `output/<n>` (no directory when the batch finishes nothing),
+and the new state is renamed into place as `state/<n>`: that rename is the batch's commit.
+Spark logs batch `n`'s offsets (its file list) before running it and replays exactly that
+batch after a crash, so after `kill -9` anywhere:
 
 * before `state/<n>` exists, the replay recomputes the same result from `state/<n-1>` and the
   same files, replacing any `output/<n>` left behind (identical content, since the function
@@ -44,6 +46,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 BATCH_DIGITS = 12
+PENDING = "pending"
+"""A state's pending updates, as Parquet, when there are any."""
+_PART, _FINISHED, _PENDING = "part", "finished", "pending"
+"""The partition column of a batch's one write, and its two values."""
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,9 @@ class DecodeBatches:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
+        from pyspark.sql import functions as F
 
-        from changelake.spark.decode import collect_statements, decode, split_messages
+        from changelake.spark.decode import collect_statements, decode_statements, split_messages
 
         if (self.state_dir / _name(batch_id)).exists():
             return  # committed before a crash: the replay must not redo it
@@ -128,26 +135,34 @@ class DecodeBatches:
             updates, progress = split_messages(messages)
             updates = updates.select("data", "time", "diff")
             if previous and previous[0].has_pending:
-                pending = spark.read.parquet(str(previous[1] / "pending"))
+                # The schema is known: reading it from the files would be a Spark job.
+                pending = spark.read.schema(updates.schema).parquet(
+                    str(previous[1] / PENDING)
+                )
                 updates = updates.unionByName(pending)
             statements = list(dict.fromkeys([*kept, *collect_statements(progress)]))
-            decoded = decode(updates, _statements_frame(spark, statements),
-                             since=start, strict=self.strict)
+            # A micro-batch is small: as many partitions as cores, not the session's 200.
+            decoded = decode_statements(updates, statements, since=start, strict=self.strict,
+                                        partitions=spark.sparkContext.defaultParallelism)
             try:
-                self._write(decoded.updates, self.output_dir / _name(batch_id))
-                if not self.strict:
-                    self._write(decoded.rejected, self.output_dir / f"{_name(batch_id)}.rejected")
-                # What stays: statements not wholly behind the new frontier, pending updates.
                 frontier = decoded.frontier
+                # What stays: statements not wholly behind the new frontier, pending updates.
                 still = tuple(p for p in statements if not p.upper.le(frontier))
                 temporary = self.state_dir / f".{_name(batch_id)}-{uuid.uuid4().hex}"
+                # One job writes both, each to its own directory, only if it has rows.
                 assert decoded.pending is not None
-                pending_rows = decoded.pending
-                has_pending = pending_rows.limit(1).count() > 0
+                finished = decoded.updates.withColumn(_PART, F.lit(_FINISHED))
+                kept_rows = decoded.pending.withColumn(_PART, F.lit(_PENDING))
+                finished.unionByName(kept_rows).write.partitionBy(_PART).parquet(
+                    str(temporary)
+                )
+                self._place(temporary / f"{_PART}={_FINISHED}",
+                            self.output_dir / _name(batch_id))
+                if not self.strict:
+                    self._write(decoded.rejected, self.output_dir / f"{_name(batch_id)}.rejected")
+                has_pending = (temporary / f"{_PART}={_PENDING}").is_dir()
                 if has_pending:
-                    pending_rows.write.parquet(str(temporary / "pending"))
-                else:
-                    temporary.mkdir(parents=True)
+                    os.replace(temporary / f"{_PART}={_PENDING}", temporary / PENDING)
                 state = StreamState(batch_id, frontier, still, has_pending)
                 (temporary / "state.json").write_text(json.dumps(state.to_json()))
                 _rename_into_place(temporary, self.state_dir / _name(batch_id))  # commit
@@ -156,6 +171,18 @@ class DecodeBatches:
         finally:
             messages.unpersist()
         self._forget_old_states(batch_id)
+
+    def _place(self, written: Path, final: Path) -> None:
+        """Move a batch's finished updates, written beside its state, to `final` (replacing
+        what a crashed attempt left there); no directory when the batch finished nothing."""
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if not written.is_dir():
+            if final.exists():
+                shutil.rmtree(final)
+            return
+        temporary = final.parent / f".{final.name}-{uuid.uuid4().hex}"
+        shutil.move(written, temporary)  # a rename when on one file system
+        _rename_into_place(temporary, final)
 
     @staticmethod
     def _write(df: DataFrame, final: Path) -> None:
@@ -172,18 +199,6 @@ class DecodeBatches:
             if stale.name.startswith(f".{_name(batch_id)}-"):
                 continue
             shutil.rmtree(stale, ignore_errors=True)
-
-
-def _statements_frame(spark: SparkSession, statements: Sequence[Progress]) -> DataFrame:
-    rows = [
-        (list(p.lower.elements), list(p.upper.elements),
-         [(t, c) for t, c in p.counts])
-        for p in statements
-    ]
-    return spark.createDataFrame(
-        rows,
-        "lower array<bigint>, upper array<bigint>, counts array<struct<time:bigint,count:bigint>>",
-    )
 
 
 def start(
@@ -224,7 +239,8 @@ def start(
 
 
 def read_history(spark: SparkSession, output_dir: Path) -> DataFrame | None:
-    """Every update the stream has finished, each exactly once (None before the first)."""
+    """Every update the stream has finished, each exactly once (None before the first batch
+    that finishes any)."""
     parts = sorted(
         str(p) for p in Path(output_dir).iterdir() if p.name.isdigit()
     ) if Path(output_dir).is_dir() else []
