@@ -166,7 +166,7 @@ def main() -> int:
     if args.input_rows is not None:
         args.rows = args.input_rows // 2
 
-    from changelake.spark.decode import decode
+    from changelake.spark.decoder import decode
     from changelake.spark.session import build_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -21,8 +21,8 @@ def test_public_names_are_the_functions_and_classes():
         assert inspect.isfunction(function), function
     for cls in (Decoded, Lake, Reader, Writer, Antichain):
         assert inspect.isclass(cls), cls
-    assert decode.__module__ == "changelake.spark.decode"
-    assert encode.__module__ == "changelake.spark.encode"
+    assert decode.__module__ == "changelake.spark.decoder"
+    assert encode.__module__ == "changelake.spark.encoder"
 
 
 def test_importing_every_module_leaves_the_environment_alone():

@@ -81,7 +81,7 @@ def test_keys_equal_in_python_reach_one_group(spark: Any, tmp_path: Path) -> Non
 
 
 def test_frames_feed_spark_encode(spark: Any, tmp_path: Path) -> None:
-    from changelake.spark.encode import encode, to_messages
+    from changelake.spark.encoder import encode, to_messages
 
     paths, times, states = write_pg(PG_CASES[1], tmp_path)
     frames = changefeed_changes(lines_frame(spark, paths), source="debezium", keys=["id"],

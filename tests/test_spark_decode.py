@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from changelake.errors import ProtocolError
 from changelake.protocol import Antichain, Progress, Updates, collect
-from changelake.spark.decode import decode, resolve_progress
+from changelake.spark.decoder import decode, resolve_progress
 from changelake.values import freeze
 from spark_helpers import canonical, frames, histories, mangle, rows_of, write
 
@@ -154,7 +154,7 @@ def test_strict_mode_raises_the_readers_rule(spark, rule, log) -> None:
 
 def test_violation_arriving_after_its_time_finished_is_still_caught(spark) -> None:
     # The Reader discards updates at finished times unseen, so it misses this; a DataFrame is
-    # a set, so decoding here does not (documented in changelake.spark.decode).
+    # a set, so decoding here does not (documented in changelake.spark.decoder).
     log = [Progress.make([0], [5]), Updates([(R(2), 3, 1)])]
     assert collect(log).frontier == Antichain([5])
     with pytest.raises(ProtocolError) as caught:
@@ -222,7 +222,7 @@ def test_error_names_the_input_location_when_the_input_carries_it(spark) -> None
 
 
 def test_rejected_has_its_schema_when_empty_and_when_not(spark) -> None:
-    from changelake.spark.decode import rejected_schema
+    from changelake.spark.decoder import rejected_schema
 
     log = [Updates([(R(1), 1, 1)]), Progress.make([0], [5], [(1, 1)])]
     updates, progress = frames(spark, log)

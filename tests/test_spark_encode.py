@@ -10,8 +10,8 @@ from pyspark.errors import PySparkException
 
 from changelake.errors import ProtocolError
 from changelake.protocol import Antichain, Progress, Updates, Writer, consolidate
-from changelake.spark.decode import decode, split_messages
-from changelake.spark.encode import encode, to_messages
+from changelake.spark.decoder import decode, split_messages
+from changelake.spark.encoder import encode, to_messages
 from changelake.values import freeze
 from spark_helpers import FIELDS, UPDATES_DDL, canonical, rows_of
 

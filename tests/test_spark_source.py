@@ -18,9 +18,9 @@ from changelake.formats.materialize import (
 from changelake.local import decode_local, frontier_line
 from changelake.protocol import Antichain, collect
 from changelake.simulate import write_log_files
-from changelake.spark.decode import decode, split_messages
 from changelake.spark.decode_files import decode_files, read_messages_frame
-from changelake.spark.encode import encode
+from changelake.spark.decoder import decode, split_messages
+from changelake.spark.encoder import encode
 from changelake.spark.source import register
 from conftest import seeded
 from spark_helpers import FIELDS, canonical, rows_of, write

@@ -130,8 +130,8 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     rows (field names sorted, as the schemaless codec orders them).
     """
     from changelake.formats.materialize import OCF_MAGIC, expand_paths, load_schema
-    from changelake.spark.decode import split_messages
     from changelake.spark.decode_files import read_messages_frame
+    from changelake.spark.decoder import split_messages
 
     cdc = load_schema(Path(schema_file)) if schema_file else None
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
@@ -189,7 +189,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
         if source == "materialize":
-            from changelake.spark.decode import decode
+            from changelake.spark.decoder import decode
 
             updates_df, progress_df = materialize_frames(spark, inputs, schema)
             since = Antichain([committed]) if committed is not None else Antichain([0])

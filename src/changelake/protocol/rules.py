@@ -1,7 +1,7 @@
 """The Reader's update rules as plain functions, each next to its Spark column twin.
 
 The `Reader` applies these rules one delivery at a time, in its hot loop. The Spark decoder
-(`changelake.spark.decode`) sees a whole log at once and must state the same rules as column
+(`changelake.spark.decoder`) sees a whole log at once and must state the same rules as column
 expressions over the aggregate of every delivery of one `(data, time)`, or of one time. Each
 rule is written here twice, side by side: a pure-Python function (the statement of the rule)
 and its `*_column` twin that Spark evaluates. `tests/test_protocol_rules.py` checks every pair

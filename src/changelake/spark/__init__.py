@@ -10,10 +10,17 @@ What users import:
 * `split_messages(messages)`: a messages DataFrame (one message per row) into decode's input.
 * `build_session(...)`: a SparkSession with the project's defaults (edges only: library
   functions take the session, or DataFrames, as arguments).
+
+The modules, one job each: `decoder` and `encoder` (the two directions of the protocol over
+DataFrames), `source` (the data source), `stream` (decoding a growing log with Structured
+Streaming), `decode_files` (`changelake decode --engine spark`), `session`, `errors` (input
+errors from the executors), and `changefeed/` (Debezium and YDB feeds into CDCv2 updates, a
+module a step; `changefeeds.py` is the older per-key Python path it hands what it does not
+cover to).
 """
 
-from changelake.spark.decode import Decoded, decode, split_messages
-from changelake.spark.encode import encode, messages_schema, to_messages
+from changelake.spark.decoder import Decoded, decode, split_messages
+from changelake.spark.encoder import encode, messages_schema, to_messages
 from changelake.spark.session import build_session
 from changelake.spark.source import register
 

@@ -4,7 +4,7 @@ Input: a DataFrame of raw lines with `value` (the JSON text), `file` and `line` 
 `spark.read.text` plus `input_file_name()` and a line number give them; one file = one topic
 partition, as for `encode --from`). Output (`ChangefeedFrames`): `changes` as `(data struct,
 time long, diff long)` for the finished times, the `frontier` (times below it are finished;
-None = closed), and `rejected` lines with the reason. The changes feed `changelake.spark.encode`.
+None = closed), and `rejected` lines with the reason. The changes feed `changelake.spark.encoder`.
 
 Each rule is written once: the pure-Python pieces run inside Spark, and the few rules that
 must be column expressions are written beside the Python rule they restate, in `convert`, where
@@ -129,7 +129,7 @@ class ChangefeedFrames:
 
     @property
     def finished_through(self) -> int | None:
-        """The argument `changelake.spark.encode.encode` takes (-1: nothing finished yet)."""
+        """The argument `changelake.spark.encoder.encode` takes (-1: nothing finished yet)."""
         return None if self.frontier is None else self.frontier - 1
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from changelake.local import DecodeReport
-    from changelake.spark.decode import Decoded
+    from changelake.spark.decoder import Decoded
 
 
 
@@ -118,7 +118,7 @@ def decode_files(
     """
     from pyspark.sql import functions as F
 
-    from changelake.spark.decode import decode, split_messages
+    from changelake.spark.decoder import decode, split_messages
 
     files = [str(p) for p in expand_paths(list(paths))]
     if not files:

@@ -8,7 +8,7 @@ nothing is shared with the driver but the options.
 A row is one message, mirroring the Avro union: `updates` (array of `{data, time, diff}`) or
 `progress` (`{lower, upper, counts}`), plus where it came from (`_file`, `_line` for JSON lines,
 `_offset` for an OCF block) and, in lenient mode, `_error` for input the codecs set aside (both
-message columns null). `changelake.spark.decode.split_messages` turns this into `decode`'s input.
+message columns null). `changelake.spark.decoder.split_messages` turns this into `decode`'s input.
 
 Options:
 
@@ -163,7 +163,7 @@ def message_type(data_type: DataType) -> StructType:
     """A row of the source: one message with where it came from."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from changelake.spark.encode import messages_schema
+    from changelake.spark.encoder import messages_schema
 
     return StructType(
         [
@@ -444,7 +444,7 @@ class MaterializeCdcWriter(DataSourceWriter):
         from pyspark import TaskContext
 
         from changelake.formats.materialize import CdcSchema, write_json_lines, write_ocf
-        from changelake.spark.encode import to_messages
+        from changelake.spark.encoder import to_messages
 
         schema = None if self.avro_schema is None else CdcSchema.from_json(
             orjson.loads(self.avro_schema)

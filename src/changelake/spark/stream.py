@@ -121,7 +121,7 @@ class DecodeBatches:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        from changelake.spark.decode import collect_statements, decode_statements, split_messages
+        from changelake.spark.decoder import collect_statements, decode_statements, split_messages
 
         if (self.state_dir / _name(batch_id)).exists():
             return  # committed before a crash: the replay must not redo it
