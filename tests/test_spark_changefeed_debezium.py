@@ -159,3 +159,30 @@ def test_keys_equal_in_python_are_one_key_in_spark(spark: Any, tmp_path: Path) -
     path = write_float_keys(tmp_path / "floats.jsonl")
     updates = check(spark, [path], tmp_path, None, True)
     assert final_rows(updates) == FLOAT_KEYS_FINAL
+
+
+def test_temporal_columns_convert_in_the_jvm(spark: Any, tmp_path: Path) -> None:
+    """Dates, times and timestamps by their Connect schema: decoded to the encoder's ISO text
+    on the JVM path (`temporal.py`), updates and a replay included."""
+    fields = [{"field": "id", "type": "int32"},
+              {"field": "day", "type": "int32", "name": "io.debezium.time.Date",
+               "optional": True},
+              {"field": "at", "type": "int64", "name": "io.debezium.time.MicroTimestamp",
+               "optional": True},
+              {"field": "clock", "type": "int64", "name": "io.debezium.time.NanoTime",
+               "optional": True}]
+    schema = {"type": "struct", "fields": [
+        {"field": image, "type": "struct", "optional": True, "fields": fields}
+        for image in ("before", "after")]}
+    rows = [(1, 19000, 1_700_000_000_123_456, 3_600_000_000_001),
+            (2, -719162, -1, 0), (1, 2932896, 9223372036825200000, 86_399_999_999_999)]
+    lines = [orjson.dumps({"schema": schema, "payload": {
+        "op": "c" if n < 2 else "u", "before": None,
+        "after": {"id": k, "day": d, "at": t, "clock": c},
+        "source": {"connector": "postgresql", "lsn": 100 + n, "txId": 100 + n,
+                   "snapshot": "false"}}}) for n, (k, d, t, c) in enumerate(rows)]
+    path = tmp_path / "temporal.jsonl"
+    path.write_bytes(b"\n".join([*lines, lines[-1]]) + b"\n")
+    updates = check(spark, [path], tmp_path, None, True)
+    assert (("id", 2), ("day", "0001-01-01"), ("at", "1969-12-31T23:59:59.999999"),
+            ("clock", "00:00:00")) in final_rows(updates)

@@ -12,11 +12,12 @@ What it does not cover raises `Unsupported` before anything is returned (checked
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
 batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
 which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
-Not covered yet: non-default `UpsertOptions`, any bad line,
-truncates, logical messages, Kafka record dumps, Debezium key records, changes without a
-position (incremental snapshots), two writes of one key at one position with different rows
-(told apart by a 64-bit hash of the row), null keys, temporal and nested Connect types, a
-Debezium schema that differs between lines, and the lenient mode (`strict=False`).
+Not covered yet: non-default `UpsertOptions`, any bad line, truncates, logical messages,
+Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
+two writes of one key at one position with different rows (told apart by a 64-bit hash of the
+row), null keys, nested Connect types and logical types other than Decimal and the temporal
+ones (`temporal.py`), a Debezium schema that differs between lines, and the lenient mode
+(`strict=False`).
 
 Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
 unless said): a snapshot row read after a transaction that metadata finished is placed at that
@@ -116,6 +117,7 @@ def _facts(items: DataFrame) -> Any:
         .alias("metadata"),
         F.max(F.when(change, F.col("ptime"))).alias("high"),
         F.min("schema").alias("schema"), F.max("schema").alias("other_schema"),
+        F.count(F.when(change & F.col("schema").isNull(), 1)).alias("schemaless"),
         F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
@@ -156,6 +158,8 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
         column = schema.column(n) if schema is not None else None
         with_schema, t1 = connect_decoder((connect or {}).get(n))
         without, t2 = connect_decoder(column.debezium if column is not None else None)
+        if not facts["schemaless"] and column is None:
+            without = with_schema  # every change carries its schema: nothing reads without
         if column is not None and column.type:
             kind = spark_type(column.type)
         elif stated.get(n) in SUPPORTED:
@@ -169,7 +173,10 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
         if kind not in SUPPORTED:
             raise Unsupported(f"column {n} of type {kind}")
         decoders = {d.kind for d in (with_schema, without)}
-        raw = "string" if decoders != {"plain"} else kind
+        raws = {d.raw_type for d in (with_schema, without)} - {None}
+        if len(raws) > 1:
+            raise Unsupported(f"column {n}: decoded two ways")
+        raw = raws.pop() if raws else kind
         if raw != kind and kind != "string":
             raise Unsupported(f"column {n}: a {kind} decoded from text")
         if decoders != {"plain"} and Decoder() in (with_schema, without):

@@ -8,10 +8,11 @@ Spark's JSON inference over every image on the executors (`infer_images`).
 
 A column's *raw* type is what `from_json` reads from the image before decoding: the output type,
 except for Connect `bytes` (base64) and `Decimal` (base64 two's complement with the schema's
-scale), read as strings and decoded by expressions that give exactly the text
-`formats.debezium.decode_value` gives. Types the plain-JSON convention writes as strings that
-this path cannot yet decode in the JVM (`io.debezium.time.*`, nested structs, arrays) raise
-`Unsupported`: the old path converts those.
+scale), read as strings, and Debezium's dates, times and timestamps (`_TEMPORAL`), read as
+bigint; each is decoded by expressions that give exactly the text
+`formats.debezium.decode_value` gives (`temporal.py` for the temporal ones). Types the
+plain-JSON convention writes as strings that this path cannot yet decode in the JVM (other
+logical types, nested structs, arrays) raise `Unsupported`: the old path converts those.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.formats.debezium import PLACEHOLDER, PLACEHOLDER_B64
+from changelake.spark.changefeed.temporal import date_text, time_text, timestamp_text
 
 #: Output types this path handles (what the old path's Arrow conversion handles too).
 SUPPORTED = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
@@ -52,17 +54,35 @@ def spark_type(kind: str | None) -> str:
     return _YDB_TYPES.get(base, "string")
 
 
+#: Debezium's temporal Connect types: (decoder kind, units per second), see `temporal.py`.
+_TEMPORAL = {
+    "io.debezium.time.Date": ("date", 1), "org.apache.kafka.connect.data.Date": ("date", 1),
+    "io.debezium.time.Time": ("time", 1000), "org.apache.kafka.connect.data.Time": ("time", 1000),
+    "io.debezium.time.MicroTime": ("time", 1_000_000),
+    "io.debezium.time.NanoTime": ("time", 1_000_000_000),
+    "io.debezium.time.Timestamp": ("timestamp", 1000),
+    "org.apache.kafka.connect.data.Timestamp": ("timestamp", 1000),
+    "io.debezium.time.MicroTimestamp": ("timestamp", 1_000_000),
+    "io.debezium.time.NanoTimestamp": ("timestamp", 1_000_000_000),
+}
+
+
 @dataclass(frozen=True)
 class Decoder:
     """How one column's raw JSON value becomes its plain-JSON value: `kind` is "plain" (as
-    read), "bytes" (base64 to a string of code points 0-255) or "decimal" (with `scale`)."""
+    read), "bytes" (base64 to a string of code points 0-255), "decimal" (with `scale`), or
+    "date", "time", "timestamp" (an integer count of `per_second` units, to ISO text)."""
 
     kind: str = "plain"
     scale: int = 0
+    per_second: int = 1
 
     @property
     def raw_type(self) -> str | None:
-        return "string" if self.kind != "plain" else None
+        """The type `from_json` reads the value as (None: the column's own type)."""
+        if self.kind == "plain":
+            return None
+        return "bigint" if self.kind in ("date", "time", "timestamp") else "string"
 
 
 def connect_decoder(field: Mapping[str, Any] | None) -> tuple[Decoder, str | None]:
@@ -76,6 +96,9 @@ def connect_decoder(field: Mapping[str, Any] | None) -> tuple[Decoder, str | Non
             return Decoder("decimal", int(raw)), "string"
         except (TypeError, ValueError):
             raise Unsupported(f"decimal scale {raw!r}") from None
+    if name in _TEMPORAL:
+        kind_, per_second = _TEMPORAL[name]
+        return Decoder(kind_, per_second=per_second), "string"
     if name is not None:
         raise Unsupported(f"Connect logical type {name}")
     if kind == "bytes":
@@ -122,6 +145,12 @@ def decode(raw: Column, decoder: Decoder) -> Column:
     """The plain-JSON value of a raw column, as `formats.debezium.decode_value` gives it."""
     if decoder.kind == "bytes":
         return F.decode(F.unbase64(raw), "ISO-8859-1")
+    if decoder.kind == "date":
+        return date_text(raw)
+    if decoder.kind == "time":
+        return time_text(raw, decoder.per_second)
+    if decoder.kind == "timestamp":
+        return timestamp_text(raw, decoder.per_second)
     if decoder.kind == "decimal":
         data = F.unbase64(raw)
         n = F.octet_length(data)
