@@ -149,8 +149,12 @@ def test_reader_in_another_process_during_ingest_and_compaction(tmp_path):
     with metastore.start(lake) as service:
         # The service has no authentication: it must listen on loopback only, and say so.
         assert listen_addresses(service.port) == {"127.0.0.1"}
-        assert (f"listening on 127.0.0.1:{service.port} (loopback only)"
-                in service.log.read_text())
+        # The port accepts connections a moment before the service prints its line.
+        said = f"listening on 127.0.0.1:{service.port} (loopback only)"
+        deadline = time.monotonic() + 60
+        while said not in service.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert said in service.log.read_text()
         common = ["--lake", str(lake), "--table", table, "--seed", "7", "--keyed",
                   "--metastore-uri", service.uri]
         writer = Worker("run", *common, "--compact-every", "2")
