@@ -185,6 +185,19 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
     return out
 
 
+def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                   state: DataFrame | None) -> DataFrame:
+    """Keyed events of either source, checked (a key problem, or two rows for one key at one
+    position, is `Unsupported`) on a checkpoint that the conversion then reads."""
+    checked = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
+        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
+        .localCheckpoint())
+    problem = _first_problem(checked)
+    if problem is not None:
+        raise Unsupported(problem)
+    return convert(checked, columns, keys, state)
+
+
 def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
                      table_schema: TableSchema | None = None, close: bool = False,
                      state: DataFrame | None = None, since: int | None = None
@@ -215,13 +228,7 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
             raise Unsupported(problem)
         return convert_images(events.where(F.col("problem").isNull())), frontier
     events = typed_events(timed, columns, keys)
-    events = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
-        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
-        .localCheckpoint())
-    problem = _first_problem(events)
-    if problem is not None:
-        raise Unsupported(problem)
-    return convert(events, columns, keys, state), frontier
+    return _convert_keyed(events, columns, keys, state), frontier
 
 
 def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
@@ -253,13 +260,7 @@ def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str
     if since is not None:
         events = events.where(F.col("time") >= since)
     events = with_content(events)
-    events = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
-        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
-        .localCheckpoint())
-    problem = _first_problem(events)
-    if problem is not None:
-        raise Unsupported(problem)
-    return convert(events, columns, keys, state), frontier
+    return _convert_keyed(events, columns, keys, state), frontier
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
