@@ -48,3 +48,43 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One embedded PostgreSQL server (wal_level = logical) for the test run.
+
+    Its folder is not under pytest's temporary root: that is private to us (mode 700), and
+    when the tests run as root the server runs as an unprivileged account that must reach it.
+    """
+    import shutil
+    import tempfile
+
+    from changelake.capture.postgres.server import EmbeddedPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="changelake-test-pg-"))
+    server = EmbeddedPostgres(root).start()
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_dsn(postgres: object, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database of the embedded server for one test; its slots go with it."""
+    import re
+
+    import psycopg2
+
+    name = "t_" + re.sub(r"\W", "_", request.node.name.lower())[:50]
+    admin = psycopg2.connect(postgres.dsn)  # type: ignore[attr-defined]
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        cur.execute(f'CREATE DATABASE "{name}"')
+    yield postgres.dsn_for(name)  # type: ignore[attr-defined]
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE database = %s AND NOT active", (name,))
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.close()
