@@ -8,7 +8,7 @@ session that runs the output functions, the walsender's, so the capture connects
 Each `PgType` reads that text into the value a Spark row holds (`read`): `int`, `bool`,
 `float` (NaN and the infinities included), `Decimal`, `str`, `bytes`, `date`, `datetime`
 (`timestamp` without time zone as a naive value for `TimestampNTZType`, `timestamptz` in UTC
-for `TimestampType`), or a list for an array. The rules:
+for `TimestampType`), or a tuple for an array (rows are hashable). The rules:
 
 * `numeric(p, s)` with `p <= 38` is `DecimalType(p, s)`, its value kept exactly. A `numeric`
   without a precision, or wider than Spark's 38 digits, is its exact decimal text
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from changelake.errors import SchemaError
+from changelake.values import NONFINITE_TEXT
 
 #: Set on the capture's connections so that every value's text has one known form.
 SESSION_SETTINGS = {
@@ -73,8 +73,8 @@ def _int(text: str) -> int:
 
 
 def _float(text: str) -> float:
-    special = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-    return special[text] if text in special else float(text)
+    """NaN is the one shared `values.NAN`, so that rows holding it compare and hash equal."""
+    return NONFINITE_TEXT[text] if text in NONFINITE_TEXT else float(text)
 
 
 def _decimal(text: str) -> decimal.Decimal:
@@ -156,9 +156,9 @@ def parse_array(text: str) -> list[str | None]:
         i += 1
 
 
-def _array_of(read: Callable[[str], Any]) -> Callable[[str], list[Any]]:
-    def read_array(text: str) -> list[Any]:
-        return [None if e is None else read(e) for e in parse_array(text)]
+def _array_of(read: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
+    def read_array(text: str) -> tuple[Any, ...]:
+        return tuple(None if e is None else read(e) for e in parse_array(text))
     return read_array
 
 

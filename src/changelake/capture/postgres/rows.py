@@ -1,0 +1,203 @@
+"""A committed transaction's row changes as CDCv2 updates, one table's rows keyed by its key.
+
+The promise: `Tables.updates(tx)` gives, for every table the transaction touched, the
+consolidated updates `(row, diff)` at the transaction's time (its commit LSN) that take the
+table's current rows to the rows the transaction left, and applies them to the current rows it
+keeps. Applying the same transaction twice is refused by the caller (times only increase), so
+this module never sees a replay.
+
+pgoutput says less than the updates need, and the current rows fill the gaps:
+
+* With `REPLICA IDENTITY DEFAULT` (or `USING INDEX`) an update carries no old row unless its
+  key changed, and then only the key; a delete carries only the key. The row to retract is the
+  current row of that key.
+* A TOASTed column an update did not touch arrives as `UNCHANGED`: its value is the current
+  row's (or the old row's, with `REPLICA IDENTITY FULL`).
+* A truncate retracts every current row of each table it names.
+
+So the current rows are the state of the capture; `Tables` holds them in memory, keyed by the
+replica-identity columns (the primary key, or the whole row with `FULL` and no key). A table
+with neither is refused by name when its `Relation` arrives: its updates and deletes could not
+be applied. A change whose key has no current row where one is needed (an update without the
+old row, a delete) is an error naming the table and key: the capture started from a state that
+is not the table's (a missed snapshot).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from changelake.capture.postgres import pgoutput as po
+from changelake.capture.postgres.transactions import RowChange, Transaction
+from changelake.capture.postgres.types import Lookup, PgType, PgValueError, resolve
+from changelake.errors import InputError, SchemaError
+
+Key = tuple[Any, ...]
+Values = tuple[Any, ...]
+
+
+class CaptureError(InputError):
+    """A change the capture cannot apply: names the table, the key or column, and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A captured table as its latest `Relation` describes it."""
+
+    schema: str
+    name: str
+    columns: tuple[str, ...]
+    types: tuple[PgType, ...]
+    key: tuple[int, ...]  # positions of the replica-identity columns
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @classmethod
+    def from_relation(cls, relation: po.Relation, lookup: Lookup) -> Table:
+        name = f"{relation.namespace or 'pg_catalog'}.{relation.name}"
+        key = tuple(i for i, c in enumerate(relation.columns) if c.key)
+        if not key:
+            if relation.replica_identity != "f":
+                raise SchemaError(f"table {name} has no primary key or replica identity: its "
+                                  "updates and deletes cannot be captured (add a primary key, "
+                                  "or ALTER TABLE ... REPLICA IDENTITY FULL)")
+            key = tuple(range(len(relation.columns)))
+        types = []
+        for c in relation.columns:
+            try:
+                types.append(resolve(c.type_oid, c.type_modifier, lookup))
+            except SchemaError as e:
+                raise SchemaError(f"table {name}, column {c.name}: {e.reason}") from None
+        return cls(relation.namespace or "pg_catalog", relation.name,
+                   tuple(c.name for c in relation.columns), tuple(types), key)
+
+
+class Tables:
+    """The captured tables' current rows, and the rule that turns changes into updates."""
+
+    def __init__(self, lookup: Lookup) -> None:
+        self.lookup = lookup
+        self.by_oid: dict[int, Table] = {}
+        self.rows: dict[str, dict[Key, Values]] = {}
+
+    def table(self, relation: po.Relation) -> Table:
+        known = self.by_oid.get(relation.oid)
+        if known is None or known.columns != tuple(c.name for c in relation.columns):
+            known = Table.from_relation(relation, self.lookup)
+            # A changed definition (a column added or dropped) re-shapes the current rows.
+            if relation.oid in self.by_oid:
+                self._reshape(self.by_oid[relation.oid], known)
+            self.by_oid[relation.oid] = known
+            self.rows.setdefault(known.qualified, {})
+        return known
+
+    def load(self, table: Table, rows: Iterable[Values]) -> None:
+        """Current rows read elsewhere (a snapshot, the lake): typed values in column order."""
+        current = self.rows.setdefault(table.qualified, {})
+        for row in rows:
+            current[tuple(row[i] for i in table.key)] = tuple(row)
+
+    def updates(self, tx: Transaction) -> dict[str, Counter[Values]]:
+        """The transaction's consolidated updates by table (row -> diff, no zero diffs)."""
+        out: dict[str, Counter[Values]] = {}
+        for change in tx.changes():
+            if change.kind == "message":
+                continue
+            if change.kind == "truncate":
+                for relation in change.truncated:
+                    table = self.table(relation)
+                    diffs = out.setdefault(table.qualified, Counter())
+                    for row in self.rows[table.qualified].values():
+                        diffs[row] -= 1
+                    self.rows[table.qualified] = {}
+                continue
+            table = self.table(change.relation)
+            self._apply(table, change, out.setdefault(table.qualified, Counter()))
+        return {name: Counter({r: d for r, d in diffs.items() if d})
+                for name, diffs in out.items()}
+
+    # -- one change ----------------------------------------------------------------------------
+
+    def _apply(self, table: Table, change: RowChange, diffs: Counter[Values]) -> None:
+        current = self.rows[table.qualified]
+        old = self._typed(table, change.old) if change.old is not None else None
+        if change.kind == "insert":
+            new = self._typed(table, change.new)
+            key = self._key(table, new)
+            if key in current:
+                raise CaptureError(f"table {table.qualified}: insert of key "
+                                   f"{self._show(table, key)}, which already has a row (a "
+                                   "table without a key holds two identical rows, or the "
+                                   "capture's state is not the table's)")
+            current[key] = self._filled(table, new, None)
+            diffs[current[key]] += 1
+            return
+        key = self._key(table, old if old is not None else self._typed(table, change.new))
+        previous = current.get(key)
+        if previous is None and (old is None or change.old_is_key):
+            raise CaptureError(f"table {table.qualified}: {change.kind} of key "
+                               f"{self._show(table, key)}, which has no current row (the "
+                               "capture's state is not the table's: was the snapshot skipped?)")
+        if previous is not None:
+            diffs[previous] -= 1
+            del current[key]
+        elif old is not None:
+            previous = old  # FULL identity: the old row is the whole row
+        if change.kind == "update":
+            base = previous if previous is not None else old
+            new = self._filled(table, self._typed(table, change.new), base)
+            current[self._key(table, new)] = new
+            diffs[new] += 1
+
+    def _typed(self, table: Table, row: po.Row | None) -> tuple[Any, ...]:
+        assert row is not None
+        out = []
+        for name, kind, value in zip(table.columns, table.types, row, strict=True):
+            if value is None or value is po.UNCHANGED:
+                out.append(value)
+                continue
+            try:
+                out.append(kind.read(value))  # type: ignore[arg-type]
+            except (PgValueError, ValueError) as e:
+                raise CaptureError(f"table {table.qualified}, column {name} ({kind.name}): "
+                                   f"{e}") from None
+        return tuple(out)
+
+    def _filled(self, table: Table, row: tuple[Any, ...], base: Values | None) -> Values:
+        """`UNCHANGED` columns take the base row's value."""
+        if po.UNCHANGED not in row:
+            return row
+        if base is None:
+            missing = [c for c, v in zip(table.columns, row, strict=True) if v is po.UNCHANGED]
+            raise CaptureError(f"table {table.qualified}: unchanged TOAST columns {missing} "
+                               "with no current row to take them from")
+        return tuple(b if v is po.UNCHANGED else v for v, b in zip(row, base, strict=True))
+
+    @staticmethod
+    def _key(table: Table, row: tuple[Any, ...]) -> Key:
+        return tuple(row[i] for i in table.key)
+
+    @staticmethod
+    def _show(table: Table, key: Key) -> str:
+        names = [table.columns[i] for i in table.key]
+        return "(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, key, strict=True)) + ")"
+
+    def _reshape(self, old: Table, new: Table) -> None:
+        rows = self.rows.get(old.qualified, {})
+        kept: dict[str, int] = {c: i for i, c in enumerate(old.columns)}
+        reshaped = {}
+        for row in rows.values():
+            values = tuple(row[kept[c]] if c in kept else None for c in new.columns)
+            reshaped[self._key(new, values)] = values
+        self.rows[new.qualified] = reshaped
+
+    def current(self, table: str) -> Mapping[Key, Values]:
+        return self.rows.get(table, {})
+
+    def __iter__(self) -> Iterator[Table]:
+        return iter(self.by_oid.values())
