@@ -15,18 +15,22 @@ pgoutput says less than the updates need, and the current rows fill the gaps:
   row's (or the old row's, with `REPLICA IDENTITY FULL`).
 * A truncate retracts every current row of each table it names.
 
-So the current rows are the state of the capture; `Tables` holds them in memory, keyed by the
-replica-identity columns (the primary key, or the whole row with `FULL` and no key). A table
-with neither is refused by name when its `Relation` arrives: its updates and deletes could not
-be applied. A change whose key has no current row where one is needed (an update without the
-old row, a delete) is an error naming the table and key: the capture started from a state that
-is not the table's (a missed snapshot).
+So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed
+by the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
+asks a `Fetch` for the rest before a batch of transactions is applied (`prefetch`): the keys
+the batch updates or deletes, or every row of a table it truncates. Rows come from wherever
+the capture's output keeps them (the lake table's current rows), so memory follows the batch,
+not the table; `forget` drops what is cached once it is durable there. A table with no key and
+no full identity is refused by name when its `Relation` arrives: its updates and deletes could
+not be applied. A change whose key has no current row where one is needed (an update without
+the old row, a delete) is an error naming the table and key: the capture started from a state
+that is not the table's (a missed snapshot).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +41,8 @@ from changelake.errors import InputError, SchemaError
 
 Key = tuple[Any, ...]
 Values = tuple[Any, ...]
+#: The current rows of `keys` of a table (None: all of them), typed, in column order.
+Fetch = Callable[["Table", "set[Key] | None"], Iterable[Values]]
 
 
 class CaptureError(InputError):
@@ -56,6 +62,28 @@ class Table:
     @property
     def qualified(self) -> str:
         return f"{self.schema}.{self.name}"
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(self.columns[i] for i in self.key)
+
+    @classmethod
+    def from_catalog(cls, cursor: Any, qualified: str, lookup: Lookup) -> Table:
+        """The table as `pg_attribute` describes it now, with the key pgoutput would mark:
+        the replica identity index's columns (the primary key by default), or every column
+        with `REPLICA IDENTITY FULL` and no such index."""
+        cursor.execute(
+            "SELECT a.attname, a.atttypid, a.atttypmod, coalesce(a.attnum = ANY(i.indkey), "
+            "false), c.relreplident FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident WHEN 'i' THEN "
+            "i.indisreplident WHEN 'd' THEN i.indisprimary ELSE false END "
+            "WHERE c.oid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum", (qualified,))
+        rows = cursor.fetchall()
+        schema, name = qualified.split(".", 1)
+        columns = tuple(po.Column(r[0], int(r[1]), int(r[2]), bool(r[3])) for r in rows)
+        identity = rows[0][4] if rows else "d"
+        return cls.from_relation(po.Relation(None, 0, schema, name, identity, columns), lookup)
 
     @classmethod
     def from_relation(cls, relation: po.Relation, lookup: Lookup) -> Table:
@@ -80,10 +108,17 @@ class Table:
 class Tables:
     """The captured tables' current rows, and the rule that turns changes into updates."""
 
-    def __init__(self, lookup: Lookup) -> None:
+    def __init__(self, lookup: Lookup, fetch: Fetch | None = None) -> None:
         self.lookup = lookup
+        self.fetch = fetch
         self.by_oid: dict[int, Table] = {}
         self.rows: dict[str, dict[Key, Values]] = {}
+        self.complete: set[str] = set()  # tables whose every current row is in `rows`
+        #: Per table, the time its output is already durable through: changes of earlier
+        #: transactions are in its rows already and are skipped (a restart after a crash that
+        #: committed some tables of a batch and not others).
+        self.floor: dict[str, int] = {}
+        self.looked: dict[str, set[Key]] = {}  # keys asked of `fetch` (found or not)
 
     def table(self, relation: po.Relation) -> Table:
         known = self.by_oid.get(relation.oid)
@@ -102,6 +137,48 @@ class Tables:
         for row in rows:
             current[tuple(row[i] for i in table.key)] = tuple(row)
 
+    def prefetch(self, transactions: Sequence[Transaction]) -> None:
+        """Ask `fetch`, once per table, for the current rows the transactions will need."""
+        if self.fetch is None:
+            return
+        wanted: dict[str, tuple[Table, set[Key] | None]] = {}
+        for tx in transactions:
+            for change in tx.changes(release=False):
+                for relation in (change.truncated or (change.relation,)):
+                    if change.kind == "message":
+                        continue
+                    table = self.table(relation)
+                    name = table.qualified
+                    if name in self.complete or tx.commit_lsn < self.floor.get(name, 0):
+                        continue
+                    if change.kind == "truncate":
+                        wanted[name] = (table, None)
+                        continue
+                    if change.kind == "insert":
+                        continue
+                    image = change.old if change.old is not None else change.new
+                    key = self._key(table, self._typed(table, image))
+                    if key in self.rows[name] or key in self.looked.get(name, ()):
+                        continue
+                    entry = wanted.setdefault(name, (table, set()))
+                    if entry[1] is not None:
+                        entry[1].add(key)
+        for name, (table, keys) in wanted.items():
+            self.load(table, self.fetch(table, keys))
+            if keys is None:
+                self.complete.add(name)
+            else:
+                self.looked.setdefault(name, set()).update(keys)
+
+    def forget(self) -> None:
+        """Drop the cached rows: they are durable where `fetch` reads them."""
+        if self.fetch is None:
+            return
+        for name in self.rows:
+            self.rows[name] = {}
+        self.complete.clear()
+        self.looked.clear()
+
     def updates(self, tx: Transaction) -> dict[str, Counter[Values]]:
         """The transaction's consolidated updates by table (row -> diff, no zero diffs)."""
         out: dict[str, Counter[Values]] = {}
@@ -111,12 +188,19 @@ class Tables:
             if change.kind == "truncate":
                 for relation in change.truncated:
                     table = self.table(relation)
+                    if tx.commit_lsn < self.floor.get(table.qualified, 0):
+                        continue
                     diffs = out.setdefault(table.qualified, Counter())
+                    if self.fetch is not None and table.qualified not in self.complete:
+                        raise CaptureError(f"table {table.qualified}: truncate before its rows "
+                                           "were fetched (prefetch the batch first)")
                     for row in self.rows[table.qualified].values():
                         diffs[row] -= 1
                     self.rows[table.qualified] = {}
                 continue
             table = self.table(change.relation)
+            if tx.commit_lsn < self.floor.get(table.qualified, 0):
+                continue
             self._apply(table, change, out.setdefault(table.qualified, Counter()))
         return {name: Counter({r: d for r, d in diffs.items() if d})
                 for name, diffs in out.items()}

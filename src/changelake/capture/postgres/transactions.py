@@ -118,12 +118,14 @@ class Transaction:
     def __len__(self) -> int:
         return len(self.spool)
 
-    def changes(self) -> Iterator[RowChange]:
-        """The changes in the order they were made; releases the spool when done."""
+    def changes(self, *, release: bool = True) -> Iterator[RowChange]:
+        """The changes in the order they were made; releases the spool when done, unless
+        asked not to (a first pass that looks ahead)."""
         try:
             yield from self.spool
         finally:
-            self.spool.close()
+            if release:
+                self.spool.close()
 
 
 @dataclass

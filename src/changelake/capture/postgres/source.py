@@ -1,0 +1,251 @@
+"""One PostgreSQL database as a source: its publication, its slot, its snapshot, its stream.
+
+The promise: every transaction that commits in the database and touches a captured table is
+delivered once as a `Transaction`, in commit order, after the rows the initial snapshot read
+(if one is taken), with no gap and no overlap between the two; and the slot's confirmed
+position only moves to what the caller says is durable (`confirm`), so a crash at any point
+re-delivers from there, never skips.
+
+How the pieces keep that promise:
+
+* *Snapshot handoff.* A new slot is created with an exported snapshot (`CREATE_REPLICATION_SLOT
+  ... (SNAPSHOT 'export')`): the database as it was at the slot's consistent point. The
+  snapshot is read in a `REPEATABLE READ` transaction that adopts it (`SET TRANSACTION
+  SNAPSHOT`), so it holds exactly the transactions committed before that point, and the slot
+  streams exactly those committed after it. The export lasts until the replication connection
+  runs its next command, so the tables are read before streaming starts.
+* *Resume.* A restart starts streaming at the caller's durable position (`resume`); the server
+  starts at the later of that and the slot's confirmed position, and may still re-send
+  transactions the caller already has: `stream` drops every transaction whose commit is below
+  `resume`, so what the caller receives is new.
+* *Heartbeat.* When no transaction is open and everything received is durable, the position of
+  the last keepalive is safe to confirm: the server has decoded everything before it and sent
+  us every captured transaction in it. `stream` yields an `Idle` with it, so the caller can
+  advance its frontier there and confirm, and a quiet database does not hold WAL back.
+
+Errors name the object and the rule: a missing publication or slot, a slot of another plugin
+or database, a captured table without a primary key or replica identity, a slot that exists
+when the caller has nothing (its history is gone: `--snapshot` cannot be taken from it).
+"""
+
+from __future__ import annotations
+
+import select
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+import psycopg2.extras
+
+from changelake.capture.postgres import pgoutput as po
+from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
+from changelake.capture.postgres.transactions import Assembler, Transaction
+from changelake.capture.postgres.types import SESSION_SETTINGS
+from changelake.errors import ChangelakeError
+
+
+class SourceError(ChangelakeError):
+    """The database, publication or slot is not what capture needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing open, nothing pending: every transaction committed before `lsn` was delivered."""
+
+    lsn: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    name: str
+    created: bool  # by this capture, now: a snapshot name is available
+    consistent_point: int  # for a created slot, the LSN its snapshot is as of
+    snapshot: str | None
+
+
+def _options() -> str:
+    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+
+
+def connect(dsn: str, *, replication: bool = False) -> psycopg2.extensions.connection:
+    """A connection whose value texts have the forms `types` reads."""
+    factory = psycopg2.extras.LogicalReplicationConnection if replication else None
+    try:
+        conn = psycopg2.connect(dsn, options=_options(), connection_factory=factory)
+    except psycopg2.OperationalError as e:
+        raise SourceError(f"cannot connect to PostgreSQL ({dsn}): "
+                          f"{str(e).strip().splitlines()[0]}") from None
+    if not replication:
+        conn.autocommit = True
+    return conn
+
+
+class Source:
+    """One database's publication and slot. Use as a context manager (closes connections)."""
+
+    def __init__(self, dsn: str, publication: str, slot: str, *,
+                 tables: tuple[str, ...] | None = None) -> None:
+        self.dsn = dsn
+        self.publication = publication
+        self.slot_name = slot
+        self.conn = connect(dsn)
+        self.version = self.conn.server_version // 10000
+        if self.version < 12:
+            raise SourceError(f"PostgreSQL {self.version} is too old: capture needs 12 or newer")
+        self.database = self._one("SELECT current_database()")[0]
+        self.tables = self._published(tables)
+        self.replication: psycopg2.extensions.connection | None = None
+        self.cursor: Any = None
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for conn in (self.replication, self.conn):
+            if conn is not None and not conn.closed:
+                conn.close()
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+        with self.conn.cursor() as c:
+            c.execute(sql, args)
+            row = c.fetchone()
+        return tuple(row) if row is not None else ()
+
+    # -- what is captured ----------------------------------------------------------------------
+
+    def _published(self, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
+        """The publication's tables as `schema.table`, limited to `wanted`, each checked to
+        have a key its updates and deletes can be applied by."""
+        if not self._one("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)):
+            raise SourceError(f"publication {self.publication!r} does not exist in database "
+                              f"{self.database!r} (CREATE PUBLICATION {self.publication} FOR "
+                              "TABLE ...)")
+        with self.conn.cursor() as c:
+            c.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables "
+                      "WHERE pubname = %s ORDER BY 1", (self.publication,))
+            published = [r[0] for r in c.fetchall()]
+        if wanted:
+            chosen = []
+            for name in wanted:
+                full = name if "." in name else f"public.{name}"
+                if full not in published:
+                    raise SourceError(f"table {full} is not in publication "
+                                      f"{self.publication!r} (it has: "
+                                      f"{', '.join(published) or 'no tables'})")
+                chosen.append(full)
+            published = chosen
+        for name in published:
+            self._check_identity(name)
+        return tuple(published)
+
+    def _check_identity(self, table: str) -> None:
+        identity, has_key = self._one(
+            "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
+            "AND (i.indisprimary OR i.indisreplident)) FROM pg_class c WHERE c.oid = %s::regclass",
+            (table,))
+        if identity == "n" or (identity == "d" and not has_key):
+            raise SourceError(f"table {table} has no primary key or replica identity: its "
+                              "updates and deletes cannot be captured (add a primary key, or "
+                              "ALTER TABLE ... REPLICA IDENTITY FULL)")
+
+    # -- the slot ------------------------------------------------------------------------------
+
+    def open_slot(self, *, create: bool) -> Slot:
+        """The slot, created (with an exported snapshot) if asked and missing."""
+        self.replication = connect(self.dsn, replication=True)
+        self.cursor = self.replication.cursor()
+        row = self._one("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s",
+                        (self.slot_name,))
+        if row:
+            plugin, database = row
+            if plugin != "pgoutput" or database != self.database:
+                raise SourceError(f"replication slot {self.slot_name!r} belongs to plugin "
+                                  f"{plugin!r} in database {database!r}; capture needs a "
+                                  f"pgoutput slot in {self.database!r}")
+            return Slot(self.slot_name, False, 0, None)
+        if not create:
+            raise SourceError(f"replication slot {self.slot_name!r} does not exist (pass "
+                              "--create-slot to create it, with an initial snapshot)")
+        export = "(SNAPSHOT 'export')" if self.version >= 15 else "EXPORT_SNAPSHOT"
+        self.cursor.execute(f'CREATE_REPLICATION_SLOT "{self.slot_name}" LOGICAL pgoutput '
+                            f"{export}")
+        name, point, snapshot, _ = self.cursor.fetchone()
+        return Slot(name, True, parse_lsn(point), snapshot)
+
+    def snapshot_rows(self, slot: Slot, table: str, batch: int = 10_000
+                      ) -> Iterator[tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+        """The table's rows in the slot's snapshot, as text (None for NULL), in batches:
+        `(column names, rows)`. Only for a slot created now, before `stream` starts."""
+        if slot.snapshot is None:
+            raise SourceError(f"slot {slot.name!r} was not created by this capture: it has no "
+                              "snapshot to read")
+        conn = connect(self.dsn)
+        try:
+            conn.autocommit = False
+            with conn.cursor() as c:
+                c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                c.execute("SET TRANSACTION SNAPSHOT %s", (slot.snapshot,))
+                c.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
+                          "attnum > 0 AND NOT attisdropped ORDER BY attnum", (table,))
+                columns = tuple(r[0] for r in c.fetchall())
+            schema, name = table.split(".", 1)
+            quoted = ", ".join(f'"{col}"::text' for col in columns)
+            with conn.cursor(name="changelake_snapshot") as c:
+                c.itersize = batch
+                c.execute(f'SELECT {quoted} FROM "{schema}"."{name}"')
+                while rows := c.fetchmany(batch):
+                    yield columns, rows
+            conn.rollback()
+        finally:
+            conn.close()
+
+    # -- the stream ----------------------------------------------------------------------------
+
+    def protocol(self) -> int:
+        return 4 if self.version >= 16 else 3 if self.version >= 15 else \
+            2 if self.version >= 14 else 1
+
+    def stream(self, resume: int, *, idle_every: float = 1.0, poll: float = 0.2,
+               memory_limit: int = 10_000) -> Iterator[Transaction | Idle]:
+        """Committed transactions from `resume` on, and `Idle` positions while quiet."""
+        assert self.cursor is not None, "open_slot first"
+        version = self.protocol()
+        options = {"proto_version": str(version), "publication_names": self.publication}
+        if version >= 2:
+            options["streaming"] = "on"
+        self.cursor.start_replication(slot_name=self.slot_name, decode=False,
+                                      start_lsn=format_lsn(resume), options=options)
+        decoder, assembler = po.Decoder(), Assembler(memory_limit)
+        last_idle = time.monotonic()
+        while True:
+            message = self.cursor.read_message()
+            if message is None:
+                quiet = assembler.current is None and not assembler.streamed
+                if quiet and time.monotonic() - last_idle >= idle_every:
+                    last_idle = time.monotonic()
+                    yield Idle(max(int(self.cursor.wal_end), resume))
+                select.select([self.cursor], [], [], poll)
+                continue
+            tx = assembler.push(decoder.decode(message.payload, message.data_start),
+                                message.data_start)
+            if tx is not None and tx.commit_lsn >= resume:
+                yield tx
+                last_idle = time.monotonic()
+            elif tx is not None:
+                tx.spool.close()
+
+    def confirm(self, lsn: int) -> None:
+        """Everything before `lsn` is durable: the server may recycle its WAL."""
+        self.cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, reply=True)
+
+    def lag(self) -> tuple[int, int] | None:
+        """The slot's (confirmed flush LSN, server's current WAL LSN)."""
+        row = self._one("SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM "
+                        "pg_replication_slots WHERE slot_name = %s", (self.slot_name,))
+        return (parse_lsn(row[0]), parse_lsn(row[1])) if row and row[0] else None
