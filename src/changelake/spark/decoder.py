@@ -184,7 +184,7 @@ def collect_statements(progress: DataFrame) -> list[Progress]:
     """The progress statements of a DataFrame, in its order, as protocol values."""
     fields = [c for c in (*PROGRESS_COLUMNS, *LOCATION_COLUMNS) if c in progress.columns]
     out: list[Progress] = []
-    for row in progress.select(*fields).collect():
+    for row in progress.selectExpr(*fields).collect():
         values = row.asDict()
         origin = None
         if "_file" in values:
@@ -270,8 +270,6 @@ def decode_statements(
     aggregation): for small inputs such as a micro-batch, where each of 200 shuffle
     partitions is a file written per task and costs more than the rows do.
     """
-    from pyspark.sql import functions as F
-
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
 
@@ -279,42 +277,39 @@ def decode_statements(
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
     covers_anything = resolution.progress_frontier != start
 
-    diff = F.col("diff")
-    time = F.col("time")
-    in_range = rules.is_beyond_column(start, time)
+    spark = updates.sparkSession
+    in_range = rules.is_beyond_sql(start)
+    valid = rules.is_settled_sql()
     # Updates at finished times only matter if they break a rule no matter when they come.
-    relevant = updates.select(*UPDATE_COLUMNS).where(in_range | (diff == 0))
-    if partitions is not None:
-        relevant = relevant.repartition(partitions, "data", "time")  # the groupBy keeps it
-    grouped = relevant.groupBy("data", "time").agg(*rules.summarize_columns(diff))
-    lo, hi, zero = F.col("lo"), F.col("hi"), F.col("zero")
-    valid = rules.is_settled_column(lo, hi)
-    conflict = rules.is_conflicting_column(lo, hi)
-    zero_diff = rules.is_zero_diff_column(zero)
+    relevant = f"SELECT data, time, diff FROM {{updates}} WHERE {in_range} OR diff = 0"
+    if partitions is not None:  # the GROUP BY keeps this partitioning: no second exchange
+        relevant = (f"SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * "
+                    f"FROM ({relevant})")
+    grouped = spark.sql(
+        f"SELECT data, time, {rules.summarize_sql()} FROM ({relevant}) GROUP BY data, time",
+        updates=updates,
+    )
 
     distinct: dict[int, int] = {}
     zeros = conflicts = 0
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
         if cache:
             grouped = _persist_coalesced(grouped)
-        covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
+        covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
         # One row per covered time, plus one row (time null) for everything else. A cache is
         # read in one task, with no exchange: these few rows are not worth a job of their own
         # with a 200-way shuffle (the cache's columns are in memory and only four are read).
         # Only under adaptive execution, which builds the cache in a job of its own first:
         # otherwise that one task would compute the whole aggregate.
-        adaptive = updates.sparkSession.conf.get("spark.sql.adaptive.enabled") == "true"
+        adaptive = spark.conf.get("spark.sql.adaptive.enabled") == "true"
         source = grouped.coalesce(1) if cache and adaptive else grouped
         try:
-            stats = (
-                source.groupBy(F.when(covered, time).alias("t"))
-                .agg(
-                    F.count(F.when(valid, 1)).alias("valid"),
-                    F.count(F.when(conflict, 1)).alias("conflicts"),
-                    F.count(F.when(zero_diff, 1)).alias("zeros"),
-                )
-                .collect()
-            )
+            stats = spark.sql(
+                f"SELECT CASE WHEN {covered} THEN time END AS t, count_if({valid}) AS valid, "
+                f"count_if({rules.is_conflicting_sql()}) AS conflicts, "
+                f"count_if({rules.is_zero_diff_sql()}) AS zeros FROM {{grouped}} GROUP BY t",
+                grouped=source,
+            ).collect()
         except BaseException:
             if cache:
                 grouped.unpersist()  # the caller never sees it: do not leak the cache
@@ -335,19 +330,17 @@ def decode_statements(
 
     frontier = rules.frontier(resolution.progress_frontier, resolution.expected, distinct)
     until = _single(frontier)
-    window = in_range if until is None else in_range & (time < F.lit(until))
-    result = grouped.where(valid & window).select("data", "time", lo.alias("diff"))
-    pending = grouped.where(valid & rules.is_beyond_column(frontier, time)).select(
-        "data", "time", lo.alias("diff")
+    window = in_range if until is None else f"{in_range} AND time < {until}"
+    result = grouped.where(f"{valid} AND {window}").selectExpr(*_SETTLED)
+    pending = grouped.where(f"{valid} AND {rules.is_beyond_sql(frontier)}").selectExpr(
+        *_SETTLED
     )
     missing = {t: c - distinct.get(t, 0) for t, c in resolution.expected.items()
                if rules.is_unfinished(distinct.get(t, 0), c)}
 
-    spark = updates.sparkSession
-    data_type = updates.schema["data"].dataType
     checked = strict or covers_anything
     rejected = _rejected(
-        spark, grouped, data_type, resolution.rejected, excess,
+        spark, grouped, resolution.rejected, excess,
         with_updates=not strict and (not checked or bool(zeros or conflicts or excess)),
     )
     return Decoded(
@@ -361,70 +354,68 @@ def decode_statements(
     )
 
 
+_SETTLED = ("data", "time", "lo AS diff")
+"""The select list that makes an aggregate row with a settled diff an update again."""
+
+
+_STATEMENT_NULLS = (
+    "CAST(NULL AS ARRAY<BIGINT>) AS lower, CAST(NULL AS ARRAY<BIGINT>) AS upper, "
+    "CAST(NULL AS ARRAY<STRUCT<`time`: BIGINT, `count`: BIGINT>>) AS counts"
+)
+"""The statement columns of `rejected_schema`, null: the tail of an update row there."""
+
+
 def _rejected(
     spark: SparkSession,
     grouped: DataFrame,
-    data_type: DataType,
     statements: Sequence[Rejected],
     excess: Sequence[int],
     *,
     with_updates: bool,
 ) -> DataFrame:
-    """Lenient mode's set-aside input as one DataFrame (see the module docstring)."""
-    from pyspark.sql import functions as F
-
-    schema = rejected_schema(data_type)
-    rows: list[dict[str, Any]] = []
-    for item in statements:
-        p = item.message
-        assert isinstance(p, Progress)
-        rows.append(
-            {
-                "rule": item.error.rule,
-                "reason": str(item.error),
-                "lower": list(p.lower.elements),
-                "upper": list(p.upper.elements),
-                "counts": [{"time": t, "count": c} for t, c in p.counts],
-            }
-        )
-    out = spark.createDataFrame(rows, schema)
-    if not with_updates:
-        return out
-    lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")
-
-    def shaped(df: DataFrame, rule: str, reason: Column) -> DataFrame:
-        return df.select(
-            F.lit(rule).alias("rule"), reason.alias("reason"), "data", "time", "diff"
-        ).unionByName(out.limit(0), allowMissingColumns=True).select(*schema.fieldNames())
-
-    zero_rows = shaped(
-        grouped.where(rules.is_zero_diff_column(F.col("zero")))
-        .withColumn("diff", F.lit(0).cast("long")),
-        "zero-diff",
-        F.lit("update has diff 0"),
-    )
-    conflicting = grouped.where(rules.is_conflicting_column(lo, hi)).select(
-        "data", "time", F.explode(F.array(lo, hi)).alias("diff")
-    )
-    conflict_rows = shaped(
-        conflicting, "conflicting-diff", F.lit("one (data, time) has different diffs")
-    )
-    parts = [out, zero_rows, conflict_rows]
-    if excess:
-        extra = grouped.where(
-            rules.is_settled_column(lo, hi) & time.isin(list(excess))
-        ).select("data", "time", lo.alias("diff"))
-        parts.append(
-            shaped(
-                extra,
-                "excess-updates",
-                F.lit("time has more distinct updates than its progress statement counted"),
+    """Lenient mode's set-aside input as one DataFrame (see the module docstring), of
+    `rejected_schema`. One SQL query over the aggregate: its first part selects no row
+    (`WHERE false` reads nothing) and gives every column its type and nullability."""
+    parts = [
+        f"SELECT '' AS rule, CAST(NULL AS STRING) AS reason, CASE WHEN false THEN data END AS "
+        f"data, CAST(NULL AS BIGINT) AS time, CAST(NULL AS BIGINT) AS diff, {_STATEMENT_NULLS} "
+        f"FROM {{grouped}} WHERE false"
+    ]
+    frames: dict[str, DataFrame] = {"grouped": grouped}
+    if statements:
+        rows: list[dict[str, Any]] = []
+        for item in statements:
+            p = item.message
+            assert isinstance(p, Progress)
+            rows.append(
+                {
+                    "rule": item.error.rule,
+                    "reason": str(item.error),
+                    "lower": list(p.lower.elements),
+                    "upper": list(p.upper.elements),
+                    "counts": [{"time": t, "count": c} for t, c in p.counts],
+                }
             )
-        )
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
+        data_type = grouped.schema["data"].dataType
+        frames["statements"] = spark.createDataFrame(rows, rejected_schema(data_type))
+        parts.append("SELECT * FROM {statements}")
+    if with_updates:
+
+        def shaped(rule: str, reason: str, diff: str, where: str) -> str:
+            return (f"SELECT '{rule}', '{reason}', data, time, {diff}, {_STATEMENT_NULLS} "
+                    f"FROM {{grouped}} WHERE {where}")
+
+        parts.append(shaped("zero-diff", "update has diff 0", "CAST(0 AS BIGINT)",
+                            rules.is_zero_diff_sql()))
+        parts.append(shaped("conflicting-diff", "one (data, time) has different diffs",
+                            "explode(array(lo, hi))", rules.is_conflicting_sql()))
+        if excess:
+            parts.append(shaped(
+                "excess-updates",
+                "time has more distinct updates than its progress statement counted",
+                "lo", f"{rules.is_settled_sql()} AND time IN ({', '.join(map(str, excess))})",
+            ))
+    return spark.sql(" UNION ALL ".join(parts), **frames)
 
 
 def _raise_first(
@@ -439,12 +430,8 @@ def _raise_first(
     """Raise the error for one offending update, located in the input if it says where."""
     from pyspark.sql import functions as F
 
-    lo, hi = F.col("lo"), F.col("hi")
     if zeros:
-        (example,) = (
-            grouped.where(rules.is_zero_diff_column(F.col("zero")))
-            .orderBy("time").limit(1).collect()
-        )
+        (example,) = grouped.where(rules.is_zero_diff_sql()).orderBy("time").limit(1).collect()
         raise ProtocolError(
             "zero-diff",
             f"update of {_show(example['data'])} at time {example['time']} has diff 0 "
@@ -453,7 +440,7 @@ def _raise_first(
         )
     if conflicts:
         (example,) = (
-            grouped.where(rules.is_conflicting_column(lo, hi)).orderBy("time").limit(1).collect()
+            grouped.where(rules.is_conflicting_sql()).orderBy("time").limit(1).collect()
         )
         raise ProtocolError(
             "conflicting-diff",
@@ -512,13 +499,18 @@ def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The updates and progress DataFrames that `decode` takes, from a messages DataFrame
     (one of `updates` or `progress` per row, as `encode` and the Avro union have it).
     Location columns present in `messages` are carried along."""
-    from pyspark.sql import functions as F
-
-    extra = [c for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"]
-    updates = messages.where(F.col("updates").isNotNull()).select(
-        *extra, F.posexplode("updates").alias("_index", "u")
-    ).select("u.data", "u.time", "u.diff", *extra, "_index")
-    progress = messages.where(F.col("progress").isNotNull()).select(
-        "progress.lower", "progress.upper", "progress.counts", *extra
+    extra = "".join(
+        f", {c}" for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"
+    )
+    spark = messages.sparkSession
+    updates = spark.sql(
+        f"SELECT u.data AS data, u.time AS time, u.diff AS diff{extra}, _index FROM {{messages}} "
+        "LATERAL VIEW posexplode(updates) exploded AS _index, u WHERE updates IS NOT NULL",
+        messages=messages,
+    )
+    progress = spark.sql(
+        "SELECT progress.lower AS lower, progress.upper AS upper, progress.counts AS counts"
+        f"{extra} FROM {{messages}} WHERE progress IS NOT NULL",
+        messages=messages,
     )
     return updates, progress
