@@ -297,13 +297,13 @@ def decode_statements(
     in_range = rules.is_beyond_sql(start)
     valid = rules.is_settled_sql()
     # Updates at finished times only matter if they break a rule no matter when they come.
-    relevant = f"SELECT data, time, diff FROM {{updates}} WHERE {in_range} OR diff = 0"
+    relevant = updates.where(f"{in_range} OR diff = 0")  # a view of it is safe: see _sql
+    source = "{relevant}"
     if partitions is not None:  # the GROUP BY keeps this partitioning: no second exchange
-        relevant = (f"SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * "
-                    f"FROM ({relevant})")
-    grouped = spark.sql(
-        f"SELECT data, time, {rules.summarize_sql()} FROM ({relevant}) GROUP BY data, time",
-        updates=updates,
+        source = f"(SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * FROM {source})"
+    grouped = _sql(
+        f"SELECT data, time, {rules.summarize_sql()} FROM {source} GROUP BY data, time",
+        relevant=relevant,
     )
 
     distinct: dict[int, int] = {}
@@ -318,13 +318,13 @@ def decode_statements(
         # Only under adaptive execution, which builds the cache in a job of its own first:
         # otherwise that one task would compute the whole aggregate.
         adaptive = spark.conf.get("spark.sql.adaptive.enabled") == "true"
-        source = grouped.coalesce(1) if cache and adaptive else grouped
+        source = grouped.coalesce(1) if cache and adaptive else grouped.where("true")
         try:
-            stats = spark.sql(
+            stats = _sql(
                 f"SELECT CASE WHEN {covered} THEN time END AS t, count_if({valid}) AS valid, "
                 f"count_if({rules.is_conflicting_sql()}) AS conflicts, "
-                f"count_if({rules.is_zero_diff_sql()}) AS zeros FROM {{grouped}} GROUP BY t",
-                grouped=source,
+                f"count_if({rules.is_zero_diff_sql()}) AS zeros FROM {{source}} GROUP BY t",
+                source=source,
             ).collect()
         except BaseException:
             if cache:
@@ -370,6 +370,17 @@ def decode_statements(
     )
 
 
+def _sql(query: str, **frames: DataFrame) -> DataFrame:
+    """`spark.sql(query, **frames)`: each `{name}` in `query` reads `frames[name]`.
+
+    `spark.sql` makes each frame a temporary view and drops it afterwards, and dropping a view
+    uncaches a cached DataFrame that is exactly its plan. So a frame passed here is always a
+    plan derived from anything that is or may be cached (a filter, a coalesce), never the
+    cached DataFrame itself: not the caller's input, not the decode's aggregate.
+    """
+    return next(iter(frames.values())).sparkSession.sql(query, **frames)
+
+
 _SETTLED = ("data", "time", "lo AS diff")
 """The select list that makes an aggregate row with a settled diff an update again."""
 
@@ -395,9 +406,9 @@ def _rejected(
     parts = [
         f"SELECT '' AS rule, CAST(NULL AS STRING) AS reason, CASE WHEN false THEN data END AS "
         f"data, CAST(NULL AS BIGINT) AS time, CAST(NULL AS BIGINT) AS diff, {_STATEMENT_NULLS} "
-        f"FROM {{grouped}} WHERE false"
+        "FROM {none}"
     ]
-    frames: dict[str, DataFrame] = {"grouped": grouped}
+    frames: dict[str, DataFrame] = {"none": grouped.where("false")}
     if statements:
         rows: list[dict[str, Any]] = []
         for item in statements:
@@ -417,21 +428,21 @@ def _rejected(
         parts.append("SELECT * FROM {statements}")
     if with_updates:
 
-        def shaped(rule: str, reason: str, diff: str, where: str) -> str:
-            return (f"SELECT '{rule}', '{reason}', data, time, {diff}, {_STATEMENT_NULLS} "
-                    f"FROM {{grouped}} WHERE {where}")
+        def shaped(rule: str, reason: str, diff: str, where: str) -> None:
+            frames[rule.replace("-", "_")] = grouped.where(where)
+            parts.append(f"SELECT '{rule}', '{reason}', data, time, {diff}, {_STATEMENT_NULLS} "
+                         f"FROM {{{rule.replace('-', '_')}}}")
 
-        parts.append(shaped("zero-diff", "update has diff 0", "CAST(0 AS BIGINT)",
-                            rules.is_zero_diff_sql()))
-        parts.append(shaped("conflicting-diff", "one (data, time) has different diffs",
-                            "explode(array(lo, hi))", rules.is_conflicting_sql()))
+        shaped("zero-diff", "update has diff 0", "CAST(0 AS BIGINT)", rules.is_zero_diff_sql())
+        shaped("conflicting-diff", "one (data, time) has different diffs",
+               "explode(array(lo, hi))", rules.is_conflicting_sql())
         if excess:
-            parts.append(shaped(
+            shaped(
                 "excess-updates",
                 "time has more distinct updates than its progress statement counted",
                 "lo", f"{rules.is_settled_sql()} AND time IN ({', '.join(map(str, excess))})",
-            ))
-    return spark.sql(" UNION ALL ".join(parts), **frames)
+            )
+    return _sql(" UNION ALL ".join(parts), **frames)
 
 
 def _raise_first(
@@ -518,15 +529,15 @@ def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:
     extra = "".join(
         f", {c}" for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"
     )
-    spark = messages.sparkSession
-    updates = spark.sql(
+    # Views of filtered plans, never of `messages` itself (it may be cached): see `_sql`.
+    updates = _sql(
         f"SELECT u.data AS data, u.time AS time, u.diff AS diff{extra}, _index FROM {{messages}} "
-        "LATERAL VIEW posexplode(updates) exploded AS _index, u WHERE updates IS NOT NULL",
-        messages=messages,
+        "LATERAL VIEW posexplode(updates) exploded AS _index, u",
+        messages=messages.where("updates IS NOT NULL"),
     )
-    progress = spark.sql(
+    progress = _sql(
         "SELECT progress.lower AS lower, progress.upper AS upper, progress.counts AS counts"
-        f"{extra} FROM {{messages}} WHERE progress IS NOT NULL",
-        messages=messages,
+        f"{extra} FROM {{messages}}",
+        messages=messages.where("progress IS NOT NULL"),
     )
     return updates, progress
