@@ -63,7 +63,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-UPDATE_COLUMNS = ("data", "time", "diff")
 PROGRESS_COLUMNS = ("lower", "upper", "counts")
 LOCATION_COLUMNS = ("_file", "_line", "_offset", "_index")
 """Optional columns (as `materialize-cdc` provides them) used only to say where an error is."""
@@ -214,7 +213,7 @@ CACHE_COMPRESSION = "spark.sql.inMemoryColumnarStorage.compressed"
 """Spark compresses a cached plan's columns unless this is false. `decode` caches its aggregate
 uncompressed: it is read twice or so and then dropped, and choosing and applying an encoding
 per column and batch cost more than the memory saved (measured at 1M input rows: the cache
-builds in about a quarter less time and takes about 1.5x the memory)."""
+built in about a quarter less time in one pair of builds, and took about 1.5x the memory)."""
 
 _CACHE_SETTINGS = {CACHED_PLAN_COALESCING: "true", CACHE_COMPRESSION: "false"}
 
@@ -298,11 +297,11 @@ def decode_statements(
     valid = rules.is_settled_sql()
     # Updates at finished times only matter if they break a rule no matter when they come.
     relevant = updates.where(f"{in_range} OR diff = 0")  # a view of it is safe: see _sql
-    source = "{relevant}"
+    rows = "{relevant}"
     if partitions is not None:  # the GROUP BY keeps this partitioning: no second exchange
-        source = f"(SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * FROM {source})"
+        rows = f"(SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * FROM {rows})"
     grouped = _sql(
-        f"SELECT data, time, {rules.summarize_sql()} FROM {source} GROUP BY data, time",
+        f"SELECT data, time, {rules.summarize_sql()} FROM {rows} GROUP BY data, time",
         relevant=relevant,
     )
 
@@ -318,6 +317,7 @@ def decode_statements(
         # Only under adaptive execution, which builds the cache in a job of its own first:
         # otherwise that one task would compute the whole aggregate.
         adaptive = spark.conf.get("spark.sql.adaptive.enabled") == "true"
+        # Never `grouped` itself: its view would be dropped, and the cache with it (see _sql).
         source = grouped.coalesce(1) if cache and adaptive else grouped.where("true")
         try:
             stats = _sql(
