@@ -1,5 +1,5 @@
 """The rules of `protocol.rules`: each Python function against the Reader, and each Spark
-column twin against its Python function, on generated input (hypothesis, fixed seeds)."""
+SQL twin against its Python function, on generated input (hypothesis, fixed seeds)."""
 
 from __future__ import annotations
 
@@ -62,26 +62,20 @@ def test_time_rules_and_frontier_are_the_readers() -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(groups=st.lists(diff_lists, min_size=1, max_size=12),
        bound=st.one_of(st.none(), st.integers(0, 6)))
-def test_spark_columns_are_the_python_rules(spark, groups: list[list[int]],
-                                            bound: int | None) -> None:
-    from pyspark.sql import functions as F
-
+def test_spark_sql_twins_are_the_python_rules(spark, groups: list[list[int]],
+                                              bound: int | None) -> None:
     rows = [(g, g % 6, d) for g, diffs in enumerate(groups) for d in diffs]
     frame = spark.createDataFrame(rows, "g long, time long, diff long")
     frontier = Antichain() if bound is None else Antichain([bound])
-    lo, hi, zero, time = F.col("lo"), F.col("hi"), F.col("zero"), F.col("time")
     got = {
         r["g"]: r
-        for r in frame.groupBy("g", "time")
-        .agg(*rules.summarize_columns(F.col("diff")))
-        .select(
-            "g", "lo",
-            rules.is_zero_diff_column(zero).alias("zero_diff"),
-            rules.is_conflicting_column(lo, hi).alias("conflicting"),
-            rules.is_settled_column(lo, hi).alias("settled"),
-            rules.is_beyond_column(frontier, time).alias("beyond"),
-        )
-        .collect()
+        for r in spark.sql(
+            f"SELECT g, lo, {rules.is_zero_diff_sql()} AS zero_diff, "
+            f"{rules.is_conflicting_sql()} AS conflicting, {rules.is_settled_sql()} AS settled, "
+            f"{rules.is_beyond_sql(frontier)} AS beyond "
+            f"FROM (SELECT g, time, {rules.summarize_sql()} FROM {{frame}} GROUP BY g, time)",
+            frame=frame,
+        ).collect()
     }
     assert sorted(got) == list(range(len(groups)))
     for g, diffs in enumerate(groups):

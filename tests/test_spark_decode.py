@@ -106,6 +106,45 @@ def test_resume_since_skips_earlier_times(spark) -> None:
         assert not got._cached.is_cached  # the context released the cache
 
 
+def test_decode_reads_its_cache_and_leaves_the_callers_cached(spark) -> None:
+    # The queries are SQL over temporary views, and dropping a view uncaches its DataFrame:
+    # neither the caller's cached input nor the decode's own aggregate may be dropped so.
+    log = [Updates([(R(1), 1, 1), (R(2), 1, 1)]), Progress.make([0], [5], [(1, 2)])]
+    before = spark.conf.get("spark.sql.adaptive.enabled")
+    for adaptive in ("true", "false"):
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
+        try:
+            updates, progress = frames(spark, log)
+            updates = updates.persist()
+            with decode(updates, progress) as got:
+                assert got._cached is not None and got._cached.storageLevel.useMemory
+                assert "InMemoryRelation" in (
+                    got.updates._jdf.queryExecution().optimizedPlan().toString()
+                ), "the result is computed again instead of read from the cache"
+                assert got.rejected.count() == 0
+                assert got._cached.storageLevel.useMemory
+            assert updates.storageLevel.useMemory
+            updates.unpersist()
+        finally:
+            spark.conf.set("spark.sql.adaptive.enabled", before)
+
+
+def test_split_messages_leaves_a_cached_messages_frame_cached(spark) -> None:
+    from changelake.spark.decoder import split_messages
+
+    messages = spark.createDataFrame(
+        [([{"data": "a", "time": 1, "diff": 1}], None)],
+        "updates array<struct<data:string,time:bigint,diff:bigint>>, "
+        "progress struct<lower:array<bigint>,upper:array<bigint>,"
+        "counts:array<struct<time:bigint,count:bigint>>>",
+    ).persist()
+    updates, progress = split_messages(messages)
+    assert [tuple(r) for r in updates.collect()] == [("a", 1, 1, 0)]
+    assert progress.count() == 0
+    assert messages.storageLevel.useMemory
+    messages.unpersist()
+
+
 def test_a_failing_decode_leaves_nothing_cached(spark) -> None:
     log = [Updates([(R(1), 1, 1)]), Updates([(R(1), 1, -1)]), Progress.make([0], [5])]
     before = len(spark.sparkContext._jsc.getPersistentRDDs())

@@ -1,26 +1,25 @@
-"""The Reader's update rules as plain functions, each next to its Spark column twin.
+"""The Reader's update rules as plain functions, each next to its Spark SQL twin.
 
 The `Reader` applies these rules one delivery at a time, in its hot loop. The Spark decoder
-(`changelake.spark.decoder`) sees a whole log at once and must state the same rules as column
+(`changelake.spark.decoder`) sees a whole log at once and must state the same rules as
 expressions over the aggregate of every delivery of one `(data, time)`, or of one time. Each
 rule is written here twice, side by side: a pure-Python function (the statement of the rule)
-and its `*_column` twin that Spark evaluates. `tests/test_protocol_rules.py` checks every pair
-on generated input, and the Python functions against the Reader itself.
+and its `*_sql` twin, the same rule as Spark SQL text over named columns.
+`tests/test_protocol_rules.py` checks every pair on generated input, and the Python functions
+against the Reader itself.
 
-pyspark is imported only inside the `*_column` functions: importing this module needs no Spark.
+The twins are SQL text, not `pyspark.sql.Column` objects, because every Column operation is a
+round trip from the Python driver to the JVM (a few milliseconds each on a loaded machine):
+the decoder states a whole query as one string, one call. This module imports no Spark.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.time import Time
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,16 +42,11 @@ def summarize(diffs: Iterable[int]) -> Diffs:
     return Diffs(min(nonzero, default=None), max(nonzero, default=None), 0 in given)
 
 
-def summarize_columns(diff: Column) -> list[Column]:
-    """`summarize` as aggregate expressions (named `lo`, `hi`, `zero`) for a `groupBy`."""
-    from pyspark.sql import functions as F
-
-    nonzero = F.when(diff != 0, diff)
-    return [
-        F.min(nonzero).alias("lo"),
-        F.max(nonzero).alias("hi"),
-        F.max(diff == 0).alias("zero"),
-    ]
+def summarize_sql(diff: str = "diff") -> str:
+    """`summarize` as the aggregate expressions `lo`, `hi`, `zero` (comma-separated, for the
+    select list of a `GROUP BY` query) over the long column `diff`."""
+    nonzero = f"CASE WHEN {diff} != 0 THEN {diff} END"
+    return f"min({nonzero}) AS lo, max({nonzero}) AS hi, max({diff} = 0) AS zero"
 
 
 def is_zero_diff(d: Diffs) -> bool:
@@ -60,7 +54,7 @@ def is_zero_diff(d: Diffs) -> bool:
     return d.zero
 
 
-def is_zero_diff_column(zero: Column) -> Column:
+def is_zero_diff_sql(zero: str = "zero") -> str:
     return zero
 
 
@@ -70,8 +64,8 @@ def is_conflicting(d: Diffs) -> bool:
     return d.lo is not None and d.lo != d.hi
 
 
-def is_conflicting_column(lo: Column, hi: Column) -> Column:
-    return lo.isNotNull() & (lo != hi)
+def is_conflicting_sql(lo: str = "lo", hi: str = "hi") -> str:
+    return f"({lo} IS NOT NULL AND {lo} != {hi})"
 
 
 def settled_diff(d: Diffs) -> int | None:
@@ -80,9 +74,9 @@ def settled_diff(d: Diffs) -> int | None:
     return d.lo if d.lo is not None and d.lo == d.hi else None
 
 
-def is_settled_column(lo: Column, hi: Column) -> Column:
+def is_settled_sql(lo: str = "lo", hi: str = "hi") -> str:
     """`settled_diff(d) is not None`; the diff itself is then `lo`."""
-    return lo.isNotNull() & (lo == hi)
+    return f"({lo} IS NOT NULL AND {lo} = {hi})"
 
 
 def is_excess(distinct: int, expected: int) -> bool:
@@ -110,14 +104,12 @@ def is_beyond(frontier: Antichain, time: int) -> bool:
     return frontier.beyond(time)
 
 
-def is_beyond_column(frontier: Antichain, time: Column) -> Column:
+def is_beyond_sql(frontier: Antichain, time: str = "time") -> str:
     """`is_beyond` for an integer `time` column: a frontier over integers has at most one
     element `f`, and `time` is beyond it iff `f <= time`; nothing is beyond `[]`."""
-    from pyspark.sql import functions as F
-
     if frontier.is_closed:
-        return F.lit(False)
+        return "false"
     (bound,) = frontier.elements
     if type(bound) is not int:
         raise TypeError(f"only integer times are supported on Spark, got {bound!r}")
-    return time >= F.lit(bound)
+    return f"({time} >= {bound})"

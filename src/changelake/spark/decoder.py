@@ -19,11 +19,16 @@ restating a single protocol rule:
 
 The aggregate is cached (by default) while the per-time counts are taken, so the result is
 read from it without a second shuffle; adaptive execution may coalesce its partitions (see
-`CACHED_PLAN_COALESCING`). Under adaptive execution, the counts are taken from the cache by
-one task, without an exchange. `Decoded.unpersist()` releases it; nothing else is cached.
-Spark jobs, then (with adaptive execution, each stage is a job): one collects the statements
-(none with `decode_statements`, which takes them as they are), two build the cached aggregate
-(the two sides of its shuffle), one takes the counts; actions on the result read the cache.
+`CACHED_PLAN_COALESCING`), and its columns are not compressed (`CACHE_COMPRESSION`). Under
+adaptive execution, the counts are taken from the cache by one task, without an exchange.
+`Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then (with adaptive
+execution, each stage is a job): one collects the statements (none with `decode_statements`,
+which takes them as they are), two build the cached aggregate (the two sides of its shuffle),
+one takes the counts; actions on the result read the cache.
+
+Each query is stated as one Spark SQL string (`spark.sql`, `where`, `selectExpr`), the rules'
+`*_sql` twins spliced in, rather than built from `Column` objects: every Column operation is a
+round trip from the Python driver to the JVM, and a decode's fixed cost was mostly those.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
@@ -58,7 +63,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
-UPDATE_COLUMNS = ("data", "time", "diff")
 PROGRESS_COLUMNS = ("lower", "upper", "counts")
 LOCATION_COLUMNS = ("_file", "_line", "_offset", "_index")
 """Optional columns (as `materialize-cdc` provides them) used only to say where an error is."""
@@ -184,7 +188,7 @@ def collect_statements(progress: DataFrame) -> list[Progress]:
     """The progress statements of a DataFrame, in its order, as protocol values."""
     fields = [c for c in (*PROGRESS_COLUMNS, *LOCATION_COLUMNS) if c in progress.columns]
     out: list[Progress] = []
-    for row in progress.select(*fields).collect():
+    for row in progress.selectExpr(*fields).collect():
         values = row.asDict()
         origin = None
         if "_file" in values:
@@ -205,23 +209,34 @@ CACHED_PLAN_COALESCING = "spark.sql.optimizer.canChangeCachedPlanOutputPartition
 keeps every one of `spark.sql.shuffle.partitions` (200 by default) partitions: most of them
 tiny, each a task in every job that reads it. `decode` sets it while it caches."""
 
+CACHE_COMPRESSION = "spark.sql.inMemoryColumnarStorage.compressed"
+"""Spark compresses a cached plan's columns unless this is false. `decode` caches its aggregate
+uncompressed: it is read twice or so and then dropped, and choosing and applying an encoding
+per column and batch cost more than the memory saved (measured at 1M input rows: the cache
+built in about a quarter less time in one pair of builds, and took about 1.5x the memory)."""
 
-def _persist_coalesced(df: DataFrame) -> DataFrame:
+_CACHE_SETTINGS = {CACHED_PLAN_COALESCING: "true", CACHE_COMPRESSION: "false"}
+
+
+def _persist_for_decode(df: DataFrame) -> DataFrame:
     """`df.persist()`, with adaptive execution free to coalesce the cached plan's shuffle
-    partitions. The session setting is restored at once: only the plan cached here is
-    affected (the choice is made when the plan is cached, not when it is computed)."""
+    partitions, and its columns not compressed (`_CACHE_SETTINGS`). The session settings are
+    restored at once: only the plan cached here is affected (both are read when the plan is
+    cached, not when it is computed)."""
     from pyspark import StorageLevel
 
     conf = df.sparkSession.conf
-    previous = conf.get(CACHED_PLAN_COALESCING, None)
-    conf.set(CACHED_PLAN_COALESCING, "true")
+    previous = {key: conf.get(key, None) for key in _CACHE_SETTINGS}
+    for key, value in _CACHE_SETTINGS.items():
+        conf.set(key, value)
     try:
         return df.persist(StorageLevel.MEMORY_AND_DISK)
     finally:
-        if previous is None:
-            conf.unset(CACHED_PLAN_COALESCING)
-        else:
-            conf.set(CACHED_PLAN_COALESCING, previous)
+        for key, value in previous.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
 
 
 def decode(
@@ -270,8 +285,6 @@ def decode_statements(
     aggregation): for small inputs such as a micro-batch, where each of 200 shuffle
     partitions is a file written per task and costs more than the rows do.
     """
-    from pyspark.sql import functions as F
-
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
 
@@ -279,42 +292,40 @@ def decode_statements(
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
     covers_anything = resolution.progress_frontier != start
 
-    diff = F.col("diff")
-    time = F.col("time")
-    in_range = rules.is_beyond_column(start, time)
+    spark = updates.sparkSession
+    in_range = rules.is_beyond_sql(start)
+    valid = rules.is_settled_sql()
     # Updates at finished times only matter if they break a rule no matter when they come.
-    relevant = updates.select(*UPDATE_COLUMNS).where(in_range | (diff == 0))
-    if partitions is not None:
-        relevant = relevant.repartition(partitions, "data", "time")  # the groupBy keeps it
-    grouped = relevant.groupBy("data", "time").agg(*rules.summarize_columns(diff))
-    lo, hi, zero = F.col("lo"), F.col("hi"), F.col("zero")
-    valid = rules.is_settled_column(lo, hi)
-    conflict = rules.is_conflicting_column(lo, hi)
-    zero_diff = rules.is_zero_diff_column(zero)
+    relevant = updates.where(f"{in_range} OR diff = 0")  # a view of it is safe: see _sql
+    rows = "{relevant}"
+    if partitions is not None:  # the GROUP BY keeps this partitioning: no second exchange
+        rows = f"(SELECT /*+ REPARTITION({int(partitions)}, data, time) */ * FROM {rows})"
+    grouped = _sql(
+        f"SELECT data, time, {rules.summarize_sql()} FROM {rows} GROUP BY data, time",
+        relevant=relevant,
+    )
 
     distinct: dict[int, int] = {}
     zeros = conflicts = 0
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
         if cache:
-            grouped = _persist_coalesced(grouped)
-        covered = in_range if covered_until is None else in_range & (time < F.lit(covered_until))
+            grouped = _persist_for_decode(grouped)
+        covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
         # One row per covered time, plus one row (time null) for everything else. A cache is
         # read in one task, with no exchange: these few rows are not worth a job of their own
         # with a 200-way shuffle (the cache's columns are in memory and only four are read).
         # Only under adaptive execution, which builds the cache in a job of its own first:
         # otherwise that one task would compute the whole aggregate.
-        adaptive = updates.sparkSession.conf.get("spark.sql.adaptive.enabled") == "true"
-        source = grouped.coalesce(1) if cache and adaptive else grouped
+        adaptive = spark.conf.get("spark.sql.adaptive.enabled") == "true"
+        # Never `grouped` itself: its view would be dropped, and the cache with it (see _sql).
+        source = grouped.coalesce(1) if cache and adaptive else grouped.where("true")
         try:
-            stats = (
-                source.groupBy(F.when(covered, time).alias("t"))
-                .agg(
-                    F.count(F.when(valid, 1)).alias("valid"),
-                    F.count(F.when(conflict, 1)).alias("conflicts"),
-                    F.count(F.when(zero_diff, 1)).alias("zeros"),
-                )
-                .collect()
-            )
+            stats = _sql(
+                f"SELECT CASE WHEN {covered} THEN time END AS t, count_if({valid}) AS valid, "
+                f"count_if({rules.is_conflicting_sql()}) AS conflicts, "
+                f"count_if({rules.is_zero_diff_sql()}) AS zeros FROM {{source}} GROUP BY t",
+                source=source,
+            ).collect()
         except BaseException:
             if cache:
                 grouped.unpersist()  # the caller never sees it: do not leak the cache
@@ -335,19 +346,17 @@ def decode_statements(
 
     frontier = rules.frontier(resolution.progress_frontier, resolution.expected, distinct)
     until = _single(frontier)
-    window = in_range if until is None else in_range & (time < F.lit(until))
-    result = grouped.where(valid & window).select("data", "time", lo.alias("diff"))
-    pending = grouped.where(valid & rules.is_beyond_column(frontier, time)).select(
-        "data", "time", lo.alias("diff")
+    window = in_range if until is None else f"{in_range} AND time < {until}"
+    result = grouped.where(f"{valid} AND {window}").selectExpr(*_SETTLED)
+    pending = grouped.where(f"{valid} AND {rules.is_beyond_sql(frontier)}").selectExpr(
+        *_SETTLED
     )
     missing = {t: c - distinct.get(t, 0) for t, c in resolution.expected.items()
                if rules.is_unfinished(distinct.get(t, 0), c)}
 
-    spark = updates.sparkSession
-    data_type = updates.schema["data"].dataType
     checked = strict or covers_anything
     rejected = _rejected(
-        spark, grouped, data_type, resolution.rejected, excess,
+        spark, grouped, resolution.rejected, excess,
         with_updates=not strict and (not checked or bool(zeros or conflicts or excess)),
     )
     return Decoded(
@@ -361,70 +370,79 @@ def decode_statements(
     )
 
 
+def _sql(query: str, **frames: DataFrame) -> DataFrame:
+    """`spark.sql(query, **frames)`: each `{name}` in `query` reads `frames[name]`.
+
+    `spark.sql` makes each frame a temporary view and drops it afterwards, and dropping a view
+    uncaches a cached DataFrame that is exactly its plan. So a frame passed here is always a
+    plan derived from anything that is or may be cached (a filter, a coalesce), never the
+    cached DataFrame itself: not the caller's input, not the decode's aggregate.
+    """
+    return next(iter(frames.values())).sparkSession.sql(query, **frames)
+
+
+_SETTLED = ("data", "time", "lo AS diff")
+"""The select list that makes an aggregate row with a settled diff an update again."""
+
+
+_STATEMENT_NULLS = (
+    "CAST(NULL AS ARRAY<BIGINT>) AS lower, CAST(NULL AS ARRAY<BIGINT>) AS upper, "
+    "CAST(NULL AS ARRAY<STRUCT<`time`: BIGINT, `count`: BIGINT>>) AS counts"
+)
+"""The statement columns of `rejected_schema`, null: the tail of an update row there."""
+
+
 def _rejected(
     spark: SparkSession,
     grouped: DataFrame,
-    data_type: DataType,
     statements: Sequence[Rejected],
     excess: Sequence[int],
     *,
     with_updates: bool,
 ) -> DataFrame:
-    """Lenient mode's set-aside input as one DataFrame (see the module docstring)."""
-    from pyspark.sql import functions as F
-
-    schema = rejected_schema(data_type)
-    rows: list[dict[str, Any]] = []
-    for item in statements:
-        p = item.message
-        assert isinstance(p, Progress)
-        rows.append(
-            {
-                "rule": item.error.rule,
-                "reason": str(item.error),
-                "lower": list(p.lower.elements),
-                "upper": list(p.upper.elements),
-                "counts": [{"time": t, "count": c} for t, c in p.counts],
-            }
-        )
-    out = spark.createDataFrame(rows, schema)
-    if not with_updates:
-        return out
-    lo, hi, time = F.col("lo"), F.col("hi"), F.col("time")
-
-    def shaped(df: DataFrame, rule: str, reason: Column) -> DataFrame:
-        return df.select(
-            F.lit(rule).alias("rule"), reason.alias("reason"), "data", "time", "diff"
-        ).unionByName(out.limit(0), allowMissingColumns=True).select(*schema.fieldNames())
-
-    zero_rows = shaped(
-        grouped.where(rules.is_zero_diff_column(F.col("zero")))
-        .withColumn("diff", F.lit(0).cast("long")),
-        "zero-diff",
-        F.lit("update has diff 0"),
-    )
-    conflicting = grouped.where(rules.is_conflicting_column(lo, hi)).select(
-        "data", "time", F.explode(F.array(lo, hi)).alias("diff")
-    )
-    conflict_rows = shaped(
-        conflicting, "conflicting-diff", F.lit("one (data, time) has different diffs")
-    )
-    parts = [out, zero_rows, conflict_rows]
-    if excess:
-        extra = grouped.where(
-            rules.is_settled_column(lo, hi) & time.isin(list(excess))
-        ).select("data", "time", lo.alias("diff"))
-        parts.append(
-            shaped(
-                extra,
-                "excess-updates",
-                F.lit("time has more distinct updates than its progress statement counted"),
+    """Lenient mode's set-aside input as one DataFrame (see the module docstring), of
+    `rejected_schema`. One SQL query over the aggregate: its first part selects no row
+    (`WHERE false` reads nothing) and gives every column its type and nullability."""
+    parts = [
+        f"SELECT '' AS rule, CAST(NULL AS STRING) AS reason, CASE WHEN false THEN data END AS "
+        f"data, CAST(NULL AS BIGINT) AS time, CAST(NULL AS BIGINT) AS diff, {_STATEMENT_NULLS} "
+        "FROM {none}"
+    ]
+    frames: dict[str, DataFrame] = {"none": grouped.where("false")}
+    if statements:
+        rows: list[dict[str, Any]] = []
+        for item in statements:
+            p = item.message
+            assert isinstance(p, Progress)
+            rows.append(
+                {
+                    "rule": item.error.rule,
+                    "reason": str(item.error),
+                    "lower": list(p.lower.elements),
+                    "upper": list(p.upper.elements),
+                    "counts": [{"time": t, "count": c} for t, c in p.counts],
+                }
             )
-        )
-    result = parts[0]
-    for part in parts[1:]:
-        result = result.unionByName(part)
-    return result
+        data_type = grouped.schema["data"].dataType
+        frames["statements"] = spark.createDataFrame(rows, rejected_schema(data_type))
+        parts.append("SELECT * FROM {statements}")
+    if with_updates:
+
+        def shaped(rule: str, reason: str, diff: str, where: str) -> None:
+            frames[rule.replace("-", "_")] = grouped.where(where)
+            parts.append(f"SELECT '{rule}', '{reason}', data, time, {diff}, {_STATEMENT_NULLS} "
+                         f"FROM {{{rule.replace('-', '_')}}}")
+
+        shaped("zero-diff", "update has diff 0", "CAST(0 AS BIGINT)", rules.is_zero_diff_sql())
+        shaped("conflicting-diff", "one (data, time) has different diffs",
+               "explode(array(lo, hi))", rules.is_conflicting_sql())
+        if excess:
+            shaped(
+                "excess-updates",
+                "time has more distinct updates than its progress statement counted",
+                "lo", f"{rules.is_settled_sql()} AND time IN ({', '.join(map(str, excess))})",
+            )
+    return _sql(" UNION ALL ".join(parts), **frames)
 
 
 def _raise_first(
@@ -439,12 +457,8 @@ def _raise_first(
     """Raise the error for one offending update, located in the input if it says where."""
     from pyspark.sql import functions as F
 
-    lo, hi = F.col("lo"), F.col("hi")
     if zeros:
-        (example,) = (
-            grouped.where(rules.is_zero_diff_column(F.col("zero")))
-            .orderBy("time").limit(1).collect()
-        )
+        (example,) = grouped.where(rules.is_zero_diff_sql()).orderBy("time").limit(1).collect()
         raise ProtocolError(
             "zero-diff",
             f"update of {_show(example['data'])} at time {example['time']} has diff 0 "
@@ -453,7 +467,7 @@ def _raise_first(
         )
     if conflicts:
         (example,) = (
-            grouped.where(rules.is_conflicting_column(lo, hi)).orderBy("time").limit(1).collect()
+            grouped.where(rules.is_conflicting_sql()).orderBy("time").limit(1).collect()
         )
         raise ProtocolError(
             "conflicting-diff",
@@ -512,13 +526,18 @@ def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:
     """The updates and progress DataFrames that `decode` takes, from a messages DataFrame
     (one of `updates` or `progress` per row, as `encode` and the Avro union have it).
     Location columns present in `messages` are carried along."""
-    from pyspark.sql import functions as F
-
-    extra = [c for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"]
-    updates = messages.where(F.col("updates").isNotNull()).select(
-        *extra, F.posexplode("updates").alias("_index", "u")
-    ).select("u.data", "u.time", "u.diff", *extra, "_index")
-    progress = messages.where(F.col("progress").isNotNull()).select(
-        "progress.lower", "progress.upper", "progress.counts", *extra
+    extra = "".join(
+        f", {c}" for c in LOCATION_COLUMNS if c in messages.columns and c != "_index"
+    )
+    # Views of filtered plans, never of `messages` itself (it may be cached): see `_sql`.
+    updates = _sql(
+        f"SELECT u.data AS data, u.time AS time, u.diff AS diff{extra}, _index FROM {{messages}} "
+        "LATERAL VIEW posexplode(updates) exploded AS _index, u",
+        messages=messages.where("updates IS NOT NULL"),
+    )
+    progress = _sql(
+        "SELECT progress.lower AS lower, progress.upper AS upper, progress.counts AS counts"
+        f"{extra} FROM {{messages}}",
+        messages=messages.where("progress IS NOT NULL"),
     )
     return updates, progress

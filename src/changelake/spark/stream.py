@@ -119,7 +119,6 @@ class DecodeBatches:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
-        from pyspark.sql import functions as F
 
         from changelake.spark.decoder import collect_statements, decode_statements, split_messages
 
@@ -133,7 +132,7 @@ class DecodeBatches:
         messages = batch.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             updates, progress = split_messages(messages)
-            updates = updates.select("data", "time", "diff")
+            updates = updates.selectExpr("data", "time", "diff")
             if previous and previous[0].has_pending:
                 # The schema is known: reading it from the files would be a Spark job.
                 pending = spark.read.schema(updates.schema).parquet(
@@ -151,11 +150,11 @@ class DecodeBatches:
                 temporary = self.state_dir / f".{_name(batch_id)}-{uuid.uuid4().hex}"
                 # One job writes both, each to its own directory, only if it has rows.
                 assert decoded.pending is not None
-                finished = decoded.updates.withColumn(_PART, F.lit(_FINISHED))
-                kept_rows = decoded.pending.withColumn(_PART, F.lit(_PENDING))
-                finished.unionByName(kept_rows).write.partitionBy(_PART).parquet(
-                    str(temporary)
-                )
+                spark.sql(
+                    f"SELECT *, '{_FINISHED}' AS {_PART} FROM {{finished}} UNION ALL "
+                    f"SELECT *, '{_PENDING}' AS {_PART} FROM {{pending}}",
+                    finished=decoded.updates, pending=decoded.pending,
+                ).write.partitionBy(_PART).parquet(str(temporary))
                 self._place(temporary / f"{_PART}={_FINISHED}",
                             self.output_dir / _name(batch_id))
                 if not self.strict:
