@@ -232,7 +232,8 @@ def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path)
         parser.parse_line(line, Location("x", 1))
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\n".join(REFUSED + ACCEPTED) + b"\n")
-    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]))
+    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]),
+                      careful=True)
     got = sorted((r["row"], r["problem"]) for r in items.select("row", "problem").collect())
     refused = len(REFUSED)
     assert [p is not None for _, p in got] == [True] * refused + [False] * len(ACCEPTED), \

@@ -149,9 +149,10 @@ def _in_range(value: Column, base: str) -> Column:
     return F.coalesce(ok, F.lit(True))
 
 
-def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
-                 ) -> DataFrame:
-    """The typed parse of lines `_simple` holds for (see `ydb_items` for the columns)."""
+def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec],
+                 simple: Column) -> DataFrame:
+    """The typed parse (see `ydb_items` for the columns); a line `simple` does not hold for
+    is a row of kind "careful" without a problem."""
     names = [c.name for c in columns]
     typed = {c.name: c.out_type for c in columns}
     bases = {c.name: _base_type(c.type) or "" for c in schema.columns}
@@ -164,7 +165,7 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     ddl = (f"key array<{key_type}>, update {body}, reset {body}, erase {body}, "
            f"newImage {body}, oldImage {body}, ts {pair}, resolved {pair}, _corrupt string")
     # Parsed once (a project over this is not collapsed into its many uses).
-    lines = lines.select("file", "file_index", "block", "row",
+    lines = lines.select("file", "file_index", "block", "row", simple.alias("_simple"),
                          F.from_json("value", ddl, _OPTIONS).alias("_p"))
     p = F.col("_p")
     present = {f: p[f].isNotNull() for f in ("update", "reset", "erase", "newImage",
@@ -204,7 +205,7 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
         ((rpos[0] > uint64_max) | (rpos[1] > uint64_max), "bad: resolved"),
         (rpos[0] > MAX_TIME, "unsupported: a barrier beyond a long"),
     )
-    problem = F.when(p["_corrupt"].isNotNull(),
+    problem = F.when(~F.col("_simple"), F.lit(None)).when(p["_corrupt"].isNotNull(),
                      F.lit("bad: an integer beyond its column's type")) \
         .when(resolved, resolved_problem).otherwise(data_problem)
 
@@ -222,8 +223,8 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     ts = p["ts"]
     return lines.select(
         "file", "file_index", "block", "row",
-        F.when(resolved, "resolved").otherwise("change").alias("kind"),
-        problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
+        F.when(~F.col("_simple"), "careful").when(resolved, "resolved").otherwise("change")
+        .alias("kind"), problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
         present["ts"].alias("has_ts"), F.when(present["ts"], ts).alias("pos"),
         F.when(present["ts"], ts[0].cast("bigint")).alias("time"),
         *[key_values[k].alias(f"k{i}") for i, k in enumerate(keys)],
@@ -233,16 +234,22 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
         F.when(old_on, row(p["oldImage"])).otherwise(no_row).alias("b"), none.alias("ub"))
 
 
-def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
-              ) -> DataFrame:
-    """One row per line: file, file_index, block, row, kind ("resolved" or "change"), problem,
-    rpos (a barrier's position), has_ts, and for changes the event columns `keyed.convert`
-    reads: k0.., is_delete, rank, op, pos, time, a, ua, b, ub. The typed parse for the lines
-    `_simple` holds for, the careful one (`ydb_variant.py`) for the others."""
+def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec], *,
+              careful: bool = False) -> DataFrame:
+    """One row per line: file, file_index, block, row, kind ("resolved", "change" or
+    "careful"), problem, rpos (a barrier's position), has_ts, and for changes the event
+    columns `keyed.convert` reads: k0.., is_delete, rank, op, pos, time, a, ua, b, ub.
+
+    The lines `_simple` holds for take the typed parse. The others take the careful one
+    (`ydb_variant.py`) with `careful`; without it they are rows of kind "careful" without a
+    problem (their other columns mean nothing), so that a batch without such lines is read in
+    one pass, and one with them is read again."""
     simple = _simple(schema)
-    typed = _typed_items(lines.where(simple), schema, columns)
-    careful = variant_items(lines.where(~simple), schema, columns)
-    return typed.unionByName(careful.select(*typed.columns))
+    if not careful:
+        return _typed_items(lines, schema, columns, simple)
+    typed = _typed_items(lines.where(simple), schema, columns, F.lit(True))
+    return typed.unionByName(variant_items(lines.where(~simple), schema, columns)
+                             .select(*typed.columns))
 
 
 def untimed_positions(events: DataFrame) -> DataFrame:
