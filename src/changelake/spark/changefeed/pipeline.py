@@ -265,7 +265,8 @@ def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str
     events = with_content(events)
     if _guard(lambda: _tied(events, len(keys))):
         raise Unsupported("unsupported: two rows for one key at one position")
-    return convert(events, columns, keys, state), frontier
+    # Converted once: the lake commit reads the updates more than once.
+    return _guard(lambda: convert(events, columns, keys, state).localCheckpoint()), frontier
 
 
 def _tied(events: DataFrame, keys: int) -> bool:
