@@ -26,13 +26,16 @@ finished is converted, not refused; the table's rows are not checked for one row
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
 
-`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with `parse_json` against
-the table schema's types (`ydb.py`, which says what it covers: records with virtual timestamps
-and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
-the primary key as key), the barrier rule and the frontier by file (`barriers.py`), converted
-by `keyed.convert`. Where it may differ from `encode_changefeed` (shared with the old path): a
-record below its partition's barrier is a replay only if it repeats an earlier record of its
-file (the encoder also skips one older than what its key already has applied).
+`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with one typed `from_json`
+against the table schema's types where a line is provably simple, with the VARIANT parse
+otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
+or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
+as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
+barrier rule with a window by file and a join of the few records below a barrier
+(`barriers.py`), the tie check as one aggregate, converted by `keyed.convert` and checkpointed.
+Where it may differ from `encode_changefeed` (shared with the old path): a record below its
+partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
+also skips one older than what its key already has applied).
 
 `changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
