@@ -198,9 +198,10 @@ REFUSED = [
     b'\xef\xbb\xbf{"key":[1],"update":{}}', b'{"key":[1],"update":{"s":"\xff"}}',
     b'{"key":[9223372036854775808.0],"update":{}}',
 ]
-#: Accepted by the parser, read otherwise by Spark: handed to the old path too.
-HANDED_OVER = [b'{"key":[1],"update":{},"key":[2]}', b'{"key":[5],"update":{"d":-0.0}}',
-               b'{"key":[18446744073709551615],"reset":{"d":1e2}}']
+#: Lines the VARIANT reads otherwise (a repeated name, `-0.0`, a float beside a Uint64 beyond a
+#: long) and the typed parse reads as orjson does.
+TYPED_AS_ORJSON = [b'{"key":[1],"update":{},"key":[2]}', b'{"key":[5],"update":{"d":-0.0}}',
+                   b'{"key":[18446744073709551615],"reset":{"d":1e2}}']
 ACCEPTED = [
     b' {"key" : [1], "update" : {"v":1, "s":"a\\"b}", "d":"-inf", "f":false}} ',
     b'{"key":[18446744073709551615],"reset":{"d":1.5},"ts":[9223372036854775807,0]}',
@@ -208,12 +209,14 @@ ACCEPTED = [
     b'{"key":[3],"update":{"ignored":1},"newImage":{"d":12345678901234567890123}}',
     b'{"resolved":[9223372036854775807,18446744073709551615]}',
     b'{"key":[4],"update":{"s":"' + b'\\"' * 20000 + b'"}}',
+    *TYPED_AS_ORJSON,
 ]
 
 
 def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path) -> None:
-    """The parse step against `YdbParser`: a line it refuses (or that this path reads otherwise)
-    sets `problem`, so the batch goes to the old path; the lines it accepts do not."""
+    """The parse step against `YdbParser`: a line it refuses sets `problem`, so the batch goes
+    to the old path; the lines it accepts do not. Both parses are exercised (see
+    `test_which_lines_take_the_typed_parse`)."""
     from changelake.errors import Location
     from changelake.formats.tableschema import TableSchema
     from changelake.formats.ydb import YdbParser
@@ -225,12 +228,59 @@ def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path)
     for line in REFUSED:
         with pytest.raises(ChangefeedError):
             parser.parse_line(line, Location("x", 1))
-    for line in HANDED_OVER + ACCEPTED:
+    for line in ACCEPTED:
         parser.parse_line(line, Location("x", 1))
     path = tmp_path / "lines.jsonl"
-    path.write_bytes(b"\n".join(REFUSED + HANDED_OVER + ACCEPTED) + b"\n")
-    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]))
+    path.write_bytes(b"\n".join(REFUSED + ACCEPTED) + b"\n")
+    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]),
+                      careful=True)
     got = sorted((r["row"], r["problem"]) for r in items.select("row", "problem").collect())
-    refused = len(REFUSED + HANDED_OVER)
+    refused = len(REFUSED)
     assert [p is not None for _, p in got] == [True] * refused + [False] * len(ACCEPTED), \
         [(n, p) for n, (_, p) in enumerate(got) if (p is None) == (n < refused)]
+
+
+#: The lines of REFUSED and ACCEPTED the typed parse reads: its own checks refuse the first
+#: nine (two bodies or none, no key, values beyond their type's range, a step beyond a long,
+#: an erase with a newImage); the others go the careful way.
+TYPED = [
+    b'{"key":[1],"update":{"v":4294967296}}', b'{"key":[1],"update":{"v":-1}}',
+    b'{"key":[18446744073709551616],"update":{}}', b'{"key":[1],"reset":{},"erase":{}}',
+    b'{"key":[1]}', b'{"update":{}}', b'{"key":[1],"update":{},"ts":[9223372036854775808,0]}',
+    b'{"key":[1],"erase":{},"newImage":{"v":1}}', b'{"key":[1],"update":{"d":1e400}}',
+    b'{"key":[18446744073709551615],"reset":{"d":1.5},"ts":[9223372036854775807,0]}',
+    b'{"resolved":[9223372036854775807,18446744073709551615]}',
+    b'{"key":[4],"update":{"s":"' + b'\\"' * 20000 + b'"}}', *TYPED_AS_ORJSON,
+]
+
+
+def test_which_lines_take_the_typed_parse(spark: Any, tmp_path: Path) -> None:
+    """`_simple` holds for the lines of YDB's shapes with values of their columns' kinds, and
+    not for what `from_json` would read otherwise (strings for numbers, floats for integers,
+    nulls in `update`, bodies with columns in an erase, "-inf", what follows the object)."""
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.ydb import _simple
+
+    careful = [b'{"key":[1],"update":{"s":null}}', b'{"key":[1],"update":{"s":1}}',
+               b'{"key":[1],"update":{"d":"nan"}}', b'{"key":["1"],"update":{}}',
+               b'{"key":[-0],"update":{}}', b'{"key":[1],"update":{"v":01}}',
+               b'{"key":[1],"update":{}}{}', b'{"key":[1],"update":{"\\u0073":"a"}}']
+    assert set(TYPED) <= set(REFUSED + ACCEPTED)
+    lines = REFUSED + ACCEPTED + careful
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    frame = read_lines(spark, [str(path)]).frame
+    simple = _simple(TableSchema.from_json(LINE_TABLE))
+    got = [r[1] for r in sorted(frame.select("row", simple).collect())]
+    assert [n for n, s in enumerate(got) if s] == [n for n, line in enumerate(lines)
+                                                   if line in TYPED]
+
+
+def test_lines_the_typed_parse_reads_as_orjson(spark: Any, tmp_path: Path) -> None:
+    """A repeated name (the last counts), `-0.0`, a float beside a Uint64 beyond a long: the
+    JVM path converts them as the encoder does."""
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"\n".join(TYPED_AS_ORJSON) + b"\n")
+    got, _ = compare(spark, [path], tmp_path, LINE_TABLE, close=True)
+    assert got is not None and got.path == "jvm", got and got.reason

@@ -26,13 +26,16 @@ finished is converted, not refused; the table's rows are not checked for one row
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
 `"snapshot": 1`) is accepted (this path only).
 
-`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with `parse_json` against
-the table schema's types (`ydb.py`, which says what it covers: records with virtual timestamps
-and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
-the primary key as key), the barrier rule and the frontier by file (`barriers.py`), converted
-by `keyed.convert`. Where it may differ from `encode_changefeed` (shared with the old path): a
-record below its partition's barrier is a replay only if it repeats an earlier record of its
-file (the encoder also skips one older than what its key already has applied).
+`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with one typed `from_json`
+against the table schema's types where a line is provably simple, with the VARIANT parse
+otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
+or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
+as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
+barrier rule with a window by file and a join of the few records below a barrier
+(`barriers.py`), the tie check as one aggregate, converted by `keyed.convert` and checkpointed.
+Where it may differ from `encode_changefeed` (shared with the old path): a record below its
+partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
+also skips one older than what its key already has applied).
 
 `changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
@@ -52,7 +55,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.tableschema import TableSchema
-from changelake.spark.changefeed.barriers import barrier_problems, ydb_frontier
+from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.parse import parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
@@ -187,7 +190,7 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 
 def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                    state: DataFrame | None) -> DataFrame:
-    """Keyed events of either source, checked (a key problem, or two rows for one key at one
+    """Keyed Debezium events, checked (a key problem, or two rows for one key at one
     position, is `Unsupported`) on a checkpoint that the conversion then reads."""
     checked = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
         "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
@@ -238,29 +241,45 @@ def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str
     """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier), or
     `Unsupported` (see `ydb.py` for what is covered)."""
     columns = ydb_columns(table_schema, keys)
-    items = barrier_problems(ydb_items(read_lines(spark, files).frame, table_schema, columns),
-                             len(keys))
-    items = _guard(lambda: items.localCheckpoint())
-    change = F.col("kind") == "change"
-    facts = _guard(lambda: items.agg(
-        F.min("problem").alias("problem"),
-        F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
-        F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
-        F.count(F.when(~change, 1)).alias("barriers")).first())
-    if facts["problem"] is not None:
-        raise Unsupported(facts["problem"])
-    events = items.where(change)
-    if facts["untimed"]:
-        if facts["timed"] or facts["barriers"]:
+    lines = read_lines(spark, files).frame
+
+    def parsed(careful: bool) -> tuple[DataFrame, PerFile]:
+        items = _guard(lambda: ydb_items(lines, table_schema, columns, careful=careful)
+                       .localCheckpoint())
+        return items, _guard(lambda: PerFile.of(items))
+
+    items, facts = parsed(careful=False)
+    if facts.careful:
+        items, facts = parsed(careful=True)
+    if facts.problem is not None:
+        raise Unsupported(facts.problem)
+    if facts.barriers and _guard(lambda: unrepeated_below(items, len(keys))):
+        raise Unsupported("bad: a record below its partition's barrier")
+    events = items.where(F.col("kind") == "change")
+    if facts.untimed:
+        if facts.timed or facts.barriers:
             raise Unsupported("records without ts beside records with ts or barriers")
         events = untimed_positions(events)
-    frontier = None if close else _guard(lambda: ydb_frontier(items, len(files)))
+    frontier = None if close else facts.frontier(len(files))
     if frontier is not None:
         events = events.where(F.col("time") < frontier)
     if since is not None:
         events = events.where(F.col("time") >= since)
     events = with_content(events)
-    return _convert_keyed(events, columns, keys, state), frontier
+    if _guard(lambda: _tied(events, len(keys))):
+        raise Unsupported("unsupported: two rows for one key at one position")
+    # Converted once: the lake commit reads the updates more than once.
+    return _guard(lambda: convert(events, columns, keys, state).localCheckpoint()), frontier
+
+
+def _tied(events: DataFrame, keys: int) -> bool:
+    """`keyed.ties` as one aggregate: whether two writes of one key at one position hold
+    different rows. (The Debezium path checks it with a window beside the events' own
+    problems; a YDB batch's problems are all checked on its parsed lines already.)"""
+    writes = events.where(F.col("rank") == 1)
+    return writes.groupBy(*[f"k{i}" for i in range(keys)], "pos") \
+        .agg((F.min("content") != F.max("content")).alias("_tied")) \
+        .where("_tied").limit(1).count() > 0
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,

@@ -1,32 +1,42 @@
 """Step 2 for YDB: each changefeed JSON line into one item row, and each record into the event
-row the keyed step converts (`keyed.convert`), with Spark's variant functions.
+row the keyed step converts (`keyed.convert`).
 
 Mirrors `formats.ydb.YdbParser` (FORMAT = 'JSON') for the columns whose YDB types this path
 reads in the JVM (`COVERED`: Bool, the integer types, Float/Double, Utf8, Uuid); a table with
-any other column type, or with a key other than its primary key, is `Unsupported`. The line is
-parsed once (`parse_json`); a value's JSON kind (`schema_of_variant`) decides what the Python
-parser decides with `type(value)`:
+any other column type, with a key other than its primary key, or with two column names that
+differ only in case (Spark resolves names without case), is `Unsupported`.
 
-* `{"resolved": [step, txId]}` (nothing else): a barrier at `rpos`;
-* a data record: `key` (an array in primary-key order), exactly one of `update`/`reset`/`erase`
-  (an object), optional `ts` (`[step, txId]`: position `pos`, time `step`), `newImage` /
-  `oldImage` (objects of non-key columns; null reads as absent). What it becomes is
-  `YdbParser._record`'s rule: erase a delete, with before = key + oldImage; with newImage a
-  write of key + newImage (an UPDATE with oldImage, an UPSERT without); otherwise a write of
-  key + the object's columns, the others UNCHANGED (`update`) or null (`reset`).
+Each line takes one of two parses, chosen by one regular expression built from the table
+schema (`_simple`), so that the expensive one is paid only by the lines that need it:
 
-Values as `decode_value` reads them: Bool a JSON boolean; integers a JSON integer in the type's
-range (Uint64 beyond a long as `decimal(20,0)`); Float/Double a number or "nan"/"inf"/"-inf";
-Utf8/Uuid a string; null anything.
+* *Typed* (the common case): one `from_json` against the table schema's types. `from_json`
+  alone cannot read a line the Python way: it reads `1` into a string column as `"1"`, `1.0`
+  and `"1"` into a decimal, ignores what follows the first value and names it does not know,
+  and reads a column set to null as one that is absent. So it only reads the lines the
+  expression proves simple: one JSON object, nothing after it, of YDB's shapes, every name a
+  known one, every value of the JSON kind its column needs (a JSON string for Utf8/Uuid,
+  `true`/`false` for Bool, an integer for the integer types, a number for Float/Double), no
+  null in `update` (so a column `from_json` reads as null is one `update` leaves UNCHANGED),
+  no escape but JSON's own and no surrogate escape, no byte-order mark or replacement
+  character (orjson refuses what Spark would repair or skip), and shorter than the line limit.
+  The shapes: `{"resolved": [step, txId]}`; or members `key` (an array of the key's values,
+  no null), `update` (an object of non-key columns, no null), `reset`, `newImage`, `oldImage`
+  (the same, null allowed; the images may be null), `erase` (`{}`) and `ts` (`[step, txId]`),
+  in any order. A simple line can still be one the Python parser refuses (two bodies, a value
+  beyond its type's range, a step beyond a long, an erase with a newImage, an OLD_IMAGE
+  record): the typed parse names that in `problem` as the careful parse does.
+* *Careful* (`ydb_variant.py`): every other line is read as a VARIANT and the JSON kind of each
+  of its values asked (`"nan"` and `"inf"` floats, nulls in `update`, DEBEZIUM_JSON, bad lines).
 
-Every line the Python parser refuses, and every line this path cannot read the Python way, sets
-`problem` (the caller hands the batch to the old path, which names the line as
-`encode_changefeed` does): not one JSON object nesting at most four levels (strings aside),
-a line near the length limit, a surrogate escape, a byte-order mark or a replacement character
-(orjson refuses what Spark would repair or skip), duplicate names (orjson keeps the last),
-DEBEZIUM_JSON records (`payload`/`value`), OLD_IMAGE records (no after image), a null key
-value, and, on a line with a Uint64 beyond a long, a number with an exponent or 19 digits
-before its point (`9223372036854775808.0` reads as that integer in a variant).
+What a record becomes is `YdbParser._record`'s rule: `{"resolved": [step, txId]}` a barrier at
+`rpos`; erase a delete, with before = key + oldImage; with newImage a write of key + newImage
+(an UPDATE with oldImage, an UPSERT without); otherwise a write of key + the object's columns,
+the others UNCHANGED (`update`) or null (`reset`). `ts` gives the position `pos` and the time
+`step`. Names repeated in an object read as orjson reads them: the last one.
+
+Every line the Python parser refuses, and every line this path cannot read the Python way,
+sets `problem` (the caller hands the batch to the old path, which names the line as
+`encode_changefeed` does).
 
 Records without `ts` (no virtual timestamps) are placed by the encoder at the stream's current
 time and ordered by arrival: covered only when no line of the batch has a `ts` or is a barrier,
@@ -35,6 +45,7 @@ where that is time 0 and the order of files and lines (`pos` = `[file_index, blo
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 
@@ -47,22 +58,37 @@ from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
 from changelake.spark.changefeed.keyed import ColumnSpec
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
+from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
 
-_INTS = {f"Int{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 64)} | {
-    f"Uint{b}": (0, (1 << b) - 1) for b in (8, 16, 32)} | {
-    "Interval": (-(1 << 63), (1 << 63) - 1), "Interval64": (-(1 << 63), (1 << 63) - 1)}
 #: The YDB types whose JSON values this path reads in the JVM.
-COVERED = frozenset({"Bool", "Uint64", "Float", "Double", "Utf8", "Uuid", *_INTS})
-_DATA_FIELDS = ("key", "update", "reset", "erase", "newImage", "oldImage", "ts")
-_STRING = r'"(?:[^"\\]++|\\.)*+"'
-_CONTAINER = r"\{[^{}\[\]]*\}|\[[^{}\[\]]*\]"
+COVERED = frozenset({"Bool", "Uint64", "Float", "Double", "Utf8", "Uuid", *INTS})
 _NAME = re.compile(r"^[^'\\`]+$")
+_UINT64_MAX = (1 << 64) - 1
+
+# The pieces of `_simple`: JSON's grammar, narrowed as the module docstring says.
+_WS = r"[ \t\r\n]*+"
+_STRING = (r'"(?:[^"\\\x00-\x1f\ufeff\ufffd]++|\\["\\/bfnrt]'
+           r'|\\u(?![dD][89a-fA-F])[0-9a-fA-F]{4})*+"')
+_UINT = r"(?:0|[1-9][0-9]*+)"
+_INT = "-?" + _UINT
+_NUMBER = _INT + r"(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?"
+_PAIR = rf"\[{_WS}{_UINT}{_WS},{_WS}{_UINT}{_WS}\]"
+#: The JSON kind each covered type reads (Uint64 non-negative: `-0` goes the careful way).
+_KINDS = {"Bool": "(?:true|false)", "Uint64": _UINT, "Float": _NUMBER, "Double": _NUMBER,
+          "Utf8": _STRING, "Uuid": _STRING} | {t: _INT for t in INTS}
+#: The options that make `from_json` refuse what orjson refuses among the simple lines' values.
+_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt",
+            "allowNonNumericNumbers": "false", "allowSingleQuotes": "false",
+            "allowNumericLeadingZeros": "false", "allowUnquotedControlChars": "false",
+            "allowBackslashEscapingAnyCharacter": "false", "allowComments": "false"}
 
 
 def ydb_columns(schema: TableSchema, keys: Sequence[str]) -> list[ColumnSpec]:
     """The table's columns with their Spark types (`types.spark_type`), or `Unsupported`."""
     if list(keys) != list(schema.primary_key):
         raise Unsupported("key columns other than the table's primary key")
+    if len({n.lower() for n in schema.names}) != len(schema.names):
+        raise Unsupported("column names that differ only in case")
     out = []
     for c in schema.columns:
         base = _base_type(c.type)
@@ -75,240 +101,155 @@ def ydb_columns(schema: TableSchema, keys: Sequence[str]) -> list[ColumnSpec]:
     return out
 
 
-def _kind(v: Column, path: str) -> Column:
-    """The JSON kind at `path` (BIGINT, DECIMAL(p,s), DOUBLE, STRING, BOOLEAN, VOID for null,
-    OBJECT<..>, ARRAY<..>); null when the path is absent."""
-    return F.schema_of_variant(F.try_variant_get(v, path, "variant"))
+def _name(name: str) -> str:
+    """A member name as JSON spells it (`json.dumps`), every ASCII sign escaped for the regex."""
+    spelled = json.dumps(name, ensure_ascii=False)
+    return "".join(c if c.isalnum() or ord(c) > 127 else "\\" + c for c in spelled) \
+        + _WS + ":" + _WS
 
 
-def _decimal(n: int) -> Column:
-    return F.lit(str(n)).cast("decimal(20,0)")
+def _object(members: Sequence[str]) -> str:
+    """A JSON object whose members are each one of `members` (none: only `{}`)."""
+    if not members:
+        return rf"\{{{_WS}\}}"
+    member = "(?:" + "|".join(members) + ")"
+    return rf"\{{{_WS}(?:{member}(?:{_WS},{_WS}{member})*+)?{_WS}\}}"
 
 
-def _unsigned(v: Column, path: str) -> tuple[Column, Column, Column]:
-    """(value as decimal(20,0), ok, big): a JSON integer in [0, 2^64); `big` when it is beyond
-    a long, where the variant would read a float with a zero fraction the same way."""
-    kind = _kind(v, path)
-    value = F.try_variant_get(v, path, "decimal(20,0)")
-    big = kind.rlike(r"^DECIMAL\(\d+,0\)$") & (value >= _decimal(1 << 63)) \
-        & (value <= _decimal((1 << 64) - 1))
-    ok = F.coalesce(((kind == "BIGINT") & (value >= 0)) | big, F.lit(False))
-    return value, ok, F.coalesce(big, F.lit(False))
-
-
-def _value(v: Column, path: str, base: str) -> tuple[Column, Column, Column]:
-    """(value, ok, big) of one column value at `path` (absent or null: null, ok)."""
-    kind = _kind(v, path)
-    null = kind.isNull() | (kind == "VOID")
-    big = F.lit(False)
-    if base == "Bool":
-        value, ok = F.try_variant_get(v, path, "boolean"), kind == "BOOLEAN"
-    elif base == "Uint64":
-        value, ok, big = _unsigned(v, path)
-    elif base in _INTS:
-        low, high = _INTS[base]
-        value = F.try_variant_get(v, path, "bigint")
-        ok = (kind == "BIGINT") & value.between(low, high)
-    elif base in ("Float", "Double"):
-        text = F.try_variant_get(v, path, "string")
-        exact = F.try_variant_get(v, path, "double")
-        value = (F.when(kind == "STRING", F.when(text == "nan", F.lit(float("nan")))
-                        .when(text == "inf", F.lit(float("inf")))
-                        .when(text == "-inf", F.lit(float("-inf"))))
-                 .when(kind.startswith("DECIMAL"), text.cast("double"))
-                 .when(kind.isin("BIGINT", "DOUBLE"), exact))
-        ok = (((kind == "STRING") & text.isin("nan", "inf", "-inf"))
-              | kind.isin("BIGINT", "DOUBLE") & ~F.isnan(exact) & (F.abs(exact) < float("inf"))
-              | kind.startswith("DECIMAL"))
-        # "-0.0" reads as a decimal zero without its sign; let the old path read it.
-        ok = ok & ~(kind.startswith("DECIMAL") & (value == 0) & F.col("value").contains("-0"))
-    else:  # Utf8, Uuid
-        value, ok = F.try_variant_get(v, path, "string"), kind == "STRING"
-    return (F.when(~null, value), null | F.coalesce(ok, F.lit(False)),
-            ~null & F.coalesce(big, F.lit(False)))
-
-
-def _object(v: Column, name: str) -> tuple[Column, Column, Column]:
-    """(present and not null, is an object, its member names) of a top-level field."""
-    kind = _kind(v, f"$['{name}']")
-    names = F.json_object_keys(F.to_json(F.try_variant_get(v, f"$['{name}']", "variant")))
-    return kind.isNotNull() & (kind != "VOID"), F.coalesce(kind.startswith("OBJECT"),
-                                                           F.lit(False)), names
-
-
-def _only(names: Column, allowed: Sequence[str]) -> Column:
-    return F.coalesce(F.size(F.array_except(names, F.array(*map(F.lit, allowed)))) == 0,
-                      F.lit(True))
-
-
-def _pair(v: Column, name: str) -> tuple[Column, Column, Column]:
-    """(`[step, txId]` as array<decimal(20,0)>, ok, big) of a top-level field."""
-    path = f"$['{name}']"
-    length = F.json_array_length(F.to_json(F.try_variant_get(v, path, "variant")))
-    step, step_ok, step_big = _unsigned(v, f"{path}[0]")
-    tx, tx_ok, tx_big = _unsigned(v, f"{path}[1]")
-    ok = F.coalesce(_kind(v, path).startswith("ARRAY") & (length == 2), F.lit(False)) \
-        & step_ok & tx_ok
-    return F.array(step, tx), ok, step_big | tx_big
-
-
-def _problems(*cases: tuple[Column, str]) -> Column:
-    out = F.lit(None).cast("string")
-    for condition, reason in reversed(cases):
-        out = F.when(condition, F.lit(reason)).otherwise(out)
-    return out
-
-
-def _float_like() -> Column:
-    """A number in the line (strings aside) that the variant could read as an integer beyond
-    a long although JSON spells a float: 19 or more digits before a point, or an exponent."""
-    return F.regexp_replace("value", _STRING, '""').rlike(r"[0-9]{19}\.|[0-9][eE]")
-
-
-def _well_formed(value: Column) -> Column:
-    """One JSON value nesting at most four containers (strings aside), and nothing after it:
-    Spark's JSON parser reads the first value of a line and ignores the rest, orjson does not."""
-    flat = F.regexp_replace(value, _STRING, "0")
-    for _ in range(4):
-        flat = F.regexp_replace(flat, _CONTAINER, "0")
-    return flat.rlike(r"^[ \t\r\n]*0[ \t\r\n]*$")
-
-
-def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
-              ) -> DataFrame:
-    """One row per line: file, file_index, block, row, kind ("resolved" or "change"), problem,
-    rpos (a barrier's position), has_ts, and for changes the event columns `keyed.convert`
-    reads: k0.., is_delete, rank, op, pos, time, a, ua, b, ub, content."""
-    # Parsed once (a project over these is not collapsed into their many uses).
-    lines = lines.select("file", "file_index", "block", "row", "value",
-                         F.try_parse_json("value").alias("_v"),
-                         F.json_object_keys("value").alias("_top"))
-    v, top = F.col("_v"), F.col("_top")
-    types = {c.name: _base_type(c.type) or "" for c in schema.columns}
+def _simple(schema: TableSchema) -> Column:
+    """The lines the typed parse reads (see the module docstring)."""
+    kinds = {c.name: _KINDS[_base_type(c.type) or ""] for c in schema.columns}
     keys = list(schema.primary_key)
     non_key = [n for n in schema.names if n not in keys]
-    resolved = F.coalesce(F.array_contains(top, "resolved"), F.lit(False))
-    debezium = F.coalesce(F.array_contains(top, "payload") | F.array_contains(top, "value"),
-                          F.lit(False))
-    rpos, rpos_ok, rpos_big = _pair(v, "resolved")
+    written = _object([_name(n) + kinds[n] for n in non_key])
+    nullable = _object([_name(n) + f"(?:{kinds[n]}|null)" for n in non_key])
+    key = rf"\[{_WS}" + f"{_WS},{_WS}".join(kinds[k] for k in keys) + rf"{_WS}\]"
+    member = "(?:" + "|".join([
+        _name("key") + key, _name("update") + written, _name("reset") + nullable,
+        _name("erase") + _object([]), _name("newImage") + f"(?:{nullable}|null)",
+        _name("oldImage") + f"(?:{nullable}|null)", _name("ts") + _PAIR]) + ")"
+    record = rf"(?:{_name('resolved')}{_PAIR}|{member}(?:{_WS},{_WS}{member})*+)"
+    return (F.octet_length("value") < MAX_LINE_BYTES - 1) \
+        & F.col("value").rlike(rf"^{_WS}\{{{_WS}{record}{_WS}\}}{_WS}$")
 
-    present = {k: F.coalesce(F.array_contains(top, k), F.lit(False)) for k in _DATA_FIELDS}
-    kinds = [present[k].cast("int") for k in ("update", "reset", "erase")]
-    body = F.when(present["update"], "update").when(present["reset"], "reset") \
-        .otherwise("erase")
-    body_object = F.coalesce(*[F.when(present[k], _object(v, k)[1])
-                               for k in ("update", "reset", "erase")], F.lit(False))
-    key_kind = _kind(v, "$['key']")
-    key_length = F.json_array_length(F.to_json(F.try_variant_get(v, "$['key']", "variant")))
-    key_values = [_value(v, f"$['key'][{i}]", types[k]) for i, k in enumerate(keys)]
-    ts, ts_ok, ts_big = _pair(v, "ts")
-    new_on, new_object, new_names = _object(v, "newImage")
-    old_on, old_object, old_names = _object(v, "oldImage")
 
-    def image(field: str) -> list[tuple[Column, Column, Column]]:
-        return [_value(v, f"$['{field}']['{n}']", types[n]) for n in non_key]
+def _in_range(value: Column, base: str) -> Column:
+    """A value the typed parse read is in its YDB type's range (null: yes). Uint64 is read
+    non-negative (`_KINDS`); a Float/Double infinite here was a finite number beyond a double,
+    which orjson refuses."""
+    if base in INTS and base not in ("Int64", "Interval", "Interval64"):
+        low, high = INTS[base]
+        ok = value.between(low, high)
+    elif base == "Uint64":
+        ok = value <= F.lit(str(_UINT64_MAX)).cast("decimal(20,0)")
+    elif base in ("Float", "Double"):
+        ok = F.abs(value) < float("inf")
+    else:
+        return F.lit(True)
+    return F.coalesce(ok, F.lit(True))
 
-    new, old = image("newImage"), image("oldImage")
-    written = {f: image(f) for f in ("update", "reset")}
-    body_names = F.coalesce(*[F.when(present[k], _object(v, k)[2])
-                              for k in ("update", "reset")])
-    written_values = [F.when(present["update"], u[0]).otherwise(r[0])
-                      for u, r in zip(written["update"], written["reset"], strict=True)]
-    written_ok = [F.when(present["update"], u[1]).when(present["reset"], r[1])
-                  .otherwise(F.lit(True))
-                  for u, r in zip(written["update"], written["reset"], strict=True)]
-    written_big = [F.when(present["update"], u[2]).when(present["reset"], r[2])
-                   .otherwise(F.lit(False))
-                   for u, r in zip(written["update"], written["reset"], strict=True)]
-    erase = body == "erase"
-    uses_written = ~erase & ~new_on
 
-    def all_of(flags: list[Column]) -> Column:
-        out = F.lit(True)
-        for f in flags:
-            out = out & f
-        return out
-
-    def any_of(flags: list[Column]) -> Column:
-        out = F.lit(False)
-        for f in flags:
-            out = out | f
-        return out
-
-    big = (any_of([b for _, _, b in key_values]) | (present["ts"] & ts_big)
-           | (new_on & any_of([b for _, _, b in new]))
-           | (old_on & any_of([b for _, _, b in old]))
-           | (uses_written & any_of(written_big)))
-    data_problem = _problems(
-        (debezium, "unsupported: YDB's DEBEZIUM_JSON"),
-        (~_only(top, _DATA_FIELDS), "bad: unknown fields in a YDB record"),
-        (sum(kinds[1:], kinds[0]) != 1, "bad: not exactly one of update, reset, erase"),
-        (~body_object, "bad: update, reset or erase that is not an object"),
-        (F.coalesce(~key_kind.startswith("ARRAY") | (key_length != len(keys)), F.lit(True)),
-         "bad: key"),
-        (~all_of([ok for _, ok, _ in key_values]), "bad: a key value"),
-        (present["ts"] & ~ts_ok, "bad: ts"),
-        (present["ts"] & (ts[0] > _decimal(MAX_TIME)), "bad: a step beyond a long"),
-        (new_on & (~new_object | ~_only(new_names, non_key)
-                   | ~all_of([ok for _, ok, _ in new])), "bad: newImage"),
-        (old_on & (~old_object | ~_only(old_names, non_key)
-                   | ~all_of([ok for _, ok, _ in old])), "bad: oldImage"),
-        (erase & new_on, "bad: an erase with a newImage"),
-        (~erase & ~new_on & old_on, "bad: no after image (OLD_IMAGE)"),
-        (uses_written & (~_only(body_names, non_key) | ~all_of(written_ok)),
-         "bad: update or reset columns"),
-        (any_of([value.isNull() for value, _, _ in key_values]), "unsupported: a null key"),
-        (big & _float_like(), "unsupported: a float beside a Uint64 beyond a long"),
-    )
-    resolved_problem = _problems(
-        (F.size(top) != 1, "bad: a resolved record must hold nothing else"),
-        (~rpos_ok, "bad: resolved"),
-        (rpos[0] > MAX_TIME, "unsupported: a barrier beyond a long"),
-        (rpos_big & _float_like(), "unsupported: a float beside a Uint64 beyond a long"),
-    )
-    line_problem = _problems(
-        (F.octet_length("value") >= MAX_LINE_BYTES - 1, "unsupported: a line near the limit"),
-        (F.col("value").rlike("[\ufffd\ufeff]"), "unsupported: a replacement character or BOM"),
-        (F.col("value").rlike(r"\\u[dD][89a-fA-F]"), "unsupported: a surrogate escape"),
-        (~_well_formed(F.col("value")), "unsupported: not one JSON value of at most 4 levels"),
-        (v.isNull() | top.isNull(), "bad: not a JSON object"),
-    )
-    problem = F.coalesce(line_problem, F.when(resolved, resolved_problem).otherwise(data_problem))
-
+def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec],
+                 simple: Column) -> DataFrame:
+    """The typed parse (see `ydb_items` for the columns); a line `simple` does not hold for
+    is a row of kind "careful" without a problem."""
     names = [c.name for c in columns]
     typed = {c.name: c.out_type for c in columns}
-    key_of = {k: key_values[i][0].cast(typed[k]) for i, k in enumerate(keys)}
+    bases = {c.name: _base_type(c.type) or "" for c in schema.columns}
+    keys = list(schema.primary_key)
+    non_key = [n for n in names if n not in keys]
+    body = "struct<" + ", ".join(f"`{n}`: {typed[n]}" for n in non_key) + ">"
+    key_types = {typed[k] for k in keys}
+    key_type = key_types.pop() if len(key_types) == 1 else "string"
+    pair = "array<decimal(20,0)>"
+    ddl = (f"key array<{key_type}>, update {body}, reset {body}, erase {body}, "
+           f"newImage {body}, oldImage {body}, ts {pair}, resolved {pair}, _corrupt string")
+    # Parsed once (a project over this is not collapsed into its many uses).
+    lines = lines.select("file", "file_index", "block", "row", simple.alias("_simple"),
+                         F.from_json("value", ddl, _OPTIONS).alias("_p"))
+    p = F.col("_p")
+    present = {f: p[f].isNotNull() for f in ("update", "reset", "erase", "newImage",
+                                             "oldImage", "ts", "key", "resolved")}
+    resolved = present["resolved"]
+    erase, new_on, old_on = present["erase"], present["newImage"], present["oldImage"]
+    written = F.when(present["update"], p["update"]).otherwise(p["reset"])
+    uses_written = ~erase & ~new_on
+    key_values = {k: p["key"][i].cast(typed[k]) for i, k in enumerate(keys)}
 
-    def row(values: list[Column]) -> Column:
-        by_name = dict(zip(non_key, values, strict=True))
-        return F.struct(*[(key_of[n] if n in key_of else by_name[n].cast(typed[n])).alias(n)
+    def in_range(image: Column) -> Column:
+        out = F.lit(True)
+        for n in non_key:
+            out = out & _in_range(image[n], bases[n])
+        return out
+
+    keys_in_range = F.lit(True)
+    for k in keys:
+        keys_in_range = keys_in_range & _in_range(key_values[k], bases[k])
+    bodies = sum((present[f].cast("int") for f in ("update", "reset", "erase")), F.lit(0))
+    uint64_max = F.lit(str(_UINT64_MAX)).cast("decimal(20,0)")
+    ts_ok = (p["ts"][0] <= uint64_max) & (p["ts"][1] <= uint64_max)
+    data_problem = problems(
+        (bodies != 1, "bad: not exactly one of update, reset, erase"),
+        (~present["key"], "bad: key"),
+        (~keys_in_range, "bad: a key value"),
+        (present["ts"] & ~ts_ok, "bad: ts"),
+        (present["ts"] & (p["ts"][0] > MAX_TIME), "bad: a step beyond a long"),
+        (new_on & ~in_range(p["newImage"]), "bad: newImage"),
+        (old_on & ~in_range(p["oldImage"]), "bad: oldImage"),
+        (erase & new_on, "bad: an erase with a newImage"),
+        (~erase & ~new_on & old_on, "bad: no after image (OLD_IMAGE)"),
+        (uses_written & ~in_range(written), "bad: update or reset columns"),
+    )
+    rpos = p["resolved"]
+    resolved_problem = problems(
+        ((rpos[0] > uint64_max) | (rpos[1] > uint64_max), "bad: resolved"),
+        (rpos[0] > MAX_TIME, "unsupported: a barrier beyond a long"),
+    )
+    problem = F.when(~F.col("_simple"), F.lit(None)).when(p["_corrupt"].isNotNull(),
+                     F.lit("bad: an integer beyond its column's type")) \
+        .when(resolved, resolved_problem).otherwise(data_problem)
+
+    def row(image: Column) -> Column:
+        return F.struct(*[(key_values[n] if n in key_values else image[n]).alias(n)
                           for n in names])
 
-    def flags(values: list[Column]) -> Column:
-        by_name = dict(zip(non_key, values, strict=True))
-        return F.struct(*[(by_name[n] if n in by_name else F.lit(False)).alias(n)
-                          for n in names])
+    def flags(values: dict[str, Column]) -> Column:
+        return F.struct(*[values.get(n, F.lit(False)).alias(n) for n in names])
 
-    none = F.lit(False)
     no_row = F.lit(None).cast("struct<" + ", ".join(f"`{n}`: {typed[n]}" for n in names) + ">")
-    a = F.when(erase, no_row).when(new_on, row([x[0] for x in new])) \
-        .otherwise(row(written_values))
-    unchanged = [present["update"] & ~F.coalesce(F.array_contains(body_names, n), F.lit(False))
-                 for n in non_key]
-    ua = F.when(new_on | erase, flags([none] * len(non_key))).otherwise(flags(unchanged))
-    b = F.when(old_on, row([x[0] for x in old])).otherwise(no_row)
-    op = F.when(erase, "d").when(new_on & old_on, "u").otherwise("w")
-    pos = F.when(present["ts"], ts)
+    a = F.when(erase, no_row).when(new_on, row(p["newImage"])).otherwise(row(written))
+    unchanged = {n: present["update"] & p["update"][n].isNull() for n in non_key}
+    none = flags({})
+    ts = p["ts"]
     return lines.select(
-        "file", "file_index", "block", "row", "value",
-        F.when(resolved, "resolved").otherwise("change").alias("kind"),
-        problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
-        present["ts"].alias("has_ts"), pos.alias("pos"),
+        "file", "file_index", "block", "row",
+        F.when(~F.col("_simple"), "careful").when(resolved, "resolved").otherwise("change")
+        .alias("kind"), problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
+        present["ts"].alias("has_ts"), F.when(present["ts"], ts).alias("pos"),
         F.when(present["ts"], ts[0].cast("bigint")).alias("time"),
-        *[key_of[k].alias(f"k{i}") for i, k in enumerate(keys)],
+        *[key_values[k].alias(f"k{i}") for i, k in enumerate(keys)],
         erase.alias("is_delete"), F.when(erase, 0).otherwise(1).alias("rank"),
-        op.alias("op"), a.alias("a"), ua.alias("ua"), b.alias("b"),
-        flags([none] * len(non_key)).alias("ub")).drop("value")
+        F.when(erase, "d").when(new_on & old_on, "u").otherwise("w").alias("op"),
+        a.alias("a"), F.when(new_on | erase, none).otherwise(flags(unchanged)).alias("ua"),
+        F.when(old_on, row(p["oldImage"])).otherwise(no_row).alias("b"), none.alias("ub"))
+
+
+def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec], *,
+              careful: bool = False) -> DataFrame:
+    """One row per line: file, file_index, block, row, kind ("resolved", "change" or
+    "careful"), problem, rpos (a barrier's position), has_ts, and for changes the event
+    columns `keyed.convert` reads: k0.., is_delete, rank, op, pos, time, a, ua, b, ub.
+
+    The lines `_simple` holds for take the typed parse. The others take the careful one
+    (`ydb_variant.py`) with `careful`; without it they are rows of kind "careful" without a
+    problem (their other columns mean nothing), so that a batch without such lines is read in
+    one pass, and one with them is read again."""
+    simple = _simple(schema)
+    if not careful:
+        return _typed_items(lines, schema, columns, simple)
+    typed = _typed_items(lines.where(simple), schema, columns, F.lit(True))
+    return typed.unionByName(variant_items(lines.where(~simple), schema, columns)
+                             .select(*typed.columns))
 
 
 def untimed_positions(events: DataFrame) -> DataFrame:
