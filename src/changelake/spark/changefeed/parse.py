@@ -28,6 +28,10 @@ null and the line holds its quoted name (or a `\\u` escape) are the source's key
 one that is null both read as null (`keyed.py` hands a null key to the old path, where the two
 differ).
 
+Each row also carries `flaw` (`read.flaw`: the line is over the length bound or not UTF-8), so
+that the caller's aggregate over the parsed lines holds them to the bounds without a pass of its
+own over the text (`read.Lines.bounded`).
+
 What this step does not do the Python way sets `problem` on the row: a line the Python parser
 rejects (with its own message, which this path does not restate), and a line it accepts that
 this path does not convert yet (Kafka record dumps, truncates, logical messages, YDB's
@@ -40,6 +44,8 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from changelake.spark.changefeed.read import flaw
 
 FAILFAST = {"mode": "FAILFAST"}
 SOURCE = (
@@ -113,7 +119,8 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
 def parse_items(lines: DataFrame) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules."""
     tombstone_line = F.trim(F.col("value")) == "null"
-    env = lines.select("file", "file_index", "block", "row", "value", F.when(
+    env = lines.select("file", "file_index", "block", "row", "value",
+                       flaw(F.col("value")).alias("flaw"), F.when(
         ~tombstone_line, F.from_json("value", ENVELOPE, FAILFAST)).alias("e"))
     e = F.col("e")
     bare_fields_null = _all_null(e, _ENVELOPE_FIELDS)
@@ -123,7 +130,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
     body = F.when(wrapped, e["payload"]) \
         .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
-    env = env.select("file", "file_index", "block", "row", "value", "_top",
+    env = env.select("file", "file_index", "block", "row", "value", "flaw", "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
                      wrapped.alias("_wrapped"),
                      F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
@@ -134,7 +141,8 @@ def parse_items(lines: DataFrame) -> DataFrame:
                               F.json_object_keys(F.get_json_object("value", "$.payload")))
                        .otherwise(F.col("_top")))
     items = env.select(
-        "file", "file_index", "block", "row", "schema", "_null_line", "_kafka", "_wrapped", "b",
+        "file", "file_index", "block", "row", "flaw", "schema", "_null_line", "_kafka",
+        "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
         _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
         b["source"].alias("s"))
@@ -237,7 +245,7 @@ def _classify(items: DataFrame) -> DataFrame:
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
     return items.select(
-        "file", "file_index", "block", "row", "schema", kind.alias("kind"),
+        "file", "file_index", "block", "row", "flaw", "schema", kind.alias("kind"),
         problem.alias("problem"),
         op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
         F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),
