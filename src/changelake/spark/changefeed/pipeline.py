@@ -4,12 +4,16 @@
 the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed
 with one `from_json` per line (`parse.py`) into a local checkpoint, and one aggregate over it
 (`_facts`) holds the lines to UTF-8 and the line bound (`read.flaw`, without a pass of its own
-over the text) and tells the later steps what they need of the batch; the images are typed
-(`types.py`), timed with windows by transaction and by file block (`times.py`), converted with
-windows by key joined with the table's rows (`keyed.py`) or, without keys, by their images
-(`unkeyed.py`), and the frontier comes from aggregates (`progress.py`). The driver sees one row
-per file block (only when snapshot rows need the current time) and a handful of aggregate rows.
-Each step's seconds and Spark jobs are logged at debug level (`_Steps`).
+over the text) and tells the later steps what they need of the batch. The changes are timed
+with windows by transaction and by file block (`times.py`); the columns' types are decided
+(`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
+every image: one more pass, run in any case, as it also finds image columns beyond the
+table's) and each image read against them once (`keyed.typed_images`); keyed
+events are checked for ties by a window on a local checkpoint (`_convert_keyed`) and converted
+with windows by key joined with the table's rows (`keyed.py`) or, without keys, by their images
+(`unkeyed.py`); the frontier comes from aggregates (`progress.py`). The driver sees one row per
+file block (only when snapshot rows need the current time) and a handful of aggregate rows.
+Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then holds the lines
