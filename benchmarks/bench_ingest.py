@@ -19,8 +19,10 @@ partial updates that leave columns unchanged, erases), a resolved record in both
 every thousand events, and a restart that re-sends the last 2% of each partition; the plain
 write reads the `update` objects.
 
-Printed: events per second of each, the ratio ingest/plain rate, and the peak RSS of the
-driver (the Python process and the JVM, from the kernel's high-water marks).
+Printed: events per second of each, the ratio ingest/plain rate, the peak RSS of the
+driver (the Python process and the JVM, from the kernel's high-water marks), and the JVM path's
+steps (seconds and Spark jobs each, from `pipeline._Steps`' debug log; the lake's final job,
+which runs the conversion's windows and writes the table, is the rest of the ingest's time).
 
     python benchmarks/bench_ingest.py --events 110000 --old
     python benchmarks/bench_ingest.py --events 1100000
@@ -30,6 +32,7 @@ driver (the Python process and the JVM, from the kernel's high-water marks).
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import resource
 import shutil
@@ -234,16 +237,26 @@ def main() -> None:
             return converted.changes, converted.frontier
 
         commands.changefeed_frames = frames  # type: ignore[assignment]
+        steps: list[str] = []  # the JVM path's step lines of the measured ingest
+
+        class Steps(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                steps.append(record.getMessage())
+
+        logging.getLogger(pipeline.__name__).addHandler(Steps())
+        logging.getLogger(pipeline.__name__).setLevel(logging.DEBUG)
         commands.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
         plain_write(small, work / "warm.parquet")
 
         start = time.perf_counter()
         plain_write(feed, work / "plain.parquet")
         plain = time.perf_counter() - start
+        steps.clear()
         start = time.perf_counter()
         report = commands.ingest(lake, "bench.items", feed, key=["id"],
                              **options)  # type: ignore[arg-type]
         ours = time.perf_counter() - start
+        ours_steps = list(steps)
         rows = [("plain Parquet write", plain, ""),
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
@@ -264,6 +277,8 @@ def main() -> None:
             print(f"{name:34} {took:8.2f} s {events / took / 1000:8.1f} k events/s "
                   f"{plain / took:6.2f}x plain  {note}")
         print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB")
+        for line in ours_steps:
+            print(f"  JVM path {line}")
         spark.stop()
     finally:
         commands.changefeed_frames = old_frames

@@ -22,6 +22,7 @@ from changefeed_cases import (
 )
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
+from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.protocol import collect
 from changelake.spark.changefeed.pipeline import convert_frames
 from test_convert_history import (
@@ -136,6 +137,29 @@ def test_a_bad_line_goes_to_the_old_path_with_its_error(spark: Any, tmp_path: Pa
         fh.write(b'{"op": "u", "after": {"id": "x"}, "source": {"lsn": -1}}\n')
     with pytest.raises(ChangefeedError, match=r"items.jsonl, line \d+: source.lsn must be"):
         convert_frames(spark, paths, "debezium", ["id"], None)
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfe", b"caf\xc3", b" " * MAX_LINE_BYTES,
+                                 b'{"x": "' + b"y" * MAX_LINE_BYTES + b'"}'],
+                         ids=["utf8", "utf8-cut", "long-blank", "long"])
+def test_a_line_out_of_bounds_is_named_as_the_encoder_names_it(spark: Any, tmp_path: Path,
+                                                               bad: bytes) -> None:
+    """The Debezium path checks the line bounds in its own aggregate (no pass of its own over
+    the text): a batch with a line over the bound or not UTF-8 is refused with the encoder's
+    message, blank over-long lines included."""
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    with open(paths[0], "ab") as fh:
+        fh.write(bad + b"\n")
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed(paths, source="debezium", keys=["id"], table_schema=None,
+                               close=True, lenient=False))
+    with pytest.raises(ChangefeedError) as spark_error:
+        convert_frames(spark, paths, "debezium", ["id"], None, close=True)
+    if len(bad) < MAX_LINE_BYTES:  # not UTF-8: the encoder leaves the words to orjson
+        assert str(spark_error.value).startswith(str(encoder.value).split(": ")[0])
+        assert "not UTF-8 text" in str(spark_error.value)
+    else:
+        assert str(spark_error.value) == str(encoder.value)
 
 
 def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,

@@ -46,10 +46,15 @@ class ColumnSpec:
     without_schema: Decoder  # for lines that do not (the table schema's `debezium` field)
 
 
-def _image(raw: Column, has_schema: Column, columns: Sequence[ColumnSpec]) -> list[Column]:
-    """(value, unchanged flag) columns of one image, in column order, flattened."""
-    ddl = ", ".join(f"`{c.name}` {c.raw_type}" for c in columns)
-    parsed = F.from_json(raw, ddl, FAILFAST)
+def _parsed(raw: Column, columns: Sequence[ColumnSpec]) -> Column:
+    """An image's text read against the columns' raw types."""
+    return F.from_json(raw, ", ".join(f"`{c.name}` {c.raw_type}" for c in columns), FAILFAST)
+
+
+def _image(raw: Column, parsed: Column, has_schema: Column,
+           columns: Sequence[ColumnSpec]) -> list[Column]:
+    """(value, unchanged flag) columns of one image (`raw`, and `parsed`: its `_parsed`
+    column), in column order, flattened."""
     out: list[Column] = []
     for c in columns:
         value = parsed[c.name]
@@ -76,8 +81,12 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     (`_has_a`, `_has_b`), the images' typed values (`a`, `b`) and UNCHANGED flags (`ua`, `ub`)."""
     has_schema = F.col("schema").isNotNull()
     names = [c.name for c in columns]
-    after = _image(F.col("after_raw"), has_schema, columns)
-    before = _image(F.col("before_raw"), has_schema, columns)
+    # Each image parsed once, in a column of its own, whatever the expressions around its
+    # fields: Spark does not share an expression between the branches of a `when`.
+    changes = changes.withColumns({"_pa": _parsed(F.col("after_raw"), columns),
+                                   "_pb": _parsed(F.col("before_raw"), columns)})
+    after = _image(F.col("after_raw"), F.col("_pa"), has_schema, columns)
+    before = _image(F.col("before_raw"), F.col("_pb"), has_schema, columns)
 
     def struct(values: list[Column], at: int) -> Column:
         return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])

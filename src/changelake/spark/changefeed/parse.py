@@ -13,11 +13,24 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
   MySQL `(binlog number, pos, row)` and time `number << 32 | pos`, or the `file=..,pos=..` of the
   transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
 
-Images stay JSON text here (`before_raw`, `after_raw`): their types are decided next
-(`types.py`) from what every line says. Where the Python parser asks whether a field is
-present (`in`: the envelope's `payload`, the source's `lsn`/`txId`/`sequence`/`file`/`pos`),
-this step asks `json_object_keys`; an image column that is absent and one that is null both
-read as null (`keyed.py` hands a null key to the old path, where the two differ).
+Each line is parsed once against one schema (`ENVELOPE`): the envelope's fields, the `payload`
+of a wrapped line as a struct of the same fields, and the `source` block as a typed struct. Only
+the `sequence` text (a JSON string) and, for transaction lines, `data_collections` are parsed
+again. Images stay JSON text here (`before_raw`, `after_raw`), read against the decided column
+types next (`keyed.typed_images`).
+
+Where the Python parser asks whether a field is present (`in`), this step asks
+`json_object_keys` of the line (the envelope's `payload`, and the keys of a body without
+envelope fields). For the source fields whose presence decides a rule (`lsn`/`txId`/`sequence`:
+PostgreSQL, `file`/`pos`: MySQL, `step`: YDB) a non-null value is presence; only where one is
+null and the line holds its quoted name (or a `\\u` escape) are the source's keys read
+(`_source_keys`, rare: a null field the connector writes). An image column that is absent and
+one that is null both read as null (`keyed.py` hands a null key to the old path, where the two
+differ).
+
+Each row also carries `flaw` (`read.flaw`: the line is over the length bound or not UTF-8), so
+that the caller's aggregate over the parsed lines holds them to the bounds without a pass of its
+own over the text (`read.Lines.bounded`).
 
 What this step does not do the Python way sets `problem` on the row: a line the Python parser
 rejects (with its own message, which this path does not restate), and a line it accepts that
@@ -32,20 +45,27 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from changelake.spark.changefeed.read import flaw
+
 FAILFAST = {"mode": "FAILFAST"}
-ENVELOPE = (
-    "schema string, payload string, op string, before string, after string, status string, "
-    "id string, event_count bigint, data_collections string, source string, "
-    "transaction struct<id: string, total_order: bigint>, ddl string, tableChanges string"
-)
 SOURCE = (
     "connector string, snapshot string, lsn bigint, txId bigint, sequence string, "
     "file string, pos bigint, row bigint, gtid string, step string, table string, "
     "schema string, db string"
 )
+BODY = (
+    "op string, before string, after string, status string, id string, event_count bigint, "
+    f"data_collections string, source struct<{SOURCE}>, "
+    "transaction struct<id: string, total_order: bigint>"
+)
+ENVELOPE = f"schema string, payload struct<{BODY}>, {BODY}"
 COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
+_BODY_FIELDS = ("op", "before", "after", "status", "id", "event_count", "data_collections",
+                "source", "transaction")
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
 _KAFKA_FIELDS = ("key", "value", "headers", "topic", "partition", "offset", "timestamp")
+#: The source fields whose presence (not only their value) decides a rule of the parser.
+_PRESENCE = ("lsn", "txId", "sequence", "file", "pos", "step")
 _SNAPSHOT_TRUE = ("true", "first", "last", "first_in_data_collection",
                   "last_in_data_collection")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
@@ -57,6 +77,13 @@ def _has(keys: Column, name: str) -> Column:
 
 def _only(keys: Column, names: tuple[str, ...]) -> Column:
     return F.size(F.array_except(keys, F.array(*map(F.lit, names)))) == 0
+
+
+def _all_null(struct: Column, names: tuple[str, ...]) -> Column:
+    out = F.lit(True)
+    for name in names:
+        out = out & struct[name].isNull()
+    return out
 
 
 def _problems(*cases: tuple[Column, str]) -> Column:
@@ -71,38 +98,70 @@ def _tx_id(raw: Column) -> Column:
     return F.when(raw.rlike(r"^\d+:\d+$"), F.regexp_extract(raw, r"^(\d+):", 1)).otherwise(raw)
 
 
+def _source_keys(value: Column, wrapped: Column, s: Column) -> Column:
+    """The source's keys, read only where a null field may hide a present key: where one of
+    `_PRESENCE` is null and the line holds its quoted name (or a `\\u` escape, which could spell
+    it). Elsewhere null; `_present` then decides by the values alone."""
+    hidden = F.lit(False)
+    for name in _PRESENCE:
+        hidden = hidden | (s[name].isNull() & value.contains(f'"{name}"'))
+    hidden = s.isNotNull() & (hidden | value.contains("\\u"))
+    text = F.when(wrapped, F.get_json_object(value, "$.payload.source")) \
+        .otherwise(F.get_json_object(value, "$.source"))
+    return F.when(hidden, F.json_object_keys(text))
+
+
+def _present(s: Column, skeys: Column, name: str) -> Column:
+    """`name in source`: a non-null value, or a key the exact reading found."""
+    return s[name].isNotNull() | _has(skeys, name)
+
+
 def parse_items(lines: DataFrame) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules."""
     tombstone_line = F.trim(F.col("value")) == "null"
-    env = lines.select("file", "file_index", "block", "row", "value", F.when(
+    env = lines.select("file", "file_index", "block", "row", "value",
+                       flaw(F.col("value")).alias("flaw"), F.when(
         ~tombstone_line, F.from_json("value", ENVELOPE, FAILFAST)).alias("e"))
     e = F.col("e")
-    bare_fields_null = F.coalesce(*[e[f] for f in _ENVELOPE_FIELDS]).isNull()
+    bare_fields_null = _all_null(e, _ENVELOPE_FIELDS)
     top_keys = F.when(bare_fields_null, F.json_object_keys("value"))
     env = env.withColumn("_top", top_keys)
     kafka = bare_fields_null & _has(F.col("_top"), "value") & _only(F.col("_top"), _KAFKA_FIELDS)
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
-    body = F.when(wrapped, F.from_json(e["payload"], ENVELOPE, FAILFAST)).otherwise(e)
-    env = env.select("file", "file_index", "block", "row", "value", "_top",
+    body = F.when(wrapped, e["payload"]) \
+        .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
+    env = env.select("file", "file_index", "block", "row", "value", "flaw", "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
                      wrapped.alias("_wrapped"),
-                     F.when(wrapped, e["schema"]).alias("schema"),
-                     F.when(wrapped, e["payload"]).alias("_payload"), body.alias("b"))
+                     F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
     b = F.col("b")
-    body_null = F.col("_wrapped") & F.col("_payload").isNull()
-    body_keys = F.when(F.coalesce(*[b[f] for f in _ENVELOPE_FIELDS]).isNull(),
-                       F.when(F.col("_wrapped"), F.json_object_keys("_payload"))
+    body_null = F.col("_wrapped") & b.isNull()
+    body_keys = F.when(_all_null(b, _ENVELOPE_FIELDS),
+                       F.when(F.col("_wrapped"),
+                              F.json_object_keys(F.get_json_object("value", "$.payload")))
                        .otherwise(F.col("_top")))
-    src_keys = F.json_object_keys(b["source"])
-    src = F.from_json(b["source"], SOURCE, FAILFAST)
     items = env.select(
-        "file", "file_index", "block", "row", "schema", "_null_line", "_kafka", "_wrapped", "b",
-        body_null.alias("_body_null"), body_keys.alias("_keys"), src_keys.alias("_skeys"),
-        src.alias("s"))
+        "file", "file_index", "block", "row", "flaw", "schema", "_null_line", "_kafka",
+        "_wrapped", "b",
+        body_null.alias("_body_null"), body_keys.alias("_keys"),
+        _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
+        b["source"].alias("s"))
     return _classify(items)
 
 
 def _classify(items: DataFrame) -> DataFrame:
+    """The item columns. What several rules read, and is not cheap (the `sequence` parse, the
+    regular expressions, the PostgreSQL/MySQL decision), is a column of its own first: Spark
+    does not share an expression between the branches of a `when`, so a repeated one would
+    be evaluated once per use."""
+    b0, s0, skeys0 = F.col("b"), F.col("s"), F.col("_skeys")
+    tx_raw0 = b0["transaction"]["id"]
+    pg0 = (_present(s0, skeys0, "lsn") | _present(s0, skeys0, "txId")
+           | _present(s0, skeys0, "sequence"))
+    items = items.select(
+        "*", F.from_json(s0["sequence"], "array<string>", FAILFAST).alias("_seq"),
+        F.when(tx_raw0.isNotNull(), _tx_id(tx_raw0)).alias("_tx_id"), pg0.alias("_pg"),
+        F.regexp_extract(s0["file"], r"\.([0-9]+)$", 1).alias("_file_no"))
     b, s, skeys = F.col("b"), F.col("s"), F.col("_skeys")
     tombstone = F.col("_null_line") | F.col("_body_null")
     is_change = ~tombstone & b["op"].isNotNull()
@@ -116,13 +175,12 @@ def _classify(items: DataFrame) -> DataFrame:
 
     snapshot = F.coalesce(s["snapshot"].isin(*_SNAPSHOT_TRUE), F.lit(False))
     op = F.when((b["op"] == "c") & snapshot, "r").otherwise(b["op"])
-    tx_raw = b["transaction"]["id"]
-    tx_id = F.when(tx_raw.isNotNull(), _tx_id(tx_raw))
-    ydb = (s["connector"] == "ydb") | _has(skeys, "step")
-    pg = _has(skeys, "lsn") | _has(skeys, "txId") | _has(skeys, "sequence")
-    mysql = ~pg & (_has(skeys, "file") | _has(skeys, "pos"))
+    tx_id = F.col("_tx_id")
+    ydb = (s["connector"] == "ydb") | _present(s, skeys, "step")
+    pg = F.col("_pg")
+    mysql = ~pg & (_present(s, skeys, "file") | _present(s, skeys, "pos"))
     # PostgreSQL
-    seq = F.from_json(s["sequence"], "array<string>", FAILFAST)
+    seq = F.col("_seq")
     seq0, seq1 = seq[0].cast("bigint"), seq[1].cast("bigint")
     lsn = s["lsn"]
     pg_tx = F.coalesce(tx_id, s["txId"].cast("string"))
@@ -133,7 +191,7 @@ def _classify(items: DataFrame) -> DataFrame:
     pg_time = F.when(pg_none | snapshot, None).when(seq0.isNotNull(), seq0).otherwise(pg_own)
     pg_tx_min = ~pg_none & ~snapshot & seq0.isNull() & pg_tx.isNotNull() & pg_own.isNotNull()
     # MySQL
-    file_no = F.regexp_extract(s["file"], r"\.([0-9]+)$", 1)
+    file_no = F.col("_file_no")
     file_ok = file_no != ""
     number = F.when(file_ok, file_no.cast("bigint"))
     row = F.coalesce(s["row"], F.lit(0))
@@ -187,7 +245,7 @@ def _classify(items: DataFrame) -> DataFrame:
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
     return items.select(
-        "file", "file_index", "block", "row", "schema", kind.alias("kind"),
+        "file", "file_index", "block", "row", "flaw", "schema", kind.alias("kind"),
         problem.alias("problem"),
         op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
         F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),

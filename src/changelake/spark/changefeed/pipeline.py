@@ -1,17 +1,26 @@
 """The changefeed path on Spark, step by step: read, parse, types, times, keyed, progress.
 
 `debezium_changes` converts a Debezium batch (PostgreSQL or MySQL payloads, with or without
-the schema wrapper) wholly in the JVM: the files are read on the executors and held to UTF-8
-and the line bound (`read.py`), parsed with `from_json` (`parse.py`), typed (`types.py`), timed
-with windows by transaction and by file block (`times.py`), converted with windows by key
-joined with the table's rows (`keyed.py`) or, without keys, by their images (`unkeyed.py`),
-and the frontier comes from aggregates (`progress.py`). The driver sees one row
-per file block (only when snapshot rows need the current time) and a handful of aggregate rows.
+the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed
+with one `from_json` per line (`parse.py`) into a local checkpoint, and one aggregate over it
+(`_facts`) holds the lines to UTF-8 and the line bound (`read.flaw`, without a pass of its own
+over the text) and tells the later steps what they need of the batch. The changes are timed
+with windows by transaction and by file block (`times.py`); the columns' types are decided
+(`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
+every image: one more pass, run in any case, as it also finds image columns beyond the
+table's) and each image read against them once (`keyed.typed_images`); keyed
+events are checked for ties by a window on a local checkpoint (`_convert_keyed`) and converted
+with windows by key joined with the table's rows (`keyed.py`) or, without keys, by their images
+(`unkeyed.py`); the frontier comes from aggregates (`progress.py`). The driver sees one row per
+file block (only when snapshot rows need the current time) and a handful of aggregate rows.
+Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
-over the parsed batch, and by Spark refusing a value), and `convert_frames` then hands the
-batch to the old path, `spark.changefeeds.changefeed_changes`, on the same executor-read lines,
-which names bad lines as `encode_changefeed` does (with the differences its docstring lists).
+over the parsed batch, and by Spark refusing a value), and `convert_frames` then holds the lines
+to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
+hands the batch to the old path, `spark.changefeeds.changefeed_changes`, on the same
+executor-read lines, which names bad lines as `encode_changefeed` does (with the differences its
+docstring lists). A YDB batch is checked before either path reads it.
 Not covered yet: non-default `UpsertOptions`, any bad line, truncates, logical messages,
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key at one position with different rows (told apart by a 64-bit hash of the
@@ -43,6 +52,7 @@ also skips one older than what its key already has applied).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +99,24 @@ class Converted:
     reason: str | None = None  # why the old path was taken
 
 
+class _Steps:
+    """Seconds and Spark jobs per step, logged at debug level (`benchmarks/bench_ingest.py`
+    prints them)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._tracker = spark.sparkContext.statusTracker()
+        self._at = time.perf_counter()
+        self._job = self._last_job()
+
+    def _last_job(self) -> int:
+        return max(self._tracker.getJobIdsForGroup(), default=-1)
+
+    def done(self, step: str) -> None:
+        now, job = time.perf_counter(), self._last_job()
+        log.debug("step %-22s %6.2f s %2d jobs", step, now - self._at, job - self._job)
+        self._at, self._job = now, job
+
+
 def _guard(action: Any) -> Any:
     """Run one of the checking actions. A failure in it is a value Spark refuses (`from_json`
     in FAILFAST mode, a cast, base64, a decimal wider than 8 bytes): `Unsupported`, so that the
@@ -112,7 +140,7 @@ def _facts(items: DataFrame) -> Any:
     """What the later steps need to know about the batch, in one aggregate row."""
     change = F.col("kind") == "change"
     return _guard(lambda: items.agg(
-        F.min("problem").alias("problem"),
+        F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
         F.count_distinct(F.when(change, F.col("table"))).alias("tables"),
         F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
         F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
@@ -207,9 +235,14 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
                      ) -> tuple[DataFrame, int | None]:
     """A Debezium batch on the JVM path: (updates, frontier), or `Unsupported`. Without
     `keys`, the images are converted as they are (`unkeyed.py`)."""
+    steps = _Steps(spark)
     lines = read_lines(spark, files)
-    items = _guard(lambda: parse_items(lines.frame).localCheckpoint())
+    items = _guard(lambda: parse_items(lines.bounded).localCheckpoint())
+    steps.done("read + parse")
     facts = _facts(items)
+    steps.done("facts")
+    if facts["flawed"]:
+        raise Unsupported("a line over the bound or not UTF-8")  # `convert_frames` names it
     if facts["problem"] is not None:
         raise Unsupported(facts["problem"])
     if facts["tables"] > 1:
@@ -219,7 +252,9 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
                          untimed=bool(facts["untimed"]))
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
                                                     bool(facts["metadata"]))
+    steps.done("times + frontier")
     columns = _columns(spark, changes, facts, table_schema, state)
+    steps.done("columns")
     if frontier is not None:
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
@@ -231,7 +266,9 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
             raise Unsupported(problem)
         return convert_images(events.where(F.col("problem").isNull())), frontier
     events = typed_events(timed, columns, keys)
-    return _convert_keyed(events, columns, keys, state), frontier
+    converted = _convert_keyed(events, columns, keys, state)
+    steps.done("events + ties")
+    return converted, frontier
 
 
 def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
@@ -293,9 +330,9 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     table_json = orjson.loads(Path(schema_file).read_bytes()) if schema_file else None
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
-    read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
     reason = None
     if source == "ydb":
+        read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
         reason = "unsupported: YDB without a table schema" if schema is None else \
             "unsupported: YDB without key columns" if not keys else None
     if reason is None:
@@ -312,6 +349,10 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
         except Unsupported as why:
             reason = str(why)
     log.info("changefeed conversion on the Python path: %s", reason)
+    if source != "ydb":
+        # The Debezium path's own aggregate checks the bounds of a batch it converts; one it
+        # gives up on (for whatever reason, a bad line included) is checked here.
+        read_lines(spark, files).check()
     from changelake.spark.changefeeds import changefeed_changes
 
     lines = read_lines(spark, files).numbered().select("value", "file", "line")

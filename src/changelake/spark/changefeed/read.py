@@ -23,6 +23,10 @@ names lines in its messages, asks for it.
 `check` holds the lines to the bounds every JSON-lines reader keeps (`formats.lines`): UTF-8
 text, at most `MAX_LINE_BYTES` a line. One aggregate over the text finds the first line that
 breaks one (in reading order); only then do two small jobs name its line and its bad byte. A
+step that reads every line anyway can spare that pass: it reads `bounded` (the non-blank lines
+and any line over the bound: no blank line is ever invalid UTF-8, `\\s` being ASCII), counts the
+lines `flaw` marks in an aggregate of its own, and has `check` name the line only when there
+is one (the pipeline's Debezium path: `pipeline.py`). A
 line over the bound is read whole on an executor before it is refused (the reader here cannot
 skip it in chunks as `numbered_lines` does), so a line beyond the executor's memory fails the
 job rather than being named.
@@ -34,11 +38,20 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG
+
+_BLANK = r"^\s*$"
+
+
+def flaw(value: Column) -> Column:
+    """1 for a line longer than `MAX_LINE_BYTES` (its newline counted, as `numbered_lines`
+    counts it), else 2 for one that is not UTF-8, else null."""
+    too_long = F.octet_length(value) >= MAX_LINE_BYTES
+    return F.when(too_long, F.lit(1)).when(~F.is_valid_utf8(value), F.lit(2))
 
 
 @dataclass(frozen=True)
@@ -50,7 +63,13 @@ class Lines:
     @property
     def frame(self) -> DataFrame:
         """The non-blank lines: value, file, file_index, block, row."""
-        return self.raw.where(~F.col("value").rlike(r"^\s*$"))
+        return self.raw.where(~F.col("value").rlike(_BLANK))
+
+    @property
+    def bounded(self) -> DataFrame:
+        """`frame`, and the blank lines over the bound: every line `flaw` can mark."""
+        return self.raw.where(~F.col("value").rlike(_BLANK)
+                              | (F.octet_length("value") >= MAX_LINE_BYTES))
 
     def numbered(self) -> DataFrame:
         """The non-blank lines with `line`, their 1-based number in their file."""
@@ -75,10 +94,9 @@ class Lines:
         """Raise `ChangefeedError` naming file and line for the first line (in reading order)
         that is not UTF-8 or is longer than `MAX_LINE_BYTES` (its newline counted, as
         `numbered_lines` counts it)."""
-        too_long = F.octet_length("value") >= MAX_LINE_BYTES
-        flaw = F.when(too_long, F.lit(1)).when(~F.is_valid_utf8("value"), F.lit(2))
-        first = self.raw.where(flaw.isNotNull()).agg(F.min(F.struct(
-            "file_index", "block", "row", flaw.alias("flaw")))).first()
+        marked = flaw(F.col("value"))
+        first = self.raw.where(marked.isNotNull()).agg(F.min(F.struct(
+            "file_index", "block", "row", marked.alias("flaw")))).first()
         if first is None or first[0] is None:
             return
         at = first[0]
