@@ -496,8 +496,9 @@ def capture_postgres(lake_dir: Path, metastore_uri: str | None, master: str, spa
     snapshot_rows = sum(result.snapshot_rows.values())
     click.echo(f"captured {result.transactions} transactions into "
                f"{len(result.tables)} tables ({', '.join(result.tables)}), "
-               f"{snapshot_rows} snapshot rows, {result.batches} commits; frontier {result.frontier} "
-               f"(every transaction before it is in every table); stopped: {result.stopped}",
+               f"{snapshot_rows} snapshot rows, {result.batches} commits; "
+               f"frontier {result.frontier} (every transaction before it is in every "
+               f"table); stopped: {result.stopped}",
                err=True)
 
 

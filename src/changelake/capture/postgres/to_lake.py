@@ -123,8 +123,8 @@ class LakeCapture:
                       for name in source.tables}
             handles = {name: self.lake.handle(name) for name in tables}
             self.report.tables = tuple(tables)
-            existing = [n for n, h in handles.items() if h.load() is not None]
             slot = source.open_slot(create=o.create_slot)
+            existing = [n for n, h in handles.items() if h.load() is not None]
             if slot.created:
                 if existing:
                     raise SourceError(f"lake tables {', '.join(existing)} already hold a "
@@ -189,8 +189,8 @@ class LakeCapture:
                 source.confirm(batch[-1].end_lsn)
                 batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
             elif idle and not batch and event.lsn > batch_lower and (
-                    now - started >= o.heartbeat_seconds or o.until_idle is not None
-                    and now - last_tx >= o.until_idle):
+                    now - started >= o.heartbeat_seconds or (o.until_idle is not None
+                    and now - last_tx >= o.until_idle)):
                 self._commit_batch(state, tables, handles, [], batch_lower, event.lsn)
                 source.confirm(event.lsn)
                 batch_lower, started = event.lsn, time.monotonic()
