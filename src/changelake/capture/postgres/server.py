@@ -11,7 +11,7 @@ unprivileged account: `nobody`, which every Linux has, so no account is created 
 machine; only when there is no `nobody` is one (`changelake-pg`) added with `useradd`. That
 account must be able to reach the data directory and the binaries: the data directory is
 handed to it, and binaries it cannot read (a virtualenv under `/root`, mode 700) are copied
-once beside the data directory.
+once beside the data directory (`pgcopy/`, with the libraries they link).
 
 Nothing here is specific to tests: `changelake demo` runs the same server. Any other
 PostgreSQL 12+ is reached with a DSN instead.
@@ -161,15 +161,22 @@ class EmbeddedPostgres:
         bin_dir = wheel_binaries(self.version)
         if self.account.name is None or _reachable_by_others(bin_dir / "postgres"):
             return bin_dir
-        # The server's account cannot read the installed wheel: use a copy it can.
-        copy = self.directory / f"pg{self.version}"
-        if not (copy / "bin" / "postgres").is_file():
-            shutil.copytree(bin_dir.parent, copy, dirs_exist_ok=True)
+        # The server's account cannot read the installed wheel: use a copy it can, laid out
+        # as in the wheel (the binaries find their libraries at $ORIGIN/../../../<pkg>.libs).
+        install = bin_dir.parent
+        package = install.parent
+        copy = self.directory / "pgcopy"
+        target = copy / package.name / install.name
+        if not (target / "bin" / "postgres").is_file():
+            shutil.copytree(install, target, dirs_exist_ok=True)
+            libs = package.parent / f"{package.name}.libs"
+            if libs.is_dir():
+                shutil.copytree(libs, copy / libs.name, dirs_exist_ok=True)
             for path in [copy, *copy.rglob("*")]:
-                path.chmod(path.stat().st_mode | stat.S_IROTH
-                           | (stat.S_IXOTH if path.is_dir() or path.stat().st_mode & stat.S_IXUSR
-                              else 0))
-        return copy / "bin"
+                mode = path.stat().st_mode
+                path.chmod(mode | stat.S_IROTH | (stat.S_IXOTH if path.is_dir()
+                                                  or mode & stat.S_IXUSR else 0))
+        return target / "bin"
 
     def _initdb(self) -> None:
         if self.account.name is not None:
