@@ -21,8 +21,8 @@ versions 1-4 as PostgreSQL documents them ("Logical Replication Message Formats"
 
 A row travels as `TupleData`: per column `None` (SQL NULL), `UNCHANGED` (a TOASTed value the
 update did not touch, which the server did not send: the reader must take it from the row's
-previous state), text (the type's output function, in the database encoding: UTF-8 is
-required), or bytes (binary mode).
+previous state; the `UNCHANGED` marker the changefeed parsers use), text (the type's output
+function, in the database encoding: UTF-8 is required), or bytes (binary mode).
 
 Decoding is strict: a payload that ends early, has bytes left over, names an unknown message
 type or tuple kind, or holds text that is not UTF-8 raises `PgOutputError` naming the WAL
@@ -39,29 +39,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from changelake.errors import InputError
+from changelake.formats.change import UNCHANGED, _Unchanged
 
 #: PostgreSQL's epoch for timestamps on the wire: microseconds since 2000-01-01 UTC.
 POSTGRES_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
 
 
-class Unchanged:
-    """The marker for a TOASTed column an update left as it was (pgoutput's `u`)."""
-
-    _instance: Unchanged | None = None
-
-    def __new__(cls) -> Unchanged:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-
-UNCHANGED: Final = Unchanged()
-
 #: A column's value on the wire: NULL, unchanged TOAST, text, or binary.
-Value = None | Unchanged | str | bytes
+Value = None | _Unchanged | str | bytes
 Row = tuple[Value, ...]
 
 

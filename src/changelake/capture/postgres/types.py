@@ -88,20 +88,20 @@ def _numeric_text(text: str) -> str:
     return text
 
 
-def _date(text: str) -> dt.date:
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise PgValueError(f"date {text!r} is outside what Spark holds "
-                           "(years 1-9999)") from None
+def _in_spark_range(parse: Callable[[str], Any], kind: str) -> Callable[[str], Any]:
+    """`parse`, with what Python's ISO reader refuses (infinity, BC, years past 9999) named
+    as out of Spark's range."""
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError:
+            raise PgValueError(f"{kind} {text!r} is outside what Spark holds "
+                               "(years 1-9999)") from None
+    return read
 
 
-def _timestamp(text: str) -> dt.datetime:
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise PgValueError(f"timestamp {text!r} is outside what Spark holds "
-                           "(years 1-9999)") from None
+_date = _in_spark_range(dt.date.fromisoformat, "date")
+_timestamp = _in_spark_range(dt.datetime.fromisoformat, "timestamp")
 
 
 def _timestamptz(text: str) -> dt.datetime:
