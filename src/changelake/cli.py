@@ -223,63 +223,98 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
               help="Transactions in the pipeline demo's changefeed.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to keep the demo's files and lake (default: a temporary directory).")
-@click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake part.")
+@click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
+@click.option("--postgres/--no-postgres", default=True, show_default=True,
+              help="Run the PostgreSQL capture part (an embedded server).")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
-         protocol_only: bool, master: str, spark_conf: dict) -> None:
+         protocol_only: bool, postgres: bool, master: str, spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
-    then a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
-    compaction and AS OF reads, on local Spark with the lake's embedded metastore."""
+    a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
+    compaction and AS OF reads, on local Spark with the lake's embedded metastore; and an
+    embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
+    once and restarted, every table and a cross-table invariant checked."""
+    from contextlib import ExitStack
+
     from rich.console import Console
-    from rich.table import Table
 
     from changelake.demo import run_pipeline_demo, run_protocol_demo
 
     console = Console()
-    with tempfile.TemporaryDirectory(prefix="changelake-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="changelake-demo-") as tmp, ExitStack() as stack:
         where = workdir or Path(tmp)
         with console.status("writing, mangling and decoding a CDCv2 log ..."):
             result = run_protocol_demo(where / "cdc", seed=seed, updates=updates)
-        table = Table(title="1. CDCv2 through an at-least-once log (pure Python)")
-        table.add_column("step")
-        table.add_column("figure", justify="right")
-        table.add_row("changes generated", f"{result.changes:,}")
-        table.add_row("distinct updates (consolidated truth)", f"{result.truth:,}")
-        table.add_row("messages written by two writers", f"{result.messages_written:,}")
-        table.add_row("messages delivered (re-batched, duplicated, shuffled)",
-                      f"{result.messages_delivered:,}")
-        table.add_row("files (Avro OCF and JSON lines)", str(result.files))
-        table.add_row("updates recovered", f"{result.recovered:,}")
-        table.add_row("final frontier", str(result.frontier.to_json()))
-        console.print(table)
+        _print_steps(console, "1. CDCv2 through an at-least-once log (pure Python)", [
+            ("changes generated", f"{result.changes:,}"),
+            ("distinct updates (consolidated truth)", f"{result.truth:,}"),
+            ("messages written by two writers", f"{result.messages_written:,}"),
+            ("messages delivered (re-batched, duplicated, shuffled)",
+             f"{result.messages_delivered:,}"),
+            ("files (Avro OCF and JSON lines)", str(result.files)),
+            ("updates recovered", f"{result.recovered:,}"),
+            ("final frontier", str(result.frontier.to_json()))])
         if not result.matches:
             _fail("the recovered history differs from the generated one")
         console.print("[bold green]OK[/]: recovered exactly the generated history, once "
                       "each, in time order.")
         if protocol_only:
             return
+        lake_dir = where / "pipeline" / "lake"
+        captured = None
+        if postgres:
+            # Before this process opens the lake: the capture processes each hold the lake's
+            # embedded metastore while they run.
+            from changelake.demo import postgres as pg
+
+            dsn = stack.enter_context(pg.demo_database())
+            spark_args = ["--master", master,
+                          *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
+            with console.status("PostgreSQL: a workload runs while changelake captures it "
+                                "(killed once, restarted) ..."):
+                captured = pg.run_postgres_capture(
+                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed)
         from changelake.lake.catalog import lake_session
 
         with console.status("starting Spark (local, embedded Hive metastore) ..."):
-            spark = lake_session(where / "pipeline" / "lake", master, conf=spark_conf)
+            spark = lake_session(lake_dir, master, conf=spark_conf)
             spark.sparkContext.setLogLevel("ERROR")
         try:
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
                                              transactions=transactions)
+            pg_checks = []
+            if captured is not None:
+                with console.status("PostgreSQL: checking the lake against the database ..."):
+                    pg_checks = pg.check(spark, captured.dsn, lake_dir, seed=seed)
         finally:
             spark.stop()
-        table = Table(title="2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)")
-        table.add_column("step")
-        table.add_column("figure", justify="right")
-        for step in pipeline.steps:
-            table.add_row(step.name, step.figure)
-        console.print(table)
+        _print_steps(console, "2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)",
+                     [(step.name, step.figure) for step in pipeline.steps])
+        checks = list(pipeline.checks)
         for name, passed in pipeline.checks:
             console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
-        if not pipeline.ok:
-            _fail("the lake table differs from the changefeed's truth")
+        if captured is not None:
+            _print_steps(console, "3. PostgreSQL -> changelake capture -> lake tables",
+                         captured.steps)
+            for c in pg_checks:
+                console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
+                              f"{c.name}")
+            checks += [(c.name, c.passed) for c in pg_checks]
+        if not all(passed for _, passed in checks):
+            _fail("a lake table differs from its source's truth")
+
+
+def _print_steps(console: Any, title: str, steps: list[tuple[str, str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("step")
+    table.add_column("figure", justify="right")
+    for step, figure in steps:
+        table.add_row(step, figure)
+    console.print(table)
 
 
 # ------------------------------------------------------------------------------ lake tables
