@@ -226,10 +226,15 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
 @click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
 @click.option("--postgres/--no-postgres", default=True, show_default=True,
               help="Run the PostgreSQL capture part (an embedded server).")
+@click.option("--dsn", default=None,
+              help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
+                   "logical) instead of an embedded server; its tables are dropped after a "
+                   "passing run.")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
-         protocol_only: bool, postgres: bool, master: str, spark_conf: dict) -> None:
+         protocol_only: bool, postgres: bool, dsn: str | None, master: str,
+         spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
     a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
     compaction and AS OF reads, on local Spark with the lake's embedded metastore; and an
@@ -268,7 +273,10 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
             # embedded metastore while they run.
             from changelake.demo import postgres as pg
 
-            dsn = stack.enter_context(pg.demo_database())
+            if dsn is None:
+                dsn = stack.enter_context(pg.demo_database())
+            else:  # a slot left on the user's server would hold its WAL forever
+                stack.callback(pg.clean_up, dsn, tables=False)
             spark_args = ["--master", master,
                           *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
             with console.status("PostgreSQL: a workload runs while changelake captures it "
@@ -302,6 +310,8 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
                 console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
                               f"{c.name}")
             checks += [(c.name, c.passed) for c in pg_checks]
+        if captured is not None:
+            pg.clean_up(captured.dsn, tables=all(passed for _, passed in checks))
         if not all(passed for _, passed in checks):
             _fail("a lake table differs from its source's truth")
 

@@ -41,6 +41,7 @@ from typing import Any
 import psycopg2
 
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
+from changelake.errors import ChangelakeError
 
 ACCOUNTS = 12
 OPENING = Decimal("1000.00")
@@ -199,15 +200,57 @@ class Workload(threading.Thread):
         self.counts.documents_written += 1
 
 
+class DemoDatabaseError(ChangelakeError):
+    """The database given to the demo already holds what the demo would create."""
+
+
 def prepare(dsn: str) -> None:
-    """The demo's tables, their opening rows and the publication."""
-    conn = psycopg2.connect(dsn)
+    """The demo's tables, their opening rows and the publication, in one transaction: on a
+    database that has any of them already, nothing is created and the error names them (the
+    demo never touches a user's objects)."""
+    conn = connect(dsn)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 'table ' || relname FROM pg_class WHERE relnamespace = "
+                           "'public'::regnamespace AND relname = ANY(%s) UNION ALL "
+                           "SELECT 'publication ' || pubname FROM pg_publication WHERE "
+                           "pubname = %s UNION ALL SELECT 'replication slot ' || slot_name "
+                           "FROM pg_replication_slots WHERE slot_name = %s",
+                           ([t.split(".")[1] for t in TABLES], PUBLICATION, SLOT))
+            present = [r[0] for r in cursor.fetchall()]
+            if present:
+                raise DemoDatabaseError(
+                    f"the demo's database already has {', '.join(sorted(present))}: give "
+                    "--dsn a database without them (or run `changelake demo` without --dsn "
+                    "for an embedded server)")
+            cursor.execute(SCHEMA)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def clean_up(dsn: str, *, tables: bool) -> None:
+    """Drop the demo's slot (a slot left behind holds the server's WAL forever), and with
+    `tables` its publication and tables too."""
+    conn = connect(dsn)
     conn.autocommit = True
     try:
         with conn.cursor() as cursor:
-            cursor.execute(SCHEMA)
+            cursor.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                           "pg_replication_slots WHERE slot_name = %s AND NOT active", (SLOT,))
+            if tables:
+                cursor.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+                cursor.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES))
     finally:
         conn.close()
+
+
+def connect(dsn: str) -> Any:
+    try:
+        return psycopg2.connect(dsn)
+    except psycopg2.OperationalError as e:
+        raise DemoDatabaseError(f"cannot connect to the demo's PostgreSQL ({dsn}): "
+                                f"{str(e).strip().splitlines()[0]}") from None
 
 
 def confirmed_lsn(dsn: str, slot: str) -> int | None:
