@@ -108,9 +108,13 @@ class Table:
 class Tables:
     """The captured tables' current rows, and the rule that turns changes into updates."""
 
-    def __init__(self, lookup: Lookup, fetch: Fetch | None = None) -> None:
+    def __init__(self, lookup: Lookup, fetch: Fetch | None = None,
+                 captured: Iterable[str] | None = None) -> None:
         self.lookup = lookup
         self.fetch = fetch
+        #: Only these tables' changes are applied (None: all): a publication may hold tables
+        #: the capture leaves out (`--tables`), whose changes still arrive.
+        self.captured = None if captured is None else frozenset(captured)
         self.by_oid: dict[int, Table] = {}
         self.rows: dict[str, dict[Key, Values]] = {}
         self.complete: set[str] = set()  # tables whose every current row is in `rows`
@@ -146,6 +150,8 @@ class Tables:
             for change in tx.changes(release=False):
                 for relation in (change.truncated or (change.relation,)):
                     if change.kind == "message":
+                        continue
+                    if not self._captures(relation):
                         continue
                     table = self.table(relation)
                     name = table.qualified
@@ -187,6 +193,8 @@ class Tables:
                 continue
             if change.kind == "truncate":
                 for relation in change.truncated:
+                    if not self._captures(relation):
+                        continue
                     table = self.table(relation)
                     if tx.commit_lsn < self.floor.get(table.qualified, 0):
                         continue
@@ -198,12 +206,18 @@ class Tables:
                         diffs[row] -= 1
                     self.rows[table.qualified] = {}
                 continue
+            if not self._captures(change.relation):
+                continue
             table = self.table(change.relation)
             if tx.commit_lsn < self.floor.get(table.qualified, 0):
                 continue
             self._apply(table, change, out.setdefault(table.qualified, Counter()))
         return {name: Counter({r: d for r, d in diffs.items() if d})
                 for name, diffs in out.items()}
+
+    def _captures(self, relation: po.Relation) -> bool:
+        return self.captured is None or \
+            f"{relation.namespace or 'pg_catalog'}.{relation.name}" in self.captured
 
     # -- one change ----------------------------------------------------------------------------
 
