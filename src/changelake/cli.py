@@ -457,7 +457,8 @@ def metastore(lake_dir: Path, port: int | None) -> None:
 
 @main.group()
 def capture() -> None:
-    """Capture a database's changes into lake tables (exactly once, one time domain)."""
+    """Capture a database's changes into lake tables or Materialize CDC logs (exactly once, one
+    time domain)."""
 
 
 @capture.command("postgres")

@@ -15,16 +15,18 @@ pgoutput says less than the updates need, and the current rows fill the gaps:
   row's (or the old row's, with `REPLICA IDENTITY FULL`).
 * A truncate retracts every current row of each table it names.
 
-So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed
-by the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
+So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed by
+the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
 asks a `Fetch` for the rest before a batch of transactions is applied (`prefetch`): the keys
-the batch updates or deletes, or every row of a table it truncates. Rows come from wherever
-the capture's output keeps them (the lake table's current rows), so memory follows the batch,
-not the table; `forget` drops what is cached once it is durable there. A table with no key and
-no full identity is refused by name when its `Relation` arrives: its updates and deletes could
-not be applied. A change whose key has no current row where one is needed (an update without
-the old row, a delete) is an error naming the table and key: the capture started from a state
-that is not the table's (a missed snapshot).
+the batch updates or deletes, or every row of a table it truncates. Rows come from wherever the
+capture's output keeps them (the lake table's current rows, or the log's: `Sink.fetch`), so
+memory here follows the batch, not the table; `forget` drops what is cached once it is durable
+there. Changes of tables the capture leaves out (`captured`: a publication's other tables,
+`--tables`) are skipped unread. A table with no key and no full identity is refused by name
+when its `Relation` arrives: its updates and deletes could not be applied. A change whose key
+has no current row where one is needed (an update without the old row, a delete) is an error
+naming the table and key: the capture started from a state that is not the table's (a missed
+snapshot).
 """
 
 from __future__ import annotations

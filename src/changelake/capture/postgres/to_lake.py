@@ -5,23 +5,22 @@ by its replica identity, whose history holds every committed transaction at its 
 and all of one database's tables share that one time domain. After any crash and restart the
 tables hold each transaction once.
 
-The two positions it keeps in step:
+The streaming loop (batching, confirming the slot only after a batch is durable, heartbeats,
+`until_idle`, `max_txns`, the restart from the least frontier) is `capture.Capture`, shared
+with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink`), and
+`LakeCapture` runs the loop on one. What the sink does:
 
-* the lake's: each table's committed frontier (`Table.commit` moves it atomically with the
-  batch's rows), and
-* the slot's: its confirmed flush position, which tells PostgreSQL what WAL it may recycle.
-
-A batch of transactions is committed to every captured table (empty commits included, so all
-frontiers move together), and only then is the slot confirmed up to the batch's end. A crash
-before the last table's commit leaves some tables ahead of others: the restart resumes from the
-least frontier, and each table skips the transactions it already holds (`Tables.floor`). A
-crash after the commits and before the confirmation re-delivers transactions every table has:
-the source drops them. So the lake can always say, per database, up to which transaction every
-table is complete: the least of their frontiers (`consistent_frontier`).
-
-The initial snapshot (a new slot, `snapshot="initial"`) is committed at time 0 with frontier
-at the slot's consistent point, where streaming starts; `snapshot="never"` creates the tables
-empty from that point.
+* `commit_batch` commits the batch to every captured table (empty commits included, so all
+  frontiers move together): `Table.commit` moves a table's committed frontier atomically with
+  the batch's rows, and skips what a table already holds, so a crash that committed some
+  tables of a batch and not others costs nothing on the restart. So the lake can always say,
+  per database, up to which transaction every table is complete: the least of their
+  frontiers (`consistent_frontier`).
+* `fetch` reads a key's previous row (deletes and updates without before-images, unchanged
+  TOAST values) from the lake table's current state.
+* `start` (a new slot) commits the initial snapshot (`snapshot="initial"`) at time 0 with
+  frontier at the slot's consistent point, where streaming starts; `snapshot="never"` creates
+  the tables empty from that point.
 
 Limits of this version: a table's snapshot is held on the driver while it is committed (one
 commit, so that its frontier moves atomically), and a table added to the publication after the
