@@ -20,9 +20,10 @@ import pytest
 from changelake.capture.postgres.capture import Capture, CaptureOptions, CaptureReport, Rows
 from changelake.capture.postgres.pgoutput import parse_lsn
 from changelake.capture.postgres.rows import Table, Values
-from changelake.capture.postgres.source import connect
+from changelake.capture.postgres.source import SourceError, connect
 from changelake.capture.postgres.to_log import LogSink
 from changelake.capture.postgres.types import catalog
+from changelake.errors import SchemaError
 from changelake.formats.avro_values import python_to_plain
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import ingest
@@ -311,3 +312,32 @@ def test_cli_needs_exactly_one_of_lake_and_out(outputs: list[str], tmp_path: Pat
     assert done.returncode == 2
     assert "exactly one of --lake DIR (lake tables) and --out DIR" in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_logs_and_slot_must_belong_together(shop: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    capture(shop, out, create_slot=True, until_idle=0.1)
+    o = CaptureOptions(shop, "shop", "fresh", tables=("items", "notes"), create_slot=True)
+    with pytest.raises(SourceError, match=r"tables public\.items, public\.notes already hold "
+                                          r"a capture, and slot 'fresh' is new"):
+        Capture(LogSink(out, o), o).run()
+    o = CaptureOptions(shop, "shop", "log_slot", tables=("items", "notes"))
+    with pytest.raises(SourceError, match=r"slot 'log_slot' exists but tables public\.items, "
+                                          r"public\.notes hold no capture"):
+        Capture(LogSink(tmp_path / "elsewhere", o), o).run()
+
+
+def test_a_column_name_avro_cannot_hold_is_refused_before_the_slot(shop: str,
+                                                                   tmp_path: Path) -> None:
+    execute(shop, 'CREATE TABLE odd (id int PRIMARY KEY, "unit price" int)',
+            "CREATE PUBLICATION odd FOR TABLE odd")
+    o = CaptureOptions(shop, "odd", "odd_slot", create_slot=True)
+    with pytest.raises(SchemaError, match=r"table public\.odd, column unit price: not an Avro "
+                                          "field name"):
+        Capture(LogSink(tmp_path / "out", o), o).run()
+    assert not (tmp_path / "out").exists()
+    conn = psycopg2.connect(shop)
+    with conn.cursor() as c:
+        c.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'odd_slot'")
+        assert c.fetchone() == (0,)
+    conn.close()

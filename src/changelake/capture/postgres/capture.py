@@ -84,6 +84,9 @@ class Sink(Protocol):
 
     report: CaptureReport
 
+    def check(self, tables: dict[str, Table]) -> None:
+        """Refuse tables it cannot hold, before the slot is opened (or created)."""
+
     def held(self, tables: dict[str, Table]) -> set[str]:
         """The tables that already hold a capture (checked after the slot is opened)."""
 
@@ -118,6 +121,7 @@ class Capture:
             tables = {name: Table.from_catalog(source.conn.cursor(), name, lookup)
                       for name in source.tables}
             self.report.tables = tuple(tables)
+            self.sink.check(tables)
             slot = source.open_slot(create=o.create_slot)
             existing = self.sink.held(tables)
             if slot.created:

@@ -138,13 +138,15 @@ class LogSink:
 
     # -- the Sink interface --------------------------------------------------------------------
 
-    def held(self, tables: dict[str, Table]) -> set[str]:
+    def check(self, tables: dict[str, Table]) -> None:
         if self.directory.exists() and not self.directory.is_dir():
             raise LogError(f"--out {self.directory}: not a directory")
         for name, table in tables.items():
             if "/" in name or name.startswith("."):
                 raise LogError(f"table {name}: its name cannot be a log directory's name")
-            self.schemas[name] = schema_for(table)  # bad column names: before any write
+            self.schemas[name] = schema_for(table)  # a bad column name, by name
+
+    def held(self, tables: dict[str, Table]) -> set[str]:
         held = set()
         for name in tables:
             log = self.log(name)
