@@ -21,13 +21,15 @@ from changelake.capture.postgres.capture import Capture, CaptureOptions, Capture
 from changelake.capture.postgres.pgoutput import parse_lsn
 from changelake.capture.postgres.rows import Table, Values
 from changelake.capture.postgres.source import SourceError, connect
-from changelake.capture.postgres.to_log import LogSink
+from changelake.capture.postgres.to_log import LogSink, segment_name
 from changelake.capture.postgres.types import catalog
 from changelake.errors import SchemaError
 from changelake.formats.avro_values import python_to_plain
+from changelake.formats.materialize import read_all
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import ingest
 from changelake.local import decode_local
+from changelake.protocol import Progress
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
 ITEM_COLUMNS = ("id", "name", "price", "qty", "ratio", "big", "tags", "at", "day", "raw")
@@ -341,3 +343,22 @@ def test_a_column_name_avro_cannot_hold_is_refused_before_the_slot(shop: str,
         c.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'odd_slot'")
         assert c.fetchone() == (0,)
     conn.close()
+
+
+def test_heartbeats_move_the_logs_frontier_while_quiet(shop: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first, _ = capture(shop, out, create_slot=True, until_idle=0.1)
+    before = {n: segments(out / n) for n in ("public.items", "public.notes")}
+    # WAL that carries no captured transaction (pgoutput sends no logical messages unless
+    # asked): only keepalives tell the capture that the server has moved on.
+    execute(shop, *["SELECT pg_logical_emit_message(false, 'changelake', 'tick')"] * 3)
+    quiet, confirmed = capture(shop, out, until_idle=0.5)
+    assert quiet.transactions == 0 and quiet.batches >= 1
+    assert quiet.frontier is not None and first.frontier is not None
+    assert quiet.frontier > first.frontier and confirmed == quiet.frontier
+    for name, spans in before.items():
+        new = [s for s in segments(out / name) if s not in spans]
+        assert new and new[0][0] == spans[-1][1] and new[-1][1] == quiet.frontier
+        for lower, upper in new:  # progress only: no updates, no counts
+            (progress,) = list(read_all([out / name / segment_name(lower, upper)]))
+            assert progress == Progress.make([lower], [upper])
