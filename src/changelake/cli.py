@@ -517,7 +517,7 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
             result = LakeCapture(lake, options).run()
         finally:
             lake.spark.stop()
-        where = "lake tables"
+        where = "tables"
     snapshot_rows = sum(result.snapshot_rows.values())
     click.echo(f"captured {result.transactions} transactions into "
                f"{len(result.tables)} {where} ({', '.join(result.tables)}), "
