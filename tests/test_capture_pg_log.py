@@ -362,3 +362,16 @@ def test_heartbeats_move_the_logs_frontier_while_quiet(shop: str, tmp_path: Path
         for lower, upper in new:  # progress only: no updates, no counts
             (progress,) = list(read_all([out / name / segment_name(lower, upper)]))
             assert progress == Progress.make([lower], [upper])
+
+
+def test_snapshot_never_starts_the_logs_empty_at_the_consistent_point(shop: str,
+                                                                      tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first, _ = capture(shop, out, create_slot=True, snapshot="never", until_idle=0.1)
+    assert first.snapshot_rows == {}
+    (span,) = segments(out / "public.notes")
+    assert span[0] == 0 and decoded(out / "public.notes", ("id", "body"))[0] == Counter()
+    execute(shop, "INSERT INTO notes (body) VALUES ('new')")
+    second, _ = capture(shop, out, until_idle=0.5)
+    state, frontier = decoded(out / "public.notes", ("id", "body"))
+    assert state == Counter({(6, "new"): 1}) and frontier == [second.frontier]

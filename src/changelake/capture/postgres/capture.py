@@ -86,24 +86,30 @@ class Sink(Protocol):
 
     def check(self, tables: dict[str, Table]) -> None:
         """Refuse tables it cannot hold, before the slot is opened (or created)."""
+        ...
 
     def held(self, tables: dict[str, Table]) -> set[str]:
         """The tables that already hold a capture (checked after the slot is opened)."""
+        ...
 
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
         """A new slot: create the tables, with the snapshot at time 0 (or empty) and the
         frontier at the slot's consistent point."""
+        ...
 
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
         """Each table's durable frontier (None: closed)."""
+        ...
 
     def fetch(self, table: Table, keys: set[Key] | None) -> Iterable[Values]:
         """The table's current rows of `keys` (None: all), typed as `types` reads them."""
+        ...
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:
         """Make every table hold its `rows` and its frontier `upper`, durably, before
         returning (a table already at or beyond `lower` skips what it holds)."""
+        ...
 
 
 class Capture:
