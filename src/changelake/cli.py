@@ -502,11 +502,21 @@ def metastore(lake_dir: Path, port: int | None) -> None:
 
 @main.group()
 def capture() -> None:
-    """Capture a database's changes into lake tables (exactly once, one time domain)."""
+    """Capture a database's changes into lake tables or Materialize CDC logs (exactly once, one
+    time domain)."""
 
 
 @capture.command("postgres")
-@lake_options
+@spark_options
+@click.option("--metastore-uri", default=None, metavar="thrift://HOST:PORT",
+              help="With --lake: a Hive metastore service (default: the lake's embedded "
+                   "Derby).")
+@click.option("--lake", "lake_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Commit into lake tables in this lake directory (Spark).")
+@click.option("--out", "out_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Write Materialize CDC logs here, one directory per table (no Spark).")
 @click.option("--dsn", required=True, help="libpq connection string of the database.")
 @click.option("--publication", required=True, help="The publication naming the tables.")
 @click.option("--slot", required=True, help="The logical replication slot (pgoutput).")
@@ -521,26 +531,41 @@ def capture() -> None:
 @click.option("--max-txns", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop after N transactions.")
 @user_errors
-def capture_postgres(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-                     dsn: str, publication: str, slot: str, tables: str | None,
-                     create_slot: bool, snapshot: str, until_idle: float | None,
-                     max_txns: int | None) -> None:
-    """Stream a PostgreSQL publication through a pgoutput slot into lake tables named
-    schema.table, each transaction at its commit LSN."""
-    from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
+def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri: str | None,
+                     master: str, spark_conf: dict, dsn: str, publication: str, slot: str,
+                     tables: str | None, create_slot: bool, snapshot: str,
+                     until_idle: float | None, max_txns: int | None) -> None:
+    """Stream a PostgreSQL publication through a pgoutput slot into lake tables (--lake) or
+    Materialize CDC logs (--out) named schema.table, each transaction at its commit LSN."""
+    if (lake_dir is None) == (out_dir is None):
+        raise click.UsageError("give exactly one of --lake DIR (lake tables) and --out DIR "
+                               "(Materialize CDC logs)")
+    if out_dir is not None and metastore_uri is not None:
+        raise click.UsageError("--metastore-uri is for --lake; --out writes files only")
+    from changelake.capture.postgres.capture import Capture, CaptureOptions
 
     options = CaptureOptions(dsn, publication, slot,
                              tables=tuple(tables.split(",")) if tables else None,
                              create_slot=create_slot, snapshot=snapshot,  # type: ignore[arg-type]
                              until_idle=until_idle, max_txns=max_txns)
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    try:
-        result = LakeCapture(lake, options).run()
-    finally:
-        lake.spark.stop()
+    if out_dir is not None:  # no Spark at all
+        from changelake.capture.postgres.to_log import LogSink
+
+        result = Capture(LogSink(out_dir, options), options).run()
+        where = f"logs under {out_dir}"
+    else:
+        from changelake.capture.postgres.to_lake import LakeCapture
+
+        assert lake_dir is not None
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        try:
+            result = LakeCapture(lake, options).run()
+        finally:
+            lake.spark.stop()
+        where = "tables"
     snapshot_rows = sum(result.snapshot_rows.values())
     click.echo(f"captured {result.transactions} transactions into "
-               f"{len(result.tables)} tables ({', '.join(result.tables)}), "
+               f"{len(result.tables)} {where} ({', '.join(result.tables)}), "
                f"{snapshot_rows} snapshot rows, {result.batches} commits; "
                f"frontier {result.frontier} (every transaction before it is in every "
                f"table); stopped: {result.stopped}",
