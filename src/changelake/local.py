@@ -132,6 +132,13 @@ def decode_local(
     the end, so the next run prints only what is newly finished.
     """
     set_aside: list[SetAside] = []
+    reader = start_reader(since=since, state=state, lenient=lenient)
+    messages = read_all(paths, schema=schema, set_aside=set_aside.append if lenient else None)
+    return decode_messages(reader, messages, out, state=state, set_aside=set_aside)
+
+
+def start_reader(*, since: Antichain | None, state: Path | None, lenient: bool) -> Reader:
+    """The Reader a decode starts with: from `since`, or resumed from an existing `state`."""
     if since is not None:
         try:
             for time in since:
@@ -141,10 +148,20 @@ def decode_local(
     if state is not None and state.exists():
         if since is not None:
             raise InputError("--since and an existing --state file both say where to start")
-        reader = load_reader(state, strict=not lenient)
-    else:
-        reader = Reader(since, strict=not lenient)
-    messages = read_all(paths, schema=schema, set_aside=set_aside.append if lenient else None)
+        return load_reader(state, strict=not lenient)
+    return Reader(since, strict=not lenient)
+
+
+def decode_messages(
+    reader: Reader,
+    messages: Iterable[Message],
+    out: IO[bytes],
+    *,
+    state: Path | None = None,
+    set_aside: list[SetAside] | None = None,
+) -> DecodeReport:
+    """Push `messages` (from any source) through `reader`, write the history to `out` as the
+    decode contract says (`write_history`), and save the reader to `state` at the end."""
 
     def batches() -> Iterator[tuple[list[Update], Antichain]]:
         for message in messages:
@@ -153,7 +170,8 @@ def decode_local(
     frontier, count = write_history(out, batches(), reader.frontier)
     if state is not None:
         save_reader(reader, state)
-    return DecodeReport(frontier, count, set_aside, reader.rejected, reader.waiting_for())
+    return DecodeReport(frontier, count, list(set_aside or []), reader.rejected,
+                        reader.waiting_for())
 
 
 def _changes_from_lines(
@@ -254,26 +272,39 @@ def encode_local(
 ) -> EncodeReport:
     """JSON-lines changes and `{"finished": T}` marks to Materialize CDC messages."""
     report = EncodeReport()
+    messages = encode_messages(paths, schema=schema, close=close, batch_size=batch_size,
+                               lenient=lenient, stdin=stdin, report=report)
+    report.messages = write_messages(messages, schema, avro=avro, out=out)
+    return report
+
+
+def encode_messages(
+    paths: list[str],
+    *,
+    schema: CdcSchema,
+    close: bool,
+    batch_size: int = 1024,
+    lenient: bool = False,
+    stdin: IO[bytes] | None = None,
+    report: EncodeReport,
+) -> Iterator[Message]:
+    """The messages `encode` writes, as they become final, for any destination (a file, stdout,
+    a Kafka topic). Set-aside input and the unfinished count land in `report`."""
     writer = Writer(batch_size=batch_size)
     sink = report.set_aside.append if lenient else None
-
-    def messages() -> Iterator[Message]:
-        for kind, value, origin in _changes_from_lines(paths, schema, sink, stdin):
-            try:
-                if kind == "finished":
-                    yield from writer.finish_through(value, origin)
-                else:
-                    writer.push(*value, origin=origin)
-            except ChangelakeError as error:
-                if sink is None:
-                    raise
-                sink(SetAside(origin, error.reason))
-        if close:
-            yield from writer.close()
-        report.unfinished = writer.unfinished
-
-    report.messages = write_messages(messages(), schema, avro=avro, out=out)
-    return report
+    for kind, value, origin in _changes_from_lines(paths, schema, sink, stdin):
+        try:
+            if kind == "finished":
+                yield from writer.finish_through(value, origin)
+            else:
+                writer.push(*value, origin=origin)
+        except ChangelakeError as error:
+            if sink is None:
+                raise
+            sink(SetAside(origin, error.reason))
+    if close:
+        yield from writer.close()
+    report.unfinished = writer.unfinished
 
 
 def encode_changefeed_job(

@@ -106,6 +106,8 @@ class CdcSchema:
     named: Mapping[str, Any]
     json_data: Any = None  # compiled Avro JSON -> frozen row converter
     python_data: Any = None  # compiled fastavro value -> frozen row converter
+    parsed_avro: Any = None  # fastavro's parsed schema, parsed once: framed messages
+    # (Kafka) are encoded and decoded one by one, and parsing per message would dominate
 
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
@@ -148,7 +150,7 @@ class CdcSchema:
             raise SchemaError(f"{source}: the data field must be a record")
         fields = tuple(f["name"] for f in data_type["fields"])
         return cls(avro, data_type, fields, named, av.compile_avro_json(data_type, named),
-                   av.compile_python(data_type, named))
+                   av.compile_python(data_type, named), fastavro.parse_schema(avro))
 
     @classmethod
     def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
@@ -156,6 +158,8 @@ class CdcSchema:
 
     @property
     def parsed(self) -> Any:
+        if self.parsed_avro is not None:
+            return self.parsed_avro
         return fastavro.parse_schema(self.avro)
 
     def fingerprint(self) -> bytes:
