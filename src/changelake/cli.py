@@ -129,6 +129,37 @@ def spark_options(func: F) -> F:
                         help="Spark master URL: local[*], spark://HOST:PORT, ...")(func)
 
 
+def kafka_options(role: str) -> Callable[[F], F]:
+    """--kafka, --topic and --schema-registry: a topic as the source (decode) or the
+    destination (encode) of Materialize CDC messages."""
+
+    def decorate(func: F) -> F:
+        func = click.option("--schema-registry", "schema_registry", default=None, metavar="URL",
+                            help="Confluent schema registry: schema ids of the framed "
+                                 "messages (subject TOPIC-value).")(func)
+        func = click.option("--topic", default=None, metavar="T",
+                            help=f"The Kafka topic to {role}.")(func)
+        return click.option("--kafka", "kafka", default=None, metavar="BOOTSTRAP",
+                            help=f"{role.capitalize()} a Kafka topic (Confluent-framed Avro) "
+                                 "at these bootstrap servers, host:port,...")(func)
+
+    return decorate
+
+
+def _kafka_target(kafka: str | None, topic: str | None, inputs: tuple[str, ...],
+                  what: str) -> bool:
+    """Whether the command works on a topic; usage errors for half-given options."""
+    if kafka is None:
+        if topic is not None:
+            raise click.UsageError("--topic needs --kafka BOOTSTRAP")
+        return False
+    if topic is None:
+        raise click.UsageError("--kafka needs --topic T")
+    if inputs:
+        raise click.UsageError(f"--kafka {what}: no input files as well")
+    return True
+
+
 @main.command()
 @click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False,
                                                           path_type=Path),
@@ -141,16 +172,33 @@ def spark_options(func: F) -> F:
                    "(local engine).")
 @click.option("--engine", type=click.Choice(["local", "spark"]), default="local",
               show_default=True)
+@kafka_options("read")
+@click.option("--group", default=None, metavar="G",
+              help="With --kafka: start at this consumer group's offsets and commit the ends "
+                   "read (needs --state).")
 @spark_options
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Path | None,
-           engine: str, master: str, spark_conf: dict, inputs: tuple[str, ...]) -> None:
-    """Read Materialize CDC messages (Avro OCF or JSON lines, any order and duplication) and
-    print the recovered history as JSON lines, then the frontier."""
+           engine: str, kafka: str | None, topic: str | None, schema_registry: str | None,
+           group: str | None, master: str, spark_conf: dict, inputs: tuple[str, ...]) -> None:
+    """Read Materialize CDC messages (Avro OCF or JSON lines, any order and duplication; or a
+    Kafka topic's, with --kafka) and print the recovered history as JSON lines, then the
+    frontier."""
     schema = _schema(schema_path)
     out = sys.stdout.buffer
-    if engine == "spark":
+    from_topic = _kafka_target(kafka, topic, inputs, "reads the topic")
+    if not from_topic and (group is not None or schema_registry is not None):
+        raise click.UsageError("--group and --schema-registry go with --kafka")
+    if from_topic:
+        if engine == "spark":
+            raise click.UsageError("--kafka reads with the local engine (Spark: not yet)")
+        from changelake.kafka import decode_topic
+
+        report = decode_topic(kafka, topic, out, schema=schema,  # type: ignore[arg-type]
+                              schema_registry=schema_registry, group=group, lenient=lenient,
+                              since=_since(since), state=state)
+    elif engine == "spark":
         if state is not None:
             raise click.UsageError("--state is for the local engine; Spark resumes with --since")
         from changelake.spark.decode_files import decode_with_spark
@@ -183,14 +231,26 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
               help="YDB table schema (JSON: columns and primary_key).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--lenient", is_flag=True, help="Set bad input aside (reported) and go on.")
+@kafka_options("write")
+@click.option("--transactional-id", default=None, metavar="ID",
+              help="With --kafka: a transactional producer, one transaction per progress "
+                   "statement.")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str,
            key: str | None, table_schema: Path | None, batch_size: int, lenient: bool,
-           inputs: tuple[str, ...]) -> None:
+           kafka: str | None, topic: str | None, schema_registry: str | None,
+           transactional_id: str | None, inputs: tuple[str, ...]) -> None:
     """Write Materialize CDC messages from changes: JSON lines {"data":..,"time":..,"diff":..}
-    with {"finished": T} marks, or a Debezium / YDB changefeed (--from)."""
+    with {"finished": T} marks, or a Debezium / YDB changefeed (--from); to stdout, an Avro
+    file (--avro) or a Kafka topic (--kafka)."""
     out = sys.stdout.buffer
+    if kafka is not None or topic is not None:
+        _encode_to_topic(schema_path, close, avro, source, batch_size, lenient, kafka, topic,
+                         schema_registry, transactional_id, inputs)
+        return
+    if schema_registry is not None or transactional_id is not None:
+        raise click.UsageError("--schema-registry and --transactional-id go with --kafka")
     if source != "materialize":
         from changelake.local import encode_changefeed_job
 
@@ -210,6 +270,39 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
     _report_set_aside(report.set_aside, [])
     if report.unfinished:
         click.echo(f"changelake: note: {report.unfinished} change(s) at unfinished times were "
+                   "not written; add {\"finished\": T} lines or --close", err=True)
+
+
+def _encode_to_topic(schema_path: Path | None, close: bool, avro: Path | None, source: str,
+                     batch_size: int, lenient: bool, kafka: str | None, topic: str | None,
+                     schema_registry: str | None, transactional_id: str | None,
+                     inputs: tuple[str, ...]) -> None:
+    """`encode --kafka`: the messages `encode` writes, produced to a topic."""
+    if kafka is None or topic is None:
+        raise click.UsageError("--kafka BOOTSTRAP and --topic T go together")
+    if avro is not None:
+        raise click.UsageError("--avro and --kafka are two destinations: give one")
+    if source != "materialize":
+        raise click.UsageError("--kafka writes CDCv2 changes (--from materialize); changefeeds "
+                               "to a topic: not yet")
+    if schema_path is None:
+        raise click.UsageError("--kafka needs the schema of the messages (--schema)")
+    from changelake.kafka import write_topic
+    from changelake.local import EncodeReport, encode_messages
+
+    encoded = EncodeReport()
+    schema = _schema(schema_path)
+    messages = encode_messages(list(inputs), schema=schema, close=close, batch_size=batch_size,
+                               lenient=lenient, stdin=None if inputs else sys.stdin.buffer,
+                               report=encoded)
+    report = write_topic(messages, bootstrap=kafka, topic=topic, schema=schema,
+                         schema_registry=schema_registry, transactional_id=transactional_id)
+    _report_set_aside(encoded.set_aside, [])
+    click.echo(f"changelake: wrote {report.messages} message(s) to topic {topic} "
+               f"({len(report.by_partition)} partition(s), schema id {report.schema_id})",
+               err=True)
+    if encoded.unfinished:
+        click.echo(f"changelake: note: {encoded.unfinished} change(s) at unfinished times were "
                    "not written; add {\"finished\": T} lines or --close", err=True)
 
 

@@ -1,0 +1,81 @@
+"""Shared pieces of the Kafka tests: a mock cluster and a registry per test module, fresh
+topics, the schema of `simulate`'s rows, and the checks every decode must pass."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from changelake.formats.materialize import CdcSchema
+from changelake.kafka import MockCluster, RegistryServer
+from changelake.protocol import Update
+
+ROW_FIELDS = [{"name": "id", "type": "long"}, {"name": "v", "type": "long"}]
+_names = itertools.count()
+
+
+def row_schema() -> CdcSchema:
+    """The Materialize CDC schema of `simulate.random_history`'s rows."""
+    return CdcSchema.for_fields(ROW_FIELDS)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[MockCluster]:
+    with MockCluster(brokers=3) as mock:
+        yield mock
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[RegistryServer]:
+    with RegistryServer() as server:
+        yield server
+
+
+def new_topic(cluster: MockCluster, partitions: int = 4) -> str:
+    """A fresh topic (each test its own, on the module's cluster)."""
+    name = f"cdc-{next(_names)}"
+    cluster.create_topic(name, partitions)
+    return name
+
+
+def produce_raw(cluster: MockCluster, topic: str, records: Sequence[tuple[int, bytes | None]]
+                ) -> None:
+    """Records (partition, value) as they are: for messages a sink would never write."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for partition, value in records:
+        producer.produce(topic, value=value, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def raw_records(cluster: MockCluster, topic: str, partitions: int
+                ) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of the topic as (partition, offset, key, value)."""
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)}
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out = []
+    open_parts = {p for p, end in ends.items() if end > 0}
+    while open_parts:
+        record = consumer.poll(10)
+        assert record is not None, "the mock cluster stopped delivering"
+        if record.error():
+            if record.offset() >= ends[record.partition()]:
+                open_parts.discard(record.partition())
+            continue
+        out.append((record.partition(), record.offset(), record.key(), record.value()))
+        if record.offset() + 1 >= ends[record.partition()]:
+            open_parts.discard(record.partition())
+    consumer.close()
+    return out
+
+
+def as_set(updates: Sequence[Update]) -> set[tuple]:
+    """Updates as a set, each once (asserting they were each once)."""
+    out = {(repr(d), t, r) for d, t, r in updates}
+    assert len(out) == len(updates), "an update was reported twice"
+    return out

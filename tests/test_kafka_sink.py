@@ -1,0 +1,120 @@
+"""The Kafka sink against the mock cluster: what `write_topic` produces, read back by the source
+and the reference Reader, through the adversary of `simulate` (duplicates, re-batching, several
+writers, any order across partitions)."""
+
+from __future__ import annotations
+
+import struct
+from collections import defaultdict
+
+import pytest
+
+from changelake.kafka import (
+    MockCluster,
+    RegistryServer,
+    SchemaRegistry,
+    TopicError,
+    read_topic,
+    value_subject,
+    write_topic,
+)
+from changelake.kafka.sink import message_key
+from changelake.protocol import Progress, collect
+from changelake.simulate import justified, mangle, random_history, write
+from conftest import seeded
+from kafka_helpers import as_set, cluster, new_topic, raw_records, registry, row_schema
+
+__all__ = ["cluster", "registry"]  # fixtures
+
+
+def test_history_written_twice_and_mangled_decodes_to_itself(
+    cluster: MockCluster, registry: RegistryServer
+) -> None:
+    rng = seeded(11)
+    history = random_history(rng, updates=600, times=25)
+    topic = new_topic(cluster, partitions=4)
+    schema = row_schema()
+    one, two = write(history, batch_size=5), write(history, batch_size=9, finish_every=2)
+    for messages in (one, one, mangle([one, two], rng)):  # a re-run, and a mangled log
+        write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=schema,
+                    schema_registry=registry.url)
+    read = read_topic(cluster.bootstrap, topic, schema_registry=registry.url)
+    assert len(read) > 2 * len(one)
+    assert {m.origin.file for m in read} == {f"topic {topic} partition {p}" for p in range(4)}
+    result = collect(read)
+    assert as_set(result.updates) == as_set(history.truth)
+    assert result.frontier.to_json() == []
+    assert not result.rejected
+
+
+def test_a_prefix_of_the_topic_decodes_to_what_it_justifies(cluster: MockCluster) -> None:
+    rng = seeded(12)
+    history = random_history(rng, updates=300, times=20)
+    topic = new_topic(cluster, partitions=3)
+    delivered = mangle([write(history, batch_size=4)], rng, keep=0.6)
+    write_topic(delivered, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema())
+    result = collect(read_topic(cluster.bootstrap, topic, schema=row_schema()))
+    expected, frontier = justified(history.truth, delivered)
+    assert as_set(result.updates) == as_set(expected)
+    assert result.frontier.to_json() == frontier
+
+
+def test_frames_keys_and_partitions(cluster: MockCluster, registry: RegistryServer) -> None:
+    """Values are Confluent frames with the id registered under TOPIC-value; keys are the
+    values' hashes, so a re-run puts each message on the partition that already holds it."""
+    history = random_history(seeded(13), updates=200, times=10)
+    topic = new_topic(cluster, partitions=4)
+    messages = write(history, batch_size=3)
+    first = write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+                        schema_registry=registry.url)
+    again = write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+                        schema_registry=registry.url)
+    schema_id = SchemaRegistry(registry.url).register(value_subject(topic), row_schema())
+    assert first.schema_id == again.schema_id == schema_id >= 1
+    assert first.messages == len(messages) and first.by_partition == again.by_partition
+    assert len(first.by_partition) == 4  # spread over every partition
+    records = raw_records(cluster, topic, 4)
+    assert len(records) == 2 * len(messages)
+    by_key: dict[bytes, set] = defaultdict(set)
+    for partition, _offset, key, value in records:
+        assert value is not None and value[:1] == b"\x00"
+        assert struct.unpack(">I", value[1:5]) == (schema_id,)
+        assert key == message_key(value)
+        by_key[key].add((partition, value))
+    assert all(len(places) == 1 for places in by_key.values())  # each twice, in one place
+
+
+def test_transactional_sink_commits_per_progress_statement(cluster: MockCluster) -> None:
+    history = random_history(seeded(14), updates=200, times=12)
+    topic = new_topic(cluster, partitions=2)
+    messages = write(history, batch_size=6)
+    report = write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+                         transactional_id=f"{topic}-sink")
+    statements = sum(isinstance(m, Progress) for m in messages)
+    assert report.transactions == statements + 1  # each statement's, and the (empty) last
+    # the same id again fences the first producer and writes duplicates: absorbed
+    write_topic(messages[: len(messages) // 2], bootstrap=cluster.bootstrap, topic=topic,
+                schema=row_schema(), transactional_id=f"{topic}-sink")
+    result = collect(read_topic(cluster.bootstrap, topic, schema=row_schema()))
+    assert as_set(result.updates) == as_set(history.truth)
+    assert result.frontier.to_json() == []
+
+
+def test_missing_topic_is_refused_before_writing(cluster: MockCluster) -> None:
+    with pytest.raises(TopicError, match="topic 'no-such-topic' does not exist"):
+        write_topic([], bootstrap=cluster.bootstrap, topic="no-such-topic",
+                    schema=row_schema(), config={"allow.auto.create.topics": False})
+
+
+def test_bad_input_aborts_the_open_transaction(cluster: MockCluster) -> None:
+    """An error in the messages (bad input upstream) propagates, after the abort."""
+    history = random_history(seeded(15), updates=50, times=5)
+    topic = new_topic(cluster, partitions=2)
+
+    def failing():
+        yield from write(history, batch_size=4)[:3]
+        raise ValueError("upstream input broke")
+
+    with pytest.raises(ValueError, match="upstream input broke"):
+        write_topic(failing(), bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+                    transactional_id=f"{topic}-sink")
