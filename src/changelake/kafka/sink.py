@@ -39,7 +39,6 @@ from changelake.kafka.registry import SchemaRegistry, value_subject
 from changelake.kafka.schemas import NO_REGISTRY_ID
 from changelake.protocol.messages import Message, Progress
 
-
 TRANSACTION_TIMEOUT_MS = 60_000
 
 

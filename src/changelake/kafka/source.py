@@ -34,7 +34,8 @@ from changelake.kafka.registry import SchemaRegistry
 from changelake.kafka.schemas import FrameSchemas
 from changelake.protocol.messages import Message
 
-_BATCH = 500  # messages per consume() call
+_BATCH = 500  # messages per consume() call, which returns when it has them or after _WAIT s
+_WAIT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ class TopicReader:
                          if r.partition in open_ends])
         last_progress = time.monotonic()
         while open_ends:
-            batch = consumer.consume(_BATCH, timeout=1.0)
+            batch = consumer.consume(_BATCH, timeout=_WAIT)
             if batch:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > self.idle_timeout:
