@@ -1,0 +1,176 @@
+"""`changelake encode --kafka` and `decode --kafka` through the real console script, against
+the mock cluster this test process serves: the round trip, the error contract, and a sink
+killed with SIGKILL mid-write and run again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from changelake.kafka import MockCluster, RegistryServer
+from changelake.simulate import History, random_history
+from conftest import seeded
+from kafka_helpers import ROW_FIELDS, cluster, new_topic, produce_raw, registry, row_schema
+
+__all__ = ["cluster", "registry"]  # fixtures
+
+CLI = [str(Path(sys.executable).parent / "changelake")]
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, timeout=300)
+
+
+def write_changes(history: History, path: Path) -> Path:
+    """The history as `encode`'s input: changes in time order, `{"finished": T}` marks."""
+    changes = sorted(history.changes, key=lambda u: u[1])
+    lines, position = [], 0
+    for point in history.finish_points:
+        while position < len(changes) and changes[position][1] <= point:
+            data, time_, diff = changes[position]
+            lines.append(orjson.dumps({"data": dict(data), "time": time_, "diff": diff}))
+            position += 1
+        lines.append(orjson.dumps({"finished": point}))
+    for data, time_, diff in changes[position:]:
+        lines.append(orjson.dumps({"data": dict(data), "time": time_, "diff": diff}))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def schema_file(tmp_path: Path) -> Path:
+    path = tmp_path / "schema.json"
+    path.write_bytes(orjson.dumps(row_schema().avro))
+    return path
+
+
+def decoded(out: bytes) -> tuple[list[dict], list]:
+    lines = [orjson.loads(line) for line in out.splitlines()]
+    return [x for x in lines if "data" in x], lines[-1]["frontier"]
+
+
+def truth_of(history: History) -> list[dict]:
+    return sorted((orjson.loads(orjson.dumps({"data": dict(d), "time": t, "diff": r}))
+                   for d, t, r in history.truth), key=orjson.dumps)
+
+
+def test_round_trip_through_a_topic(cluster: MockCluster, registry: RegistryServer,
+                                    tmp_path: Path) -> None:
+    history = random_history(seeded(31), updates=400, times=20)
+    topic = new_topic(cluster, partitions=3)
+    schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "in.jsonl")
+    kafka = ["--kafka", cluster.bootstrap, "--topic", topic, "--schema-registry", registry.url]
+    wrote = run("encode", "--schema", str(schema), "--close", "--batch-size", "8", *kafka,
+                str(changes))
+    assert wrote.returncode == 0, wrote.stderr
+    assert f"to topic {topic} (3 partition(s), schema id" in wrote.stderr.decode()
+    read = run("decode", *kafka)
+    assert read.returncode == 0, read.stderr
+    updates, frontier = decoded(read.stdout)
+    assert frontier == []
+    assert sorted(updates, key=orjson.dumps) == truth_of(history)
+    # the same history, line for line, as decoding the file encode writes without Kafka (the
+    # frontier lines between may differ: they depend on the order the messages came in)
+    local = run("encode", "--schema", str(schema), "--close", str(changes))
+    (tmp_path / "log.jsonl").write_bytes(local.stdout)
+    from_file = run("decode", "--schema", str(schema), str(tmp_path / "log.jsonl"))
+    assert decoded(from_file.stdout)[0] == updates
+
+
+def test_cli_bad_records_and_usage(cluster: MockCluster, tmp_path: Path) -> None:
+    history = random_history(seeded(32), updates=60, times=5)
+    topic = new_topic(cluster, partitions=2)
+    schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "in.jsonl")
+    kafka = ["--kafka", cluster.bootstrap, "--topic", topic]
+    assert run("encode", "--schema", str(schema), "--close", *kafka, str(changes)).returncode == 0
+    produce_raw(cluster, topic, [(1, b"\x07garbage")])
+    strict = run("decode", "--schema", str(schema), *kafka)
+    assert strict.returncode == 2
+    err = strict.stderr.decode().strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert f"topic {topic} partition 1, offset " in err
+    assert "not a Confluent-framed or single-object Avro message" in err
+    lenient = run("decode", "--lenient", "--schema", str(schema), *kafka)
+    assert lenient.returncode == 0, lenient.stderr
+    assert decoded(lenient.stdout)[1] == []
+    assert f"set aside: topic {topic} partition 1, offset" in lenient.stderr.decode()
+    # usage: half-given or conflicting options, one line each
+    for args, words in [
+        (["decode", "--kafka", cluster.bootstrap], "--kafka needs --topic"),
+        (["decode", "--topic", topic], "--topic needs --kafka"),
+        (["decode", "--group", "g", str(changes)], "--group and --schema-registry go with"),
+        (["decode", *kafka, "--schema", str(schema), "--group", "g"], "--state FILE"),
+        (["encode", "--schema", str(schema), *kafka, "--avro", str(tmp_path / "x.avro")],
+         "two destinations"),
+        (["encode", *kafka, str(changes)], "--kafka needs the schema"),
+        (["decode", "--kafka", cluster.bootstrap, "--topic", "absent", "--schema", str(schema)],
+         "topic 'absent' does not exist"),
+    ]:
+        result = run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert words in result.stderr.decode(), (args, result.stderr)
+
+
+def topic_size(bootstrap: str, topic: str, partitions: int) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "size"})
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                   for p in range(partitions))
+    finally:
+        consumer.close()
+
+
+def kill_mid_write(command: list[str], bootstrap: str, topic: str, partitions: int) -> None:
+    """Start the sink; SIGKILL it as soon as its first messages are in the topic."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while topic_size(bootstrap, topic, partitions) == 0:
+            assert process.poll() is None, process.stderr.read()  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "the sink wrote nothing"
+            time.sleep(0.05)
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+
+
+def big_history() -> History:
+    """Long enough that a sink is still writing when its first messages arrive."""
+    return random_history(seeded(33), updates=40_000, times=2_000, keys=400)
+
+
+@pytest.mark.parametrize("transactional", [
+    False, pytest.param(True, marks=pytest.mark.slow)])
+def test_sink_killed_mid_write_and_run_again(cluster: MockCluster, tmp_path: Path,
+                                             transactional: bool) -> None:
+    history = big_history()
+    topic = new_topic(cluster, partitions=3)
+    schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "big.jsonl")
+    command = [*CLI, "encode", "--schema", str(schema), "--close", "--batch-size", "16",
+               "--kafka", cluster.bootstrap, "--topic", topic, str(changes)]
+    if transactional:
+        command += ["--transactional-id", f"{topic}-sink"]
+    kill_mid_write(command, cluster.bootstrap, topic, 3)
+    partial = run("decode", "--schema", str(schema), "--kafka", cluster.bootstrap,
+                  "--topic", topic)
+    assert partial.returncode == 0, partial.stderr
+    assert decoded(partial.stdout)[1] != []  # killed before the end: the stream is not closed
+    again = subprocess.run(command, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    final = run("decode", "--schema", str(schema), "--kafka", cluster.bootstrap,
+                "--topic", topic)
+    assert final.returncode == 0, final.stderr
+    updates, frontier = decoded(final.stdout)
+    assert frontier == []
+    assert sorted(updates, key=orjson.dumps) == truth_of(history)
+
+
+assert ROW_FIELDS  # the schema file's rows are simulate's
