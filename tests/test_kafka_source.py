@@ -188,3 +188,24 @@ def test_protocol_errors_name_the_record(cluster: MockCluster) -> None:
     produce_raw(cluster, topic, [(0, encode_confluent(conflicting, schema, 0))])
     with pytest.raises(Exception, match=rf"topic {topic} partition 0, offset 0.*conflicting-diff"):
         decode_topic(cluster.bootstrap, topic, io.BytesIO(), schema=schema)
+
+
+def test_statements_on_one_partition_updates_reversed_on_others(cluster: MockCluster) -> None:
+    """Any placement is correct: every progress statement first, on partition 0, then the
+    update batches in reverse order over partitions 1 and 2, one of them twice."""
+    from changelake.protocol import Progress
+
+    history = random_history(seeded(26), updates=200, times=12)
+    topic = new_topic(cluster, partitions=3)
+    schema = row_schema()
+    messages = write(history, batch_size=6)
+    statements = [m for m in messages if isinstance(m, Progress)]
+    batches = [m for m in messages if not isinstance(m, Progress)][::-1]
+    records = [(0, encode_confluent(m, schema, 0)) for m in statements]
+    records += [(1 + i % 2, encode_confluent(m, schema, 0)) for i, m in enumerate(batches)]
+    records.append((2, encode_confluent(batches[0], schema, 0)))
+    produce_raw(cluster, topic, records)
+    out = io.BytesIO()
+    decode_topic(cluster.bootstrap, topic, out, schema=schema)
+    updates, frontier = history_lines(out.getvalue())
+    assert updates == truth_lines(history.truth) and frontier == []
