@@ -118,3 +118,12 @@ def test_bad_input_aborts_the_open_transaction(cluster: MockCluster) -> None:
     with pytest.raises(ValueError, match="upstream input broke"):
         write_topic(failing(), bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
                     transactional_id=f"{topic}-sink")
+
+
+def test_a_message_too_large_says_what_to_lower(cluster: MockCluster) -> None:
+    history = random_history(seeded(16), updates=2000, times=2, keys=1000)
+    topic = new_topic(cluster, partitions=1)
+    with pytest.raises(TopicError, match=rf"topic '{topic}': message 0 is \d+ bytes, more than "
+                                         "the producer's message.max.bytes: lower --batch-size"):
+        write_topic(write(history, batch_size=200), bootstrap=cluster.bootstrap, topic=topic,
+                    schema=row_schema(), config={"message.max.bytes": 1000})
