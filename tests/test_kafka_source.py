@@ -209,3 +209,15 @@ def test_statements_on_one_partition_updates_reversed_on_others(cluster: MockClu
     decode_topic(cluster.bootstrap, topic, out, schema=schema)
     updates, frontier = history_lines(out.getvalue())
     assert updates == truth_lines(history.truth) and frontier == []
+
+
+def test_one_range_reads_exactly_its_offsets(cluster: MockCluster) -> None:
+    """A sub-range of one partition (what an executor of a later Spark source reads)."""
+    from changelake.kafka import PartitionRange
+
+    topic = new_topic(cluster, partitions=2)
+    produce_raw(cluster, topic, [(p, f"{p}:{i}".encode()) for i in range(10) for p in (0, 1)])
+    with TopicReader(cluster.bootstrap, topic, schema=row_schema()) as reader:
+        assert {(r.partition, r.start, r.end) for r in reader.plan()} == {(0, 0, 10), (1, 0, 10)}
+        got = [(r.partition, r.offset, r.value) for r in reader.records([PartitionRange(1, 3, 7)])]
+    assert got == [(1, i, f"1:{i}".encode()) for i in range(3, 7)]

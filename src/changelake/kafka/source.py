@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -45,6 +45,16 @@ class PartitionRange:
     partition: int
     start: int
     end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record of the topic, as read."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
 
 def location(topic: str, partition: int, offset: int) -> Location:
@@ -97,7 +107,7 @@ class TopicReader:
         settings.update(config or {})
         self._consumer: Consumer | None = Consumer(settings)
         self.ranges: list[PartitionRange] = []
-        self.records = 0
+        self.read = 0  # records read so far
 
     # ---------------------------------------------------------------------------- the plan
 
@@ -133,8 +143,17 @@ class TopicReader:
     def messages(self, set_aside: Sink | None = None) -> Iterator[Message]:
         """The messages of the planned ranges (planned now if not yet). A bad record raises an
         `InputError` at its place, or with `set_aside` goes there and reading goes on."""
+        for record in self.records():
+            message = self._decode(record.value, record.partition, record.offset, set_aside)
+            if message is not None:
+                yield message
+
+    def records(self, ranges: Sequence[PartitionRange] | None = None) -> Iterator[Record]:
+        """The records of `ranges` (default: the planned ones), undecoded: the bounded read
+        that readers of other topic formats and of one partition's range share."""
         consumer = self._open()
-        ranges = self.ranges or self.plan()
+        if ranges is None:
+            ranges = self.ranges or self.plan()
         open_ends = {r.partition: r.end for r in ranges if r.start < r.end}
         if not open_ends:
             return
@@ -154,6 +173,8 @@ class TopicReader:
                 error = record.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
+                        # the end, past control records (transaction markers) a reader never
+                        # sees as records
                         if partition in open_ends and offset >= open_ends[partition]:
                             del open_ends[partition]
                         continue
@@ -167,10 +188,8 @@ class TopicReader:
                     continue
                 if offset + 1 >= end:
                     del open_ends[partition]
-                self.records += 1
-                message = self._decode(record.value(), partition, offset, set_aside)
-                if message is not None:
-                    yield message
+                self.read += 1
+                yield Record(partition, offset, record.key(), record.value())
         consumer.unassign()
 
     def _decode(self, value: bytes | None, partition: int, offset: int,
