@@ -1,10 +1,12 @@
 """The Kafka source: a bounded read of a topic of Confluent-framed CDCv2 messages.
 
 A read covers every partition from its start (the beginning, or the offset a consumer group
-committed) up to the partition's end *when the read starts* (its high watermark, or the last
-stable offset under read-committed isolation, which is what the cluster answers a read-committed
-client). Messages produced meanwhile are left for the next read, so a read always ends, and
-what it covered is exactly the offsets `[start, end)` of each partition.
+committed) up to the partition's end *when the read starts*: the end offset the cluster answers
+this (read-committed) client, the last stable offset on a real cluster, so an open transaction
+of a killed transactional sink cannot hold the read back (librdkafka's mock cluster answers the
+high watermark: it models no isolation). Messages produced meanwhile are left for the next read,
+so a read always ends, and what it covered is exactly the offsets `[start, end)` of each
+partition.
 
 Partitions are read together, their messages interleaved as the cluster delivers them: the
 CDCv2 reader takes messages in any order, so no ordering across partitions is needed or assumed.
