@@ -1,4 +1,4 @@
-"""`changelake encode --kafka` and `decode --kafka` through the real console script, against
+"""`changelake encode --to-kafka` and `decode --kafka` through the real console script, against
 the mock cluster this test process serves: the round trip, the error contract, and a sink
 killed with SIGKILL mid-write and run again."""
 
@@ -67,7 +67,9 @@ def test_round_trip_through_a_topic(cluster: MockCluster, registry: RegistryServ
     topic = new_topic(cluster, partitions=3)
     schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "in.jsonl")
     kafka = ["--kafka", cluster.bootstrap, "--topic", topic, "--schema-registry", registry.url]
-    wrote = run("encode", "--schema", str(schema), "--close", "--batch-size", "8", *kafka,
+    sink = ["--to-kafka", cluster.bootstrap, "--to-topic", topic, "--schema-registry",
+            registry.url]
+    wrote = run("encode", "--schema", str(schema), "--close", "--batch-size", "8", *sink,
                 str(changes))
     assert wrote.returncode == 0, wrote.stderr
     assert f"to topic {topic} (3 partition(s), schema id" in wrote.stderr.decode()
@@ -89,7 +91,8 @@ def test_cli_bad_records_and_usage(cluster: MockCluster, tmp_path: Path) -> None
     topic = new_topic(cluster, partitions=2)
     schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "in.jsonl")
     kafka = ["--kafka", cluster.bootstrap, "--topic", topic]
-    assert run("encode", "--schema", str(schema), "--close", *kafka, str(changes)).returncode == 0
+    sink = ["--to-kafka", cluster.bootstrap, "--to-topic", topic]
+    assert run("encode", "--schema", str(schema), "--close", *sink, str(changes)).returncode == 0
     produce_raw(cluster, topic, [(1, b"\x07garbage")])
     strict = run("decode", "--schema", str(schema), *kafka)
     assert strict.returncode == 2
@@ -107,9 +110,9 @@ def test_cli_bad_records_and_usage(cluster: MockCluster, tmp_path: Path) -> None
         (["decode", "--topic", topic], "--topic needs --kafka"),
         (["decode", "--group", "g", str(changes)], "--group and --schema-registry go with"),
         (["decode", *kafka, "--schema", str(schema), "--group", "g"], "--state FILE"),
-        (["encode", "--schema", str(schema), *kafka, "--avro", str(tmp_path / "x.avro")],
+        (["encode", "--schema", str(schema), *sink, "--avro", str(tmp_path / "x.avro")],
          "two destinations"),
-        (["encode", *kafka, str(changes)], "--kafka needs the schema"),
+        (["encode", *sink, str(changes)], "--to-kafka needs the schema"),
         (["decode", "--kafka", cluster.bootstrap, "--topic", "absent", "--schema", str(schema)],
          "topic 'absent' does not exist"),
     ]:
@@ -155,7 +158,7 @@ def test_sink_killed_mid_write_and_run_again(cluster: MockCluster, tmp_path: Pat
     topic = new_topic(cluster, partitions=3)
     schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "big.jsonl")
     command = [*CLI, "encode", "--schema", str(schema), "--close", "--batch-size", "16",
-               "--kafka", cluster.bootstrap, "--topic", topic, str(changes)]
+               "--to-kafka", cluster.bootstrap, "--to-topic", topic, str(changes)]
     if transactional:
         command += ["--transactional-id", f"{topic}-sink"]
     kill_mid_write(command, cluster.bootstrap, topic, 3)

@@ -130,8 +130,9 @@ def spark_options(func: F) -> F:
 
 
 def kafka_options(role: str) -> Callable[[F], F]:
-    """--kafka, --topic and --schema-registry: a topic as the source (decode) or the
-    destination (encode) of Materialize CDC messages."""
+    """--kafka, --topic and --schema-registry: a topic as the source of messages. (A topic as
+    the destination is `--to-kafka`/`--to-topic`: `encode --from debezium` will read its
+    changefeed from `--kafka` and may write to `--to-kafka` at once.)"""
 
     def decorate(func: F) -> F:
         func = click.option("--schema-registry", "schema_registry", default=None, metavar="URL",
@@ -231,9 +232,16 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
               help="YDB table schema (JSON: columns and primary_key).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True)
 @click.option("--lenient", is_flag=True, help="Set bad input aside (reported) and go on.")
-@kafka_options("write")
+@click.option("--to-kafka", "kafka", default=None, metavar="BOOTSTRAP",
+              help="Produce the messages to a Kafka topic (Confluent-framed Avro) at these "
+                   "bootstrap servers, host:port,... (--kafka/--topic name a source topic).")
+@click.option("--to-topic", "topic", default=None, metavar="T",
+              help="The Kafka topic to produce to.")
+@click.option("--schema-registry", "schema_registry", default=None, metavar="URL",
+              help="With --to-kafka: the Confluent schema registry the schema id comes from "
+                   "(subject T-value).")
 @click.option("--transactional-id", default=None, metavar="ID",
-              help="With --kafka: a transactional producer, one transaction per progress "
+              help="With --to-kafka: a transactional producer, one transaction per progress "
                    "statement.")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
@@ -243,14 +251,14 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
            transactional_id: str | None, inputs: tuple[str, ...]) -> None:
     """Write Materialize CDC messages from changes: JSON lines {"data":..,"time":..,"diff":..}
     with {"finished": T} marks, or a Debezium / YDB changefeed (--from); to stdout, an Avro
-    file (--avro) or a Kafka topic (--kafka)."""
+    file (--avro) or a Kafka topic (--to-kafka)."""
     out = sys.stdout.buffer
     if kafka is not None or topic is not None:
         _encode_to_topic(schema_path, close, avro, source, batch_size, lenient, kafka, topic,
                          schema_registry, transactional_id, inputs)
         return
     if schema_registry is not None or transactional_id is not None:
-        raise click.UsageError("--schema-registry and --transactional-id go with --kafka")
+        raise click.UsageError("--schema-registry and --transactional-id go with --to-kafka")
     if source != "materialize":
         from changelake.local import encode_changefeed_job
 
@@ -277,16 +285,16 @@ def _encode_to_topic(schema_path: Path | None, close: bool, avro: Path | None, s
                      batch_size: int, lenient: bool, kafka: str | None, topic: str | None,
                      schema_registry: str | None, transactional_id: str | None,
                      inputs: tuple[str, ...]) -> None:
-    """`encode --kafka`: the messages `encode` writes, produced to a topic."""
+    """`encode --to-kafka`: the messages `encode` writes, produced to a topic."""
     if kafka is None or topic is None:
-        raise click.UsageError("--kafka BOOTSTRAP and --topic T go together")
+        raise click.UsageError("--to-kafka BOOTSTRAP and --to-topic T go together")
     if avro is not None:
-        raise click.UsageError("--avro and --kafka are two destinations: give one")
+        raise click.UsageError("--avro and --to-kafka are two destinations: give one")
     if source != "materialize":
-        raise click.UsageError("--kafka writes CDCv2 changes (--from materialize); changefeeds "
-                               "to a topic: not yet")
+        raise click.UsageError("--to-kafka writes CDCv2 changes (--from materialize); "
+                               "changefeeds to a topic: not yet")
     if schema_path is None:
-        raise click.UsageError("--kafka needs the schema of the messages (--schema)")
+        raise click.UsageError("--to-kafka needs the schema of the messages (--schema)")
     from changelake.kafka import write_topic
     from changelake.local import EncodeReport, encode_messages
 
