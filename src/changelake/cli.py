@@ -243,16 +243,33 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
 @click.option("--transactional-id", default=None, metavar="ID",
               help="With --to-kafka: a transactional producer, one transaction per progress "
                    "statement.")
+@click.option("--kafka", "source_kafka", default=None, metavar="BOOTSTRAP",
+              help="With --from debezium|ydb: read the changefeed from Kafka topics at these "
+                   "bootstrap servers (a bounded read: every partition up to its end now).")
+@click.option("--topic", "source_topics", multiple=True, metavar="T",
+              help="With --kafka: a changefeed topic; repeat it or separate names by commas "
+                   "for a table's topic and the transaction metadata topic.")
+@click.option("--group", default=None, metavar="G",
+              help="With --kafka: a consumer group's offsets. Refused for now: resuming a "
+                   "changefeed conversion needs converter state that is not saved yet.")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str,
            key: str | None, table_schema: Path | None, batch_size: int, lenient: bool,
            kafka: str | None, topic: str | None, schema_registry: str | None,
-           transactional_id: str | None, inputs: tuple[str, ...]) -> None:
+           transactional_id: str | None, source_kafka: str | None,
+           source_topics: tuple[str, ...], group: str | None, inputs: tuple[str, ...]) -> None:
     """Write Materialize CDC messages from changes: JSON lines {"data":..,"time":..,"diff":..}
-    with {"finished": T} marks, or a Debezium / YDB changefeed (--from); to stdout, an Avro
-    file (--avro) or a Kafka topic (--to-kafka)."""
+    with {"finished": T} marks, or a Debezium / YDB changefeed (--from; files, or topics with
+    --kafka); to stdout, an Avro file (--avro) or a Kafka topic (--to-kafka)."""
     out = sys.stdout.buffer
+    if source_kafka is not None or source_topics or group is not None:
+        _check_changefeed_topics(source, source_kafka, source_topics, group, inputs)
+    if source != "materialize" and (source_kafka is not None or kafka is not None):
+        _encode_changefeed(out, schema_path, close, avro, source, key, table_schema, lenient,
+                           kafka, topic, schema_registry, transactional_id, source_kafka,
+                           source_topics, inputs)
+        return
     if kafka is not None or topic is not None:
         _encode_to_topic(schema_path, close, avro, source, batch_size, lenient, kafka, topic,
                          schema_registry, transactional_id, inputs)
@@ -279,6 +296,82 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
     if report.unfinished:
         click.echo(f"changelake: note: {report.unfinished} change(s) at unfinished times were "
                    "not written; add {\"finished\": T} lines or --close", err=True)
+
+
+def _check_changefeed_topics(source: str, kafka: str | None, topics: tuple[str, ...],
+                             group: str | None, inputs: tuple[str, ...]) -> None:
+    """Usage errors of `encode --kafka/--topic/--group` (changefeed topics as the source)."""
+    from changelake.errors import InputError
+
+    if kafka is None:
+        raise click.UsageError("--topic and --group go with --kafka BOOTSTRAP")
+    if not topics:
+        raise click.UsageError("--kafka needs --topic T")
+    if source == "materialize":
+        raise click.UsageError("encode --kafka reads a changefeed (--from debezium|ydb); a "
+                               "topic of CDCv2 messages is read by decode --kafka")
+    if inputs:
+        raise click.UsageError("--kafka reads the topics: no input files as well")
+    if group is not None:
+        raise InputError(
+            "--group with encode --from debezium|ydb: resuming a changefeed conversion from a "
+            "group's offsets is not exact yet (the converter's rows, sequences and open "
+            "transactions are not saved with the offsets, so a resumed run could not retract "
+            "the rows an earlier run wrote); read the topics whole without --group")
+
+
+def _encode_changefeed(out: Any, schema_path: Path | None, close: bool, avro: Path | None,
+                       source: str, key: str | None, table_schema: Path | None, lenient: bool,
+                       kafka: str | None, topic: str | None, schema_registry: str | None,
+                       transactional_id: str | None, source_kafka: str | None,
+                       source_topics: tuple[str, ...], inputs: tuple[str, ...]) -> None:
+    """`encode --from debezium|ydb` reading files or topics (--kafka) and writing to stdout,
+    an Avro file or a topic (--to-kafka)."""
+    from changelake.convert import ChangefeedEncoder
+    from changelake.formats.materialize import expand_paths
+    from changelake.local import load_table_schema, write_messages
+
+    keys = key.split(",") if key else None
+    parsed_schema = load_table_schema(table_schema)
+    feed: Any
+    if source_kafka is not None:
+        from changelake.kafka import TopicFeed
+
+        feed = TopicFeed(source_kafka, list(source_topics), source=source,  # type: ignore[arg-type]
+                         keys=keys, table_schema=parsed_schema, close=close, lenient=lenient)
+        report = feed.report
+    else:
+        if not inputs:
+            raise click.UsageError("--from debezium|ydb needs input files or --kafka/--topic")
+        feed = ChangefeedEncoder(expand_paths(list(inputs)), source=source,  # type: ignore[arg-type]
+                                 keys=keys, table_schema=parsed_schema, close=close,
+                                 lenient=lenient)
+        report = feed.report
+    schema = _schema(schema_path)
+    if kafka is not None or topic is not None:
+        if kafka is None or topic is None:
+            raise click.UsageError("--to-kafka BOOTSTRAP and --to-topic T go together")
+        if avro is not None:
+            raise click.UsageError("--avro and --to-kafka are two destinations: give one")
+        if schema is None:
+            raise click.UsageError("--to-kafka needs the schema of the messages (--schema)")
+        from changelake.kafka import write_topic
+
+        sink = write_topic(feed.messages(), bootstrap=kafka, topic=topic, schema=schema,
+                           schema_registry=schema_registry, transactional_id=transactional_id)
+        written = sink.messages
+    else:
+        if schema_registry is not None or transactional_id is not None:
+            raise click.UsageError("--schema-registry and --transactional-id go with "
+                                   "--to-kafka")
+        written = write_messages(feed.messages(), schema, avro=avro, out=out)
+    _report_set_aside(report.set_aside, [])
+    if source_kafka is not None:
+        skipped = ", ".join(f"{n} {kind}(s)" for kind, n in sorted(report.skipped.items()))
+        click.echo(f"changelake: read {feed.read.records} record(s) of topic(s) "
+                   f"{', '.join(feed.topics)}: {report.changes} change(s), "
+                   f"{report.stats.duplicates + report.stats.late} replay(s), "
+                   f"skipped {skipped or 'none'}; wrote {written} message(s)", err=True)
 
 
 def _encode_to_topic(schema_path: Path | None, close: bool, avro: Path | None, source: str,

@@ -307,6 +307,17 @@ def encode_messages(
     report.unfinished = writer.unfinished
 
 
+def load_table_schema(path: Path | None) -> TableSchema | None:
+    """The `--table-schema` file, parsed (None when not given)."""
+    if path is None:
+        return None
+    try:
+        raw = jsonl.loads(path.read_bytes())
+    except jsonl.JsonError as error:
+        raise InputError(str(error), Location(str(path))) from None
+    return TableSchema.from_json(raw, str(path))
+
+
 def encode_changefeed_job(
     paths: list[str],
     out: IO[bytes],
@@ -324,13 +335,7 @@ def encode_changefeed_job(
 
     if not paths:
         raise InputError("--from debezium|ydb needs input files")
-    parsed_schema = None
-    if table_schema is not None:
-        try:
-            raw = jsonl.loads(table_schema.read_bytes())
-        except jsonl.JsonError as error:
-            raise InputError(str(error), Location(str(table_schema))) from None
-        parsed_schema = TableSchema.from_json(raw, str(table_schema))
+    parsed_schema = load_table_schema(table_schema)
     report = EncodeReport()
     messages = encode_changefeed(
         expand_paths(paths), source=source,  # type: ignore[arg-type]

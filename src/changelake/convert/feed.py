@@ -24,8 +24,9 @@ it stays open at the frontier the input justifies.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -121,10 +122,25 @@ class ChangefeedEncoder:
     # ------------------------------------------------------------------------------ driver
 
     def messages(self) -> Iterator[Message]:
+        """The messages of the files given (`paths`)."""
         if self.source == "debezium":
-            yield from self._debezium()
+            parser = DebeziumParser(self.schema)
+            streams = [self._parsed(parser.parse_line, path) for path in self.paths]
         else:
-            yield from self._ydb()
+            assert self.schema is not None
+            ydb_parser = YdbParser(self.schema)
+            streams = [self._parsed(ydb_parser.parse_line, path) for path in self.paths]
+        return self.feed(streams)
+
+    def feed(self, streams: Sequence[Iterable[tuple[Item, bytes]]]) -> Iterator[Message]:
+        """The messages of parsed items from any source (files, Kafka partitions): each item
+        with its raw input, for the set-aside report. Debezium streams are read one after
+        another, so together they must be in the connector's order (or a replay of it); YDB
+        streams are the partitions, interleaved barrier by barrier."""
+        if self.source == "debezium":
+            yield from self._debezium(itertools.chain.from_iterable(streams))
+        else:
+            yield from self._ydb([iter(stream) for stream in streams])
         if self.close:
             self.writer.extend(self.converter.advance(None))
             yield from self.writer.close()
@@ -134,6 +150,14 @@ class ChangefeedEncoder:
             return []
         self.writer.extend(self.converter.advance(frontier))
         return self.writer.advance_to(Antichain([frontier]))
+
+    def reject(self, error: ChangelakeError, raw: bytes = b"") -> None:
+        """Bad input: raised (strict), or set aside and reported (lenient)."""
+        self._reject(error, raw)
+
+    def skip(self, kind: str) -> None:
+        """Count a well-formed input that carries no change (a heartbeat, a tombstone...)."""
+        self.report.skipped[kind] = self.report.skipped.get(kind, 0) + 1
 
     def _reject(self, error: ChangelakeError, raw: bytes = b"") -> None:
         if not self.lenient:
@@ -177,38 +201,34 @@ class ChangefeedEncoder:
         return time
 
     def _skip(self, item: Skipped) -> None:
-        self.report.skipped[item.kind] = self.report.skipped.get(item.kind, 0) + 1
+        self.skip(item.kind)
 
     # ---------------------------------------------------------------------------- Debezium
 
-    def _debezium(self) -> Iterator[Message]:
-        parser = DebeziumParser(self.schema)
+    def _debezium(self, items: Iterable[tuple[Item, bytes]]) -> Iterator[Message]:
         progress = DebeziumProgress()
-        for path in self.paths:
-            for item, raw in self._parsed(parser.parse_line, path):
-                if isinstance(item, Change):
-                    time = self._change(item, raw)
-                    if time is None:
-                        continue
-                    progress.observe(item, time)
-                elif isinstance(item, TxBoundary):
-                    progress.boundary(item)
-                elif isinstance(item, Skipped):
-                    self._skip(item)
+        for item, raw in items:
+            if isinstance(item, Change):
+                time = self._change(item, raw)
+                if time is None:
                     continue
-                else:
-                    self._reject(ChangefeedError("a YDB resolved record in a Debezium feed",
-                                                 item.origin), raw)
-                    continue
-                yield from self._advance(progress.frontier())
+                progress.observe(item, time)
+            elif isinstance(item, TxBoundary):
+                progress.boundary(item)
+            elif isinstance(item, Skipped):
+                self._skip(item)
+                continue
+            else:
+                self._reject(ChangefeedError("a YDB resolved record in a Debezium feed",
+                                             item.origin), raw)
+                continue
+            yield from self._advance(progress.frontier())
 
     # --------------------------------------------------------------------------------- YDB
 
-    def _ydb(self) -> Iterator[Message]:
-        assert self.schema is not None
-        parser = YdbParser(self.schema)
-        frontiers = PartitionFrontiers(len(self.paths))
-        streams = {p: self._parsed(parser.parse_line, path) for p, path in enumerate(self.paths)}
+    def _ydb(self, partitions: list[Iterator[tuple[Item, bytes]]]) -> Iterator[Message]:
+        frontiers = PartitionFrontiers(len(partitions))
+        streams = dict(enumerate(partitions))
         while streams:
             # The partition with the lowest barrier (none yet counts lowest) goes next.
             partition = min(streams, key=lambda p: (frontiers.resolved(p) or (-1, -1), p))

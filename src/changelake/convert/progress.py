@@ -11,7 +11,10 @@ Debezium data topics carry no progress statement (SPEC §5). Two signals are com
   is complete: its time is finished even if it is the highest, and an incomplete one holds the
   frontier at its time however far the high water goes (its events may be in another file).
   END may arrive before or after the events it counts, and duplicate ENDs are harmless. An
-  END whose events never arrive holds nothing back: its time is unknown.
+  END whose events never arrive holds nothing back: its time is unknown. When END lists its
+  `data_collections`, the count that applies is the one of the events' table: a feed of one
+  table's topic beside the connector's transaction topic sees only that table's events of a
+  transaction that touched several.
 
 YDB JSON has barriers: `resolved [S, x]` in a partition means every change before `[S, x]` of
 that partition is in, so steps below S are finished there; the feed's frontier is the minimum
@@ -33,7 +36,17 @@ from changelake.formats.change import Change, Resolved, TxBoundary
 class _Tx:
     time: int | None = None
     orders: set[int] = field(default_factory=set)
-    expected: int | None = None
+    total: int | None = None  # END's event_count
+    per_table: dict[str, int] = field(default_factory=dict)  # END's data_collections
+    table: str | None = None  # the table of its events seen
+
+    @property
+    def expected(self) -> int | None:
+        if self.total is None:
+            return None
+        if self.table is not None and self.per_table:
+            return self.per_table.get(self.table, self.total)
+        return self.total
 
 
 class DebeziumProgress:
@@ -49,12 +62,15 @@ class DebeziumProgress:
             tx = self._tx.setdefault(change.transaction, _Tx())
             tx.time = time if tx.time is None else min(tx.time, time)
             tx.orders.add(change.tx_order)
+            if change.table is not None:
+                tx.table = change.table
 
     def boundary(self, boundary: TxBoundary) -> None:
         if boundary.status == "END":
             tx = self._tx.setdefault(boundary.id, _Tx())
-            if tx.expected is None:
-                tx.expected = boundary.event_count
+            if tx.total is None:
+                tx.total = boundary.event_count
+                tx.per_table = dict(boundary.per_collection)
 
     def frontier(self) -> int:
         """Times below this are finished. Never moves back."""

@@ -7,14 +7,18 @@ The public API:
 * `read_topic(bootstrap, topic, schema=...)` and `TopicReader`: a bounded read of a topic of
   such messages (see `source`); `decode_topic` runs one through the Reader, as
   `changelake decode --kafka` does (see `decode`);
+* `changefeed_messages(bootstrap, topics, source="debezium"|"ydb", keys=...)` and `TopicFeed`:
+  a bounded read of Debezium or YDB changefeed topics converted to CDCv2 messages, as
+  `changelake encode --from debezium|ydb --kafka` does (see `changefeed`);
 * `SchemaRegistry`: the registry client; `RegistryServer` and `MockCluster`: an in-memory
   registry and librdkafka's mock cluster, served on 127.0.0.1 for tests and the demo.
 
 One module per job: `client` (settings, log, metadata), `registry`, `schemas` (which schema
-decodes a frame), `sink`, `source`, `decode`, `cluster`, `registry_server`. Readers of other
-topic formats (Debezium, YDB) and the Spark data source are to join as modules beside `source`.
+decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster`, `registry_server`. The
+Spark data source is to join as a module beside `source`.
 """
 
+from changelake.kafka.changefeed import TopicFeed, changefeed_messages
 from changelake.kafka.cluster import MockCluster
 from changelake.kafka.decode import decode_topic
 from changelake.kafka.errors import RegistryError, TopicError
@@ -33,7 +37,9 @@ __all__ = [
     "SchemaRegistry",
     "SinkReport",
     "TopicError",
+    "TopicFeed",
     "TopicReader",
+    "changefeed_messages",
     "decode_topic",
     "read_topic",
     "value_subject",

@@ -71,6 +71,7 @@ class TopicReader:
     `schema` decodes frames with schema id 0 (and single-object frames of that schema); the
     registry at `schema_registry` decodes the other ids. `config` adds librdkafka settings.
     `idle_timeout` bounds the wait for a partition that stops delivering before its end.
+    `framed=False` reads records of another format (`records()` only): no schema needed.
     """
 
     def __init__(
@@ -84,8 +85,9 @@ class TopicReader:
         config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
         idle_timeout: float = 60.0,
+        framed: bool = True,
     ) -> None:
-        if schema is None and schema_registry is None:
+        if framed and schema is None and schema_registry is None:
             raise SchemaError("reading a Kafka topic needs the schema: --schema FILE or "
                               "--schema-registry URL")
         self.bootstrap = bootstrap
