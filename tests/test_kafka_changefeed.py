@@ -6,6 +6,7 @@ events) gives, over 1 and over 3 partitions. Bad records follow the error contra
 
 from __future__ import annotations
 
+import logging
 import random
 import subprocess
 import sys
@@ -26,9 +27,11 @@ from changelake.protocol import collect
 from changelake.values import thaw
 from conftest import seeded
 from kafka_helpers import cluster, new_topic
+from test_convert_history import BIG, YDB_TABLE, write_ydb
 
 __all__ = ["cluster"]  # fixtures
 
+QUIET = logging.getLogger("test_kafka_changefeed.librdkafka")
 SAMPLES = Path(__file__).parent / "data" / "samples"
 CLI = [str(Path(sys.executable).parent / "changelake")]
 KEY_SCHEMA = {"type": "struct", "name": "pg.public.items.Key", "optional": False,
@@ -154,20 +157,25 @@ def produce_feed(cluster: MockCluster, feed: Feed, partitions: int, *, replay_fr
     from `replay_from` (a fraction of the feed) on; the transaction topic (one partition, as
     Debezium makes it) with a duplicate END. The topics' names."""
     data = new_topic(cluster, partitions)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    out = producer(cluster)
     cut = int(replay_from * len(feed.events))
     for n, (key, value) in enumerate(feed.events + feed.events[cut:]):
-        producer.produce(data, key=_key(key, n % 3 == 0), value=value,
+        out.produce(data, key=_key(key, n % 3 == 0), value=value,
                          partition=key["id"] % partitions)
     topics = [data]
     if metadata:
         tx = new_topic(cluster, 1)
         for value in feed.transactions + feed.transactions[-1:]:
-            producer.produce(tx, key=orjson.dumps({"id": orjson.loads(value)["id"]}),
+            out.produce(tx, key=orjson.dumps({"id": orjson.loads(value)["id"]}),
                              value=value, partition=0)
         topics.append(tx)
-    assert producer.flush(30) == 0
+    assert out.flush(30) == 0
     return topics
+
+
+def producer(cluster: MockCluster) -> Producer:
+    """A producer whose librdkafka log stays off stderr (the module's cluster outlives it)."""
+    return Producer({"bootstrap.servers": cluster.bootstrap, "logger": QUIET})
 
 
 def updates_of(messages: Any) -> tuple[Counter[Any], list[int]]:
@@ -254,10 +262,10 @@ def test_real_samples_keys_envelopes_and_tombstones(cluster: MockCluster,
         .read_bytes().splitlines()
     values = [snapshot, update, delete, None, printed_tombstone]
     topic = new_topic(cluster, 2)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    out = producer(cluster)
     for value in values:
-        producer.produce(topic, key=key, value=value, partition=1)
-    assert producer.flush(30) == 0
+        out.produce(topic, key=key, value=value, partition=1)
+    assert out.flush(30) == 0
     path = tmp_path / "customers.jsonl"
     path.write_bytes(b"\n".join(v if v is not None else b"null" for v in values) + b"\n")
     expected = file_path([path], close=True)
@@ -274,11 +282,11 @@ def test_bad_records_strict_stops_lenient_sets_aside(cluster: MockCluster,
                                                      tmp_path: Path) -> None:
     feed = pg_feed(seeded(44).randrange(1 << 30), transactions=5)
     topics = produce_feed(cluster, feed, 2, replay_from=1.0)
-    producer = Producer({"bootstrap.servers": cluster.bootstrap})
-    producer.produce(topics[0], key=b'{"id": 1}', value=b"{not json", partition=1)
-    producer.produce(topics[0], key=b'{"id": 1}', value=b'{"hello": 1}', partition=1)
-    producer.produce(topics[0], key=b"\xff", value=b'{"hello": 1}', partition=0)
-    assert producer.flush(30) == 0
+    out = producer(cluster)
+    out.produce(topics[0], key=b'{"id": 1}', value=b"{not json", partition=1)
+    out.produce(topics[0], key=b'{"id": 1}', value=b'{"hello": 1}', partition=1)
+    out.produce(topics[0], key=b"\xff", value=b'{"hello": 1}', partition=0)
+    assert out.flush(30) == 0
     with pytest.raises(ChangefeedError) as raised:
         list(changefeed_messages(cluster.bootstrap, topics, source="debezium", keys=["id"]))
     assert f"topic {topics[0]} partition 0, offset " in str(raised.value)
@@ -333,3 +341,55 @@ def test_cli_encode_from_topics_then_decode_equals_the_file_path(cluster: MockCl
         assert words in result.stderr.decode(), (args, result.stderr)
     strict = run("encode", "--from", "materialize", "--kafka", cluster.bootstrap, "--topic", data)
     assert strict.returncode == 2 and b"decode --kafka" in strict.stderr
+
+
+# ---------------------------------------------------------------------------------- YDB
+
+
+def ydb_history(seed: int, transactions: int = 12) -> dict[str, Any]:
+    """A history in `test_convert_history.ydb_histories`'s shape, drawn from a seed."""
+    rng = random.Random(seed)
+    keys = [1, 2, 3, 4, 5, BIG + 1, 2**64 - 1]
+    scores = [0.5, 2.0, "nan", "inf", None]
+    names = ["a", "b", None]
+    txs = []
+    for _ in range(transactions):
+        ops = []
+        for key in rng.sample(keys, rng.randint(1, 3)):
+            kind = rng.choice(["update", "reset", "erase"])
+            written = {} if kind == "erase" else {"name": rng.choice(names),
+                                                   "score": rng.choice(scores)}
+            ops.append((kind, key, written))
+        txs.append((rng.randint(0, 2), ops, rng.random() < 0.6))
+    txs[-1] = (*txs[-1][:2], True)  # a barrier after the last: its step is finished
+    return {"scan": {k: (rng.choice(names), rng.choice(scores)) for k in keys[:4]}, "txs": txs,
+            "seed": seed}
+
+
+def test_ydb_partitions_with_barriers_and_a_replay_give_the_file_paths_history(
+        cluster: MockCluster, tmp_path: Path) -> None:
+    """Each YDB partition file becomes one Kafka partition, barriers included, and its records
+    stay in their order; a re-read tail of partition 0 is absorbed (replays); a bad record
+    stops a strict read at its place."""
+    paths, _, last_barrier = write_ydb(ydb_history(seeded(46).randrange(1 << 30)), tmp_path)
+    expected = updates_of(encode_changefeed(paths, source="ydb", keys=None,
+                                            table_schema=YDB_TABLE, close=False,
+                                            lenient=False))
+    assert expected[1] == [last_barrier]
+    topic = new_topic(cluster, 2)
+    out = producer(cluster)
+    for partition, path in enumerate(paths):
+        lines = path.read_bytes().splitlines()
+        if partition == 0:
+            lines += lines[len(lines) // 2:]
+        for line in lines:
+            out.produce(topic, value=line, partition=partition)
+    assert out.flush(30) == 0
+    source = TopicFeed(cluster.bootstrap, topic, source="ydb", table_schema=YDB_TABLE)
+    assert updates_of(source.messages()) == expected
+    assert source.report.stats.duplicates + source.report.stats.late > 0
+    out.produce(topic, value=b'{"update": {}, "key": "not an array"}', partition=1)
+    assert out.flush(30) == 0
+    with pytest.raises(ChangefeedError, match=f"topic {topic} partition 1, offset "):
+        list(changefeed_messages(cluster.bootstrap, topic, source="ydb",
+                                 table_schema=YDB_TABLE))
