@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError
-from changelake.formats.materialize import SetAside
+from changelake.formats.materialize import CdcSchema, SetAside
 from changelake.kafka import MockCluster, TopicFeed, changefeed_messages
 from changelake.protocol import collect
 from changelake.values import thaw
@@ -328,6 +328,19 @@ def test_cli_encode_from_topics_then_decode_equals_the_file_path(cluster: MockCl
         assert encoded.returncode == 0, encoded.stderr
         assert decoded(run("decode", stdin=encoded.stdout).stdout) == expected
         assert "tombstone(s)" in encoded.stderr.decode()
+    # from topics to a topic: the sink takes the converted messages (Avro, --schema)
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(orjson.dumps(CdcSchema.for_fields([
+        {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"]},
+        {"name": "v", "type": ["null", "long"]}]).avro))
+    sink = new_topic(cluster, 2)
+    produced = run("encode", "--from", "debezium", "--key", "id", "--kafka", cluster.bootstrap,
+                   "--topic", f"{data},{tx}", "--schema", str(schema), "--to-kafka",
+                   cluster.bootstrap, "--to-topic", sink)
+    assert produced.returncode == 0, produced.stderr
+    read = run("decode", "--kafka", cluster.bootstrap, "--topic", sink, "--schema", str(schema))
+    assert read.returncode == 0, read.stderr
+    assert decoded(read.stdout) == expected
     # usage and refusals: one line each
     for args, words in [
         (["--topic", data], "--topic and --group go with --kafka"),
