@@ -352,8 +352,23 @@ def test_cli_encode_from_topics_then_decode_equals_the_file_path(cluster: MockCl
         result = run("encode", "--from", "debezium", "--key", "id", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert words in result.stderr.decode(), (args, result.stderr)
-    strict = run("encode", "--from", "materialize", "--kafka", cluster.bootstrap, "--topic", data)
-    assert strict.returncode == 2 and b"decode --kafka" in strict.stderr
+    materialize = run("encode", "--from", "materialize", "--kafka", cluster.bootstrap,
+                      "--topic", data)
+    assert materialize.returncode == 2 and b"decode --kafka" in materialize.stderr
+    # a bad record: strict stops with one line naming it; lenient reports it once, goes on
+    out = producer(cluster)
+    out.produce(data, key=b'{"id": 1}', value=b"{not json", partition=2)
+    assert out.flush(30) == 0
+    topic_args = ["--kafka", cluster.bootstrap, "--topic", f"{data},{tx}"]
+    strict = run("encode", "--from", "debezium", "--key", "id", *topic_args)
+    assert strict.returncode == 2 and strict.stdout == b""
+    err = strict.stderr.decode().strip()
+    assert "\n" not in err and f"topic {data} partition 2, offset " in err, err
+    assert "the record value is not JSON" in err
+    lenient = run("encode", "--from", "debezium", "--key", "id", "--lenient", *topic_args)
+    assert lenient.returncode == 0, lenient.stderr
+    assert lenient.stderr.decode().count(f"set aside: topic {data} partition 2") == 1
+    assert decoded(run("decode", stdin=lenient.stdout).stdout) == expected
 
 
 # ---------------------------------------------------------------------------------- YDB

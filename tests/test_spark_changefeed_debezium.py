@@ -231,3 +231,36 @@ def test_a_decimal_written_as_a_json_number_is_not_read_as_base64(spark: Any,
     messages = list(encode_changefeed([path], source="debezium", keys=["id"],
                                       table_schema=None, close=True, lenient=False))
     assert spark_updates(got.changes) == python_updates(messages)
+
+
+def _other_table_in_every_transaction(paths: list[Path]) -> None:
+    """Each END also counts one event of another table, which `data_collections` lists: this
+    table's feed holds only its own events (a table's topic beside the transaction topic)."""
+    (tx,) = [p for p in paths if p.name == "transactions.jsonl"]
+    lines = []
+    for line in tx.read_bytes().splitlines():
+        event = orjson.loads(line)
+        if event["status"] == "END":
+            event["event_count"] += 1
+            event["data_collections"].append({"data_collection": "public.other",
+                                              "event_count": 1})
+        lines.append(orjson.dumps(event))
+    tx.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Path) -> None:
+    from changelake.spark.changefeeds import changefeed_changes
+    from test_spark_changefeeds import lines_frame, python_workers
+
+    python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter
+    history = PG_CASES[1]
+    assert history.metadata
+    paths, times, _ = write_pg(history, tmp_path)
+    _other_table_in_every_transaction(paths)
+    check(spark, paths, tmp_path, PG_TABLE, close=False)
+    expected = collect(encode_changefeed(paths, source="debezium", keys=["id"],
+                                         table_schema=PG_TABLE, close=False, lenient=False))
+    assert expected.frontier.elements == (times[-1] + 1,)  # the last transaction is complete
+    old = changefeed_changes(lines_frame(spark, paths), source="debezium", keys=["id"],
+                             table_schema=PG_TABLE)
+    assert old.frontier == times[-1] + 1

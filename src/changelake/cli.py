@@ -333,19 +333,21 @@ def _encode_changefeed(out: Any, schema_path: Path | None, close: bool, avro: Pa
 
     keys = key.split(",") if key else None
     parsed_schema = load_table_schema(table_schema)
+    kept: list[Any] = []  # the report holds set-aside input too; this keeps it off the log
     feed: Any
     if source_kafka is not None:
         from changelake.kafka import TopicFeed
 
         feed = TopicFeed(source_kafka, list(source_topics), source=source,  # type: ignore[arg-type]
-                         keys=keys, table_schema=parsed_schema, close=close, lenient=lenient)
+                         keys=keys, table_schema=parsed_schema, close=close, lenient=lenient,
+                         set_aside=kept.append)
         report = feed.report
     else:
         if not inputs:
             raise click.UsageError("--from debezium|ydb needs input files or --kafka/--topic")
         feed = ChangefeedEncoder(expand_paths(list(inputs)), source=source,  # type: ignore[arg-type]
                                  keys=keys, table_schema=parsed_schema, close=close,
-                                 lenient=lenient)
+                                 lenient=lenient, set_aside=kept.append)
         report = feed.report
     schema = _schema(schema_path)
     if kafka is not None or topic is not None:

@@ -79,6 +79,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
+
 from changelake.convert.base import spark_current_time, spark_transaction_time
 from changelake.convert.images import ImageConverter, event_identity
 from changelake.convert.progress import barrier_violations, frontier_from, ydb_frontier
@@ -114,7 +116,7 @@ if TYPE_CHECKING:
 PARSED_DDL = (
     "file string, line long, kind string, item binary, key binary, time long, tx string, "
     "tx_order long, end_count long, barrier long, pos binary, ident binary, op string, "
-    "error string"
+    "error string, tbl string, end_collections string"
 )
 #: Changes that carry no key and still mean something to keyed conversion (or nothing at all).
 _KEYLESS = frozenset({Op.TRUNCATE, Op.MESSAGE, Op.TOMBSTONE})
@@ -162,7 +164,8 @@ def _parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str
                 seen.observe(item, file, int(line))
             elif isinstance(item, TxBoundary):
                 rows.append({**base, "kind": item.status, "tx": item.id,
-                             "end_count": item.event_count})
+                             "end_count": item.event_count,
+                             "end_collections": orjson.dumps(item.per_collection).decode()})
             elif isinstance(item, Resolved):
                 rows.append({**base, "kind": "resolved", "barrier": item.frontier,
                              "pos": pickle.dumps(item.position)})
@@ -234,7 +237,7 @@ def _change_rows(base: dict[str, Any], change: Change,
         rows.append({**base, "kind": "change", "op": part.op.value, "item": pickle.dumps(part),
                      "key": pickle.dumps(_one_spelling(key)) if key is not None else None,
                      "time": part.time, "tx": part.transaction, "tx_order": part.tx_order,
-                     "pos": pickle.dumps(part.position),
+                     "tbl": part.table, "pos": pickle.dumps(part.position),
                      "ident": pickle.dumps(event_identity(part))})
     return rows
 
@@ -374,11 +377,22 @@ def _debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
     if high is None:
         return 0
     events = (changes.where(F.col("tx_order").isNotNull()).groupBy("tx")
-              .agg(F.min("time").alias("time"), F.countDistinct("tx_order").alias("seen")))
+              .agg(F.min("time").alias("time"), F.countDistinct("tx_order").alias("seen"),
+                   F.first("tbl", ignorenulls=True).alias("tbl")))
     ends = (parsed.where(F.col("kind") == "END").groupBy("tx")
-            .agg(F.first("end_count").alias("expected")))
+            .agg(F.first("end_count").alias("expected"),
+                 F.first("end_collections").alias("collections")))
     txs = events.join(ends, "tx", "full_outer").collect()
-    return frontier_from(high, ((r["time"], r["seen"] or 0, r["expected"]) for r in txs))
+    return frontier_from(high, ((r["time"], r["seen"] or 0, _expected(r)) for r in txs))
+
+
+def _expected(row: Any) -> int | None:
+    """END's count of the transaction's events of its table (`DebeziumProgress`'s rule)."""
+    total = row["expected"]
+    if total is None or row["tbl"] is None or not row["collections"]:
+        return total
+    per = dict(orjson.loads(row["collections"]))
+    return per.get(row["tbl"], total)
 
 
 def _ydb_frontier(parsed: DataFrame, lines: DataFrame) -> int:

@@ -251,5 +251,6 @@ def _classify(items: DataFrame) -> DataFrame:
         F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),
         b["transaction"]["total_order"].alias("tx_order"),
         F.when(b["status"] == "END", b["event_count"]).alias("end_count"),
+        F.when(b["status"] == "END", collections).alias("end_collections"),
         position.alias("pos"), table.alias("table"), snapshot.alias("snapshot"),
         b["before"].alias("before_raw"), b["after"].alias("after_raw"))

@@ -142,6 +142,7 @@ def _facts(items: DataFrame) -> Any:
     return _guard(lambda: items.agg(
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
         F.count_distinct(F.when(change, F.col("table"))).alias("tables"),
+        F.first(F.when(change, F.col("table")), ignorenulls=True).alias("table"),
         F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
         F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
         F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
@@ -251,7 +252,7 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
                          untimed=bool(facts["untimed"]))
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
-                                                    bool(facts["metadata"]))
+                                                    bool(facts["metadata"]), facts["table"])
     steps.done("times + frontier")
     columns = _columns(spark, changes, facts, table_schema, state)
     steps.done("columns")

@@ -7,7 +7,8 @@ batch as the old path does:
   have none); no such change: frontier 0;
 * each transaction with metadata (`transaction.total_order`): its time is the least of its
   changes', its count the number of distinct `total_order`s (a replay counts once), and its
-  expected count the `event_count` of its first END (in reading order);
+  expected count the `event_count` of its first END (in reading order), or, when that END
+  lists `data_collections`, the count of the batch's table (the table of its changes);
 * frontier = the least time of an incomplete transaction, capped at `high`; when it is `high`
   and every transaction at `high` is complete, `high + 1`.
 
@@ -17,15 +18,16 @@ the join of transactions and ENDs, so the number of transactions does not reach 
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 
 def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
-                      metadata: bool) -> int:
+                      metadata: bool, table: str | None = None) -> int:
     """`changes`: timed change rows (`time`, `tx`, `tx_order`); `items`: every parsed line
     (for the ENDs); `high`: the highest parser time; `metadata`: some line is a transaction
-    event or carries `total_order` (else the high water alone decides)."""
+    event or carries `total_order` (else the high water alone decides); `table`: the table of
+    the batch's changes (one at most)."""
     if high is None:
         return 0
     if not metadata:
@@ -33,8 +35,10 @@ def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
     txs = (changes.where(F.col("tx_order").isNotNull() & F.col("tx").isNotNull())
            .groupBy("tx").agg(F.min("time").alias("t"),
                               F.countDistinct("tx_order").alias("seen")))
-    ends = (items.where(F.col("kind") == "END").groupBy("tx")
-            .agg(F.min_by("end_count", F.struct("file_index", "block", "row")).alias("expected")))
+    end = F.min_by(F.struct("end_count", "end_collections"),
+                   F.struct("file_index", "block", "row"))
+    ends = (items.where(F.col("kind") == "END").groupBy("tx").agg(end.alias("end"))
+            .select("tx", _expected(F.col("end"), table).alias("expected")))
     top = high
     joined = txs.join(ends, "tx", "full_outer")
     complete = F.col("expected").isNotNull() & (F.coalesce("seen", F.lit(0)) >= F.col("expected"))
@@ -47,3 +51,12 @@ def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
     if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == top:
         frontier = top + 1
     return int(frontier)
+
+
+def _expected(end: Column, table: str | None) -> Column:
+    """END's count of the table's events: its `data_collections` entry for `table` when it
+    lists one, else its `event_count` (`DebeziumProgress`'s rule)."""
+    if table is None:
+        return end["end_count"]
+    mine = F.filter(end["end_collections"], lambda c: c["data_collection"] == F.lit(table))
+    return F.coalesce(F.get(mine, 0)["event_count"], end["end_count"])
