@@ -416,6 +416,19 @@ def test_ydb_partitions_with_barriers_and_a_replay_give_the_file_paths_history(
     source = TopicFeed(cluster.bootstrap, topic, source="ydb", table_schema=YDB_TABLE)
     assert updates_of(source.messages()) == expected
     assert source.report.stats.duplicates + source.report.stats.late > 0
+    # a third partition with no barrier yet justifies nothing: the frontier stays at 0
+    wider = new_topic(cluster, 3)
+    for partition, path in enumerate(paths):
+        for line in path.read_bytes().splitlines():
+            out.produce(wider, value=line, partition=partition)
+    assert out.flush(30) == 0
+    assert updates_of(changefeed_messages(cluster.bootstrap, wider, source="ydb",
+                                          table_schema=YDB_TABLE)) == (Counter(), [0])
+    closed = encode_changefeed(paths, source="ydb", keys=None, table_schema=YDB_TABLE,
+                               close=True, lenient=False)
+    assert updates_of(changefeed_messages(cluster.bootstrap, wider, source="ydb",
+                                          table_schema=YDB_TABLE, close=True)) == \
+        updates_of(closed)
     out.produce(topic, value=b'{"update": {}, "key": "not an array"}', partition=1)
     assert out.flush(30) == 0
     with pytest.raises(ChangefeedError, match=f"topic {topic} partition 1, offset "):

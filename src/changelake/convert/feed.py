@@ -11,9 +11,11 @@
   consolidated and followed by one exact progress statement.
 
 Debezium files are read one after another (their order does not matter for the result: only
-times and sequences do). YDB files are the partitions of one topic and are interleaved barrier
-by barrier: the partition whose last `resolved` is lowest is read next, up to its next barrier,
-so the frontier (the minimum over partitions) keeps moving and the window stays small.
+times and sequences do). `ChangefeedEncoder.feed` takes parsed items from any source instead of
+files: `kafka.changefeed` hands it a topic's partitions merged in the connector's order.
+YDB files are the partitions of one topic and are interleaved barrier by barrier: the partition
+whose last `resolved` is lowest is read next, up to its next barrier, so the frontier (the
+minimum over partitions) keeps moving and the window stays small.
 
 Bad input is one `ChangefeedError` naming file and line. In lenient mode it is set aside
 instead (handed to `set_aside`, or logged) and reading goes on; in strict mode it is raised,

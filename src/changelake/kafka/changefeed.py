@@ -25,7 +25,8 @@ conversion, so memory holds the parsed records of the read (a streaming merge is
   transaction is finished as soon as its last counted event is in, so the last transaction
   needs no `--close`.
 * YDB partitions carry their own barriers: each Kafka partition is one YDB partition stream, in
-  offset order, interleaved barrier by barrier as `convert.feed` does with files.
+  offset order, interleaved barrier by barrier as `convert.feed` does with files. A partition
+  without a barrier (an empty one too) holds the frontier at 0, as an empty file does.
 
 Tombstones are skipped and counted (`report.skipped["tombstone"]`). A record that is not JSON,
 or not a change event, is a `ChangefeedError` located at topic, partition and offset: strict
@@ -152,6 +153,8 @@ class TopicFeed:
             with TopicReader(self.bootstrap, topic, framed=False, config=self.config,
                              timeout=self.timeout, idle_timeout=self.idle_timeout) as reader:
                 self.read.ranges[topic] = reader.plan()
+                for planned in self.read.ranges[topic]:  # an empty partition is a stream too:
+                    by_partition[planned.partition] = []  # (YDB) its frontier is still 0
                 for record in reader.records():
                     self.read.records += 1
                     self.encoder.report.lines += 1
