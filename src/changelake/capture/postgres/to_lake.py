@@ -31,10 +31,14 @@ first run is refused rather than snapshotted on its own.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import re
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +50,7 @@ from changelake.capture.postgres.source import Idle, Source, SourceError
 from changelake.capture.postgres.transactions import Transaction
 from changelake.capture.postgres.types import catalog
 from changelake.lake.catalog import Lake
+from changelake.lake.layout import TableState
 from changelake.lake.table import Table as LakeTable
 from changelake.values import NAN
 
@@ -106,6 +111,15 @@ def _from_spark(kind: T.DataType, value: object) -> object:
     return value
 
 
+def _write_durably(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write("a capture's initial snapshot is being taken: until it is committed to every "
+                "table, a restart takes it again\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 class LakeCapture:
     """One run of a capture into a lake (see the module docstring)."""
 
@@ -123,6 +137,27 @@ class LakeCapture:
                       for name in source.tables}
             handles = {name: self.lake.handle(name) for name in tables}
             self.report.tables = tuple(tables)
+            states = {name: handle.load() for name, handle in handles.items()}
+            # Present from before the slot is created until every table holds its snapshot.
+            where = re.sub(r"[^\w.-]", "_", f"{source.database}.{o.slot}")
+            marker = self.lake.root / "capture" / f"postgres.{where}.starting"
+            if marker.exists():  # this lake's start from this slot did not finish
+                if not o.create_slot:
+                    raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
+                                      "finish: run again with --create-slot to take it again")
+                self._discard(handles, states)
+                if source.has_slot():
+                    source.drop_slot()
+                states = dict.fromkeys(states)
+            held = [n for n, s in states.items() if s is not None]
+            if held and not source.has_slot():
+                # Checked before `open_slot` may create it: a new slot would start a gap.
+                raise SourceError(f"replication slot {o.slot!r} does not exist, but lake "
+                                  f"tables {', '.join(held)} hold a capture from it: the slot "
+                                  "was dropped, and with it the changes after their frontier; "
+                                  "capture into new lake tables (with --create-slot)")
+            if not held and o.create_slot and not source.has_slot():
+                _write_durably(marker)
             slot = source.open_slot(create=o.create_slot)
             existing = [n for n, h in handles.items() if h.load() is not None]
             if slot.created:
@@ -131,6 +166,7 @@ class LakeCapture:
                                       f"capture, and slot {o.slot!r} is new: their history "
                                       "would have a gap; drop them or reuse their slot")
                 self._start(source, slot, tables, handles)
+                marker.unlink(missing_ok=True)
             elif len(existing) != len(tables):
                 missing = sorted(set(tables) - set(existing))
                 raise SourceError(f"slot {o.slot!r} exists but lake tables "
@@ -140,6 +176,28 @@ class LakeCapture:
         return self.report
 
     # -- start ---------------------------------------------------------------------------------
+
+    def _discard(self, handles: dict[str, LakeTable],
+                 states: dict[str, TableState | None]) -> None:
+        """Remove the tables of an interrupted start, so that it can be taken again from a new
+        slot: their snapshot (if any) is from a slot whose exported snapshot went with the
+        crashed process, and the other tables' can no longer be read as of the same point.
+        The view (the commit point) goes first; its files (the lock aside) are garbage after
+        it. `_start` leaves a table at version 1 at most; a later one is not the start's."""
+        for name, state in states.items():
+            if state is None:
+                continue
+            handle = handles[name]
+            if state.version > 1:
+                raise SourceError(f"lake table {name} holds more than the interrupted initial "
+                                  f"snapshot from slot {self.options.slot!r}; not discarding it")
+            with handle.writer():
+                self.spark.sql(f"DROP VIEW IF EXISTS {handle.ident.quoted}")
+                for leftover in handle.directory.iterdir():
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    elif leftover.name != "_lock":
+                        leftover.unlink(missing_ok=True)
 
     def _start(self, source: Source, slot, tables: dict[str, Table],
                handles: dict[str, LakeTable]) -> None:
