@@ -4,8 +4,8 @@
 
 Runs the `changelake` command line given after `--` in this process (exactly what the console
 script runs), then opens the lake on its own metastore and writes to OUT a pickle of
-`({table: [row, ...]}, frontier)`: every captured table's current rows, typed as the capture
-types values read from PostgreSQL, and the least committed frontier of the tables.
+`({table: Counter of rows}, frontier)`: every captured table's current rows, typed as the
+capture types values read from PostgreSQL, and the least committed frontier of the tables.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ import pickle
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pg_workload import lake_rows
+
 
 def main(out: Path, argv: list[str]) -> int:
-    from changelake.capture.postgres.to_lake import _from_spark, consistent_frontier
+    from changelake.capture.postgres.to_lake import consistent_frontier
     from changelake.cli import main as cli
     from changelake.lake.commands import open_lake
 
@@ -29,14 +33,8 @@ def main(out: Path, argv: list[str]) -> int:
     master = argv[argv.index("--master") + 1] if "--master" in argv else "local[1]"
     lake = open_lake(lake_dir, master=master)
     try:
-        tables = {}
-        for name in lake.tables():
-            table = lake.table(name)
-            frame = table.current()
-            kinds = [f.dataType for f in frame.schema.fields]
-            tables[name] = [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
-                            for row in frame.collect()]
-        frontier = consistent_frontier(lake, list(tables))
+        names = tuple(lake.tables())
+        tables, frontier = lake_rows(lake, names), consistent_frontier(lake, names)
     finally:
         lake.spark.stop()
     out.write_bytes(pickle.dumps((tables, frontier)))

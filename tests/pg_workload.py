@@ -230,7 +230,13 @@ class Workload(threading.Thread):
 # -- the database and the capture, compared -----------------------------------------------------
 
 class _Nan:
-    """NaN as one value that equals itself, so rows holding it compare and count."""
+    """NaN as a value that equals itself (pickled too), so rows holding it compare and count."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Nan)
+
+    def __hash__(self) -> int:
+        return 0
 
     def __repr__(self) -> str:
         return "NaN"
@@ -262,6 +268,20 @@ def database_rows(dsn: str, tables: tuple[str, ...] = TABLES) -> dict[str, Count
                                                 for v, kind in zip(r, table.types, strict=True)))
                                 for r in c.fetchall())
     conn.close()
+    return out
+
+
+def lake_rows(lake: Any, tables: tuple[str, ...] = TABLES) -> dict[str, Counter]:
+    """Each lake table's current rows, typed as the capture types values from PostgreSQL."""
+    from changelake.capture.postgres.to_lake import _from_spark
+
+    out = {}
+    for name in tables:
+        frame = lake.table(name).current()
+        kinds = [f.dataType for f in frame.schema.fields]
+        out[name] = Counter(canonical(tuple(_from_spark(k, v) for k, v in
+                                            zip(kinds, row, strict=True)))
+                            for row in frame.collect())
     return out
 
 
@@ -318,6 +338,7 @@ def run_and_kill(command: list[str], dsn: str, moment: str, delay: float, log: P
     with open(log, "ab") as err:
         err.write(f"\n$ {moment} +{delay:.2f}s\n".encode())
         err.flush()
+        started = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
         try:
             if moment == "snapshot":
@@ -328,7 +349,8 @@ def run_and_kill(command: list[str], dsn: str, moment: str, delay: float, log: P
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
-                return f"killed at {moment} +{delay:.2f}s"
+                return (f"killed at {moment} +{delay:.2f}s, "
+                        f"{time.monotonic() - started:.1f}s after start")
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -362,7 +384,10 @@ def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path,
         workload.join()
     assert workload.error is None, workload.error
     final = capture_command(dsn, destination, until_idle=3)
+    started = time.monotonic()
     captured = destination.finish(final)
+    happened.append(f"finished in {time.monotonic() - started:.1f}s "
+                    f"({workload.done} transactions)")
     expected = database_rows(dsn)
     for name in TABLES:
         got = captured.rows.get(name)
@@ -393,7 +418,6 @@ def lake_destination(lake: Path, master: str = "local[1]") -> Destination:
                               capture_output=True, timeout=900)
         assert done.returncode == 0, done.stderr.decode()[-3000:]
         tables, frontier = pickle.loads(out.read_bytes())
-        return Captured({n: Counter(canonical(r) for r in rows) for n, rows in tables.items()},
-                        frontier)
+        return Captured(tables, frontier)
 
     return Destination(("--lake", str(lake), "--master", master), finish)
