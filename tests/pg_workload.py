@@ -285,6 +285,20 @@ def lake_rows(lake: Any, tables: tuple[str, ...] = TABLES) -> dict[str, Counter]
     return out
 
 
+def drop_slot(dsn: str, slot: str) -> None:
+    """Drop a slot once its walsender has gone (it exits a moment after its client)."""
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        for _ in range(200):
+            c.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+            if not c.fetchone()[0]:
+                break
+            time.sleep(0.05)
+        c.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    conn.close()
+
+
 def slot_position(dsn: str, slot: str = SLOT) -> int | None:
     """The slot's confirmed flush position, None if there is no such slot."""
     conn = psycopg2.connect(dsn)

@@ -7,7 +7,6 @@ start-up); `test_capture_pg_cli_errors.py` runs the command line."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import psycopg2
@@ -17,7 +16,7 @@ from changelake.capture.postgres import pgoutput as po
 from changelake.capture.postgres.source import Idle, Source, SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
 from changelake.lake.catalog import Lake
-from pg_workload import database_rows, lake_rows
+from pg_workload import database_rows, drop_slot, lake_rows
 
 
 @pytest.fixture
@@ -33,16 +32,6 @@ def capture(lake: Lake, dsn: str, *, create: bool = False, publication: str = "p
             slot: str, idle: float = 0.5):
     return LakeCapture(lake, CaptureOptions(dsn, publication, slot, create_slot=create,
                                             until_idle=idle, heartbeat_seconds=0.5)).run()
-
-
-def drop_slot(sql, name: str) -> None:
-    """Drop a slot once its last walsender has gone (it exits just after the client)."""
-    for _ in range(200):
-        sql.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (name,))
-        if not sql.fetchone()[0]:
-            break
-        time.sleep(0.05)
-    sql.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def slots(sql) -> list[str]:
@@ -63,7 +52,7 @@ def test_a_slot_dropped_between_runs_is_named_and_not_made_again(spark, pg_dsn, 
     sql.execute("INSERT INTO dropped VALUES (1, 'a')")
     lake = Lake(spark, tmp_path / "lake")
     capture(lake, pg_dsn, create=True, slot="dropped")
-    drop_slot(sql, "dropped")
+    drop_slot(pg_dsn, "dropped")
     sql.execute("INSERT INTO dropped VALUES (2, 'lost to the lake')")
     for create in (False, True):
         with pytest.raises(SourceError, match=r"replication slot 'dropped' does not exist, "
@@ -82,7 +71,7 @@ def test_a_slot_of_another_kind_is_named(spark, pg_dsn, sql, tmp_path) -> None:
         with pytest.raises(SourceError, match="replication slot 'phys' belongs to plugin None"):
             capture(Lake(spark, tmp_path / "lake"), pg_dsn, slot="phys")
     finally:
-        drop_slot(sql, "phys")
+        drop_slot(pg_dsn, "phys")
 
 
 @pytest.mark.parametrize(("table", "good"), [
