@@ -40,7 +40,8 @@ from changelake.capture.postgres.source import connect
 from changelake.capture.postgres.types import catalog
 
 CLI = [str(Path(sys.executable).parent / "changelake"), "capture", "postgres"]
-PUBLICATION = SLOT = "kill"
+PUBLICATION = "kill"
+WORKLOAD_NAME = "changelake-workload"  # the workload's application_name
 TABLES = ("public.accounts", "public.docs", "public.events", "public.marks")
 ACCOUNTS = 12
 
@@ -206,7 +207,7 @@ class Workload(threading.Thread):
 
     def run(self) -> None:
         try:
-            conn = psycopg2.connect(self.dsn)
+            conn = psycopg2.connect(self.dsn, application_name=WORKLOAD_NAME)
             big_at = set(self.rng.sample(range(self.steps), 3))
             truncate_at = self.rng.randrange(self.steps // 4, self.steps)
             with conn.cursor() as c:
@@ -299,7 +300,7 @@ def drop_slot(dsn: str, slot: str) -> None:
     conn.close()
 
 
-def slot_position(dsn: str, slot: str = SLOT) -> int | None:
+def slot_position(dsn: str, slot: str) -> int | None:
     """The slot's confirmed flush position, None if there is no such slot."""
     conn = psycopg2.connect(dsn)
     with conn.cursor() as c:
@@ -331,9 +332,25 @@ class Destination:
 
 # -- the harness ------------------------------------------------------------------------------
 
-def capture_command(dsn: str, destination: Destination, until_idle: float) -> list[str]:
+def capture_command(dsn: str, destination: Destination, slot: str,
+                    until_idle: float) -> list[str]:
+    """The command line every run uses, the first as the restarts (a supervisor repeats it):
+    `--create-slot` makes the slot when it is missing, and takes the snapshot again after a
+    start that did not finish."""
     return [*CLI, *destination.args, "--dsn", dsn, "--publication", PUBLICATION,
-            "--slot", SLOT, "--create-slot", "--until-idle", f"{until_idle:g}"]
+            "--slot", slot, "--create-slot", "--until-idle", f"{until_idle:g}"]
+
+
+def capture_connected(dsn: str) -> bool:
+    """Whether a session other than ours and the workload's is in the database: the capture,
+    past its start-up, reading the catalog, its snapshot or its slot."""
+    conn = psycopg2.connect(dsn)
+    with conn.cursor() as c:
+        c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                  "AND pid <> pg_backend_pid() AND application_name <> %s", (WORKLOAD_NAME,))
+        row = c.fetchone()
+    conn.close()
+    return bool(row and row[0])
 
 
 def _wait(condition: Callable[[], bool], proc: subprocess.Popen, timeout: float) -> None:
@@ -344,21 +361,30 @@ def _wait(condition: Callable[[], bool], proc: subprocess.Popen, timeout: float)
         time.sleep(0.05)
 
 
-def run_and_kill(command: list[str], dsn: str, moment: str, delay: float, log: Path) -> str:
-    """Start the capture and SIGKILL it: `delay` s after it starts (`start`), after the slot
-    exists (`snapshot`: its initial snapshot is being taken, or soon after), or after the slot's
-    confirmed position moved (`stream`: a batch was committed). Returns what happened."""
-    before = slot_position(dsn)
+def run_and_kill(command: list[str], dsn: str, slot: str, moment: str, delay: float,
+                 log: Path, *, when: Callable[[], bool] | None = None,
+                 connected: Callable[[], None] | None = None) -> str:
+    """Start the capture and SIGKILL it `delay` s after: it connected to the database
+    (`start`: reading the catalog, the lake, its snapshot, or resuming), the slot exists
+    (`snapshot`: its initial snapshot is being taken, or was just), the slot's confirmed
+    position moved (`stream`: a batch was committed), or `when` holds. `connected` is called
+    once the capture is connected. Returns what happened."""
+    before = slot_position(dsn, slot)
     with open(log, "ab") as err:
         err.write(f"\n$ {moment} +{delay:.2f}s\n".encode())
         err.flush()
         started = time.monotonic()
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
         try:
-            if moment == "snapshot":
-                _wait(lambda: slot_position(dsn) is not None, proc, 300)
+            _wait(lambda: capture_connected(dsn), proc, 300)
+            if connected is not None:
+                connected()
+            if when is not None:
+                _wait(when, proc, 300)
+            elif moment == "snapshot":
+                _wait(lambda: slot_position(dsn, slot) is not None, proc, 300)
             elif moment == "stream":
-                _wait(lambda: slot_position(dsn) not in (None, before), proc, 300)
+                _wait(lambda: slot_position(dsn, slot) not in (None, before), proc, 300)
             time.sleep(delay)
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGKILL)
@@ -374,32 +400,42 @@ def run_and_kill(command: list[str], dsn: str, moment: str, delay: float, log: P
     return f"ended before the kill at {moment} +{delay:.2f}s"
 
 
-def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path,
-                   steps: int = 150) -> list[str]:
-    """Run the seeded workload while the capture is started and SIGKILLed once or twice at
-    seeded points, then run the capture to idle and check that it holds what the database
-    holds, and that the slot has not been confirmed past the destination's frontier. Returns
-    what happened, one line per run."""
+def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path, *,
+                   steps: int = 150, kills: list[tuple[str, float]] | None = None,
+                   when: Callable[[], bool] | None = None,
+                   killed: Callable[[], None] | None = None) -> list[str]:
+    """Start the capture, start the seeded workload once it is connected, SIGKILL the capture
+    and restart it (`kills`: each run's kill point and delay, by default one or two drawn from
+    the seed), then after the workload run the capture to idle and check that it holds what
+    the database holds, and that the slot is not confirmed past the destination's frontier.
+    `when` replaces the first kill point; `killed` looks at what the kills left. Returns what
+    happened, one line per run."""
     rng = Random(seed)
     print(f"kill seed: {seed}")
+    slot = f"kill_{seed}"
     workload = Workload(dsn, seed, steps=steps)
     workload.setup()
     log = workdir / "capture.log"
-    command = capture_command(dsn, destination, until_idle=120)
-    kills = [rng.choice(["start", "snapshot", "snapshot", "stream"])]
-    kills += [rng.choice(["start", "stream"]) for _ in range(rng.choice([0, 0, 1]))]
+    command = capture_command(dsn, destination, slot, until_idle=120)
+    if kills is None:
+        moments = [rng.choice(["start", "snapshot", "snapshot", "stream"])]
+        moments += [rng.choice(["start", "stream"]) for _ in range(rng.choice([0, 0, 1]))]
+        kills = [(m, rng.uniform(0, 3 if m == "start" else 2)) for m in moments]
     happened = []
-    workload.start()
     try:
-        for moment in kills:
-            delay = rng.uniform(1, 15) if moment == "start" else rng.uniform(0, 3)
-            happened.append(run_and_kill(command, dsn, moment, delay, log))
+        for i, (moment, delay) in enumerate(kills):
+            happened.append(run_and_kill(
+                command, dsn, slot, moment, delay, log, when=when if i == 0 else None,
+                connected=workload.start if i == 0 else None))
     finally:
+        if workload.ident is None:
+            workload.start()
         workload.join()
     assert workload.error is None, workload.error
-    final = capture_command(dsn, destination, until_idle=3)
+    if killed is not None:
+        killed()
     started = time.monotonic()
-    captured = destination.finish(final)
+    captured = destination.finish(capture_command(dsn, destination, slot, until_idle=3))
     happened.append(f"finished in {time.monotonic() - started:.1f}s "
                     f"({workload.done} transactions)")
     expected = database_rows(dsn)
@@ -408,7 +444,7 @@ def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path,
         assert got == expected[name], (name, happened,
                                        f"missing {expected[name] - (got or Counter())}",
                                        f"extra {(got or Counter()) - expected[name]}")
-    confirmed = slot_position(dsn)
+    confirmed = slot_position(dsn, slot)
     assert confirmed is not None and confirmed <= captured.frontier, (confirmed,
                                                                       captured.frontier)
     print("\n".join(happened))
