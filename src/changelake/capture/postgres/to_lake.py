@@ -21,7 +21,12 @@ table is complete: the least of their frontiers (`consistent_frontier`).
 
 The initial snapshot (a new slot, `snapshot="initial"`) is committed at time 0 with frontier
 at the slot's consistent point, where streaming starts; `snapshot="never"` creates the tables
-empty from that point.
+empty from that point. A crash while it is taken leaves a slot whose exported snapshot died
+with the process, and perhaps some tables holding their part of it: the lake keeps a marker
+(`capture/postgres.DATABASE.SLOT.starting`, written before the slot is created, removed once
+every table holds its snapshot), and a run that finds it (with `--create-slot`) discards those
+tables and the slot and takes the start again. A lake holding a capture whose slot is gone is
+refused before any new slot is made: a new slot would stream into tables with a gap.
 
 Limits of this version: a table's snapshot is held on the driver while it is committed (one
 commit, so that its frontier moves atomically), and a table added to the publication after the
