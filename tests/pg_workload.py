@@ -418,7 +418,7 @@ def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path,
     log = workdir / "capture.log"
     command = capture_command(dsn, destination, slot, until_idle=120)
     if kills is None:
-        moments = [rng.choice(["start", "snapshot", "snapshot", "stream"])]
+        moments = [rng.choice(["start", "snapshot", "stream", "stream"])]
         moments += [rng.choice(["start", "stream"]) for _ in range(rng.choice([0, 0, 0, 1]))]
         kills = [(m, rng.uniform(0, 3 if m == "start" else 2)) for m in moments]
     happened = []
