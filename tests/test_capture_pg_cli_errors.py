@@ -58,7 +58,7 @@ def test_a_slot_dropped_between_runs_is_named(pg_dsn, sql, tmp_path) -> None:
     assert first.returncode == 0, first.stderr.decode()[-2000:]
     drop_slot(pg_dsn, "cli_dropped")
     refused(run(pg_dsn, lake, "--publication", "p", "--slot", "cli_dropped", "--create-slot"),
-            "replication slot 'cli_dropped' does not exist, but lake tables public.t hold a "
-            "capture from it: the slot was dropped")
+            "tables public.t already hold a capture, but replication slot 'cli_dropped' does "
+            "not exist (dropped since their last run")
     sql.execute("SELECT count(*) FROM pg_replication_slots")
     assert sql.fetchone()[0] == 0  # and no new slot was made

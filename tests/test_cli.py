@@ -172,6 +172,18 @@ def test_demo_checks_itself() -> None:
     assert b"OK" in result.stdout
 
 
+@pytest.mark.slow
+def test_the_whole_demo_as_a_newcomer_runs_it(tmp_path: Path) -> None:
+    """Every part, the embedded PostgreSQL and the killed capture process included."""
+    result = subprocess.run([*CLI, "demo", "--updates", "2000", "--rows", "40",
+                             "--transactions", "60", "--workdir", str(tmp_path)],
+                            capture_output=True, timeout=1200)
+    out = result.stdout.decode()
+    assert result.returncode == 0, (out, result.stderr.decode()[-3000:])
+    assert "FAILED" not in out and "killed with SIGKILL" in out
+    assert out.count("OK") >= 10, out
+
+
 from conftest import SAMPLES  # noqa: E402
 
 

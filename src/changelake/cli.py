@@ -223,63 +223,108 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
               help="Transactions in the pipeline demo's changefeed.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to keep the demo's files and lake (default: a temporary directory).")
-@click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake part.")
+@click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
+@click.option("--postgres/--no-postgres", default=True, show_default=True,
+              help="Run the PostgreSQL capture part (an embedded server).")
+@click.option("--dsn", default=None,
+              help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
+                   "logical) instead of an embedded server; its tables are dropped after a "
+                   "passing run.")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
-         protocol_only: bool, master: str, spark_conf: dict) -> None:
+         protocol_only: bool, postgres: bool, dsn: str | None, master: str,
+         spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
-    then a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
-    compaction and AS OF reads, on local Spark with the lake's embedded metastore."""
+    a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
+    compaction and AS OF reads, on local Spark with the lake's embedded metastore; and an
+    embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
+    once and restarted, every table and a cross-table invariant checked."""
+    from contextlib import ExitStack
+
     from rich.console import Console
-    from rich.table import Table
 
     from changelake.demo import run_pipeline_demo, run_protocol_demo
 
     console = Console()
-    with tempfile.TemporaryDirectory(prefix="changelake-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="changelake-demo-") as tmp, ExitStack() as stack:
         where = workdir or Path(tmp)
         with console.status("writing, mangling and decoding a CDCv2 log ..."):
             result = run_protocol_demo(where / "cdc", seed=seed, updates=updates)
-        table = Table(title="1. CDCv2 through an at-least-once log (pure Python)")
-        table.add_column("step")
-        table.add_column("figure", justify="right")
-        table.add_row("changes generated", f"{result.changes:,}")
-        table.add_row("distinct updates (consolidated truth)", f"{result.truth:,}")
-        table.add_row("messages written by two writers", f"{result.messages_written:,}")
-        table.add_row("messages delivered (re-batched, duplicated, shuffled)",
-                      f"{result.messages_delivered:,}")
-        table.add_row("files (Avro OCF and JSON lines)", str(result.files))
-        table.add_row("updates recovered", f"{result.recovered:,}")
-        table.add_row("final frontier", str(result.frontier.to_json()))
-        console.print(table)
+        _print_steps(console, "1. CDCv2 through an at-least-once log (pure Python)", [
+            ("changes generated", f"{result.changes:,}"),
+            ("distinct updates (consolidated truth)", f"{result.truth:,}"),
+            ("messages written by two writers", f"{result.messages_written:,}"),
+            ("messages delivered (re-batched, duplicated, shuffled)",
+             f"{result.messages_delivered:,}"),
+            ("files (Avro OCF and JSON lines)", str(result.files)),
+            ("updates recovered", f"{result.recovered:,}"),
+            ("final frontier", str(result.frontier.to_json()))])
         if not result.matches:
             _fail("the recovered history differs from the generated one")
         console.print("[bold green]OK[/]: recovered exactly the generated history, once "
                       "each, in time order.")
         if protocol_only:
             return
+        lake_dir = where / "pipeline" / "lake"
+        captured = None
+        if postgres:
+            # Before this process opens the lake: the capture processes each hold the lake's
+            # embedded metastore while they run.
+            from changelake.demo import postgres as pg
+
+            if dsn is None:
+                dsn = stack.enter_context(pg.demo_database())
+            else:  # a slot left on the user's server would hold its WAL forever
+                stack.callback(pg.clean_up, dsn, tables=False)
+            spark_args = ["--master", master,
+                          *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
+            with console.status("PostgreSQL: a workload runs while changelake captures it "
+                                "(killed once, restarted) ..."):
+                captured = pg.run_postgres_capture(
+                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed)
         from changelake.lake.catalog import lake_session
 
         with console.status("starting Spark (local, embedded Hive metastore) ..."):
-            spark = lake_session(where / "pipeline" / "lake", master, conf=spark_conf)
+            spark = lake_session(lake_dir, master, conf=spark_conf)
             spark.sparkContext.setLogLevel("ERROR")
         try:
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
                                              transactions=transactions)
+            pg_checks = []
+            if captured is not None:
+                with console.status("PostgreSQL: checking the lake against the database ..."):
+                    pg_checks = pg.check(spark, captured.dsn, lake_dir, seed=seed)
         finally:
             spark.stop()
-        table = Table(title="2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)")
-        table.add_column("step")
-        table.add_column("figure", justify="right")
-        for step in pipeline.steps:
-            table.add_row(step.name, step.figure)
-        console.print(table)
+        _print_steps(console, "2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)",
+                     [(step.name, step.figure) for step in pipeline.steps])
+        checks = list(pipeline.checks)
         for name, passed in pipeline.checks:
             console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
-        if not pipeline.ok:
-            _fail("the lake table differs from the changefeed's truth")
+        if captured is not None:
+            _print_steps(console, "3. PostgreSQL -> changelake capture -> lake tables",
+                         captured.steps)
+            for c in pg_checks:
+                console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
+                              f"{c.name}")
+            checks += [(c.name, c.passed) for c in pg_checks]
+        if captured is not None:
+            pg.clean_up(captured.dsn, tables=all(passed for _, passed in checks))
+        if not all(passed for _, passed in checks):
+            _fail("a lake table differs from its source's truth")
+
+
+def _print_steps(console: Any, title: str, steps: list[tuple[str, str]]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("step")
+    table.add_column("figure", justify="right")
+    for step, figure in steps:
+        table.add_row(step, figure)
+    console.print(table)
 
 
 # ------------------------------------------------------------------------------ lake tables
@@ -457,11 +502,21 @@ def metastore(lake_dir: Path, port: int | None) -> None:
 
 @main.group()
 def capture() -> None:
-    """Capture a database's changes into lake tables (exactly once, one time domain)."""
+    """Capture a database's changes into lake tables or Materialize CDC logs (exactly once, one
+    time domain)."""
 
 
 @capture.command("postgres")
-@lake_options
+@spark_options
+@click.option("--metastore-uri", default=None, metavar="thrift://HOST:PORT",
+              help="With --lake: a Hive metastore service (default: the lake's embedded "
+                   "Derby).")
+@click.option("--lake", "lake_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Commit into lake tables in this lake directory (Spark).")
+@click.option("--out", "out_dir", default=None,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Write Materialize CDC logs here, one directory per table (no Spark).")
 @click.option("--dsn", required=True, help="libpq connection string of the database.")
 @click.option("--publication", required=True, help="The publication naming the tables.")
 @click.option("--slot", required=True, help="The logical replication slot (pgoutput).")
@@ -476,26 +531,41 @@ def capture() -> None:
 @click.option("--max-txns", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop after N transactions.")
 @user_errors
-def capture_postgres(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-                     dsn: str, publication: str, slot: str, tables: str | None,
-                     create_slot: bool, snapshot: str, until_idle: float | None,
-                     max_txns: int | None) -> None:
-    """Stream a PostgreSQL publication through a pgoutput slot into lake tables named
-    schema.table, each transaction at its commit LSN."""
-    from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
+def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri: str | None,
+                     master: str, spark_conf: dict, dsn: str, publication: str, slot: str,
+                     tables: str | None, create_slot: bool, snapshot: str,
+                     until_idle: float | None, max_txns: int | None) -> None:
+    """Stream a PostgreSQL publication through a pgoutput slot into lake tables (--lake) or
+    Materialize CDC logs (--out) named schema.table, each transaction at its commit LSN."""
+    if (lake_dir is None) == (out_dir is None):
+        raise click.UsageError("give exactly one of --lake DIR (lake tables) and --out DIR "
+                               "(Materialize CDC logs)")
+    if out_dir is not None and metastore_uri is not None:
+        raise click.UsageError("--metastore-uri is for --lake; --out writes files only")
+    from changelake.capture.postgres.capture import Capture, CaptureOptions
 
     options = CaptureOptions(dsn, publication, slot,
                              tables=tuple(tables.split(",")) if tables else None,
                              create_slot=create_slot, snapshot=snapshot,  # type: ignore[arg-type]
                              until_idle=until_idle, max_txns=max_txns)
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    try:
-        result = LakeCapture(lake, options).run()
-    finally:
-        lake.spark.stop()
+    if out_dir is not None:  # no Spark at all
+        from changelake.capture.postgres.to_log import LogSink
+
+        result = Capture(LogSink(out_dir, options), options).run()
+        where = f"logs under {out_dir}"
+    else:
+        from changelake.capture.postgres.to_lake import LakeCapture
+
+        assert lake_dir is not None
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        try:
+            result = LakeCapture(lake, options).run()
+        finally:
+            lake.spark.stop()
+        where = "tables"
     snapshot_rows = sum(result.snapshot_rows.values())
     click.echo(f"captured {result.transactions} transactions into "
-               f"{len(result.tables)} tables ({', '.join(result.tables)}), "
+               f"{len(result.tables)} {where} ({', '.join(result.tables)}), "
                f"{snapshot_rows} snapshot rows, {result.batches} commits; "
                f"frontier {result.frontier} (every transaction before it is in every "
                f"table); stopped: {result.stopped}",

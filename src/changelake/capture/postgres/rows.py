@@ -15,16 +15,18 @@ pgoutput says less than the updates need, and the current rows fill the gaps:
   row's (or the old row's, with `REPLICA IDENTITY FULL`).
 * A truncate retracts every current row of each table it names.
 
-So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed
-by the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
+So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed by
+the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
 asks a `Fetch` for the rest before a batch of transactions is applied (`prefetch`): the keys
-the batch updates or deletes, or every row of a table it truncates. Rows come from wherever
-the capture's output keeps them (the lake table's current rows), so memory follows the batch,
-not the table; `forget` drops what is cached once it is durable there. A table with no key and
-no full identity is refused by name when its `Relation` arrives: its updates and deletes could
-not be applied. A change whose key has no current row where one is needed (an update without
-the old row, a delete) is an error naming the table and key: the capture started from a state
-that is not the table's (a missed snapshot).
+the batch updates or deletes, or every row of a table it truncates. Rows come from wherever the
+capture's output keeps them (the lake table's current rows, or the log's: `Sink.fetch`), so
+memory here follows the batch, not the table; `forget` drops what is cached once it is durable
+there. Changes of tables the capture leaves out (`captured`: a publication's other tables,
+`--tables`) are skipped unread. A table with no key and no full identity is refused by name
+when its `Relation` arrives: its updates and deletes could not be applied. A change whose key
+has no current row where one is needed (an update without the old row, a delete) is an error
+naming the table and key: the capture started from a state that is not the table's (a missed
+snapshot).
 """
 
 from __future__ import annotations
@@ -108,9 +110,13 @@ class Table:
 class Tables:
     """The captured tables' current rows, and the rule that turns changes into updates."""
 
-    def __init__(self, lookup: Lookup, fetch: Fetch | None = None) -> None:
+    def __init__(self, lookup: Lookup, fetch: Fetch | None = None,
+                 captured: Iterable[str] | None = None) -> None:
         self.lookup = lookup
         self.fetch = fetch
+        #: Only these tables' changes are applied (None: all): a publication may hold tables
+        #: the capture leaves out (`--tables`), whose changes still arrive.
+        self.captured = None if captured is None else frozenset(captured)
         self.by_oid: dict[int, Table] = {}
         self.rows: dict[str, dict[Key, Values]] = {}
         self.complete: set[str] = set()  # tables whose every current row is in `rows`
@@ -146,6 +152,8 @@ class Tables:
             for change in tx.changes(release=False):
                 for relation in (change.truncated or (change.relation,)):
                     if change.kind == "message":
+                        continue
+                    if not self._captures(relation):
                         continue
                     table = self.table(relation)
                     name = table.qualified
@@ -187,6 +195,8 @@ class Tables:
                 continue
             if change.kind == "truncate":
                 for relation in change.truncated:
+                    if not self._captures(relation):
+                        continue
                     table = self.table(relation)
                     if tx.commit_lsn < self.floor.get(table.qualified, 0):
                         continue
@@ -198,12 +208,18 @@ class Tables:
                         diffs[row] -= 1
                     self.rows[table.qualified] = {}
                 continue
+            if not self._captures(change.relation):
+                continue
             table = self.table(change.relation)
             if tx.commit_lsn < self.floor.get(table.qualified, 0):
                 continue
             self._apply(table, change, out.setdefault(table.qualified, Counter()))
         return {name: Counter({r: d for r, d in diffs.items() if d})
                 for name, diffs in out.items()}
+
+    def _captures(self, relation: po.Relation) -> bool:
+        return self.captured is None or \
+            f"{relation.namespace or 'pg_catalog'}.{relation.name}" in self.captured
 
     # -- one change ----------------------------------------------------------------------------
 

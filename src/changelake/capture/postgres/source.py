@@ -4,7 +4,8 @@ The promise: every transaction that commits in the database and touches a captur
 delivered once as a `Transaction`, in commit order, after the rows the initial snapshot read
 (if one is taken), with no gap and no overlap between the two; and the slot's confirmed
 position only moves to what the caller says is durable (`confirm`), so a crash at any point
-re-delivers from there, never skips.
+re-delivers from there, never skips. The caller is the capture loop (`capture.Capture`),
+whatever its output: lake tables or Materialize CDC logs.
 
 How the pieces keep that promise:
 

@@ -5,28 +5,22 @@ by its replica identity, whose history holds every committed transaction at its 
 and all of one database's tables share that one time domain. After any crash and restart the
 tables hold each transaction once.
 
-The two positions it keeps in step:
+The streaming loop (batching, confirming the slot only after a batch is durable, heartbeats,
+`until_idle`, `max_txns`, the restart from the least frontier) is `capture.Capture`, shared
+with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink`), and
+`LakeCapture` runs the loop on one. What the sink does:
 
-* the lake's: each table's committed frontier (`Table.commit` moves it atomically with the
-  batch's rows), and
-* the slot's: its confirmed flush position, which tells PostgreSQL what WAL it may recycle.
-
-A batch of transactions is committed to every captured table (empty commits included, so all
-frontiers move together), and only then is the slot confirmed up to the batch's end. A crash
-before the last table's commit leaves some tables ahead of others: the restart resumes from the
-least frontier, and each table skips the transactions it already holds (`Tables.floor`). A
-crash after the commits and before the confirmation re-delivers transactions every table has:
-the source drops them. So the lake can always say, per database, up to which transaction every
-table is complete: the least of their frontiers (`consistent_frontier`).
-
-The initial snapshot (a new slot, `snapshot="initial"`) is committed at time 0 with frontier
-at the slot's consistent point, where streaming starts; `snapshot="never"` creates the tables
-empty from that point. A crash while it is taken leaves a slot whose exported snapshot died
-with the process, and perhaps some tables holding their part of it: the lake keeps a marker
-(`capture/postgres.DATABASE.SLOT.starting`, written before the slot is created, removed once
-every table holds its snapshot), and a run that finds it (with `--create-slot`) discards those
-tables and the slot and takes the start again. A lake holding a capture whose slot is gone is
-refused before any new slot is made: a new slot would stream into tables with a gap.
+* `commit_batch` commits the batch to every captured table (empty commits included, so all
+  frontiers move together): `Table.commit` moves a table's committed frontier atomically with
+  the batch's rows, and skips what a table already holds, so a crash that committed some
+  tables of a batch and not others costs nothing on the restart. So the lake can always say,
+  per database, up to which transaction every table is complete: the least of their
+  frontiers (`consistent_frontier`).
+* `fetch` reads a key's previous row (deletes and updates without before-images, unchanged
+  TOAST values) from the lake table's current state.
+* `start` (a new slot) commits the initial snapshot (`snapshot="initial"`) at time 0 with
+  frontier at the slot's consistent point, where streaming starts; `snapshot="never"` creates
+  the tables empty from that point.
 
 Limits of this version: a table's snapshot is held on the driver while it is committed (one
 commit, so that its frontier moves atomically), and a table added to the publication after the
@@ -36,54 +30,27 @@ first run is refused rather than snapshotted on its own.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import re
 import shutil
-import time
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from changelake.capture.postgres.rows import Key, Table, Tables, Values
-from changelake.capture.postgres.source import Idle, Source, SourceError
-from changelake.capture.postgres.transactions import Transaction
-from changelake.capture.postgres.types import catalog
+from changelake.capture.postgres.capture import (
+    Capture,
+    CaptureOptions,
+    CaptureReport,
+    Rows,
+    marker_name,
+)
+from changelake.capture.postgres.rows import Key, Table, Values
+from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
-from changelake.lake.layout import TableState
 from changelake.lake.table import Table as LakeTable
 from changelake.values import NAN
-
-
-@dataclass(frozen=True)
-class CaptureOptions:
-    dsn: str
-    publication: str
-    slot: str
-    tables: tuple[str, ...] | None = None
-    create_slot: bool = False
-    snapshot: Literal["initial", "never"] = "initial"
-    until_idle: float | None = None  # stop once no transaction arrived for this long
-    max_txns: int | None = None  # stop after this many transactions
-    batch_seconds: float = 2.0  # commit at least this often while transactions arrive
-    batch_updates: int = 100_000  # or once a batch holds this many changes
-    heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
-
-
-@dataclass
-class CaptureReport:
-    tables: tuple[str, ...] = ()
-    snapshot_rows: dict[str, int] = field(default_factory=dict)
-    transactions: int = 0
-    updates: Counter[str] = field(default_factory=Counter)
-    batches: int = 0
-    frontier: int | None = None  # the least frontier of the captured tables
-    stopped: str = ""
 
 
 def spark_schema(table: Table) -> T.StructType:
@@ -116,93 +83,61 @@ def _from_spark(kind: T.DataType, value: object) -> object:
     return value
 
 
-def _write_durably(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        f.write("a capture's initial snapshot is being taken: until it is committed to every "
-                "table, a restart takes it again\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-class LakeCapture:
-    """One run of a capture into a lake (see the module docstring)."""
+class LakeSink:
+    """Lake tables as a capture's `Sink` (see the module docstring)."""
 
     def __init__(self, lake: Lake, options: CaptureOptions) -> None:
         self.lake = lake
         self.spark: SparkSession = lake.spark
         self.options = options
         self.report = CaptureReport()
+        self.handles: dict[str, LakeTable] = {}
 
-    def run(self) -> CaptureReport:
-        o = self.options
-        with Source(o.dsn, o.publication, o.slot, tables=o.tables) as source:
-            lookup = catalog(source.conn.cursor())
-            tables = {name: Table.from_catalog(source.conn.cursor(), name, lookup)
-                      for name in source.tables}
-            handles = {name: self.lake.handle(name) for name in tables}
-            self.report.tables = tuple(tables)
-            states = {name: handle.load() for name, handle in handles.items()}
-            # Present from before the slot is created until every table holds its snapshot.
-            where = re.sub(r"[^\w.-]", "_", f"{source.database}.{o.slot}")
-            marker = self.lake.root / "capture" / f"postgres.{where}.starting"
-            if marker.exists():  # this lake's start from this slot did not finish
-                if not o.create_slot:
-                    raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
-                                      "finish: run again with --create-slot to take it again")
-                self._discard(handles, states)
-                if source.has_slot():
-                    source.drop_slot()
-                states = dict.fromkeys(states)
-            held = [n for n, s in states.items() if s is not None]
-            if held and not source.has_slot():
-                # Checked before `open_slot` may create it: a new slot would start a gap.
-                raise SourceError(f"replication slot {o.slot!r} does not exist, but lake "
-                                  f"tables {', '.join(held)} hold a capture from it: the slot "
-                                  "was dropped, and with it the changes after their frontier; "
-                                  "capture into new lake tables (with --create-slot)")
-            if not held and o.create_slot and not source.has_slot():
-                _write_durably(marker)
-            slot = source.open_slot(create=o.create_slot)
-            existing = [n for n, h in handles.items() if h.load() is not None]
-            if slot.created:
-                if existing:
-                    raise SourceError(f"lake tables {', '.join(existing)} already hold a "
-                                      f"capture, and slot {o.slot!r} is new: their history "
-                                      "would have a gap; drop them or reuse their slot")
-                self._start(source, slot, tables, handles)
-                marker.unlink(missing_ok=True)
-            elif len(existing) != len(tables):
-                missing = sorted(set(tables) - set(existing))
-                raise SourceError(f"slot {o.slot!r} exists but lake tables "
-                                  f"{', '.join(missing)} do not: their snapshot cannot be "
-                                  "taken from an existing slot (create a new slot)")
-            self._stream(source, tables, handles, lookup)
-        return self.report
+    def check(self, tables: dict[str, Table]) -> None:
+        pass  # the lake checks names and columns when it creates a table
 
-    # -- start ---------------------------------------------------------------------------------
+    def held(self, tables: dict[str, Table]) -> set[str]:
+        self.handles = {name: self.lake.handle(name) for name in tables}
+        return {n for n, h in self.handles.items() if h.load() is not None}
 
-    def _discard(self, handles: dict[str, LakeTable],
-                 states: dict[str, TableState | None]) -> None:
-        """Remove the tables of an interrupted start, so that it can be taken again from a new
-        slot: their snapshot (if any) is from a slot whose exported snapshot went with the
-        crashed process, and the other tables' can no longer be read as of the same point.
-        The view (the commit point) goes first; its files (the lock aside) are garbage after
-        it. `_start` leaves a table at version 1 at most; a later one is not the start's."""
-        for name, state in states.items():
-            if state is None:
-                continue
-            handle = handles[name]
-            if state.version > 1:
-                raise SourceError(f"lake table {name} holds more than the interrupted initial "
-                                  f"snapshot from slot {self.options.slot!r}; not discarding it")
-            with handle.writer():
+    def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
+        self._start(source, slot, tables, self.handles)
+
+    def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
+        return {name: self.handles[name].state().upper for name in tables}
+
+    def fetch(self, table: Table, keys: set[Key] | None) -> list[Values]:
+        return self._fetch(self.handles, table, keys)
+
+    def start_marker(self, database: str, slot: str) -> Path:
+        return self.lake.root / "capture" / marker_name(database, slot)
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove the lake tables of an interrupted start: the view (the commit point) goes
+        first; its files (the lock aside) are garbage after it. `start` leaves a table at
+        version 1 at most; a later one is not the start's, and is refused."""
+        for name in tables:
+            handle = self.lake.handle(name)
+            with handle.writer() as writer:
+                if writer.state is None:
+                    continue
+                if writer.state.version > 1:
+                    raise SourceError(f"lake table {name} holds more than an interrupted "
+                                      "initial snapshot; not discarding it")
                 self.spark.sql(f"DROP VIEW IF EXISTS {handle.ident.quoted}")
                 for leftover in handle.directory.iterdir():
                     if leftover.is_dir():
                         shutil.rmtree(leftover, ignore_errors=True)
                     elif leftover.name != "_lock":
                         leftover.unlink(missing_ok=True)
+
+    def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
+                     upper: int) -> None:
+        for name, table in tables.items():
+            self._commit_rows(self.handles[name], table, rows.get(name, Counter()), lower,
+                              upper)
+
+    # -- start ---------------------------------------------------------------------------------
 
     def _start(self, source: Source, slot, tables: dict[str, Table],
                handles: dict[str, LakeTable]) -> None:
@@ -221,67 +156,6 @@ class LakeCapture:
             updates = Counter(rows)
             self._commit(handles[name], table, updates, 0, 0, slot.consistent_point)
             self.report.snapshot_rows[name] = len(rows)
-
-    # -- stream --------------------------------------------------------------------------------
-
-    def _stream(self, source: Source, tables: dict[str, Table],
-                handles: dict[str, LakeTable], lookup) -> None:
-        o = self.options
-        uppers = {name: handles[name].state().upper for name in tables}
-        if any(u is None for u in uppers.values()):
-            raise SourceError("a captured lake table is closed; nothing more can be added")
-        resume = min(u for u in uppers.values() if u is not None)
-        state = Tables(lookup, fetch=lambda table, keys: self._fetch(handles, table, keys))
-        state.floor = {n: u for n, u in uppers.items() if u is not None}
-        batch: list[Transaction] = []
-        batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
-        pending = 0
-        for event in source.stream(resume):
-            now = time.monotonic()
-            if isinstance(event, Transaction):
-                batch.append(event)
-                pending += len(event)
-                last_tx = now
-                self.report.transactions += 1
-            done = o.max_txns is not None and self.report.transactions >= o.max_txns
-            idle = isinstance(event, Idle)
-            if batch and (idle or done or pending >= o.batch_updates
-                          or now - started >= o.batch_seconds):
-                upper = batch[-1].commit_lsn + 1
-                self._commit_batch(state, tables, handles, batch, batch_lower, upper)
-                source.confirm(batch[-1].end_lsn)
-                batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
-            elif idle and not batch and event.lsn > batch_lower and (
-                    now - started >= o.heartbeat_seconds or (o.until_idle is not None
-                    and now - last_tx >= o.until_idle)):
-                self._commit_batch(state, tables, handles, [], batch_lower, event.lsn)
-                source.confirm(event.lsn)
-                batch_lower, started = event.lsn, time.monotonic()
-            if done:
-                self.report.stopped = f"{o.max_txns} transactions"
-                break
-            if o.until_idle is not None and not batch and now - last_tx >= o.until_idle:
-                self.report.stopped = f"idle for {o.until_idle:g} s"
-                break
-        self.report.frontier = batch_lower
-
-    def _commit_batch(self, state: Tables, tables: dict[str, Table],
-                      handles: dict[str, LakeTable], batch: list[Transaction], lower: int,
-                      upper: int) -> None:
-        state.prefetch(batch)
-        by_table: dict[str, Counter[tuple[Values, int]]] = {n: Counter() for n in tables}
-        for tx in batch:
-            for name, diffs in state.updates(tx).items():
-                target = by_table.setdefault(name, Counter())
-                for row, diff in diffs.items():
-                    target[(row, tx.commit_lsn)] += diff
-        for name, table in tables.items():
-            rows = by_table.get(name, Counter())
-            self._commit_rows(handles[name], table, rows, lower, upper)
-            self.report.updates[name] += len(rows)
-            state.floor[name] = upper
-        state.forget()
-        self.report.batches += 1
 
     def _commit(self, handle: LakeTable, table: Table, updates: Counter[Values], at: int,
                 lower: int, upper: int) -> None:
@@ -314,3 +188,15 @@ class LakeCapture:
         kinds = [t.spark for t in table.types]
         return [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
                 for row in current.collect()]
+
+
+class LakeCapture:
+    """One run of a capture into a lake: the shared loop (`capture.Capture`) on a `LakeSink`."""
+
+    def __init__(self, lake: Lake, options: CaptureOptions) -> None:
+        self.sink = LakeSink(lake, options)
+        self.options = options
+        self.report = self.sink.report
+
+    def run(self) -> CaptureReport:
+        return Capture(self.sink, self.options).run()

@@ -1,0 +1,253 @@
+"""The capture loop, one for every output: stream a database's transactions into a `Sink`,
+batch them, and confirm the slot only once the sink says a batch is durable.
+
+The promise, whatever the sink (lake tables, `to_lake.py`; a Materialize CDC log,
+`to_log.py`): every transaction that commits in the database and touches a captured table
+reaches the sink once, at its commit LSN, in commit order, each table's frontier moves
+transaction by transaction, and after any crash and restart nothing is lost or doubled.
+
+The two positions it keeps in step:
+
+* the sink's: each table's frontier (`Sink.frontiers`), which moves only when `commit_batch`
+  makes a batch durable (a lake commit; segment files written and fsync'd), and
+* the slot's: its confirmed flush position, which tells PostgreSQL what WAL it may recycle.
+
+A batch of transactions goes to every captured table (empty ones included, so all frontiers
+move together), and only after `commit_batch` returns is the slot confirmed up to the batch's
+end. A crash before the last table's commit leaves some tables ahead of others: the restart
+resumes from the least frontier, and each table skips the transactions it already holds
+(`Tables.floor`). A crash after the commits and before the confirmation re-delivers
+transactions every table has: the source drops them.
+
+How a sink starts: a new slot (`--create-slot`) has its snapshot taken by `Sink.start`, at
+time 0 with the frontier at the slot's consistent point, where streaming starts (`snapshot =
+"never"`: the tables start empty there); an existing slot resumes from the sink's frontiers,
+and tables the sink does not hold are refused (their snapshot cannot be taken from an
+existing slot), as are tables it holds when the slot is new (their history would have a gap).
+Tables the sink holds when the slot is gone (dropped between two runs) are refused before any
+new slot is made. A crash while the snapshot is taken leaves a slot whose exported snapshot
+died with the process, and perhaps some tables holding their part of it: the sink keeps a
+marker (`Sink.start_marker`, written before the slot is created, removed once every table
+holds its snapshot), and a run that finds it (with `--create-slot`) discards those tables
+(`Sink.discard`) and the slot, and takes the start again.
+
+The previous row of a key (for deletes and updates without before-images, unchanged TOAST
+columns, truncates) comes from the sink's current state (`Sink.fetch`), so memory follows the
+batch here, not the tables.
+
+Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes, or
+at `max_txns`. While the database is quiet, the last keepalive's position is committed to
+every table (progress with no updates) and confirmed every `heartbeat_seconds` (and before
+stopping `until_idle`), so an idle database does not hold WAL back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from changelake.capture.postgres.rows import Key, Table, Tables, Values
+from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
+from changelake.capture.postgres.transactions import Transaction
+from changelake.capture.postgres.types import catalog
+
+#: A table's updates in a batch: (row, time) -> diff.
+Rows = Counter[tuple[Values, int]]
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    dsn: str
+    publication: str
+    slot: str
+    tables: tuple[str, ...] | None = None
+    create_slot: bool = False
+    snapshot: Literal["initial", "never"] = "initial"
+    until_idle: float | None = None  # stop once no transaction arrived for this long
+    max_txns: int | None = None  # stop after this many transactions
+    batch_seconds: float = 2.0  # commit at least this often while transactions arrive
+    batch_updates: int = 100_000  # or once a batch holds this many changes
+    heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
+
+
+@dataclass
+class CaptureReport:
+    tables: tuple[str, ...] = ()
+    snapshot_rows: dict[str, int] = field(default_factory=dict)
+    transactions: int = 0
+    updates: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    frontier: int | None = None  # the least frontier of the captured tables
+    stopped: str = ""
+
+
+class Sink(Protocol):
+    """Where a capture's tables go. `report` is the run's report (the sink adds its snapshot
+    rows to it)."""
+
+    report: CaptureReport
+
+    def check(self, tables: dict[str, Table]) -> None:
+        """Refuse tables it cannot hold, before the slot is opened (or created)."""
+        ...
+
+    def held(self, tables: dict[str, Table]) -> set[str]:
+        """The tables that already hold a capture (checked after the slot is opened)."""
+        ...
+
+    def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
+        """A new slot: create the tables, with the snapshot at time 0 (or empty) and the
+        frontier at the slot's consistent point."""
+        ...
+
+    def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
+        """Each table's durable frontier (None: closed)."""
+        ...
+
+    def start_marker(self, database: str, slot: str) -> Path:
+        """Where the capture marks a start in progress (a file in the sink's own directory):
+        written before the slot is created, removed once `start` returned."""
+        ...
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove what an interrupted `start` left of `tables` (held() is empty after)."""
+        ...
+
+    def fetch(self, table: Table, keys: set[Key] | None) -> Iterable[Values]:
+        """The table's current rows of `keys` (None: all), typed as `types` reads them."""
+        ...
+
+    def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
+                     upper: int) -> None:
+        """Make every table hold its `rows` and its frontier `upper`, durably, before
+        returning (a table already at or beyond `lower` skips what it holds)."""
+        ...
+
+
+def marker_name(database: str, slot: str) -> str:
+    """The start marker's file name: hidden, one per database and slot."""
+    return "." + re.sub(r"[^\w.-]", "_", f"postgres.{database}.{slot}") + ".starting"
+
+
+def _write_durably(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write("a capture's initial snapshot is being taken: until every table holds it, a "
+                "restart takes it again\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Capture:
+    """One run of a capture into `sink` (see the module docstring)."""
+
+    def __init__(self, sink: Sink, options: CaptureOptions) -> None:
+        self.sink = sink
+        self.options = options
+        self.report = sink.report
+
+    def run(self) -> CaptureReport:
+        o = self.options
+        with Source(o.dsn, o.publication, o.slot, tables=o.tables) as source:
+            lookup = catalog(source.conn.cursor())
+            tables = {name: Table.from_catalog(source.conn.cursor(), name, lookup)
+                      for name in source.tables}
+            self.report.tables = tuple(tables)
+            self.sink.check(tables)
+            # Present from before the slot is created until every table holds its snapshot.
+            marker = self.sink.start_marker(source.database, o.slot)
+            if marker.exists():  # a start of these tables from this slot did not finish
+                if not o.create_slot:
+                    raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
+                                      "finish: run again with --create-slot to take it again")
+                self.sink.discard(tables)
+                if source.has_slot():
+                    source.drop_slot()
+            held = self.sink.held(tables)
+            if held and not source.has_slot():
+                # Checked before `open_slot` may create it: a new slot would start a gap.
+                raise SourceError(f"tables {', '.join(sorted(held))} already hold a "
+                                  f"capture, but replication slot {o.slot!r} does not exist "
+                                  "(dropped since their last run, or never theirs): a new "
+                                  "slot would leave a gap in their history; capture into new "
+                                  "tables with --create-slot, or name their slot")
+            if not held and o.create_slot and not source.has_slot():
+                _write_durably(marker)
+            slot = source.open_slot(create=o.create_slot)
+            existing = self.sink.held(tables)
+            if slot.created:
+                if existing:
+                    raise SourceError(f"tables {', '.join(sorted(existing))} already hold a "
+                                      f"capture, and slot {o.slot!r} is new: their history "
+                                      "would have a gap; drop them or reuse their slot")
+                self.sink.start(source, slot, tables)
+                marker.unlink(missing_ok=True)
+            elif len(existing) != len(tables):
+                missing = sorted(set(tables) - set(existing))
+                raise SourceError(f"slot {o.slot!r} exists but tables {', '.join(missing)} "
+                                  "hold no capture: their snapshot cannot be taken from an "
+                                  "existing slot (create a new slot)")
+            self._stream(source, tables, lookup)
+        return self.report
+
+    def _stream(self, source: Source, tables: dict[str, Table], lookup) -> None:
+        o = self.options
+        uppers = self.sink.frontiers(tables)
+        if any(u is None for u in uppers.values()):
+            raise SourceError("a captured table is closed; nothing more can be added")
+        resume = min(u for u in uppers.values() if u is not None)
+        state = Tables(lookup, fetch=self.sink.fetch, captured=tables)
+        state.floor = {n: u for n, u in uppers.items() if u is not None}
+        batch: list[Transaction] = []
+        batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
+        pending = 0
+        for event in source.stream(resume):
+            now = time.monotonic()
+            if isinstance(event, Transaction):
+                batch.append(event)
+                pending += len(event)
+                last_tx = now
+                self.report.transactions += 1
+            done = o.max_txns is not None and self.report.transactions >= o.max_txns
+            idle = isinstance(event, Idle)
+            if batch and (idle or done or pending >= o.batch_updates
+                          or now - started >= o.batch_seconds):
+                upper = batch[-1].commit_lsn + 1
+                self._commit_batch(state, tables, batch, batch_lower, upper)
+                source.confirm(batch[-1].end_lsn)
+                batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
+            elif idle and not batch and event.lsn > batch_lower and (
+                    now - started >= o.heartbeat_seconds or (o.until_idle is not None
+                    and now - last_tx >= o.until_idle)):
+                self._commit_batch(state, tables, [], batch_lower, event.lsn)
+                source.confirm(event.lsn)
+                batch_lower, started = event.lsn, time.monotonic()
+            if done:
+                self.report.stopped = f"{o.max_txns} transactions"
+                break
+            if o.until_idle is not None and not batch and now - last_tx >= o.until_idle:
+                self.report.stopped = f"idle for {o.until_idle:g} s"
+                break
+        self.report.frontier = batch_lower
+
+    def _commit_batch(self, state: Tables, tables: dict[str, Table],
+                      batch: list[Transaction], lower: int, upper: int) -> None:
+        state.prefetch(batch)
+        by_table: dict[str, Rows] = {n: Counter() for n in tables}
+        for tx in batch:
+            for name, diffs in state.updates(tx).items():
+                target = by_table.setdefault(name, Counter())
+                for row, diff in diffs.items():
+                    target[(row, tx.commit_lsn)] += diff
+        self.sink.commit_batch(tables, by_table, lower, upper)
+        for name in tables:
+            self.report.updates[name] += len(by_table.get(name, ()))
+            state.floor[name] = upper
+        state.forget()
+        self.report.batches += 1

@@ -1,0 +1,261 @@
+"""Capture a PostgreSQL database into Materialize CDC logs, one per table, exactly once.
+
+The promise: each captured table `schema.table` becomes the directory `OUT/schema.table/`, a
+log of Materialize CDC messages (the input of `changelake decode` and `changelake ingest
+--from materialize`) whose history holds every committed transaction at its commit LSN, and
+whose frontier moves transaction by transaction; all tables of one database share that one
+time domain. After any crash and restart the log says each transaction once. No Spark: this
+is the fast path.
+
+The log is a set of segment files, Avro object container files named
+`<lower>-<upper>.avro` (times zero-padded to 20 digits, so names sort in time order), each
+holding the batch's updates of the table and the progress statements of the interval
+`[lower, upper)`: one per transaction that touched the table (its exact count of updates at
+its commit LSN, so the frontier advances transaction by transaction), one for the rest of the
+interval (a table a batch did not touch still moves its upper, with no counts). The initial
+snapshot is the segment `[0, consistent point)`, its rows at time 0 (`snapshot = "never"`:
+the same interval with no rows). Heartbeats while the database is quiet write segments with
+only a progress statement. Every file carries its schema (see `avro.py`); nothing else is in
+the directory, so `OUT/schema.table/*` or the directory itself is a whole input.
+
+Durability, which the capture loop relies on before it confirms the slot: a segment is written
+under a hidden temporary name (`.<name>.tmp`, which readers and shell globs skip), fsync'd,
+renamed into place and the directory fsync'd, so a crash never leaves a torn segment, and a
+segment, once there, never changes (streaming readers may track files by name). A restart
+reads each table's log back with the pure-Python reader: its frontier is where the table
+resumes (the capture resumes from the least of them), so a re-delivered transaction is not
+written again; were one written twice, the reader would deduplicate it (every message is true
+of the final history).
+
+The table's current rows (the previous row of a key, for deletes, updates without a
+before-image and unchanged TOAST values, and every row for a truncate) come from the log:
+decoded once at start and kept up to date with what each batch writes (`fetch`).
+
+Limits of this version: each table's current rows are held in memory, and so is a table's
+snapshot while its segment is written; every batch writes one segment per table (a quiet
+table too), so a long-running capture makes many small files; a table whose columns change
+during the capture is refused (one schema per log).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from changelake.capture.postgres.avro import from_plain, schema_for, to_python
+from changelake.capture.postgres.capture import (
+    CaptureOptions,
+    CaptureReport,
+    Rows,
+    marker_name,
+)
+from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
+from changelake.capture.postgres.source import Slot, Source
+from changelake.errors import ChangelakeError, InputError, ProtocolError
+from changelake.formats.materialize import CdcSchema, message_to_plain, read_all
+from changelake.protocol import Antichain, Message, Reader, Updates, Writer
+
+SUFFIX = ".avro"
+BATCH_SIZE = 1024  # updates per Avro datum
+
+
+class LogError(ChangelakeError):
+    """An output directory that cannot hold, or does not hold, a capture's logs."""
+
+
+def segment_name(lower: int, upper: int) -> str:
+    return f"{lower:020d}-{upper:020d}{SUFFIX}"
+
+
+def segment_messages(rows: Rows, lower: int, upper: int,
+                     batch_size: int = BATCH_SIZE) -> list[Message]:
+    """The messages of a segment `[lower, upper)`: updates, and a progress statement per
+    time that has updates (exact counts) and one for the rest of the interval."""
+    writer = Writer(batch_size=batch_size, since=lower)
+    times = set()
+    for (row, at), diff in rows.items():
+        if diff and lower <= at < upper:
+            writer.push(row, at, diff)
+            times.add(at)
+    messages: list[Message] = []
+    for at in sorted(times):
+        messages.extend(writer.advance_to(Antichain([at + 1])))
+    if writer.frontier != Antichain([upper]):
+        messages.extend(writer.advance_to(Antichain([upper])))
+    return messages
+
+
+def write_segment(directory: Path, name: str, schema: CdcSchema, columns: tuple[str, ...],
+                  messages: list[Message]) -> Path:
+    """Write the segment durably: temporary name, fsync, rename, fsync of the directory."""
+    final = directory / name
+    temporary = directory / f".{name}.tmp"
+
+    def datums() -> Iterator[Any]:
+        for message in messages:
+            if isinstance(message, Updates):
+                yield [{"data": to_python(row, columns), "time": at, "diff": diff}
+                       for row, at, diff in message.updates]
+            else:
+                yield message_to_plain(message)
+
+    try:
+        with open(temporary, "wb") as fo:
+            fastavro.writer(fo, schema.parsed, datums(), codec="deflate")
+            fo.flush()
+            os.fsync(fo.fileno())
+        os.replace(temporary, final)
+    except (ValueError, TypeError) as error:
+        raise CaptureError(f"{directory.name}: a row does not fit the log's schema (did the "
+                           f"table's columns change during the capture?): {error}") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+    fsync_directory(directory)
+    return final
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LogSink:
+    """Materialize CDC logs as a capture's `Sink` (see the module docstring)."""
+
+    def __init__(self, directory: Path | str, options: CaptureOptions) -> None:
+        self.directory = Path(directory)
+        self.options = options
+        self.report = CaptureReport()
+        self.schemas: dict[str, CdcSchema] = {}
+        self.uppers: dict[str, int | None] = {}
+        self.current: dict[str, dict[Key, Values]] = {}
+
+    def log(self, name: str) -> Path:
+        return self.directory / name
+
+    # -- the Sink interface --------------------------------------------------------------------
+
+    def check(self, tables: dict[str, Table]) -> None:
+        if self.directory.exists() and not self.directory.is_dir():
+            raise LogError(f"--out {self.directory}: not a directory")
+        for name, table in tables.items():
+            if "/" in name or name.startswith("."):
+                raise LogError(f"table {name}: its name cannot be a log directory's name")
+            self.schemas[name] = schema_for(table)  # a bad column name, by name
+
+    def held(self, tables: dict[str, Table]) -> set[str]:
+        held = set()
+        for name in tables:
+            log = self.log(name)
+            if log.is_dir():
+                for leftover in log.glob(f".*{SUFFIX}.tmp"):  # a crash mid-write
+                    leftover.unlink()
+                if any(log.glob(f"*{SUFFIX}")):
+                    held.add(name)
+        return held
+
+    def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for name, table in tables.items():
+            log = self.log(name)
+            log.mkdir(exist_ok=True)
+            fsync_directory(self.directory)
+            rows: Counter[Values] = Counter()
+            if self.options.snapshot == "initial":
+                for columns, batch in source.snapshot_rows(slot, name):
+                    order = [columns.index(c) for c in table.columns]
+                    for raw in batch:
+                        rows[tuple(None if raw[i] is None else kind.read(raw[i])
+                                   for i, kind in zip(order, table.types, strict=True))] += 1
+                self.report.snapshot_rows[name] = sum(rows.values())
+            messages = segment_messages(Counter({(r, 0): d for r, d in rows.items()}), 0,
+                                        slot.consistent_point)
+            write_segment(log, segment_name(0, slot.consistent_point), self.schemas[name],
+                          table.columns, messages)
+            self.current[name] = {tuple(r[i] for i in table.key): r for r in rows}
+            self.uppers[name] = slot.consistent_point
+
+    def start_marker(self, database: str, slot: str) -> Path:
+        return self.directory / marker_name(database, slot)  # hidden: not a log
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove the logs of an interrupted start: each holds its snapshot segment at most;
+        one holding more is not the start's, and is refused."""
+        for name in tables:
+            log = self.log(name)
+            segments = sorted(log.glob(f"*{SUFFIX}")) if log.is_dir() else []
+            if len(segments) > 1 or any(not p.name.startswith(f"{0:020d}-") for p in segments):
+                raise LogError(f"log {log} holds more than an interrupted initial snapshot; "
+                               "not discarding it")
+            for segment in segments:
+                segment.unlink()
+            if segments:
+                fsync_directory(log)
+
+    def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
+        for name, table in tables.items():
+            if name not in self.uppers:
+                self.uppers[name], self.current[name] = self.read_log(table)
+        return {name: self.uppers[name] for name in tables}
+
+    def fetch(self, table: Table, keys: set[Key] | None) -> list[Values]:
+        current = self.current.get(table.qualified, {})
+        if keys is None:
+            return list(current.values())
+        return [current[k] for k in keys if k in current]
+
+    def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
+                     upper: int) -> None:
+        for name, table in tables.items():
+            held = self.uppers[name]
+            if held is None or held >= upper:
+                continue  # closed, or already holds the whole batch
+            start = max(lower, held)
+            changes = Counter({(r, at): d for (r, at), d in rows.get(name, Counter()).items()
+                               if d and at >= start})
+            for row, _ in changes:
+                if len(row) != len(table.columns):
+                    raise CaptureError(f"table {name}: its columns changed during the capture "
+                                       f"(a row of {len(row)} values, the log has "
+                                       f"{len(table.columns)} columns): a log keeps one "
+                                       "schema; restart into a new --out directory")
+            write_segment(self.log(name), segment_name(start, upper), self.schemas[name],
+                          table.columns, segment_messages(changes, start, upper))
+            self._apply(table, ((r, at, d) for (r, at), d in changes.items()))
+            self.uppers[name] = upper
+
+    # -- the log's state -----------------------------------------------------------------------
+
+    def read_log(self, table: Table) -> tuple[int | None, dict[Key, Values]]:
+        """The log's frontier and current rows, decoded with the pure-Python reader."""
+        log = self.log(table.qualified)
+        self.current[table.qualified] = {}
+        reader = Reader()
+        try:
+            for message in read_all([log]):
+                for updates, _ in reader.push(message):
+                    self._apply(table, ((from_plain(table, d), at, diff)
+                                        for d, at, diff in updates))
+        except (InputError, ProtocolError) as error:
+            raise LogError(f"log {log} cannot be resumed from: {error}") from None
+        frontier = reader.frontier
+        return (None if frontier.is_closed else max(frontier)), self.current[table.qualified]
+
+    def _apply(self, table: Table, updates: Any) -> None:
+        """Updates applied to the current rows, in time order, retractions first."""
+        current = self.current.setdefault(table.qualified, {})
+        for row, _, diff in sorted(updates, key=lambda u: (u[1], u[2])):
+            key = tuple(row[i] for i in table.key)
+            if diff < 0:
+                if current.get(key) == row:
+                    del current[key]
+            else:
+                current[key] = row
