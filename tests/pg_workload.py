@@ -471,3 +471,32 @@ def lake_destination(lake: Path, master: str = "local[1]") -> Destination:
         return Captured(tables, frontier)
 
     return Destination(("--lake", str(lake), "--master", master), finish)
+
+
+# -- Materialize CDC logs as a destination -------------------------------------------------------
+
+def out_destination(out: Path, dsn: str) -> Destination:
+    """`--out DIR`: finished by the command line itself (no Spark), then each table's log is
+    decoded with the pure-Python reader the capture resumes from (its rows typed as the
+    stream types them) and the frontier is the least of the logs'."""
+    from changelake.capture.postgres.capture import CaptureOptions
+    from changelake.capture.postgres.to_log import LogSink
+
+    def finish(argv: list[str]) -> Captured:
+        done = subprocess.run(argv, capture_output=True, timeout=600)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        conn = connect(dsn)
+        with conn.cursor() as c:
+            lookup = catalog(c)
+            tables = {name: Table.from_catalog(c, name, lookup) for name in TABLES}
+        conn.close()
+        sink = LogSink(out, CaptureOptions(dsn, PUBLICATION, "unused"))
+        rows, uppers = {}, []
+        for name, table in tables.items():
+            upper, current = sink.read_log(table)
+            assert upper is not None, name
+            uppers.append(upper)
+            rows[name] = Counter(canonical(r) for r in current.values())
+        return Captured(rows, min(uppers))
+
+    return Destination(("--out", str(out)), finish)
