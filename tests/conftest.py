@@ -73,6 +73,7 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def pg_dsn(postgres: object, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh database of the embedded server for one test; its slots go with it."""
     import re
+    import time
 
     import psycopg2
 
@@ -84,6 +85,13 @@ def pg_dsn(postgres: object, request: pytest.FixtureRequest) -> Iterator[str]:
         cur.execute(f'CREATE DATABASE "{name}"')
     yield postgres.dsn_for(name)  # type: ignore[attr-defined]
     with admin.cursor() as cur:
+        # A walsender outlives its client by a moment: wait for its slot to be released.
+        for _ in range(200):
+            cur.execute("SELECT count(*) FROM pg_replication_slots WHERE database = %s AND "
+                        "active", (name,))
+            if not cur.fetchone()[0]:
+                break
+            time.sleep(0.05)
         cur.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
                     "WHERE database = %s AND NOT active", (name,))
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -113,9 +113,17 @@ def test_snapshot_handoff_restart_and_cross_table_invariant(spark, bank: str, tm
         check_invariant(lake, time)
 
 
-def test_a_missing_slot_or_publication_is_named(spark, bank: str, tmp_path) -> None:
+def test_a_missing_slot_or_publication_is_named(spark, pg_dsn: str, tmp_path) -> None:
+    # Tables of its own: the session's metastore still names the other test's lake tables,
+    # and the capture reads the lake's (to refuse a dropped slot) before it opens the slot.
+    conn = psycopg2.connect(pg_dsn)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        c.execute("CREATE TABLE unslotted (id int PRIMARY KEY)")
+        c.execute("CREATE PUBLICATION bank FOR TABLE unslotted")
+    conn.close()
     lake = Lake(spark, tmp_path / "lake")
     with pytest.raises(SourceError, match="replication slot 'nope' does not exist"):
-        LakeCapture(lake, CaptureOptions(bank, "bank", "nope")).run()
+        LakeCapture(lake, CaptureOptions(pg_dsn, "bank", "nope")).run()
     with pytest.raises(SourceError, match="publication 'other' does not exist"):
-        LakeCapture(lake, CaptureOptions(bank, "other", "nope", create_slot=True)).run()
+        LakeCapture(lake, CaptureOptions(pg_dsn, "other", "nope", create_slot=True)).run()

@@ -348,7 +348,8 @@ def test_logs_and_slot_must_belong_together(shop: str, tmp_path: Path) -> None:
     capture(shop, out, create_slot=True, until_idle=0.1)
     o = CaptureOptions(shop, "shop", "fresh", tables=("items", "notes"), create_slot=True)
     with pytest.raises(SourceError, match=r"tables public\.items, public\.notes already hold "
-                                          r"a capture, and slot 'fresh' is new"):
+                                          r"a capture, but replication slot 'fresh' does "
+                                          "not exist"):
         Capture(LogSink(out, o), o).run()
     o = CaptureOptions(shop, "shop", "log_slot", tables=("items", "notes"))
     with pytest.raises(SourceError, match=r"slot 'log_slot' exists but tables public\.items, "

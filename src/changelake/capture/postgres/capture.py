@@ -24,6 +24,12 @@ time 0 with the frontier at the slot's consistent point, where streaming starts 
 "never"`: the tables start empty there); an existing slot resumes from the sink's frontiers,
 and tables the sink does not hold are refused (their snapshot cannot be taken from an
 existing slot), as are tables it holds when the slot is new (their history would have a gap).
+Tables the sink holds when the slot is gone (dropped between two runs) are refused before any
+new slot is made. A crash while the snapshot is taken leaves a slot whose exported snapshot
+died with the process, and perhaps some tables holding their part of it: the sink keeps a
+marker (`Sink.start_marker`, written before the slot is created, removed once every table
+holds its snapshot), and a run that finds it (with `--create-slot`) discards those tables
+(`Sink.discard`) and the slot, and takes the start again.
 
 The previous row of a key (for deletes and updates without before-images, unchanged TOAST
 columns, truncates) comes from the sink's current state (`Sink.fetch`), so memory follows the
@@ -37,10 +43,13 @@ stopping `until_idle`), so an idle database does not hold WAL back.
 
 from __future__ import annotations
 
+import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 from changelake.capture.postgres.rows import Key, Table, Tables, Values
@@ -101,6 +110,15 @@ class Sink(Protocol):
         """Each table's durable frontier (None: closed)."""
         ...
 
+    def start_marker(self, database: str, slot: str) -> Path:
+        """Where the capture marks a start in progress (a file in the sink's own directory):
+        written before the slot is created, removed once `start` returned."""
+        ...
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove what an interrupted `start` left of `tables` (held() is empty after)."""
+        ...
+
     def fetch(self, table: Table, keys: set[Key] | None) -> Iterable[Values]:
         """The table's current rows of `keys` (None: all), typed as `types` reads them."""
         ...
@@ -110,6 +128,20 @@ class Sink(Protocol):
         """Make every table hold its `rows` and its frontier `upper`, durably, before
         returning (a table already at or beyond `lower` skips what it holds)."""
         ...
+
+
+def marker_name(database: str, slot: str) -> str:
+    """The start marker's file name: hidden, one per database and slot."""
+    return "." + re.sub(r"[^\w.-]", "_", f"postgres.{database}.{slot}") + ".starting"
+
+
+def _write_durably(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        f.write("a capture's initial snapshot is being taken: until every table holds it, a "
+                "restart takes it again\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class Capture:
@@ -128,6 +160,25 @@ class Capture:
                       for name in source.tables}
             self.report.tables = tuple(tables)
             self.sink.check(tables)
+            # Present from before the slot is created until every table holds its snapshot.
+            marker = self.sink.start_marker(source.database, o.slot)
+            if marker.exists():  # a start of these tables from this slot did not finish
+                if not o.create_slot:
+                    raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
+                                      "finish: run again with --create-slot to take it again")
+                self.sink.discard(tables)
+                if source.has_slot():
+                    source.drop_slot()
+            held = self.sink.held(tables)
+            if held and not source.has_slot():
+                # Checked before `open_slot` may create it: a new slot would start a gap.
+                raise SourceError(f"tables {', '.join(sorted(held))} already hold a "
+                                  f"capture, but replication slot {o.slot!r} does not exist "
+                                  "(dropped since their last run, or never theirs): a new "
+                                  "slot would leave a gap in their history; capture into new "
+                                  "tables with --create-slot, or name their slot")
+            if not held and o.create_slot and not source.has_slot():
+                _write_durably(marker)
             slot = source.open_slot(create=o.create_slot)
             existing = self.sink.held(tables)
             if slot.created:
@@ -136,6 +187,7 @@ class Capture:
                                       f"capture, and slot {o.slot!r} is new: their history "
                                       "would have a gap; drop them or reuse their slot")
                 self.sink.start(source, slot, tables)
+                marker.unlink(missing_ok=True)
             elif len(existing) != len(tables):
                 missing = sorted(set(tables) - set(existing))
                 raise SourceError(f"slot {o.slot!r} exists but tables {', '.join(missing)} "

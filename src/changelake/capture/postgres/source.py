@@ -157,6 +157,18 @@ class Source:
 
     # -- the slot ------------------------------------------------------------------------------
 
+    def has_slot(self) -> bool:
+        return bool(self._one("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                              (self.slot_name,)))
+
+    def drop_slot(self) -> None:
+        """Drop the slot: only for one whose start was interrupted (nothing taken from it)."""
+        try:
+            self._one("SELECT pg_drop_replication_slot(%s)", (self.slot_name,))
+        except psycopg2.Error as e:
+            raise SourceError(f"replication slot {self.slot_name!r} cannot be dropped: "
+                              f"{str(e).strip().splitlines()[0]}") from None
+
     def open_slot(self, *, create: bool) -> Slot:
         """The slot, created (with an exported snapshot) if asked and missing."""
         self.replication = connect(self.dsn, replication=True)
@@ -196,7 +208,11 @@ class Source:
                           "attnum > 0 AND NOT attisdropped ORDER BY attnum", (table,))
                 columns = tuple(r[0] for r in c.fetchall())
             schema, name = table.split(".", 1)
-            quoted = ", ".join(f'"{col}"::text' for col in columns)
+            # A value's text from its type's output function, as pgoutput sends it: `concat`
+            # calls it, where a cast to text need not (`true::text` is 'true', pgoutput's 't';
+            # char(n), inet, cidr, name differ too).
+            quoted = ", ".join(f'CASE WHEN "{col}" IS NULL THEN NULL ELSE concat("{col}") END'
+                               for col in columns)
             with conn.cursor(name="changelake_snapshot") as c:
                 c.itersize = batch
                 c.execute(f'SELECT {quoted} FROM "{schema}"."{name}"')

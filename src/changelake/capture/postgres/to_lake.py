@@ -30,16 +30,24 @@ first run is refused rather than snapshotted on its own.
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from changelake.capture.postgres.capture import Capture, CaptureOptions, CaptureReport, Rows
+from changelake.capture.postgres.capture import (
+    Capture,
+    CaptureOptions,
+    CaptureReport,
+    Rows,
+    marker_name,
+)
 from changelake.capture.postgres.rows import Key, Table, Values
-from changelake.capture.postgres.source import Slot, Source
+from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
 from changelake.lake.table import Table as LakeTable
 from changelake.values import NAN
@@ -100,6 +108,28 @@ class LakeSink:
 
     def fetch(self, table: Table, keys: set[Key] | None) -> list[Values]:
         return self._fetch(self.handles, table, keys)
+
+    def start_marker(self, database: str, slot: str) -> Path:
+        return self.lake.root / "capture" / marker_name(database, slot)
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove the lake tables of an interrupted start: the view (the commit point) goes
+        first; its files (the lock aside) are garbage after it. `start` leaves a table at
+        version 1 at most; a later one is not the start's, and is refused."""
+        for name in tables:
+            handle = self.lake.handle(name)
+            with handle.writer() as writer:
+                if writer.state is None:
+                    continue
+                if writer.state.version > 1:
+                    raise SourceError(f"lake table {name} holds more than an interrupted "
+                                      "initial snapshot; not discarding it")
+                self.spark.sql(f"DROP VIEW IF EXISTS {handle.ident.quoted}")
+                for leftover in handle.directory.iterdir():
+                    if leftover.is_dir():
+                        shutil.rmtree(leftover, ignore_errors=True)
+                    elif leftover.name != "_lock":
+                        leftover.unlink(missing_ok=True)
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:

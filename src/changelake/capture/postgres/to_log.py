@@ -48,7 +48,12 @@ from typing import Any
 import fastavro
 
 from changelake.capture.postgres.avro import from_plain, schema_for, to_python
-from changelake.capture.postgres.capture import CaptureOptions, CaptureReport, Rows
+from changelake.capture.postgres.capture import (
+    CaptureOptions,
+    CaptureReport,
+    Rows,
+    marker_name,
+)
 from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source
 from changelake.errors import ChangelakeError, InputError, ProtocolError
@@ -177,6 +182,23 @@ class LogSink:
                           table.columns, messages)
             self.current[name] = {tuple(r[i] for i in table.key): r for r in rows}
             self.uppers[name] = slot.consistent_point
+
+    def start_marker(self, database: str, slot: str) -> Path:
+        return self.directory / marker_name(database, slot)  # hidden: not a log
+
+    def discard(self, tables: dict[str, Table]) -> None:
+        """Remove the logs of an interrupted start: each holds its snapshot segment at most;
+        one holding more is not the start's, and is refused."""
+        for name in tables:
+            log = self.log(name)
+            segments = sorted(log.glob(f"*{SUFFIX}")) if log.is_dir() else []
+            if len(segments) > 1 or any(not p.name.startswith(f"{0:020d}-") for p in segments):
+                raise LogError(f"log {log} holds more than an interrupted initial snapshot; "
+                               "not discarding it")
+            for segment in segments:
+                segment.unlink()
+            if segments:
+                fsync_directory(log)
 
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
         for name, table in tables.items():
