@@ -17,23 +17,27 @@ before the last table's commit leaves some tables ahead of others: the restart r
 least frontier, and each table skips the transactions it already holds (`Tables.floor`). A
 crash after the commits and before the confirmation re-delivers transactions every table has:
 the source drops them. So the lake can always say, per database, up to which transaction every
-table is complete: the least of their frontiers (`consistent_frontier`).
+table is complete: the least of their frontiers (`consistent_frontier`). Every table records
+its database (`consistency.origin`) when it is created, so the lake knows which tables share
+the time domain, and a restart refuses tables of another database (`consistency.check_tables`).
 
 The initial snapshot (a new slot, `snapshot="initial"`) is committed at time 0 with frontier
 at the slot's consistent point, where streaming starts; `snapshot="never"` creates the tables
-empty from that point.
+empty from that point. The driver holds one batch of snapshot rows at a time
+(`snapshot_batch_rows`): each batch is staged as Parquet in the table's directory, and the
+staged whole is committed in one commit, so the table's frontier moves atomically; the stage is
+removed after.
 
-Limits of this version: a table's snapshot is held on the driver while it is committed (one
-commit, so that its frontier moves atomically), and a table added to the publication after the
-first run is refused rather than snapshotted on its own.
+Limits of this version: a table added to the publication after the first run is refused
+rather than snapshotted on its own.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import shutil
 import time
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -41,12 +45,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from changelake.capture.postgres.consistency import check_tables, origin
+from changelake.capture.postgres.consistency import (  # moved there; still importable here
+    consistent_frontier as consistent_frontier,
+)
 from changelake.capture.postgres.rows import Key, Table, Tables, Values
 from changelake.capture.postgres.source import Idle, Source, SourceError
 from changelake.capture.postgres.transactions import Transaction
 from changelake.capture.postgres.types import catalog
 from changelake.lake.catalog import Lake
 from changelake.lake.table import Table as LakeTable
+from changelake.lake.table import clear_dir
 from changelake.values import NAN
 
 
@@ -63,6 +72,7 @@ class CaptureOptions:
     batch_seconds: float = 2.0  # commit at least this often while transactions arrive
     batch_updates: int = 100_000  # or once a batch holds this many changes
     heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
+    snapshot_batch_rows: int = 10_000  # initial snapshot rows the driver holds at a time
 
 
 @dataclass
@@ -79,14 +89,6 @@ class CaptureReport:
 def spark_schema(table: Table) -> T.StructType:
     return T.StructType([T.StructField(c, t.spark, True)
                          for c, t in zip(table.columns, table.types, strict=True)])
-
-
-def consistent_frontier(lake: Lake, tables: Iterable[str]) -> int | None:
-    """The least committed frontier of `tables`: every transaction before it is in all of
-    them, so reading each AS OF a time below it gives one state of the database."""
-    uppers = [lake.table(t).state().upper for t in tables]
-    open_ = [u for u in uppers if u is not None]
-    return min(open_) if open_ else None
 
 
 def _from_spark(kind: T.DataType, value: object) -> object:
@@ -125,6 +127,8 @@ class LakeCapture:
             self.report.tables = tuple(tables)
             slot = source.open_slot(create=o.create_slot)
             existing = [n for n, h in handles.items() if h.load() is not None]
+            if not slot.created:
+                check_tables(source, {n: handles[n].load() for n in existing})
             if slot.created:
                 if existing:
                     raise SourceError(f"lake tables {', '.join(existing)} already hold a "
@@ -143,21 +147,40 @@ class LakeCapture:
 
     def _start(self, source: Source, slot, tables: dict[str, Table],
                handles: dict[str, LakeTable]) -> None:
+        since = 0 if self.options.snapshot == "initial" else slot.consistent_point
+        where = origin(source)
         for name, table in tables.items():
-            since = 0 if self.options.snapshot == "initial" else slot.consistent_point
             self.lake.create_table(name, spark_schema(table), key=table.key_columns,
-                                   since=since)
-            if self.options.snapshot != "initial":
-                continue
-            rows: list[Values] = []
-            for columns, batch in source.snapshot_rows(slot, name):
+                                   since=since, origin=where)
+            if self.options.snapshot == "initial":
+                self.report.snapshot_rows[name] = self._snapshot(source, slot, table,
+                                                                 handles[name])
+
+    def _snapshot(self, source: Source, slot, table: Table, handle: LakeTable) -> int:
+        """Commit the table's rows in the slot's snapshot at time 0, frontier the consistent
+        point, in one commit; the driver holds one batch at a time (see the module
+        docstring). Returns the number of rows."""
+        schema = spark_schema(table).add("_time", T.LongType(), False) \
+            .add("_diff", T.LongType(), False)
+        stage = handle.directory / "_snapshot_stage"
+        clear_dir(stage)  # left by a run that stopped while taking the snapshot
+        count = 0
+        try:
+            for columns, batch in source.snapshot_rows(slot, table.qualified,
+                                                       batch=self.options.snapshot_batch_rows):
                 order = [columns.index(c) for c in table.columns]
-                for raw in batch:
-                    rows.append(tuple(None if raw[i] is None else kind.read(raw[i])
-                                      for i, kind in zip(order, table.types, strict=True)))
-            updates = Counter(rows)
-            self._commit(handles[name], table, updates, 0, 0, slot.consistent_point)
-            self.report.snapshot_rows[name] = len(rows)
+                rows = [(*(None if raw[i] is None else kind.read(raw[i])
+                           for i, kind in zip(order, table.types, strict=True)), 0, 1)
+                        for raw in batch]
+                self.spark.createDataFrame(rows, schema).write.mode("append") \
+                    .parquet(str(stage))
+                count += len(rows)
+            staged = self.spark.read.schema(schema).parquet(str(stage)) if count else \
+                self.spark.createDataFrame([], schema)
+            handle.commit(staged, 0, slot.consistent_point)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return count
 
     # -- stream --------------------------------------------------------------------------------
 
