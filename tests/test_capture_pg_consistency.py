@@ -135,10 +135,12 @@ def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_pat
     # through the helper and through `snapshot` (what the CLI runs).
     times = sorted({r["_time"] for r in lake.table("public.ledger").updates().collect()})
     rng = seeded(5)
-    for at in sorted({0, *rng.sample(times, min(4, len(times))), frontier - 1}):
+    middle = rng.sample(times, min(2, len(times)))
+    for at in sorted({0, *middle, frontier - 1}):
         frames = database_as_of(lake, group.source, at)
         invariant([r.asDict() for r in frames["public.accounts"].collect()],
                   [r.asDict() for r in frames["public.ledger"].collect()], at)
+    for at in middle[:1]:
         invariant(list(commands.snapshot(lake, "public.accounts", as_of=at)),
                   list(commands.snapshot(lake, "public.ledger", as_of=at)), at)
 
@@ -225,7 +227,7 @@ def test_resume_refuses_tables_of_another_database(spark, pg_dsn: str, postgres,
         conn.commit()
         conn.close()
         with pytest.raises(SourceError, match=rf"lake table public.t was captured from "
-                                              rf"database 't_.*', not from '{other}'"):
+                           rf"database 't_[^']*' \(postgres:\d+:\d+\), not from '{other}'"):
             LakeCapture(lake, CaptureOptions(other_dsn, "p", "s2", until_idle=0.1)).run()
     finally:
         with admin.cursor() as c:
