@@ -7,6 +7,7 @@ snapshot staged in batches and committed at once."""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
@@ -20,6 +21,7 @@ import orjson
 import psycopg2
 import pytest
 from pyspark.sql import types as T
+from rich.console import Console
 
 import test_capture_pg_lake
 from changelake.capture.postgres import database_as_of
@@ -27,7 +29,7 @@ from changelake.capture.postgres.consistency import probe, redact_dsn
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
-from changelake.lake import commands
+from changelake.lake import commands, report
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin, TableState, read_manifest
 from changelake.lake.sources import ConsistencyError, find_source, sources
@@ -181,6 +183,9 @@ def test_status_says_unreachable_and_old_manifests_read(spark, tmp_path) -> None
     assert not slot.reachable and slot.error.startswith("unreachable: ")
     assert (line.database, line.frontier, line.frontier_lsn) == ("gone", [0], "0/0")
     assert json.loads(orjson.dumps(line.to_json()))["slots"][0]["reachable"] is False
+    printed = Console(file=io.StringIO(), width=200)
+    printed.print(report.sources_table(status.sources))
+    assert "unreachable" in printed.file.getvalue() and "postgres:1:2" in printed.file.getvalue()
 
     state = lake.table("public.t").state()
     assert TableState.from_json(state.to_json()) == state
@@ -320,6 +325,7 @@ def cli_rows(lake: list[str], table: str, at: int) -> list[dict]:
 AHEAD = """
 import sys
 from pyspark.sql import types as T
+from rich.console import Console
 from changelake.lake.commands import open_lake
 lake = open_lake(sys.argv[1], master="local[1]")
 ledger = lake.table("public.ledger")
