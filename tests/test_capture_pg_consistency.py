@@ -78,12 +78,13 @@ def current_lsn(dsn: str) -> int:
 
 def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_path) -> None:
     lake = Lake(spark, tmp_path / "lake")
-    writer = Transfers(bank, seed=11)
+    writer = Transfers(bank, seed=11, limit=300)  # bounded work, however slow the machine
     writer.start()
     try:
         # 7 rows a batch: the 20 accounts are staged in 3 batches, committed in one commit.
         first = LakeCapture(lake, CaptureOptions(bank, "bank", "db_slot", create_slot=True,
-                                                 max_txns=12, snapshot_batch_rows=7)).run()
+                                                 max_txns=12, until_idle=5,
+                                                 snapshot_batch_rows=7)).run()
     finally:
         writer.stop.set()
         writer.join()
@@ -344,10 +345,10 @@ def test_cli_snapshot_as_of_and_status(bank: str, tmp_path) -> None:
     lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
     capture = ["capture", "postgres", *lake, "--dsn", bank, "--publication", "bank",
                "--slot", "cli_slot"]
-    writer = Transfers(bank, seed=13, pause=0.05)
+    writer = Transfers(bank, seed=13, limit=60, pause=0.05)
     writer.start()
     try:
-        first = run(*capture, "--create-slot", "--max-txns", "8")
+        first = run(*capture, "--create-slot", "--max-txns", "8", "--until-idle", "5")
     finally:
         writer.stop.set()
         writer.join()
