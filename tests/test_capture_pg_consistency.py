@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -40,6 +41,23 @@ bank = test_capture_pg_lake.bank  # the fixture: accounts, ledger, publication b
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
 TABLES = ("public.accounts", "public.ledger")
+
+
+@pytest.fixture(autouse=True)
+def no_public_views(spark) -> Iterator[None]:
+    """Captured tables are named after their PostgreSQL schema (`public.*`) and the test run
+    shares one metastore, so another test's lake may have left a `public.accounts`: drop the
+    views under `public`, before and after (their lakes are temporary directories)."""
+
+    def drop() -> None:
+        if spark.catalog.databaseExists("public"):
+            for table in spark.catalog.listTables("public"):
+                if not table.isTemporary:
+                    spark.sql(f"DROP VIEW IF EXISTS `public`.`{table.name}`")
+
+    drop()
+    yield
+    drop()
 
 
 def invariant(accounts_rows: list[dict], ledger_rows: list[dict], where: object) -> None:
