@@ -663,7 +663,11 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 @user_errors
 def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
            fmt: str | None) -> None:
-    """Per table: frontier, since, rows, segments, files, bytes, last commit."""
+    """Per table: frontier, since, rows, segments, files, bytes, last commit. Per source
+    database of captured tables: its tables, their consistent frontier (time and LSN), and
+    its slot's lag, asked live ("unreachable" with the reason if it cannot be asked).
+
+    jsonl: a line per table (with "name"), then a line per source database (with "database")."""
     import orjson
     from rich.console import Console
 
@@ -672,14 +676,16 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        tables = commands.status(lake)
+        result = commands.lake_status(lake)
     finally:
         lake.spark.stop()
     if fmt == "jsonl":
-        for item in tables:
+        for item in [*result.tables, *result.sources]:
             sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
     else:
-        Console().print(report.status_table(tables))
+        Console().print(report.status_table(result.tables))
+        if result.sources:
+            Console().print(report.sources_table(result.sources))
 
 
 @main.command()

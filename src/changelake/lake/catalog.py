@@ -22,6 +22,7 @@ from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
+from changelake.lake.layout import Origin
 from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, Table
 
@@ -72,16 +73,19 @@ class Lake:
 
     def create_table(self, name: str | TableIdentifier, schema: StructType, *,
                      key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS, since: int = 0,
-                     scd2: bool = False, exist_ok: bool = False) -> Table:
-        """Create an empty table committed through `since` (its history starts there). Under
-        the table's writer lock, so two creations at once make one table."""
+                     scd2: bool = False, exist_ok: bool = False,
+                     origin: Origin | None = None) -> Table:
+        """Create an empty table committed through `since` (its history starts there), taken
+        from the source `origin` if it is captured. Under the table's writer lock, so two
+        creations at once make one table."""
         table = self.handle(name)
         with table.writer() as writer:
             if writer.state is not None:
                 if exist_ok:
                     return table
                 raise LakeError(f"table {table.name} already exists in lake {self.root}")
-            writer.create(schema, key=key, buckets=buckets, since=since, scd2=scd2)
+            writer.create(schema, key=key, buckets=buckets, since=since, scd2=scd2,
+                          origin=origin)
         return table
 
     def tables(self) -> list[str]:

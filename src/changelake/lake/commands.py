@@ -6,6 +6,7 @@ data; printing belongs to the CLI (`report.py` has rich renderers for it).
     snapshot(lake, table, as_of=...)                              -> Iterator[dict]
     compact(lake, table, since=...)                               -> CompactionResult
     status(lake)                                                  -> list[TableStatus]
+    lake_status(lake)                        -> LakeStatus: tables, and source databases
     metastore(lake, port=...)                                     -> exit status
 
 Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or converts it with
@@ -46,8 +47,9 @@ from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
-from changelake.lake.layout import SEGMENT
+from changelake.lake.layout import SEGMENT, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
+from changelake.lake.sources import DEFAULT_PROBE_SECONDS, SourceStatus, check_as_of, statuses
 from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, frontier_int
 from changelake.protocol import Antichain
@@ -248,12 +250,18 @@ def plain(value: Any) -> Any:
 def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = None,
              history: bool = False) -> Iterator[dict[str, Any]]:
     """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it),
-    AS OF a time, or (`history`) its SCD type 2 versions, as plain dicts, streamed."""
+    AS OF a time, or (`history`) its SCD type 2 versions, as plain dicts, streamed.
+
+    AS OF a captured table is refused beyond its source database's consistent frontier, where
+    the database's other tables are not yet (see `sources.py`)."""
     handle = lake.table(table)
     if history:
         frame = handle.history().orderBy(*handle.state().key, "valid_from")
+    elif as_of is None:
+        frame = handle.current()
     else:
-        frame = handle.current() if as_of is None else handle.as_of(as_of)
+        check_as_of(lake, handle.state(), as_of)
+        frame = handle.as_of(as_of)
     for row in frame.toLocalIterator():
         yield plain(row.asDict(recursive=True))
 
@@ -289,6 +297,7 @@ class TableStatus:
     version: int
     last_operation: str
     last_commit: str  # ISO 8601, UTC
+    source: str | None = None  # the source database's identity, for a captured table
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -296,10 +305,19 @@ class TableStatus:
         return asdict(self)
 
 
-def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True
-                 ) -> TableStatus:
-    handle = lake.table(name)
-    state = handle.state()
+@dataclass(frozen=True, slots=True)
+class LakeStatus:
+    """`changelake status`: per table, and per source database of captured tables."""
+
+    tables: list[TableStatus]
+    sources: list[SourceStatus]
+
+
+def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True,
+                 state: TableState | None = None) -> TableStatus:
+    """The table's status, from its committed `state` if the caller has just read it."""
+    handle = lake.table(name) if state is None else lake.handle(name)
+    state = state if state is not None else handle.state()
     files = sum(1 for fs in state.files for _ in (handle.directory / fs.path).glob("*.parquet"))
     rows = handle.current().count() if count_rows else -1
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
@@ -308,13 +326,25 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
         rows=rows, segments=sum(1 for f in state.files if f.kind == SEGMENT), files=files,
         bytes=sum(f.bytes for f in state.files), version=state.version,
         last_operation=state.operation, last_commit=when,
+        source=None if state.origin is None else state.origin.source,
     )
 
 
 def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:
     """Per table: frontier, since, rows (a count of the current state), segments, Parquet
     files, bytes, and the last commit."""
-    return [table_status(lake, name, count_rows=count_rows) for name in lake.tables()]
+    return lake_status(lake, count_rows=count_rows, live=False).tables
+
+
+def lake_status(lake: Lake, *, count_rows: bool = True, live: bool = True,
+                timeout: float = DEFAULT_PROBE_SECONDS) -> LakeStatus:
+    """`status`, and per source database of captured tables: its tables, their consistent
+    frontier, and (`live`) its slots' lag asked of the database, each within `timeout`
+    seconds (an unreachable database is reported, not an error). Each table's state is read
+    once, for both."""
+    states = [lake.handle(name).state() for name in lake.tables()]
+    tables = [table_status(lake, s.name, count_rows=count_rows, state=s) for s in states]
+    return LakeStatus(tables, statuses(states, live=live, timeout=timeout))
 
 
 # ------------------------------------------------------------------------------- metastore

@@ -20,6 +20,10 @@ its commit is never read, and the next run overwrites it.
 
 Times are the lake's integer times; a frontier is stored as an `Antichain` of at most one
 integer (the empty antichain: the feed is closed, every time is final).
+
+A table captured from a database also records its `Origin` in every manifest (set at creation,
+carried by every later version): which source database, and so which time domain, its times
+belong to. Manifests written before origins existed have none and read as before.
 """
 
 from __future__ import annotations
@@ -70,6 +74,24 @@ class SchemaVersion:
 
 
 @dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a captured table's history comes from. Tables with the same `source` share one time
+    domain (the source database's commit positions), so reading each of them AS OF one time
+    gives one state of that database (see `sources.py`).
+
+    `source` is the identity, stable while names change and distinct between servers (for
+    PostgreSQL: the server's system identifier and the database's OID); `name` is what people
+    call the source (the database name when the table was created); `details` are what a
+    reader needs to reach it again (slot, publication, a DSN without its password), as text.
+    """
+
+    kind: str
+    source: str
+    name: str
+    details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TableState:
     """A committed version of a table: everything a reader or writer needs to know."""
 
@@ -88,6 +110,7 @@ class TableState:
     committed_at: float = field(default_factory=time.time)
     detail: dict = field(default_factory=dict)
     format: int = FORMAT
+    origin: Origin | None = None  # captured tables only; kept by every later version
 
     @property
     def keyed(self) -> bool:
@@ -132,6 +155,8 @@ class TableState:
         raw["structs"] = tuple(raw["structs"])
         raw["versions"] = tuple(SchemaVersion(**v) for v in raw["versions"])
         raw["files"] = tuple(FileSet(**f) for f in raw["files"])
+        if raw.get("origin") is not None:  # absent in manifests written before origins
+            raw["origin"] = Origin(**raw["origin"])
         return cls(**raw)
 
 

@@ -16,6 +16,7 @@ from rich.table import Table as RichTable
 
 from changelake.lake.commands import IngestReport, TableStatus
 from changelake.lake.compact import CompactionResult
+from changelake.lake.sources import SlotStatus, SourceStatus
 from changelake.lake.table import ProgressFn
 
 
@@ -72,6 +73,27 @@ def status_table(statuses: Sequence[TableStatus]) -> RichTable:
         table.add_row(s.name, ",".join(s.key) or "-", str(s.frontier), str(s.since),
                       f"{s.rows:,}", str(s.segments), str(s.files), f"{s.bytes:,}",
                       str(s.version), f"{s.last_operation} {s.last_commit}")
+    return table
+
+
+def slot_text(slot: SlotStatus) -> str:
+    """One slot's state in words: its lag, or why it is not known."""
+    if slot.error is not None:
+        return f"{slot.slot}: {slot.error}"
+    if slot.lag_bytes is None:
+        return f"{slot.slot}: nothing confirmed yet (server at {slot.current})"
+    return (f"{slot.slot}: lag {slot.lag_bytes:,} bytes (confirmed {slot.confirmed}, server "
+            f"at {slot.current})")
+
+
+def sources_table(sources: Sequence[SourceStatus]) -> RichTable:
+    """Per source database: its tables, the consistent frontier (every table holds every
+    transaction before it), and its slots' lag."""
+    table = RichTable("source database", "identity", "tables", "consistent frontier", "lsn",
+                      "slots")
+    for s in sources:
+        table.add_row(s.database, s.source, "\n".join(s.tables), str(s.frontier),
+                      s.frontier_lsn or "-", "\n".join(slot_text(x) for x in s.slots) or "-")
     return table
 
 

@@ -38,6 +38,7 @@ from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import (
     SEGMENT,
     FileSet,
+    Origin,
     SchemaVersion,
     TableState,
     parquet_stats,
@@ -227,9 +228,10 @@ class TableWriter:
         return removed
 
     def create(self, schema: StructType, *, key: Sequence[str] = (),
-               buckets: int = DEFAULT_BUCKETS, since: int = 0, scd2: bool = False
-               ) -> TableState:
-        """Create the table, empty and committed through `since` (its history starts there)."""
+               buckets: int = DEFAULT_BUCKETS, since: int = 0, scd2: bool = False,
+               origin: Origin | None = None) -> TableState:
+        """Create the table, empty and committed through `since` (its history starts there);
+        `origin` is the source database a capture takes it from (kept by every version)."""
         if self.state is not None:
             raise LakeError(f"table {self.name} already exists")
         for column in key:
@@ -244,6 +246,7 @@ class TableWriter:
             name=self.name, version=0, key=tuple(key), buckets=buckets, since=since,
             frontier=(since,), versions=(SchemaVersion(since, struct_json(logical)),),
             structs=(), bucket_columns=tuple(key) or tuple(logical.fieldNames()), scd2=scd2,
+            origin=origin,
         )
         self.publish(state)
         return state

@@ -74,6 +74,7 @@ class CaptureOptions:
     batch_seconds: float = 2.0  # commit at least this often while transactions arrive
     batch_updates: int = 100_000  # or once a batch holds this many changes
     heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
+    snapshot_batch_rows: int = 10_000  # initial snapshot rows the driver holds at a time
 
 
 @dataclass
@@ -104,6 +105,11 @@ class Sink(Protocol):
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
         """A new slot: create the tables, with the snapshot at time 0 (or empty) and the
         frontier at the slot's consistent point."""
+        ...
+
+    def check_resume(self, source: Source, held: set[str]) -> None:
+        """Refuse, on a restart from an existing slot, held tables that cannot continue from
+        this database's slot (captured from another database, say)."""
         ...
 
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
@@ -188,7 +194,9 @@ class Capture:
                                       "would have a gap; drop them or reuse their slot")
                 self.sink.start(source, slot, tables)
                 marker.unlink(missing_ok=True)
-            elif len(existing) != len(tables):
+            else:
+                self.sink.check_resume(source, existing)
+            if not slot.created and len(existing) != len(tables):
                 missing = sorted(set(tables) - set(existing))
                 raise SourceError(f"slot {o.slot!r} exists but tables {', '.join(missing)} "
                                   "hold no capture: their snapshot cannot be taken from an "

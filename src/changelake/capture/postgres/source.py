@@ -67,6 +67,17 @@ class Slot:
     snapshot: str | None
 
 
+def redact_dsn(dsn: str) -> str:
+    """`dsn` (key/value or URI form) as key/value text without its password: what the lake
+    may keep in a manifest (the password comes from the environment or `.pgpass` again)."""
+    try:
+        params = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError as error:
+        raise SourceError(f"the DSN is not a libpq connection string: {error}") from None
+    params.pop("password", None)
+    return psycopg2.extensions.make_dsn(**params)
+
+
 def _options() -> str:
     return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
 
@@ -77,7 +88,11 @@ def connect(dsn: str, *, replication: bool = False) -> psycopg2.extensions.conne
     try:
         conn = psycopg2.connect(dsn, options=_options(), connection_factory=factory)
     except psycopg2.OperationalError as e:
-        raise SourceError(f"cannot connect to PostgreSQL ({dsn}): "
+        try:
+            shown = redact_dsn(dsn)
+        except SourceError:
+            shown = "a DSN libpq cannot parse"
+        raise SourceError(f"cannot connect to PostgreSQL ({shown}): "
                           f"{str(e).strip().splitlines()[0]}") from None
     if not replication:
         conn.autocommit = True

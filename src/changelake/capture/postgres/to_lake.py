@@ -16,15 +16,20 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
   tables of a batch and not others costs nothing on the restart. So the lake can always say,
   per database, up to which transaction every table is complete: the least of their
   frontiers (`consistent_frontier`).
+* `check_resume` refuses, on a restart, tables captured from another database (each table
+  records its database, `consistency.origin`, when it is created: the lake knows which tables
+  share the time domain) and tables whose snapshot never committed.
 * `fetch` reads a key's previous row (deletes and updates without before-images, unchanged
   TOAST values) from the lake table's current state.
 * `start` (a new slot) commits the initial snapshot (`snapshot="initial"`) at time 0 with
   frontier at the slot's consistent point, where streaming starts; `snapshot="never"` creates
-  the tables empty from that point.
+  the tables empty from that point. The driver holds one batch of snapshot rows at a time
+  (`snapshot_batch_rows`): each batch is staged as Parquet in the table's directory, and the
+  staged whole is consolidated and committed in one commit, so the table's frontier moves
+  atomically; the stage is removed after.
 
-Limits of this version: a table's snapshot is held on the driver while it is committed (one
-commit, so that its frontier moves atomically), and a table added to the publication after the
-first run is refused rather than snapshotted on its own.
+Limits of this version: a table added to the publication after the first run is refused
+rather than snapshotted on its own.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -46,24 +50,21 @@ from changelake.capture.postgres.capture import (
     Rows,
     marker_name,
 )
+from changelake.capture.postgres.consistency import check_tables, origin
+from changelake.capture.postgres.consistency import (  # moved there; still importable here
+    consistent_frontier as consistent_frontier,
+)
 from changelake.capture.postgres.rows import Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
 from changelake.lake.table import Table as LakeTable
+from changelake.lake.table import clear_dir
 from changelake.values import NAN
 
 
 def spark_schema(table: Table) -> T.StructType:
     return T.StructType([T.StructField(c, t.spark, True)
                          for c, t in zip(table.columns, table.types, strict=True)])
-
-
-def consistent_frontier(lake: Lake, tables: Iterable[str]) -> int | None:
-    """The least committed frontier of `tables`: every transaction before it is in all of
-    them, so reading each AS OF a time below it gives one state of the database."""
-    uppers = [lake.table(t).state().upper for t in tables]
-    open_ = [u for u in uppers if u is not None]
-    return min(open_) if open_ else None
 
 
 def _from_spark(kind: T.DataType, value: object) -> object:
@@ -103,6 +104,9 @@ class LakeSink:
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
         self._start(source, slot, tables, self.handles)
 
+    def check_resume(self, source: Source, held: set[str]) -> None:
+        check_tables(source, {name: self.handles[name].load() for name in held})
+
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
         return {name: self.handles[name].state().upper for name in tables}
 
@@ -141,26 +145,44 @@ class LakeSink:
 
     def _start(self, source: Source, slot, tables: dict[str, Table],
                handles: dict[str, LakeTable]) -> None:
+        since = 0 if self.options.snapshot == "initial" else slot.consistent_point
+        where = origin(source)
         for name, table in tables.items():
-            since = 0 if self.options.snapshot == "initial" else slot.consistent_point
             self.lake.create_table(name, spark_schema(table), key=table.key_columns,
-                                   since=since)
-            if self.options.snapshot != "initial":
-                continue
-            rows: list[Values] = []
-            for columns, batch in source.snapshot_rows(slot, name):
-                order = [columns.index(c) for c in table.columns]
-                for raw in batch:
-                    rows.append(tuple(None if raw[i] is None else kind.read(raw[i])
-                                      for i, kind in zip(order, table.types, strict=True)))
-            updates = Counter(rows)
-            self._commit(handles[name], table, updates, 0, 0, slot.consistent_point)
-            self.report.snapshot_rows[name] = len(rows)
+                                   since=since, origin=where)
+            if self.options.snapshot == "initial":
+                self.report.snapshot_rows[name] = self._snapshot(source, slot, table,
+                                                                 handles[name])
 
-    def _commit(self, handle: LakeTable, table: Table, updates: Counter[Values], at: int,
-                lower: int, upper: int) -> None:
-        self._commit_rows(handle, table, Counter({(r, at): d for r, d in updates.items()}),
-                          lower, upper)
+    def _snapshot(self, source: Source, slot, table: Table, handle: LakeTable) -> int:
+        """Commit the table's rows in the slot's snapshot at time 0, frontier the consistent
+        point, in one commit; the driver holds one batch at a time (see the module
+        docstring). Returns the number of rows."""
+        schema = spark_schema(table).add("_time", T.LongType(), False) \
+            .add("_diff", T.LongType(), False)
+        stage = handle.directory / "_snapshot_stage"
+        clear_dir(stage)  # left by a run that stopped while taking the snapshot
+        count = 0
+        try:
+            for columns, batch in source.snapshot_rows(slot, table.qualified,
+                                                       batch=self.options.snapshot_batch_rows):
+                order = [columns.index(c) for c in table.columns]
+                rows = [(*(None if raw[i] is None else kind.read(raw[i])
+                           for i, kind in zip(order, table.types, strict=True)), 0, 1)
+                        for raw in batch]
+                self.spark.createDataFrame(rows, schema).write.mode("append") \
+                    .parquet(str(stage))
+                count += len(rows)
+            staged = self.spark.read.schema(schema).parquet(str(stage)) if count else \
+                self.spark.createDataFrame([], schema)
+            # Identical rows (a table keyed by REPLICA IDENTITY FULL) are one update.
+            staged = staged.groupBy(*(F.col(f"`{c.replace('`', '``')}`")
+                                      for c in table.columns), "_time").agg(
+                F.sum("_diff").alias("_diff"))
+            handle.commit(staged, 0, slot.consistent_point)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
+        return count
 
     def _commit_rows(self, handle: LakeTable, table: Table,
                      rows: Counter[tuple[Values, int]], lower: int, upper: int) -> None:

@@ -200,6 +200,9 @@ class LogSink:
             if segments:
                 fsync_directory(log)
 
+    def check_resume(self, source: Source, held: set[str]) -> None:
+        pass  # a log records no origin; `start_marker` covers an interrupted start
+
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
         for name, table in tables.items():
             if name not in self.uppers:
