@@ -122,10 +122,24 @@ class Source:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        for conn in (self.replication, self.conn):
-            if conn is not None and not conn.closed:
-                conn.close()
+    def close(self, *, release_timeout: float = 10.0) -> None:
+        """Close both connections; once the replication one was open, wait (up to
+        `release_timeout`) until the server's walsender has let go of the slot, so that the
+        next run, started at once, finds it free instead of "active for PID ..."."""
+        replicated = self.replication is not None and not self.replication.closed
+        if replicated:
+            self.replication.close()  # type: ignore[union-attr]
+        if replicated and not self.conn.closed:
+            deadline = time.monotonic() + release_timeout
+            try:
+                while time.monotonic() < deadline and self._one(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                        (self.slot_name,)) == (True,):
+                    time.sleep(0.05)
+            except psycopg2.Error:
+                pass  # closing: the next run's own error will say what is wrong
+        if not self.conn.closed:
+            self.conn.close()
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         with self.conn.cursor() as c:
