@@ -96,3 +96,20 @@ def pg_dsn(postgres: object, request: pytest.FixtureRequest) -> Iterator[str]:
                     "WHERE database = %s AND NOT active", (name,))
         cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     admin.close()
+
+
+@pytest.fixture
+def no_public_views(spark) -> Iterator[None]:
+    """Captured tables are named after their PostgreSQL schema (`public.*`) and the test run
+    shares one metastore, so another test's lake may have left a `public.accounts`: drop the
+    views under `public`, before and after (their lakes are temporary directories)."""
+
+    def drop() -> None:
+        if spark.catalog.databaseExists("public"):
+            for table in spark.catalog.listTables("public"):
+                if not table.isTemporary:
+                    spark.sql(f"DROP VIEW IF EXISTS `public`.`{table.name}`")
+
+    drop()
+    yield
+    drop()

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
@@ -43,21 +42,7 @@ CLI = [str(Path(sys.executable).parent / "changelake")]
 TABLES = ("public.accounts", "public.ledger")
 
 
-@pytest.fixture(autouse=True)
-def no_public_views(spark) -> Iterator[None]:
-    """Captured tables are named after their PostgreSQL schema (`public.*`) and the test run
-    shares one metastore, so another test's lake may have left a `public.accounts`: drop the
-    views under `public`, before and after (their lakes are temporary directories)."""
-
-    def drop() -> None:
-        if spark.catalog.databaseExists("public"):
-            for table in spark.catalog.listTables("public"):
-                if not table.isTemporary:
-                    spark.sql(f"DROP VIEW IF EXISTS `public`.`{table.name}`")
-
-    drop()
-    yield
-    drop()
+pytestmark = pytest.mark.usefixtures("no_public_views")
 
 
 def invariant(accounts_rows: list[dict], ledger_rows: list[dict], where: object) -> None:

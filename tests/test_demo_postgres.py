@@ -12,6 +12,7 @@ from changelake.demo.postgres import capture_in_process, check, run_postgres_cap
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_public_views")
 def test_postgres_demo_checks_pass_and_can_fail(spark, pg_dsn: str, tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     demo = run_postgres_capture(pg_dsn, lake, capture_in_process(spark), seed=3,

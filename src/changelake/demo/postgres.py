@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg2
+import psycopg2.extensions
 
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.errors import ChangelakeError
@@ -392,13 +393,14 @@ def _database_rows(dsn: str, lake: Any, name: str) -> tuple[Counter, Counter]:
     return database, captured
 
 
-def bank_invariant(lake: Any, at: int) -> bool:
-    """Total balance unchanged and each account's balance the sum of its ledger rows, in the
-    lake AS OF `at`: true only of a state that is one transaction's state of both tables."""
+def bank_invariant(state: dict[str, Any]) -> bool:
+    """Total balance unchanged and each account's balance the sum of its ledger rows, in one
+    AS OF state of the database's tables (`database_as_of`): true only of a state that is one
+    transaction's state of both tables."""
     from pyspark.sql import functions as F
 
-    accounts = {r["id"]: r["balance"] for r in lake.table("public.accounts").as_of(at).collect()}
-    sums = {r["account"]: r["total"] for r in lake.table("public.ledger").as_of(at)
+    accounts = {r["id"]: r["balance"] for r in state["public.accounts"].collect()}
+    sums = {r["account"]: r["total"] for r in state["public.ledger"]
             .groupBy("account").agg(F.sum("amount").alias("total")).collect()}
     return (len(accounts) == ACCOUNTS and sum(accounts.values()) == OPENING * ACCOUNTS
             and all(sums.get(a) == balance for a, balance in accounts.items()))
@@ -408,7 +410,8 @@ def check(spark: Any, dsn: str, lake_dir: Path, *, times: int = 6, seed: int = 0
           ) -> list[Check]:
     """The demo's checks (see the module docstring), on `spark`, whose metastore is the
     lake's."""
-    from changelake.capture.postgres.to_lake import consistent_frontier
+    from changelake.capture.postgres import database_as_of
+    from changelake.capture.postgres.consistency import consistent_frontier
     from changelake.lake.catalog import Lake
 
     lake = Lake(spark, lake_dir)
@@ -428,7 +431,8 @@ def check(spark: Any, dsn: str, lake_dir: Path, *, times: int = 6, seed: int = 0
     rng = random.Random(seed)
     picked = sorted({committed[0], committed[-1],
                      *rng.sample(committed, min(times - 2, len(committed)))})
-    held = [at for at in picked if bank_invariant(lake, at)]
+    database = psycopg2.extensions.parse_dsn(dsn)["dbname"]
+    held = [at for at in picked if bank_invariant(database_as_of(lake, database, at))]
     checks.append(Check(f"the bank's invariant holds across accounts and ledger AS OF "
                         f"{len(picked)} times up to the consistent frontier",
                         held == picked))
