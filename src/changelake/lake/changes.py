@@ -24,6 +24,11 @@ Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed 
   before T: as a collection whose history starts at T, that is true, so any reader (and an
   `ingest` into an empty table) takes it, and accumulating it gives `state(t)` for every t
   in `[T, U)`. This works from any T in `[S, F)`, compacted or not.
+* The updates are the table's committed updates (a keyed table's are consistent, each new
+  version retracting the one before, when its commits were, as `ingest`'s are), on the table's
+  current columns (a column added later is null in earlier rows, as every read shows them).
+  Columns of logical types (decimal, date, timestamps) and structs are refused, naming the
+  column, before anything is written: the Materialize CDC writers carry primitives and arrays.
 * Progress: statements tile `[lower, U)` (or `[lower, end of time)` when closed) with the
   exact number of distinct updates at each time, so a reader reports frontier U (or `[]`).
 
@@ -46,9 +51,10 @@ from typing import IO, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.types import StructType
 
-from changelake.errors import LakeError
+from changelake.errors import LakeError, SchemaError
 from changelake.formats.avro_values import python_to_plain
 from changelake.formats.materialize import CdcSchema
 from changelake.lake.layout import SEGMENT
@@ -123,16 +129,34 @@ def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
     return state.unionByName(changed.select(*columns, "_time", "_diff"))
 
 
+_PLAIN_TYPES = (T.BooleanType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+                T.DoubleType, T.StringType, T.BinaryType)
+
+
+def _check_type(kind: T.DataType, where: str) -> None:
+    """The column types the CDC writers carry as they are (`encode`'s): Avro primitives and
+    arrays of them. Logical types (decimal, date, timestamps) and structs are refused before
+    anything is written: the writers have no conversion for them yet."""
+    if isinstance(kind, T.ArrayType):
+        _check_type(kind.elementType, where)
+    elif not isinstance(kind, _PLAIN_TYPES):
+        raise SchemaError(f"{where}: type {kind.simpleString()} cannot be written as "
+                          "Materialize CDC yet (boolean, integers, float, double, string, "
+                          "binary and arrays of them can)")
+
+
 def cdc_schema_of(table: Table) -> CdcSchema:
     """The Materialize CDC schema of the table's rows: every column nullable, each Spark type
     as the capture's Avro mapping has it (see `capture/postgres/avro.py`)."""
     from changelake.capture.postgres.avro import avro_type
 
     schema: StructType = table.schema
-    return CdcSchema.for_fields([
-        {"name": f.name, "type": ["null", avro_type(f.dataType,
-                                                   f"table {table.name}, column {f.name}")]}
-        for f in schema.fields])
+    fields = []
+    for f in schema.fields:
+        where = f"table {table.name}, column {f.name}"
+        _check_type(f.dataType, where)
+        fields.append({"name": f.name, "type": ["null", avro_type(f.dataType, where)]})
+    return CdcSchema.for_fields(fields)
 
 
 def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAULT_BATCH
@@ -224,6 +248,7 @@ def write_changes(table: Table, out: IO[bytes], *, since: int, until: int | None
     from changelake.protocol import Reader
 
     plan = plan_changes(table, since, until, snapshot=snapshot)
+    schema = cdc_schema_of(table)  # unsupported column types: refused before any output
     messages = change_messages(table, plan, batch_size=batch_size)
     frontier = Antichain() if plan.until is None else Antichain([plan.until])
     if history:
@@ -231,5 +256,5 @@ def write_changes(table: Table, out: IO[bytes], *, since: int, until: int | None
             raise LakeError("--history prints decoded lines; it does not go with --avro")
         report = decode_messages(Reader(Antichain([plan.lower])), messages, out)
         return ChangesReport(plan, report.updates, "update line(s)", report.frontier.to_json())
-    count = write_messages(messages, cdc_schema_of(table), avro=avro, out=out)
+    count = write_messages(messages, schema, avro=avro, out=out)
     return ChangesReport(plan, count, "message(s)", frontier.to_json())
