@@ -22,7 +22,7 @@ from pyspark.sql.types import DateType, LongType, StructField, StructType
 
 from changelake.errors import LakeError, SchemaError
 from changelake.lake import Lake, Table
-from changelake.lake.changes import write_changes
+from changelake.lake.changes import cdc_schema_of, write_changes
 from changelake.lake.commands import ingest
 from changelake.lake.compact import compact
 from changelake.local import decode_local
@@ -127,10 +127,12 @@ def test_changes_of_a_compacted_keyed_table(spark, lake, tmp_path):
                         if "array" not in m]
             assert len(progress) > 2  # the statements tile [7, 10)
             assert progress[0]["lower"] == [7] and progress[-1]["upper"] == [10]
-            # --history prints what `decode --since 7` prints of the messages, byte for byte
+            # --history prints what `decode --since 7 --schema` prints of the messages, byte
+            # for byte (the table's column order; without a schema decode sorts the names)
             printed, decoded_file = io.BytesIO(), io.BytesIO()
             write_changes(table, printed, since=7, until=10, batch_size=3, history=True)
-            decode_local([str(path)], decoded_file, since=Antichain([7]))
+            decode_local([str(path)], decoded_file, since=Antichain([7]),
+                         schema=cdc_schema_of(table))
             assert printed.getvalue() == decoded_file.getvalue()
 
     # --snapshot at the table's since: the state there at one time, then the changes; from 0
