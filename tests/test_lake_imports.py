@@ -9,7 +9,7 @@ from pathlib import Path
 import changelake.lake
 
 LAKE = Path(changelake.lake.__file__).parent
-ORDER = ["identifier", "layout", "schema", "sql", "scd2", "commit", "table", "compact",
+ORDER = ["identifier", "layout", "schema", "sql", "scd2", "commit", "table", "compact", "changes",
          "catalog", "sources", "metastore", "commands", "report"]
 
 

@@ -658,6 +658,45 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 
 @main.command()
 @lake_options
+@click.option("--table", required=True)
+@click.option("--since", type=click.IntRange(min=0), required=True,
+              help="The first time of the stream (not before the table's `since`).")
+@click.option("--until", type=click.IntRange(min=0), default=None,
+              help="The stream ends before this time (default: the table's frontier; a "
+                   "closed table's stream closes).")
+@click.option("--snapshot", is_flag=True,
+              help="Start with the table's state at --since as updates at that time "
+                   "(progress from 0), then the changes after it.")
+@click.option("--avro", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write an Avro object container file here instead of JSON lines.")
+@click.option("--history", is_flag=True,
+              help="Print the history decoded, as `decode` prints it, instead of messages.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True)
+@user_errors
+def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+            table: str, since: int, until: int | None, snapshot: bool, avro: Path | None,
+            history: bool, batch_size: int) -> None:
+    """Print a lake table's changes in [--since, --until) as Materialize CDC messages (JSON
+    lines like `encode`'s, or --avro FILE) with exact progress statements: a change feed."""
+    if history and avro is not None:
+        raise click.UsageError("--history prints decoded lines; it does not go with --avro")
+    from changelake.lake.changes import write_changes
+
+    ident, _ = _table_and_key(table)
+    since = _time(since, "--since")
+    until = _time(until, "--until")
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        result = write_changes(lake.table(ident), sys.stdout.buffer, since=since,
+                               until=until, snapshot=snapshot, avro=avro, history=history,
+                               batch_size=batch_size)
+    finally:
+        lake.spark.stop()
+    click.echo(result.line(), err=True)
+
+
+@main.command()
+@lake_options
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
 @user_errors

@@ -3,10 +3,10 @@
 Layers, each importing only those above it: `identifier` (names, checked once), `layout`
 (files and manifests) and `schema` (evolution) are values; `sql` and `scd2` turn a manifest
 into the SQL of its views; `commit` is the one commit path (manifest, views, garbage
-collection) and the writer lock; `table` and `compact` are the operations; `catalog` ties a
-lake directory to a metastore; `sources` groups captured tables by their source database (one
-time domain, one consistent frontier); `commands` are what the CLI runs, and `report` renders
-them.
+collection) and the writer lock; `table` and `compact` are the operations, and `changes` reads
+a table out as a CDCv2 stream (its change feed); `catalog` ties a lake directory to a metastore;
+`sources` groups captured tables by their source database (one time domain, one consistent
+frontier); `commands` are what the CLI runs, and `report` renders them.
 """
 
 from changelake.lake.catalog import Lake, lake_session

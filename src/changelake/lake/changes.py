@@ -1,0 +1,260 @@
+"""`changelake changes`: a lake table's history as a CDCv2 stream (its change data feed).
+
+The lake becomes a change source for the next system: the table's updates in a time interval
+`[since, until)`, consolidated, as Materialize CDC messages (update batches, then progress
+statements with exact counts), which `decode`, `ingest` or Materialize itself read back.
+
+Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed frontier):
+
+* The stream covers exactly the times in `[T, U)`. U defaults to F (a closed table: the end of
+  time, and the stream closes with `upper = []`). U beyond F is an error naming F: those times
+  are not final yet. U < T is an error.
+* T < S is an error: compaction folded the history before S into S, so the changes at earlier
+  times no longer exist (as Delta refuses a change feed from vacuumed versions).
+* Plain changes (the default, what a Delta change data feed from a version gives): the updates
+  at the times of `[T, U)`, consolidated (one diff per `(row, time)`, never zero), exactly as
+  they were committed. The first progress statement's `lower` is `[T]`: the stream says nothing
+  about earlier times, so a reader starts at `since = T` (`decode --since T`); for T = 0 that is
+  any reader. Accumulating the stream gives `state(t) - state(T - 1)` for t in `[T, U)`.
+  When T = S and the table has been compacted, the updates at S hold the folded history, not
+  the changes at S: refused, naming `--snapshot` and `--since S+1`.
+* `snapshot=True` (`--snapshot`, what Materialize's `SUBSCRIBE ... AS OF T` gives): the state
+  at T as updates at time T (each row with its multiplicity as its diff), then the exact
+  changes at times in `(T, U)`. The progress statements start at `[0]` and count nothing
+  before T: as a collection whose history starts at T, that is true, so any reader (and an
+  `ingest` into an empty table) takes it, and accumulating it gives `state(t)` for every t
+  in `[T, U)`. This works from any T in `[S, F)`, compacted or not.
+* The updates are the table's committed updates (a keyed table's are consistent, each new
+  version retracting the one before, when its commits were, as `ingest`'s are), on the table's
+  current columns (a column added later is null in earlier rows, as every read shows them).
+  Columns of logical types (decimal, date, timestamps) and structs are refused, naming the
+  column, before anything is written: the Materialize CDC writers carry primitives and arrays.
+* Progress: statements tile `[lower, U)` (or `[lower, end of time)` when closed) with the
+  exact number of distinct updates at each time, so a reader reports frontier U (or `[]`).
+
+Where the work happens: Spark reads the retained files (`Table.updates()`, or the merge-on-read
+state at T), filters the interval, consolidates (a group by row and time in the JVM) and counts
+the updates per time (also in the JVM; only one row per distinct time reaches the driver). The
+updates then stream to the driver in time order through `toLocalIterator`, which holds one
+partition of the sorted result at a time; the driver keeps one batch (`batch_size` updates)
+and the per-time counts, so its memory is bounded by the largest partition plus the counts,
+not by the table. Each progress statement is checked against the counts the JVM made: a
+statement never claims what was not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.types import StructType
+
+from changelake.errors import LakeError, SchemaError
+from changelake.formats.avro_values import python_to_plain
+from changelake.formats.materialize import CdcSchema
+from changelake.lake.layout import SEGMENT
+from changelake.lake.table import Table
+from changelake.protocol import Antichain, Message, Progress, Updates
+from changelake.values import freeze
+
+DEFAULT_BATCH = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesPlan:
+    """The interval a `changes` run covers, checked against the table's state."""
+
+    table: str
+    since: int  # T
+    until: int | None  # U; None: to the end of time (a closed table)
+    lower: int  # the first progress statement's lower: T, or 0 with a snapshot
+    snapshot: bool
+    table_since: int
+    table_frontier: int | None
+
+
+def plan_changes(table: Table, since: int, until: int | None = None, *,
+                 snapshot: bool = False) -> ChangesPlan:
+    """Check `[since, until)` against the table (see the module docstring for the rules)."""
+    state = table.state()
+    name, s, f = table.name, state.since, state.upper
+    where = "closed" if f is None else f"[{f}]"
+    if since < 0 or (until is not None and until < 0):
+        raise LakeError(f"table {name}: times are not negative")
+    if since < s:
+        raise LakeError(f"table {name}: --since {since} is before the table's since ({s}): "
+                        f"compaction folded the history before {s} into {s}, so the changes "
+                        f"at earlier times are gone; use --since {s} or later")
+    if until is None:
+        until = f
+    elif f is not None and until > f:
+        raise LakeError(f"table {name}: --until {until} is beyond the table's frontier "
+                        f"({where}): times from {f} on are not final yet")
+    if until is not None and until < since:
+        raise LakeError(f"table {name}: --until {until} is before --since {since}")
+    if snapshot:
+        if until is not None and until <= since:
+            raise LakeError(f"table {name}: --snapshot at {since} needs --until after it "
+                            f"(got {until}): the snapshot's updates are at time {since}")
+        if f is not None and since >= f:
+            raise LakeError(f"table {name}: --snapshot at {since} needs a final state there, "
+                            f"but the table's frontier is {where}")
+    elif since == s and any(fs.kind != SEGMENT for fs in state.files):
+        raise LakeError(f"table {name}: the updates at time {s} (the table's since) hold the "
+                        f"history compaction folded into it, not the changes at {s}: use "
+                        f"--snapshot (the state at {s}, then the changes) or --since {s + 1}")
+    return ChangesPlan(name, since, until, 0 if snapshot else since, snapshot, s, f)
+
+
+def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
+    """The consolidated updates of the plan, as the table's columns plus `_time`, `_diff`."""
+    columns = [F.col(f"`{c}`") for c in table.schema.fieldNames()]
+    updates = table.updates()
+    first = plan.since + 1 if plan.snapshot else plan.since
+    cond = F.col("_time") >= first
+    if plan.until is not None:
+        cond = cond & (F.col("_time") < plan.until)
+    changed = (updates.where(cond).groupBy(*columns, "_time")
+               .agg(F.sum("_diff").alias("_diff")).where(F.col("_diff") != 0))
+    if not plan.snapshot:
+        return changed
+    state = (table.as_of(plan.since).groupBy(*columns)
+             .agg(F.count(F.lit(1)).alias("_diff"))
+             .select(*columns, F.lit(plan.since).cast("long").alias("_time"), "_diff"))
+    return state.unionByName(changed.select(*columns, "_time", "_diff"))
+
+
+_PLAIN_TYPES = (T.BooleanType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+                T.DoubleType, T.StringType, T.BinaryType)
+
+
+def _check_type(kind: T.DataType, where: str) -> None:
+    """The column types the CDC writers carry as they are (`encode`'s): Avro primitives and
+    arrays of them. Logical types (decimal, date, timestamps) and structs are refused before
+    anything is written: the writers have no conversion for them yet."""
+    if isinstance(kind, T.ArrayType):
+        _check_type(kind.elementType, where)
+    elif not isinstance(kind, _PLAIN_TYPES):
+        raise SchemaError(f"{where}: type {kind.simpleString()} cannot be written as "
+                          "Materialize CDC yet (boolean, integers, float, double, string, "
+                          "binary and arrays of them can)")
+
+
+def cdc_schema_of(table: Table) -> CdcSchema:
+    """The Materialize CDC schema of the table's rows: every column nullable, each Spark type
+    as the capture's Avro mapping has it (see `capture/postgres/avro.py`)."""
+    from changelake.capture.postgres.avro import avro_type
+
+    schema: StructType = table.schema
+    fields = []
+    for f in schema.fields:
+        where = f"table {table.name}, column {f.name}"
+        _check_type(f.dataType, where)
+        fields.append({"name": f.name, "type": ["null", avro_type(f.dataType, where)]})
+    return CdcSchema.for_fields(fields)
+
+
+def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAULT_BATCH
+                    ) -> Iterator[Message]:
+    """The plan's CDCv2 messages, streamed: update batches in time order and, whenever at least
+    `batch_size` updates were sent since the last one, a progress statement up to the next
+    time; the last statement ends at `until` (or closes the stream)."""
+    if batch_size < 1:
+        raise LakeError("batch_size must be at least 1")
+    frame = changes_frame(table, plan)
+    names = table.schema.fieldNames()
+    frame.cache()
+    try:
+        expected = {row["_time"]: row["count"]
+                    for row in frame.groupBy("_time").count().collect()}
+        ordered = frame.orderBy("_time")
+        lower = plan.lower
+        batch: list[tuple[Any, int, int]] = []
+        counts: dict[int, int] = {}
+        sent = 0
+
+        def progress(upper: int | None) -> Progress:
+            for time, count in counts.items():
+                if expected.get(time) != count:
+                    raise LakeError(f"table {plan.table}: {count} update(s) at time {time} "
+                                    f"were read but the table counts {expected.get(time)}; "
+                                    "its files changed during the read")
+            return Progress(Antichain([lower]),
+                            Antichain() if upper is None else Antichain([upper]),
+                            tuple(sorted(counts.items())))
+
+        for row in ordered.toLocalIterator():
+            time = row["_time"]
+            if sent >= batch_size and time not in counts:
+                if batch:
+                    yield Updates(batch)
+                    batch = []
+                yield progress(time)
+                lower, counts, sent = time, {}, 0
+            values = row.asDict(recursive=True)
+            data = freeze(python_to_plain({n: values[n] for n in names}), names)
+            batch.append((data, time, row["_diff"]))
+            counts[time] = counts.get(time, 0) + 1
+            sent += 1
+            if len(batch) >= batch_size:
+                yield Updates(batch)
+                batch = []
+        if batch:
+            yield Updates(batch)
+        missing = set(expected) - set(counts) - _done(expected, lower)
+        if missing:
+            raise LakeError(f"table {plan.table}: updates at times {sorted(missing)} were "
+                            "counted but not read; the table's files changed during the read")
+        if plan.until is None or plan.until > lower:
+            yield progress(plan.until)
+    finally:
+        frame.unpersist()
+
+
+def _done(expected: dict[int, int], lower: int) -> set[int]:
+    """Times already covered by earlier progress statements (checked there)."""
+    return {t for t in expected if t < lower}
+
+
+@dataclass(frozen=True, slots=True)
+class ChangesReport:
+    """What `changes` wrote: for the summary line on stderr."""
+
+    plan: ChangesPlan
+    written: int  # messages, or update lines with `history`
+    unit: str
+    frontier: list  # the frontier a reader of the stream reports (Antichain JSON)
+
+    def line(self) -> str:
+        p = self.plan
+        until = "the end (closed)" if p.until is None else str(p.until)
+        what = f"the state at {p.since}, then the changes" if p.snapshot else "the changes"
+        return (f"changes {p.table}: {what} in [{p.since}, {until}): {self.written} "
+                f"{self.unit}; a reader's frontier: {self.frontier}")
+
+
+def write_changes(table: Table, out: IO[bytes], *, since: int, until: int | None = None,
+                  snapshot: bool = False, avro: Path | None = None, history: bool = False,
+                  batch_size: int = DEFAULT_BATCH) -> ChangesReport:
+    """What `changelake changes` runs: the plan's messages as Materialize CDC Avro-JSON lines on
+    `out` (`encode`'s output), an Avro container file `avro` (`encode --avro`), or (`history`)
+    decoded, as `decode` prints a history. Every check of the plan happens before any output."""
+    from changelake.local import decode_messages, write_messages
+    from changelake.protocol import Reader
+
+    plan = plan_changes(table, since, until, snapshot=snapshot)
+    schema = cdc_schema_of(table)  # unsupported column types: refused before any output
+    messages = change_messages(table, plan, batch_size=batch_size)
+    frontier = Antichain() if plan.until is None else Antichain([plan.until])
+    if history:
+        if avro is not None:
+            raise LakeError("--history prints decoded lines; it does not go with --avro")
+        report = decode_messages(Reader(Antichain([plan.lower])), messages, out)
+        return ChangesReport(plan, report.updates, "update line(s)", report.frontier.to_json())
+    count = write_messages(messages, schema, avro=avro, out=out)
+    return ChangesReport(plan, count, "message(s)", frontier.to_json())

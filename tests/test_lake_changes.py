@@ -1,0 +1,254 @@
+"""`changes`: a lake table's history as CDCv2, read back with the pure-Python decode.
+
+Tables are built from generated histories delivered in mangled, overlapping increments (as the
+other lake tests do), with a compaction in between; every check compares what the reference
+decode recovers from the `changes` output with the truth computed in Python.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+import pytest
+from pyspark.sql.types import DateType, LongType, StructField, StructType
+
+from changelake.errors import LakeError, SchemaError
+from changelake.lake import Lake, Table
+from changelake.lake.changes import cdc_schema_of, write_changes
+from changelake.lake.commands import ingest
+from changelake.lake.compact import compact
+from changelake.local import decode_local
+from changelake.protocol import Antichain
+from conftest import SAMPLES
+from lake_history import (
+    SCHEMA,
+    Update,
+    keyed_history,
+    rows_of,
+    state_at,
+    to_df,
+    unkeyed_history,
+)
+
+pytestmark = pytest.mark.spark
+
+TIMES = 12
+COMPACT_TO = 5
+
+
+def unique(name: str) -> str:
+    return f"ch_{uuid.uuid4().hex[:10]}.{name}"
+
+
+def consolidated(history: Sequence[Update], lo: int, hi: int | None) -> Counter:
+    """The truth: one diff per (row, time) at times in [lo, hi), zeros dropped."""
+    acc: Counter = Counter()
+    for row, time, diff in history:
+        if time >= lo and (hi is None or time < hi):
+            acc[(row, time)] += diff
+    return Counter({k: v for k, v in acc.items() if v})
+
+
+def build(spark, lake: Lake, history: list[Update], *, keyed: bool, compact_to: int | None,
+          close: bool = False) -> Table:
+    """A table holding `history`, committed in four commits, the second overlapping the first
+    (a replay, which must not double anything), with a compaction to `compact_to` once the
+    table is committed past it."""
+    table = lake.create_table(unique("keyed" if keyed else "unkeyed"), SCHEMA,
+                              key=["id"] if keyed else (), buckets=2)
+    cuts = [(0, 4), (2, 7), (7, 9), (9, TIMES)]
+    for lo, hi in cuts:
+        part = [u for u in history if lo <= u[1] < hi]
+        table.commit(to_df(spark, part), lo, hi)
+        if compact_to is not None and lo <= compact_to < hi:
+            compact(table, compact_to)
+    assert table.state().frontier == (TIMES,)
+    if close:
+        table.commit(to_df(spark, []), TIMES, Antichain())
+    return table
+
+
+def decoded(path: Path, since: int) -> tuple[Counter, list]:
+    """`changelake decode` (the local engine) of a changes output: (row, time) -> diff, and
+    the frontier it reports."""
+    out = io.BytesIO()
+    decode_local([str(path)], out, since=Antichain([since]))
+    found: Counter = Counter()
+    frontier = None
+    for line in out.getvalue().splitlines():
+        obj = orjson.loads(line)
+        if "frontier" in obj:
+            frontier = obj["frontier"]
+            continue
+        d = obj["data"]
+        key = ((d["id"], d["name"], d["amount"]), obj["time"])
+        assert key not in found  # exactly once
+        found[key] = obj["diff"]
+    return found, frontier
+
+
+def changes_file(table: Table, tmp_path: Path, *, avro: bool = False, **options) -> Path:
+    path = tmp_path / f"changes-{uuid.uuid4().hex[:6]}.{'avro' if avro else 'jsonl'}"
+    if avro:
+        write_changes(table, io.BytesIO(), avro=path, **options)
+    else:
+        with path.open("wb") as fo:
+            write_changes(table, fo, **options)
+    return path
+
+
+@pytest.fixture
+def lake(spark, tmp_path: Path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def test_changes_of_a_compacted_keyed_table(spark, lake, tmp_path):
+    history = keyed_history(random.Random(11), TIMES, 20, 5)
+    table = build(spark, lake, history, keyed=True, compact_to=COMPACT_TO)
+    assert table.since == COMPACT_TO
+
+    # plain changes, to the frontier and inside it, small batches: many progress statements
+    for since, until, batch in [(COMPACT_TO + 1, None, 1024), (7, 10, 3)]:
+        path = changes_file(table, tmp_path, since=since, until=until, batch_size=batch)
+        found, frontier = decoded(path, since)
+        assert found == consolidated(history, since, until or TIMES)
+        assert frontier == [until or TIMES]
+        if batch == 3:
+            progress = [m["com.materialize.cdc.progress"]
+                        for m in map(orjson.loads, path.read_bytes().splitlines())
+                        if "array" not in m]
+            assert len(progress) > 2  # the statements tile [7, 10)
+            assert progress[0]["lower"] == [7] and progress[-1]["upper"] == [10]
+            # --history prints what `decode --since 7 --schema` prints of the messages, byte
+            # for byte (the table's column order; without a schema decode sorts the names)
+            printed, decoded_file = io.BytesIO(), io.BytesIO()
+            write_changes(table, printed, since=7, until=10, batch_size=3, history=True)
+            decode_local([str(path)], decoded_file, since=Antichain([7]),
+                         schema=cdc_schema_of(table))
+            assert printed.getvalue() == decoded_file.getvalue()
+
+    # --snapshot at the table's since: the state there at one time, then the changes; from 0
+    path = changes_file(table, tmp_path, avro=True, since=COMPACT_TO, snapshot=True)
+    found, frontier = decoded(path, 0)
+    assert frontier == [TIMES]
+    assert {t for _, t in found} <= set(range(COMPACT_TO, TIMES))
+    for at in range(COMPACT_TO, TIMES):
+        acc: Counter = Counter()
+        for (row, time), diff in found.items():
+            if time <= at:
+                acc[row] += diff
+        assert +acc == state_at(history, at, keyed=True)
+        assert all(v >= 0 for v in acc.values())
+
+    # ... which an ingest takes into an empty table: equal from the since on
+    copy = ingest(lake, unique("copy"), [path], key=["id"])
+    assert copy.commit.upper == TIMES
+    copied = lake.table(copy.table)
+    for at in (COMPACT_TO, TIMES - 1):
+        assert rows_of(copied.as_of(at)) == rows_of(table.as_of(at))
+
+    # the rules
+    rules = [
+        (dict(since=COMPACT_TO - 1), f"--since {COMPACT_TO - 1} is before the table's since"),
+        (dict(since=COMPACT_TO), "use --snapshot"),
+        (dict(since=6, until=TIMES + 1), f"beyond the table's frontier ([{TIMES}])"),
+        (dict(since=8, until=7), "--until 7 is before --since 8"),
+        (dict(since=TIMES, snapshot=True), "needs --until after it"),
+    ]
+    for options, message in rules:
+        with pytest.raises(LakeError, match=message.replace("[", r"\[").replace("(", r"\(")
+                           .replace(")", r"\)")):
+            write_changes(table, io.BytesIO(), **options)
+    # an empty interval at the frontier is fine: nothing, and the reader is at the frontier
+    path = changes_file(table, tmp_path, since=TIMES)
+    assert decoded(path, TIMES) == (Counter(), [TIMES])
+
+
+def test_changes_since_0_round_trip_of_a_closed_unkeyed_table(spark, lake, tmp_path):
+    history = unkeyed_history(random.Random(12), TIMES, 5, 5)
+    table = build(spark, lake, history, keyed=False, compact_to=None, close=True)
+    path = changes_file(table, tmp_path, avro=True, since=0, batch_size=7)
+    found, frontier = decoded(path, 0)
+    assert found == consolidated(history, 0, None)
+    assert frontier == []  # the table is closed, and so is its change stream
+
+    copy = ingest(lake, unique("copy"), [path])
+    assert copy.commit.upper is None
+    copied = lake.table(copy.table)
+    for at in (0, 6):
+        assert rows_of(copied.as_of(at)) == rows_of(table.as_of(at))
+    assert rows_of(copied.current()) == rows_of(table.current())
+    assert rows_of(copied.updates()) == rows_of(table.updates())  # the same history, exactly
+
+
+def test_changes_refuses_column_types_the_writers_cannot_carry(lake):
+    schema = StructType([StructField("id", LongType()), StructField("day", DateType())])
+    table = lake.create_table(unique("dated"), schema, key=["id"])
+    out = io.BytesIO()
+    with pytest.raises(SchemaError, match=r"column day: type date cannot be written"):
+        write_changes(table, out, since=0)
+    assert out.getvalue() == b""
+
+
+CLI = [str(Path(sys.executable).parent / "changelake")]
+
+
+def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, timeout=600, **kwargs)
+
+
+def cli_changes(tmp_path: Path, *, avro: bool) -> None:
+    """The console script: a changefeed ingested, then `changes --since 0` as JSON lines (or
+    an Avro file); `decode` of it prints the history `decode` of the original feed prints."""
+    sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
+    encoded = run("encode", "--from", "debezium", "--key", "order_id", "--close", str(sample))
+    assert encoded.returncode == 0, encoded.stderr
+    feed = tmp_path / "orders.cdc.jsonl"
+    feed.write_bytes(encoded.stdout)
+    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "--table", "orders"]
+    ingested = run("ingest", *lake, "--key", "order_id", str(feed))
+    assert ingested.returncode == 0, ingested.stderr
+
+    if avro:
+        path = tmp_path / "changes.avro"
+        out = run("changes", *lake, "--since", "0", "--avro", str(path))
+        assert out.returncode == 0 and out.stdout == b"", out.stderr
+    else:
+        path = tmp_path / "changes.jsonl"
+        out = run("changes", *lake, "--since", "0")
+        assert out.returncode == 0, out.stderr
+        path.write_bytes(out.stdout)
+    assert out.stderr.decode().startswith("changes orders: the changes in [0, the end (closed))")
+
+    def history(output: bytes) -> tuple[list[bytes], bytes]:
+        """The update lines and the final frontier (intermediate frontier lines depend on
+        how the progress statements cut time)."""
+        printed = output.splitlines()
+        return [x for x in printed if not x.startswith(b'{"frontier"')], printed[-1]
+
+    truth = run("decode", str(feed))
+    assert truth.returncode == 0, truth.stderr
+    assert history(truth.stdout)[1] == b'{"frontier":[]}' and history(truth.stdout)[0]
+    again = run("decode", str(path))
+    assert again.returncode == 0, again.stderr
+    assert history(again.stdout) == history(truth.stdout)
+
+    bad = run("changes", *lake, "--since", "0", "--history", "--avro", str(path))
+    assert bad.returncode == 2 and b"does not go with --avro" in bad.stderr
+
+
+def test_cli_changes_decode_to_the_ingested_history(tmp_path):
+    cli_changes(tmp_path, avro=False)
+
+
+@pytest.mark.slow
+def test_cli_changes_avro(tmp_path):
+    cli_changes(tmp_path, avro=True)
