@@ -34,10 +34,10 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from changelake.capture.postgres.pgoutput import parse_lsn
 from changelake.capture.postgres.rows import Table
 from changelake.capture.postgres.source import connect
 from changelake.capture.postgres.types import catalog
+from changelake.demo.postgres import confirmed_lsn
 
 CLI = [str(Path(sys.executable).parent / "changelake"), "capture", "postgres"]
 PUBLICATION = "kill"
@@ -302,13 +302,7 @@ def drop_slot(dsn: str, slot: str) -> None:
 
 def slot_position(dsn: str, slot: str) -> int | None:
     """The slot's confirmed flush position, None if there is no such slot."""
-    conn = psycopg2.connect(dsn)
-    with conn.cursor() as c:
-        c.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
-                  "WHERE slot_name = %s", (slot,))
-        row = c.fetchone()
-    conn.close()
-    return parse_lsn(row[0]) if row and row[0] else None
+    return confirmed_lsn(dsn, slot)
 
 
 @dataclass(frozen=True)
