@@ -245,6 +245,7 @@ def cli_changes(tmp_path: Path, *, avro: bool) -> None:
     assert bad.returncode == 2 and b"does not go with --avro" in bad.stderr
 
 
+@pytest.mark.slow  # three Spark processes; the in-process tests above run by default
 def test_cli_changes_decode_to_the_ingested_history(tmp_path):
     cli_changes(tmp_path, avro=False)
 
