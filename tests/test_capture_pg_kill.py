@@ -69,8 +69,10 @@ def test_kill_between_two_logs_snapshots(pg_dsn: str, tmp_path) -> None:
         return any((out / "public.accounts").glob("*.avro"))
 
     def half_done() -> None:
-        assert not any((out / "public.marks").glob("*.avro"))
-        assert list(out.glob(".*.starting"))
+        # Logs are written fast: the kill, sent once the first log is seen, may land after the
+        # last one too. Whenever it lands, a start that has not finished is marked so.
+        if not any((out / "public.marks").glob("*.avro")):
+            assert list(out.glob(".*.starting"))
 
     happened = kill_and_check(pg_dsn, 100, out_destination(out, pg_dsn), tmp_path,
                               kills=[("snapshot", 0.0)], killed=half_done,
