@@ -17,8 +17,6 @@ what it holds. Everything random comes from the seed: the workload, when to kill
 from __future__ import annotations
 
 import math
-import os
-import signal
 import subprocess
 import sys
 import threading
@@ -37,7 +35,7 @@ import psycopg2.extras
 from changelake.capture.postgres.rows import Table
 from changelake.capture.postgres.source import connect
 from changelake.capture.postgres.types import catalog
-from changelake.demo.postgres import confirmed_lsn
+from changelake.demo.postgres import confirmed_lsn, kill_group
 
 CLI = [str(Path(sys.executable).parent / "changelake"), "capture", "postgres"]
 PUBLICATION = "kill"
@@ -368,7 +366,11 @@ def run_and_kill(command: list[str], dsn: str, slot: str, moment: str, delay: fl
         err.write(f"\n$ {moment} +{delay:.2f}s\n".encode())
         err.flush()
         started = time.monotonic()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err)
+        # Its own process group: the kill takes the capture whole, its Spark JVM included, as
+        # a machine's or a container's end would (a JVM left running holds the lake's embedded
+        # metastore, and the restart could not open it).
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err,
+                                start_new_session=True)
         try:
             _wait(lambda: capture_connected(dsn), proc, 300)
             if connected is not None:
@@ -381,14 +383,11 @@ def run_and_kill(command: list[str], dsn: str, slot: str, moment: str, delay: fl
                 _wait(lambda: slot_position(dsn, slot) not in (None, before), proc, 300)
             time.sleep(delay)
             if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
+                kill_group(proc)
                 return (f"killed at {moment} +{delay:.2f}s, "
                         f"{time.monotonic() - started:.1f}s after start")
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            kill_group(proc)
     if proc.returncode != 0:
         raise AssertionError(f"capture failed ({proc.returncode}): {log.read_text()[-3000:]}")
     return f"ended before the kill at {moment} +{delay:.2f}s"

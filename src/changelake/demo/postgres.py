@@ -21,6 +21,7 @@ in-process on their shared SparkSession.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -274,6 +275,20 @@ def confirmed_lsn(dsn: str, slot: str) -> int | None:
 Capture = Callable[[str, Path, Workload], list[tuple[str, str]]]
 
 
+def kill_group(process: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGKILL the process group `process` leads, and wait until none of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+
+
 def capture_command(dsn: str, lake: Path, *, create: bool, until_idle: float,
                     spark_args: Sequence[str] = ()) -> list[str]:
     args = [sys.executable, "-m", "changelake", "capture", "postgres", "--lake", str(lake),
@@ -294,9 +309,12 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
         log.parent.mkdir(parents=True, exist_ok=True)
         steps: list[tuple[str, str]] = []
         with log.open("ab") as out:
+            # Its own process group, so that the kill takes it whole, Spark's JVM included (a
+            # JVM left running would hold the lake's embedded metastore from the restart).
             first = subprocess.Popen(capture_command(dsn, lake, create=True, until_idle=60,
                                                      spark_args=spark_args),
-                                     stdout=out, stderr=subprocess.STDOUT)
+                                     stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
             started = time.monotonic()
             point = None
             while first.poll() is None and time.monotonic() - started < timeout:
@@ -316,8 +334,7 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
             if first.poll() is not None:
                 raise RuntimeError(f"the first capture ended by itself (exit {first.returncode})"
                                    f" before it could be killed; see {log}")
-            first.send_signal(signal.SIGKILL)
-            first.wait()
+            kill_group(first)
             steps.append(("capture 1, killed with SIGKILL mid-stream",
                           f"after {time.monotonic() - started:.1f} s, slot confirmed to "
                           f"{format_lsn(confirmed_lsn(dsn, SLOT) or 0)}"))
