@@ -113,3 +113,17 @@ def no_public_views(spark) -> Iterator[None]:
     drop()
     yield
     drop()
+
+
+def execute(dsn: str, *statements: str) -> None:
+    """Run `statements` on the database at `dsn`, each committed (set-up SQL of the tests)."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        conn.close()

@@ -33,7 +33,7 @@ from changelake.lake import commands, report
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin, TableState, read_manifest
 from changelake.lake.sources import ConsistencyError, find_source, sources
-from conftest import seeded
+from conftest import execute, seeded
 from test_capture_pg_lake import ACCOUNTS, OPENING, Transfers, database, rows
 
 bank = test_capture_pg_lake.bank  # the fixture: accounts, ledger, publication bank
@@ -221,12 +221,7 @@ def test_resume_refuses_tables_of_another_database(spark, pg_dsn: str, postgres,
     other_dsn = postgres.dsn_for(other)
     try:
         for dsn in (pg_dsn, other_dsn):
-            conn = psycopg2.connect(dsn)
-            conn.autocommit = True
-            with conn.cursor() as c:
-                c.execute("CREATE TABLE t (id int PRIMARY KEY)")
-                c.execute("CREATE PUBLICATION p FOR TABLE t")
-            conn.close()
+            execute(dsn, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE PUBLICATION p FOR TABLE t")
         lake = Lake(spark, tmp_path / "lake")
         LakeCapture(lake, CaptureOptions(pg_dsn, "p", "s1", create_slot=True,
                                          snapshot="never", until_idle=0.1)).run()

@@ -15,7 +15,7 @@ import pytest
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
 from changelake.lake.catalog import Lake
-from conftest import seeded
+from conftest import execute, seeded
 
 ACCOUNTS = 20
 OPENING = Decimal("100.00")
@@ -116,12 +116,8 @@ def test_snapshot_handoff_restart_and_cross_table_invariant(spark, bank: str, tm
 def test_a_missing_slot_or_publication_is_named(spark, pg_dsn: str, tmp_path) -> None:
     # Tables of its own: the session's metastore still names the other test's lake tables,
     # and the capture reads the lake's (to refuse a dropped slot) before it opens the slot.
-    conn = psycopg2.connect(pg_dsn)
-    conn.autocommit = True
-    with conn.cursor() as c:
-        c.execute("CREATE TABLE unslotted (id int PRIMARY KEY)")
-        c.execute("CREATE PUBLICATION bank FOR TABLE unslotted")
-    conn.close()
+    execute(pg_dsn, "CREATE TABLE unslotted (id int PRIMARY KEY)",
+            "CREATE PUBLICATION bank FOR TABLE unslotted")
     lake = Lake(spark, tmp_path / "lake")
     with pytest.raises(SourceError, match="replication slot 'nope' does not exist"):
         LakeCapture(lake, CaptureOptions(pg_dsn, "bank", "nope")).run()
