@@ -14,12 +14,14 @@ long as it is always used with the same lake directory.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 
+from changelake.durable import fsync_directory
 from changelake.errors import LakeError
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import Origin
@@ -39,8 +41,39 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
     if metastore_uri:
         return build_session(master, app_name=app_name, conf=conf, metastore_uri=metastore_uri,
                              warehouse_dir=root / "warehouse")
-    return build_session(master, app_name=app_name, conf=conf,
-                         hive_metastore_dir=root / "metastore", warehouse_dir=root / "warehouse")
+    metastore = root / "metastore"
+    fresh = _begin_embedded_metastore(metastore)
+    spark = build_session(master, app_name=app_name, conf=conf, hive_metastore_dir=metastore,
+                          warehouse_dir=root / "warehouse")
+    if fresh:
+        # Creating the Derby database and the metastore's `default` database is not atomic: a
+        # process killed meanwhile leaves a metastore that no later JVM can open. Until this
+        # query has answered, the marker says the directory is a half-made one to start over.
+        spark.sql("SHOW DATABASES").collect()
+        (metastore / CREATING).unlink()
+        fsync_directory(metastore)
+    return spark
+
+
+CREATING = "metastore_db.creating"
+"""Present while a lake's embedded metastore is being created, so a process killed in the
+middle leaves a mark that the next start reads as "throw the half-made database away"."""
+
+
+def _begin_embedded_metastore(metastore: Path) -> bool:
+    """Whether the embedded metastore under `metastore` is to be created by this start: it is
+    missing, or an earlier creation was interrupted (its marker is still there; no table can
+    have been registered in it, as no session was handed out). Leaves the marker in place."""
+    db = metastore / "metastore_db"
+    marker = metastore / CREATING
+    if marker.exists():
+        shutil.rmtree(db, ignore_errors=True)
+    elif db.exists():
+        return False
+    metastore.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+    fsync_directory(metastore)
+    return True
 
 
 class Lake:

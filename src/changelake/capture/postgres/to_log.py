@@ -56,6 +56,7 @@ from changelake.capture.postgres.capture import (
 )
 from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source
+from changelake.durable import fsync_directory
 from changelake.errors import ChangelakeError, InputError, ProtocolError
 from changelake.formats.materialize import CdcSchema, message_to_plain, read_all
 from changelake.protocol import Antichain, Message, Reader, Updates, Writer
@@ -117,14 +118,6 @@ def write_segment(directory: Path, name: str, schema: CdcSchema, columns: tuple[
         temporary.unlink(missing_ok=True)
     fsync_directory(directory)
     return final
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LogSink:
