@@ -813,5 +813,27 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
                err=True)
 
 
+@main.command("sql")
+@lake_options
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port on 127.0.0.1 (0: a free one, printed).")
+@user_errors
+def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+                 port: int) -> None:
+    """Serve the lake's tables over JDBC/ODBC (Spark's Thrift server, HiveServer2's protocol)
+    on 127.0.0.1 only, until Ctrl-C or SIGTERM: `beeline -u jdbc:hive2://127.0.0.1:PORT`.
+
+    \b
+    AS OF: per table, a SQL table function gives exactly `snapshot --as-of T`:
+      SELECT * FROM orders_as_of(1200)        -- table default.orders
+      SELECT * FROM shop_orders_as_of(1200)   -- table shop.orders
+    A time outside the table's [since, frontier) is refused with snapshot's error. Tables
+    ingested with --scd2 also have their NAME_history view."""
+    from changelake.lake.sql_endpoint import serve_lake
+
+    sys.exit(serve_lake(lake_dir, port, master=master, metastore_uri=metastore_uri,
+                        conf=spark_conf, out=sys.stdout, err=sys.stderr))
+
+
 if __name__ == "__main__":
     main()

@@ -123,12 +123,18 @@ def group_runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
 
 
 def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
-              marker: bool = True) -> str:
-    """The table as of `as_of` (None: the committed frontier), merged on read."""
+              marker: bool = True, bound: str | None = None,
+              live: Sequence[str] | None = None) -> str:
+    """The table as of `as_of` (None: the committed frontier), merged on read.
+
+    `bound` is a SQL expression for the time instead of `as_of` (an AS OF function's
+    parameter, see `sql_endpoint.py`); with it, an unkeyed table's columns live at that time
+    are passed as `live` (default: those live at `as_of`)."""
     logical = logical_schema(state.versions)
     names = [f.name for f in logical.fields]
     cols = ", ".join(quote(n) for n in names)
-    where = "" if as_of is None else f" WHERE _time <= {int(as_of)}"
+    limit = bound if bound is not None else None if as_of is None else str(int(as_of))
+    where = "" if limit is None else f" WHERE _time <= {limit}"
     union = union_sql(state, table_dir, logical=logical)
     tag = f"/* changelake version={state.version} */ " if marker else ""
     if state.keyed:
@@ -138,7 +144,7 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
             f"ORDER BY _time DESC, _diff DESC) AS _rank FROM (\n{union}\n) u{where}) r "
             f"WHERE _rank = 1 AND _diff > 0"
         )
-    live = set(live_columns(state.versions, as_of))
+    live = set(live if live is not None else live_columns(state.versions, as_of))
     group = [quote(n) for n in names if n in live]
     shown = [quote(f.name) if f.name in live
              else f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
