@@ -1,0 +1,233 @@
+"""`changelake sql`: the lake's tables over JDBC, and AS OF through SQL table functions.
+
+In process (default run): each table's AS OF function, queried in the test session, gives
+exactly the rows `snapshot --as-of T` gives, and refuses the times it refuses with its words;
+colliding function names and a session not built for the endpoint are refused.
+
+End to end (slow: a lake, a server and beeline are three JVMs, ~3 min on a loaded 2-core
+machine): `changelake sql` serves a lake made by another process, on 127.0.0.1 only;
+beeline (Hive's JDBC client from PySpark's jars) reads the tables and the AS OF functions,
+equal to `snapshot`; SIGTERM stops it with exit status 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from changelake.errors import LakeError
+from changelake.lake.catalog import Lake
+from changelake.lake.commands import plain, snapshot
+from changelake.lake.sql_endpoint import Endpoint, function_name, register_as_of, start
+from sql_endpoint_lake import TIMES, build
+from sql_endpoint_lake import as_of_answers as snapshot_answers
+
+HERE = Path(__file__).resolve().parent
+CLI = [str(Path(sys.executable).parent / "changelake")]
+
+
+def multiset(rows: list[dict[str, Any]], columns: list[str]) -> Counter:
+    """Rows as beeline's csv2 prints them: NULL for null, everything else as text."""
+    return Counter(tuple("NULL" if r[c] is None else str(r[c]) for c in columns)
+                   for r in rows)
+
+
+def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
+    lake = Lake(spark, tmp_path / "lake")
+    names = {"orders": "sqlep.orders", "events": "sqlep_events"}
+    build(lake, **names)
+    lake.create_table("sqlep_empty", lake.table(names["orders"]).schema, key=["id"])
+    # two tables whose functions would share one name: neither gets one
+    lake.create_table("sqlepx.y_z", lake.table(names["orders"]).schema)
+    lake.create_table("sqlepx_y.z", lake.table(names["orders"]).schema)
+    expected = snapshot_answers(lake, names)
+    registered = register_as_of(lake)
+    try:
+        assert registered.functions == {"sqlep.orders": "sqlep_orders_as_of",
+                                        "sqlep_events": "sqlep_events_as_of",
+                                        "sqlep_empty": "sqlep_empty_as_of"}
+        assert registered.skipped == ["sqlepx.y_z", "sqlepx_y.z"]
+        answered = refused = 0
+        for table, by_time in expected.items():
+            columns = lake.table(table).schema.fieldNames()
+            for t, want in by_time.items():
+                query = f"SELECT * FROM {registered.functions[table]}({t})"
+                if isinstance(want, dict):
+                    with pytest.raises(Exception, match=re.escape(want["error"])):
+                        spark.sql(query).collect()
+                    refused += 1
+                    continue
+                got = [plain(r.asDict(recursive=True)) for r in spark.sql(query).collect()]
+                assert spark.sql(query).columns == columns
+                assert multiset(got, columns) == multiset(want, columns), (table, t)
+                answered += 1
+        assert (answered, refused) == (8, 3)  # the history: what each time must answer
+        # the schema change at 10: `n` shows before it and reads null after it
+        assert [r["n"] for r in expected["sqlep_events"]["9"]].count(1) == 2
+        assert all(r["n"] is None for r in expected["sqlep_events"]["10"])
+        # an empty table refuses too (its frontier is 0)
+        with pytest.raises(Exception, match="AS OF 0 is not final yet"):
+            spark.sql("SELECT * FROM sqlep_empty_as_of(0)").collect()
+        with pytest.raises(Exception, match="AS OF needs a time, not NULL"):
+            spark.sql("SELECT * FROM sqlep_orders_as_of(NULL)").collect()
+        # a commit after registration (another process, on a shared metastore): a refresh
+        # re-registers, and the function answers up to the new frontier
+        endpoint = Endpoint(lake, server=None, port=0, registered=registered)
+        assert not endpoint.refresh()
+        orders = lake.table(names["orders"])
+        orders.commit(spark.createDataFrame([(4, "fig", 4, 30, -1)],
+                                            "id long, item string, qty long, _time long, "
+                                            "_diff long"), 30, 40)
+        assert endpoint.refresh()
+        registered = endpoint.registered
+        got = [plain(r.asDict()) for r in spark.sql("SELECT * FROM sqlep_orders_as_of(30)")
+               .collect()]
+        want = list(snapshot(lake, names["orders"], as_of=30))
+        assert multiset(got, ["id", "item", "qty"]) == multiset(want, ["id", "item", "qty"])
+        assert len(want) == 2  # fig deleted at 30
+        # the endpoint needs a session whose clients share the functions' session
+        with pytest.raises(LakeError, match="singleSession"):
+            start(lake)
+    finally:
+        for name in registered.functions.values():
+            spark.sql(f"DROP TEMPORARY FUNCTION IF EXISTS {name}")
+
+
+def test_function_names() -> None:
+    assert function_name("orders") == "orders_as_of"
+    assert function_name("Shop.Orders") == "shop_orders_as_of"
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def beeline(port: int, script: Path) -> subprocess.CompletedProcess:
+    """Run the statements of `script` through Hive's JDBC client, each despite the errors of
+    the others; rows as csv2."""
+    from changelake.spark.session import check_java
+
+    return subprocess.run(
+        [check_java(), "-cp", f"{jars()}/*", "org.apache.hive.beeline.BeeLine",
+         "-u", f"jdbc:hive2://127.0.0.1:{port}/default", "--outputformat=csv2",
+         "--silent=true", "--showHeader=true", "--force=true", "-f", str(script)],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+PROMPT = re.compile(r"^\d+: jdbc:hive2://\S*> ?")
+
+
+def results(stdout: str) -> dict[str, list[tuple[str, ...]]]:
+    """Each query's rows by its tag: every query selects its tag as column `q` first."""
+    out: dict[str, list[tuple[str, ...]]] = {}
+    lines = [PROMPT.sub("", line) for line in stdout.splitlines()]
+    for row in csv.reader(line for line in lines if line.strip()):
+        if row[0] == "q":
+            continue  # a header
+        out.setdefault(row[0], []).append(tuple(row[1:]))
+    return out
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as the kernel lists them) of sockets listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, hex_port = fields[1].rsplit(":", 1)
+            if int(hex_port, 16) == port and fields[3] == "0A":  # LISTEN
+                found.add(address)
+    return found
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")
+def test_sql_endpoint_serves_the_lake_over_jdbc(tmp_path: Path) -> None:
+    lake_dir = tmp_path / "lake"
+    made = subprocess.run([sys.executable, str(HERE / "sql_endpoint_lake.py"), str(lake_dir)],
+                          capture_output=True, text=True, timeout=900)
+    assert made.returncode == 0, made.stderr[-3000:]
+    truth = json.loads(next(line for line in made.stdout.splitlines()
+                            if line.startswith("RESULT "))[len("RESULT "):])
+
+    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        server = subprocess.Popen([*CLI, "sql", "--lake", str(lake_dir), "--master", "local[1]"],
+                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "listening" not in out.read_text() and server.poll() is None:
+            assert time.monotonic() < deadline, "the endpoint did not start in time"
+            time.sleep(0.5)
+        assert server.poll() is None, err.read_text()[-3000:]
+        (line,) = out.read_text().splitlines()
+        match = re.fullmatch(r"changelake sql: listening on jdbc:hive2://127\.0\.0\.1:(\d+)"
+                             r"/default \(loopback only, no authentication\); stop it with "
+                             r"Ctrl-C or SIGTERM", line)
+        assert match, line
+        port = int(match.group(1))
+        assert "shop.orders: shop_orders_as_of(time)" in err.read_text()
+        assert "events: events_as_of(time)" in err.read_text()
+        bound = listening_addresses(port)
+        assert bound and bound <= LOOPBACK, bound
+
+        queries = ["SELECT 'now' AS q, * FROM shop.orders;"]
+        for table, function in (("shop.orders", "shop_orders_as_of"),
+                                ("events", "events_as_of")):
+            for t in TIMES["orders" if table == "shop.orders" else "events"]:
+                queries.append(f"SELECT '{table}@{t}' AS q, * FROM {function}({t});")
+        script = tmp_path / "queries.sql"
+        script.write_text("\n".join(queries) + "\n")
+        run = beeline(port, script)
+        got = results(run.stdout)
+        columns = {"shop.orders": ["id", "item", "qty"], "events": ["kind", "n", "note"]}
+
+        def rows(want: list[dict[str, Any]], table: str) -> Counter:
+            return multiset(want, columns[table])
+
+        assert Counter(got.get("now", [])) == rows(truth["now"]["shop.orders"], "shop.orders")
+        refused = 0
+        for table, by_time in truth["as_of"].items():
+            for t, want in by_time.items():
+                tag = f"{table}@{t}"
+                if isinstance(want, dict):
+                    assert tag not in got
+                    assert want["error"] in run.stdout + run.stderr, (tag, run.stderr[-2000:])
+                    refused += 1
+                else:
+                    assert Counter(got.get(tag, [])) == rows(want, table), (tag, run.stderr)
+        assert refused == 3
+        assert got["shop.orders@12"] != got["shop.orders@25"]  # AS OF reads differ
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(120) == 0, err.read_text()[-3000:]
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0  # no longer listening
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGKILL)  # whatever is left of it, its JVM too
+        server.wait()
