@@ -1,8 +1,9 @@
 """`changelake sql`: the lake's tables over JDBC, and AS OF through SQL table functions.
 
-In process (default run): each table's AS OF function, queried in the test session, gives
-exactly the rows `snapshot --as-of T` gives, and refuses the times it refuses with its words;
-colliding function names and a session not built for the endpoint are refused.
+In process: each table's AS OF function, queried in the test session, gives exactly the rows
+`snapshot --as-of T` gives, and refuses the times it refuses with its words (a keyed table in
+the default run; every refusal, an unkeyed table across a schema change, a refresh and
+colliding function names in the slow tier, ~3 min on a loaded 2-core machine).
 
 End to end (slow: a lake, a server and beeline are three JVMs, ~3 min on a loaded 2-core
 machine): `changelake sql` serves a lake made by another process, on 127.0.0.1 only;
@@ -27,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import plain, snapshot
 from changelake.lake.sql_endpoint import Endpoint, function_name, register_as_of, start
-from sql_endpoint_lake import TIMES, build
+from sql_endpoint_lake import META, ORDERS, TIMES, build
 from sql_endpoint_lake import as_of_answers as snapshot_answers
 
 HERE = Path(__file__).resolve().parent
@@ -45,7 +47,42 @@ def multiset(rows: list[dict[str, Any]], columns: list[str]) -> Counter:
                    for r in rows)
 
 
+def test_as_of_function_is_snapshot_as_of(spark, tmp_path: Path) -> None:
+    """The quick case: a keyed table updated once, read before and after, and refused at its
+    frontier; the session a server needs."""
+    lake = Lake(spark, tmp_path / "lake")
+    table = lake.create_table("sqlq.orders", ORDERS, key=["id"], buckets=1)
+    schema = StructType([*ORDERS.fields, *META])
+    table.commit(spark.createDataFrame([(1, "apple", 1, 2, 1), (2, "pear", None, 3, 1)],
+                                       schema), 0, 10)
+    table.commit(spark.createDataFrame([(1, "apple", 1, 12, -1), (1, "apple", 5, 12, 1)],
+                                       schema), 10, 20)
+    registered = register_as_of(lake)
+    try:
+        assert registered.functions == {"sqlq.orders": "sqlq_orders_as_of"}
+        columns = ["id", "item", "qty"]
+        for t, qty in ((5, "1"), (15, "5")):
+            got = [plain(r.asDict()) for r in spark.sql(f"SELECT * FROM sqlq_orders_as_of({t})")
+                   .collect()]
+            want = list(snapshot(lake, "sqlq.orders", as_of=t))
+            assert multiset(got, columns) == multiset(want, columns)
+            assert multiset(got, columns) == Counter({("1", "apple", qty): 1,
+                                                      ("2", "pear", "NULL"): 1})
+        with pytest.raises(Exception, match=re.escape(
+                "table sqlq.orders: AS OF 20 is not final yet: the table is committed through "
+                "time 19")):
+            spark.sql("SELECT * FROM sqlq_orders_as_of(20)").collect()
+        # the endpoint needs a session whose clients share the functions' session
+        with pytest.raises(LakeError, match="singleSession"):
+            start(lake)
+    finally:
+        spark.sql("DROP TEMPORARY FUNCTION IF EXISTS sqlq_orders_as_of")
+
+
+@pytest.mark.slow
 def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
+    """Every refusal and both kinds of table: since, frontier, NULL, an empty table, an
+    unkeyed table across a schema change, a refresh after a commit, colliding names."""
     lake = Lake(spark, tmp_path / "lake")
     names = {"orders": "sqlep.orders", "events": "sqlep_events"}
     build(lake, **names)
@@ -98,9 +135,6 @@ def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
         want = list(snapshot(lake, names["orders"], as_of=30))
         assert multiset(got, ["id", "item", "qty"]) == multiset(want, ["id", "item", "qty"])
         assert len(want) == 2  # fig deleted at 30
-        # the endpoint needs a session whose clients share the functions' session
-        with pytest.raises(LakeError, match="singleSession"):
-            start(lake)
     finally:
         for name in registered.functions.values():
             spark.sql(f"DROP TEMPORARY FUNCTION IF EXISTS {name}")
