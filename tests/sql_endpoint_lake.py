@@ -11,8 +11,10 @@ Two tables, each committed in several steps:
 * `events`, unkeyed: duplicate rows, then a schema change at time 10 (column `n` dropped,
   `note` added); frontier 20.
 
-Prints one line `RESULT {...}`: per table and time, the rows `commands.snapshot(as_of=T)`
-gives (what `changelake snapshot --as-of T` prints), and per refused time the error text.
+Prints one line `RESULT {"as_of": ..., "now": ...}`: per table and time, the rows
+`commands.snapshot(as_of=T)` gives (what `changelake snapshot --as-of T` prints), or for a
+refused time {"error": its message}; and the orders as they are now. `build` and
+`as_of_answers` also make the same tables in a test's own session (under other names).
 """
 
 from __future__ import annotations

@@ -140,6 +140,20 @@ def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
             spark.sql(f"DROP TEMPORARY FUNCTION IF EXISTS {name}")
 
 
+def test_a_busy_port_is_refused_before_spark_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = subprocess.run([*CLI, "sql", "--lake", str(tmp_path / "lake"), "--port",
+                              str(port)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [
+        f"changelake: error: port {port} on 127.0.0.1 is not free for the SQL endpoint: "
+        "Address already in use; pick another --port, or 0 for any free one"]
+    assert not (tmp_path / "lake").exists()  # nothing started, nothing made
+
+
 def test_function_names() -> None:
     assert function_name("orders") == "orders_as_of"
     assert function_name("Shop.Orders") == "shop_orders_as_of"

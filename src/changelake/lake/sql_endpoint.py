@@ -274,6 +274,20 @@ def _listening(port: int) -> bool:
         return s.connect_ex((HOST, port)) == 0
 
 
+def check_port(port: int) -> None:
+    """Refuse a port that something on 127.0.0.1 already holds, before anything starts (the
+    Thrift server itself would only log that it could not bind)."""
+    if port == 0:
+        return
+    with socket.socket() as s:
+        try:
+            s.bind((HOST, port))
+        except OSError as error:
+            raise LakeError(f"port {port} on {HOST} is not free for the SQL endpoint: "
+                            f"{error.strerror}; pick another --port, or 0 for any free "
+                            "one") from None
+
+
 def _bound_socket(service: Any) -> Any:
     """The server socket the Thrift service listens on, once it does (else None): what it
     actually bound, whatever its settings said."""
@@ -323,6 +337,7 @@ def start(lake: Lake, port: int = 0, *, timeout: float = 60.0) -> Endpoint:
         if os.environ.get(variable):
             raise LakeError(f"environment variable {variable} is set: HiveServer2 would "
                             "prefer it to the loopback address and port; unset it")
+    check_port(port)
     registered = register_as_of(lake)
     for key, value in {**SERVER_CONF, "hive.server2.thrift.port": str(port)}.items():
         spark.conf.set(key, value)
@@ -396,6 +411,7 @@ def serve_lake(lake_dir: Path | str, port: int = 0, *, master: str = "local[*]",
     interrupted, then stopped; the exit status."""
     from changelake.lake.commands import open_lake
 
+    check_port(port)  # before Spark starts
     for variable in ENV_OVERRIDES:
         os.environ.pop(variable, None)  # before the JVM starts: it would read them
     lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri,
