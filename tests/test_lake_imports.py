@@ -10,7 +10,7 @@ import changelake.lake
 
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["identifier", "layout", "schema", "sql", "scd2", "commit", "table", "compact", "changes",
-         "catalog", "sources", "metastore", "commands", "report"]
+         "catalog", "sources", "metastore", "commands", "report", "sql_endpoint"]
 
 
 def lake_imports(tree: ast.AST) -> list[tuple[str, bool]]:

@@ -6,7 +6,8 @@ into the SQL of its views; `commit` is the one commit path (manifest, views, gar
 collection) and the writer lock; `table` and `compact` are the operations, and `changes` reads
 a table out as a CDCv2 stream (its change feed); `catalog` ties a lake directory to a metastore;
 `sources` groups captured tables by their source database (one time domain, one consistent
-frontier); `commands` are what the CLI runs, and `report` renders them.
+frontier); `commands` are what the CLI runs, and `report` renders them; `sql_endpoint`
+serves the tables over JDBC (`changelake sql`), with AS OF functions.
 """
 
 from changelake.lake.catalog import Lake, lake_session

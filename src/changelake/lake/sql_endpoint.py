@@ -48,6 +48,7 @@ from typing import Any, TextIO
 
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
+from changelake.lake.commands import open_lake
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import TableState
 from changelake.lake.schema import live_columns, logical_schema
@@ -409,8 +410,6 @@ def serve_lake(lake_dir: Path | str, port: int = 0, *, master: str = "local[*]",
                out: TextIO, err: TextIO) -> int:
     """What `changelake sql` runs: the lake's session (built for the endpoint), served until
     interrupted, then stopped; the exit status."""
-    from changelake.lake.commands import open_lake
-
     check_port(port)  # before Spark starts
     for variable in ENV_OVERRIDES:
         os.environ.pop(variable, None)  # before the JVM starts: it would read them
