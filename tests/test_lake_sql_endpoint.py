@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import plain, snapshot
+from changelake.lake.layout import Origin
 from changelake.lake.sql_endpoint import Endpoint, function_name, register_as_of, start
 from sql_endpoint_lake import META, ORDERS, TIMES, build
 from sql_endpoint_lake import as_of_answers as snapshot_answers
@@ -81,8 +82,9 @@ def test_as_of_function_is_snapshot_as_of(spark, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
-    """Every refusal and both kinds of table: since, frontier, NULL, an empty table, an
-    unkeyed table across a schema change, a refresh after a commit, colliding names."""
+    """Every refusal and both kinds of table: since, frontier, NULL, a captured table's
+    database frontier, an empty table, an unkeyed table across a schema change, a refresh
+    after a commit, colliding names."""
     lake = Lake(spark, tmp_path / "lake")
     names = {"orders": "sqlep.orders", "events": "sqlep_events"}
     build(lake, **names)
@@ -90,12 +92,23 @@ def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
     # two tables whose functions would share one name: neither gets one
     lake.create_table("sqlepx.y_z", lake.table(names["orders"]).schema)
     lake.create_table("sqlepx_y.z", lake.table(names["orders"]).schema)
+    # two tables captured from one database: the one ahead is read only up to the other's
+    # frontier (the database's consistent frontier)
+    origin = Origin("postgres", "postgres:7:8", "shopdb")
+    for name, upper in (("sqlepc.ahead", 30), ("sqlepc.behind", 10)):
+        captured = lake.create_table(name, ORDERS, key=["id"], origin=origin)
+        captured.commit(spark.createDataFrame([(1, "apple", 1, 2, 1)],
+                                              StructType([*ORDERS.fields, *META])), 0, upper)
     expected = snapshot_answers(lake, names)
+    with pytest.raises(LakeError) as beyond:
+        list(snapshot(lake, "sqlepc.ahead", as_of=12))
     registered = register_as_of(lake)
     try:
         assert registered.functions == {"sqlep.orders": "sqlep_orders_as_of",
                                         "sqlep_events": "sqlep_events_as_of",
-                                        "sqlep_empty": "sqlep_empty_as_of"}
+                                        "sqlep_empty": "sqlep_empty_as_of",
+                                        "sqlepc.ahead": "sqlepc_ahead_as_of",
+                                        "sqlepc.behind": "sqlepc_behind_as_of"}
         assert registered.skipped == ["sqlepx.y_z", "sqlepx_y.z"]
         answered = refused = 0
         for table, by_time in expected.items():
@@ -115,6 +128,10 @@ def test_as_of_functions_give_snapshot_as_of(spark, tmp_path: Path) -> None:
         # the schema change at 10: `n` shows before it and reads null after it
         assert [r["n"] for r in expected["sqlep_events"]["9"]].count(1) == 2
         assert all(r["n"] is None for r in expected["sqlep_events"]["10"])
+        assert "consistent frontier of database shopdb" in str(beyond.value)
+        with pytest.raises(Exception, match=re.escape(str(beyond.value))):
+            spark.sql("SELECT * FROM sqlepc_ahead_as_of(12)").collect()
+        assert spark.sql("SELECT id FROM sqlepc_ahead_as_of(9)").collect()[0][0] == 1
         # an empty table refuses too (its frontier is 0)
         with pytest.raises(Exception, match="AS OF 0 is not final yet"):
             spark.sql("SELECT * FROM sqlep_empty_as_of(0)").collect()

@@ -52,7 +52,7 @@ from changelake.lake.commands import open_lake
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import TableState
 from changelake.lake.schema import live_columns, logical_schema
-from changelake.lake.sources import beyond_frontier, group_sources
+from changelake.lake.sources import SourceTables, beyond_frontier, group_sources
 from changelake.lake.sql import quote, sql_type, state_sql, string_literal
 
 HOST = "127.0.0.1"
@@ -109,23 +109,25 @@ def _message(text: str, time_sql: str) -> str:
     return f"concat({', '.join(pieces)})" if len(pieces) > 1 else pieces[0]
 
 
-def _refusals(state: TableState, frontier: tuple[Any, int] | None, p: str) -> list[tuple[str,
-                                                                                          str]]:
-    """(condition, message) pairs: the times `snapshot --as-of` refuses, in its words."""
-    name, t = state.name, _SENTINEL
-    out = [(f"{p} IS NULL", string_literal(f"table {name}: AS OF needs a time, not NULL")),
-           (f"{p} < {state.since}",
-            _message(f"table {name}: AS OF {t} is before the table's since ({state.since}); "
-                     "that history was compacted away", p))]
-    upper = state.upper
+def _refusals(state: TableState, frontier: tuple[SourceTables, int] | None, p: str
+              ) -> list[tuple[str, str]]:
+    """(condition, message) pairs, first match wins: the times `snapshot --as-of` refuses,
+    in its order (a captured table's source frontier, then the table's since and frontier)
+    and in its words."""
+    name, t, upper = state.name, _SENTINEL, state.upper
+    out = [(f"{p} IS NULL", string_literal(f"table {name}: AS OF needs a time, not NULL"))]
+    if frontier is not None:
+        group, limit = frontier
+        below = "" if upper is None else f" AND {p} < {upper}"
+        out.append((f"{p} >= {limit}{below}",
+                    _message(str(beyond_frontier(group, t, f"table {name}")), p)))
+    out.append((f"{p} < {state.since}",
+                _message(f"table {name}: AS OF {t} is before the table's since "
+                         f"({state.since}); that history was compacted away", p)))
     if upper is not None:
         out.append((f"{p} >= {upper}",
                     _message(f"table {name}: AS OF {t} is not final yet: the table is "
                              f"committed through time {upper - 1}", p)))
-    if frontier is not None:
-        group, limit = frontier
-        out.append((f"{p} >= {limit}",
-                    _message(str(beyond_frontier(group, t, f"table {name}")), p)))
     return out
 
 
@@ -151,7 +153,7 @@ def as_of_body(state: TableState, table_dir: Path, parameter: str) -> str:
 
 
 def as_of_function_sql(state: TableState, table_dir: Path, name: str,
-                       frontier: tuple[Any, int] | None = None) -> str:
+                       frontier: tuple[SourceTables, int] | None = None) -> str:
     """`CREATE OR REPLACE TEMPORARY FUNCTION name(as_of BIGINT) RETURNS TABLE (...)`: the
     table AS OF a time; `frontier` (source group, time) bounds a captured table's times."""
     logical = logical_schema(state.versions)
