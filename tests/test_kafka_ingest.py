@@ -8,6 +8,7 @@ from its files (the committed manifest and its Parquet file sets), without anoth
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -215,23 +216,65 @@ def run_ingest(lake_dir: Path, table: str, cluster: MockCluster, topic: str, sch
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
-def killed_then_rerun(tmp_path: Path, cluster: MockCluster, seed: int) -> None:
-    """An ingest killed (its process group: the Spark JVM too) at a seeded moment, then run
-    again: the table equals the history, nothing doubled, and the offsets resume at the end."""
+KILL_POINTS = ("anywhere", "segment", "manifest")
+"""Where a kill lands: a moment after the start (Spark's start, the read, the decode), once
+the table's change segment is being written, or once the commit's manifest is written (the
+commit point, the view's replacement, follows it)."""
+
+
+def wait_for(process: subprocess.Popen, found, timeout: float = 300) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        if found():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def kill_at(process: subprocess.Popen, table_dir: Path, point: str, versions: int,
+            rng: random.Random) -> None:
+    """Kill -9 the run's process group (its Spark JVM too) at `point` (see KILL_POINTS);
+    `versions`: how many manifests the table had before the run."""
+    if point == "segment":
+        old = set((table_dir / "seg").glob("*"))
+        wait_for(process, lambda: any(d not in old for d in (table_dir / "seg").glob("*")))
+    elif point == "manifest":
+        wait_for(process, lambda: len(list((table_dir / "_state").glob("v*.json"))) > versions
+                 + (0 if versions else 1))  # a new table's first manifest is its creation
+    time.sleep(rng.uniform(0, 0.3) if point != "anywhere" else rng.uniform(1.0, 20.0))
+    # ESRCH: it finished before the kill point, and the rerun has nothing to do
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def killed_then_rerun(tmp_path: Path, cluster: MockCluster, seed: int, *,
+                      ingested_before: bool) -> None:
+    """An ingest killed at a seeded point, then run again: the table equals the history,
+    nothing doubled, and the offsets resume at the end. With `ingested_before`, a first run
+    committed part of the topic, so the killed run and the rerun start at its offsets."""
     rng = seeded(seed)
     history = random_history(rng, updates=150, times=10)
     log = mangle([write(history, batch_size=5)], rng)
     topic = new_topic(cluster, partitions=3)
     schema = schema_file(tmp_path)
     lake_dir = tmp_path / "lake"
-    produced = write_topic(log, bootstrap=cluster.bootstrap, topic=topic,
-                           schema=row_schema()).messages
-    killed = run_ingest(lake_dir, "t", cluster, topic, schema)
-    time.sleep(rng.uniform(2.0, 25.0))  # Spark's start, the read, the decode or the commit
-    os.killpg(killed.pid, signal.SIGKILL)
-    killed.wait()
+    table_dir = lake_dir / "tables" / "default" / "t"
+    cut = len(log) // 2 if ingested_before else 0
+    produced = write_topic(log[:cut], bootstrap=cluster.bootstrap, topic=topic,
+                           schema=row_schema()).messages if cut else 0
+    if ingested_before:
+        first = run_ingest(lake_dir, "t", cluster, topic, schema)
+        _, err = first.communicate(timeout=600)
+        assert first.returncode == 0, err.decode()
+    produced += write_topic(log[cut:], bootstrap=cluster.bootstrap, topic=topic,
+                            schema=row_schema()).messages
+    versions = len(list((table_dir / "_state").glob("v*.json")))
+    point = rng.choice(KILL_POINTS)
+    print(f"kill point: {point}")
+    kill_at(run_ingest(lake_dir, "t", cluster, topic, schema), table_dir, point, versions, rng)
     rerun = run_ingest(lake_dir, "t", cluster, topic, schema)
-    _, err = rerun.communicate(timeout=300)
+    _, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err.decode()
     state, rows = committed_rows(lake_dir, "t")
     assert rows == rows_of_truth(history.truth)
@@ -245,14 +288,14 @@ def killed_then_rerun(tmp_path: Path, cluster: MockCluster, seed: int) -> None:
 
 @pytest.mark.spark
 def test_cli_ingest_killed_and_rerun(tmp_path: Path, cluster: MockCluster) -> None:
-    killed_then_rerun(tmp_path, cluster, random.randrange(1000))
+    killed_then_rerun(tmp_path, cluster, random.randrange(1000), ingested_before=False)
 
 
 @pytest.mark.slow
 @pytest.mark.spark
-@pytest.mark.parametrize("seed", [5, 17, 29])
+@pytest.mark.parametrize("seed", [5, 17, 29, 41])
 def test_cli_ingest_killed_more(tmp_path: Path, cluster: MockCluster, seed: int) -> None:
-    killed_then_rerun(tmp_path, cluster, seed)
+    killed_then_rerun(tmp_path, cluster, seed, ingested_before=seed % 2 == 1)
 
 
 @pytest.mark.slow
