@@ -28,7 +28,7 @@ import pytest
 from changelake.errors import InputError, LakeError
 from changelake.formats.materialize import encode_confluent
 from changelake.kafka import MockCluster, RegistryServer, write_topic
-from changelake.lake import Lake
+from changelake.lake import Lake, commands
 from changelake.lake.kafka_ingest import ingest_topics
 from changelake.protocol import Progress
 from changelake.protocol.messages import Message
@@ -108,6 +108,12 @@ def test_resume_reads_only_the_new_offsets(cluster: MockCluster, registry: Regis
     assert sum(p.end for p in recorded.partitions) == first.records
 
     added = produce(cluster, topic, messages[cut:], rng)  # schema id 0: the reader's file
+    # status: per partition the committed offset, the end now, the lag between them
+    lags = commands.table_status(lake, name, count_rows=False, live=True).offsets
+    assert [(o["partition"], o["committed"]) for o in lags] == [
+        (p.partition, p.resume) for p in recorded.partitions]
+    assert all(o["lag"] == o["end"] - o["committed"] and o["error"] is None for o in lags)
+    assert sum(o["lag"] for o in lags) == added
     second = ingest_topics(lake, name, cluster.bootstrap, [topic],
                            schema=schema_file(tmp_path))
     assert {(p.partition, p.start) for p in second.partitions} == {
