@@ -127,6 +127,9 @@ def test_resume_reads_only_the_new_offsets(cluster: MockCluster, registry: Regis
     again = ingest_topics(lake, name, cluster.bootstrap, topic, schema=schema_file(tmp_path))
     assert again.records == 0 and again.ingest.commit.skipped
     assert lake.table(name).state().version == second.ingest.commit.version
+    # a compaction's version carries them too
+    commands.compact(lake, name)
+    assert lake.table(name).state().offsets == second.offsets
 
 
 @pytest.mark.spark
@@ -184,6 +187,7 @@ def test_a_bad_record_stops_before_anything_is_committed(cluster: MockCluster, l
         before.version, before.offsets, before.frontier)
 
 
+@pytest.mark.spark
 def test_changefeed_topics_are_refused(lake: Lake) -> None:
     for source in ("debezium", "ydb"):
         with pytest.raises(LakeError, match=f"Materialize CDC .* not {source}: resuming"):
