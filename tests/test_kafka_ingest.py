@@ -197,6 +197,13 @@ def test_changefeed_topics_are_refused(lake: Lake) -> None:
                              capture_output=True, timeout=60)
     assert refused.returncode == 2
     assert b"Materialize CDC topics only" in refused.stderr
+    lake_args = ["ingest", "--lake", str(lake.root), "--table", "t"]
+    for args, says in [(["--kafka", "127.0.0.1:1", "--schema", __file__], b"--kafka needs --topic"),
+                       (["--kafka", "127.0.0.1:1", "--topic", "x"], b"--schema-registry URL"),
+                       (["--topic", "x", "f.jsonl"], b"go with --kafka"),
+                       ([], b"no INPUT given")]:
+        usage = subprocess.run([*CLI, *lake_args, *args], capture_output=True, timeout=60)
+        assert usage.returncode == 2 and says in usage.stderr, usage.stderr
     assert not (lake.root / "metastore").exists()  # refused before Spark started
 
 
@@ -332,3 +339,13 @@ def test_cli_status_shows_offsets_and_lag(tmp_path: Path, cluster: MockCluster) 
     assert {o["topic"] for o in offsets} == {topic} and len(offsets) == 2
     assert all(o["lag"] == o["end"] - o["committed"] and o["error"] is None for o in offsets)
     assert sum(o["lag"] for o in offsets) == more
+    # a bad record: one line naming topic, partition and offset; nothing committed
+    ends = {o["partition"]: o["end"] for o in offsets}
+    produce_raw(cluster, topic, [(0, b"not a frame")])
+    bad = run_ingest(lake_dir, "t", cluster, topic, schema)
+    _, err = bad.communicate(timeout=600)
+    assert bad.returncode == 2 and err.decode().count("\n") == 1, err.decode()
+    assert f"topic {topic} partition 0, offset {ends[0]}" in err.decode(), err.decode()
+    state, _ = committed_rows(lake_dir, "t")
+    assert [p["resume"] for p in state["offsets"]["topics"][0]["partitions"]] == [
+        o["committed"] for o in offsets]

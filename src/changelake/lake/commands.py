@@ -12,7 +12,9 @@ data; printing belongs to the CLI (`report.py` has rich renderers for it).
 Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or converts it with
 the Spark changefeed converter (Debezium, YDB), and commits the updates between the table's
 committed frontier and the input's (see `Table.commit`), so running it again on the same or
-overlapping input changes nothing.
+overlapping input changes nothing. `kafka_ingest.ingest_topics` is the same from Kafka
+topics (`ingest --kafka`), through `decode_materialize` and `commit_input` here, with the
+topics' offsets recorded by the commit.
 """
 
 from __future__ import annotations
