@@ -349,3 +349,16 @@ def test_cli_status_shows_offsets_and_lag(tmp_path: Path, cluster: MockCluster) 
     state, _ = committed_rows(lake_dir, "t")
     assert [p["resume"] for p in state["offsets"]["topics"][0]["partitions"]] == [
         o["committed"] for o in offsets]
+
+
+def test_status_reports_an_unreachable_cluster_without_failing() -> None:
+    from changelake.lake.kafka_ingest import topic_lags
+    from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
+
+    offsets = SourceOffsets("kafka", "materialize", "127.0.0.1:1", (
+        TopicOffsets("a", (PartitionOffsets(0, 3, 5), PartitionOffsets(1, 0, 0))),))
+    lags = topic_lags(offsets, timeout=1.0)
+    assert [(x.partition, x.committed, x.end, x.lag) for x in lags] == [
+        (0, 3, None, None), (1, 0, None, None)]
+    assert all(x.error is not None and x.error.startswith("unreachable") for x in lags)
+    assert [x.error for x in topic_lags(offsets, live=False)] == [None, None]
