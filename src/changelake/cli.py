@@ -574,12 +574,25 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--close", is_flag=True,
               help="The input is the whole changefeed: commit its last transaction too "
                    "(debezium, ydb; as encode --from --close).")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path())
+@click.option("--kafka", "kafka", default=None, metavar="BOOTSTRAP",
+              help="Read Kafka topics of Materialize CDC messages (Confluent-framed Avro) at "
+                   "these bootstrap servers instead of files, from the offsets the table's "
+                   "last commit recorded.")
+@click.option("--topic", "topics", multiple=True, metavar="T",
+              help="With --kafka: a topic to read (repeat it, or separate names by commas).")
+@click.option("--schema-registry", "schema_registry", default=None, metavar="URL",
+              help="With --kafka: the registry that resolves the frames' schema ids.")
+@click.option("--group", default=None, metavar="G",
+              help="With --kafka: also commit the positions reached to this consumer group "
+                   "(for monitoring; the lake's commit is where a run resumes).")
+@click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
-           inputs: tuple[str, ...]) -> None:
-    """Decode (or convert) INPUT and commit what is new to a lake table, exactly once."""
+           kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
+           group: str | None, inputs: tuple[str, ...]) -> None:
+    """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
+    exactly once."""
     from rich.console import Console
 
     from changelake.lake import commands, report
@@ -588,14 +601,42 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if close and source == "materialize":
         raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
                                "closes itself")
+    if kafka is None and (topics or schema_registry is not None or group is not None):
+        raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
+    if kafka is not None:
+        if not topics:
+            raise click.UsageError("--kafka needs --topic T")
+        if inputs:
+            raise click.UsageError("--kafka reads the topics: no input files as well")
+        if source != "materialize":
+            raise click.UsageError(
+                f"ingest --kafka reads Materialize CDC topics only (--from materialize), not "
+                f"--from {source}: resuming a changefeed conversion from committed offsets "
+                "needs converter state that is not saved yet; use encode --from "
+                f"{source} --kafka ... --close, then ingest the result")
+        if schema_path is None and schema_registry is None:
+            raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
+                                   "--schema-registry URL")
+    elif not inputs:
+        raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
-            result = commands.ingest(lake, ident, list(inputs), key=columns, source=source,
-                                 schema=schema_path, progress=step, scd2=scd2,
-                                 close=close)
+            if kafka is not None:
+                from changelake.lake.kafka_ingest import ingest_topics
+
+                read = ingest_topics(lake, ident, kafka, list(topics), key=columns,
+                                     schema=schema_path, schema_registry=schema_registry,
+                                     group=group, scd2=scd2, progress=step)
+                result = read.ingest
+            else:
+                result = commands.ingest(lake, ident, list(inputs), key=columns,
+                                         source=source, schema=schema_path, progress=step,
+                                         scd2=scd2, close=close)
     finally:
         lake.spark.stop()
+    if kafka is not None:
+        click.echo(f"changelake: {report.topics_line(read)}", err=True)
     click.echo(report.ingest_line(result), err=True)
     waiting = report.waiting_line(result)
     if waiting is not None:
@@ -723,6 +764,9 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
     else:
         Console().print(report.status_table(result.tables))
+        offsets = report.offsets_table(result.tables)
+        if offsets is not None:
+            Console().print(offsets)
         if result.sources:
             Console().print(report.sources_table(result.sources))
 

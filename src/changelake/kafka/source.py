@@ -148,9 +148,22 @@ class TopicReader:
         """The messages of the planned ranges (planned now if not yet). A bad record raises an
         `InputError` at its place, or with `set_aside` goes there and reading goes on."""
         for record in self.records():
-            message = self._decode(record.value, record.partition, record.offset, set_aside)
+            message = self.message(record, set_aside)
             if message is not None:
                 yield message
+
+    def message(self, record: Record, set_aside: Sink | None = None) -> Message | None:
+        """The message a record of this topic holds (see `messages`); None if set aside."""
+        return self._decode(record.value, record.partition, record.offset, set_aside)
+
+    def schemas_seen(self) -> list[CdcSchema]:
+        """The schemas the frames read so far named, each once."""
+        seen: list[CdcSchema] = []
+        for key in self.schemas:
+            schema = self.schemas[key]
+            if all(schema is not other for other in seen):
+                seen.append(schema)
+        return seen
 
     def records(self, ranges: Sequence[PartitionRange] | None = None) -> Iterator[Record]:
         """The records of `ranges` (default: the planned ones), undecoded: the bounded read
@@ -215,16 +228,19 @@ class TopicReader:
 
     # --------------------------------------------------------------------------- committing
 
-    def commit(self) -> None:
-        """Record in the group that every planned range was read to its end."""
+    def commit(self, offsets: Mapping[int, int] | None = None) -> None:
+        """Record in the group that every planned range was read to its end, or (`offsets`:
+        partition -> offset) that each partition was read up to that offset."""
         if self.group is None:
             raise TopicError("committing offsets needs a consumer group (--group)")
-        offsets = [TopicPartition(self.topic, r.partition, r.end) for r in self.ranges
-                   if r.end > 0]
-        if not offsets:
+        ends = ({r.partition: r.end for r in self.ranges} if offsets is None
+                else dict(offsets))
+        positions = [TopicPartition(self.topic, p, end) for p, end in sorted(ends.items())
+                     if end > 0]
+        if not positions:
             return
         try:
-            answer = self._open().commit(offsets=offsets, asynchronous=False)
+            answer = self._open().commit(offsets=positions, asynchronous=False)
         except KafkaException as error:
             raise TopicError(f"topic {self.topic!r}: cannot commit the offsets of group "
                              f"{self.group!r}: {describe(error)}") from None

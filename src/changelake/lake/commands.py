@@ -12,7 +12,9 @@ data; printing belongs to the CLI (`report.py` has rich renderers for it).
 Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or converts it with
 the Spark changefeed converter (Debezium, YDB), and commits the updates between the table's
 committed frontier and the input's (see `Table.commit`), so running it again on the same or
-overlapping input changes nothing.
+overlapping input changes nothing. `kafka_ingest.ingest_topics` is the same from Kafka
+topics (`ingest --kafka`), through `decode_materialize` and `commit_input` here, with the
+topics' offsets recorded by the commit.
 """
 
 from __future__ import annotations
@@ -47,11 +49,17 @@ from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
-from changelake.lake.layout import SEGMENT, TableState
+from changelake.lake.layout import SEGMENT, SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.sources import DEFAULT_PROBE_SECONDS, SourceStatus, check_as_of, statuses
 from changelake.lake.sql import path_literal
-from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, frontier_int
+from changelake.lake.table import (
+    DEFAULT_BUCKETS,
+    CommitResult,
+    ProgressFn,
+    TableWriter,
+    frontier_int,
+)
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
 from changelake.spark.changefeed.pipeline import changefeed_frames
@@ -191,15 +199,9 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
         if source == "materialize":
-            from changelake.spark.decoder import decode
-
             updates_df, progress_df = materialize_frames(spark, inputs, schema)
             since = Antichain([committed]) if committed is not None else Antichain([0])
-            decoded = translate_errors(decode, updates_df, progress_df, since=since)
-            cleanup.callback(decoded.unpersist)  # its cached aggregate, once committed
-            rows, lower, upper = flatten(decoded.updates), since, decoded.frontier
-            waiting = None if upper.is_closed else waiting_reason(
-                dict(decoded.missing), decoded.progress_frontier)
+            decoded = decode_materialize(updates_df, progress_df, since, cleanup)
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
             # the state read under the lock.
@@ -208,24 +210,70 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                                                   state=state,
                                                   since=committed if existing else None,
                                                   close=close)
-            rows = flatten(changes)
             # Changefeed times are log positions (sparse), so no gap can be told from the
             # times; the input is taken to continue the committed history (Debezium
             # re-delivers from the committed offset), and what is before the committed
             # frontier is skipped.
-            lower = Antichain([committed if committed is not None else 0])
-            upper = Antichain() if frontier is None else Antichain([frontier])
-            waiting = None if frontier is None else changefeed_waiting_reason(source, frontier)
-        input_upper = frontier_int(upper, "input")
-        if committed is not None and input_upper is not None and input_upper < committed:
-            lower = upper  # the input ends before the committed frontier: nothing new in it
+            decoded = DecodedInput(
+                flatten(changes), Antichain([committed if committed is not None else 0]),
+                Antichain() if frontier is None else Antichain([frontier]),
+                None if frontier is None else changefeed_waiting_reason(source, frontier))
         step("committing", 2, 3)
-        if not existing:
-            data = StructType([f for f in rows.schema.fields if f.name not in ("_time", "_diff")])
-            writer.create(data, key=key, buckets=buckets, scd2=scd2)
-        result = writer.commit(rows, lower, upper)
+        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
     step("done", 3, 3)
-    return IngestReport(handle.name, not existing, result, upper.to_json(), waiting)
+    return IngestReport(handle.name, not existing, result, decoded.upper.to_json(),
+                        decoded.waiting)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedInput:
+    """An input decoded (or converted) against a table: its `rows` (the table's columns,
+    `_time`, `_diff`) of the frontier interval `[lower, upper)`, and why `upper` stops where
+    it does (None: the input closed the stream)."""
+
+    rows: DataFrame
+    lower: Antichain
+    upper: Antichain
+    waiting: str | None
+
+
+def decode_materialize(updates: DataFrame, progress: DataFrame, since: Antichain,
+                       cleanup: ExitStack) -> DecodedInput:
+    """Decode Materialize CDC messages on Spark from the table's committed frontier `since`;
+    the decode's cached aggregate is released when `cleanup` closes (after the commit)."""
+    from changelake.spark.decoder import decode
+
+    decoded = translate_errors(decode, updates, progress, since=since)
+    cleanup.callback(decoded.unpersist)
+    waiting = None if decoded.frontier.is_closed else waiting_reason(
+        dict(decoded.missing), decoded.progress_frontier)
+    return DecodedInput(flatten(decoded.updates), since, decoded.frontier, waiting)
+
+
+def frontier_after(committed: int | None, upper: Antichain) -> int | None:
+    """The table's frontier once an input reaching `upper` is committed over a table committed
+    through `committed` (None: closed)."""
+    if committed is None:
+        return None
+    reached = frontier_int(upper, "input")
+    return None if reached is None else max(committed, reached)
+
+
+def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[str] = (),
+                 buckets: int = DEFAULT_BUCKETS, scd2: bool = False,
+                 offsets: SourceOffsets | None = None) -> CommitResult:
+    """Commit a decoded input under the writer lock, creating the table (with the input's
+    columns) if it does not exist; `offsets` are recorded by the same commit."""
+    committed = writer.state.upper if writer.state is not None else 0
+    lower, upper = decoded.lower, decoded.upper
+    input_upper = frontier_int(upper, "input")
+    if committed is not None and input_upper is not None and input_upper < committed:
+        lower = upper  # the input ends before the committed frontier: nothing new in it
+    if writer.state is None:
+        data = StructType([f for f in decoded.rows.schema.fields
+                           if f.name not in ("_time", "_diff")])
+        writer.create(data, key=key, buckets=buckets, scd2=scd2)
+    return writer.commit(decoded.rows, lower, upper, offsets=offsets)
 
 
 # -------------------------------------------------------------------------------- snapshot
@@ -298,6 +346,10 @@ class TableStatus:
     last_operation: str
     last_commit: str  # ISO 8601, UTC
     source: str | None = None  # the source database's identity, for a captured table
+    offsets: list[dict[str, Any]] | None = None
+    """For a table ingested from Kafka topics: per partition its topic, partition, committed
+    offset (where the next ingest starts), the partition's end now and the lag between them
+    (None, with `error`, when the cluster was not or could not be asked)."""
 
     def to_json(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -314,8 +366,10 @@ class LakeStatus:
 
 
 def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True,
-                 state: TableState | None = None) -> TableStatus:
-    """The table's status, from its committed `state` if the caller has just read it."""
+                 state: TableState | None = None, live: bool = False,
+                 timeout: float = DEFAULT_PROBE_SECONDS) -> TableStatus:
+    """The table's status, from its committed `state` if the caller has just read it; `live`
+    asks a Kafka source its partitions' ends (the lag), each within `timeout` seconds."""
     handle = lake.table(name) if state is None else lake.handle(name)
     state = state if state is not None else handle.state()
     files = sum(1 for fs in state.files for _ in (handle.directory / fs.path).glob("*.parquet"))
@@ -327,7 +381,17 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
         bytes=sum(f.bytes for f in state.files), version=state.version,
         last_operation=state.operation, last_commit=when,
         source=None if state.origin is None else state.origin.source,
+        offsets=None if state.offsets is None else _offsets_status(state, live, timeout),
     )
+
+
+def _offsets_status(state: TableState, live: bool, timeout: float) -> list[dict[str, Any]]:
+    from dataclasses import asdict
+
+    from changelake.lake.kafka_ingest import topic_lags
+
+    assert state.offsets is not None
+    return [asdict(lag) for lag in topic_lags(state.offsets, live=live, timeout=timeout)]
 
 
 def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:
@@ -343,7 +407,8 @@ def lake_status(lake: Lake, *, count_rows: bool = True, live: bool = True,
     seconds (an unreachable database is reported, not an error). Each table's state is read
     once, for both."""
     states = [lake.handle(name).state() for name in lake.tables()]
-    tables = [table_status(lake, s.name, count_rows=count_rows, state=s) for s in states]
+    tables = [table_status(lake, s.name, count_rows=count_rows, state=s, live=live,
+                           timeout=timeout) for s in states]
     return LakeStatus(tables, statuses(states, live=live, timeout=timeout))
 
 

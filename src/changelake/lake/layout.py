@@ -24,6 +24,11 @@ integer (the empty antichain: the feed is closed, every time is final).
 A table captured from a database also records its `Origin` in every manifest (set at creation,
 carried by every later version): which source database, and so which time domain, its times
 belong to. Manifests written before origins existed have none and read as before.
+
+A table ingested from Kafka topics records in every manifest the offsets its commits covered
+(`SourceOffsets`, written by the commit that wrote the data those offsets hold, carried by every
+later version): the next ingest starts there instead of re-reading the topics. Manifests
+without it read as before (an ingest then reads the topics from their beginning).
 """
 
 from __future__ import annotations
@@ -92,6 +97,52 @@ class Origin:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """How far the table has consumed one partition of a topic.
+
+    `resume` is where the next read starts: every record before it is in the table, or says
+    nothing beyond the table's frontier (the table no longer needs it). `end` is where the read
+    that committed it ended; the records in `[resume, end)` reach beyond the frontier (updates
+    at later times, progress statements that cover later times), so they are read again."""
+
+    partition: int
+    resume: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOffsets:
+    topic: str
+    partitions: tuple[PartitionOffsets, ...]
+
+    def partition(self, number: int) -> PartitionOffsets | None:
+        return next((p for p in self.partitions if p.partition == number), None)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOffsets:
+    """The positions in a log source (`kind`: "kafka") that the table has consumed, per topic
+    and partition, and what the messages there are (`format`: "materialize"). `address` is
+    where the source was last read (bootstrap servers), for `status` to ask its lag; the
+    offsets belong to the topics, not to the address."""
+
+    kind: str
+    format: str
+    address: str
+    topics: tuple[TopicOffsets, ...] = ()
+
+    def topic(self, name: str) -> TopicOffsets | None:
+        return next((t for t in self.topics if t.topic == name), None)
+
+    @classmethod
+    def from_plain(cls, raw: dict) -> SourceOffsets:
+        topics = tuple(
+            TopicOffsets(t["topic"], tuple(PartitionOffsets(**p) for p in t["partitions"]))
+            for t in raw.get("topics", ()))
+        return cls(raw["kind"], raw["format"], raw["address"], topics)
+
+
+@dataclass(frozen=True, slots=True)
 class TableState:
     """A committed version of a table: everything a reader or writer needs to know."""
 
@@ -111,6 +162,7 @@ class TableState:
     detail: dict = field(default_factory=dict)
     format: int = FORMAT
     origin: Origin | None = None  # captured tables only; kept by every later version
+    offsets: SourceOffsets | None = None  # tables ingested from topics; kept likewise
 
     @property
     def keyed(self) -> bool:
@@ -157,6 +209,8 @@ class TableState:
         raw["files"] = tuple(FileSet(**f) for f in raw["files"])
         if raw.get("origin") is not None:  # absent in manifests written before origins
             raw["origin"] = Origin(**raw["origin"])
+        if raw.get("offsets") is not None:  # absent in manifests written before offsets
+            raw["offsets"] = SourceOffsets.from_plain(raw["offsets"])
         return cls(**raw)
 
 

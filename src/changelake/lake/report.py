@@ -16,6 +16,7 @@ from rich.table import Table as RichTable
 
 from changelake.lake.commands import IngestReport, TableStatus
 from changelake.lake.compact import CompactionResult
+from changelake.lake.kafka_ingest import KafkaIngestReport
 from changelake.lake.sources import SlotStatus, SourceStatus
 from changelake.lake.table import ProgressFn
 
@@ -74,6 +75,29 @@ def status_table(statuses: Sequence[TableStatus]) -> RichTable:
                       f"{s.rows:,}", str(s.segments), str(s.files), f"{s.bytes:,}",
                       str(s.version), f"{s.last_operation} {s.last_commit}")
     return table
+
+
+def offsets_table(statuses: Sequence[TableStatus]) -> RichTable | None:
+    """Per partition of the tables ingested from Kafka: the committed offset (where the next
+    ingest starts), the partition's end now, and the lag; None if no table has topics."""
+    rows = [(s.name, o) for s in statuses for o in s.offsets or ()]
+    if not rows:
+        return None
+    table = RichTable("table", "topic", "partition", "committed", "end", "lag")
+    for name, o in rows:
+        end = "-" if o["end"] is None else f"{o['end']:,}"
+        lag = o["error"] or ("-" if o["lag"] is None else f"{o['lag']:,}")
+        table.add_row(name, o["topic"], str(o["partition"]), f"{o['committed']:,}", end, lag)
+    return table
+
+
+def topics_line(read: KafkaIngestReport) -> str:
+    """What `ingest --kafka` read: records, and per partition the offsets read and where the
+    next run starts."""
+    parts = [f"{p.topic}/{p.partition} [{p.start}, {p.end}) next {p.resume}"
+             for p in read.partitions]
+    return (f"read {read.records:,} record(s) of topic partition(s) "
+            + ("; ".join(parts) or "none"))
 
 
 def slot_text(slot: SlotStatus) -> str:

@@ -40,6 +40,7 @@ from changelake.lake.layout import (
     FileSet,
     Origin,
     SchemaVersion,
+    SourceOffsets,
     TableState,
     parquet_stats,
     segment_path,
@@ -252,8 +253,13 @@ class TableWriter:
         return state
 
     def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
-               retain: int = DEFAULT_RETAIN) -> CommitResult:
-        """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
+               retain: int = DEFAULT_RETAIN, offsets: SourceOffsets | None = None
+               ) -> CommitResult:
+        """Commit the updates of `[lower, upper)` exactly once (see the module docstring).
+
+        `offsets`: the source positions these updates were read up to, recorded by the same
+        commit (so a crash either keeps both or neither). When nothing in the input is new but
+        the offsets moved, a version that records only them is committed."""
         name = self.name
         for column in ("_time", "_diff"):
             if column not in updates.columns:
@@ -268,7 +274,9 @@ class TableWriter:
         state = self.committed()
         committed = state.upper
         if committed is None or (up is not None and committed >= up):
-            return CommitResult(name, state.version, committed, up, 0, True)
+            if offsets is not None and offsets != state.offsets:
+                self.publish(state.next("offsets", offsets=offsets), retain=retain)
+            return CommitResult(name, self.committed().version, committed, up, 0, True)
         if committed < lo:
             raise LakeError(
                 f"table {name}: the input starts at time {lo} but the table is "
@@ -304,7 +312,8 @@ class TableWriter:
         else:
             shutil.rmtree(target, ignore_errors=True)
         new = new.next("commit", frontier=() if up is None else (up,),
-                       versions=evolution.versions, files=files)
+                       versions=evolution.versions, files=files,
+                       offsets=new.offsets if offsets is None else offsets)
         new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
         self.publish(new, retain=retain)
         return CommitResult(name, new.version, committed, up, count, False, evolution.changed)

@@ -159,6 +159,12 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
     return StringType(), as_text  # enum, fixed
 
 
+def data_type_of(schema: Any) -> tuple[DataType, Converter]:
+    """The Spark type of a `CdcSchema`'s data rows in `struct` mode, and the converter of a
+    decoded (frozen) row to a Spark row value: for readers of messages other than files."""
+    return _spark_type(schema.data_type, schema.named)
+
+
 def message_type(data_type: DataType) -> StructType:
     """A row of the source: one message with where it came from."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType

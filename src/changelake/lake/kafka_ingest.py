@@ -1,0 +1,354 @@
+"""`changelake ingest --kafka`: topics of Materialize CDC messages into a lake table, exactly
+once, resuming from the offsets the table's last commit recorded.
+
+The offsets live in the lake, not in a consumer group: each commit's manifest records, per topic
+and partition, where the next read starts (`layout.PartitionOffsets.resume`), written by the
+same commit point as the data read from those offsets. So a crash anywhere before the commit
+point leaves the previous offsets, and the next run re-reads exactly the uncommitted range; a
+crash after it leaves both; nothing is lost or doubled. (`--group G` also commits the same
+positions to a consumer group, after the lake commit, for tools that watch groups; it is never
+read back.)
+
+Where a read resumes. A run reads every partition from its recorded `resume` (the beginning of
+the partition if none) to its end when the read starts (see `kafka.source`), decodes on Spark
+from the table's committed frontier F, and commits the updates up to the input's frontier F'.
+A record is *absorbed* once the table no longer needs it: an update message whose times are all
+before F' (it is in the table, or was before F), a progress statement whose upper is at or
+before F' (it covers nothing the table lacks); once the stream closed, every record. Records
+that are not absorbed (updates at times not yet final, the statements that will justify them)
+must be seen again: each partition resumes at its first record that is not absorbed, or at the
+end of the read if all were. Re-reading records before a resume point that were absorbed is
+harmless (the decoder drops updates before F and takes statements any number of times); never
+re-reading an absorbed record is what makes "a restart continues at the committed offsets" true
+for a stream whose frontier keeps up with the topic: then every partition resumes at its end.
+
+The records are read on the driver (one consumer per topic) and handed to Spark as a
+DataFrame of messages, the `materialize-cdc` source's shape with `_file` naming topic and
+partition and `_offset` the record's offset, so a protocol error names its record. A bad
+record (not a frame, unknown schema id, corrupt Avro, a tombstone) stops the run at topic,
+partition and offset before anything is committed.
+
+Debezium and YDB topics are refused: converting a changefeed from an offset needs the
+converter's state (the open transaction, each partition's window, the writer's progress) at
+that offset, which is not saved yet; `encode --from debezium|ydb --kafka` converts a whole
+read instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from changelake.errors import LakeError, SchemaError
+from changelake.lake.catalog import Lake
+from changelake.lake.commands import (
+    DecodedInput,
+    IngestReport,
+    commit_input,
+    decode_materialize,
+    frontier_after,
+)
+from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
+from changelake.protocol import Antichain, Updates
+from changelake.protocol.messages import Message
+
+KIND = "kafka"
+FORMAT = "materialize"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRead:
+    """One partition in one run: the offsets `[start, end)` read, and where the next run
+    starts (`resume`, as committed)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    resume: int
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaIngestReport:
+    """What `ingest --kafka` did: the ingest's report, each partition's read, the records
+    read (`records`), and the offsets the commit recorded (None: nothing was committed)."""
+
+    ingest: IngestReport
+    partitions: list[PartitionRead] = field(default_factory=list)
+    records: int = 0
+    offsets: SourceOffsets | None = None
+
+
+@dataclass(slots=True)
+class _Read:
+    """A record's message and what decides whether the table still needs it."""
+
+    topic: str
+    partition: int
+    offset: int
+    message: Message
+
+
+def _needed(message: Message, frontier: int | None) -> bool:
+    """Whether the table, committed through `frontier` (None: closed), needs the message again
+    (see the module docstring)."""
+    if frontier is None:
+        return False
+    if isinstance(message, Updates):
+        return any(time >= frontier for _, time, _ in message.updates)
+    upper = message.upper.elements
+    return not upper or upper[0] > frontier
+
+
+def _plan(reader: Any, recorded: TopicOffsets | None, table: str) -> list[Any]:
+    """The ranges of this run: from each partition's recorded resume point (or its beginning)
+    to its end now. A resume point the topic no longer holds is an error: the topic was
+    recreated or truncated (beyond its end), or records the table still needed were deleted
+    (before its beginning)."""
+    from changelake.kafka import PartitionRange
+
+    ranges = []
+    for planned in reader.plan():
+        mark = recorded.partition(planned.partition) if recorded is not None else None
+        if mark is None:
+            ranges.append(planned)
+            continue
+        where = f"table {table}: topic {reader.topic} partition {planned.partition}"
+        if mark.resume > planned.end:
+            raise LakeError(f"{where} ends at offset {planned.end}, before offset "
+                            f"{mark.resume} where the table's last commit left it: the topic "
+                            "was recreated or truncated; nothing was read")
+        if mark.resume < planned.start:
+            raise LakeError(f"{where} begins at offset {planned.start}, after offset "
+                            f"{mark.resume} where the table's last commit left it: records "
+                            "the table still needs were deleted (retention); nothing was read")
+        ranges.append(PartitionRange(planned.partition, mark.resume, planned.end))
+    return ranges
+
+
+def _data_schema(readers: Sequence[Any], given: Any) -> Any:
+    """The one schema of the messages' rows: `given` (--schema), or the registry's; frames of
+    different row schemas cannot be one table's input."""
+    import orjson
+
+    schemas = [given] if given is not None else []
+    for reader in readers:
+        schemas.extend(reader.schemas_seen())
+    if not schemas:
+        return None
+    first = orjson.dumps(schemas[0].data_type, option=orjson.OPT_SORT_KEYS)
+    for other in schemas[1:]:
+        if orjson.dumps(other.data_type, option=orjson.OPT_SORT_KEYS) != first:
+            raise SchemaError(
+                f"the topics' frames carry more than one row schema ({schemas[0].data_type} "
+                f"and {other.data_type}): one table takes one (schema changes over Kafka: "
+                "not yet)")
+    return schemas[0]
+
+
+def _messages_frame(spark: Any, reads: Sequence[_Read], schema: Any) -> Any:
+    """The messages as the `materialize-cdc` source's DataFrame (see the module docstring)."""
+    from changelake.spark.source import data_type_of, message_type
+
+    data_type, convert = data_type_of(schema)
+    rows = []
+    for read in reads:
+        message = read.message
+        where = f"topic {read.topic} partition {read.partition}"
+        if isinstance(message, Updates):
+            updates = [(convert(d), t, r) for d, t, r in message.updates]
+            rows.append((updates, None, where, None, read.offset, None))
+        else:
+            progress = (list(message.lower.elements), list(message.upper.elements),
+                        [(t, c) for t, c in message.counts])
+            rows.append((None, progress, where, None, read.offset, None))
+    return spark.createDataFrame(rows, message_type(data_type))
+
+
+def ingest_topics(
+    lake: Lake,
+    table: str | TableIdentifier,
+    bootstrap: str,
+    topics: str | Sequence[str],
+    *,
+    key: Sequence[str] = (),
+    source: str = "materialize",
+    schema: Path | None = None,
+    schema_registry: str | None = None,
+    group: str | None = None,
+    buckets: int = DEFAULT_BUCKETS,
+    scd2: bool = False,
+    progress: ProgressFn | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> KafkaIngestReport:
+    """Read `topics` of Materialize CDC messages at `bootstrap` from the offsets `table`'s last
+    commit recorded, and commit what is new with the offsets it covered: exactly once (see the
+    module docstring). `schema` decodes frames with schema id 0, the registry at
+    `schema_registry` the others. `group` also commits the positions to that consumer group
+    (after the lake commit; never read). `config` adds librdkafka settings."""
+    from changelake.formats.materialize import load_schema
+    from changelake.kafka import TopicReader
+    from changelake.kafka.changefeed import topic_list
+    from changelake.spark.decoder import split_messages
+
+    if source != FORMAT:
+        raise LakeError(
+            f"ingest --kafka reads topics of Materialize CDC messages (--from materialize) "
+            f"only, not {source}: resuming a {source} conversion from committed offsets needs "
+            "the converter's state at those offsets, which is not saved yet; convert the "
+            f"topics with `encode --from {source} --kafka ... --close`, or ingest files")
+    names = topic_list(topics)
+    given = load_schema(schema) if schema is not None else None
+    if given is None and schema_registry is None:
+        raise SchemaError("reading a Kafka topic needs the schema: --schema FILE or "
+                          "--schema-registry URL")
+    handle = lake.handle(table)
+    for column in key:
+        check_name(column, f"table {handle.name}: key column")
+    step = progress or (lambda _d, _i, _n: None)
+    step("waiting for the table's writer lock", 0, 3)
+    with handle.writer() as writer, ExitStack() as cleanup:
+        state = writer.state
+        committed = state.upper if state is not None else 0
+        recorded = state.offsets if state is not None else None
+        if recorded is not None and (recorded.kind, recorded.format) != (KIND, FORMAT):
+            raise LakeError(f"table {handle.name} records offsets of a {recorded.kind} "
+                            f"{recorded.format} source, not of Kafka Materialize CDC topics")
+        if committed is None:  # closed: no record can add anything
+            result = CommitResult(handle.name, state.version if state else -1, None, None, 0,
+                                  True)
+            return KafkaIngestReport(IngestReport(handle.name, False, result, []))
+        step("reading topics", 1, 3)
+        readers, reads, plans = [], [], []
+        for name in names:
+            reader = cleanup.enter_context(TopicReader(
+                bootstrap, name, group=group, schema=given, schema_registry=schema_registry,
+                config=config))
+            readers.append(reader)
+            ranges = _plan(reader, recorded.topic(name) if recorded else None, handle.name)
+            plans.append((name, ranges))
+            for record in reader.records(ranges):
+                message = reader.message(record)  # strict: a bad record raises, located
+                assert message is not None
+                reads.append(_Read(name, record.partition, record.offset, message))
+        data_schema = _data_schema(readers, given)
+        if data_schema is None:  # nothing read and no schema to create the table with
+            result = CommitResult(handle.name, state.version if state else -1, committed,
+                                  committed, 0, True)
+            return KafkaIngestReport(
+                IngestReport(handle.name, False, result, [committed],
+                             "the topics hold no messages beyond the committed offsets"),
+                _partition_reads(plans, recorded, {}), 0, recorded)
+        updates, statements = split_messages(_messages_frame(lake.spark, reads, data_schema))
+        decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
+                                                   cleanup)
+        frontier = frontier_after(committed, decoded.upper)
+        first_needed: dict[tuple[str, int], int] = {}
+        for read in reads:
+            place = (read.topic, read.partition)
+            if _needed(read.message, frontier) and read.offset < first_needed.get(
+                    place, read.offset + 1):
+                first_needed[place] = read.offset
+        partitions = _partition_reads(plans, recorded, first_needed)
+        offsets = _offsets(bootstrap, recorded, partitions)
+        step("committing", 2, 3)
+        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
+                              offsets=offsets)
+        if group is not None:  # after the lake commit: the lake's offsets are the truth
+            for reader in readers:
+                reader.commit({p.partition: p.resume for p in partitions
+                               if p.topic == reader.topic})
+    step("done", 3, 3)
+    ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
+                          decoded.waiting)
+    return KafkaIngestReport(ingest, partitions, len(reads), offsets)
+
+
+def _partition_reads(plans: Sequence[tuple[str, Sequence[Any]]],
+                     recorded: SourceOffsets | None,
+                     first_needed: Mapping[tuple[str, int], int]) -> list[PartitionRead]:
+    out = []
+    for topic, ranges in plans:
+        for r in ranges:
+            out.append(PartitionRead(topic, r.partition, r.start, r.end,
+                                     first_needed.get((topic, r.partition), r.end)))
+    return out
+
+
+def _offsets(bootstrap: str, recorded: SourceOffsets | None,
+             partitions: Sequence[PartitionRead]) -> SourceOffsets:
+    """The offsets to record: this run's partitions, and what was recorded of topics (and
+    partitions) this run did not read, as it was."""
+    topics: dict[str, dict[int, PartitionOffsets]] = {}
+    for old in recorded.topics if recorded is not None else ():
+        topics[old.topic] = {p.partition: p for p in old.partitions}
+    for p in partitions:
+        topics.setdefault(p.topic, {})[p.partition] = PartitionOffsets(p.partition, p.resume,
+                                                                       p.end)
+    return SourceOffsets(KIND, FORMAT, bootstrap, tuple(
+        TopicOffsets(name, tuple(by[n] for n in sorted(by))) for name, by in topics.items()))
+
+
+# ---------------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    """`status` per partition of a table's topics: the committed (resume) offset, the
+    partition's end now, and the lag between them (None with `error` when the cluster could
+    not be asked)."""
+
+    topic: str
+    partition: int
+    committed: int
+    end: int | None
+    lag: int | None
+    error: str | None = None
+
+
+def topic_lags(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.0,
+               config: Mapping[str, Any] | None = None) -> list[PartitionLag]:
+    """Each recorded partition's lag (end offset now minus the committed resume offset),
+    asked of the cluster at `offsets.address` within `timeout` seconds per call; an
+    unreachable cluster is reported per partition, not raised."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from changelake.kafka.client import client_config, describe
+
+    out: list[PartitionLag] = []
+    consumer = None
+    failure: str | None = None  # once the cluster failed to answer, it is not asked again
+    if live:
+        settings = client_config(offsets.address, "status", config)
+        settings.update({"group.id": "changelake-status", "enable.auto.commit": False})
+        consumer = Consumer(settings)
+    try:
+        for topic in offsets.topics:
+            for p in topic.partitions:
+                if consumer is None or failure is not None:
+                    out.append(PartitionLag(topic.topic, p.partition, p.resume, None, None,
+                                            failure))
+                    continue
+                try:
+                    _, high = consumer.get_watermark_offsets(
+                        TopicPartition(topic.topic, p.partition), timeout=timeout)
+                except KafkaException as error:
+                    failure = f"unreachable: {describe(error)}"
+                    out.append(PartitionLag(topic.topic, p.partition, p.resume, None, None,
+                                            failure))
+                    continue
+                out.append(PartitionLag(topic.topic, p.partition, p.resume, high,
+                                        max(0, high - p.resume)))
+    finally:
+        if consumer is not None:
+            consumer.close()
+    return out
+
+
+__all__ = ["KafkaIngestReport", "PartitionLag", "PartitionRead", "ingest_topics",
+           "topic_lags"]
