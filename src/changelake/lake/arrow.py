@@ -455,6 +455,15 @@ class TableStatus:
         return asdict(self)
 
 
+@dataclass(frozen=True, slots=True)
+class LakeStatus:
+    """`changelake status`: per table, and per source database of captured tables
+    (`sources.SourceStatus`, which needs the capture's modules)."""
+
+    tables: list[TableStatus]
+    sources: list
+
+
 def status_of(state: TableState, directory: Path, name: str, rows: int) -> TableStatus:
     """A table's status line from its committed `state` and its row count."""
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))

@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 
 from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import InputError, LakeError, SchemaError
-from changelake.lake.arrow import TableStatus, plain, status_of
+from changelake.lake.arrow import LakeStatus, TableStatus, plain, status_of
 from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.commit import repair_pointer
 from changelake.lake.compact import CompactionPolicy, CompactionResult
@@ -49,7 +49,7 @@ from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
-from changelake.lake.sources import DEFAULT_PROBE_SECONDS, SourceStatus, check_as_of, statuses
+from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
 from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn, frontier_int
 from changelake.protocol import Antichain
@@ -267,14 +267,6 @@ def compact(lake: Lake, table: str | TableIdentifier, *, since: int | None = Non
 
 
 # ---------------------------------------------------------------------------------- status
-
-
-@dataclass(frozen=True, slots=True)
-class LakeStatus:
-    """`changelake status`: per table, and per source database of captured tables."""
-
-    tables: list[TableStatus]
-    sources: list[SourceStatus]
 
 
 def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True,
