@@ -248,7 +248,9 @@ def read_file_set(fs: FileSet, state: TableState, directory: Path, schema: pa.Sc
     wanted = [f.name for f in schema if f.name in physical] + ["_time", "_diff"]
     parts = []
     for path in parquet_files(directory / fs.path):
-        data = pq.read_table(path, columns=wanted, coerce_int96_timestamp_unit="us")
+        # ParquetFile, not read_table: that goes through pyarrow.dataset, which imports pandas
+        with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as parquet:
+            data = parquet.read(columns=wanted)
         columns = []
         for field in schema:
             if field.name in physical:
@@ -295,40 +297,69 @@ class Merged:
         return self.rows.take(pa.array(index))
 
 
+def _differs(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> Any:
+    """Row by row, whether `a` and `b` are distinct as SQL's grouping sees it (null equals
+    null, NaN equals NaN)."""
+    a_null, b_null = pc.is_null(a), pc.is_null(b)
+    same = pc.fill_null(pc.equal(a, b), False)
+    if pa.types.is_floating(a.type):
+        same = pc.or_(same, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return pc.if_else(pc.or_(a_null, b_null), pc.xor(a_null, b_null), pc.invert(same))
+
+
+def _run_starts(data: pa.Table, columns: Sequence[str], table: str) -> Any:
+    """For a table sorted on `columns`, the indices of the first row of each run of equal
+    values (a hash group-by without pyarrow.acero, which imports pandas: see `merge`)."""
+    import numpy as np
+
+    n = data.num_rows
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.zeros(n, dtype=bool)
+    starts[0] = True
+    for name in columns:
+        column = data.column(name).combine_chunks()
+        if pa.types.is_nested(column.type):
+            raise ArrowUnavailable(f"table {table}: column {name} is nested; grouping on it "
+                                   "is Spark's")
+        starts[1:] |= _differs(column.slice(1), column.slice(0, n - 1)).to_numpy(
+            zero_copy_only=False)
+    return np.flatnonzero(starts)
+
+
 def merge(state: TableState, data: pa.Table, as_of: int | None = None) -> Merged:
-    """The merge on read of `sql.state_sql` (see the module docstring)."""
+    """The merge on read of `sql.state_sql` (see the module docstring), by sorting and runs of
+    equal values: plain pyarrow.compute and numpy, so that a CLI read imports neither pandas
+    nor Spark."""
+    import numpy as np
+
     names = [n for n in data.column_names if n not in ("_time", "_diff")]
     if as_of is not None:
         data = data.filter(pc.less_equal(data.column("_time"), int(as_of)))
-    if state.keyed:
-        order = [(k, "ascending") for k in state.key] + [("_time", "descending"),
-                                                         ("_diff", "descending")]
-        try:
-            data = data.take(pc.sort_indices(data, sort_keys=order))
-            data = data.append_column("_row", pa.array(range(data.num_rows), pa.int64()))
-            # sorted, so a key's first row (the least index) is its latest update
-            first = data.group_by(list(state.key), use_threads=False).aggregate(
-                [("_row", "min")])
-        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
-            raise ArrowUnavailable(f"table {state.name}: its key cannot be grouped in Arrow "
-                                   f"({error})") from None
-        chosen = data.take(first.column("_row_min"))
-        chosen = chosen.filter(pc.greater(chosen.column("_diff"), 0))
-        rows = chosen.select(names)
-        return Merged(rows, pa.array([1] * rows.num_rows, pa.int64()))
-    live = set(live_columns(state.versions, as_of))
-    group = [n for n in names if n in live]
+    group = list(state.key) if state.keyed else [
+        n for n in names if n in set(live_columns(state.versions, as_of))]
+    order = [(k, "ascending") for k in group]
+    if state.keyed:  # a key's first row is then its latest update, an insertion first
+        order += [("_time", "descending"), ("_diff", "descending")]
     try:
-        sums = data.group_by(group, use_threads=False).aggregate([("_diff", "sum")])
+        data = data.take(pc.sort_indices(data, sort_keys=order))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise ArrowUnavailable(f"table {state.name}: its columns cannot be grouped in Arrow "
+        raise ArrowUnavailable(f"table {state.name}: its rows cannot be sorted in Arrow "
                                f"({error})") from None
-    sums = sums.filter(pc.greater(sums.column("_diff_sum"), 0))
-    schema = data.schema
-    columns = [sums.column(n) if n in live else pa.nulls(sums.num_rows, schema.field(n).type)
+    starts = _run_starts(data, group, state.name)
+    if state.keyed:
+        chosen = data.take(pa.array(starts, pa.int64()))
+        chosen = chosen.filter(pc.greater(chosen.column("_diff"), 0))
+        return Merged(chosen.select(names), pa.array(np.ones(chosen.num_rows, np.int64)))
+    diffs = data.column("_diff").to_numpy()
+    sums = np.add.reduceat(diffs, starts) if len(starts) else np.zeros(0, np.int64)
+    keep = starts[sums > 0]
+    chosen = data.take(pa.array(keep, pa.int64()))
+    live = set(group)
+    columns = [chosen.column(n) if n in live else pa.nulls(len(keep), data.schema.field(n).type)
                for n in names]
-    rows = pa.Table.from_arrays(columns, schema=pa.schema([schema.field(n) for n in names]))
-    return Merged(rows, sums.column("_diff_sum").combine_chunks())
+    rows = pa.Table.from_arrays(columns, schema=pa.schema([data.schema.field(n) for n in names]))
+    return Merged(rows, pa.array(sums[sums > 0], pa.int64()))
 
 
 def merged(lake: Path | str, ident: TableIdentifier, as_of: int | None = None, *,
