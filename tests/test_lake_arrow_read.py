@@ -160,8 +160,19 @@ def check_engines_agree(lake: Lake, name: str, changed_at: int, keyed: bool) -> 
     assert upper is not None
     times = sorted(t for t in {state.since, changed_at, upper - 1} if state.since <= t < upper)
     now = assert_same(lake, name, times)
+    ident = lake.handle(name).ident
     if not keyed:
         assert max(now.values()) > 1  # rows with multiplicity are read as several rows
+        with pytest.raises(LakeError, match="has no key") as on_arrow:
+            arrow.read_history(lake.root, ident)
+        with pytest.raises(LakeError) as on_spark:
+            list(commands.snapshot(lake, name, history=True))
+        assert str(on_arrow.value) == str(on_spark.value)
+    else:  # SCD type 2 history, in the order `snapshot --history` prints it
+        on_arrow = list(arrow.plain_rows(arrow.Merged.once(arrow.read_history(lake.root,
+                                                                              ident))))
+        assert on_arrow == list(commands.snapshot(lake, name, history=True))
+        assert any(r["valid_to"] is not None for r in on_arrow)
 
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])

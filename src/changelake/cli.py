@@ -614,8 +614,8 @@ def engine_option(func: F) -> F:
              "and its committed version is known without the metastore, else spark.")(func)
 
 
-def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, engine: str
-                    ) -> tuple[list[str], Any] | None:
+def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool,
+                    engine: str) -> tuple[list[str], Any] | None:
     """`snapshot` on the Arrow path (see lake/arrow.py): (columns, rows), or None when `auto`
     leaves the read to Spark. Everything is read and merged before anything is printed, so
     a fall-back to Spark has printed nothing."""
@@ -627,7 +627,10 @@ def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, engine: str
             return None
         if as_of is not None and state.origin is not None:
             _check_consistent(lake_dir, state, as_of)
-        result = arrow.merged(lake_dir, ident, as_of, state=state)
+        if history:
+            result = arrow.Merged.once(arrow.read_history(lake_dir, ident, state=state))
+        else:
+            result = arrow.merged(lake_dir, ident, as_of, state=state)
     except arrow.ArrowUnavailable:
         if engine == "arrow":
             raise
@@ -667,15 +670,13 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
     """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history."""
     if history and as_of is not None:
         raise click.UsageError("--history and --as-of are exclusive")
-    if history and engine == "arrow":
-        raise click.UsageError("--history is read on Spark: use --engine auto or spark")
     from changelake.lake import report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     ident, _ = _table_and_key(table)
     as_of = _time(as_of, "--as-of")
-    if not history and engine != "spark":
-        read = _arrow_snapshot(lake_dir, ident, as_of, engine)
+    if engine != "spark":
+        read = _arrow_snapshot(lake_dir, ident, as_of, history, engine)
         if read is not None:
             columns, rows = read
             report.write_snapshot(rows, columns, fmt, sys.stdout.buffer)

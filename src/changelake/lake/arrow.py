@@ -37,7 +37,13 @@ The merge on read, as `sql.state_sql` does it (`AS OF T` keeps updates at `_time
 * keyed: per key (nulls are one key, as in SQL's PARTITION BY), the update at the latest time,
   an insertion before a retraction at the same time; the key exists if that update inserts;
 * unkeyed: `_diff` summed per row over the columns live at the time read (the others null),
-  and a row of multiplicity n is n rows.
+  and a row of multiplicity n is n rows;
+* `--history` (SCD type 2, `scd2.py`): every insertion is a version from its time to the key's
+  next time with an update, ordered by key (nulls first) and `valid_from`, as Spark orders it.
+
+Grouping is by sorting and finding runs of equal values (null equals null, NaN equals NaN, as
+SQL groups), with pyarrow.compute and numpy: pyarrow's hash group-by (acero) would import
+pyarrow.dataset, which costs the CLI more start-up time than the whole read of a small table.
 
 Spark takes over (`auto`) when the manifest says the table is large (`ARROW_MAX_BYTES`,
 `ARROW_MAX_ROWS`: more than one process's memory should hold), a column's type has no Arrow
@@ -283,6 +289,13 @@ class Merged:
     rows: pa.Table
     counts: pa.Array
 
+    @classmethod
+    def once(cls, rows: pa.Table) -> Merged:
+        """Each row once."""
+        import numpy as np
+
+        return cls(rows, pa.array(np.ones(rows.num_rows, np.int64)))
+
     @property
     def total(self) -> int:
         return int(pc.sum(self.counts).as_py() or 0) if len(self.counts) else 0
@@ -360,6 +373,48 @@ def merge(state: TableState, data: pa.Table, as_of: int | None = None) -> Merged
                for n in names]
     rows = pa.Table.from_arrays(columns, schema=pa.schema([data.schema.field(n) for n in names]))
     return Merged(rows, pa.array(sums[sums > 0], pa.int64()))
+
+
+def history(state: TableState, data: pa.Table) -> pa.Table:
+    """The SCD type 2 history of a keyed table (as `scd2.scd2_sql`), ordered by key and
+    `valid_from` as `snapshot --history` prints it: every insertion is a version from its
+    time (`valid_from`) to the key's next time with an update (`valid_to`, null: current)."""
+    import numpy as np
+
+    if not state.keyed:
+        raise LakeError(f"table {state.name} has no key: SCD type 2 history needs one")
+    names = [n for n in data.column_names if n not in ("_time", "_diff")]
+    key = list(state.key)
+    try:
+        data = data.take(pc.sort_indices(data, sort_keys=[(k, "ascending") for k in key]
+                                         + [("_time", "ascending")], null_placement="at_start"))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        raise ArrowUnavailable(f"table {state.name}: its rows cannot be sorted in Arrow "
+                               f"({error})") from None
+    n = data.num_rows
+    key_starts = np.zeros(n, dtype=bool)
+    key_starts[_run_starts(data, key, state.name)] = True
+    time_starts = _run_starts(data, [*key, "_time"], state.name)  # (key, time) runs
+    times = data.column("_time").to_numpy()
+    # each (key, time) run's successor's time, when the successor is of the same key
+    following = np.full(len(time_starts), -1, dtype=np.int64)
+    if len(time_starts) > 1:
+        same_key = ~key_starts[time_starts[1:]]
+        following[:-1] = np.where(same_key, times[time_starts[1:]], -1)
+    run_of_row = np.cumsum(np.isin(np.arange(n), time_starts)) - 1
+    valid_to = following[run_of_row] if n else following[:0]
+    inserted = data.column("_diff").to_numpy() > 0
+    rows = data.filter(pa.array(inserted)).select(names)
+    ends = valid_to[inserted]
+    return rows.append_column("valid_from", pa.array(times[inserted], pa.int64())) \
+        .append_column("valid_to", pa.array(ends, pa.int64(), mask=ends < 0))
+
+
+def read_history(lake: Path | str, ident: TableIdentifier, *,
+                 state: TableState | None = None) -> pa.Table:
+    """`history` of the table's committed state (read here unless given)."""
+    state = state if state is not None else committed_state(lake, ident)
+    return history(state, updates(state, ident.directory(lake_tables_dir(lake))))
 
 
 def merged(lake: Path | str, ident: TableIdentifier, as_of: int | None = None, *,
