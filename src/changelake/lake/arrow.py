@@ -375,6 +375,14 @@ def merge(state: TableState, data: pa.Table, as_of: int | None = None) -> Merged
     return Merged(rows, pa.array(sums[sums > 0], pa.int64()))
 
 
+def _sort_nulls_first(data: pa.Table, columns: Sequence[str]) -> Any:
+    """Sort indices, ascending with nulls first (Spark's ORDER BY ... ASC)."""
+    if tuple(int(p) for p in pa.__version__.split(".")[:2]) >= (25, 0):  # per key since 25
+        return pc.sort_indices(data, sort_keys=[(c, "ascending", "at_start") for c in columns])
+    return pc.sort_indices(data, sort_keys=[(c, "ascending") for c in columns],
+                           null_placement="at_start")
+
+
 def history(state: TableState, data: pa.Table) -> pa.Table:
     """The SCD type 2 history of a keyed table (as `scd2.scd2_sql`), ordered by key and
     `valid_from` as `snapshot --history` prints it: every insertion is a version from its
@@ -386,8 +394,7 @@ def history(state: TableState, data: pa.Table) -> pa.Table:
     names = [n for n in data.column_names if n not in ("_time", "_diff")]
     key = list(state.key)
     try:
-        data = data.take(pc.sort_indices(data, sort_keys=[(k, "ascending") for k in key]
-                                         + [("_time", "ascending")], null_placement="at_start"))
+        data = data.take(_sort_nulls_first(data, [*key, "_time"]))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as error:
         raise ArrowUnavailable(f"table {state.name}: its rows cannot be sorted in Arrow "
                                f"({error})") from None
