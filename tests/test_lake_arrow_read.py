@@ -354,3 +354,33 @@ def test_the_cli_names_the_jvm_log_variable_spark_reads():
     from changelake.spark.session import JVM_LOG_ENV as SESSION_JVM_LOG_ENV
 
     assert JVM_LOG_ENV == SESSION_JVM_LOG_ENV
+
+
+@pytest.mark.slow
+def test_auto_falls_back_to_spark_and_spark_repairs_the_pointer(tmp_path: Path):
+    """A lake made by the CLI (its embedded metastore): with the pointer gone (a table from
+    before pointers), `auto` reads on Spark, prints what the Arrow path prints, and writes the
+    pointer, so the next read needs no JVM."""
+    from test_cli_lake import orders_feed
+
+    feed = orders_feed(tmp_path)
+    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
+    made = subprocess.run([*CLI_TOOL, "ingest", *lake, "--table", "orders", "--key", "order_id",
+                           str(feed)], capture_output=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    directory = tmp_path / "lake" / "tables" / "default" / "orders"
+    on_arrow = cli("snapshot", *lake, "--table", "orders", "--engine", "arrow")
+    assert on_arrow.returncode == 0 and on_arrow.stderr.decode().strip() == "NO-PYSPARK"
+    pointer_path(directory).unlink()
+    on_spark = cli("snapshot", *lake, "--table", "orders")
+    assert on_spark.returncode == 0, on_spark.stderr
+    assert on_spark.stderr.decode().strip().endswith("PYSPARK-IMPORTED")  # the fall-back
+    assert Counter(on_spark.stdout.splitlines()) == Counter(on_arrow.stdout.splitlines())
+    assert read_pointer(directory) == 1
+    again = cli("status", *lake, "--format", "jsonl")
+    assert again.returncode == 0 and again.stderr.decode().strip() == "NO-PYSPARK"
+    (line,) = again.stdout.splitlines()
+    assert orjson.loads(line)["rows"] == 3
+
+
+CLI_TOOL = [str(Path(sys.executable).parent / "changelake")]

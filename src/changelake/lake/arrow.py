@@ -86,9 +86,6 @@ ARROW_MAX_BYTES = 256 * 2**20
 ARROW_MAX_ROWS = 4_000_000
 """... and at most this many updates (Parquet rows); beyond either, Spark reads it."""
 
-ENGINES = ("auto", "arrow", "spark")
-
-
 class ArrowUnavailable(LakeError):
     """The Arrow path cannot answer this read (it cannot tell the committed version, or the
     table has what it does not read); with `auto` Spark answers instead."""
