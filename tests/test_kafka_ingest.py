@@ -352,7 +352,7 @@ def test_cli_status_shows_offsets_and_lag(tmp_path: Path, cluster: MockCluster) 
 
 
 def test_status_reports_an_unreachable_cluster_without_failing() -> None:
-    from changelake.lake.kafka_ingest import topic_lags
+    from changelake.kafka.lag import topic_lags
     from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
 
     offsets = SourceOffsets("kafka", "materialize", "127.0.0.1:1", (

@@ -1,5 +1,6 @@
 """The modules of `changelake.lake` import one another only downwards (the order of the
-package docstring), at module level: no cycle, and no import hidden inside a function."""
+package docstring), at module level: no cycle, and no import hidden inside a function (imports
+for type annotations, in a module-level `if TYPE_CHECKING:`, count as module level)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from pathlib import Path
 import changelake.lake
 
 LAKE = Path(changelake.lake.__file__).parent
-ORDER = ["identifier", "layout", "schema", "sql", "scd2", "commit", "table", "compact", "changes",
-         "catalog", "sources", "metastore", "commands", "report", "sql_endpoint"]
+ORDER = ["identifier", "layout", "arrow", "schema", "sql", "scd2", "commit", "table", "compact",
+         "changes", "catalog", "sources", "metastore", "commands", "report", "sql_endpoint"]
 
 
 def lake_imports(tree: ast.AST) -> list[tuple[str, bool]]:
     """(module of changelake.lake imported, whether at module level)."""
-    top = {id(node) for node in tree.body}  # type: ignore[attr-defined]
+    body = list(tree.body)  # type: ignore[attr-defined]
+    for node in list(body):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
+                node.test.id == "TYPE_CHECKING":
+            body += node.body
+    top = {id(node) for node in body}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and \

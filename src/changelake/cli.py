@@ -103,11 +103,14 @@ def main() -> None:
     """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
     import os
 
-    from changelake.spark.session import JVM_LOG_ENV
-
     # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours.
     os.environ.setdefault(JVM_LOG_ENV, str(Path(tempfile.gettempdir()) / "changelake"
                                            / f"spark-{os.getpid()}.log"))
+
+
+JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
+"""`changelake.spark.session.JVM_LOG_ENV`, not imported from there: that would import pyspark,
+which the lake reads on the Arrow path do without (a test checks that the two agree)."""
 
 
 def _parse_conf(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict:
@@ -643,6 +646,54 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         click.echo(f"changelake: {waiting}", err=True)
 
 
+def engine_option(func: F) -> F:
+    return click.option(
+        "--engine", type=click.Choice(["auto", "arrow", "spark"]), default="auto",
+        show_default=True,
+        help="arrow: read the committed files with pyarrow, no JVM; spark: through the "
+             "metastore; auto: arrow when the table is small (see changelake/lake/arrow.py) "
+             "and its committed version is known without the metastore, else spark.")(func)
+
+
+def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool,
+                    engine: str) -> tuple[list[str], Any] | None:
+    """`snapshot` on the Arrow path (see lake/arrow.py): (columns, rows), or None when `auto`
+    leaves the read to Spark. Everything is read and merged before anything is printed, so
+    a fall-back to Spark has printed nothing."""
+    from changelake.lake import arrow
+
+    try:
+        state = arrow.committed_state(lake_dir, ident)
+        if engine == "auto" and not arrow.within_limits(state):
+            return None
+        if as_of is not None and state.origin is not None:
+            _check_consistent(lake_dir, state, as_of)
+        if history:
+            result = arrow.Merged.once(arrow.read_history(lake_dir, ident, state=state))
+        else:
+            result = arrow.merged(lake_dir, ident, as_of, state=state)
+    except arrow.ArrowUnavailable:
+        if engine == "arrow":
+            raise
+        return None
+    return result.rows.column_names, arrow.plain_rows(result)
+
+
+def _check_consistent(lake_dir: Path, state: Any, as_of: int) -> None:
+    """`sources.check_as_of` over the states the Arrow path read (a captured table's AS OF
+    stops at its database's consistent frontier). Imports `sources` (pyspark's modules, no
+    JVM): only captured tables get here."""
+    from changelake.lake import arrow
+    from changelake.lake.sources import beyond_frontier, group_sources
+
+    if state.upper is not None and as_of >= state.upper:
+        return  # the table's own error stands
+    group = next(g for g in group_sources(arrow.lake_states(lake_dir))
+                 if g.source == state.origin.source)
+    if group.frontier is not None and as_of >= group.frontier:
+        raise beyond_frontier(group, as_of, f"table {state.name}")
+
+
 @main.command()
 @lake_options
 @click.option("--table", required=True)
@@ -652,17 +703,28 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
               help="SCD type 2: every version of every key, with valid_from / valid_to.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "table"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
+@engine_option
 @user_errors
 def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-             table: str, as_of: int | None, history: bool, fmt: str | None) -> None:
+             table: str, as_of: int | None, history: bool, fmt: str | None,
+             engine: str) -> None:
     """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history."""
     if history and as_of is not None:
         raise click.UsageError("--history and --as-of are exclusive")
-    from changelake.lake import commands, report
+    from changelake.lake import report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     ident, _ = _table_and_key(table)
     as_of = _time(as_of, "--as-of")
+    if engine != "spark":
+        read = _arrow_snapshot(lake_dir, ident, as_of, history, engine)
+        if read is not None:
+            columns, rows = read
+            report.write_snapshot(rows, columns, fmt, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+            return
+    from changelake.lake import commands
+
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         columns = commands.snapshot_columns(lake, ident, history=history)
@@ -740,9 +802,10 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 @lake_options
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
+@engine_option
 @user_errors
 def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-           fmt: str | None) -> None:
+           fmt: str | None, engine: str) -> None:
     """Per table: frontier, since, rows, segments, files, bytes, last commit. Per source
     database of captured tables: its tables, their consistent frontier (time and LSN), and
     its slot's lag, asked live ("unreachable" with the reason if it cannot be asked).
@@ -751,14 +814,18 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     import orjson
     from rich.console import Console
 
-    from changelake.lake import commands, report
+    from changelake.lake import report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    try:
-        result = commands.lake_status(lake)
-    finally:
-        lake.spark.stop()
+    result = _arrow_status(lake_dir, engine) if engine != "spark" else None
+    if result is None:
+        from changelake.lake import commands
+
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        try:
+            result = commands.lake_status(lake)
+        finally:
+            lake.spark.stop()
     if fmt == "jsonl":
         for item in [*result.tables, *result.sources]:
             sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
@@ -769,6 +836,39 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             Console().print(offsets)
         if result.sources:
             Console().print(report.sources_table(result.sources))
+
+
+def _kafka_lag(state: Any) -> list[dict] | None:
+    """A table's Kafka lag for `status`, asked of its cluster (None: not ingested from Kafka)."""
+    if state.offsets is None:
+        return None
+    from changelake.kafka.lag import offsets_status
+
+    return offsets_status(state.offsets)
+
+
+def _arrow_status(lake_dir: Path, engine: str) -> Any:
+    """`status` on the Arrow path: a `LakeStatus`, or None when `auto`
+    leaves it to Spark (a table whose committed version only the metastore knows, or a large
+    one: all tables are read by one engine). Source databases of captured tables are asked
+    as on Spark (`sources.statuses`: pyspark's modules are imported for them, no JVM)."""
+    from changelake.lake import arrow
+
+    try:
+        states = arrow.lake_states(lake_dir)
+        if engine == "auto" and not all(arrow.within_limits(s) for s in states):
+            return None
+        tables = [arrow.table_status(lake_dir, s, offsets=_kafka_lag(s)) for s in states]
+    except arrow.ArrowUnavailable:
+        if engine == "arrow":
+            raise
+        return None
+    sources: list = []
+    if any(s.origin is not None for s in states):
+        from changelake.lake.sources import statuses
+
+        sources = statuses(states)
+    return arrow.LakeStatus(tables, sources)
 
 
 @main.command()

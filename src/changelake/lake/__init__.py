@@ -1,19 +1,35 @@
 """Lake tables on Spark: exactly-once commits of CDC updates, merge-on-read, AS OF, compaction.
 
 Layers, each importing only those above it: `identifier` (names, checked once), `layout`
-(files and manifests) and `schema` (evolution) are values; `sql` and `scd2` turn a manifest
-into the SQL of its views; `commit` is the one commit path (manifest, views, garbage
-collection) and the writer lock; `table` and `compact` are the operations, and `changes` reads
-a table out as a CDCv2 stream (its change feed); `catalog` ties a lake directory to a metastore;
-`sources` groups captured tables by their source database (one time domain, one consistent
-frontier); `commands` are what the CLI runs, and `report` renders them; `sql_endpoint`
-serves the tables over JDBC (`changelake sql`), with AS OF functions.
+(files, manifests and the commit pointer) and `schema` (evolution) are values; `arrow` reads a
+committed state without a JVM (merge-on-read in pyarrow, for `status` and `snapshot`); `sql`
+and `scd2` turn a manifest into the SQL of its views; `commit` is the one commit path
+(manifest, views, pointer, garbage collection) and the writer lock; `table` and `compact` are
+the operations, and `changes` reads a table out as a CDCv2 stream (its change feed); `catalog`
+ties a lake directory to a metastore; `sources` groups captured tables by their source database
+(one time domain, one consistent frontier); `commands` are what the CLI runs, and `report`
+renders them; `sql_endpoint` serves the tables over JDBC (`changelake sql`), with AS
+OF functions.
 """
 
-from changelake.lake.catalog import Lake, lake_session
-from changelake.lake.identifier import TableIdentifier
-from changelake.lake.layout import FileSet, SchemaVersion, TableState
-from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, Table
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from changelake.lake.catalog import Lake, lake_session
+    from changelake.lake.identifier import TableIdentifier
+    from changelake.lake.layout import FileSet, SchemaVersion, TableState
+    from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, Table
+
+# Imported when first asked for, so that `changelake.lake.arrow` (reads without a JVM) can be
+# imported without importing pyspark through this package.
+_EXPORTS = {
+    "DEFAULT_BUCKETS": "table", "CommitResult": "table", "FileSet": "layout", "Lake": "catalog",
+    "SchemaVersion": "layout", "Table": "table", "TableIdentifier": "identifier",
+    "TableState": "layout", "lake_session": "catalog",
+}
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -26,3 +42,11 @@ __all__ = [
     "TableState",
     "lake_session",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"changelake.lake.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value

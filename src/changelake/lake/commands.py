@@ -19,8 +19,6 @@ topics' offsets recorded by the commit.
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -45,13 +43,15 @@ from pyspark.sql.types import (
 
 from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import InputError, LakeError, SchemaError
+from changelake.lake.arrow import LakeStatus, TableStatus, plain, status_of
 from changelake.lake.catalog import Lake, lake_session
+from changelake.lake.commit import repair_pointer
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
-from changelake.lake.layout import SEGMENT, SourceOffsets, TableState
+from changelake.lake.layout import SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
-from changelake.lake.sources import DEFAULT_PROBE_SECONDS, SourceStatus, check_as_of, statuses
+from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
 from changelake.lake.sql import path_literal
 from changelake.lake.table import (
     DEFAULT_BUCKETS,
@@ -279,22 +279,6 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
 # -------------------------------------------------------------------------------- snapshot
 
 
-def plain(value: Any) -> Any:
-    """A Spark value as plain JSON (dates and timestamps ISO, decimals as strings, bytes as
-    hex), as `snapshot --format jsonl` prints it."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).hex()
-    return value
-
-
 def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = None,
              history: bool = False) -> Iterator[dict[str, Any]]:
     """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it),
@@ -303,6 +287,7 @@ def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = No
     AS OF a captured table is refused beyond its source database's consistent frontier, where
     the database's other tables are not yet (see `sources.py`)."""
     handle = lake.table(table)
+    repair_pointer(lake.spark, handle.ident, handle.directory)
     if history:
         frame = handle.history().orderBy(*handle.state().key, "valid_from")
     elif as_of is None:
@@ -332,39 +317,6 @@ def compact(lake: Lake, table: str | TableIdentifier, *, since: int | None = Non
 # ---------------------------------------------------------------------------------- status
 
 
-@dataclass(frozen=True, slots=True)
-class TableStatus:
-    name: str
-    key: list[str]
-    frontier: list  # Antichain JSON: [t], or [] once the feed is closed
-    since: int
-    rows: int
-    segments: int
-    files: int
-    bytes: int
-    version: int
-    last_operation: str
-    last_commit: str  # ISO 8601, UTC
-    source: str | None = None  # the source database's identity, for a captured table
-    offsets: list[dict[str, Any]] | None = None
-    """For a table ingested from Kafka topics: per partition its topic, partition, committed
-    offset (where the next ingest starts), the partition's end now and the lag between them
-    (None, with `error`, when the cluster was not or could not be asked)."""
-
-    def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class LakeStatus:
-    """`changelake status`: per table, and per source database of captured tables."""
-
-    tables: list[TableStatus]
-    sources: list[SourceStatus]
-
-
 def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = True,
                  state: TableState | None = None, live: bool = False,
                  timeout: float = DEFAULT_PROBE_SECONDS) -> TableStatus:
@@ -372,26 +324,13 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
     asks a Kafka source its partitions' ends (the lag), each within `timeout` seconds."""
     handle = lake.table(name) if state is None else lake.handle(name)
     state = state if state is not None else handle.state()
-    files = sum(1 for fs in state.files for _ in (handle.directory / fs.path).glob("*.parquet"))
     rows = handle.current().count() if count_rows else -1
-    when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
-    return TableStatus(
-        name=handle.name, key=list(state.key), frontier=list(state.frontier), since=state.since,
-        rows=rows, segments=sum(1 for f in state.files if f.kind == SEGMENT), files=files,
-        bytes=sum(f.bytes for f in state.files), version=state.version,
-        last_operation=state.operation, last_commit=when,
-        source=None if state.origin is None else state.origin.source,
-        offsets=None if state.offsets is None else _offsets_status(state, live, timeout),
-    )
+    offsets = None
+    if state.offsets is not None:
+        from changelake.kafka.lag import offsets_status
 
-
-def _offsets_status(state: TableState, live: bool, timeout: float) -> list[dict[str, Any]]:
-    from dataclasses import asdict
-
-    from changelake.lake.kafka_ingest import topic_lags
-
-    assert state.offsets is not None
-    return [asdict(lag) for lag in topic_lags(state.offsets, live=live, timeout=timeout)]
+        offsets = offsets_status(state.offsets, live=live, timeout=timeout)
+    return status_of(state, handle.directory, handle.name, rows, offsets=offsets)
 
 
 def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:
@@ -406,7 +345,10 @@ def lake_status(lake: Lake, *, count_rows: bool = True, live: bool = True,
     frontier, and (`live`) its slots' lag asked of the database, each within `timeout`
     seconds (an unreachable database is reported, not an error). Each table's state is read
     once, for both."""
-    states = [lake.handle(name).state() for name in lake.tables()]
+    handles = [lake.handle(name) for name in lake.tables()]
+    states = [handle.state() for handle in handles]
+    for handle in handles:  # so that the next read of the table needs no JVM (see arrow.py)
+        repair_pointer(lake.spark, handle.ident, handle.directory)
     tables = [table_status(lake, s.name, count_rows=count_rows, state=s, live=live,
                            timeout=timeout) for s in states]
     return LakeStatus(tables, statuses(states, live=live, timeout=timeout))

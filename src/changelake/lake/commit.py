@@ -13,6 +13,13 @@ last step is visible, and it is one metastore call (`ALTER VIEW ... AS`, a singl
   garbage collection (and the SCD type 2 history view, which trails the table by one metastore
   call and is caught up by the next commit).
 
+After the commit point the writer records N in the commit pointer `_state/COMMITTED` (see
+`layout.write_pointer`), for readers that do not ask the metastore (`arrow.py`). A crash between
+the view change and the pointer leaves the pointer one version behind the view, with a manifest
+newer than the pointer: such a reader cannot tell that state from a commit in flight and hands
+the read to Spark, until the next commit writes the pointer again, or a Spark-side read repairs
+it (`repair_pointer`, which also removes manifests no commit reached, under the writer lock).
+
 One writer per table at a time: writers hold an exclusive `flock` on `_lock` in the table
 directory, which the kernel releases when the process dies (so kill -9 leaves no stale lock).
 A writer holds it from reading the committed state to its commit (see `Table.writer`).
@@ -34,7 +41,16 @@ from pyspark.sql import SparkSession
 
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
-from changelake.lake.layout import TableState, file_set_leaves, read_manifest, write_manifest
+from changelake.lake.layout import (
+    TableState,
+    file_set_leaves,
+    manifest_path,
+    manifest_versions,
+    read_manifest,
+    read_pointer,
+    write_manifest,
+    write_pointer,
+)
 from changelake.lake.scd2 import scd2_sql
 from changelake.lake.sql import read_marker, state_sql, string_literal
 
@@ -118,11 +134,50 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
         )
     else:
         spark.sql(f"ALTER VIEW {ident.quoted} AS {sql}")
+    write_pointer(table_dir, state.version)  # after the commit point: it never runs ahead
     if state.scd2:
         history = ident.history()
         verb = "ALTER" if spark.catalog.tableExists(history.quoted) else "CREATE"
         spark.sql(f"{verb} VIEW {history.quoted} AS {scd2_sql(state, table_dir)}")
     return collect_garbage(table_dir, state, retain)
+
+
+def repair_pointer(spark: SparkSession, ident: TableIdentifier, table_dir: Path) -> bool:
+    """Bring the commit pointer to the committed version, if no writer holds the table: for
+    tables committed before pointers existed, and after a crash between a view change and its
+    pointer. Manifests newer than the committed version (left by a run that crashed before its
+    commit point; the next run would overwrite them) are removed, so a reader without the
+    metastore can trust the pointer again. Returns whether anything changed.
+
+    Only with the writer lock taken without waiting (a writer in flight is left alone: its own
+    commit writes the pointer), and only when the lake directory is writable: a read must not
+    fail because of it."""
+    if not (table_dir / "_state").is_dir():
+        return False
+    try:
+        fd = os.open(table_dir / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        version = committed_version(spark, ident)
+        if version is None or not manifest_path(table_dir, version).exists():
+            return False
+        changed = False
+        for newer in (v for v in manifest_versions(table_dir) if v > version):
+            manifest_path(table_dir, newer).unlink(missing_ok=True)
+            changed = True
+        if read_pointer(table_dir) != version:
+            write_pointer(table_dir, version)
+            changed = True
+        return changed
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RETAIN,

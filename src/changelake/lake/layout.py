@@ -18,6 +18,12 @@ A file set is never modified after it is committed. Which of them make up the ta
 point (see `commit.py`) names that version, so a manifest written by a run that crashed before
 its commit is never read, and the next run overwrites it.
 
+After the commit point the writer also records the version in the *commit pointer*
+`_state/COMMITTED` (write-then-rename, fsynced): a hint for readers without the metastore (see
+`arrow.py`, which says when the hint can be trusted). It is written only after the commit
+point, so the version it names has been committed; it may lag behind (a crash between the two,
+or a commit in flight), never run ahead.
+
 Times are the lake's integer times; a frontier is stored as an `Antichain` of at most one
 integer (the empty antichain: the feed is closed, every time is final).
 
@@ -35,11 +41,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from changelake.durable import fsync_directory
 from changelake.errors import LakeError
 from changelake.protocol import Antichain
 
@@ -247,6 +255,57 @@ def write_manifest(table_dir: Path, state: TableState) -> None:
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+POINTER = "COMMITTED"
+MANIFEST_NAME = re.compile(r"v(\d+)\.json")
+
+
+def pointer_path(table_dir: Path) -> Path:
+    return table_dir / "_state" / POINTER
+
+
+def write_pointer(table_dir: Path, version: int) -> None:
+    """Record `version` as committed (call only after its commit point): temp file, fsync,
+    rename, fsync of the directory, so a reader sees the old pointer or the new, whole."""
+    path = pointer_path(table_dir)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"version": int(version)}) + "\n")
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def read_pointer(table_dir: Path) -> int | None:
+    """The version the commit pointer names, or None: no pointer (a table committed before
+    pointers existed, or one whose creation has not reached it) or an unreadable one."""
+    try:
+        raw = json.loads(pointer_path(table_dir).read_text())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return None
+    version = raw.get("version") if isinstance(raw, dict) else None
+    return version if type(version) is int and version >= 0 else None
+
+
+def manifest_versions(table_dir: Path) -> list[int]:
+    """The versions of every manifest in `_state`, committed or not, ascending."""
+    state_dir = table_dir / "_state"
+    if not state_dir.is_dir():
+        return []
+    found = (MANIFEST_NAME.fullmatch(p.name) for p in state_dir.iterdir())
+    return sorted(int(m.group(1)) for m in found if m is not None)
+
+
+def check_as_of_time(state: TableState, name: str, time: int) -> None:
+    """AS OF `time` is answerable from `state`: from its `since` to before its frontier."""
+    upper = state.upper
+    if time < state.since:
+        raise LakeError(f"table {name}: AS OF {time} is before the table's since "
+                        f"({state.since}); that history was compacted away")
+    if upper is not None and time >= upper:
+        raise LakeError(f"table {name}: AS OF {time} is not final yet: the table is "
+                        f"committed through time {upper - 1}")
 
 
 def read_manifest(table_dir: Path, version: int) -> TableState:

@@ -1,5 +1,8 @@
 """Rendering the lake commands' results for the CLI: rich tables on a terminal, plain text
-otherwise, and progress bars only on a terminal (quiet in pipes, logs and tests)."""
+otherwise, and progress bars only on a terminal (quiet in pipes, logs and tests).
+
+Spark's modules are imported for their types only: `status` and `snapshot` on the Arrow path
+(see `arrow.py`) render through here without importing pyspark."""
 
 from __future__ import annotations
 
@@ -7,18 +10,21 @@ import csv
 import io
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
-from changelake.lake.commands import IngestReport, TableStatus
-from changelake.lake.compact import CompactionResult
-from changelake.lake.kafka_ingest import KafkaIngestReport
-from changelake.lake.sources import SlotStatus, SourceStatus
-from changelake.lake.table import ProgressFn
+from changelake.lake.arrow import TableStatus
+
+if TYPE_CHECKING:  # types only: `status` and `snapshot` render here without Spark's modules
+    from changelake.lake.commands import IngestReport
+    from changelake.lake.compact import CompactionResult
+    from changelake.lake.kafka_ingest import KafkaIngestReport
+    from changelake.lake.sources import SlotStatus, SourceStatus
+    from changelake.lake.table import ProgressFn
 
 
 @contextmanager

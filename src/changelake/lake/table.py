@@ -42,6 +42,7 @@ from changelake.lake.layout import (
     SchemaVersion,
     SourceOffsets,
     TableState,
+    check_as_of_time,
     parquet_stats,
     segment_path,
 )
@@ -147,13 +148,7 @@ class Table:
     def as_of(self, time: int) -> DataFrame:
         """The state at `time` (all updates at times <= `time`), for since <= time < frontier."""
         state = self.state()
-        upper = state.upper
-        if time < state.since:
-            raise LakeError(f"table {self.name}: AS OF {time} is before the table's since "
-                            f"({state.since}); that history was compacted away")
-        if upper is not None and time >= upper:
-            raise LakeError(f"table {self.name}: AS OF {time} is not final yet: the table is "
-                            f"committed through time {upper - 1}")
+        check_as_of_time(state, self.name, time)
         return self.spark.sql(state_sql(state, self.directory, as_of=time, marker=False))
 
     def updates(self) -> DataFrame:
