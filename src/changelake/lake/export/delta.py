@@ -257,7 +257,7 @@ def _merge(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: 
             write_deltalake(delta, empty, mode="append",
                             schema_mode="merge" if added else None, commit_properties=props)
         elif keyed:
-            on = " AND ".join(f"t.{_quoted(k)} IS NOT DISTINCT FROM s.{_quoted(k)}"
+            on = " AND ".join(f"(t.{_quoted(k)} IS NOT DISTINCT FROM s.{_quoted(k)})"
                               for k in pinned.state.key)
             metrics = (delta.merge(source, on, source_alias="s", target_alias="t",
                                    merge_schema=bool(added), streamed_exec=False,
@@ -271,9 +271,9 @@ def _merge(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: 
             from changelake.lake.schema import live_columns
 
             live = set(live_columns(pinned.state.versions))
-            same = [f"t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)}"
+            same = [f"(t.{_quoted(c)} IS NOT DISTINCT FROM s.{_quoted(c)})"
                     for c in schema.names if c in live and c not in added]
-            on = " AND ".join(['s."_diff" = 0', *same])
+            on = " AND ".join(['(s."_diff" = 0)', *same])
             metrics = (delta.merge(source, on, source_alias="s", target_alias="t",
                                    merge_schema=bool(added), streamed_exec=False,
                                    commit_properties=props)
