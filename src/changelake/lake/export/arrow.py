@@ -74,7 +74,8 @@ def frame_to_arrow(frame: DataFrame, schema: pa.Schema) -> pa.Table:
 
 
 STAGING = "_export"
-"""Staging directories live under `LAKE/_export/`, one per run, named `{pid}-{random}`."""
+"""Staging directories live under `LAKE/_export/`, one per run, named `{pid}-{random}`; the
+export locks in `LAKE/_export/locks/`."""
 
 
 def _alive(pid: int) -> bool:
@@ -88,12 +89,33 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
+def export_lock(lake_root: Path, target: Path) -> Iterator[None]:
+    """Hold an exclusive lock for exports to `target` from this lake (a `flock`, which the
+    kernel releases when the process dies), so two runs do not apply the same changes twice."""
+    import fcntl
+    import hashlib
+
+    locks = lake_root / STAGING / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(str(target).encode()).hexdigest()[:32]
+    fd = os.open(locks / name, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@contextmanager
 def staging_dir(lake_root: Path) -> Iterator[Path]:
     """A fresh staging directory under the lake, removed afterwards. A run killed before it
     could remove its own leaves one behind: the next run removes those whose process is gone."""
     top = lake_root / STAGING
     top.mkdir(parents=True, exist_ok=True)
     for old in top.iterdir():
+        if old.name == "locks":
+            continue
         pid = old.name.split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)

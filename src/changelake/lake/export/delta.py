@@ -29,6 +29,10 @@ table in the same commit (schema merge). A column dropped in the lake, a widened
 tables do not widen types here) or a Delta column unknown to the lake table is refused, naming
 the table and column, before anything is written.
 
+One export to a target at a time from one lake: a run holds an exclusive lock named after the
+target under `LAKE/_export/` (released by the kernel if the run dies); a writer elsewhere that
+commits meanwhile makes the Delta commit fail, which is reported, with nothing changed.
+
 A target that is not this table's export is refused with nothing changed: a Delta table with
 no `txn` of this lake table (another table's export, or not changelake's), or a directory
 that holds other files.
@@ -57,6 +61,7 @@ from changelake.errors import LakeError, SchemaError
 from changelake.lake.catalog import Lake
 from changelake.lake.export.arrow import (
     arrow_schema,
+    export_lock,
     frame_to_arrow,
     staged_batches,
     staging_dir,
@@ -87,10 +92,15 @@ def export_to_delta(lake: Lake, table: str | TableIdentifier, path: str | Path
                     ) -> ExportResult:
     """Bring the Delta table at `path` to `table`'s committed frontier (see the module
     docstring): the whole table on the first run, the changes since the last run after."""
+    target = Path(path).resolve()
+    with export_lock(lake.root, target):
+        return _export(lake, table, target)
+
+
+def _export(lake: Lake, table: str | TableIdentifier, target: Path) -> ExportResult:
     from deltalake import DeltaTable
 
     pinned = pin(lake.table(table))
-    target = Path(path).resolve()
     schema = arrow_schema(pinned.logical, pinned.name)
     app_id = APP_PREFIX + pinned.identity
     after = frontier_json(pinned.frontier)
