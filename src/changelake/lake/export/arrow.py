@@ -6,8 +6,9 @@ leaves Spark for an export target.
   export of a table writes the same types. Timestamps are UTC instants (`timestamp[us, UTC]`),
   `timestamp_ntz` stays zoneless; every column is nullable, as every lake column is.
 * `staged_batches`: a large frame (a whole table) written by Spark's executors as Parquet into
-  a staging directory, then read back as a stream of Arrow record batches (`pyarrow.dataset`),
-  cast to the schema batch by batch: the driver holds one batch at a time, never the table.
+  a staging directory, then read back file by file as a stream of Arrow record batches
+  (`pyarrow.parquet`), cast to the schema batch by batch: the driver holds one batch at a time,
+  never the table.
 * `frame_to_arrow`: a small frame (the changes of one export) through `DataFrame.toArrow()`:
   Arrow batches from the executors, gathered on the driver. Used for changes only, whose size
   is that of the changes, not of the table.
@@ -129,23 +130,21 @@ def staging_dir(lake_root: Path) -> Iterator[Path]:
 def staged_batches(frame: DataFrame, schema: pa.Schema, directory: Path
                    ) -> pa.RecordBatchReader:
     """Write `frame` with Spark into `directory` (Parquet, by the executors) and return a
-    reader streaming it back in batches on `schema` (see the module docstring). The directory
-    must outlive the reader."""
-    import pyarrow.dataset as ds
+    reader streaming it back in batches on `schema` (see the module docstring), in the frame's
+    order (Spark numbers its part files in partition order). The directory must outlive the
+    reader."""
+    import pyarrow.parquet as pq
 
     frame.write.mode("overwrite").parquet(str(directory))
-    files = sorted(str(p) for p in directory.glob("*.parquet"))
-    if not files:
-        return pa.RecordBatchReader.from_batches(schema, iter(()))
-    # Spark writes timestamps as INT96 by default: read them as microseconds, which holds
-    # every Spark timestamp (nanoseconds would overflow beyond the year 2262).
-    parquet = ds.ParquetFileFormat(
-        read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
-    dataset = ds.dataset(files, format=parquet)
+    files = sorted(directory.glob("*.parquet"))
 
     def batches() -> Iterator[pa.RecordBatch]:
-        for batch in dataset.to_batches(columns=schema.names):
-            if batch.num_rows:
-                yield cast_batch(batch, schema)
+        for path in files:  # one file at a time, in order
+            # Spark writes timestamps as INT96 by default: read them as microseconds, which
+            # holds every Spark timestamp (nanoseconds would overflow beyond the year 2262).
+            with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as parquet:
+                for batch in parquet.iter_batches(columns=schema.names):
+                    if batch.num_rows:
+                        yield cast_batch(batch, schema)
 
     return pa.RecordBatchReader.from_batches(schema, batches())

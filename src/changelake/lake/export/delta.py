@@ -40,12 +40,15 @@ that holds other files.
 What goes through the driver: for the full export, nothing of the rows in Spark's form; Spark
 writes the state as Parquet into a staging directory under the lake (`LAKE/_export/`), and the
 driver streams it from there into delta-rs as Arrow record batches, one batch at a time
-(`arrow.staged_batches`); delta-rs writes the Delta files from the driver process. For an
+(`arrow.staged_batches`); delta-rs writes the Delta files from the driver process (a keyed
+table in key order, in files of `TARGET_FILE_SIZE`, so that a merge prunes files by their key
+ranges). For an
 incremental run, the changes (one row per touched key, or the changed rows' copies) are
 computed by Spark over the new segments only, and come to the driver as Arrow
 (`DataFrame.toArrow`), sized by the changes, not the table; delta-rs then merges them into the
-Delta table, reading the Delta files the merge has to rewrite (a Delta merge rewrites every
-file holding a changed key). For an unkeyed table with retractions, Spark also sums the
+Delta table, reading and rewriting the Delta files whose key range holds a changed key (Delta
+is copy-on-write: changes spread uniformly over the keys touch every file, changes to recent
+keys a few). For an unkeyed table with retractions, Spark also sums the
 retracted rows' multiplicity over all of the table's files (only those rows come out).
 """
 
@@ -88,16 +91,22 @@ KIND = "delta"
 _PART_FILE = re.compile(r"part-\d+-[0-9a-f-]+-c\d+(\.\w+)*\.parquet")
 
 
-def export_to_delta(lake: Lake, table: str | TableIdentifier, path: str | Path
-                    ) -> ExportResult:
+TARGET_FILE_SIZE = 16 * 1024 * 1024
+"""Bytes per Delta data file of a full export. A merge rewrites every file holding a changed
+key, so files smaller than Delta's usual 100 MiB keep an incremental run's rewrite bounded."""
+
+
+def export_to_delta(lake: Lake, table: str | TableIdentifier, path: str | Path, *,
+                    target_file_size: int = TARGET_FILE_SIZE) -> ExportResult:
     """Bring the Delta table at `path` to `table`'s committed frontier (see the module
     docstring): the whole table on the first run, the changes since the last run after."""
     target = Path(path).resolve()
     with export_lock(lake.root, target):
-        return _export(lake, table, target)
+        return _export(lake, table, target, target_file_size)
 
 
-def _export(lake: Lake, table: str | TableIdentifier, target: Path) -> ExportResult:
+def _export(lake: Lake, table: str | TableIdentifier, target: Path, file_size: int
+            ) -> ExportResult:
     from deltalake import DeltaTable
 
     pinned = pin(lake.table(table))
@@ -106,7 +115,7 @@ def _export(lake: Lake, table: str | TableIdentifier, target: Path) -> ExportRes
     after = frontier_json(pinned.frontier)
     if not DeltaTable.is_deltatable(str(target)):
         _check_fresh(target, pinned)
-        return _write_full(lake, pinned, target, schema, app_id, None, None, [])
+        return _write_full(lake, pinned, target, schema, app_id, None, None, [], file_size)
     delta = DeltaTable(str(target))
     last = delta.transaction_version(app_id)
     if last is None:
@@ -123,7 +132,8 @@ def _export(lake: Lake, table: str | TableIdentifier, target: Path) -> ExportRes
                         "this lake's export of it; nothing was changed")
     added = _check_schema(delta, schema, pinned, lower, target)
     if not exact_from(pinned, lower):
-        return _write_full(lake, pinned, target, schema, app_id, lower, delta, added)
+        return _write_full(lake, pinned, target, schema, app_id, lower, delta, added,
+                           file_size)
     return _merge(lake, pinned, target, schema, app_id, lower, delta, added)
 
 
@@ -218,23 +228,29 @@ def _delta_type(kind: Any) -> str:
 
 
 def _write_full(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: str,
-                lower: int | None, delta: Any, added: list[str]) -> ExportResult:
+                lower: int | None, delta: Any, added: list[str], file_size: int
+                ) -> ExportResult:
     """Write the whole table at the pinned frontier: a new Delta table, or (`delta`) over the
-    existing one, in one commit."""
+    existing one, in one commit. A keyed table is written in key order (Spark sorts it), so
+    each Delta file holds a range of keys and a later merge, which prunes files by their key
+    statistics, reads and rewrites only the files whose range holds a changed key."""
     from deltalake import DeltaTable, write_deltalake
 
     mode = "full"
     props = _commit_properties(lake, pinned, app_id, lower, mode)
     previous = 0 if delta is None else int(delta.count())
     with staging_dir(lake.root) as stage:
-        reader = staged_batches(full_state(pinned), schema, stage)
+        rows = full_state(pinned)
+        if pinned.state.keyed:
+            rows = rows.orderBy(*[f"`{k}`" for k in pinned.state.key])
+        reader = staged_batches(rows, schema, stage)
         if delta is None:
             target.mkdir(parents=True, exist_ok=True)
             write_deltalake(str(target), reader, mode="error", name=pinned.name,
                             description=f"changelake export of lake table {pinned.identity}",
-                            commit_properties=props)
+                            target_file_size=file_size, commit_properties=props)
         else:
-            write_deltalake(delta, reader, mode="overwrite",
+            write_deltalake(delta, reader, mode="overwrite", target_file_size=file_size,
                             schema_mode="merge" if added else None, commit_properties=props)
     written = DeltaTable(str(target))
     metrics = written.history(1)[0].get("operationMetrics", {})
