@@ -800,6 +800,29 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 
 @main.command()
 @lake_options
+@click.option("--table", required=True)
+@click.option("--to", "to", required=True, nargs=2, metavar="KIND TARGET",
+              type=(click.Choice(["delta", "iceberg"]), str),
+              help="The table to keep: `delta PATH` (a Delta table directory).")
+@user_errors
+def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+           table: str, to: tuple[str, str]) -> None:
+    """Export a lake table to a Delta table: the whole table on the first run, then only the
+    changes since the last run, exactly once (the frontier is in the target's commits)."""
+    from changelake.lake.export import export_table
+
+    kind, target = to
+    ident, _ = _table_and_key(table)
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        result = export_table(lake, ident, kind, target)
+    finally:
+        lake.spark.stop()
+    click.echo(result.line(), err=True)
+
+
+@main.command()
+@lake_options
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
 @engine_option
