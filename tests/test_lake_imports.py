@@ -11,7 +11,8 @@ import changelake.lake
 
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["identifier", "layout", "arrow", "schema", "sql", "scd2", "commit", "table", "compact",
-         "changes", "catalog", "sources", "metastore", "commands", "report", "sql_endpoint"]
+         "changes", "catalog", "sources", "metastore", "commands", "kafka_ingest", "report",
+         "sql_endpoint"]
 
 
 def lake_imports(tree: ast.AST) -> list[tuple[str, bool]]:
