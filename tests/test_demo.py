@@ -17,3 +17,12 @@ def test_pipeline_demo_checks_pass(spark, tmp_path: Path) -> None:
     result = run_pipeline_demo(tmp_path, spark, rows=40, transactions=60, table="demo.t_demo")
     failed = [name for name, passed in result.checks if not passed]
     assert not failed and len(result.checks) >= 4
+
+
+def test_kafka_demo_checks_pass(spark, tmp_path: Path) -> None:
+    from changelake.demo.kafka import run_kafka_demo
+
+    result = run_kafka_demo(tmp_path, spark, tmp_path / "lake", rows=30, transactions=40,
+                            table="demo.t_kafka_demo")
+    failed = [name for name, passed in result.checks if not passed]
+    assert not failed and len(result.checks) == 3

@@ -436,7 +436,8 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
          spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
     a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
-    compaction and AS OF reads, on local Spark with the lake's embedded metastore; and an
+    compaction and AS OF reads, on local Spark with the lake's embedded metastore; Kafka
+    topics (librdkafka's mock cluster) into and out of the lake; and an
     embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
     once and restarted, every table and a cross-table invariant checked."""
     from contextlib import ExitStack
@@ -491,6 +492,11 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
                                              transactions=transactions)
+            with console.status("Kafka (librdkafka's mock cluster): Debezium topic -> CDCv2 "
+                                "topic -> lake -> change feed topic ..."):
+                from changelake.demo.kafka import run_kafka_demo
+
+                kafka = run_kafka_demo(where / "kafka", spark, lake_dir, seed=seed)
             pg_checks = []
             if captured is not None:
                 with console.status("PostgreSQL: checking the lake against the database ..."):
@@ -502,8 +508,13 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
         checks = list(pipeline.checks)
         for name, passed in pipeline.checks:
             console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
+        _print_steps(console, "3. Debezium topic -> CDCv2 topic -> lake -> change feed topic "
+                     "(Kafka)", [(step.name, step.figure) for step in kafka.steps])
+        for name, passed in kafka.checks:
+            console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
+        checks += kafka.checks
         if captured is not None:
-            _print_steps(console, "3. PostgreSQL -> changelake capture -> lake tables",
+            _print_steps(console, "4. PostgreSQL -> changelake capture -> lake tables",
                          captured.steps)
             for c in pg_checks:
                 console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "

@@ -1,10 +1,12 @@
 """`changelake demo`: the whole pipeline, shown end to end on generated data, checked.
 
-Three parts, each a module: `protocol` (a mangled CDCv2 log decoded exactly, pure Python),
+Four parts, each a module: `protocol` (a mangled CDCv2 log decoded exactly, pure Python),
 `pipeline` (a Debezium changefeed through CDCv2 and an at-least-once log into a lake table, on
-Spark) and `postgres` (an embedded PostgreSQL captured into lake tables while a workload runs,
-the capture killed once and restarted, every table and the cross-table invariant checked).
-Any mismatch is a non-zero exit of the command.
+Spark), `kafka` (a Debezium topic through a CDCv2 topic into a lake table from recorded
+offsets, and the table's change feed out to a topic and decoded back) and `postgres` (an
+embedded PostgreSQL captured into lake tables while a workload runs, the capture killed once
+and restarted, every table and the cross-table invariant checked). Any mismatch is a non-zero
+exit of the command.
 """
 
 from changelake.demo.pipeline import PipelineResult, PipelineStep, run_pipeline_demo
