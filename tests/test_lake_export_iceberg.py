@@ -1,0 +1,279 @@
+"""Incremental export of lake tables to Iceberg (pyiceberg's SQLite catalog), read back with
+pyiceberg and compared with the lake table `AS OF` the exported frontier after every round."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from changelake.errors import LakeError, SchemaError
+from changelake.lake import Lake, Table
+from changelake.lake.compact import compact
+from changelake.lake.export.iceberg import (
+    FRONTIER_PROPERTY,
+    TABLE_PROPERTY,
+    export_to_iceberg,
+    open_catalog,
+)
+from changelake.protocol import Antichain
+from lake_history import SCHEMA, state_at, to_df, unkeyed_history
+
+pytestmark = pytest.mark.spark
+
+TYPED = StructType([
+    StructField("id", LongType()),
+    StructField("name", StringType()),
+    StructField("score", DoubleType()),
+    StructField("price", DecimalType(10, 2)),
+    StructField("day", DateType()),
+    StructField("at", TimestampType()),
+    StructField("blob", BinaryType()),
+    StructField("flag", BooleanType()),
+    StructField("small", IntegerType()),
+])
+WITH_NOTE = StructType([*TYPED.fields, StructField("note", StringType())])
+
+
+def meta(struct: StructType) -> StructType:
+    return StructType([*struct.fields, StructField("_time", LongType()),
+                       StructField("_diff", LongType())])
+
+
+def unique(name: str) -> str:
+    return f"ice_{uuid.uuid4().hex[:8]}.{name}"
+
+
+@pytest.fixture
+def lake(spark, tmp_path: Path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+@pytest.fixture
+def uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'iceberg' / 'catalog.db'}"
+
+
+def rows(arrow) -> Counter:
+    """A multiset of row tuples (timestamps are aware datetimes on both sides, so the Spark
+    session's time zone and Iceberg's UTC compare as instants)."""
+    names = arrow.column_names
+    return Counter(tuple(r[n] for n in names) for r in arrow.to_pylist())
+
+
+def iceberg_rows(uri: str, target: str) -> Counter:
+    return rows(open_catalog(uri).load_table(target).scan().to_arrow())
+
+
+def lake_rows(table: Table) -> Counter:
+    """What `snapshot --as-of F-1` shows, F the table's frontier."""
+    return rows(table.as_of(table.state().upper - 1).toArrow())
+
+
+def snapshots(uri: str, target: str) -> list:
+    return open_catalog(uri).load_table(target).snapshots()
+
+
+def typed_row(rng: random.Random, key: int, note: bool) -> tuple:
+    row = (key, rng.choice(["ann", "bob", None]), rng.choice([0.5, -2.25, None]),
+           Decimal(rng.randrange(-10**6, 10**6)) / 100, dt.date(2020, 1, 1 + rng.randrange(28)),
+           dt.datetime(2024, 3, 1, rng.randrange(24), rng.randrange(60), 0, rng.randrange(10**6)),
+           bytes([rng.randrange(256)]) * rng.randrange(3), rng.choice([True, False, None]),
+           rng.randrange(-5, 5))
+    return (*row, rng.choice(["x", None])) if note else row
+
+
+def keyed_round(rng: random.Random, live: dict[int, tuple], time: int, keys: int,
+                note: bool) -> list[tuple]:
+    """Consistent keyed updates at `time`: inserts, updates and deletes of a few keys."""
+    out = []
+    for key in rng.sample(range(keys), 4):
+        old = live.get(key)
+        if old is not None:
+            out.append((*old, time, -1))
+            if len(old) < len(WITH_NOTE.fields) and note:  # retraction before the column
+                out[-1] = (*old, None, time, -1)
+        if old is not None and rng.random() < 0.3:
+            del live[key]
+            continue
+        new = typed_row(rng, key, note)
+        live[key] = new
+        out.append((*new, time, 1))
+    return out
+
+
+def test_keyed_rounds_types_added_column_and_nothing_new(spark, lake, uri):
+    rng = random.Random(7)
+    table = lake.create_table(unique("orders"), TYPED, key=["id"], buckets=2)
+    live: dict[int, tuple] = {}
+    target = f"{table.ident.database}.orders"
+
+    def commit(lo: int, hi: int, note: bool) -> None:
+        updates = [u for t in range(lo, hi) for u in keyed_round(rng, live, t, 8, note)]
+        table.commit(spark.createDataFrame(updates, meta(WITH_NOTE if note else TYPED)), lo, hi)
+
+    commit(0, 3, False)
+    first = export_to_iceberg(spark, lake, table.name, uri)
+    assert (first.mode, first.frontier_before, first.frontier_after) == ("create", None, (3,))
+    assert first.target == target and first.rows_inserted == len(live)
+    assert iceberg_rows(uri, target) == lake_rows(table)
+    ice = open_catalog(uri).load_table(target)
+    assert [(f.field_id, f.name, str(f.field_type)) for f in ice.schema().fields] == [
+        (1, "id", "long"), (2, "name", "string"), (3, "score", "double"),
+        (4, "price", "decimal(10, 2)"), (5, "day", "date"), (6, "at", "timestamptz"),
+        (7, "blob", "binary"), (8, "flag", "boolean"), (9, "small", "int")]
+
+    commit(3, 6, False)
+    second = export_to_iceberg(spark, lake, table.name, uri)
+    assert (second.mode, second.frontier_before, second.frontier_after) == ("changes", (3,),
+                                                                              (6,))
+    assert second.rows_deleted > 0
+    assert iceberg_rows(uri, target) == lake_rows(table)
+    assert len(iceberg_rows(uri, target)) == len(live)
+
+    # nothing new: no commit, no snapshot
+    count = len(snapshots(uri, target))
+    again = export_to_iceberg(spark, lake, table.name, uri)
+    assert not again.committed and again.snapshot_id == second.snapshot_id
+    assert len(snapshots(uri, target)) == count
+
+    # a column added to the lake table is added to the Iceberg table (older rows: null)
+    commit(6, 8, True)
+    third = export_to_iceberg(spark, lake, table.name, uri)
+    assert third.frontier_after == (8,)
+    ice = open_catalog(uri).load_table(target)
+    assert ice.schema().find_field("note").field_id == 10
+    assert iceberg_rows(uri, target) == lake_rows(table)
+    assert ice.properties[FRONTIER_PROPERTY] == "[8]" and ice.properties[TABLE_PROPERTY] \
+        == table.name
+    # every snapshot names the changelake frontier it holds
+    frontiers = [json.loads(s.summary[FRONTIER_PROPERTY]) for s in ice.snapshots()]
+    assert frontiers[0] == [3] and frontiers[-1] == [8]
+    assert frontiers == sorted(frontiers) and {3, 6, 8} == {f[0] for f in frontiers}
+
+
+def test_unkeyed_multiplicities_and_a_compaction_past_the_export(spark, lake, uri):
+    history = unkeyed_history(random.Random(3), 12, 5, 8)
+    table = lake.create_table(unique("events"), SCHEMA, buckets=2)
+    target = "exported.events"
+    for lo, hi in [(0, 4), (4, 8)]:
+        table.commit(to_df(spark, [u for u in history if lo <= u[1] < hi]), lo, hi)
+        export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+        truth = state_at(history, hi - 1, keyed=False)
+        assert max(truth.values()) > 1  # duplicates are exported as duplicates
+        assert iceberg_rows(uri, target) == lake_rows(table) == truth
+    # compaction folds the changes at [8, 10] away before they are exported: a rewrite
+    table.commit(to_df(spark, [u for u in history if 8 <= u[1] < 12]), 8, 12)
+    compact(table, 10)
+    result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    assert (result.mode, result.frontier_after) == ("rewrite", (12,))
+    assert iceberg_rows(uri, target) == lake_rows(table) == state_at(history, 11, keyed=False)
+    # closed: the final state, frontier []
+    table.commit(to_df(spark, []), 12, Antichain())
+    closed = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    assert closed.frontier_after == () and closed.rows_inserted == closed.rows_deleted == 0
+    assert iceberg_rows(uri, target) == state_at(history, 11, keyed=False)
+    assert not export_to_iceberg(spark, lake, table.name, uri, identifier=target).committed
+
+
+class Crash(Exception):
+    """The fault injected at the commit point: the process dies there."""
+
+
+def test_a_crash_around_the_commit_exports_exactly_once(spark, lake, uri, monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    history = unkeyed_history(random.Random(5), 9, 4, 6)
+    table = lake.create_table(unique("crash"), SCHEMA, buckets=1)
+    target = f"{table.ident.database}.crash"
+    original = SqlCatalog.commit_table
+
+    def before_commit(self, *args, **kwargs):
+        raise Crash("killed after writing data files, before the catalog commit")
+
+    def after_commit(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise Crash("killed after the catalog commit, before returning")
+
+    table.commit(to_df(spark, [u for u in history if u[1] < 3]), 0, 3)
+    # killed during the first export: no table at all, and the re-run creates it
+    monkeypatch.setattr(SqlCatalog, "commit_table", before_commit)
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    assert not open_catalog(uri).table_exists(target)
+    monkeypatch.setattr(SqlCatalog, "commit_table", original)
+    export_to_iceberg(spark, lake, table.name, uri)
+    assert iceberg_rows(uri, target) == state_at(history, 2, keyed=False)
+
+    table.commit(to_df(spark, [u for u in history if 3 <= u[1] < 6]), 3, 6)
+    held = open_catalog(uri).load_table(target)
+    monkeypatch.setattr(SqlCatalog, "commit_table", before_commit)
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    after = open_catalog(uri).load_table(target)
+    assert after.current_snapshot().snapshot_id == held.current_snapshot().snapshot_id
+    assert after.properties[FRONTIER_PROPERTY] == "[3]"
+    assert iceberg_rows(uri, target) == state_at(history, 2, keyed=False)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", after_commit)
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    monkeypatch.setattr(SqlCatalog, "commit_table", original)
+    rerun = export_to_iceberg(spark, lake, table.name, uri)
+    assert not rerun.committed and rerun.frontier_after == (6,)
+    assert iceberg_rows(uri, target) == lake_rows(table) == state_at(history, 5, keyed=False)
+
+
+def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake, uri):
+    table = lake.create_table(unique("people"), SCHEMA, key=["id"], buckets=1)
+    target = f"{table.ident.database}.people"
+    table.commit(to_df(spark, [((1, "ann", 5), 0, 1), ((2, "bob", 7), 0, 1)]), 0, 1)
+    export_to_iceberg(spark, lake, table.name, uri)
+    before = open_catalog(uri).load_table(target)
+
+    def unchanged() -> None:
+        now = open_catalog(uri).load_table(target)
+        assert now.metadata_location == before.metadata_location
+        assert iceberg_rows(uri, target) == Counter({(1, "ann", 5): 1, (2, "bob", 7): 1})
+
+    # a column of a type the export cannot map (an array) is added
+    tags = StructType([*SCHEMA.fields, StructField("tags", ArrayType(StringType()))])
+    table.commit(spark.createDataFrame([(2, "bob", 7, None, 1, -1), (2, "bob", 8, ["a"], 1, 1)],
+                                       meta(tags)), 1, 2)
+    with pytest.raises(SchemaError, match=r"table .*people, column 'tags'.*array<string>"):
+        export_to_iceberg(spark, lake, table.name, uri)
+    unchanged()
+
+    # a column is dropped (`amount`, `tags` not in the latest version)
+    dropped = StructType(SCHEMA.fields[:2])
+    table.commit(spark.createDataFrame([(1, "ann", 2, -1), (1, "cy", 2, 1)], meta(dropped)),
+                 2, 3)
+    with pytest.raises(SchemaError, match=r"table .*people: column 'amount' was dropped"):
+        export_to_iceberg(spark, lake, table.name, uri)
+    unchanged()
+
+    # an Iceberg table that is another table's export is refused
+    other = lake.create_table(unique("other"), SCHEMA, buckets=1)
+    with pytest.raises(LakeError, match="not a changelake export of table"):
+        export_to_iceberg(spark, lake, other.name, uri, identifier=target)
+    unchanged()
