@@ -122,126 +122,137 @@ def keyed_round(rng: random.Random, live: dict[int, tuple], time: int, keys: int
     return out
 
 
-def test_keyed_rounds_types_added_column_and_nothing_new(spark, lake, uri):
-    rng = random.Random(7)
-    table = lake.create_table(unique("orders"), TYPED, key=["id"], buckets=2)
-    live: dict[int, tuple] = {}
-    target = f"{table.ident.database}.orders"
+class Crash(Exception):
+    """The fault injected at the catalog commit: the process dies there."""
 
+
+def crash_before(self, *args, **kwargs):
+    raise Crash("killed after writing the data files, before the catalog commit")
+
+
+def crash_after(original):
+    def commit_then_crash(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise Crash("killed after the catalog commit, before returning")
+
+    return commit_then_crash
+
+
+def keyed_committer(spark, table: Table, rng: random.Random, live: dict[int, tuple]):
     def commit(lo: int, hi: int, note: bool) -> None:
         updates = [u for t in range(lo, hi) for u in keyed_round(rng, live, t, 8, note)]
         table.commit(spark.createDataFrame(updates, meta(WITH_NOTE if note else TYPED)), lo, hi)
+
+    return commit
+
+
+def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, uri,
+                                                                    monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    table = lake.create_table(unique("orders"), TYPED, key=["id"], buckets=2)
+    live: dict[int, tuple] = {}
+    commit = keyed_committer(spark, table, random.Random(7), live)
+    target = f"{table.ident.database}.orders"
 
     commit(0, 3, False)
     first = export_to_iceberg(spark, lake, table.name, uri)
     assert (first.mode, first.frontier_before, first.frontier_after) == ("create", None, (3,))
     assert first.target == target and first.rows_inserted == len(live)
-    assert iceberg_rows(uri, target) == lake_rows(table)
-    ice = open_catalog(uri).load_table(target)
-    assert [(f.field_id, f.name, str(f.field_type)) for f in ice.schema().fields] == [
+    exported = iceberg_rows(uri, target)
+    assert exported == lake_rows(table)
+    held = open_catalog(uri).load_table(target)
+    assert [(f.field_id, f.name, str(f.field_type)) for f in held.schema().fields] == [
         (1, "id", "long"), (2, "name", "string"), (3, "score", "double"),
         (4, "price", "decimal(10, 2)"), (5, "day", "date"), (6, "at", "timestamptz"),
         (7, "blob", "binary"), (8, "flag", "boolean"), (9, "small", "int")]
 
-    commit(3, 6, False)
-    second = export_to_iceberg(spark, lake, table.name, uri)
-    assert (second.mode, second.frontier_before, second.frontier_after) == ("changes", (3,),
-                                                                              (6,))
-    assert second.rows_deleted > 0
-    assert iceberg_rows(uri, target) == lake_rows(table)
-    assert len(iceberg_rows(uri, target)) == len(live)
+    # updates, deletes and a column added to the lake table (older rows: null)
+    commit(3, 6, True)
+    original = SqlCatalog.commit_table
+    monkeypatch.setattr(SqlCatalog, "commit_table", crash_before)
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    now = open_catalog(uri).load_table(target)
+    assert now.metadata_location == held.metadata_location
+    assert now.properties[FRONTIER_PROPERTY] == "[3]"
+    assert iceberg_rows(uri, target) == exported
 
-    # nothing new: no commit, no snapshot
+    monkeypatch.setattr(SqlCatalog, "commit_table", crash_after(original))
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    monkeypatch.setattr(SqlCatalog, "commit_table", original)
     count = len(snapshots(uri, target))
-    again = export_to_iceberg(spark, lake, table.name, uri)
-    assert not again.committed and again.snapshot_id == second.snapshot_id
-    assert len(snapshots(uri, target)) == count
+    rerun = export_to_iceberg(spark, lake, table.name, uri)
+    assert not rerun.committed and rerun.frontier_after == (6,)
+    assert len(snapshots(uri, target)) == count  # nothing new: no snapshot
 
-    # a column added to the lake table is added to the Iceberg table (older rows: null)
-    commit(6, 8, True)
-    third = export_to_iceberg(spark, lake, table.name, uri)
-    assert third.frontier_after == (8,)
     ice = open_catalog(uri).load_table(target)
     assert ice.schema().find_field("note").field_id == 10
     assert iceberg_rows(uri, target) == lake_rows(table)
-    assert ice.properties[FRONTIER_PROPERTY] == "[8]" and ice.properties[TABLE_PROPERTY] \
-        == table.name
+    assert len(iceberg_rows(uri, target)) == len(live)
+    assert ice.properties[FRONTIER_PROPERTY] == "[6]"
+    assert ice.properties[TABLE_PROPERTY] == table.name
     # every snapshot names the changelake frontier it holds
     frontiers = [json.loads(s.summary[FRONTIER_PROPERTY]) for s in ice.snapshots()]
-    assert frontiers[0] == [3] and frontiers[-1] == [8]
-    assert frontiers == sorted(frontiers) and {3, 6, 8} == {f[0] for f in frontiers}
+    assert frontiers[0] == [3] and frontiers[-1] == [6] and {3, 6} == {f[0] for f in frontiers}
 
 
-def test_unkeyed_multiplicities_and_a_compaction_past_the_export(spark, lake, uri):
-    history = unkeyed_history(random.Random(3), 12, 5, 8)
-    table = lake.create_table(unique("events"), SCHEMA, buckets=2)
+def test_unkeyed_multiplicities(spark, lake, uri):
+    history = unkeyed_history(random.Random(3), 9, 4, 8)
+    table = lake.create_table(unique("events"), SCHEMA, buckets=1)
     target = "exported.events"
-    for lo, hi in [(0, 4), (4, 8)]:
+    for lo, hi in [(0, 5), (5, 9)]:
         table.commit(to_df(spark, [u for u in history if lo <= u[1] < hi]), lo, hi)
-        export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+        result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
         truth = state_at(history, hi - 1, keyed=False)
         assert max(truth.values()) > 1  # duplicates are exported as duplicates
-        assert iceberg_rows(uri, target) == lake_rows(table) == truth
-    # compaction folds the changes at [8, 10] away before they are exported: a rewrite
-    table.commit(to_df(spark, [u for u in history if 8 <= u[1] < 12]), 8, 12)
+        assert iceberg_rows(uri, target) == truth
+    assert result.mode == "changes" and result.rows_deleted > 0
+    assert iceberg_rows(uri, target) == lake_rows(table)
+
+
+@pytest.mark.slow
+def test_keyed_rounds(spark, lake, uri):
+    table = lake.create_table(unique("rounds"), TYPED, key=["id"], buckets=2)
+    live: dict[int, tuple] = {}
+    commit = keyed_committer(spark, table, random.Random(17), live)
+    for i, (lo, hi) in enumerate([(0, 2), (2, 4), (4, 6), (6, 9)]):
+        commit(lo, hi, i >= 2)
+        result = export_to_iceberg(spark, lake, table.name, uri)
+        assert result.frontier_after == (hi,)
+        assert iceberg_rows(uri, f"{table.ident.database}.rounds") == lake_rows(table)
+
+
+@pytest.mark.slow
+def test_a_compaction_past_the_export_a_closed_table_and_a_crash_at_creation(
+        spark, lake, uri, monkeypatch):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    history = unkeyed_history(random.Random(5), 12, 5, 8)
+    table = lake.create_table(unique("folded"), SCHEMA, buckets=2)
+    target = f"{table.ident.database}.folded"
+    table.commit(to_df(spark, [u for u in history if u[1] < 4]), 0, 4)
+    # killed during the first export: no table at all, and the re-run creates it
+    monkeypatch.setattr(SqlCatalog, "commit_table", crash_before)
+    with pytest.raises(Crash):
+        export_to_iceberg(spark, lake, table.name, uri)
+    monkeypatch.undo()
+    assert not open_catalog(uri).table_exists(target)
+    export_to_iceberg(spark, lake, table.name, uri)
+    assert iceberg_rows(uri, target) == state_at(history, 3, keyed=False)
+    # compaction folds the changes at [4, 10] away before they are exported: a rewrite
+    table.commit(to_df(spark, [u for u in history if 4 <= u[1] < 12]), 4, 12)
     compact(table, 10)
-    result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    result = export_to_iceberg(spark, lake, table.name, uri)
     assert (result.mode, result.frontier_after) == ("rewrite", (12,))
     assert iceberg_rows(uri, target) == lake_rows(table) == state_at(history, 11, keyed=False)
     # closed: the final state, frontier []
     table.commit(to_df(spark, []), 12, Antichain())
-    closed = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    closed = export_to_iceberg(spark, lake, table.name, uri)
     assert closed.frontier_after == () and closed.rows_inserted == closed.rows_deleted == 0
     assert iceberg_rows(uri, target) == state_at(history, 11, keyed=False)
-    assert not export_to_iceberg(spark, lake, table.name, uri, identifier=target).committed
-
-
-class Crash(Exception):
-    """The fault injected at the commit point: the process dies there."""
-
-
-def test_a_crash_around_the_commit_exports_exactly_once(spark, lake, uri, monkeypatch):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    history = unkeyed_history(random.Random(5), 9, 4, 6)
-    table = lake.create_table(unique("crash"), SCHEMA, buckets=1)
-    target = f"{table.ident.database}.crash"
-    original = SqlCatalog.commit_table
-
-    def before_commit(self, *args, **kwargs):
-        raise Crash("killed after writing data files, before the catalog commit")
-
-    def after_commit(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        raise Crash("killed after the catalog commit, before returning")
-
-    table.commit(to_df(spark, [u for u in history if u[1] < 3]), 0, 3)
-    # killed during the first export: no table at all, and the re-run creates it
-    monkeypatch.setattr(SqlCatalog, "commit_table", before_commit)
-    with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
-    assert not open_catalog(uri).table_exists(target)
-    monkeypatch.setattr(SqlCatalog, "commit_table", original)
-    export_to_iceberg(spark, lake, table.name, uri)
-    assert iceberg_rows(uri, target) == state_at(history, 2, keyed=False)
-
-    table.commit(to_df(spark, [u for u in history if 3 <= u[1] < 6]), 3, 6)
-    held = open_catalog(uri).load_table(target)
-    monkeypatch.setattr(SqlCatalog, "commit_table", before_commit)
-    with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
-    after = open_catalog(uri).load_table(target)
-    assert after.current_snapshot().snapshot_id == held.current_snapshot().snapshot_id
-    assert after.properties[FRONTIER_PROPERTY] == "[3]"
-    assert iceberg_rows(uri, target) == state_at(history, 2, keyed=False)
-
-    monkeypatch.setattr(SqlCatalog, "commit_table", after_commit)
-    with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
-    monkeypatch.setattr(SqlCatalog, "commit_table", original)
-    rerun = export_to_iceberg(spark, lake, table.name, uri)
-    assert not rerun.committed and rerun.frontier_after == (6,)
-    assert iceberg_rows(uri, target) == lake_rows(table) == state_at(history, 5, keyed=False)
+    assert not export_to_iceberg(spark, lake, table.name, uri).committed
 
 
 def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake, uri):
