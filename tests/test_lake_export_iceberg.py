@@ -198,18 +198,29 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
     assert frontiers[0] == [3] and frontiers[-1] == [6] and {3, 6} == {f[0] for f in frontiers}
 
 
-def test_unkeyed_multiplicities(spark, lake, uri):
+def test_unkeyed_multiplicities_and_an_added_column(spark, lake, uri):
+    """Rows with multiplicity above one, retracted and added; then a column is added in the
+    round that also retracts rows written before it (they read it as null)."""
     history = unkeyed_history(random.Random(3), 9, 4, 8)
     table = lake.create_table(unique("events"), SCHEMA, buckets=1)
     target = "exported.events"
-    for lo, hi in [(0, 5), (5, 9)]:
-        table.commit(to_df(spark, [u for u in history if lo <= u[1] < hi]), lo, hi)
-        result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
-        truth = state_at(history, hi - 1, keyed=False)
-        assert max(truth.values()) > 1  # duplicates are exported as duplicates
-        assert iceberg_rows(uri, target) == truth
+    table.commit(to_df(spark, [u for u in history if u[1] < 5]), 0, 5)
+    export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    truth = state_at(history, 4, keyed=False)
+    assert max(truth.values()) > 1  # duplicates are exported as duplicates
+    assert iceberg_rows(uri, target) == truth
+
+    tagged = StructType([*SCHEMA.fields, StructField("tag", StringType())])
+    later = [((*row, None), t, d) for row, t, d in history if t >= 5]
+    later += [((9, "z", 1, "t"), 5, 3), ((9, "z", 1, "t"), 7, -1), ((8, "z", 0, "u"), 8, 1)]
+    table.commit(to_df(spark, later, tagged), 5, 9)
+    result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
     assert result.mode == "changes" and result.rows_deleted > 0
-    assert iceberg_rows(uri, target) == lake_rows(table)
+    whole = [((*row, None), t, d) for row, t, d in history if t < 5] + later
+    truth = state_at(whole, 8, keyed=False)
+    assert truth[(9, "z", 1, "t")] == 2 and max(truth.values()) > 1
+    assert any(d < 0 and t >= 5 for _, t, d in later[:-3])  # retractions of older rows
+    assert iceberg_rows(uri, target) == lake_rows(table) == truth
 
 
 @pytest.mark.slow

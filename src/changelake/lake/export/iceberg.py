@@ -500,7 +500,7 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
         if shrunk:
             retracted = rows.take(pa.array(shrunk, pa.int64()))
             delete = rows_filter(retracted, columns)
-            remaining = _remaining(ice, delete, retracted, [diffs[i] for i in shrunk],
+            remaining = _remaining(tx, delete, retracted, [diffs[i] for i in shrunk],
                                    columns, name, target)
             parts.append(repeat_rows(retracted, remaining))
         append = pa.concat_tables(parts)
@@ -513,12 +513,14 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
                    records_before)
 
 
-def _remaining(ice: IcebergTable, delete: BooleanExpression, retracted: pa.Table,
+def _remaining(tx: Transaction, delete: BooleanExpression, retracted: pa.Table,
                diffs: Sequence[int], columns: Sequence[str], table: str,
                target: str) -> list[int]:
     """The count each retracted row keeps: its copies in the Iceberg table plus its (negative)
-    net diff."""
-    old = ice.scan(row_filter=delete, selected_fields=tuple(columns)).to_arrow()
+    net diff. Read through the transaction (`_scan`, what pyiceberg's own `delete` reads
+    with), so a column this run adds is in the schema the filter is bound to (null in every
+    row written before)."""
+    old = tx._scan(row_filter=delete).to_arrow()
     held = Counter(tuple(r[c] for c in columns) for r in old.select(list(columns)).to_pylist())
     out = []
     for row, diff in zip(retracted.to_pylist(), diffs, strict=True):
