@@ -299,3 +299,65 @@ def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake,
     with pytest.raises(LakeError, match="not a changelake export of table"):
         export_to_iceberg(spark, lake, other.name, uri, identifier=target)
     unchanged()
+
+
+WORKER = Path(__file__).resolve().parent / "iceberg_export_worker.py"
+
+
+def run_worker(args: list[str], kill_after: str | None = None, delay: float = 0.0
+               ) -> tuple[int, list[str], str]:
+    """Run the worker in its own process group; with `kill_after`, SIGKILL the group (the
+    Python driver and its Spark JVM) `delay` seconds after that line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, str(WORKER), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    lines: list[str] = []
+    errors: list[str] = []
+    pumps = [threading.Thread(target=lambda s, into: into.extend(x.rstrip("\n") for x in s),
+                              args=pair) for pair in ((process.stdout, lines),
+                                                       (process.stderr, errors))]
+    for pump in pumps:
+        pump.start()
+    if kill_after is not None:
+        deadline = time.monotonic() + 400
+        while kill_after not in lines and process.poll() is None and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert kill_after in lines, "\n".join(errors[-30:])
+        time.sleep(delay)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(600)
+    for pump in pumps:
+        pump.join(10)
+    return process.returncode, lines, "\n".join(errors[-30:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("keyed", [True, False])
+def test_kill9_during_an_export_then_rerun(tmp_path, keyed):
+    from iceberg_export_worker import TABLE, TIMES, history
+
+    seed = random.randrange(1000)  # a new kill point each run; printed to reproduce it
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    uri = f"sqlite:///{tmp_path / 'iceberg' / 'catalog.db'}"
+    args = ["--lake", str(tmp_path / "lake"), "--catalog", uri, "--seed", str(seed),
+            *(["--keyed"] if keyed else [])]
+    marker = f"EXPORT {rng.choice([4, 8, 12])}"
+    code, lines, errors = run_worker(args, marker, rng.uniform(0, 4))
+    assert code != 0 or any(line.startswith("RESULT") for line in lines), errors
+    code, lines, errors = run_worker(args)
+    assert code == 0, errors
+    found = [line.split() for line in lines if line.startswith("FOUND")]
+    assert all(ok == "true" for _, _, ok in found), lines  # the killed run: all or nothing
+    assert json.loads(lines[-1][len("RESULT "):])["frontier"] == [TIMES]
+    truth = state_at(history(seed, keyed), TIMES - 1, keyed=keyed)
+    assert iceberg_rows(uri, TABLE) == truth
