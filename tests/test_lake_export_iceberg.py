@@ -170,6 +170,20 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
     # updates, deletes and a column added to the lake table (older rows: null)
     commit(3, 6, True)
     original = SqlCatalog.commit_table
+
+    def another_writer_first(self, *args, **kwargs):  # commits between our read and commit
+        monkeypatch.setattr(SqlCatalog, "commit_table", original)
+        theirs = open_catalog(uri).load_table(target)
+        theirs.append(theirs.scan(limit=0).to_arrow())  # a snapshot, no rows
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", another_writer_first)
+    with pytest.raises(LakeError, match="changed by another writer during the export"):
+        export_to_iceberg(spark, lake, table.name, uri)
+    held = open_catalog(uri).load_table(target)
+    assert held.properties[FRONTIER_PROPERTY] == "[3]" and len(held.snapshots()) == 2
+    assert iceberg_rows(uri, target) == exported
+
     monkeypatch.setattr(SqlCatalog, "commit_table", crash_before)
     with pytest.raises(Crash):
         export_to_iceberg(spark, lake, table.name, uri)
@@ -194,7 +208,9 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
     assert ice.properties[FRONTIER_PROPERTY] == "[6]"
     assert ice.properties[TABLE_PROPERTY] == table.name
     # every snapshot names the changelake frontier it holds
-    frontiers = [json.loads(s.summary[FRONTIER_PROPERTY]) for s in ice.snapshots()]
+    frontiers = [json.loads(s.summary[FRONTIER_PROPERTY]) for s in ice.snapshots()
+                 if FRONTIER_PROPERTY in s.summary.additional_properties]
+    assert len(frontiers) == len(ice.snapshots()) - 1  # all but the other writer's
     assert frontiers[0] == [3] and frontiers[-1] == [6] and {3, 6} == {f[0] for f in frontiers}
 
 

@@ -30,7 +30,10 @@ reads when it starts.
   it holds. The catalog's commit (a compare-and-swap of the metadata pointer) is the commit
   point: a run killed before it leaves only unreferenced data files (orphans, never read) and
   the table at E, so the next run exports `[E, F')` again; a run killed after it leaves F,
-  and the next run starts there. A run where E == F commits nothing. An existing Iceberg
+  and the next run starts there. A run where E == F commits nothing. A commit that loses a
+  race with another writer of the Iceberg table fails (a `LakeError`, nothing committed; run
+  again): the table is created with `commit.retry.num-retries = 0`, as pyiceberg would
+  otherwise rebase the commit onto the other writer's snapshot. An existing Iceberg
   table that is not a changelake export of this lake table is refused.
 
 Columns and types (`iceberg_type`): byte/short/int -> int, long -> long, float, double,
@@ -104,6 +107,10 @@ FRONTIER_PROPERTY = "changelake.frontier"
 JSON of an antichain (`[12]`; `[]` once the lake table is closed)."""
 TABLE_PROPERTY = "changelake.table"
 """Table property and snapshot summary key: the lake table the Iceberg table exports."""
+NO_RETRIES = "commit.retry.num-retries"
+"""Set to 0 on every exported table: pyiceberg retries a commit that lost a race by rebasing
+it on the new snapshot, which would apply changes computed against the older state (twice,
+if the winner was another export). A lost race fails the run instead; nothing is committed."""
 STAGING = ".export-staging"
 BATCH_ROWS = 65536
 
@@ -431,6 +438,7 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
     logical = check_live(state, name)
     columns = logical.fieldNames()
     props = {FRONTIER_PROPERTY: json.dumps(list(after)), TABLE_PROPERTY: name}
+    table_props = {**props, NO_RETRIES: "0"}
 
     try:
         ice = ice_catalog.load_table(target)
@@ -442,12 +450,13 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
         namespace = target.rsplit(".", 1)[0]
         ice_catalog.create_namespace_if_not_exists(namespace)
         with _staging(lake) as staging:
-            tx = ice_catalog.create_table_transaction(target, schema, properties=props)
+            tx = ice_catalog.create_table_transaction(target, schema,
+                                                         properties=table_props)
             reader = staged_batches(spark, state_frame(handle, state), staging,
                                     arrow_schema(tx.table_metadata.schema()))
             counted = _Counted(reader)
             tx.append(counted.reader(), snapshot_properties=props)
-            tx.commit_transaction()
+            _commit(tx, target, name)
         ice = ice_catalog.load_table(target)
         return IcebergExport(name, target, None, after, "create", counted.rows, 0,
                              _snapshot_id(ice))
@@ -477,8 +486,8 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
             counted = _Counted(reader)
             _delete(tx, AlwaysTrue(), props)
             tx.append(counted.reader(), snapshot_properties=props)
-            tx.set_properties(props)
-            tx.commit_transaction()
+            tx.set_properties(table_props)
+            _commit(tx, target, name)
         return _finish(ice_catalog, target, name, before, after, "rewrite", counted.rows,
                        records_before)
 
@@ -507,8 +516,8 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
     if delete is not None:
         _delete(tx, delete, props)
     tx.append(append, snapshot_properties=props)
-    tx.set_properties(props)
-    tx.commit_transaction()
+    tx.set_properties(table_props)
+    _commit(tx, target, name)
     return _finish(ice_catalog, target, name, before, after, "changes", len(append),
                    records_before)
 
@@ -532,6 +541,20 @@ def _remaining(tx: Transaction, delete: BooleanExpression, retracted: pa.Table,
                             "outside the export; nothing was exported")
         out.append(count)
     return out
+
+
+def _commit(tx: Transaction, target: str, table: str) -> None:
+    """The commit point: one catalog commit of the data and the frontier. Another writer's
+    commit to the Iceberg table in between is refused by the catalog (pyiceberg's
+    requirements on the table's current snapshot), and nothing of this run is visible."""
+    from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
+
+    try:
+        tx.commit_transaction()
+    except (CommitFailedException, TableAlreadyExistsError) as error:
+        raise LakeError(f"table {table}: Iceberg table {target} was changed by another writer "
+                        f"during the export ({error}); nothing was exported, run it again"
+                        ) from None
 
 
 def _delete(tx: Transaction, expression: BooleanExpression, props: dict[str, str]) -> None:
