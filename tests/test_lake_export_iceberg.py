@@ -377,3 +377,4 @@ def test_kill9_during_an_export_then_rerun(tmp_path, keyed):
     assert json.loads(lines[-1][len("RESULT "):])["frontier"] == [TIMES]
     truth = state_at(history(seed, keyed), TIMES - 1, keyed=keyed)
     assert iceberg_rows(uri, TABLE) == truth
+    assert not list((tmp_path / "lake" / ".export-staging").rglob("*.parquet"))

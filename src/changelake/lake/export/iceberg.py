@@ -32,7 +32,7 @@ reads when it starts.
   the table at E, so the next run exports `[E, F')` again; a run killed after it leaves F,
   and the next run starts there. A run where E == F commits nothing. A commit that loses a
   race with another writer of the Iceberg table fails (a `LakeError`, nothing committed; run
-  again): the table is created with `commit.retry.num-retries = 0`, as pyiceberg would
+  again): every export sets `commit.retry.num-retries = 0` on the table, as pyiceberg would
   otherwise rebase the commit onto the other writer's snapshot. An existing Iceberg
   table that is not a changelake export of this lake table is refused.
 
@@ -54,7 +54,8 @@ go) is the directory `<PATH without its suffix>-warehouse` next to the database 
 
 What goes through the driver (honestly): never Python rows of the table's data, but Arrow.
 The first export (and a rewrite) has Spark write the state as Parquet into a staging directory
-under the lake (`LAKE/.export-staging/`, removed afterwards), which the driver reads back with
+under the lake (`LAKE/.export-staging/TABLE/`, removed afterwards, and by the
+next such run of the table if a run was killed), which the driver reads back with
 `pyarrow.dataset` batch by batch and streams into pyiceberg's writer (`append` of a
 `RecordBatchReader`), so driver memory is bounded by a batch and a target file, not by the
 table; the bytes do pass through the driver process, which writes the Iceberg data files.
@@ -449,7 +450,7 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
         schema = iceberg_schema(logical, name)
         namespace = target.rsplit(".", 1)[0]
         ice_catalog.create_namespace_if_not_exists(namespace)
-        with _staging(lake) as staging:
+        with _staging(lake, name) as staging:
             tx = ice_catalog.create_table_transaction(target, schema,
                                                          properties=table_props)
             reader = staged_batches(spark, state_frame(handle, state), staging,
@@ -481,7 +482,7 @@ def export_to_iceberg(spark: SparkSession, lake: Lake, table: str, uri: str, *,
     if not incremental(state, before[0]):
         from pyiceberg.expressions import AlwaysTrue
 
-        with _staging(lake) as staging:
+        with _staging(lake, name) as staging:
             reader = staged_batches(spark, state_frame(handle, state), staging, target_arrow)
             counted = _Counted(reader)
             _delete(tx, AlwaysTrue(), props)
@@ -593,12 +594,16 @@ class _Counted:
 
 
 class _staging:
-    """A fresh staging directory under the lake for Spark's Parquet, removed afterwards."""
+    """A fresh staging directory under the lake for Spark's Parquet (`LAKE/.export-staging/
+    TABLE/RUN`), removed afterwards; what a killed run of the same table left is removed
+    first."""
 
-    def __init__(self, lake: Lake) -> None:
-        self.path = lake.root / STAGING / uuid.uuid4().hex
+    def __init__(self, lake: Lake, table: str) -> None:
+        self.table_dir = lake.root / STAGING / table
+        self.path = self.table_dir / uuid.uuid4().hex
 
     def __enter__(self) -> Path:
+        shutil.rmtree(self.table_dir, ignore_errors=True)
         return self.path
 
     def __exit__(self, *exc: object) -> None:
