@@ -375,6 +375,10 @@ def test_cli_to_takes_a_kind_and_a_target(tmp_path):
     short = subprocess.run([*CLI, "export", *lake, "--to", "delta"], capture_output=True,
                            timeout=60)
     assert short.returncode == 2 and b"requires 2 arguments" in short.stderr
+    iceberg_only = subprocess.run([*CLI, "export", *lake, "--to", "delta", str(tmp_path / "x"),
+                                   "--catalog", "c"], capture_output=True, timeout=60)
+    assert iceberg_only.returncode == 2 and b"--catalog: for --to iceberg only" in \
+        iceberg_only.stderr
     assert not (tmp_path / "lake").exists()
 
 

@@ -814,19 +814,34 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 @click.option("--table", required=True)
 @click.option("--to", "to", required=True, nargs=2, metavar="KIND TARGET",
               type=(click.Choice(["delta", "iceberg"]), str),
-              help="The table to keep: `delta PATH` (a Delta table directory).")
+              help="The table to keep: `delta PATH` (a Delta table directory) or `iceberg URI` "
+                   "(a pyiceberg SQL catalog: sqlite:////abs/catalog.db, or any SQLAlchemy "
+                   "URL with --warehouse).")
+@click.option("--catalog", default=None, metavar="NAME",
+              help="iceberg: the catalog's name (default changelake).")
+@click.option("--identifier", default=None, metavar="NAMESPACE.NAME",
+              help="iceberg: the Iceberg table (default: the lake table's DATABASE.NAME).")
+@click.option("--warehouse", default=None, metavar="DIR",
+              help="iceberg: where data files go (default: beside a sqlite catalog's file, "
+                   "CATALOG-warehouse).")
 @user_errors
 def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-           table: str, to: tuple[str, str]) -> None:
-    """Export a lake table to a Delta table: the whole table on the first run, then only the
-    changes since the last run, exactly once (the frontier is in the target's commits)."""
+           table: str, to: tuple[str, str], catalog: str | None, identifier: str | None,
+           warehouse: str | None) -> None:
+    """Export a lake table to a Delta or an Iceberg table: the whole table on the first run,
+    then only the changes since the last run, exactly once (the frontier is in the target's
+    commits)."""
     from changelake.lake.export import export_table
 
     kind, target = to
+    options = {k: v for k, v in (("catalog", catalog), ("identifier", identifier),
+                                 ("warehouse", warehouse)) if v is not None}
+    if kind == "delta" and options:
+        raise click.UsageError(f"--{', --'.join(options)}: for --to iceberg only")
     ident, _ = _table_and_key(table)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        result = export_table(lake, ident, kind, target)
+        result = export_table(lake, ident, kind, target, **options)
     finally:
         lake.spark.stop()
     click.echo(result.line(), err=True)

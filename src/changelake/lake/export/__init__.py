@@ -3,6 +3,8 @@ read those (DuckDB, Trino, Snowflake, pandas, BI tools), incrementally and exact
 
     export_table(lake, table, kind, target)  -> ExportResult     (the CLI's one entry)
     export_to_delta(lake, table, path)       -> ExportResult     (`delta.py`, delta-rs)
+    export_to_iceberg(spark, lake, table, uri) -> IcebergExport  (`iceberg.py`, pyiceberg's
+                                                                   SQL catalog)
 
 Modules: `changes` reads the table out of the lake (its rows at a frontier, the changes between
 two frontiers, from one pinned state), `arrow` moves them out of Spark as Arrow without
@@ -17,6 +19,7 @@ from pathlib import Path
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.export.delta import export_to_delta
+from changelake.lake.export.iceberg import IcebergExport, export_to_iceberg
 from changelake.lake.export.result import ExportResult
 from changelake.lake.identifier import TableIdentifier
 
@@ -32,8 +35,27 @@ def export_table(lake: Lake, table: str | TableIdentifier, kind: str, target: st
             raise LakeError(f"export to delta takes no options (got {sorted(options)})")
         return export_to_delta(lake, table, target)
     if kind == "iceberg":
-        raise LakeError("export to iceberg is not wired in yet")
+        unknown = sorted(set(options) - {"catalog", "identifier", "warehouse"})
+        if unknown:
+            raise LakeError(f"export to iceberg takes catalog, identifier and warehouse "
+                            f"(got {unknown})")
+        return _from_iceberg(export_to_iceberg(lake.spark, lake, str(table), str(target),
+                                               **options))  # type: ignore[arg-type]
     raise LakeError(f"unknown export target kind {kind!r}: one of {', '.join(KINDS)}")
 
 
-__all__ = ["KINDS", "ExportResult", "export_table", "export_to_delta"]
+_ICEBERG_MODES = {"create": "full", "rewrite": "full", "changes": "incremental",
+                  "nothing": "none"}
+
+
+def _from_iceberg(run: IcebergExport) -> ExportResult:
+    """An Iceberg run as the report every kind gives (its version: the snapshot id)."""
+    return ExportResult(
+        run.table, "iceberg", run.target,
+        None if run.frontier_before is None else list(run.frontier_before),
+        list(run.frontier_after), _ICEBERG_MODES[run.mode], inserted=run.rows_inserted,
+        deleted=run.rows_deleted, version=run.snapshot_id)
+
+
+__all__ = ["KINDS", "ExportResult", "export_table", "export_to_delta",
+           "export_to_iceberg"]
