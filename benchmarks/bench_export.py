@@ -34,23 +34,12 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+# The table and its first rows as the compaction benchmark makes them (run as a script, this
+# folder is on the path).
+from bench_compaction import SCHEMA, UPDATES, initial
 from changelake.lake import Lake
 from changelake.lake.export import export_to_delta
-
-SCHEMA = StructType([StructField("id", LongType()), StructField("name", StringType()),
-                     StructField("amount", LongType())])
-UPDATES = StructType([*SCHEMA.fields, StructField("_time", LongType()),
-                      StructField("_diff", LongType())])
-
-
-def initial(spark: SparkSession, rows: int):
-    return spark.range(rows).select(
-        F.col("id"), F.concat(F.lit("n"), F.col("id").cast("string")).alias("name"),
-        (F.col("id") % 997).alias("amount"), F.lit(0).cast("long").alias("_time"),
-        F.lit(1).cast("long").alias("_diff"))
 
 
 def round_changes(rng: random.Random, live: dict[int, tuple | None], next_id: int,
