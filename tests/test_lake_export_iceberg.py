@@ -380,15 +380,49 @@ def test_kill9_during_an_export_then_rerun(tmp_path, keyed):
     assert not list((tmp_path / "lake" / "_export").rglob("*.parquet"))
 
 
-def test_export_table_reports_an_iceberg_run_as_every_kind(spark, lake, uri):
+def held_elsewhere(lake: Lake, key: str) -> bool:
+    """Whether another open file holds the export lock named `key` (`arrow.export_lock`)."""
+    import fcntl
+    import hashlib
+    import os
+
+    path = lake.root / "_export" / "locks" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_export_table_reports_an_iceberg_run_as_every_kind(spark, lake, uri, monkeypatch):
     """`changelake export --to iceberg URI` goes through `export_table`: the run reported in
-    the one shape every target kind has."""
+    the one shape every target kind has; the run holds the export lock named after the
+    catalog (however its SQLite path is spelled) and the Iceberg table while it commits."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
     from changelake.lake.export import export_table
+    from changelake.lake.export.iceberg import lock_key
 
     history = unkeyed_history(random.Random(5), 6, 3, 6)
     table = lake.create_table(unique("wired"), SCHEMA, buckets=1)
     table.commit(to_df(spark, [u for u in history if u[1] < 4]), 0, 4)
+    path = Path(uri[len("sqlite:///"):])
+    spelled = f"sqlite:///{path.parent / '..' / path.parent.name / path.name}"
+    key = lock_key(spelled, "exported.wired")
+    assert key == lock_key(uri, "exported.wired") != lock_key(uri, "exported.other")
+    original, held = SqlCatalog.commit_table, []
+
+    def commit_checking_the_lock(self, *args, **kwargs):
+        held.append(held_elsewhere(lake, key))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_checking_the_lock)
     first = export_table(lake, table.name, "iceberg", uri, identifier="exported.wired")
+    monkeypatch.undo()
+    assert held == [True] and not held_elsewhere(lake, key)
     assert (first.kind, first.mode, first.before, first.after) == ("iceberg", "full", None, [4])
     assert first.inserted == sum(state_at(history, 3, keyed=False).values())
     assert iceberg_rows(uri, "exported.wired") == state_at(history, 3, keyed=False)
