@@ -74,7 +74,7 @@ def main() -> int:
     for lo, hi in ROUNDS:
         table.commit(to_df(spark, [u for u in h if lo <= u[1] < hi]), lo, hi)
         say(f"EXPORT {hi}")
-        modes.append(export_to_iceberg(spark, lake, TABLE, args.catalog).mode)
+        modes.append(export_to_iceberg(lake, TABLE, args.catalog).mode)
         upper = table.state().upper  # a re-run's lake may be ahead of this round
         frontier, rows = iceberg_state(args.catalog)
         assert frontier == [upper] and rows == state_at(h, upper - 1, keyed=args.keyed), hi

@@ -156,9 +156,9 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
     target = f"{table.ident.database}.orders"
 
     commit(0, 3, False)
-    first = export_to_iceberg(spark, lake, table.name, uri)
-    assert (first.mode, first.frontier_before, first.frontier_after) == ("create", None, (3,))
-    assert first.target == target and first.rows_inserted == len(live)
+    first = export_to_iceberg(lake, table.name, uri)
+    assert (first.kind, first.mode, first.before, first.after) == ("iceberg", "full", None, [3])
+    assert first.target == target and first.inserted == len(live)
     exported = iceberg_rows(uri, target)
     assert exported == lake_rows(table)
     held = open_catalog(uri).load_table(target)
@@ -179,14 +179,14 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
 
     monkeypatch.setattr(SqlCatalog, "commit_table", another_writer_first)
     with pytest.raises(LakeError, match="changed by another writer during the export"):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     held = open_catalog(uri).load_table(target)
     assert held.properties[FRONTIER_PROPERTY] == "[3]" and len(held.snapshots()) == 2
     assert iceberg_rows(uri, target) == exported
 
     monkeypatch.setattr(SqlCatalog, "commit_table", crash_before)
     with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     now = open_catalog(uri).load_table(target)
     assert now.metadata_location == held.metadata_location
     assert now.properties[FRONTIER_PROPERTY] == "[3]"
@@ -194,11 +194,11 @@ def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, 
 
     monkeypatch.setattr(SqlCatalog, "commit_table", crash_after(original))
     with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     monkeypatch.setattr(SqlCatalog, "commit_table", original)
     count = len(snapshots(uri, target))
-    rerun = export_to_iceberg(spark, lake, table.name, uri)
-    assert not rerun.committed and rerun.frontier_after == (6,)
+    rerun = export_to_iceberg(lake, table.name, uri)
+    assert rerun.mode == "none" and rerun.after == [6]
     assert len(snapshots(uri, target)) == count  # nothing new: no snapshot
 
     ice = open_catalog(uri).load_table(target)
@@ -221,7 +221,7 @@ def test_unkeyed_multiplicities_and_an_added_column(spark, lake, uri):
     table = lake.create_table(unique("events"), SCHEMA, buckets=1)
     target = "exported.events"
     table.commit(to_df(spark, [u for u in history if u[1] < 5]), 0, 5)
-    export_to_iceberg(spark, lake, table.name, uri, identifier=target)
+    export_to_iceberg(lake, table.name, uri, identifier=target)
     truth = state_at(history, 4, keyed=False)
     assert max(truth.values()) > 1  # duplicates are exported as duplicates
     assert iceberg_rows(uri, target) == truth
@@ -230,8 +230,8 @@ def test_unkeyed_multiplicities_and_an_added_column(spark, lake, uri):
     later = [((*row, None), t, d) for row, t, d in history if t >= 5]
     later += [((9, "z", 1, "t"), 5, 3), ((9, "z", 1, "t"), 7, -1), ((8, "z", 0, "u"), 8, 1)]
     table.commit(to_df(spark, later, tagged), 5, 9)
-    result = export_to_iceberg(spark, lake, table.name, uri, identifier=target)
-    assert result.mode == "changes" and result.rows_deleted > 0
+    result = export_to_iceberg(lake, table.name, uri, identifier=target)
+    assert result.mode == "incremental" and result.deleted > 0
     whole = [((*row, None), t, d) for row, t, d in history if t < 5] + later
     truth = state_at(whole, 8, keyed=False)
     assert truth[(9, "z", 1, "t")] == 2 and max(truth.values()) > 1
@@ -246,8 +246,8 @@ def test_keyed_rounds(spark, lake, uri):
     commit = keyed_committer(spark, table, random.Random(17), live)
     for i, (lo, hi) in enumerate([(0, 2), (2, 4), (4, 6), (6, 9)]):
         commit(lo, hi, i >= 2)
-        result = export_to_iceberg(spark, lake, table.name, uri)
-        assert result.frontier_after == (hi,)
+        result = export_to_iceberg(lake, table.name, uri)
+        assert result.after == [hi]
         assert iceberg_rows(uri, f"{table.ident.database}.rounds") == lake_rows(table)
 
 
@@ -263,30 +263,30 @@ def test_a_compaction_past_the_export_a_closed_table_and_a_crash_at_creation(
     # killed during the first export: no table at all, and the re-run creates it
     monkeypatch.setattr(SqlCatalog, "commit_table", crash_before)
     with pytest.raises(Crash):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     monkeypatch.undo()
     assert not open_catalog(uri).table_exists(target)
-    export_to_iceberg(spark, lake, table.name, uri)
+    export_to_iceberg(lake, table.name, uri)
     assert iceberg_rows(uri, target) == state_at(history, 3, keyed=False)
     # compaction folds the changes at [4, 10] away before they are exported: a rewrite
     table.commit(to_df(spark, [u for u in history if 4 <= u[1] < 12]), 4, 12)
     compact(table, 10)
-    result = export_to_iceberg(spark, lake, table.name, uri)
-    assert (result.mode, result.frontier_after) == ("rewrite", (12,))
+    result = export_to_iceberg(lake, table.name, uri)
+    assert (result.mode, result.after) == ("full", [12])
     assert iceberg_rows(uri, target) == lake_rows(table) == state_at(history, 11, keyed=False)
     # closed: the final state, frontier []
     table.commit(to_df(spark, []), 12, Antichain())
-    closed = export_to_iceberg(spark, lake, table.name, uri)
-    assert closed.frontier_after == () and closed.rows_inserted == closed.rows_deleted == 0
+    closed = export_to_iceberg(lake, table.name, uri)
+    assert closed.after == [] and closed.inserted == closed.deleted == 0
     assert iceberg_rows(uri, target) == state_at(history, 11, keyed=False)
-    assert not export_to_iceberg(spark, lake, table.name, uri).committed
+    assert export_to_iceberg(lake, table.name, uri).mode == "none"
 
 
 def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake, uri):
     table = lake.create_table(unique("people"), SCHEMA, key=["id"], buckets=1)
     target = f"{table.ident.database}.people"
     table.commit(to_df(spark, [((1, "ann", 5), 0, 1), ((2, "bob", 7), 0, 1)]), 0, 1)
-    export_to_iceberg(spark, lake, table.name, uri)
+    export_to_iceberg(lake, table.name, uri)
     before = open_catalog(uri).load_table(target)
 
     def unchanged() -> None:
@@ -299,7 +299,7 @@ def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake,
     table.commit(spark.createDataFrame([(2, "bob", 7, None, 1, -1), (2, "bob", 8, ["a"], 1, 1)],
                                        meta(tags)), 1, 2)
     with pytest.raises(SchemaError, match=r"table .*people, column 'tags'.*array<string>"):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     unchanged()
 
     # a column is dropped (`amount`, `tags` not in the latest version)
@@ -307,13 +307,13 @@ def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake,
     table.commit(spark.createDataFrame([(1, "ann", 2, -1), (1, "cy", 2, 1)], meta(dropped)),
                  2, 3)
     with pytest.raises(SchemaError, match=r"table .*people: column 'amount' was dropped"):
-        export_to_iceberg(spark, lake, table.name, uri)
+        export_to_iceberg(lake, table.name, uri)
     unchanged()
 
     # an Iceberg table that is another table's export is refused
     other = lake.create_table(unique("other"), SCHEMA, buckets=1)
     with pytest.raises(LakeError, match="not a changelake export of table"):
-        export_to_iceberg(spark, lake, other.name, uri, identifier=target)
+        export_to_iceberg(lake, other.name, uri, identifier=target)
     unchanged()
 
 
@@ -377,18 +377,52 @@ def test_kill9_during_an_export_then_rerun(tmp_path, keyed):
     assert json.loads(lines[-1][len("RESULT "):])["frontier"] == [TIMES]
     truth = state_at(history(seed, keyed), TIMES - 1, keyed=keyed)
     assert iceberg_rows(uri, TABLE) == truth
-    assert not list((tmp_path / "lake" / ".export-staging").rglob("*.parquet"))
+    assert not list((tmp_path / "lake" / "_export").rglob("*.parquet"))
 
 
-def test_export_table_reports_an_iceberg_run_as_every_kind(spark, lake, uri):
+def held_elsewhere(lake: Lake, key: str) -> bool:
+    """Whether another open file holds the export lock named `key` (`arrow.export_lock`)."""
+    import fcntl
+    import hashlib
+    import os
+
+    path = lake.root / "_export" / "locks" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_export_table_reports_an_iceberg_run_as_every_kind(spark, lake, uri, monkeypatch):
     """`changelake export --to iceberg URI` goes through `export_table`: the run reported in
-    the one shape every target kind has."""
+    the one shape every target kind has; the run holds the export lock named after the
+    catalog (however its SQLite path is spelled) and the Iceberg table while it commits."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
     from changelake.lake.export import export_table
+    from changelake.lake.export.iceberg import lock_key
 
     history = unkeyed_history(random.Random(5), 6, 3, 6)
     table = lake.create_table(unique("wired"), SCHEMA, buckets=1)
     table.commit(to_df(spark, [u for u in history if u[1] < 4]), 0, 4)
+    path = Path(uri[len("sqlite:///"):])
+    spelled = f"sqlite:///{path.parent / '..' / path.parent.name / path.name}"
+    key = lock_key(spelled, "exported.wired")
+    assert key == lock_key(uri, "exported.wired") != lock_key(uri, "exported.other")
+    original, held = SqlCatalog.commit_table, []
+
+    def commit_checking_the_lock(self, *args, **kwargs):
+        held.append(held_elsewhere(lake, key))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SqlCatalog, "commit_table", commit_checking_the_lock)
     first = export_table(lake, table.name, "iceberg", uri, identifier="exported.wired")
+    monkeypatch.undo()
+    assert held == [True] and not held_elsewhere(lake, key)
     assert (first.kind, first.mode, first.before, first.after) == ("iceberg", "full", None, [4])
     assert first.inserted == sum(state_at(history, 3, keyed=False).values())
     assert iceberg_rows(uri, "exported.wired") == state_at(history, 3, keyed=False)

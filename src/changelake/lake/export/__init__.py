@@ -1,10 +1,10 @@
 """`changelake export`: a lake table kept as a table of another format, for the engines that
 read those (DuckDB, Trino, Snowflake, pandas, BI tools), incrementally and exactly once.
 
-    export_table(lake, table, kind, target)  -> ExportResult     (the CLI's one entry)
-    export_to_delta(lake, table, path)       -> ExportResult     (`delta.py`, delta-rs)
-    export_to_iceberg(spark, lake, table, uri) -> IcebergExport  (`iceberg.py`, pyiceberg's
-                                                                   SQL catalog)
+    export_table(lake, table, kind, target) -> ExportResult  (the CLI's one entry)
+    export_to_delta(lake, table, path)      -> ExportResult  (`delta.py`, delta-rs)
+    export_to_iceberg(lake, table, uri)     -> ExportResult  (`iceberg.py`, pyiceberg's SQL
+                                                              catalog)
 
 Modules: `changes` reads the table out of the lake (its rows at a frontier, the changes between
 two frontiers, from one pinned state), `arrow` moves them out of Spark as Arrow without
@@ -19,7 +19,7 @@ from pathlib import Path
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.export.delta import export_to_delta
-from changelake.lake.export.iceberg import IcebergExport, export_to_iceberg
+from changelake.lake.export.iceberg import export_to_iceberg
 from changelake.lake.export.result import ExportResult
 from changelake.lake.identifier import TableIdentifier
 
@@ -39,22 +39,8 @@ def export_table(lake: Lake, table: str | TableIdentifier, kind: str, target: st
         if unknown:
             raise LakeError(f"export to iceberg takes catalog, identifier and warehouse "
                             f"(got {unknown})")
-        return _from_iceberg(export_to_iceberg(lake.spark, lake, str(table), str(target),
-                                               **options))  # type: ignore[arg-type]
+        return export_to_iceberg(lake, table, str(target), **options)  # type: ignore[arg-type]
     raise LakeError(f"unknown export target kind {kind!r}: one of {', '.join(KINDS)}")
-
-
-_ICEBERG_MODES = {"create": "full", "rewrite": "full", "changes": "incremental",
-                  "nothing": "none"}
-
-
-def _from_iceberg(run: IcebergExport) -> ExportResult:
-    """An Iceberg run as the report every kind gives (its version: the snapshot id)."""
-    return ExportResult(
-        run.table, "iceberg", run.target,
-        None if run.frontier_before is None else list(run.frontier_before),
-        list(run.frontier_after), _ICEBERG_MODES[run.mode], inserted=run.rows_inserted,
-        deleted=run.rows_deleted, version=run.snapshot_id)
 
 
 __all__ = ["KINDS", "ExportResult", "export_table", "export_to_delta",

@@ -90,9 +90,10 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def export_lock(lake_root: Path, target: Path) -> Iterator[None]:
+def export_lock(lake_root: Path, target: str | Path) -> Iterator[None]:
     """Hold an exclusive lock for exports to `target` from this lake (a `flock`, which the
-    kernel releases when the process dies), so two runs do not apply the same changes twice."""
+    kernel releases when the process dies), so two runs do not apply the same changes twice.
+    `target` names the target: a Delta table's path, an Iceberg catalog and table."""
     import fcntl
     import hashlib
 
