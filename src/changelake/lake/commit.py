@@ -39,6 +39,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from changelake.durable import exclusive_lock
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
@@ -98,13 +99,8 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
     one thread) blocks forever: a writer takes it once (`Table.writer`) and passes the locked
     handle inward."""
     table_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(table_dir / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(table_dir / "_lock"):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,

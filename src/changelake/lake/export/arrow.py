@@ -27,6 +27,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from changelake.durable import exclusive_lock
 from changelake.errors import SchemaError
 
 _PRIMITIVES: dict[type, pa.DataType] = {
@@ -94,19 +95,12 @@ def export_lock(lake_root: Path, target: str | Path) -> Iterator[None]:
     """Hold an exclusive lock for exports to `target` from this lake (a `flock`, which the
     kernel releases when the process dies), so two runs do not apply the same changes twice.
     `target` names the target: a Delta table's path, an Iceberg catalog and table."""
-    import fcntl
     import hashlib
 
     locks = lake_root / STAGING / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    name = hashlib.sha256(str(target).encode()).hexdigest()[:32]
-    fd = os.open(locks / name, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive_lock(locks / hashlib.sha256(str(target).encode()).hexdigest()[:32]):
         yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 @contextmanager
