@@ -109,7 +109,7 @@ def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", range(2))  # CI's time is shared with the capture's kill runs
+@pytest.mark.parametrize("case", range(1))  # one case: CI's time is shared
 def test_kill9_more(tmp_path, case):
     rng = random.Random(case)
     markers = [f"COMMIT {rng.randint(0, 10)}", f"COMPACT {rng.choice([2, 5, 8, 11])}",
@@ -205,6 +205,6 @@ def concurrent_ingests_and_compaction(tmp_path: Path, seed: int) -> None:
 # Four JVMs at once (the service, two ingests, a compaction) take minutes on 2 busy cores: the
 # default suite races threads on the shared session instead (tests/test_lake_writers.py).
 @pytest.mark.slow
-@pytest.mark.parametrize("case", range(2))
+@pytest.mark.parametrize("case", range(1))  # one case: CI's time is shared
 def test_concurrent_ingests_and_compaction_in_processes(tmp_path, case):
     concurrent_ingests_and_compaction(tmp_path, 500 + case)
