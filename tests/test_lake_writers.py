@@ -84,6 +84,6 @@ def test_two_first_ingests_and_a_compaction_at_once(spark, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(3))
 def test_two_first_ingests_and_a_compaction_at_once_repeated(spark, tmp_path, seed):
     race(spark, tmp_path, 900 + seed)
