@@ -998,6 +998,9 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
             lake.spark.stop()
         where = "tables"
     snapshot_rows = sum(result.snapshot_rows.values())
+    if result.joined:
+        click.echo(f"tables added to publication {publication} joined the capture, each "
+                   f"with its snapshot: {', '.join(result.joined)}", err=True)
     click.echo(f"captured {result.transactions} transactions into "
                f"{len(result.tables)} {where} ({', '.join(result.tables)}), "
                f"{snapshot_rows} snapshot rows, {result.batches} commits; "

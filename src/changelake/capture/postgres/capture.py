@@ -22,8 +22,16 @@ transactions every table has: the source drops them.
 How a sink starts: a new slot (`--create-slot`) has its snapshot taken by `Sink.start`, at
 time 0 with the frontier at the slot's consistent point, where streaming starts (`snapshot =
 "never"`: the tables start empty there); an existing slot resumes from the sink's frontiers,
-and tables the sink does not hold are refused (their snapshot cannot be taken from an
-existing slot), as are tables it holds when the slot is new (their history would have a gap).
+and tables it holds when the slot is new are refused (their history would have a gap).
+
+Tables the publication gained after the start *join*: `Sink.join` takes their snapshot from a
+temporary slot's exported snapshot (`Source.exported_snapshot`), as of its consistent point C,
+at time C - 1 with frontier C. The stream resumes at the least frontier, before C, and the
+joining tables skip what it re-sends from before C (`Tables.floor`), exactly as a table that is
+ahead of the others after a crash does: no gap, no overlap. Their history starts at C - 1 (a
+lake table's `since`: AS OF an earlier time is refused). A crash while they join is covered by
+a second marker (`.joining`, beside the start marker, naming them): a restart discards what
+they hold and joins them again.
 Tables the sink holds when the slot is gone (dropped between two runs) are refused before any
 new slot is made. A crash while the snapshot is taken leaves a slot whose exported snapshot
 died with the process, and perhaps some tables holding their part of it: the sink keeps a
@@ -84,6 +92,7 @@ class CaptureReport:
     transactions: int = 0
     updates: Counter[str] = field(default_factory=Counter)
     batches: int = 0
+    joined: tuple[str, ...] = ()  # tables added to the publication, snapshotted this run
     frontier: int | None = None  # the least frontier of the captured tables
     stopped: str = ""
 
@@ -105,6 +114,12 @@ class Sink(Protocol):
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
         """A new slot: create the tables, with the snapshot at time 0 (or empty) and the
         frontier at the slot's consistent point."""
+        ...
+
+    def join(self, source: Source, snapshot: Slot, tables: dict[str, Table]) -> None:
+        """Tables added to the publication after the start: create them with their rows in
+        `snapshot` (a temporary slot's, see `Source.exported_snapshot`) at time C - 1, C its
+        consistent point, and their frontier at C (`snapshot = "never"`: empty from C)."""
         ...
 
     def check_resume(self, source: Source, held: set[str]) -> None:
@@ -141,11 +156,14 @@ def marker_name(database: str, slot: str) -> str:
     return "." + re.sub(r"[^\w.-]", "_", f"postgres.{database}.{slot}") + ".starting"
 
 
-def _write_durably(path: Path) -> None:
+START_NOTE = ("a capture's initial snapshot is being taken: until every table holds it, a "
+              "restart takes it again\n")
+
+
+def _write_durably(path: Path, text: str = START_NOTE) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        f.write("a capture's initial snapshot is being taken: until every table holds it, a "
-                "restart takes it again\n")
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
 
@@ -195,14 +213,35 @@ class Capture:
                 self.sink.start(source, slot, tables)
                 marker.unlink(missing_ok=True)
             else:
+                if not existing:
+                    raise SourceError(f"slot {o.slot!r} exists but tables "
+                                      f"{', '.join(sorted(tables))} hold no capture: the "
+                                      "history before its position is gone (create a new "
+                                      "slot with --create-slot, or name these tables' slot)")
                 self.sink.check_resume(source, existing)
-            if not slot.created and len(existing) != len(tables):
-                missing = sorted(set(tables) - set(existing))
-                raise SourceError(f"slot {o.slot!r} exists but tables {', '.join(missing)} "
-                                  "hold no capture: their snapshot cannot be taken from an "
-                                  "existing slot (create a new slot)")
+                self._join(source, tables, existing, marker.with_suffix(".joining"))
             self._stream(source, tables, lookup)
         return self.report
+
+    def _join(self, source: Source, tables: dict[str, Table], held: set[str],
+              marker: Path) -> None:
+        """Take the snapshot of tables the publication gained since the start (see the module
+        docstring). The marker names them from before the first is created until the last
+        holds its snapshot; a restart that finds it discards what they hold and joins them
+        again."""
+        if marker.exists():
+            interrupted = set(marker.read_text().split())
+            self.sink.discard({n: t for n, t in tables.items() if n in interrupted})
+            held = held - interrupted
+        joining = {n: t for n, t in tables.items() if n not in held}
+        if not joining:
+            marker.unlink(missing_ok=True)
+            return
+        _write_durably(marker, "".join(f"{name}\n" for name in joining))
+        with source.exported_snapshot() as snapshot:
+            self.sink.join(source, snapshot, joining)
+        self.report.joined = tuple(joining)
+        marker.unlink()
 
     def _stream(self, source: Source, tables: dict[str, Table], lookup) -> None:
         o = self.options

@@ -15,6 +15,9 @@ How the pieces keep that promise:
   SNAPSHOT`), so it holds exactly the transactions committed before that point, and the slot
   streams exactly those committed after it. The export lasts until the replication connection
   runs its next command, so the tables are read before streaming starts.
+* *Tables that join later* (added to the publication after the slot was created) are read in
+  the snapshot of a temporary slot made for them (`exported_snapshot`), as of its consistent
+  point C; the capture's slot, resumed before C, delivers everything committed from C on.
 * *Resume.* A restart starts streaming at the caller's durable position (`resume`); the server
   starts at the later of that and the slot's confirmed position, and may still re-send
   transactions the caller already has: `stream` drops every transaction whose commit is below
@@ -31,9 +34,12 @@ when the caller has nothing (its history is gone: `--snapshot` cannot be taken f
 
 from __future__ import annotations
 
+import os
 import select
 import time
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,10 +226,37 @@ class Source:
         name, point, snapshot, _ = self.cursor.fetchone()
         return Slot(name, True, parse_lsn(point), snapshot)
 
+    @contextmanager
+    def exported_snapshot(self) -> Iterator[Slot]:
+        """A snapshot of the database now, for tables that join a capture whose slot already
+        streams: a temporary slot created with an exported snapshot, on a replication
+        connection of its own. The snapshot holds exactly the transactions committed before the
+        temporary slot's consistent point C; the capture's own slot, resumed at or before C,
+        delivers those committed at or after it (and earlier ones, which the joining tables
+        skip: their floor is C). The snapshot and the temporary slot last until the block
+        ends."""
+        conn = connect(self.dsn, replication=True)
+        try:
+            cursor = conn.cursor()
+            name = f"changelake_join_{os.getpid()}_{uuid.uuid4().hex[:12]}"
+            export = "(SNAPSHOT 'export')" if self.version >= 15 else "EXPORT_SNAPSHOT"
+            try:
+                cursor.execute(f'CREATE_REPLICATION_SLOT "{name}" TEMPORARY LOGICAL pgoutput '
+                               f"{export}")
+            except psycopg2.Error as e:
+                raise SourceError(f"a temporary slot for the snapshot of tables joining the "
+                                  f"capture cannot be created: "
+                                  f"{str(e).strip().splitlines()[0]}") from None
+            _, point, snapshot, _ = cursor.fetchone()
+            yield Slot(name, True, parse_lsn(point), snapshot)
+        finally:
+            conn.close()  # the temporary slot goes with its connection
+
     def snapshot_rows(self, slot: Slot, table: str, batch: int = 10_000
                       ) -> Iterator[tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
         """The table's rows in the slot's snapshot, as text (None for NULL), in batches:
-        `(column names, rows)`. Only for a slot created now, before `stream` starts."""
+        `(column names, rows)`. Only for a slot created now, before `stream` starts, or for
+        the one `exported_snapshot` gives, inside its block."""
         if slot.snapshot is None:
             raise SourceError(f"slot {slot.name!r} was not created by this capture: it has no "
                               "snapshot to read")

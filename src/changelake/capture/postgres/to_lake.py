@@ -28,8 +28,9 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
   staged whole is consolidated and committed in one commit, so the table's frontier moves
   atomically; the stage is removed after.
 
-Limits of this version: a table added to the publication after the first run is refused
-rather than snapshotted on its own.
+* `join` (a table added to the publication after the start) does the same from a temporary
+  slot's snapshot, as of its consistent point C: the rows at time C - 1, `since` C - 1 (AS OF
+  an earlier time is refused: the table's history there is not known), frontier C.
 """
 
 from __future__ import annotations
@@ -102,7 +103,10 @@ class LakeSink:
         return {n for n, h in self.handles.items() if h.load() is not None}
 
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
-        self._start(source, slot, tables, self.handles)
+        self._start(source, slot, tables, self.handles, at=0)
+
+    def join(self, source: Source, snapshot: Slot, tables: dict[str, Table]) -> None:
+        self._start(source, snapshot, tables, self.handles, at=snapshot.consistent_point - 1)
 
     def check_resume(self, source: Source, held: set[str]) -> None:
         check_tables(source, {name: self.handles[name].load() for name in held})
@@ -144,19 +148,21 @@ class LakeSink:
     # -- start ---------------------------------------------------------------------------------
 
     def _start(self, source: Source, slot, tables: dict[str, Table],
-               handles: dict[str, LakeTable]) -> None:
-        since = 0 if self.options.snapshot == "initial" else slot.consistent_point
+               handles: dict[str, LakeTable], *, at: int) -> None:
+        """Create `tables` with their history from `at` (the snapshot's rows at that time) to
+        the slot's consistent point; `snapshot="never"`: empty from the consistent point."""
+        since = at if self.options.snapshot == "initial" else slot.consistent_point
         where = origin(source)
         for name, table in tables.items():
             self.lake.create_table(name, spark_schema(table), key=table.key_columns,
                                    since=since, origin=where)
             if self.options.snapshot == "initial":
                 self.report.snapshot_rows[name] = self._snapshot(source, slot, table,
-                                                                 handles[name])
+                                                                 handles[name], at)
 
-    def _snapshot(self, source: Source, slot, table: Table, handle: LakeTable) -> int:
-        """Commit the table's rows in the slot's snapshot at time 0, frontier the consistent
-        point, in one commit; the driver holds one batch at a time (see the module
+    def _snapshot(self, source: Source, slot, table: Table, handle: LakeTable, at: int) -> int:
+        """Commit the table's rows in the slot's snapshot at time `at`, frontier the
+        consistent point, in one commit; the driver holds one batch at a time (see the module
         docstring). Returns the number of rows."""
         schema = spark_schema(table).add("_time", T.LongType(), False) \
             .add("_diff", T.LongType(), False)
@@ -168,7 +174,7 @@ class LakeSink:
                                                        batch=self.options.snapshot_batch_rows):
                 order = [columns.index(c) for c in table.columns]
                 rows = [(*(None if raw[i] is None else kind.read(raw[i])
-                           for i, kind in zip(order, table.types, strict=True)), 0, 1)
+                           for i, kind in zip(order, table.types, strict=True)), at, 1)
                         for raw in batch]
                 self.spark.createDataFrame(rows, schema).write.mode("append") \
                     .parquet(str(stage))
@@ -179,7 +185,7 @@ class LakeSink:
             staged = staged.groupBy(*(F.col(f"`{c.replace('`', '``')}`")
                                       for c in table.columns), "_time").agg(
                 F.sum("_diff").alias("_diff"))
-            handle.commit(staged, 0, slot.consistent_point)
+            handle.commit(staged, at, slot.consistent_point)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return count

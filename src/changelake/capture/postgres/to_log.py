@@ -14,7 +14,10 @@ holding the batch's updates of the table and the progress statements of the inte
 its commit LSN, so the frontier advances transaction by transaction), one for the rest of the
 interval (a table a batch did not touch still moves its upper, with no counts). The initial
 snapshot is the segment `[0, consistent point)`, its rows at time 0 (`snapshot = "never"`:
-the same interval with no rows). Heartbeats while the database is quiet write segments with
+the same interval with no rows); a table added to the publication later (`join`) starts with
+the segment `[0, C)` of its snapshot as of a temporary slot's consistent point C, its rows at
+time C - 1 (before that, the log says the table had no changes: its history there is not
+known). Heartbeats while the database is quiet write segments with
 only a progress statement. Every file carries its schema (see `avro.py`); nothing else is in
 the directory, so `OUT/schema.table/*` or the directory itself is a whole input.
 
@@ -156,6 +159,13 @@ class LogSink:
         return held
 
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
+        self._start(source, slot, tables, at=0)
+
+    def join(self, source: Source, snapshot: Slot, tables: dict[str, Table]) -> None:
+        self._start(source, snapshot, tables, at=snapshot.consistent_point - 1)
+
+    def _start(self, source: Source, slot: Slot, tables: dict[str, Table], *, at: int) -> None:
+        """Each table's first segment `[0, consistent point)`, its snapshot's rows at `at`."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
             log = self.log(name)
@@ -169,7 +179,7 @@ class LogSink:
                         rows[tuple(None if raw[i] is None else kind.read(raw[i])
                                    for i, kind in zip(order, table.types, strict=True))] += 1
                 self.report.snapshot_rows[name] = sum(rows.values())
-            messages = segment_messages(Counter({(r, 0): d for r, d in rows.items()}), 0,
+            messages = segment_messages(Counter({(r, at): d for r, d in rows.items()}), 0,
                                         slot.consistent_point)
             write_segment(log, segment_name(0, slot.consistent_point), self.schemas[name],
                           table.columns, messages)
