@@ -57,7 +57,9 @@ def _runs(dsn: str, run, seed: int) -> tuple[list, Transfers]:
 
 
 def _options(dsn: str, **kw) -> CaptureOptions:
-    return CaptureOptions(dsn, "bank", "join_slot", **kw)
+    # One batch a run (each lake commit is a Spark job per table); the times are still one
+    # per transaction.
+    return CaptureOptions(dsn, "bank", "join_slot", batch_seconds=60.0, **kw)
 
 
 def test_tables_added_to_the_publication_join_a_log_capture(pg_dsn: str, tmp_path: Path) -> None:
@@ -134,7 +136,7 @@ def test_tables_added_to_the_publication_join_a_lake_capture(
     times = sorted({r["_time"] for r in lake.table("public.ledger").updates().collect()})
     assert times[0] == joined_at  # the snapshot's rows
     database = lake.table("public.accounts").state().origin.name
-    for time in [joined_at, *times[1:][::max(1, len(times) // 5)], frontier - 1]:
+    for time in [joined_at, times[len(times) // 2], frontier - 1]:
         check_invariant(lake, time)
         assert set(database_as_of(lake, database, time)) == set(TABLES)
     with pytest.raises(ConsistencyError, match="before the since of its tables"):
