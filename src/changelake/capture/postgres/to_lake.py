@@ -31,6 +31,10 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
 * `join` (a table added to the publication after the start) does the same from a temporary
   slot's snapshot, as of its consistent point C: the rows at time C - 1, `since` C - 1 (AS OF
   an earlier time is refused: the table's history there is not known), frontier C.
+
+Limit of this version: a table removed from the publication keeps its lake table at the
+frontier it reached, and, being of the same database, holds that database's consistent
+frontier there until it is dropped from the lake.
 """
 
 from __future__ import annotations
