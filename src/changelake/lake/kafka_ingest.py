@@ -187,6 +187,8 @@ def ingest_topics(
     module docstring). `schema` decodes frames with schema id 0, the registry at
     `schema_registry` the others. `group` also commits the positions to that consumer group
     (after the lake commit; never read). `config` adds librdkafka settings."""
+    from pyspark.sql import functions as F
+
     from changelake.formats.materialize import load_schema
     from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
@@ -238,16 +240,18 @@ def ingest_topics(
                 IngestReport(handle.name, False, result, [committed],
                              "the topics hold no messages beyond the committed offsets"),
                 _partition_reads(plans, recorded, {}), 0, recorded)
+        places = {location(topic, r.partition, 0).file: (topic, r.partition)
+                  for topic, ranges in plans for r in ranges}
+        # only the planned partitions: one created since the plan waits for the next run
         messages = translate_errors(_messages_frame, lake.spark, bootstrap, plans, given,
-                                    schema_registry, config).cache()
+                                    schema_registry, config).where(
+            F.col("_file").isin(list(places))).cache()
         cleanup.callback(messages.unpersist)
         records = translate_errors(messages.count)  # the read: a bad record stops it here
         updates, statements = split_messages(messages)
         decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
                                                    cleanup)
         frontier = frontier_after(committed, decoded.upper)
-        places = {location(topic, r.partition, 0).file: (topic, r.partition)
-                  for topic, ranges in plans for r in ranges}
         first_needed = translate_errors(_first_needed, messages, frontier, places)
         partitions = _partition_reads(plans, recorded, first_needed)
         offsets = _offsets(bootstrap, recorded, partitions)
