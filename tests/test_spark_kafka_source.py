@@ -137,6 +137,13 @@ def test_rows_equal_what_the_topic_reader_reads(cluster: MockCluster, registry: 
     assert len(registry_rows) + len(set_aside) == produced
     assert 0 < len(set_aside) < produced
 
+    # registry only, and no subject for the topic: nothing types the rows
+    bare = new_topic(cluster, partitions=1)
+    with pytest.raises(InputError, match=f"kafka-cdc: the registry at {registry.url} has no "
+                                         f"subject {bare}-value"):
+        translate_errors(lambda: source().option("bootstrap", cluster.bootstrap)
+                         .option("topics", bare).option("schemaRegistry", registry.url).load())
+
 
 def test_offsets_bound_the_read(cluster: MockCluster, source: Any) -> None:
     rng = seeded(82)
