@@ -26,11 +26,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from changelake.errors import InputError, LakeError
-from changelake.formats.materialize import encode_confluent
-from changelake.kafka import MockCluster, RegistryServer, write_topic
+from changelake.formats.materialize import CdcSchema, encode_confluent
+from changelake.kafka import MockCluster, RegistryServer, SchemaRegistry, write_topic
 from changelake.lake import Lake, commands
 from changelake.lake.kafka_ingest import ingest_topics
-from changelake.protocol import Progress
+from changelake.protocol import Progress, Updates
 from changelake.protocol.messages import Message
 from changelake.simulate import justified, mangle, random_history, write
 from conftest import seeded
@@ -185,6 +185,28 @@ def test_a_bad_record_stops_before_anything_is_committed(cluster: MockCluster, l
     after = lake.table(name).state()
     assert (after.version, after.offsets, after.frontier) == (
         before.version, before.offsets, before.frontier)
+
+
+@pytest.mark.spark
+def test_frames_of_another_row_schema_are_refused(cluster: MockCluster,
+                                                  registry: RegistryServer, lake: Lake,
+                                                  tmp_path: Path) -> None:
+    """`--schema` types the table's rows; a registry frame of another row schema stops the run
+    at its record (read on an executor), before anything is committed."""
+    rng = seeded(75)
+    messages = write(random_history(rng, updates=40, times=4), batch_size=6)
+    topic = new_topic(cluster, partitions=1)
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema())
+    other = CdcSchema.for_fields([{"name": "id", "type": "long"}, {"name": "w", "type": "string"}])
+    other_id = SchemaRegistry(registry.url).register(f"{topic}-value", other)
+    produce_raw(cluster, topic, [(0, encode_confluent(Updates([({"id": 1, "w": "x"}, 1, 1)]),
+                                                      other, other_id))])
+    with pytest.raises(InputError, match=f"topic {topic} partition 0, offset {len(messages)}: "
+                                         "the topics' frames carry more than one row schema"):
+        ingest_topics(lake, name, cluster.bootstrap, topic, schema=schema_file(tmp_path),
+                      schema_registry=registry.url)
+    assert not lake.exists(name)
 
 
 @pytest.mark.spark

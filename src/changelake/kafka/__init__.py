@@ -15,7 +15,8 @@ The public API:
 
 One module per job: `client` (settings, log, metadata), `registry`, `schemas` (which schema
 decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster`, `registry_server`. The
-Spark data source is to join as a module beside `source`.
+Spark data source `kafka-cdc`, whose executors read the partitions with `source`, is
+`changelake.spark.kafka_source`.
 """
 
 from changelake.kafka.changefeed import TopicFeed, changefeed_messages

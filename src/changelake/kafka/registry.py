@@ -8,8 +8,9 @@ sink writes the same bytes. The source looks ids up (once each).
 
 confluent-kafka's own client needs its `schemaregistry` extra, whose pinned dependencies do not
 install everywhere (certifi releases newer than some package indexes carry); the REST API is two
-JSON calls, so this client uses the standard library. `http://user:password@host` URLs send
-basic authentication.
+JSON calls (three with `latest`, which a reader without a schema file uses to type its rows
+before reading any frame), so this client uses the standard library.
+`http://user:password@host` URLs send basic authentication.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from changelake.kafka.errors import RegistryError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMA_NOT_FOUND = 40403  # the registry's error_code for an unknown schema id
+SUBJECT_NOT_FOUND = 40401  # ... and for an unknown subject
 
 
 def value_subject(topic: str) -> str:
@@ -83,6 +85,20 @@ class SchemaRegistry:
         self._by_id[schema_id] = schema
         return schema
 
+    def latest(self, subject: str) -> CdcSchema | None:
+        """The schema of `subject`'s latest version; None if the registry has no such subject.
+        What a reader that must know its rows' type before reading a frame (Spark plans the
+        schema first) takes as the type; each frame is still decoded by its own id."""
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest"
+        answer = self._call("GET", path, None, missing_ok=True)
+        if answer is None:
+            return None
+        schema_id = answer.get("id") if isinstance(answer, dict) else None
+        if type(schema_id) is not int or not isinstance(answer.get("schema"), str):
+            raise RegistryError(f"{self.url}: subject {subject!r}: the answer has no schema id "
+                                f"and schema: {_short(answer)}")
+        return self.schema(schema_id)
+
     def _call(self, method: str, path: str, body: bytes | None, *,
               missing_ok: bool = False) -> Any:
         request = urllib.request.Request(self.url + path, data=body, method=method,
@@ -99,7 +115,8 @@ class SchemaRegistry:
                 code = orjson.loads(detail).get("error_code")
             except (orjson.JSONDecodeError, AttributeError):
                 code = None
-            if missing_ok and error.code == 404 and code in (SCHEMA_NOT_FOUND, None):
+            if missing_ok and error.code == 404 and code in (SCHEMA_NOT_FOUND,
+                                                             SUBJECT_NOT_FOUND, None):
                 return None
             raise RegistryError(f"{self.url}: {method} {path}: HTTP {error.code}: "
                                 f"{detail.decode('utf-8', 'replace')}") from None

@@ -2,8 +2,9 @@
 
 It speaks the part of the Confluent REST API that `registry.SchemaRegistry` uses, with the
 registry's own semantics there: ids start at 1 and are global, the same schema registered again
-(under any subject) keeps its id, an unknown id is HTTP 404 with `error_code` 40403. It is a real
-server on a real socket, so the client's HTTP path is what the tests exercise.
+(under any subject) keeps its id, an unknown id is HTTP 404 with `error_code` 40403 (an unknown
+subject: 40401). It is a real server on a real socket, so the client's HTTP path is what the
+tests exercise.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from changelake.kafka.registry import CONTENT_TYPE, SCHEMA_NOT_FOUND
+from changelake.kafka.registry import CONTENT_TYPE, SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND
 
 
 class _Registry:
@@ -64,6 +65,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._answer(200, {"schema": text})
         elif parts == ["subjects"]:
             self._answer(200, sorted(registry.subjects))
+        elif (len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]
+              and unquote(parts[1]) in registry.subjects):
+            subject = unquote(parts[1])
+            versions = registry.subjects[subject]
+            self._answer(200, {"subject": subject, "version": len(versions), "id": versions[-1],
+                               "schema": registry.by_id[versions[-1]]})
+        elif len(parts) == 4 and parts[0] == "subjects" and parts[2:] == ["versions", "latest"]:
+            self._answer(404, {"error_code": SUBJECT_NOT_FOUND, "message": "Subject not found"})
         else:
             self._answer(404, {"error_code": 404, "message": "not found"})
 

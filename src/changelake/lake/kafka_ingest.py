@@ -22,11 +22,17 @@ harmless (the decoder drops updates before F and takes statements any number of 
 re-reading an absorbed record is what makes "a restart continues at the committed offsets" true
 for a stream whose frontier keeps up with the topic: then every partition resumes at its end.
 
-The records are read on the driver (one consumer per topic) and handed to Spark as a
-DataFrame of messages, the `materialize-cdc` source's shape with `_file` naming topic and
-partition and `_offset` the record's offset, so a protocol error names its record. A bad
-record (not a frame, unknown schema id, corrupt Avro, a tombstone) stops the run at topic,
-partition and offset before anything is committed.
+The driver only plans: metadata and watermark calls give each partition's range (`_plan`).
+The records are read on the executors by the `kafka-cdc` data source
+(`spark.kafka_source`), one task per partition's range, as a DataFrame of messages in the
+`materialize-cdc` source's shape with `_file` naming topic and partition and `_offset` the
+record's offset, so a protocol error names its record. That DataFrame is cached for the run:
+its count is the records read, the decode takes it, and the resume points are one aggregate
+over it (per partition the least offset of a record still needed), so no record passes through
+the driver. A bad record (not a frame, unknown schema id, corrupt Avro, a tombstone, a frame
+of another row schema than the rows') stops the run at topic, partition and offset before
+anything is committed. The rows' schema is `--schema`'s, or else the registry's latest for the
+first topic's subject `<topic>-value`; every frame must carry that row schema.
 
 Debezium and YDB topics are refused: converting a changefeed from an offset needs the
 converter's state (the open transaction, each partition's window, the writer's progress) at
@@ -54,8 +60,7 @@ from changelake.lake.commands import (
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
-from changelake.protocol import Antichain, Updates
-from changelake.protocol.messages import Message
+from changelake.protocol import Antichain
 
 KIND = "kafka"
 FORMAT = "materialize"
@@ -84,25 +89,12 @@ class KafkaIngestReport:
     offsets: SourceOffsets | None = None
 
 
-@dataclass(slots=True)
-class _Read:
-    """A record's message and what decides whether the table still needs it."""
-
-    topic: str
-    partition: int
-    offset: int
-    message: Message
-
-
-def _needed(message: Message, frontier: int | None) -> bool:
-    """Whether the table, committed through `frontier` (None: closed), needs the message again
-    (see the module docstring)."""
-    if frontier is None:
-        return False
-    if isinstance(message, Updates):
-        return any(time >= frontier for _, time, _ in message.updates)
-    upper = message.upper.elements
-    return not upper or upper[0] > frontier
+def _needed(frontier: int) -> str:
+    """The SQL condition on a message row under which the table, committed through `frontier`,
+    needs the message again (see the module docstring): an update at or after the frontier, or
+    a statement whose upper is not at or before it. (Once closed, no record is needed.)"""
+    return (f"CASE WHEN updates IS NOT NULL THEN exists(updates, u -> u.time >= {frontier}) "
+            f"ELSE size(progress.upper) = 0 OR get(progress.upper, 0) > {frontier} END")
 
 
 def _plan(reader: Any, recorded: TopicOffsets | None, table: str) -> list[Any]:
@@ -131,43 +123,47 @@ def _plan(reader: Any, recorded: TopicOffsets | None, table: str) -> list[Any]:
     return ranges
 
 
-def _data_schema(readers: Sequence[Any], given: Any) -> Any:
-    """The one schema of the messages' rows: `given` (--schema), or the registry's; frames of
-    different row schemas cannot be one table's input."""
+def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],
+                    given: Any, schema_registry: str | None,
+                    config: Mapping[str, Any] | None) -> Any:
+    """The planned ranges' messages, read on the executors by `kafka-cdc` (see the module
+    docstring)."""
     import orjson
 
-    schemas = [given] if given is not None else []
-    for reader in readers:
-        schemas.extend(reader.schemas_seen())
-    if not schemas:
-        return None
-    first = orjson.dumps(schemas[0].data_type, option=orjson.OPT_SORT_KEYS)
-    for other in schemas[1:]:
-        if orjson.dumps(other.data_type, option=orjson.OPT_SORT_KEYS) != first:
-            raise SchemaError(
-                f"the topics' frames carry more than one row schema ({schemas[0].data_type} "
-                f"and {other.data_type}): one table takes one (schema changes over Kafka: "
-                "not yet)")
-    return schemas[0]
+    from changelake.spark import kafka_source
+
+    kafka_source.register(spark)
+    starting = {topic: {str(r.partition): r.start for r in ranges} for topic, ranges in plans}
+    ending = {topic: {str(r.partition): r.end for r in ranges} for topic, ranges in plans}
+    reader = (spark.read.format(kafka_source.NAME)
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("topics", ",".join(topic for topic, _ in plans))
+              .option("startingOffsets", orjson.dumps(starting).decode())
+              .option("endingOffsets", orjson.dumps(ending).decode()))
+    if given is not None:
+        reader = reader.option("avroSchema", orjson.dumps(given.avro).decode())
+    if schema_registry is not None:
+        reader = reader.option("schemaRegistry", schema_registry)
+    for name, value in (config or {}).items():
+        if not isinstance(value, str | int | float | bool):
+            raise LakeError(f"ingest --kafka: the librdkafka setting {name!r} must be text or a "
+                            f"number to reach the executors, not {type(value).__name__}")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        reader = reader.option(f"kafka.{name}", text)
+    return reader.load()
 
 
-def _messages_frame(spark: Any, reads: Sequence[_Read], schema: Any) -> Any:
-    """The messages as the `materialize-cdc` source's DataFrame (see the module docstring)."""
-    from changelake.spark.source import data_type_of, message_type
+def _first_needed(messages: Any, frontier: int | None,
+                  places: Mapping[str, tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Per (topic, partition) the least offset of a record the table still needs (none for a
+    partition whose records were all absorbed): one aggregate on the executors."""
+    from pyspark.sql import functions as F
 
-    data_type, convert = data_type_of(schema)
-    rows = []
-    for read in reads:
-        message = read.message
-        where = f"topic {read.topic} partition {read.partition}"
-        if isinstance(message, Updates):
-            updates = [(convert(d), t, r) for d, t, r in message.updates]
-            rows.append((updates, None, where, None, read.offset, None))
-        else:
-            progress = (list(message.lower.elements), list(message.upper.elements),
-                        [(t, c) for t, c in message.counts])
-            rows.append((None, progress, where, None, read.offset, None))
-    return spark.createDataFrame(rows, message_type(data_type))
+    if frontier is None:
+        return {}
+    rows = (messages.where(_needed(frontier)).groupBy("_file")
+            .agg(F.min("_offset").alias("first")).collect())
+    return {places[row["_file"]]: row["first"] for row in rows}
 
 
 def ingest_topics(
@@ -191,10 +187,14 @@ def ingest_topics(
     module docstring). `schema` decodes frames with schema id 0, the registry at
     `schema_registry` the others. `group` also commits the positions to that consumer group
     (after the lake commit; never read). `config` adds librdkafka settings."""
+    from pyspark.sql import functions as F
+
     from changelake.formats.materialize import load_schema
     from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
+    from changelake.kafka.source import location
     from changelake.spark.decoder import split_messages
+    from changelake.spark.errors import translate_errors
 
     if source != FORMAT:
         raise LakeError(
@@ -224,36 +224,35 @@ def ingest_topics(
                                   True)
             return KafkaIngestReport(IngestReport(handle.name, False, result, []))
         step("reading topics", 1, 3)
-        readers, reads, plans = [], [], []
-        for name in names:
+        readers, plans = [], []
+        for name in names:  # the driver plans: metadata and watermarks, no records
             reader = cleanup.enter_context(TopicReader(
                 bootstrap, name, group=group, schema=given, schema_registry=schema_registry,
                 config=config))
             readers.append(reader)
-            ranges = _plan(reader, recorded.topic(name) if recorded else None, handle.name)
-            plans.append((name, ranges))
-            for record in reader.records(ranges):
-                message = reader.message(record)  # strict: a bad record raises, located
-                assert message is not None
-                reads.append(_Read(name, record.partition, record.offset, message))
-        data_schema = _data_schema(readers, given)
-        if data_schema is None:  # nothing read and no schema to create the table with
+            plans.append((name, _plan(reader, recorded.topic(name) if recorded else None,
+                                      handle.name)))
+        planned = sum(r.end - r.start for _, ranges in plans for r in ranges)
+        if given is None and planned == 0:  # no record, no schema to create the table with
             result = CommitResult(handle.name, state.version if state else -1, committed,
                                   committed, 0, True)
             return KafkaIngestReport(
                 IngestReport(handle.name, False, result, [committed],
                              "the topics hold no messages beyond the committed offsets"),
                 _partition_reads(plans, recorded, {}), 0, recorded)
-        updates, statements = split_messages(_messages_frame(lake.spark, reads, data_schema))
+        places = {location(topic, r.partition, 0).file: (topic, r.partition)
+                  for topic, ranges in plans for r in ranges}
+        # only the planned partitions: one created since the plan waits for the next run
+        messages = translate_errors(_messages_frame, lake.spark, bootstrap, plans, given,
+                                    schema_registry, config).where(
+            F.col("_file").isin(list(places))).cache()
+        cleanup.callback(messages.unpersist)
+        records = translate_errors(messages.count)  # the read: a bad record stops it here
+        updates, statements = split_messages(messages)
         decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
                                                    cleanup)
         frontier = frontier_after(committed, decoded.upper)
-        first_needed: dict[tuple[str, int], int] = {}
-        for read in reads:
-            place = (read.topic, read.partition)
-            if _needed(read.message, frontier) and read.offset < first_needed.get(
-                    place, read.offset + 1):
-                first_needed[place] = read.offset
+        first_needed = translate_errors(_first_needed, messages, frontier, places)
         partitions = _partition_reads(plans, recorded, first_needed)
         offsets = _offsets(bootstrap, recorded, partitions)
         step("committing", 2, 3)
@@ -266,7 +265,7 @@ def ingest_topics(
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)
-    return KafkaIngestReport(ingest, partitions, len(reads), offsets)
+    return KafkaIngestReport(ingest, partitions, records, offsets)
 
 
 def _partition_reads(plans: Sequence[tuple[str, Sequence[Any]]],

@@ -6,23 +6,31 @@ What users import:
 
 * `decode(updates, progress, since=...)`: the Reader's result over DataFrames (`Decoded`).
 * `encode(changes, finished_through, since=...)`: the Writer's messages as a DataFrame.
-* `register(spark)`: makes `spark.read.format("materialize-cdc")` available.
+* `register(spark)`: makes `spark.read.format("materialize-cdc")` (files) and
+  `spark.read.format("kafka-cdc")` (topics) available, batch and streaming.
 * `split_messages(messages)`: a messages DataFrame (one message per row) into decode's input.
 * `build_session(...)`: a SparkSession with the project's defaults (edges only: library
   functions take the session, or DataFrames, as arguments).
 
 The modules, one job each: `decoder` and `encoder` (the two directions of the protocol over
-DataFrames), `source` (the data source), `stream` (decoding a growing log with Structured
-Streaming), `decode_files` (`changelake decode --engine spark`), `session`, `errors` (input
-errors from the executors), and `changefeed/` (Debezium and YDB feeds into CDCv2 updates, a
-module a step; `changefeeds.py` is the older per-key Python path it hands what it does not
-cover to).
+DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka topics),
+`stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
+decode --engine spark`), `session`, `errors` (input errors from the executors), and
+`changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeeds.py` is
+the older per-key Python path it hands what it does not cover to).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from changelake.spark import kafka_source, source
 from changelake.spark.decoder import Decoded, decode, split_messages
 from changelake.spark.encoder import encode, messages_schema, to_messages
 from changelake.spark.session import build_session
-from changelake.spark.source import register
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "Decoded",
@@ -34,3 +42,9 @@ __all__ = [
     "split_messages",
     "to_messages",
 ]
+
+
+def register(spark: SparkSession) -> None:
+    """Make the `materialize-cdc` and `kafka-cdc` formats available in this session."""
+    source.register(spark)
+    kafka_source.register(spark)

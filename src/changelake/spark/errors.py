@@ -1,10 +1,10 @@
 """Input errors raised inside Spark, brought back to the driver as `InputError`.
 
-An executor (the `materialize-cdc` data source, a decode check) cannot raise our exception
-types across the JVM: it raises with its message wrapped in a mark
-(`INPUT_ERROR_MARK<<...>>`), or the data source's planner raises a `ValueError` whose
-text starts with `materialize-cdc:`. Spark wraps either in its own exception; this finds the
-message again, so the CLI prints one line naming the input instead of a JVM stack trace.
+An executor (the `materialize-cdc` and `kafka-cdc` data sources, a decode check) cannot raise
+our exception types across the JVM: it raises with its message wrapped in a mark
+(`INPUT_ERROR_MARK<<...>>`), or the data source's planner raises a `ValueError` whose text
+starts with `materialize-cdc:` or `kafka-cdc:`. Spark wraps either in its own exception; this
+finds the message again, so the CLI prints one line naming the input instead of a JVM stack trace.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from changelake.errors import InputError
 INPUT_ERROR_MARK = "changelake-input-error"
 """Marks an input error raised in an executor, so the driver can turn it back into one line."""
 _INPUT_ERROR = re.compile(re.escape(INPUT_ERROR_MARK) + r"<<(.*?)>>", re.S)
-_SOURCE_ERROR = re.compile(r"ValueError: (materialize-cdc: [^\n]*)")
+_SOURCE_ERROR = re.compile(r"ValueError: ((?:materialize|kafka)-cdc: [^\n]*)")
 
 
 def translate_errors(action: Any, *args: Any, **kwargs: Any) -> Any:

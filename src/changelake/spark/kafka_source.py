@@ -1,0 +1,510 @@
+"""`kafka-cdc`: a Python Data Source for Kafka topics of Materialize CDC messages, batch and
+streaming, read on the executors.
+
+Spark's own Kafka connector is a Maven jar that PySpark does not ship, so this reads through
+confluent-kafka (librdkafka). The driver plans only: one metadata call per topic and one
+watermark call per partition give each partition's offsets; each input partition is one
+topic-partition's range `[start, end)`, read on an executor by its own consumer (a
+`kafka.source.TopicReader` assigned to that range, no consumer group) and decoded there with
+the codecs of `formats.materialize` (Confluent-framed or single-object Avro, the schema of each
+frame found by id or fingerprint, see `kafka.schemas`).
+
+A row is one message with exactly the `materialize-cdc` source's shape (`source.message_type`):
+`updates` or `progress`, `_file` = `topic T partition P`, `_offset` = the record's offset,
+`_line` null, and in lenient mode `_error` for a record set aside (both message columns null).
+So `split_messages`, `decode` and the lake's ingest take either source's rows alike.
+
+Options:
+
+* `kafka.bootstrap.servers` (or `bootstrap`): the cluster; `topics`: a comma list.
+* `startingOffsets` (`earliest`) and `endingOffsets` (`latest`, batch only): `earliest`,
+  `latest`, or JSON `{"topic": {"0": 12, ...}}` (-2 is earliest, -1 latest; a partition not
+  named takes `earliest` as its start, `latest` as its end). An offset outside what the
+  partition holds is an error naming it: records were deleted, or the topic was recreated.
+* `schema` (path of the Avro schema) or `avroSchema` (its JSON text): decodes frames with
+  schema id 0 and single-object frames, and types the rows. `schemaRegistry` (URL) decodes the
+  other ids; without a schema option the rows are typed by the latest schema of the first
+  topic's subject `<topic>-value`. Every frame's row schema must equal the rows' type: a frame
+  of another is an error (strict) or set aside (lenient) naming its record.
+* `lenient` (`false`): set undecodable records aside in `_error` rows instead of failing.
+* `maxRecordsPerTrigger` (streaming): at most this many records per micro-batch, shared fairly
+  among the partitions that have new records.
+* `kafka.*`: other librdkafka settings (security and the like), passed to every consumer.
+
+Strict mode: a bad record (not a frame, unknown schema id, corrupt Avro, a tombstone) fails the
+job with one line naming topic, partition and offset (`spark.errors.translate_errors` brings it
+back to the driver as an `InputError`).
+
+Streaming offsets are `{"topic": {"partition": next offset}}`: the first micro-batch starts at
+`startingOffsets` (earliest by default), each later one where the previous one ended; the end
+is each partition's high watermark when the batch is planned (the last stable offset on a
+read-committed cluster), capped by `maxRecordsPerTrigger`. With `availableNow`, the watermarks
+when the query starts are the target. The offsets live in the query's checkpoint, so a
+restarted query reads only what it has not committed.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+from changelake.spark.errors import INPUT_ERROR_MARK
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+NAME = "kafka-cdc"
+EARLIEST = -2  # Spark's own Kafka source's codes in JSON offsets
+LATEST = -1
+_TIMEOUT = 30.0
+
+Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
+
+
+def register(spark: SparkSession) -> None:
+    """Make `spark.read.format("kafka-cdc")` (and `readStream`) available in this session."""
+    spark.dataSource.register(KafkaCdcDataSource)
+
+
+def _fail(message: str) -> ValueError:
+    """A planning error: the driver reports `kafka-cdc: ...` as one line (`spark.errors`)."""
+    return ValueError(f"{NAME}: {message}")
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class KafkaOptions:
+    """What the planner and every reader task need, resolved on the driver (plain values)."""
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    starting: str  # "earliest", "latest" or JSON offsets
+    ending: str
+    avro_schema: str | None  # JSON text: frames of schema id 0, single-object frames
+    registry: str | None
+    lenient: bool
+    config: tuple[tuple[str, str], ...]  # librdkafka settings (without the `kafka.` prefix)
+    max_records: int | None
+    row_schema: str | None = None  # JSON text of the schema whose rows type the DataFrame
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
+        raw = {k.lower(): v for k, v in dict(options).items()}
+        bootstrap = raw.get("kafka.bootstrap.servers") or raw.get("bootstrap")
+        if not bootstrap:
+            raise _fail("give the cluster: the kafka.bootstrap.servers (or bootstrap) option")
+        topics = tuple(t.strip() for t in raw.get("topics", raw.get("subscribe", "")).split(",")
+                       if t.strip())
+        if not topics:
+            raise _fail("give the topics option (a comma list)")
+        avro = raw.get("avroschema")
+        if avro is None and raw.get("schema"):
+            avro = Path(raw["schema"]).read_text()
+        registry = raw.get("schemaregistry") or None
+        if avro is None and registry is None:
+            raise _fail("reading a Kafka topic needs the schema: the schema (a file), avroSchema "
+                        "or schemaRegistry option")
+        config = tuple(sorted(
+            (k[len("kafka."):], v) for k, v in raw.items()
+            if k.startswith("kafka.") and k != "kafka.bootstrap.servers"))
+        limit = raw.get("maxrecordspertrigger")
+        if limit is not None and (not limit.isdigit() or int(limit) < 1):
+            raise _fail(f"maxRecordsPerTrigger must be a positive integer, not {limit!r}")
+        starting = raw.get("startingoffsets", "earliest")
+        ending = raw.get("endingoffsets", "latest")
+        for name, value in (("startingOffsets", starting), ("endingOffsets", ending)):
+            _parse_offsets(name, value)
+        return cls(bootstrap, topics, starting, ending, avro, registry,
+                   raw.get("lenient", "false").lower() in ("true", "1", "yes"), config,
+                   int(limit) if limit else None)
+
+    def given_schema(self) -> Any:
+        from changelake.formats.materialize import CdcSchema
+
+        if self.avro_schema is None:
+            return None
+        import orjson
+
+        return CdcSchema.from_json(orjson.loads(self.avro_schema))
+
+    def resolved(self) -> KafkaOptions:
+        """With `row_schema` set: the given schema, or the registry's latest of the first topic
+        subject it has (see the module docstring)."""
+        import dataclasses
+
+        import orjson
+
+        from changelake.errors import ChangelakeError
+        from changelake.kafka.registry import SchemaRegistry, value_subject
+
+        if self.row_schema is not None:
+            return self
+        if self.avro_schema is not None:
+            return dataclasses.replace(self, row_schema=self.avro_schema)
+        assert self.registry is not None
+        try:
+            registry = SchemaRegistry(self.registry)
+            for topic in self.topics:
+                found = registry.latest(value_subject(topic))
+                if found is not None:
+                    return dataclasses.replace(self, row_schema=orjson.dumps(found.avro).decode())
+        except ChangelakeError as error:
+            raise _fail(str(error)) from None
+        subjects = ", ".join(value_subject(t) for t in self.topics)
+        raise _fail(f"the registry at {self.registry} has no subject {subjects} to type the "
+                    "rows with: give the schema or avroSchema option")
+
+    def rows(self) -> Any:
+        """The `CdcSchema` whose rows type the DataFrame (after `resolved`)."""
+        import orjson
+
+        from changelake.formats.materialize import CdcSchema
+
+        assert self.row_schema is not None
+        return CdcSchema.from_json(orjson.loads(self.row_schema))
+
+    def consumer_config(self) -> dict[str, str]:
+        return dict(self.config)
+
+
+def _parse_offsets(name: str, value: str) -> str | Offsets:
+    """`earliest`, `latest`, or the JSON offsets (validated)."""
+    text = value.strip()
+    if text.lower() in ("earliest", "latest"):
+        return text.lower()
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        parsed = None
+    ok = isinstance(parsed, dict) and all(
+        isinstance(by, dict) and all(
+            str(p).isdigit() and type(o) is int and o >= -2 for p, o in by.items())
+        for by in parsed.values())
+    if not ok:
+        raise _fail(f'{name} must be earliest, latest or JSON {{"topic": {{"0": offset}}}}, '
+                    f"not {value!r}")
+    return {t: {str(p): o for p, o in by.items()} for t, by in parsed.items()}
+
+
+def _offset_in(spec: str | Offsets, topic: str, partition: int, default: int) -> int:
+    """The offset `spec` asks of a partition: EARLIEST, LATEST or an offset."""
+    if isinstance(spec, str):
+        return EARLIEST if spec == "earliest" else LATEST
+    return spec.get(topic, {}).get(str(partition), default)
+
+
+# ------------------------------------------------------------------------------ planning
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """A partition's offsets now: the first held (`low`) and the next to be written (`high`)."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+
+
+def watermarks(options: KafkaOptions) -> list[Watermarks]:
+    """Every partition of the topics and its watermarks: the driver's only calls to Kafka
+    (metadata and offsets, no records)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from changelake.errors import ChangelakeError
+    from changelake.kafka.client import client_config, describe, partitions_of
+
+    settings = client_config(options.bootstrap, "plan", options.consumer_config())
+    settings.update({"group.id": f"changelake-plan-{uuid.uuid4()}",
+                     "enable.auto.commit": False, "isolation.level": "read_committed"})
+    settings.update(options.consumer_config())
+    consumer = Consumer(settings)
+    try:
+        out = []
+        for topic in options.topics:
+            try:
+                partitions = partitions_of(consumer, options.bootstrap, topic, _TIMEOUT)
+            except ChangelakeError as error:
+                raise _fail(str(error)) from None
+            for p in partitions:
+                try:
+                    low, high = consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                               timeout=_TIMEOUT)
+                except KafkaException as error:
+                    raise _fail(f"topic {topic!r} partition {p}: cannot read its offsets: "
+                                f"{describe(error)}") from None
+                out.append(Watermarks(topic, p, low, high))
+        return out
+    finally:
+        consumer.close()
+
+
+def _resolve(spec: str | Offsets, mark: Watermarks, default: int, what: str) -> int:
+    """An offset of `spec` for this partition, checked against what the partition holds."""
+    asked = _offset_in(spec, mark.topic, mark.partition, default)
+    if asked == EARLIEST:
+        return mark.low
+    if asked == LATEST:
+        return mark.high
+    where = f"topic {mark.topic} partition {mark.partition}"
+    if asked < mark.low:
+        raise _fail(f"{where}: {what} {asked} is before the partition's first offset "
+                    f"{mark.low}: those records were deleted")
+    if asked > mark.high:
+        raise _fail(f"{where}: {what} {asked} is beyond the partition's end {mark.high}: the "
+                    "topic was recreated or truncated")
+    return asked
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One topic-partition's offsets `[start, end)`, read by one task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def plan_batch(options: KafkaOptions) -> list[KafkaRange]:
+    """The ranges of a batch read: each partition from `startingOffsets` to `endingOffsets`."""
+    starting = _parse_offsets("startingOffsets", options.starting)
+    ending = _parse_offsets("endingOffsets", options.ending)
+    ranges = []
+    for mark in watermarks(options):
+        start = _resolve(starting, mark, EARLIEST, "startingOffsets")
+        end = _resolve(ending, mark, LATEST, "endingOffsets")
+        if end < start:
+            raise _fail(f"topic {mark.topic} partition {mark.partition}: endingOffsets {end} "
+                        f"is before startingOffsets {start}")
+        ranges.append(KafkaRange(mark.topic, mark.partition, start, end))
+    return ranges
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    """The rows of one partition's range, read and decoded here (on an executor)."""
+    from changelake.errors import ChangelakeError
+
+    try:
+        yield from _rows(options, part)
+    except ChangelakeError as error:
+        # Raised in an executor, this reaches the driver as text: one recognisable line.
+        raise RuntimeError(f"{INPUT_ERROR_MARK}<<{error}>>") from None
+
+
+def _rows(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    import orjson
+
+    from changelake.errors import InputError
+    from changelake.formats.materialize import SetAside
+    from changelake.kafka.source import PartitionRange, TopicReader, location
+    from changelake.protocol import Updates
+    from changelake.spark.source import data_type_of
+
+    if part.start >= part.end:
+        return
+    expected = options.rows()
+    _, convert = data_type_of(expected)
+    row_type = orjson.dumps(expected.data_type, option=orjson.OPT_SORT_KEYS)
+    verdicts: dict[int | bytes, str | None] = {}  # frame schema key -> why its rows cannot be
+    where = location(part.topic, part.partition, 0).file
+    set_aside: list[SetAside] = []
+    sink = set_aside.append if options.lenient else None
+    with TopicReader(options.bootstrap, part.topic, schema=options.given_schema(),
+                     schema_registry=options.registry, config=options.consumer_config(),
+                     timeout=_TIMEOUT) as reader:
+        for record in reader.records([PartitionRange(part.partition, part.start, part.end)]):
+            key = frame_key(record.value)
+            if key is not None and key not in verdicts:
+                schema = reader.schemas.get(key)  # unknown: the decode below says so
+                verdicts[key] = None if schema is None or orjson.dumps(
+                    schema.data_type, option=orjson.OPT_SORT_KEYS) == row_type else (
+                    f"the topics' frames carry more than one row schema ({expected.data_type} "
+                    f"and {schema.data_type}): one table takes one (schema changes over "
+                    "Kafka: not yet)")
+            reason = verdicts.get(key) if key is not None else None
+            if reason is not None:
+                if not options.lenient:
+                    raise InputError(reason, location(part.topic, part.partition,
+                                                      record.offset))
+                yield None, None, where, None, record.offset, reason
+                continue
+            message = reader.message(record, sink)
+            if message is None:
+                yield None, None, where, None, record.offset, set_aside.pop().reason
+            elif isinstance(message, Updates):
+                updates = [(convert(d), t, r) for d, t, r in message.updates]
+                yield updates, None, where, None, record.offset, None
+            else:
+                progress = (list(message.lower.elements), list(message.upper.elements),
+                            [(t, c) for t, c in message.counts])
+                yield None, progress, where, None, record.offset, None
+
+
+def frame_key(value: bytes | None) -> int | bytes | None:
+    """The schema id (Confluent frame) or fingerprint (single-object frame) a record names;
+    None if it is no frame (its decode says why)."""
+    import struct
+
+    from changelake.formats.materialize import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
+
+    if value is None:
+        return None
+    if value[:1] == CONFLUENT_MAGIC and len(value) >= 5:
+        return int(struct.unpack(">I", value[1:5])[0])
+    if value[:2] == SINGLE_OBJECT_MAGIC and len(value) >= 10:
+        return bytes(value[2:10])
+    return None
+
+
+class KafkaCdcReader(DataSourceReader):
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [r for r in plan_batch(self.options) if r.start < r.end]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        if isinstance(partition, KafkaRange):  # with no ranges, Spark reads one empty partition
+            yield from read_range(self.options, partition)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def _as_offsets(positions: Mapping[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (topic, partition), offset in sorted(positions.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def _positions(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): o for t, by in offsets.items() for p, o in by.items()}
+
+
+def share(backlog: Mapping[tuple[str, int], int], budget: int) -> dict[tuple[str, int], int]:
+    """How many records each partition may read of `budget`: even shares, what a partition
+    does not need going to the others (so the whole budget is used while records wait)."""
+    granted = dict.fromkeys(backlog, 0)
+    waiting = sorted(k for k, n in backlog.items() if n > 0)
+    while budget > 0 and waiting:
+        each = max(1, budget // len(waiting))
+        for key in list(waiting):
+            take = min(each, backlog[key] - granted[key], budget)
+            granted[key] += take
+            budget -= take
+            if granted[key] == backlog[key]:
+                waiting.remove(key)
+            if budget == 0:
+                break
+    return granted
+
+
+class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """New records since the last offset, per topic-partition (see the module docstring)."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        self.options = options
+        self.target: dict[tuple[str, int], int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {(m.topic, m.partition): m.high for m in watermarks(self.options)}
+
+    def initialOffset(self) -> dict:
+        starting = _parse_offsets("startingOffsets", self.options.starting)
+        return _as_offsets({(m.topic, m.partition): _resolve(starting, m, EARLIEST,
+                                                             "startingOffsets")
+                            for m in watermarks(self.options)})
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        from pyspark.sql.streaming.datasource import ReadMaxRows
+
+        marks = watermarks(self.options)
+        begun = _positions(start) if start else {}
+        ends = {}
+        for m in marks:
+            high = m.high if self.target is None else min(m.high, self.target.get(
+                (m.topic, m.partition), m.high))
+            ends[(m.topic, m.partition)] = max(high, begun.get((m.topic, m.partition), m.low))
+        if isinstance(limit, ReadMaxRows):
+            froms = {k: begun.get(k, m.low) for k, m in
+                     (((m.topic, m.partition), m) for m in marks)}
+            granted = share({k: ends[k] - froms[k] for k in ends}, limit.max_rows)
+            ends = {k: froms[k] + granted[k] for k in ends}
+        return _as_offsets({**begun, **ends})
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        if self.options.max_records:
+            return ReadMaxRows(self.options.max_records)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:
+        return _as_offsets({(m.topic, m.partition): m.high for m in watermarks(self.options)})
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begun = _positions(start)
+        ranges = []
+        lows = None
+        for (topic, partition), stop in sorted(_positions(end).items()):
+            first = begun.get((topic, partition))
+            if first is None:  # a partition that appeared since: from its beginning
+                if lows is None:
+                    lows = {(m.topic, m.partition): m.low for m in watermarks(self.options)}
+                first = lows.get((topic, partition), 0)
+            if first < stop:
+                ranges.append(KafkaRange(topic, partition, first, stop))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        if isinstance(partition, KafkaRange):  # with no ranges, Spark reads one empty partition
+            yield from read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        pass  # the offsets live in the query's checkpoint, not in a consumer group
+
+
+# -------------------------------------------------------------------------- data source
+
+
+class KafkaCdcDataSource(DataSource):
+    """`spark.read.format("kafka-cdc")`, also `readStream`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def _resolved(self) -> KafkaOptions:
+        return KafkaOptions.parse(self.options).resolved()
+
+    def schema(self) -> StructType:
+        from changelake.spark.source import data_type_of, message_type
+
+        data_type, _ = data_type_of(self._resolved().rows())
+        return message_type(data_type)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaCdcReader(self._resolved())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaCdcStreamReader(self._resolved())
