@@ -19,6 +19,7 @@ durable whatever it derived from the messages: committing first could lose them 
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -57,11 +58,41 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: dt.datetime | None = None  # UTC
+    timestamp_type: int = -1  # as Spark's Kafka source: 0 create time, 1 log append time
+
+
+def record_time(kafka_timestamp: tuple[int, int]) -> tuple[dt.datetime | None, int]:
+    """confluent-kafka's `(type, milliseconds)` as Spark's Kafka source gives it."""
+    kind, millis = kafka_timestamp
+    if kind not in (1, 2):  # TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME
+        return None, -1
+    return dt.datetime.fromtimestamp(millis / 1000, dt.UTC), kind - 1
 
 
 def location(topic: str, partition: int, offset: int) -> Location:
     """Where a Kafka record is: `topic T partition P, offset O`."""
     return Location(f"topic {topic} partition {partition}", offset=offset)
+
+
+def decode_record(value: bytes | None, schemas: FrameSchemas, where: Location,
+                  set_aside: Sink | None = None) -> Message | None:
+    """The Materialize CDC message a record's value holds. A bad record (a tombstone, not a
+    frame, an unknown schema, corrupt Avro) raises an `InputError` at `where`, or with
+    `set_aside` goes there (None is returned). Shared by every reader of records, whichever
+    client fetched them."""
+    try:
+        if value is None:
+            raise InputError("a tombstone (no value) is not a Materialize CDC message", where)
+        return decode_framed(value, schemas, where)
+    except (InputError, SchemaError) as error:
+        reason = error.reason
+        if schemas.registry is None and reason.startswith("unknown schema id"):
+            reason += " (ids other than 0 need --schema-registry)"
+        if set_aside is None:
+            raise InputError(reason, where) from None
+        set_aside(SetAside(where, reason, (value or b"")[:32].hex()))
+        return None
 
 
 class TopicReader:
@@ -206,25 +237,14 @@ class TopicReader:
                 if offset + 1 >= end:
                     del open_ends[partition]
                 self.read += 1
-                yield Record(partition, offset, record.key(), record.value())
+                yield Record(partition, offset, record.key(), record.value(),
+                             *record_time(record.timestamp()))
         consumer.unassign()
 
     def _decode(self, value: bytes | None, partition: int, offset: int,
                 set_aside: Sink | None) -> Message | None:
-        where = location(self.topic, partition, offset)
-        try:
-            if value is None:
-                raise InputError("a tombstone (no value) is not a Materialize CDC message",
-                                 where)
-            return decode_framed(value, self.schemas, where)
-        except (InputError, SchemaError) as error:
-            reason = error.reason
-            if self.registry is None and reason.startswith("unknown schema id"):
-                reason += " (ids other than 0 need --schema-registry)"
-            if set_aside is None:
-                raise InputError(reason, where) from None
-            set_aside(SetAside(where, reason, (value or b"")[:32].hex()))
-            return None
+        return decode_record(value, self.schemas, location(self.topic, partition, offset),
+                             set_aside)
 
     # --------------------------------------------------------------------------- committing
 

@@ -123,34 +123,63 @@ def _plan(reader: Any, recorded: TopicOffsets | None, table: str) -> list[Any]:
     return ranges
 
 
+READERS = ("kafka-cdc", "kafka")
+"""Who reads the records: this project's `kafka-cdc` source, or Spark's own `kafka` connector
+where the session has it (its records decoded by `spark.kafka_records`)."""
+
+
 def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],
                     given: Any, schema_registry: str | None,
-                    config: Mapping[str, Any] | None) -> Any:
-    """The planned ranges' messages, read on the executors by `kafka-cdc` (see the module
-    docstring)."""
+                    config: Mapping[str, Any] | None, reader_name: str = "kafka-cdc") -> Any:
+    """The planned ranges' messages, read on the executors by `kafka-cdc`, or by Spark's
+    `kafka` connector and decoded by `kafka_records.messages_from_records` into the very same
+    rows (see the module docstring)."""
     import orjson
 
     from changelake.spark import kafka_source
 
-    kafka_source.register(spark)
     starting = {topic: {str(r.partition): r.start for r in ranges} for topic, ranges in plans}
     ending = {topic: {str(r.partition): r.end for r in ranges} for topic, ranges in plans}
-    reader = (spark.read.format(kafka_source.NAME)
-              .option("kafka.bootstrap.servers", bootstrap)
-              .option("topics", ",".join(topic for topic, _ in plans))
-              .option("startingOffsets", orjson.dumps(starting).decode())
-              .option("endingOffsets", orjson.dumps(ending).decode()))
-    if given is not None:
-        reader = reader.option("avroSchema", orjson.dumps(given.avro).decode())
-    if schema_registry is not None:
-        reader = reader.option("schemaRegistry", schema_registry)
+    topics = ",".join(topic for topic, _ in plans)
+    settings = {}
     for name, value in (config or {}).items():
         if not isinstance(value, str | int | float | bool):
             raise LakeError(f"ingest --kafka: the librdkafka setting {name!r} must be text or a "
                             f"number to reach the executors, not {type(value).__name__}")
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        reader = reader.option(f"kafka.{name}", text)
+        settings[f"kafka.{name}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    bounds = {"kafka.bootstrap.servers": bootstrap,
+              "startingOffsets": orjson.dumps(starting).decode(),
+              "endingOffsets": orjson.dumps(ending).decode(), **settings}
+    if reader_name == "kafka":
+        return _connector_messages(spark, {**bounds, "subscribe": topics}, given,
+                                   schema_registry, plans)
+    kafka_source.register(spark)
+    reader = spark.read.format(kafka_source.NAME).options(topics=topics, **bounds)
+    if given is not None:
+        reader = reader.option("avroSchema", orjson.dumps(given.avro).decode())
+    if schema_registry is not None:
+        reader = reader.option("schemaRegistry", schema_registry)
     return reader.load()
+
+
+def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
+                        schema_registry: str | None,
+                        plans: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+    """Spark's own `kafka` source's records of the same ranges, as `kafka-cdc`'s rows."""
+    from pyspark.errors import AnalysisException
+
+    from changelake.spark.kafka_records import messages_from_records
+
+    try:
+        records = spark.read.format("kafka").options(**options).load()
+    except AnalysisException as error:
+        if "kafka" in str(error).lower() and "find" in str(error).lower():
+            raise LakeError("ingest --kafka with reader kafka needs Spark's Kafka connector "
+                            "(spark-sql-kafka) in the session, which this Spark does not "
+                            "have; the default reader, kafka-cdc, needs nothing") from None
+        raise
+    return messages_from_records(records, schema=given, schema_registry=schema_registry,
+                                 topic=plans[0][0] if plans else None)
 
 
 def _first_needed(messages: Any, frontier: int | None,
@@ -181,12 +210,15 @@ def ingest_topics(
     scd2: bool = False,
     progress: ProgressFn | None = None,
     config: Mapping[str, Any] | None = None,
+    reader: str = "kafka-cdc",
 ) -> KafkaIngestReport:
     """Read `topics` of Materialize CDC messages at `bootstrap` from the offsets `table`'s last
     commit recorded, and commit what is new with the offsets it covered: exactly once (see the
     module docstring). `schema` decodes frames with schema id 0, the registry at
     `schema_registry` the others. `group` also commits the positions to that consumer group
-    (after the lake commit; never read). `config` adds librdkafka settings."""
+    (after the lake commit; never read). `config` adds librdkafka settings. `reader`
+    (`READERS`): `kafka` reads with Spark's own connector where the session has it; the rest
+    of the ingest cannot tell the difference."""
     from pyspark.sql import functions as F
 
     from changelake.formats.materialize import load_schema
@@ -196,6 +228,10 @@ def ingest_topics(
     from changelake.spark.decoder import split_messages
     from changelake.spark.errors import translate_errors
 
+    records_by = reader  # `reader` names the topic readers below
+    if records_by not in READERS:
+        raise LakeError(f"ingest --kafka: unknown reader {records_by!r} "
+                        f"(one of {', '.join(READERS)})")
     if source != FORMAT:
         raise LakeError(
             f"ingest --kafka reads topics of Materialize CDC messages (--from materialize) "
@@ -244,7 +280,7 @@ def ingest_topics(
                   for topic, ranges in plans for r in ranges}
         # only the planned partitions: one created since the plan waits for the next run
         messages = translate_errors(_messages_frame, lake.spark, bootstrap, plans, given,
-                                    schema_registry, config).where(
+                                    schema_registry, config, records_by).where(
             F.col("_file").isin(list(places))).cache()
         cleanup.callback(messages.unpersist)
         records = translate_errors(messages.count)  # the read: a bad record stops it here

@@ -27,6 +27,9 @@ Options:
   topic's subject `<topic>-value`. Every frame's row schema must equal the rows' type: a frame
   of another is an error (strict) or set aside (lenient) naming its record.
 * `lenient` (`false`): set undecodable records aside in `_error` rows instead of failing.
+* `output` (`messages`): `records` gives the records undecoded, in the columns of Spark's own
+  `kafka` source (`RECORDS_SCHEMA`; no schema option needed), for
+  `kafka_records.messages_from_records`, which decodes either source's records alike.
 * `maxRecordsPerTrigger` (streaming): at most this many records per micro-batch, shared fairly
   among the partitions that have new records.
 * `kafka.*`: other librdkafka settings (security and the like), passed to every consumer.
@@ -72,6 +75,9 @@ LATEST = -1
 _TIMEOUT = 30.0
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
+RECORDS_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+                  "timestamp timestamp, timestampType int")
+"""`output=records`: the columns of Spark's own `kafka` source (without headers)."""
 
 
 def register(spark: SparkSession) -> None:
@@ -101,6 +107,7 @@ class KafkaOptions:
     config: tuple[tuple[str, str], ...]  # librdkafka settings (without the `kafka.` prefix)
     max_records: int | None
     row_schema: str | None = None  # JSON text of the schema whose rows type the DataFrame
+    records: bool = False  # output=records: the records undecoded, as Spark's `kafka` gives
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -116,7 +123,10 @@ class KafkaOptions:
         if avro is None and raw.get("schema"):
             avro = Path(raw["schema"]).read_text()
         registry = raw.get("schemaregistry") or None
-        if avro is None and registry is None:
+        output = raw.get("output", "messages").lower()
+        if output not in ("messages", "records"):
+            raise _fail(f"output must be messages or records, not {raw['output']!r}")
+        if avro is None and registry is None and output == "messages":
             raise _fail("reading a Kafka topic needs the schema: the schema (a file), avroSchema "
                         "or schemaRegistry option")
         config = tuple(sorted(
@@ -131,7 +141,7 @@ class KafkaOptions:
             _parse_offsets(name, value)
         return cls(bootstrap, topics, starting, ending, avro, registry,
                    raw.get("lenient", "false").lower() in ("true", "1", "yes"), config,
-                   int(limit) if limit else None)
+                   int(limit) if limit else None, records=output == "records")
 
     def given_schema(self) -> Any:
         from changelake.formats.materialize import CdcSchema
@@ -152,7 +162,7 @@ class KafkaOptions:
         from changelake.errors import ChangelakeError
         from changelake.kafka.registry import SchemaRegistry, value_subject
 
-        if self.row_schema is not None:
+        if self.row_schema is not None or self.records:
             return self
         if self.avro_schema is not None:
             return dataclasses.replace(self, row_schema=self.avro_schema)
@@ -311,52 +321,79 @@ def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, .
 
 
 def _rows(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
-    import orjson
-
-    from changelake.errors import InputError
-    from changelake.formats.materialize import SetAside
-    from changelake.kafka.source import PartitionRange, TopicReader, location
-    from changelake.protocol import Updates
-    from changelake.spark.source import data_type_of
+    from changelake.kafka.source import PartitionRange, TopicReader
 
     if part.start >= part.end:
         return
-    expected = options.rows()
-    _, convert = data_type_of(expected)
-    row_type = orjson.dumps(expected.data_type, option=orjson.OPT_SORT_KEYS)
-    verdicts: dict[int | bytes, str | None] = {}  # frame schema key -> why its rows cannot be
-    where = location(part.topic, part.partition, 0).file
-    set_aside: list[SetAside] = []
-    sink = set_aside.append if options.lenient else None
-    with TopicReader(options.bootstrap, part.topic, schema=options.given_schema(),
-                     schema_registry=options.registry, config=options.consumer_config(),
-                     timeout=_TIMEOUT) as reader:
+    decoder = RecordDecoder(options) if not options.records else None
+    with TopicReader(options.bootstrap, part.topic, framed=False,
+                     config=options.consumer_config(), timeout=_TIMEOUT) as reader:
         for record in reader.records([PartitionRange(part.partition, part.start, part.end)]):
-            key = frame_key(record.value)
-            if key is not None and key not in verdicts:
-                schema = reader.schemas.get(key)  # unknown: the decode below says so
-                verdicts[key] = None if schema is None or orjson.dumps(
-                    schema.data_type, option=orjson.OPT_SORT_KEYS) == row_type else (
-                    f"the topics' frames carry more than one row schema ({expected.data_type} "
-                    f"and {schema.data_type}): one table takes one (schema changes over "
-                    "Kafka: not yet)")
-            reason = verdicts.get(key) if key is not None else None
-            if reason is not None:
-                if not options.lenient:
-                    raise InputError(reason, location(part.topic, part.partition,
-                                                      record.offset))
-                yield None, None, where, None, record.offset, reason
-                continue
-            message = reader.message(record, sink)
-            if message is None:
-                yield None, None, where, None, record.offset, set_aside.pop().reason
-            elif isinstance(message, Updates):
-                updates = [(convert(d), t, r) for d, t, r in message.updates]
-                yield updates, None, where, None, record.offset, None
+            if decoder is None:
+                yield (record.key, record.value, part.topic, part.partition, record.offset,
+                       record.timestamp, record.timestamp_type)
             else:
-                progress = (list(message.lower.elements), list(message.upper.elements),
-                            [(t, c) for t, c in message.counts])
-                yield None, progress, where, None, record.offset, None
+                yield decoder.row(part.topic, part.partition, record.offset, record.value)
+
+
+class RecordDecoder:
+    """Records' values into message rows (the `materialize-cdc` shape), on an executor: the
+    one decoding of every reader of records, this source's or Spark's own `kafka` format's
+    (`kafka_records.messages_from_records`). Strict: a bad record raises an `InputError` at
+    topic, partition and offset; lenient: it becomes an `_error` row."""
+
+    def __init__(self, options: KafkaOptions) -> None:
+        import orjson
+
+        from changelake.kafka.registry import SchemaRegistry
+        from changelake.kafka.schemas import FrameSchemas
+        from changelake.spark.source import data_type_of
+
+        self.lenient = options.lenient
+        self.expected = options.rows()
+        _, self.convert = data_type_of(self.expected)
+        self.row_type = orjson.dumps(self.expected.data_type, option=orjson.OPT_SORT_KEYS)
+        registry = SchemaRegistry(options.registry) if options.registry else None
+        self.schemas = FrameSchemas(options.given_schema(), registry)
+        self.verdicts: dict[int | bytes, str | None] = {}  # frame key -> why its rows cannot be
+
+    def _verdict(self, key: int | bytes) -> str | None:
+        import orjson
+
+        if key not in self.verdicts:
+            schema = self.schemas.get(key)  # unknown: the decode says so
+            self.verdicts[key] = None if schema is None or orjson.dumps(
+                schema.data_type, option=orjson.OPT_SORT_KEYS) == self.row_type else (
+                f"the topics' frames carry more than one row schema ({self.expected.data_type} "
+                f"and {schema.data_type}): one table takes one (schema changes over "
+                "Kafka: not yet)")
+        return self.verdicts[key]
+
+    def row(self, topic: str, partition: int, offset: int,
+            value: bytes | None) -> tuple[Any, ...]:
+        from changelake.errors import InputError
+        from changelake.formats.materialize import SetAside
+        from changelake.kafka.source import decode_record, location
+        from changelake.protocol import Updates
+
+        where = location(topic, partition, offset)
+        key = frame_key(value)
+        reason = self._verdict(key) if key is not None else None
+        if reason is not None:
+            if not self.lenient:
+                raise InputError(reason, where)
+            return None, None, where.file, None, offset, reason
+        set_aside: list[SetAside] = []
+        message = decode_record(value, self.schemas, where,
+                                set_aside.append if self.lenient else None)
+        if message is None:
+            return None, None, where.file, None, offset, set_aside[0].reason
+        if isinstance(message, Updates):
+            updates = [(self.convert(d), t, r) for d, t, r in message.updates]
+            return updates, None, where.file, None, offset, None
+        progress = (list(message.lower.elements), list(message.upper.elements),
+                    [(t, c) for t, c in message.counts])
+        return None, progress, where.file, None, offset, None
 
 
 def frame_key(value: bytes | None) -> int | bytes | None:
@@ -497,10 +534,13 @@ class KafkaCdcDataSource(DataSource):
     def _resolved(self) -> KafkaOptions:
         return KafkaOptions.parse(self.options).resolved()
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
         from changelake.spark.source import data_type_of, message_type
 
-        data_type, _ = data_type_of(self._resolved().rows())
+        options = self._resolved()
+        if options.records:
+            return RECORDS_SCHEMA  # DDL: no session in the worker that asks
+        data_type, _ = data_type_of(options.rows())
         return message_type(data_type)
 
     def reader(self, schema: StructType) -> DataSourceReader:
