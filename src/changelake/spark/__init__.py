@@ -9,11 +9,14 @@ What users import:
 * `register(spark)`: makes `spark.read.format("materialize-cdc")` (files) and
   `spark.read.format("kafka-cdc")` (topics) available, batch and streaming.
 * `split_messages(messages)`: a messages DataFrame (one message per row) into decode's input.
+* `messages_from_records(records, schema=...)`: Kafka records from any reader (Spark's own
+  `kafka` source, or `kafka-cdc` with `output=records`) into `kafka-cdc`'s message rows.
 * `build_session(...)`: a SparkSession with the project's defaults (edges only: library
   functions take the session, or DataFrames, as arguments).
 
 The modules, one job each: `decoder` and `encoder` (the two directions of the protocol over
 DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka topics),
+`kafka_records` (records of any Kafka reader into messages),
 `stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
 decode --engine spark`), `session`, `errors` (input errors from the executors), and
 `changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeeds.py` is
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 from changelake.spark import kafka_source, source
 from changelake.spark.decoder import Decoded, decode, split_messages
 from changelake.spark.encoder import encode, messages_schema, to_messages
+from changelake.spark.kafka_records import messages_from_records
 from changelake.spark.session import build_session
 
 if TYPE_CHECKING:
@@ -37,6 +41,7 @@ __all__ = [
     "build_session",
     "decode",
     "encode",
+    "messages_from_records",
     "messages_schema",
     "register",
     "split_messages",
