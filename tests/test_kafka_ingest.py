@@ -230,6 +230,44 @@ def test_changefeed_topics_are_refused(lake: Lake) -> None:
 
 
 @pytest.mark.spark
+def test_status_names_the_partition_that_holds_the_frontier_back(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    """Messages go round-robin to three partitions, and partition 2 stops receiving halfway:
+    the other two carry the stream on, so the frontier stops where partition 2's missing
+    messages are, and status says partition 2 holds it back; once they arrive, none does."""
+    history = random_history(seeded(73), updates=200, times=30)
+    messages = write(history, batch_size=5)
+    topic = new_topic(cluster, partitions=3)
+    cut = len(messages) // 2
+    turns = {Progress: itertools.count(), Updates: itertools.count()}  # each kind round-robin
+    placed = [(next(turns[type(m)]) % 3, encode_confluent(m, row_schema(), 0))
+              for m in messages]
+    withheld = [r for i, r in enumerate(placed) if i >= cut and r[0] == 2]
+    produce_raw(cluster, topic, [r for i, r in enumerate(placed) if i < cut or r[0] != 2])
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    first = ingest_topics(lake, name, cluster.bootstrap, topic, schema=schema_file(tmp_path))
+    frontier = first.ingest.frontier
+    assert frontier and frontier != [] and first.ingest.frontier[0] < max(
+        t for _, t, _ in history.truth)
+    reached = {p.partition: p.reached for p in first.partitions}
+    assert reached[2] is None or reached[2] <= frontier[0]  # None: no statement of its own
+    assert frontier[0] < min(reached[0], reached[1])
+
+    def behind() -> list[int]:
+        lags = commands.table_status(lake, name, count_rows=False, live=True).offsets
+        assert [o["reached"] for o in lags] == [
+            p.reached for p in lake.table(name).state().offsets.topic(topic).partitions]
+        return [o["partition"] for o in lags if o["holds_back"]]
+
+    assert behind() == [2]
+    produce_raw(cluster, topic, withheld)
+    second = ingest_topics(lake, name, cluster.bootstrap, topic, schema=schema_file(tmp_path))
+    assert second.ingest.frontier == []  # the history closes
+    assert rows_of_table(lake, name) == rows_of_truth(history.truth)
+    assert behind() == []
+
+
+@pytest.mark.spark
 def test_the_connector_reader_is_named_when_spark_lacks_it(cluster: MockCluster, lake: Lake,
                                                            tmp_path: Path) -> None:
     """`reader="kafka"` reads through Spark's own connector (its records decoded as kafka-cdc

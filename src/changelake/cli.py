@@ -893,7 +893,7 @@ def _kafka_lag(state: Any) -> list[dict] | None:
         return None
     from changelake.kafka.lag import offsets_status
 
-    return offsets_status(state.offsets)
+    return offsets_status(state.offsets, frontier=state.upper)
 
 
 def _arrow_status(lake_dir: Path, engine: str) -> Any:

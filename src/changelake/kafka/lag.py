@@ -4,7 +4,7 @@ table's last commit recorded. Without Spark's modules, so the JVM-free `status` 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from changelake.lake.layout import SourceOffsets
@@ -22,13 +22,32 @@ class PartitionLag:
     end: int | None
     lag: int | None
     error: str | None = None
+    reached: int | None = None  # the greatest upper its statements carried (None: none)
+    holds_back: bool = False  # see `holding_back`
+
+
+def holding_back(offsets: SourceOffsets, frontier: int | None) -> set[tuple[str, int]]:
+    """The partitions that hold the table's `frontier` back: those whose statements reached
+    no further than it, while another partition's reached beyond it. One time's updates and
+    statements may be spread over all partitions, so the frontier is what they justify
+    together; a partition that stopped receiving stops only the frontier, and is the one whose
+    `reached` stays behind. None of them while the frontier keeps up (no statement beyond it
+    was read) or is closed."""
+    if frontier is None:
+        return set()
+    reached = {(t.topic, p.partition): p.reached for t in offsets.topics for p in t.partitions}
+    if not any(r is not None and r > frontier for r in reached.values()):
+        return set()
+    return {place for place, r in reached.items() if r is None or r <= frontier}
 
 
 def topic_lags(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.0,
-               config: Mapping[str, Any] | None = None) -> list[PartitionLag]:
+               config: Mapping[str, Any] | None = None,
+               frontier: int | None = None) -> list[PartitionLag]:
     """Each recorded partition's lag (end offset now minus the committed resume offset),
-    asked of the cluster at `offsets.address` within `timeout` seconds per call; an
-    unreachable cluster is reported per partition, not raised."""
+    asked of the cluster at `offsets.address` within `timeout` seconds per call, and whether
+    it holds the table's `frontier` back (`holding_back`); an unreachable cluster is reported
+    per partition, not raised."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from changelake.kafka.client import client_config, describe
@@ -60,10 +79,14 @@ def topic_lags(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.
     finally:
         if consumer is not None:
             consumer.close()
-    return out
+    behind = holding_back(offsets, frontier)
+    recorded = {(t.topic, p.partition): p.reached for t in offsets.topics for p in t.partitions}
+    return [replace(lag, reached=recorded.get((lag.topic, lag.partition)),
+                    holds_back=(lag.topic, lag.partition) in behind) for lag in out]
 
 
-def offsets_status(offsets: SourceOffsets, *, live: bool = True,
-                   timeout: float = 5.0) -> list[dict[str, Any]]:
+def offsets_status(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.0,
+                   frontier: int | None = None) -> list[dict[str, Any]]:
     """`topic_lags` as the plain records a `TableStatus` carries."""
-    return [asdict(lag) for lag in topic_lags(offsets, live=live, timeout=timeout)]
+    return [asdict(lag) for lag in topic_lags(offsets, live=live, timeout=timeout,
+                                              frontier=frontier)]

@@ -329,7 +329,8 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
     if state.offsets is not None:
         from changelake.kafka.lag import offsets_status
 
-        offsets = offsets_status(state.offsets, live=live, timeout=timeout)
+        offsets = offsets_status(state.offsets, live=live, timeout=timeout,
+                                 frontier=state.upper)
     return status_of(state, handle.directory, handle.name, rows, offsets=offsets)
 
 

@@ -68,14 +68,15 @@ FORMAT = "materialize"
 
 @dataclass(frozen=True, slots=True)
 class PartitionRead:
-    """One partition in one run: the offsets `[start, end)` read, and where the next run
-    starts (`resume`, as committed)."""
+    """One partition in one run: the offsets `[start, end)` read, where the next run starts
+    (`resume`, as committed), and how far its statements reached (`PartitionOffsets`)."""
 
     topic: str
     partition: int
     start: int
     end: int
     resume: int
+    reached: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,17 +183,21 @@ def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
                                  topic=plans[0][0] if plans else None)
 
 
-def _first_needed(messages: Any, frontier: int | None,
-                  places: Mapping[str, tuple[str, int]]) -> dict[tuple[str, int], int]:
-    """Per (topic, partition) the least offset of a record the table still needs (none for a
-    partition whose records were all absorbed): one aggregate on the executors."""
+def _partition_facts(messages: Any, frontier: int | None,
+                     places: Mapping[str, tuple[str, int]]
+                     ) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """Per (topic, partition), in one aggregate on the executors: the least offset of a record
+    the table still needs (None: all were absorbed), and the greatest upper of the progress
+    statements read there (None: none; closing statements do not count), which says how far
+    the partition has carried the stream (`PartitionOffsets.reached`)."""
     from pyspark.sql import functions as F
 
-    if frontier is None:
-        return {}
-    rows = (messages.where(_needed(frontier)).groupBy("_file")
-            .agg(F.min("_offset").alias("first")).collect())
-    return {places[row["_file"]]: row["first"] for row in rows}
+    needed = F.expr(_needed(frontier)) if frontier is not None else F.lit(False)
+    upper = F.when(F.size("progress.upper") > 0, F.get(F.col("progress.upper"), 0))
+    rows = (messages.groupBy("_file")
+            .agg(F.min(F.when(needed, F.col("_offset"))).alias("first"),
+                 F.max(upper).alias("reached")).collect())
+    return {places[row["_file"]]: (row["first"], row["reached"]) for row in rows}
 
 
 def ingest_topics(
@@ -288,8 +293,8 @@ def ingest_topics(
         decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
                                                    cleanup)
         frontier = frontier_after(committed, decoded.upper)
-        first_needed = translate_errors(_first_needed, messages, frontier, places)
-        partitions = _partition_reads(plans, recorded, first_needed)
+        facts = translate_errors(_partition_facts, messages, frontier, places)
+        partitions = _partition_reads(plans, recorded, facts)
         offsets = _offsets(bootstrap, recorded, partitions)
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
@@ -306,12 +311,20 @@ def ingest_topics(
 
 def _partition_reads(plans: Sequence[tuple[str, Sequence[Any]]],
                      recorded: SourceOffsets | None,
-                     first_needed: Mapping[tuple[str, int], int]) -> list[PartitionRead]:
+                     facts: Mapping[tuple[str, int], tuple[int | None, int | None]]
+                     ) -> list[PartitionRead]:
+    """This run's partitions: where each resumes (its first needed record, or the end of the
+    read), and how far it reached, at least as far as recorded before."""
     out = []
     for topic, ranges in plans:
+        old = recorded.topic(topic) if recorded is not None else None
         for r in ranges:
+            first, reached = facts.get((topic, r.partition), (None, None))
+            before = old.partition(r.partition) if old is not None else None
+            if before is not None and before.reached is not None:
+                reached = before.reached if reached is None else max(reached, before.reached)
             out.append(PartitionRead(topic, r.partition, r.start, r.end,
-                                     first_needed.get((topic, r.partition), r.end)))
+                                     r.end if first is None else first, reached))
     return out
 
 
@@ -324,7 +337,7 @@ def _offsets(bootstrap: str, recorded: SourceOffsets | None,
         topics[old.topic] = {p.partition: p for p in old.partitions}
     for p in partitions:
         topics.setdefault(p.topic, {})[p.partition] = PartitionOffsets(p.partition, p.resume,
-                                                                       p.end)
+                                                                       p.end, p.reached)
     return SourceOffsets(KIND, FORMAT, bootstrap, tuple(
         TopicOffsets(name, tuple(by[n] for n in sorted(by))) for name, by in topics.items()))
 

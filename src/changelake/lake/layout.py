@@ -111,11 +111,15 @@ class PartitionOffsets:
     `resume` is where the next read starts: every record before it is in the table, or says
     nothing beyond the table's frontier (the table no longer needs it). `end` is where the read
     that committed it ended; the records in `[resume, end)` reach beyond the frontier (updates
-    at later times, progress statements that cover later times), so they are read again."""
+    at later times, progress statements that cover later times), so they are read again.
+    `reached` is the greatest upper of the progress statements the partition has delivered
+    (None: none yet): a partition that reached no further than the table's frontier while
+    another reached beyond it is the one holding the frontier back (`status` says so)."""
 
     partition: int
     resume: int
     end: int
+    reached: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

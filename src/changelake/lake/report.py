@@ -85,15 +85,20 @@ def status_table(statuses: Sequence[TableStatus]) -> RichTable:
 
 def offsets_table(statuses: Sequence[TableStatus]) -> RichTable | None:
     """Per partition of the tables ingested from Kafka: the committed offset (where the next
-    ingest starts), the partition's end now, and the lag; None if no table has topics."""
+    ingest starts), the partition's end now, the lag, and how far its statements reached (and
+    whether that holds the table's frontier back); None if no table has topics."""
     rows = [(s.name, o) for s in statuses for o in s.offsets or ()]
     if not rows:
         return None
-    table = RichTable("table", "topic", "partition", "committed", "end", "lag")
+    table = RichTable("table", "topic", "partition", "committed", "end", "lag", "reached")
     for name, o in rows:
         end = "-" if o["end"] is None else f"{o['end']:,}"
         lag = o["error"] or ("-" if o["lag"] is None else f"{o['lag']:,}")
-        table.add_row(name, o["topic"], str(o["partition"]), f"{o['committed']:,}", end, lag)
+        reached = "-" if o.get("reached") is None else str(o["reached"])
+        if o.get("holds_back"):
+            reached += " (holds the frontier back)"
+        table.add_row(name, o["topic"], str(o["partition"]), f"{o['committed']:,}", end, lag,
+                      reached)
     return table
 
 
