@@ -695,9 +695,22 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             max_files_per_trigger: int | None, until_idle: float | None) -> None:
     """`ingest --follow`: run until SIGTERM / SIGINT (or --until-idle), then exit 0 once the
     batch in flight has committed (see lake/follow.py)."""
+    import os
     import signal
 
     from changelake.lake.follow import FollowControl, directory_source, follow
+
+    steps = bool(os.environ.get("CHANGELAKE_FOLLOW_STEPS"))  # every step: for the kill tests
+
+    def progress(batch: int, step: str, result: Any) -> None:
+        if result is not None:
+            upper = "∞" if result.upper is None else result.upper
+            what = ("nothing new" if result.skipped else
+                    f"committed {result.written:,} updates at times [{result.lower}, {upper})")
+            click.echo(f"changelake: batch {batch}: {what}, version {result.version}",
+                       err=True)
+        elif steps or step in ("skipped", "waiting"):
+            click.echo(f"changelake: batch {batch}: {step}", err=True)
 
     messages = directory_source(follow_dir, schema=schema_path,
                                 max_files_per_trigger=max_files_per_trigger)
@@ -710,7 +723,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         result = follow(lake, ident, messages, str(follow_dir.resolve()),
                         checkpoint=checkpoint, key=columns, scd2=scd2,
                         trigger_seconds=trigger_seconds, until_idle=until_idle,
-                        control=control)
+                        control=control, progress=progress)
     finally:
         lake.spark.stop()
         for sig, handler in previous.items():
@@ -945,13 +958,16 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         offsets = report.offsets_table(result.tables)
         if offsets is not None:
             Console().print(offsets)
+        followed = report.follow_table(result.tables)
+        if followed is not None:
+            Console().print(followed)
         if result.sources:
             Console().print(report.sources_table(result.sources))
 
 
 def _kafka_lag(state: Any) -> list[dict] | None:
     """A table's Kafka lag for `status`, asked of its cluster (None: not ingested from Kafka)."""
-    if state.offsets is None:
+    if state.offsets is None or state.offsets.kind != "kafka":
         return None
     from changelake.kafka.lag import offsets_status
 

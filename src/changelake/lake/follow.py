@@ -62,17 +62,16 @@ from typing import TYPE_CHECKING
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import DecodedInput, commit_input, flatten
+from changelake.lake.follow_lag import KIND
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
-from changelake.lake.table import DEFAULT_BUCKETS
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult
 from changelake.protocol import Antichain
 from changelake.spark.stream import PENDING, StreamState, latest_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-KIND = "files"
-"""`SourceOffsets.kind` of a followed directory."""
 FORMAT = "materialize"
 FOLLOW_DIR = "_follow"
 """The default checkpoint, inside the table's directory."""
@@ -82,6 +81,11 @@ STATE_DIR = "state"
 
 MessagesSource = Callable[["SparkSession"], "DataFrame"]
 """Returns the streaming DataFrame of messages (`materialize-cdc`'s row shape)."""
+BatchProgress = Callable[[int, str, "CommitResult | None"], None]
+"""progress(batch id, step, commit result): steps `started`, `state` (the pending state is
+durable), `committed` (with the lake commit's result; None when it recorded the batch only),
+`skipped` (a replay of a committed batch), `waiting` (no table yet and nothing to create it
+with)."""
 
 
 def default_checkpoint(lake: Lake, table: str | TableIdentifier) -> Path:
@@ -184,7 +188,7 @@ class CommitBatches:
     def __init__(self, lake: Lake, table: str | TableIdentifier, checkpoint: Path,
                  identity: str, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
-                 scd2: bool = False) -> None:
+                 scd2: bool = False, progress: BatchProgress | None = None) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
         self.checkpoint = Path(checkpoint).resolve()
@@ -195,6 +199,7 @@ class CommitBatches:
         self.key = tuple(key)
         self.buckets = buckets
         self.scd2 = scd2
+        self.progress = progress or (lambda _batch, _step, _result: None)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         control = self.control
@@ -240,7 +245,9 @@ class CommitBatches:
             state = writer.state
             mark = self._mark(state)
             if mark is not None and mark.checkpoint == self.identity and mark.batch >= batch_id:
+                self.progress(batch_id, "skipped", None)
                 return False  # committed before a crash: the replay commits nothing
+            self.progress(batch_id, "started", None)
             committed = state.upper if state is not None else 0
             previous = latest_state(self.states, before=batch_id)
             messages = batch.persist(StorageLevel.MEMORY_AND_DISK)
@@ -278,6 +285,7 @@ class CommitBatches:
             if final.exists():
                 shutil.rmtree(final)
             os.replace(temporary, final)  # the state is durable before the lake commit
+            self.progress(batch_id, "state", None)
             rows = None
             if finished is not None:
                 data_type = updates.schema["data"].dataType
@@ -291,6 +299,7 @@ class CommitBatches:
                 if finished is not None:
                     rows = flatten(finished)
             if state is None and rows is None:
+                self.progress(batch_id, "waiting", None)
                 return False  # no columns to create the table with: the state holds it all
             offsets = SourceOffsets(KIND, FORMAT, self.address,
                                     stream=StreamMark(self.identity, str(self.checkpoint),
@@ -298,10 +307,12 @@ class CommitBatches:
             if rows is None:  # closed, or nothing typed: the version records the batch only
                 assert state is not None
                 writer.publish(state.next("offsets", offsets=offsets))
+                result = None
             else:
-                translate_errors(commit_input, writer, DecodedInput(rows, since, frontier, None),
-                                 key=self.key, buckets=self.buckets, scd2=self.scd2,
-                                 offsets=offsets)
+                result = translate_errors(
+                    commit_input, writer, DecodedInput(rows, since, frontier, None),
+                    key=self.key, buckets=self.buckets, scd2=self.scd2, offsets=offsets)
+        self.progress(batch_id, "committed", result)
         _states_before(self.states, batch_id)
         return True
 
@@ -324,7 +335,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
            checkpoint: Path | None = None, key: Sequence[str] = (),
            buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
            until_idle: float | None = None, control: FollowControl | None = None,
-           poll_seconds: float = 0.2) -> FollowReport:
+           progress: BatchProgress | None = None, poll_seconds: float = 0.2) -> FollowReport:
     """Follow `source` (its messages, named `address`) into `table` until `control.stop()`
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
     docstring. `checkpoint` defaults to `_follow` in the table's directory."""
@@ -338,7 +349,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     identity = checkpoint_identity(checkpoint, handle.name, address)
     control = control or FollowControl()
     sink = CommitBatches(lake, handle.ident, checkpoint, identity, address, control, key=key,
-                         buckets=buckets, scd2=scd2)
+                         buckets=buckets, scd2=scd2, progress=progress)
     query = (
         source(lake.spark).writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint / SPARK_DIR))
