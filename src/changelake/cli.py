@@ -706,8 +706,8 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         if result is not None:
             upper = "∞" if result.upper is None else result.upper
             what = ("nothing new" if result.skipped else
-                    f"committed {result.written:,} updates at times [{result.lower}, {upper})")
-            click.echo(f"changelake: batch {batch}: {what}, version {result.version}",
+                    f"{result.written:,} updates at times [{result.lower}, {upper})")
+            click.echo(f"changelake: batch {batch}: committed version {result.version}: {what}",
                        err=True)
         elif steps or step in ("skipped", "waiting"):
             click.echo(f"changelake: batch {batch}: {step}", err=True)
