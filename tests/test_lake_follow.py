@@ -36,6 +36,7 @@ from changelake.lake.follow import (
     follow,
 )
 from changelake.lake.identifier import TableIdentifier
+from changelake.protocol import Progress
 from changelake.values import freeze
 from conftest import seeded
 from lake_history import messages, unkeyed_history
@@ -54,12 +55,15 @@ TIMES = 12
 
 def pieces(rng: random.Random, count: int) -> list[list]:
     """An unkeyed history (multiplicities above one, so a doubled update shows) as CDC
-    messages, mangled, cut into `count` pieces."""
+    messages, mangled, cut into `count` pieces, each cut just before a progress statement:
+    the updates it counts are in an earlier file, so they wait in the pending state between
+    batches."""
     history = unkeyed_history(rng, TIMES, 5, 4)
     frozen = [(freeze(dict(zip(FIELDS, row, strict=True)), FIELDS), t, d)
               for row, t, d in history]
     msgs = messages(frozen, 3, rng, TIMES - 1)
-    cuts = sorted(rng.sample(range(1, len(msgs)), count - 1))
+    statements = sorted({i for i, m in enumerate(msgs) if isinstance(m, Progress) and i > 0})
+    cuts = sorted(rng.sample(statements, count - 1))
     return [msgs[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(msgs)], strict=True)]
 
 
@@ -161,15 +165,21 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     lake = Lake(spark, lake_dir)
     name = f"r_{uuid.uuid4().hex[:8]}"
     identity = checkpoint_identity(checkpoint, name, str(source))
-    sink = CommitBatches(lake, name, checkpoint, identity, str(source), FollowControl())
+    steps: list[tuple[int, str]] = []
+    sink = CommitBatches(lake, name, checkpoint, identity, str(source), FollowControl(),
+                         progress=lambda b, step, _r: steps.append((b, step)))
     ident = TableIdentifier.parse(name)
 
     sink(_batch(spark, files[:2]), 0)
     first = arrow.committed_state(lake_dir, ident)
+    steps.clear()
     sink(_batch(spark, files[:2]), 0)  # Spark replays batch 0: committed, so nothing
+    assert steps == [(0, "skipped")]
     assert arrow.committed_state(lake_dir, ident).version == first.version
     sink(_batch(spark, files[2:3]), 1)
     after_one = consolidated(lake_dir, name)
+    kept = json.loads((checkpoint / "state" / f"{1:012d}" / "state.json").read_text())
+    assert kept["has_pending"]  # updates whose statement is in a later file wait
     # Batch 2's state is written, then "the process dies" before the lake commit: simulated
     # by a sink whose table writer fails after the state is in place.
     failing = CommitBatches(lake, name, checkpoint, identity, str(source), FollowControl(),
