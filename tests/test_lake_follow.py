@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from changelake.errors import LakeError
+from changelake.errors import ChangelakeError, LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, arrow, commands
 from changelake.lake.follow import (
@@ -198,6 +198,20 @@ def _fail_at(step: str):
         if at == step:
             raise RuntimeError(f"killed at {step}")
     return progress
+
+
+def test_bad_file_stops_the_follow_naming_it(spark, tmp_path):
+    """A file that is not Materialize CDC stops the query with the input error (the CLI's
+    one line and exit status 2), naming the file, and nothing is committed."""
+    source, schema = tmp_path / "src", schema_file(tmp_path)
+    drop(source, 0, pieces(seeded(3), 2)[0])
+    (source / "part-0001.jsonl").write_text('{"updates": [{"data": 1, "time": "x"}]}\n')
+    lake_dir = tmp_path / "lake"
+    name = f"b_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ChangelakeError, match=r"part-0001\.jsonl"):
+        follow(Lake(spark, lake_dir), name, directory_source(source, schema=schema),
+               str(source.resolve()), trigger_seconds=0.5, until_idle=30)
+    assert not Lake(spark, lake_dir).exists(name)
 
 
 def test_checkpoint_of_another_source_is_refused(tmp_path):
