@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from changelake.lake import Lake, arrow, commands
 from changelake.lake.follow import (
     CommitBatches,
     FollowControl,
-    checkpoint_identity,
+    check_checkpoint,
     directory_source,
     follow,
 )
@@ -148,6 +149,33 @@ def test_follow_equals_one_shot_ingest(spark, tmp_path, typed):
     assert state.offsets.stream.batch == len(parts) - 1 and state.version == len(parts)
 
 
+def test_new_spark_checkpoint_rereads_and_doubles_nothing(spark, tmp_path):
+    """Spark's checkpoint deleted between runs: its batch ids start again at 0 under a new
+    identity, so the table's mark of the old one skips nothing; every file is read again and
+    the table takes only what it lacks."""
+    rng = seeded(23)
+    parts = pieces(rng, 3)
+    source, schema = tmp_path / "src", schema_file(tmp_path)
+    lake = Lake(spark, tmp_path / "lake")
+    name = f"n_{uuid.uuid4().hex[:8]}"
+    drop(source, 0, parts[0])
+    drop(source, 1, parts[1])
+
+    def run(per_trigger: int | None) -> int:
+        return follow(lake, name, directory_source(source, schema=schema,
+                                                   max_files_per_trigger=per_trigger),
+                      str(source.resolve()), trigger_seconds=0.5, until_idle=3).committed
+
+    assert run(1) == 2  # batches 0 and 1
+    checkpoint = lake.handle(name).directory / "_follow"
+    shutil.rmtree(checkpoint / "spark")
+    drop(source, 2, parts[2])
+    assert run(None) == 1  # batch 0 again: all three files, not skipped
+    assert consolidated(tmp_path / "lake", name) == one_shot(spark, tmp_path, source, schema)
+    [states] = list((checkpoint / "state").iterdir())  # the old checkpoint's states are gone
+    assert states.name == json.loads((checkpoint / "spark" / "metadata").read_text())["id"]
+
+
 def _batch(spark, paths: list[Path]):
     """A micro-batch as the streaming source hands it: the files' messages."""
     from changelake.spark.source import register
@@ -168,7 +196,8 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     lake_dir, checkpoint = tmp_path / "lake", tmp_path / "checkpoint"
     lake = Lake(spark, lake_dir)
     name = f"r_{uuid.uuid4().hex[:8]}"
-    identity = checkpoint_identity(checkpoint, name, str(source))
+    identity = "by-hand"
+    check_checkpoint(checkpoint, name, str(source))
     steps: list[tuple[int, str]] = []
     sink = CommitBatches(lake, name, checkpoint, identity, str(source), FollowControl(),
                          progress=lambda b, step, _r: steps.append((b, step)))
@@ -182,7 +211,8 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     assert arrow.committed_state(lake_dir, ident).version == first.version
     sink(_batch(spark, files[2:3]), 1)
     after_one = consolidated(lake_dir, name)
-    kept = json.loads((checkpoint / "state" / f"{1:012d}" / "state.json").read_text())
+    states = checkpoint / "state" / identity
+    kept = json.loads((states / f"{1:012d}" / "state.json").read_text())
     assert kept["has_pending"]  # updates whose statement is in a later file wait
     # Batch 2's state is written, then "the process dies" before the lake commit: simulated
     # by a sink whose table writer fails after the state is in place.
@@ -191,10 +221,10 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     with pytest.raises(RuntimeError, match="killed"):
         failing(_batch(spark, files[3:]), 2)
     assert consolidated(lake_dir, name) == after_one  # nothing of batch 2 committed
-    assert (checkpoint / "state" / f"{2:012d}").is_dir()  # but its state is there
+    assert (states / f"{2:012d}").is_dir()  # but its state is there
     sink(_batch(spark, files[3:]), 2)  # the replay
     assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema)
-    assert sorted(p.name for p in (checkpoint / "state").iterdir()) == [f"{2:012d}"]
+    assert sorted(p.name for p in states.iterdir()) == [f"{2:012d}"]
 
 
 def _fail_at(step: str):
@@ -220,11 +250,12 @@ def test_bad_file_stops_the_follow_naming_it(spark, tmp_path):
 
 def test_checkpoint_of_another_source_is_refused(tmp_path):
     checkpoint = tmp_path / "checkpoint"
-    checkpoint_identity(checkpoint, "t", "/data/a")
-    assert checkpoint_identity(checkpoint, "t", "/data/a") == checkpoint_identity(
-        checkpoint, "t", "/data/a")
+    check_checkpoint(checkpoint, "t", "/data/a")
+    check_checkpoint(checkpoint, "t", "/data/a")
     with pytest.raises(LakeError, match=r"checkpoint .* follows /data/a into table t"):
-        checkpoint_identity(checkpoint, "t", "/data/b")
+        check_checkpoint(checkpoint, "t", "/data/b")
+    with pytest.raises(LakeError, match=r"follows /data/a into table t, not /data/a into u"):
+        check_checkpoint(checkpoint, "u", "/data/a")
     with pytest.raises(LakeError, match="not a directory"):
         directory_source(tmp_path / "missing")
 

@@ -10,13 +10,14 @@ directory of files. Each micro-batch runs `CommitBatches` (`foreachBatch`), whic
 * Batch `n` decodes (the pending updates and statements kept after the previous batch, plus
   batch `n`'s messages) from the table's committed frontier F, under the table's writer lock.
 * It writes what stays unfinished (the distinct updates at or beyond the new frontier, the
-  statements not wholly behind it) to `state/<n>` in the checkpoint (hidden name, then rename),
-  before the lake commit.
+  statements not wholly behind it) to `state/<id>/<n>` in the checkpoint (hidden name, then
+  rename), before the lake commit; `<id>` is the identity of Spark's checkpoint (`metadata`),
+  new whenever Spark's checkpoint is new and its batch ids start again at 0.
 * It commits the finished updates with `commit_input`, the same commit recording the batch
   (`layout.StreamMark`: the checkpoint's identity, its directory and `n`), so every batch makes
   one table version, possibly with no rows. Then the states before `n` are removed.
 
-The state a batch starts from is the latest `state/<m>` with `m < n`: Spark runs batch `n`
+The state a batch starts from is the latest `state/<id>/<m>` with `m < n`: Spark runs batch `n`
 only after batch `m`'s function returned, so that state belongs to a batch that finished (its
 lake commit made, or skipped because the table could not be created yet: no rows have columns).
 
@@ -32,7 +33,8 @@ running it, and replays exactly that batch on restart):
 Even without the mark a replay could not double anything: the table takes only updates at or
 beyond its frontier (see `table.py`), which the first attempt moved past what it committed; the
 mark makes "commits nothing the second time" literal and skips the work. So a new checkpoint
-(the old one deleted) is safe too: it re-reads every file, and what the table holds is skipped.
+(the old one deleted) is safe too: it has a new identity and no state, it re-reads every file,
+and what the table holds is skipped.
 
 A clean stop (`FollowControl.stop`, which the CLI calls on SIGTERM and SIGINT) lets the batch in
 flight commit, and a batch that starts after the stop was asked fails before it does anything
@@ -75,7 +77,7 @@ if TYPE_CHECKING:
 FORMAT = "materialize"
 FOLLOW_DIR = "_follow"
 """The default checkpoint, inside the table's directory."""
-IDENTITY = "follow.json"
+OWNER = "follow.json"
 SPARK_DIR = "spark"
 STATE_DIR = "state"
 
@@ -92,23 +94,27 @@ def default_checkpoint(lake: Lake, table: str | TableIdentifier) -> Path:
     return lake.handle(table).directory / FOLLOW_DIR
 
 
-def checkpoint_identity(checkpoint: Path, table: str, address: str) -> str:
-    """The checkpoint's identity, made at its first use; a checkpoint made for another table or
-    source is refused (its offsets belong to that source)."""
-    path = checkpoint / IDENTITY
+def check_checkpoint(checkpoint: Path, table: str, address: str) -> None:
+    """Record what the checkpoint follows at its first use; a checkpoint made for another table
+    or source is refused (its offsets belong to that source)."""
+    path = checkpoint / OWNER
     if path.exists():
         raw = json.loads(path.read_text())
         if raw.get("table") != table or raw.get("source") != address:
             raise LakeError(f"checkpoint {checkpoint} follows {raw.get('source')} into table "
                             f"{raw.get('table')}, not {address} into {table}: use another "
                             "--checkpoint")
-        return str(raw["id"])
+        return
     checkpoint.mkdir(parents=True, exist_ok=True)
-    identity = uuid.uuid4().hex
-    temporary = checkpoint / f".{IDENTITY}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"id": identity, "table": table, "source": address}))
+    temporary = checkpoint / f".{OWNER}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({"table": table, "source": address}))
     os.replace(temporary, path)
-    return identity
+
+
+def spark_checkpoint_id(checkpoint: Path) -> str:
+    """The identity of Spark's checkpoint (its `metadata`, written when the query starts): a
+    new one when the old was deleted, whose batch ids start again at 0."""
+    return str(json.loads((checkpoint / SPARK_DIR / "metadata").read_text())["id"])
 
 
 def directory_source(directory: Path, *, schema: Path | None = None,
@@ -153,10 +159,11 @@ def _rows(directory: Path) -> int:
 
 
 def _states_before(states: Path, batch: int) -> None:
-    """Forget the states a committed batch `batch` has replaced, and leftovers of crashed
-    attempts."""
-    if not states.is_dir():
-        return
+    """Forget the states a committed batch `batch` has replaced, leftovers of crashed
+    attempts, and the states of a Spark checkpoint that was replaced."""
+    for other in states.parent.iterdir():
+        if other != states:
+            shutil.rmtree(other, ignore_errors=True)
     for path in states.iterdir():
         if path.name.startswith(".") or (path.name.isdigit() and int(path.name) < batch):
             shutil.rmtree(path, ignore_errors=True)
@@ -186,14 +193,13 @@ class CommitBatches:
     """The `foreachBatch` function: one micro-batch of messages in, one table version out."""
 
     def __init__(self, lake: Lake, table: str | TableIdentifier, checkpoint: Path,
-                 identity: str, address: str, control: FollowControl, *,
+                 identity: str | None, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
                  scd2: bool = False, progress: BatchProgress | None = None) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
         self.checkpoint = Path(checkpoint).resolve()
-        self.states = self.checkpoint / STATE_DIR
-        self.identity = identity
+        self._identity = identity
         self.address = address
         self.control = control
         self.key = tuple(key)
@@ -218,6 +224,18 @@ class CommitBatches:
             with control.lock:
                 control.in_flight = False
                 control.last_batch_end = time.monotonic()
+
+    @property
+    def identity(self) -> str:
+        """The checkpoint's identity (Spark's, unless given), read once."""
+        if self._identity is None:
+            self._identity = spark_checkpoint_id(self.checkpoint)
+        return self._identity
+
+    @property
+    def states(self) -> Path:
+        """Where this checkpoint's batches keep their pending state."""
+        return self.checkpoint / STATE_DIR / self.identity
 
     def _mark(self, state: TableState | None) -> StreamMark | None:
         offsets = state.offsets if state is not None else None
@@ -346,9 +364,9 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
         raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
     checkpoint = Path(checkpoint if checkpoint is not None
                       else default_checkpoint(lake, handle.ident)).resolve()
-    identity = checkpoint_identity(checkpoint, handle.name, address)
+    check_checkpoint(checkpoint, handle.name, address)
     control = control or FollowControl()
-    sink = CommitBatches(lake, handle.ident, checkpoint, identity, address, control, key=key,
+    sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
                          buckets=buckets, scd2=scd2, progress=progress)
     query = (
         source(lake.spark).writeStream.foreachBatch(sink)
