@@ -56,15 +56,17 @@ TIMES = 12
 
 def pieces(rng: random.Random, count: int) -> list[list]:
     """An unkeyed history (multiplicities above one, so a doubled update shows) as CDC
-    messages, mangled, cut into `count` pieces, each cut just before a progress statement:
-    the updates it counts are in an earlier file, so they wait in the pending state between
-    batches."""
+    messages, mangled, cut into `count` pieces, each cut (as far as there are statements) just
+    before a progress statement: the updates it counts are in an earlier file, so they wait in
+    the pending state between batches."""
     history = unkeyed_history(rng, TIMES, 5, 4)
     frozen = [(freeze(dict(zip(FIELDS, row, strict=True)), FIELDS), t, d)
               for row, t, d in history]
-    msgs = messages(frozen, 3, rng, TIMES - 1)
+    msgs = messages(frozen, 2, rng, TIMES - 1)
     statements = sorted({i for i, m in enumerate(msgs) if isinstance(m, Progress) and i > 0})
-    cuts = sorted(rng.sample(statements, count - 1))
+    cuts = rng.sample(statements, min(len(statements), count - 1))
+    others = [i for i in range(1, len(msgs)) if i not in cuts]
+    cuts = sorted(cuts + rng.sample(others, count - 1 - len(cuts)))
     return [msgs[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, len(msgs)], strict=True)]
 
 
