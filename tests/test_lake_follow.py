@@ -250,6 +250,24 @@ def test_bad_file_stops_the_follow_naming_it(spark, tmp_path):
     assert not Lake(spark, lake_dir).exists(name)
 
 
+def test_table_ingested_from_topics_is_refused(spark, tmp_path):
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from changelake.lake.layout import SourceOffsets
+
+    source = tmp_path / "src"
+    source.mkdir()
+    lake = Lake(spark, tmp_path / "lake")
+    name = f"k_{uuid.uuid4().hex[:8]}"
+    with lake.handle(name).writer() as writer:
+        writer.create(StructType([StructField("id", LongType())]))
+        writer.publish(writer.state.next("offsets", offsets=SourceOffsets(
+            "kafka", "materialize", "127.0.0.1:9092")))
+    with pytest.raises(LakeError, match=r"from a kafka source \(127.0.0.1:9092\): it cannot "
+                                        "follow"):
+        follow(lake, name, directory_source(source), str(source), until_idle=1)
+
+
 def test_checkpoint_of_another_source_is_refused(tmp_path):
     checkpoint = tmp_path / "checkpoint"
     check_checkpoint(checkpoint, "t", "/data/a")

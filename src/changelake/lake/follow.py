@@ -195,7 +195,8 @@ class CommitBatches:
     def __init__(self, lake: Lake, table: str | TableIdentifier, checkpoint: Path,
                  identity: str | None, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
-                 scd2: bool = False, progress: BatchProgress | None = None) -> None:
+                 scd2: bool = False, progress: BatchProgress | None = None,
+                 kind: str = KIND) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
         self.checkpoint = Path(checkpoint).resolve()
@@ -206,6 +207,7 @@ class CommitBatches:
         self.buckets = buckets
         self.scd2 = scd2
         self.progress = progress or (lambda _batch, _step, _result: None)
+        self.kind = kind
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         control = self.control
@@ -241,9 +243,9 @@ class CommitBatches:
         offsets = state.offsets if state is not None else None
         if offsets is None:
             return None
-        if offsets.kind != KIND:
+        if offsets.kind != self.kind or offsets.stream is None:
             raise LakeError(f"table {self.handle.name} records offsets of a {offsets.kind} "
-                            f"source, not of a followed directory ({self.address})")
+                            f"source, not of a followed {self.kind} source ({self.address})")
         return offsets.stream
 
     def _commit(self, batch: DataFrame, batch_id: int) -> bool:
@@ -319,7 +321,7 @@ class CommitBatches:
             if state is None and rows is None:
                 self.progress(batch_id, "waiting", None)
                 return False  # no columns to create the table with: the state holds it all
-            offsets = SourceOffsets(KIND, FORMAT, self.address,
+            offsets = SourceOffsets(self.kind, FORMAT, self.address,
                                     stream=StreamMark(self.identity, str(self.checkpoint),
                                                       batch_id))
             if rows is None:  # closed, or nothing typed: the version records the batch only
@@ -353,10 +355,13 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
            checkpoint: Path | None = None, key: Sequence[str] = (),
            buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
            until_idle: float | None = None, control: FollowControl | None = None,
-           progress: BatchProgress | None = None, poll_seconds: float = 0.2) -> FollowReport:
+           progress: BatchProgress | None = None, kind: str = KIND,
+           poll_seconds: float = 0.2) -> FollowReport:
     """Follow `source` (its messages, named `address`) into `table` until `control.stop()`
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
-    docstring. `checkpoint` defaults to `_follow` in the table's directory."""
+    docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
+    source's kind in the commits' `SourceOffsets` (`status` computes a `files` source's lag;
+    another source, such as topics, brings its own)."""
     handle = lake.handle(table)
     for column in key:
         check_name(column, f"table {handle.name}: key column")
@@ -364,10 +369,15 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
         raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
     checkpoint = Path(checkpoint if checkpoint is not None
                       else default_checkpoint(lake, handle.ident)).resolve()
+    existing = handle.load()
+    if existing is not None and existing.offsets is not None and (
+            existing.offsets.kind != kind or existing.offsets.stream is None):
+        raise LakeError(f"table {handle.name} is ingested from a {existing.offsets.kind} "
+                        f"source ({existing.offsets.address}): it cannot follow {address}")
     check_checkpoint(checkpoint, handle.name, address)
     control = control or FollowControl()
     sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
-                         buckets=buckets, scd2=scd2, progress=progress)
+                         buckets=buckets, scd2=scd2, progress=progress, kind=kind)
     query = (
         source(lake.spark).writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint / SPARK_DIR))
