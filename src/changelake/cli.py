@@ -599,19 +599,51 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--group", default=None, metavar="G",
               help="With --kafka: also commit the positions reached to this consumer group "
                    "(for monitoring; the lake's commit is where a run resumes).")
+@click.option("--follow", "follow_dir", default=None, metavar="SOURCE_DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="Keep following this directory of Materialize CDC files (each written "
+                   "under a hidden name, then renamed): a streaming query commits each "
+                   "micro-batch exactly once, until SIGTERM or SIGINT (the batch in flight "
+                   "commits first).")
+@click.option("--checkpoint", "checkpoint", default=None, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="With --follow: the streaming checkpoint (default: _follow in the table's "
+                   "directory). Restart with the same one to resume.")
+@click.option("--trigger-seconds", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="With --follow: how often to look for new files.")
+@click.option("--max-files-per-trigger", type=click.IntRange(min=1), default=None,
+              help="With --follow: at most N new files per micro-batch.")
+@click.option("--until-idle", type=click.FloatRange(min=0), default=None, metavar="S",
+              help="With --follow: stop (exit 0) once no new file came for S seconds.")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
-           group: str | None, inputs: tuple[str, ...]) -> None:
+           group: str | None, follow_dir: Path | None, checkpoint: Path | None,
+           trigger_seconds: float, max_files_per_trigger: int | None, until_idle: float | None,
+           inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
-    exactly once."""
+    exactly once; or (--follow) keep doing so as files appear in a directory."""
     from rich.console import Console
 
     from changelake.lake import commands, report
 
     ident, columns = _table_and_key(table, key)
+    if follow_dir is None and (checkpoint is not None or max_files_per_trigger is not None
+                               or until_idle is not None):
+        raise click.UsageError("--checkpoint, --max-files-per-trigger and --until-idle go "
+                               "with --follow")
+    if follow_dir is not None:
+        if inputs or kafka is not None:
+            raise click.UsageError("--follow reads its directory: no INPUT or --kafka as well")
+        if source != "materialize":
+            raise click.UsageError(f"--follow reads Materialize CDC files only, not --from "
+                                   f"{source}")
+        _follow(lake_dir, metastore_uri, master, spark_conf, ident, columns, schema_path,
+                scd2, follow_dir, checkpoint, trigger_seconds, max_files_per_trigger,
+                until_idle)
+        return
     if close and source == "materialize":
         raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
                                "closes itself")
@@ -655,6 +687,49 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     waiting = report.waiting_line(result)
     if waiting is not None:
         click.echo(f"changelake: {waiting}", err=True)
+
+
+def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
+            ident: Any, columns: tuple[str, ...], schema_path: Path | None, scd2: bool,
+            follow_dir: Path, checkpoint: Path | None, trigger_seconds: float,
+            max_files_per_trigger: int | None, until_idle: float | None) -> None:
+    """`ingest --follow`: run until SIGTERM / SIGINT (or --until-idle), then exit 0 once the
+    batch in flight has committed (see lake/follow.py)."""
+    import os
+    import signal
+
+    from changelake.lake.follow import FollowControl, directory_source, follow
+
+    steps = bool(os.environ.get("CHANGELAKE_FOLLOW_STEPS"))  # every step: for the kill tests
+
+    def progress(batch: int, step: str, result: Any) -> None:
+        if result is not None:
+            upper = "∞" if result.upper is None else result.upper
+            what = ("nothing new" if result.skipped else
+                    f"{result.written:,} updates at times [{result.lower}, {upper})")
+            click.echo(f"changelake: batch {batch}: committed version {result.version}: {what}",
+                       err=True)
+        elif steps or step in ("skipped", "waiting"):
+            click.echo(f"changelake: batch {batch}: {step}", err=True)
+
+    messages = directory_source(follow_dir, schema=schema_path,
+                                max_files_per_trigger=max_files_per_trigger)
+    control = FollowControl()
+    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        click.echo(f"changelake: following {follow_dir.resolve()} into {ident}", err=True)
+        result = follow(lake, ident, messages, str(follow_dir.resolve()),
+                        checkpoint=checkpoint, key=columns, scd2=scd2,
+                        trigger_seconds=trigger_seconds, until_idle=until_idle,
+                        control=control, progress=progress)
+    finally:
+        lake.spark.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
+               f"micro-batch(es), {result.committed} committed", err=True)
 
 
 def engine_option(func: F) -> F:
@@ -883,13 +958,16 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         offsets = report.offsets_table(result.tables)
         if offsets is not None:
             Console().print(offsets)
+        followed = report.follow_table(result.tables)
+        if followed is not None:
+            Console().print(followed)
         if result.sources:
             Console().print(report.sources_table(result.sources))
 
 
 def _kafka_lag(state: Any) -> list[dict] | None:
     """A table's Kafka lag for `status`, asked of its cluster (None: not ingested from Kafka)."""
-    if state.offsets is None:
+    if state.offsets is None or state.offsets.kind != "kafka":
         return None
     from changelake.kafka.lag import offsets_status
 

@@ -544,6 +544,10 @@ class TableStatus:
     """For a table ingested from Kafka topics: per partition its topic, partition, committed
     offset (where the next ingest starts), the partition's end now and the lag between them
     (None, with `error`, when the cluster was not or could not be asked; see `kafka.lag`)."""
+    follow: dict[str, Any] | None = None
+    """For a table following a directory (`ingest --follow`): the directory, the last
+    committed micro-batch, the files not yet committed and the age of the oldest of them in
+    seconds (see `follow_lag`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -560,7 +564,10 @@ class LakeStatus:
 
 def status_of(state: TableState, directory: Path, name: str, rows: int, *,
               offsets: list[dict[str, Any]] | None = None) -> TableStatus:
-    """A table's status line from its committed `state`, its row count and its Kafka lag."""
+    """A table's status line from its committed `state`, its row count, its Kafka lag, and a
+    followed directory's lag."""
+    from changelake.lake.follow_lag import follow_status
+
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
@@ -569,6 +576,7 @@ def status_of(state: TableState, directory: Path, name: str, rows: int, *,
         bytes=sum(f.bytes for f in state.files), version=state.version,
         last_operation=state.operation, last_commit=when,
         source=None if state.origin is None else state.origin.source, offsets=offsets,
+        follow=follow_status(state.offsets),
     )
 
 

@@ -326,7 +326,7 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
     state = state if state is not None else handle.state()
     rows = handle.current().count() if count_rows else -1
     offsets = None
-    if state.offsets is not None:
+    if state.offsets is not None and state.offsets.kind == "kafka":
         from changelake.kafka.lag import offsets_status
 
         offsets = offsets_status(state.offsets, live=live, timeout=timeout,

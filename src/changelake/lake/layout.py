@@ -132,16 +132,30 @@ class TopicOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamMark:
+    """The last micro-batch of a followed source (`ingest --follow`) that the table committed:
+    the streaming checkpoint's identity and directory, and the batch id. A batch Spark replays
+    after a crash, at or before `batch` of the same checkpoint, commits nothing again."""
+
+    checkpoint: str
+    directory: str
+    batch: int
+
+
+@dataclass(frozen=True, slots=True)
 class SourceOffsets:
     """The positions in a log source (`kind`: "kafka") that the table has consumed, per topic
     and partition, and what the messages there are (`format`: "materialize"). `address` is
     where the source was last read (bootstrap servers), for `status` to ask its lag; the
-    offsets belong to the topics, not to the address."""
+    offsets belong to the topics, not to the address. A followed source (`ingest --follow`,
+    see `follow.py`) records its last committed micro-batch in `stream` (`kind` "files":
+    `address` is the directory followed)."""
 
     kind: str
     format: str
     address: str
     topics: tuple[TopicOffsets, ...] = ()
+    stream: StreamMark | None = None
 
     def topic(self, name: str) -> TopicOffsets | None:
         return next((t for t in self.topics if t.topic == name), None)
@@ -151,7 +165,9 @@ class SourceOffsets:
         topics = tuple(
             TopicOffsets(t["topic"], tuple(PartitionOffsets(**p) for p in t["partitions"]))
             for t in raw.get("topics", ()))
-        return cls(raw["kind"], raw["format"], raw["address"], topics)
+        stream = raw.get("stream")
+        return cls(raw["kind"], raw["format"], raw["address"], topics,
+                   None if stream is None else StreamMark(**stream))
 
 
 @dataclass(frozen=True, slots=True)

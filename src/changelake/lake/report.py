@@ -102,6 +102,20 @@ def offsets_table(statuses: Sequence[TableStatus]) -> RichTable | None:
     return table
 
 
+def follow_table(statuses: Sequence[TableStatus]) -> RichTable | None:
+    """Per table following a directory (`ingest --follow`): the directory, the last committed
+    micro-batch, the files not yet committed and the age of the oldest; None if none does."""
+    rows = [(s.name, s.follow) for s in statuses if s.follow is not None]
+    if not rows:
+        return None
+    table = RichTable("table", "following", "batch", "files behind", "seconds behind")
+    for name, f in rows:
+        files = f["error"] or f"{f['files_behind']:,}"
+        seconds = "-" if f["seconds_behind"] is None else f"{f['seconds_behind']:.1f}"
+        table.add_row(name, f["source"], str(f["batch"]), files, seconds)
+    return table
+
+
 def topics_line(read: KafkaIngestReport) -> str:
     """What `ingest --kafka` read: records, and per partition the offsets read and where the
     next run starts."""

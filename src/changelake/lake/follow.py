@@ -1,0 +1,421 @@
+"""`changelake ingest --follow`: a growing source of Materialize CDC messages committed to a
+lake table by a long-lived Structured Streaming query, each micro-batch exactly once, across
+SIGKILL and restart from the checkpoint.
+
+The source is a parameter: a function that returns the streaming DataFrame of messages (the
+`materialize-cdc` source's shape, see `spark/source.py`); `directory_source` is the one for a
+directory of files. Each micro-batch runs `CommitBatches` (`foreachBatch`), which decodes as
+`spark/stream.py` does, with the lake table as the output and the frontier's keeper:
+
+* Batch `n` decodes (the pending updates and statements kept after the previous batch, plus
+  batch `n`'s messages) from the table's committed frontier F, under the table's writer lock.
+* It writes what stays unfinished (the distinct updates at or beyond the new frontier, the
+  statements not wholly behind it) to `state/<id>/<n>` in the checkpoint (hidden name, then
+  rename), before the lake commit; `<id>` is the identity of Spark's checkpoint (`metadata`),
+  new whenever Spark's checkpoint is new and its batch ids start again at 0.
+* It commits the finished updates with `commit_input`, the same commit recording the batch
+  (`layout.StreamMark`: the checkpoint's identity, its directory and `n`), so every batch makes
+  one table version, possibly with no rows. Then the states before `n` are removed.
+
+The state a batch starts from is the latest `state/<id>/<m>` with `m < n`: Spark runs batch `n`
+only after batch `m`'s function returned, so that state belongs to a batch that finished (its
+lake commit made, or skipped because the table could not be created yet: no rows have columns).
+
+Crash windows (`kill -9` anywhere; Spark logs batch `n`'s offsets, its file list, before
+running it, and replays exactly that batch on restart):
+
+* before `state/<n>` is in place, or after it and before the lake commit: the replay starts
+  from the same `state/<m>` with the same messages and the same committed frontier, so it
+  computes the same result, replaces `state/<n>` (identical) and commits: nothing lost;
+* after the lake commit (before Spark logged the batch as done): the table's mark names this
+  checkpoint and batch `n`, so the replay commits nothing and returns.
+
+Even without the mark a replay could not double anything: the table takes only updates at or
+beyond its frontier (see `table.py`), which the first attempt moved past what it committed; the
+mark makes "commits nothing the second time" literal and skips the work. So a new checkpoint
+(the old one deleted) is safe too: it has a new identity and no state, it re-reads every file,
+and what the table holds is skipped.
+
+A clean stop (`FollowControl.stop`, which the CLI calls on SIGTERM and SIGINT) lets the batch in
+flight commit, and a batch that starts after the stop was asked fails before it does anything
+(so Spark replays it on the next run); then the query stops. `until_idle` stops the same way
+once no batch has run for that many seconds.
+
+Data without a schema (JSON lines, no `--schema`, no Avro container file when the query
+starts) is read as JSON text and typed per batch by Spark's JSON inference over the batch's
+updates, as `ingest` types a whole input; a table created this way takes its columns from the
+first batch with updates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from changelake.errors import LakeError
+from changelake.lake.catalog import Lake
+from changelake.lake.commands import DecodedInput, commit_input, flatten
+from changelake.lake.follow_lag import KIND
+from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.layout import SourceOffsets, StreamMark, TableState
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult
+from changelake.protocol import Antichain
+from changelake.spark.stream import PENDING, StreamState, latest_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+FORMAT = "materialize"
+FOLLOW_DIR = "_follow"
+"""The default checkpoint, inside the table's directory."""
+OWNER = "follow.json"
+SPARK_DIR = "spark"
+STATE_DIR = "state"
+
+MessagesSource = Callable[["SparkSession"], "DataFrame"]
+"""Returns the streaming DataFrame of messages (`materialize-cdc`'s row shape)."""
+BatchProgress = Callable[[int, str, "CommitResult | None"], None]
+"""progress(batch id, step, commit result): steps `started`, `state` (the pending state is
+durable), `committed` (with the lake commit's result; None when it recorded the batch only),
+`skipped` (a replay of a committed batch), `waiting` (no table yet and nothing to create it
+with)."""
+
+
+def default_checkpoint(lake: Lake, table: str | TableIdentifier) -> Path:
+    return lake.handle(table).directory / FOLLOW_DIR
+
+
+def check_checkpoint(checkpoint: Path, table: str, address: str) -> None:
+    """Record what the checkpoint follows at its first use; a checkpoint made for another table
+    or source is refused (its offsets belong to that source)."""
+    path = checkpoint / OWNER
+    if path.exists():
+        raw = json.loads(path.read_text())
+        if raw.get("table") != table or raw.get("source") != address:
+            raise LakeError(f"checkpoint {checkpoint} follows {raw.get('source')} into table "
+                            f"{raw.get('table')}, not {address} into {table}: use another "
+                            "--checkpoint")
+        return
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    temporary = checkpoint / f".{OWNER}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({"table": table, "source": address}))
+    os.replace(temporary, path)
+
+
+def spark_checkpoint_id(checkpoint: Path) -> str:
+    """The identity of Spark's checkpoint (its `metadata`, written when the query starts): a
+    new one when the old was deleted, whose batch ids start again at 0."""
+    return str(json.loads((checkpoint / SPARK_DIR / "metadata").read_text())["id"])
+
+
+def directory_source(directory: Path, *, schema: Path | None = None,
+                     max_files_per_trigger: int | None = None) -> MessagesSource:
+    """The files that appear in `directory` (atomically: hidden name, then rename), as
+    `materialize-cdc` streams them. Rows are typed by `schema`, else by the first Avro
+    container file present when the query starts, else read as JSON text."""
+    from changelake.formats.materialize import OCF_MAGIC, expand_paths
+
+    directory = Path(directory).resolve()
+    if not directory.is_dir():
+        raise LakeError(f"--follow {directory}: not a directory")
+
+    def messages(spark: SparkSession) -> DataFrame:
+        from changelake.spark.source import register
+
+        register(spark)
+        reader = spark.readStream.format("materialize-cdc")
+        if schema is not None:
+            reader = reader.option("avroSchema", Path(schema).read_text())
+        else:
+            typed = False
+            for path in expand_paths([directory]):
+                with open(path, "rb") as fo:
+                    if fo.read(len(OCF_MAGIC)) == OCF_MAGIC:
+                        typed = True
+                        break
+            if not typed:
+                reader = reader.option("dataAs", "json")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        return reader.load(str(directory))
+
+    return messages
+
+
+def _rows(directory: Path) -> int:
+    """Rows in a directory of Parquet files, from their footers."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.glob("*.parquet"))
+
+
+def _states_before(states: Path, batch: int) -> None:
+    """Forget the states a committed batch `batch` has replaced, leftovers of crashed
+    attempts, and the states of a Spark checkpoint that was replaced."""
+    for other in states.parent.iterdir():
+        if other != states:
+            shutil.rmtree(other, ignore_errors=True)
+    for path in states.iterdir():
+        if path.name.startswith(".") or (path.name.isdigit() and int(path.name) < batch):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class FollowControl:
+    """Between the query's batches and whoever stops it: `stop()` asks for a clean stop."""
+
+    stopping: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: bool = False
+    last_batch_end: float = field(default_factory=time.monotonic)
+    batches: int = 0
+    committed: int = 0
+    failure: BaseException | None = None
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+class StopRequested(Exception):
+    """Raised by a batch that starts after a stop was asked: Spark keeps it for the next run."""
+
+
+class CommitBatches:
+    """The `foreachBatch` function: one micro-batch of messages in, one table version out."""
+
+    def __init__(self, lake: Lake, table: str | TableIdentifier, checkpoint: Path,
+                 identity: str | None, address: str, control: FollowControl, *,
+                 key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
+                 scd2: bool = False, progress: BatchProgress | None = None,
+                 kind: str = KIND) -> None:
+        self.lake = lake
+        self.handle = lake.handle(table)
+        self.checkpoint = Path(checkpoint).resolve()
+        self._identity = identity
+        self.address = address
+        self.control = control
+        self.key = tuple(key)
+        self.buckets = buckets
+        self.scd2 = scd2
+        self.progress = progress or (lambda _batch, _step, _result: None)
+        self.kind = kind
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        control = self.control
+        with control.lock:
+            if control.stopping.is_set():
+                raise StopRequested(f"stop asked before batch {batch_id}")
+            control.in_flight = True
+        try:
+            if self._commit(batch, batch_id):
+                control.committed += 1
+            control.batches += 1
+        except BaseException as error:
+            control.failure = error
+            raise
+        finally:
+            with control.lock:
+                control.in_flight = False
+                control.last_batch_end = time.monotonic()
+
+    @property
+    def identity(self) -> str:
+        """The checkpoint's identity (Spark's, unless given), read once."""
+        if self._identity is None:
+            self._identity = spark_checkpoint_id(self.checkpoint)
+        return self._identity
+
+    @property
+    def states(self) -> Path:
+        """Where this checkpoint's batches keep their pending state."""
+        return self.checkpoint / STATE_DIR / self.identity
+
+    def _mark(self, state: TableState | None) -> StreamMark | None:
+        offsets = state.offsets if state is not None else None
+        if offsets is None:
+            return None
+        if offsets.kind != self.kind or offsets.stream is None:
+            raise LakeError(f"table {self.handle.name} records offsets of a {offsets.kind} "
+                            f"source, not of a followed {self.kind} source ({self.address})")
+        return offsets.stream
+
+    def _commit(self, batch: DataFrame, batch_id: int) -> bool:
+        """Decode and commit batch `batch_id`; False when the table already has it."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from changelake.spark.decoder import (
+            collect_statements,
+            decode_statements,
+            split_messages,
+        )
+        from changelake.spark.errors import translate_errors
+
+        spark = batch.sparkSession
+        with self.handle.writer() as writer, ExitStack() as cleanup:
+            state = writer.state
+            mark = self._mark(state)
+            if mark is not None and mark.checkpoint == self.identity and mark.batch >= batch_id:
+                self.progress(batch_id, "skipped", None)
+                return False  # committed before a crash: the replay commits nothing
+            self.progress(batch_id, "started", None)
+            committed = state.upper if state is not None else 0
+            previous = latest_state(self.states, before=batch_id)
+            messages = batch.persist(StorageLevel.MEMORY_AND_DISK)
+            cleanup.callback(messages.unpersist)
+            updates, progress = split_messages(messages)
+            updates = updates.selectExpr("data", "time", "diff")
+            if previous is not None and previous[0].has_pending:
+                pending = spark.read.schema(updates.schema).parquet(str(previous[1] / PENDING))
+                updates = updates.unionByName(pending)
+            kept = list(previous[0].statements) if previous is not None else []
+            statements = list(dict.fromkeys([*kept, *translate_errors(collect_statements,
+                                                                      progress)]))
+            since = Antichain([committed]) if committed is not None else Antichain()
+            if committed is None:  # closed: nothing can be added; record the batch only
+                frontier, still, finished, has_pending = Antichain(), (), None, False
+                temporary = self._temporary(batch_id)
+                temporary.mkdir(parents=True)
+            else:
+                decoded = translate_errors(
+                    decode_statements, updates, statements, since=since,
+                    partitions=spark.sparkContext.defaultParallelism)
+                cleanup.callback(decoded.unpersist)
+                frontier = decoded.frontier
+                still = tuple(p for p in statements if not p.upper.le(frontier))
+                temporary = self._temporary(batch_id)
+                assert decoded.pending is not None
+                translate_errors(decoded.pending.write.parquet, str(temporary / PENDING))
+                has_pending = _rows(temporary / PENDING) > 0
+                if not has_pending:
+                    shutil.rmtree(temporary / PENDING, ignore_errors=True)
+                finished = decoded.updates
+            keep = StreamState(batch_id, frontier, still, has_pending)
+            (temporary / "state.json").write_text(json.dumps(keep.to_json()))
+            final = self.states / f"{batch_id:012d}"
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(temporary, final)  # the state is durable before the lake commit
+            self.progress(batch_id, "state", None)
+            rows = None
+            if finished is not None:
+                data_type = updates.schema["data"].dataType
+                if data_type.typeName() == "string":  # JSON text: type it (module docstring)
+                    texts = updates.select("data").rdd.map(lambda row: row[0])
+                    inferred = translate_errors(lambda: spark.read.json(texts).schema)
+                    if inferred.fields:
+                        finished = finished.withColumn("data", F.from_json("data", inferred))
+                    else:
+                        finished = None
+                if finished is not None:
+                    rows = flatten(finished)
+            if state is None and rows is None:
+                self.progress(batch_id, "waiting", None)
+                return False  # no columns to create the table with: the state holds it all
+            offsets = SourceOffsets(self.kind, FORMAT, self.address,
+                                    stream=StreamMark(self.identity, str(self.checkpoint),
+                                                      batch_id))
+            if rows is None:  # closed, or nothing typed: the version records the batch only
+                assert state is not None
+                writer.publish(state.next("offsets", offsets=offsets))
+                result = None
+            else:
+                result = translate_errors(
+                    commit_input, writer, DecodedInput(rows, since, frontier, None),
+                    key=self.key, buckets=self.buckets, scd2=self.scd2, offsets=offsets)
+        self.progress(batch_id, "committed", result)
+        _states_before(self.states, batch_id)
+        return True
+
+    def _temporary(self, batch_id: int) -> Path:
+        self.states.mkdir(parents=True, exist_ok=True)
+        return self.states / f".{batch_id:012d}-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True, slots=True)
+class FollowReport:
+    """What a follow run did: micro-batches run, and how many of them committed a version."""
+
+    table: str
+    batches: int
+    committed: int
+    checkpoint: str
+
+
+def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, address: str, *,
+           checkpoint: Path | None = None, key: Sequence[str] = (),
+           buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
+           until_idle: float | None = None, control: FollowControl | None = None,
+           progress: BatchProgress | None = None, kind: str = KIND,
+           poll_seconds: float = 0.2) -> FollowReport:
+    """Follow `source` (its messages, named `address`) into `table` until `control.stop()`
+    is called, or (`until_idle`) no batch has run for that many seconds: see the module
+    docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
+    source's kind in the commits' `SourceOffsets` (`status` computes a `files` source's lag;
+    another source, such as topics, brings its own)."""
+    handle = lake.handle(table)
+    for column in key:
+        check_name(column, f"table {handle.name}: key column")
+    if trigger_seconds <= 0:
+        raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
+    checkpoint = Path(checkpoint if checkpoint is not None
+                      else default_checkpoint(lake, handle.ident)).resolve()
+    existing = handle.load()
+    if existing is not None and existing.offsets is not None and (
+            existing.offsets.kind != kind or existing.offsets.stream is None):
+        raise LakeError(f"table {handle.name} is ingested from a {existing.offsets.kind} "
+                        f"source ({existing.offsets.address}): it cannot follow {address}")
+    check_checkpoint(checkpoint, handle.name, address)
+    control = control or FollowControl()
+    sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
+                         buckets=buckets, scd2=scd2, progress=progress, kind=kind)
+    query = (
+        source(lake.spark).writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint / SPARK_DIR))
+        .trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
+        .queryName(f"changelake-follow-{uuid.uuid4().hex[:8]}")
+        .start()
+    )
+    waiting_since: float | None = None  # when the first trigger was seen done
+    try:
+        while query.isActive:
+            if query.awaitTermination(poll_seconds):
+                break
+            if until_idle is not None and waiting_since is None and \
+                    str(query.status.get("message", "")).startswith("Waiting"):
+                waiting_since = time.monotonic()
+            with control.lock:
+                idle = (waiting_since is not None and not control.in_flight
+                        and time.monotonic() - max(waiting_since, control.last_batch_end)
+                        >= until_idle)
+                if idle:
+                    control.stopping.set()
+                done = control.stopping.is_set() and not control.in_flight
+            if done:
+                query.stop()
+                break
+    except Exception:
+        if not control.stopping.is_set() and control.failure is None:
+            raise
+    finally:
+        if query.isActive:
+            query.stop()
+    failure = control.failure
+    if failure is not None and not isinstance(failure, StopRequested):
+        raise failure
+    if query.exception() is not None and control.failure is None \
+            and not control.stopping.is_set():
+        raise LakeError(f"follow {address}: the streaming query failed: {query.exception()}")
+    return FollowReport(handle.name, control.batches, control.committed, str(checkpoint))
+
+
+__all__ = ["FollowControl", "FollowReport", "directory_source", "follow"]
