@@ -424,8 +424,8 @@ def test_follow_usage_errors(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
     for extra, message in [
-        (["--follow", str(source), str(source)], "no INPUT or --kafka as well"),
-        (["--follow", str(source), "--from", "debezium"], "Materialize CDC files only"),
+        (["--follow", str(source), str(source)], "one INPUT directory"),
+        (["--follow", str(source), "--from", "debezium"], "Materialize CDC files or topics only"),
         (["--until-idle", "3", str(source)], "go with --follow"),
     ]:
         done = subprocess.run(cli("ingest", "--lake", str(tmp_path / "lake"), "--table", "t",

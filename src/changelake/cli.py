@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -599,12 +600,11 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--group", default=None, metavar="G",
               help="With --kafka: also commit the positions reached to this consumer group "
                    "(for monitoring; the lake's commit is where a run resumes).")
-@click.option("--follow", "follow_dir", default=None, metavar="SOURCE_DIR",
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Keep following this directory of Materialize CDC files (each written "
-                   "under a hidden name, then renamed): a streaming query commits each "
-                   "micro-batch exactly once, until SIGTERM or SIGINT (the batch in flight "
-                   "commits first).")
+@click.option("--follow", "following", is_flag=True,
+              help="Keep following the INPUT directory of Materialize CDC files (each written "
+                   "under a hidden name, then renamed), or the --kafka topics: a streaming "
+                   "query commits each micro-batch exactly once, until SIGTERM or SIGINT (the "
+                   "batch in flight commits first).")
 @click.option("--checkpoint", "checkpoint", default=None, metavar="DIR",
               type=click.Path(file_okay=False, path_type=Path),
               help="With --follow: the streaming checkpoint (default: _follow in the table's "
@@ -613,6 +613,8 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
               show_default=True, help="With --follow: how often to look for new files.")
 @click.option("--max-files-per-trigger", type=click.IntRange(min=1), default=None,
               help="With --follow: at most N new files per micro-batch.")
+@click.option("--max-records-per-trigger", type=click.IntRange(min=1), default=None,
+              help="With --follow --kafka: at most N new records per micro-batch.")
 @click.option("--until-idle", type=click.FloatRange(min=0), default=None, metavar="S",
               help="With --follow: stop (exit 0) once no new file came for S seconds.")
 @click.argument("inputs", nargs=-1, type=click.Path())
@@ -620,29 +622,45 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
-           group: str | None, follow_dir: Path | None, checkpoint: Path | None,
-           trigger_seconds: float, max_files_per_trigger: int | None, until_idle: float | None,
+           group: str | None, following: bool, checkpoint: Path | None,
+           trigger_seconds: float, max_files_per_trigger: int | None,
+           max_records_per_trigger: int | None, until_idle: float | None,
            inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
-    exactly once; or (--follow) keep doing so as files appear in a directory."""
+    exactly once; or (--follow) keep doing so as files appear in a directory, or records in
+    the topics."""
     from rich.console import Console
 
     from changelake.lake import commands, report
 
     ident, columns = _table_and_key(table, key)
-    if follow_dir is None and (checkpoint is not None or max_files_per_trigger is not None
-                               or until_idle is not None):
-        raise click.UsageError("--checkpoint, --max-files-per-trigger and --until-idle go "
-                               "with --follow")
-    if follow_dir is not None:
-        if inputs or kafka is not None:
-            raise click.UsageError("--follow reads its directory: no INPUT or --kafka as well")
+    if not following and (checkpoint is not None or max_files_per_trigger is not None
+                          or max_records_per_trigger is not None or until_idle is not None):
+        raise click.UsageError("--checkpoint, --max-files-per-trigger, "
+                               "--max-records-per-trigger and --until-idle go with --follow")
+    if following:
         if source != "materialize":
-            raise click.UsageError(f"--follow reads Materialize CDC files only, not --from "
-                                   f"{source}")
+            raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
+                                   f"--from {source}")
+        if kafka is not None:
+            if inputs:
+                raise click.UsageError("--follow --kafka follows the topics: no INPUT as well")
+            if not topics:
+                raise click.UsageError("--kafka needs --topic T")
+            if schema_path is None and schema_registry is None:
+                raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
+                                       "--schema-registry URL")
+            if group is not None or max_files_per_trigger is not None:
+                raise click.UsageError("--group and --max-files-per-trigger do not go with "
+                                       "--follow --kafka (the checkpoint keeps the offsets)")
+        elif len(inputs) != 1 or max_records_per_trigger is not None:
+            raise click.UsageError("--follow follows one INPUT directory (no more than one "
+                                   "INPUT as well), or --kafka topics")
         _follow(lake_dir, metastore_uri, master, spark_conf, ident, columns, schema_path,
-                scd2, follow_dir, checkpoint, trigger_seconds, max_files_per_trigger,
-                until_idle)
+                scd2, Path(inputs[0]) if inputs else None, checkpoint, trigger_seconds,
+                max_files_per_trigger, until_idle,
+                _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger)
+                if kafka is not None else None)
         return
     if close and source == "materialize":
         raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
@@ -689,16 +707,34 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         click.echo(f"changelake: {waiting}", err=True)
 
 
+@dataclass(frozen=True)
+class _TopicFollow:
+    """`ingest --follow --kafka`'s topics."""
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    schema_registry: str | None
+    max_records_per_trigger: int | None
+
+
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
             ident: Any, columns: tuple[str, ...], schema_path: Path | None, scd2: bool,
-            follow_dir: Path, checkpoint: Path | None, trigger_seconds: float,
-            max_files_per_trigger: int | None, until_idle: float | None) -> None:
+            follow_dir: Path | None, checkpoint: Path | None, trigger_seconds: float,
+            max_files_per_trigger: int | None, until_idle: float | None,
+            kafka: _TopicFollow | None = None) -> None:
     """`ingest --follow`: run until SIGTERM / SIGINT (or --until-idle), then exit 0 once the
     batch in flight has committed (see lake/follow.py)."""
     import os
     import signal
 
-    from changelake.lake.follow import FollowControl, directory_source, follow
+    from changelake.lake.follow import (
+        TOPICS,
+        FollowControl,
+        directory_source,
+        follow,
+        topic_source,
+        topics_address,
+    )
 
     steps = bool(os.environ.get("CHANGELAKE_FOLLOW_STEPS"))  # every step: for the kill tests
 
@@ -712,18 +748,27 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         elif steps or step in ("skipped", "waiting"):
             click.echo(f"changelake: batch {batch}: {step}", err=True)
 
-    messages = directory_source(follow_dir, schema=schema_path,
-                                max_files_per_trigger=max_files_per_trigger)
+    if kafka is not None:
+        messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
+                                schema_registry=kafka.schema_registry,
+                                max_records_per_trigger=kafka.max_records_per_trigger)
+        address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
+    else:
+        assert follow_dir is not None
+        messages = directory_source(follow_dir, schema=schema_path,
+                                    max_files_per_trigger=max_files_per_trigger)
+        address, kind = str(follow_dir.resolve()), None
     control = FollowControl()
     previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        click.echo(f"changelake: following {follow_dir.resolve()} into {ident}", err=True)
-        result = follow(lake, ident, messages, str(follow_dir.resolve()),
+        click.echo(f"changelake: following {address} into {ident}", err=True)
+        result = follow(lake, ident, messages, address,
                         checkpoint=checkpoint, key=columns, scd2=scd2,
                         trigger_seconds=trigger_seconds, until_idle=until_idle,
-                        control=control, progress=progress)
+                        control=control, progress=progress,
+                        **({"kind": kind} if kind is not None else {}))
     finally:
         lake.spark.stop()
         for sig, handler in previous.items():

@@ -4,8 +4,10 @@ SIGKILL and restart from the checkpoint.
 
 The source is a parameter: a function that returns the streaming DataFrame of messages (the
 `materialize-cdc` source's shape, see `spark/source.py`); `directory_source` is the one for a
-directory of files. Each micro-batch runs `CommitBatches` (`foreachBatch`), which decodes as
-`spark/stream.py` does, with the lake table as the output and the frontier's keeper:
+directory of files, `topic_source` the one for Kafka topics (`kafka-cdc`, whose offsets Spark
+logs in the checkpoint as it logs a directory's file list). Each micro-batch runs
+`CommitBatches` (`foreachBatch`), which decodes as `spark/stream.py` does, with the lake table
+as the output and the frontier's keeper:
 
 * Batch `n` decodes (the pending updates and statements kept after the previous batch, plus
   batch `n`'s messages) from the table's committed frontier F, under the table's writer lock.
@@ -64,7 +66,7 @@ from typing import TYPE_CHECKING
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import DecodedInput, commit_input, flatten
-from changelake.lake.follow_lag import KIND
+from changelake.lake.follow_lag import KIND, TOPICS
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult
@@ -147,6 +149,41 @@ def directory_source(directory: Path, *, schema: Path | None = None,
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
         return reader.load(str(directory))
+
+    return messages
+
+
+def topics_address(bootstrap: str, topics: Sequence[str]) -> str:
+    """How followed topics are named in the commits and the checkpoint: `kafka://B/t1,t2`."""
+    return f"kafka://{bootstrap}/{','.join(topics)}"
+
+
+def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None = None,
+                 schema_registry: str | None = None, max_records_per_trigger: int | None = None,
+                 config: dict[str, str] | None = None) -> MessagesSource:
+    """Records of Materialize CDC messages as they arrive in `topics`, read on the executors
+    by the `kafka-cdc` streaming source; its offsets live in the follow's checkpoint, so a
+    restart reads only what no committed batch read."""
+    if schema is None and schema_registry is None:
+        raise LakeError("following Kafka topics needs the messages' schema: --schema FILE or "
+                        "--schema-registry URL")
+
+    def messages(spark: SparkSession) -> DataFrame:
+        from changelake.spark import kafka_source
+
+        kafka_source.register(spark)
+        reader = (spark.readStream.format(kafka_source.NAME)
+                  .option("kafka.bootstrap.servers", bootstrap)
+                  .option("topics", ",".join(topics)).option("startingOffsets", "earliest"))
+        if schema is not None:
+            reader = reader.option("avroSchema", Path(schema).read_text())
+        if schema_registry is not None:
+            reader = reader.option("schemaRegistry", schema_registry)
+        if max_records_per_trigger:
+            reader = reader.option("maxRecordsPerTrigger", str(max_records_per_trigger))
+        for name, value in (config or {}).items():
+            reader = reader.option(f"kafka.{name}", value)
+        return reader.load()
 
     return messages
 
@@ -418,4 +455,5 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     return FollowReport(handle.name, control.batches, control.committed, str(checkpoint))
 
 
-__all__ = ["FollowControl", "FollowReport", "directory_source", "follow"]
+__all__ = ["TOPICS", "FollowControl", "FollowReport", "directory_source", "follow",
+           "topic_source", "topics_address"]

@@ -1,7 +1,8 @@
 """A followed table's lag for `status` (`ingest --follow`, see `follow.py`): how many files of
-its directory no committed micro-batch has read, and how long the oldest of them has waited
-(0 when caught up). A directory listing and one small file of the checkpoint, no Spark, so the
-JVM-free `status` asks it too.
+its directory (records of its topics) no committed micro-batch has read, and how long the
+oldest of them has waited (0 when caught up). A directory listing (or the topics' ends and
+one record each) and one small file of the checkpoint, no Spark, so the JVM-free `status`
+asks it too.
 
 The files a committed batch `n` had read are in Spark's offsets log of the checkpoint the
 table's last commit names (`offsets/<n>`: its last line is the source's offset, the sorted list
@@ -22,6 +23,8 @@ from changelake.lake.layout import SourceOffsets
 SPARK_OFFSETS = ("spark", "offsets")
 KIND = "files"
 """`SourceOffsets.kind` of a followed directory."""
+TOPICS = "topics"
+"""`SourceOffsets.kind` of followed Kafka topics: the address is `kafka://BOOTSTRAP/T1,T2`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,7 @@ class FollowLag:
     files_behind: int | None
     seconds_behind: float | None
     error: str | None = None
+    records_behind: int | None = None  # followed topics: records not yet committed
 
 
 def committed_files(checkpoint: Path, batch: int) -> set[str]:
@@ -72,8 +76,62 @@ def follow_lag(offsets: SourceOffsets, now: float | None = None) -> FollowLag:
     return FollowLag(str(source), mark.batch, len(behind), seconds)
 
 
+def checkpoint_offsets(checkpoint: Path, batch: int) -> dict[str, dict[str, int]]:
+    """What the topics' source had handed out up to batch `batch`: its offsets in Spark's log,
+    `{topic: {partition: next offset}}`."""
+    path = checkpoint.joinpath(*SPARK_OFFSETS, str(batch))
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(lines[-1])
+
+
+def topics_lag(offsets: SourceOffsets, now: float | None = None,
+               timeout: float = 5.0) -> FollowLag:
+    """Followed topics' lag: the records beyond the offsets the last committed batch read (the
+    partitions' ends asked now), and how long the oldest of them has waited (its timestamp)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from changelake.kafka.client import client_config, describe
+
+    mark = offsets.stream
+    assert mark is not None
+    bootstrap, _, _ = offsets.address.removeprefix("kafka://").partition("/")
+    try:
+        read = checkpoint_offsets(Path(mark.directory), mark.batch)
+    except (OSError, ValueError, KeyError, IndexError) as error:
+        return FollowLag(offsets.address, mark.batch, None, None,
+                         f"checkpoint {mark.directory} unreadable: {error}")
+    settings = client_config(bootstrap, "status", None)
+    settings.update({"group.id": "changelake-status", "enable.auto.commit": False})
+    consumer = Consumer(settings)
+    behind, oldest = 0, None
+    try:
+        for topic, partitions in read.items():
+            for partition, offset in partitions.items():
+                place = TopicPartition(topic, int(partition), offset)
+                _, high = consumer.get_watermark_offsets(place, timeout=timeout)
+                if high <= offset:
+                    continue
+                behind += high - offset
+                consumer.assign([place])
+                record = consumer.consume(1, timeout=timeout)
+                if record and record[0].error() is None:
+                    kind, millis = record[0].timestamp()
+                    if kind in (1, 2):  # create or log-append time
+                        oldest = millis / 1000 if oldest is None else min(oldest, millis / 1000)
+    except KafkaException as error:
+        return FollowLag(offsets.address, mark.batch, None, None,
+                         f"unreachable: {describe(error)}")
+    finally:
+        consumer.close()
+    now = time.time() if now is None else now
+    seconds = 0.0 if behind == 0 else (None if oldest is None else
+                                       round(max(0.0, now - oldest), 3))
+    return FollowLag(offsets.address, mark.batch, None, seconds, records_behind=behind)
+
+
 def follow_status(offsets: SourceOffsets | None) -> dict[str, Any] | None:
-    """`follow_lag` as the plain record a `TableStatus` carries (None: not a followed table)."""
-    if offsets is None or offsets.stream is None or offsets.kind != KIND:
+    """The lag (`follow_lag`, `topics_lag`) as the plain record a `TableStatus` carries
+    (None: not a followed table)."""
+    if offsets is None or offsets.stream is None or offsets.kind not in (KIND, TOPICS):
         return None
-    return asdict(follow_lag(offsets))
+    return asdict(follow_lag(offsets) if offsets.kind == KIND else topics_lag(offsets))

@@ -103,14 +103,16 @@ def offsets_table(statuses: Sequence[TableStatus]) -> RichTable | None:
 
 
 def follow_table(statuses: Sequence[TableStatus]) -> RichTable | None:
-    """Per table following a directory (`ingest --follow`): the directory, the last committed
-    micro-batch, the files not yet committed and the age of the oldest; None if none does."""
+    """Per table following a directory or topics (`ingest --follow`): the source, the last
+    committed micro-batch, the files (or records) not yet committed and the age of the oldest;
+    None if none does."""
     rows = [(s.name, s.follow) for s in statuses if s.follow is not None]
     if not rows:
         return None
-    table = RichTable("table", "following", "batch", "files behind", "seconds behind")
+    table = RichTable("table", "following", "batch", "behind", "seconds behind")
     for name, f in rows:
-        files = f["error"] or f"{f['files_behind']:,}"
+        files = f["error"] or (f"{f['files_behind']:,} files" if f["files_behind"] is not None
+                               else f"{f.get('records_behind') or 0:,} records")
         seconds = "-" if f["seconds_behind"] is None else f"{f['seconds_behind']:.1f}"
         table.add_row(name, f["source"], str(f["batch"]), files, seconds)
     return table
