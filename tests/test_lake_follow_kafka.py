@@ -97,3 +97,72 @@ def test_follow_kafka_usage_errors(tmp_path: Path) -> None:
         done = subprocess.run([*CLI, *lake, *args], capture_output=True, timeout=60, text=True)
         assert done.returncode == 2 and message in done.stderr, (args, done.stderr)
     assert not (tmp_path / "lake").exists()
+
+
+def follow_topic_args(lake_dir: Path, name: str, bootstrap: str, topic: str, schema: Path,
+                      *extra: str) -> list[str]:
+    from test_lake_follow import cli
+
+    return cli("ingest", "--lake", str(lake_dir), "--table", name, "--schema", str(schema),
+               "--follow", "--kafka", bootstrap, "--topic", topic, "--trigger-seconds", "0.5",
+               "--max-records-per-trigger", "4", "--conf", "spark.sql.shuffle.partitions=2",
+               "--master", "local[1]", *extra)
+
+
+def kill_and_restart_topic_follow(spark, cluster: MockCluster, tmp_path: Path,
+                                  seed: int) -> None:
+    """Pieces of a mangled history are produced as batches commit; the follow process is
+    SIGKILLed at a seeded step line, the rest produced, and a restart on the same checkpoint
+    runs to idle: the table equals a one-shot ingest of the same messages (files), nothing
+    lost, nothing doubled."""
+    import signal
+    import time
+
+    from test_lake_follow import (
+        CDC,
+        Follower,
+        consolidated,
+        drop,
+        one_shot,
+        pieces,
+        schema_file,
+    )
+
+    rng = seeded(seed)
+    parts = pieces(rng, 5)
+    topic = new_topic(cluster, partitions=2)
+    schema, lake_dir, name = schema_file(tmp_path), tmp_path / "lake", "followed"
+    reference = tmp_path / "reference"
+
+    def produce(n: int) -> None:
+        write_topic(parts[n], bootstrap=cluster.bootstrap, topic=topic, schema=CDC)
+        drop(reference, n, parts[n])
+
+    produce(0)
+    args = follow_topic_args(lake_dir, name, cluster.bootstrap, topic, schema)
+    first = Follower(args)
+    kill_at, delay = rng.randrange(1, 3 * 3), rng.choice([0.0, 0.05, 0.3])
+    produced = 1
+    while len(first.steps()) < kill_at:
+        first.wait_for(len(first.steps()) + 1)
+        committed = sum(": committed" in s for s in first.steps())
+        if committed >= produced and produced < len(parts):
+            produce(produced)
+            produced += 1
+    time.sleep(delay)
+    first.process.send_signal(signal.SIGKILL)
+    first.finish()
+    for n in range(produced, len(parts)):
+        produce(n)
+    second = Follower([*args, "--until-idle", "4"])
+    assert second.finish() == 0, "\n".join(second.lines[-20:])
+    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, reference, schema), (
+        f"seed {seed}: killed at step {kill_at} + {delay}s\n"
+        + "\n".join(first.lines[-8:] + second.lines[-10:]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [6])  # one seed: the directory follow has five
+def test_sigkill_of_a_topic_follow_and_restart(spark, cluster: MockCluster, tmp_path: Path,
+                                               seed: int) -> None:
+    kill_and_restart_topic_follow(spark, cluster, tmp_path, seed)
