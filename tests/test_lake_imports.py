@@ -10,9 +10,9 @@ from pathlib import Path
 import changelake.lake
 
 LAKE = Path(changelake.lake.__file__).parent
-ORDER = ["identifier", "layout", "arrow", "schema", "sql", "scd2", "commit", "table", "compact",
-         "changes", "catalog", "sources", "metastore", "commands", "kafka_ingest", "report",
-         "sql_endpoint"]
+ORDER = ["identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2", "commit",
+         "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
+         "kafka_ingest", "follow", "report", "sql_endpoint"]
 
 
 def lake_imports(tree: ast.AST) -> list[tuple[str, bool]]:

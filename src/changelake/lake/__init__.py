@@ -1,13 +1,15 @@
 """Lake tables on Spark: exactly-once commits of CDC updates, merge-on-read, AS OF, compaction.
 
 Layers, each importing only those above it: `identifier` (names, checked once), `layout`
-(files, manifests and the commit pointer) and `schema` (evolution) are values; `arrow` reads a
+(files, manifests and the commit pointer) and `schema` (evolution) are values; `follow_lag`
+says how far a followed source is ahead of its table; `arrow` reads a
 committed state without a JVM (merge-on-read in pyarrow, for `status` and `snapshot`); `sql`
 and `scd2` turn a manifest into the SQL of its views; `commit` is the one commit path
 (manifest, views, pointer, garbage collection) and the writer lock; `table` and `compact` are
 the operations, and `changes` reads a table out as a CDCv2 stream (its change feed); `catalog`
 ties a lake directory to a metastore; `sources` groups captured tables by their source database
-(one time domain, one consistent frontier); `commands` are what the CLI runs, and `report`
+(one time domain, one consistent frontier); `commands` are what the CLI runs (`kafka_ingest`
+from topics, `follow` a streaming query over a directory or topics), and `report`
 renders them; `sql_endpoint` serves the tables over JDBC (`changelake sql`), with AS
 OF functions.
 """

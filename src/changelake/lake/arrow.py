@@ -68,6 +68,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from changelake.errors import LakeError
+from changelake.lake.follow_lag import follow_status
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import (
     SEGMENT,
@@ -545,9 +546,9 @@ class TableStatus:
     offset (where the next ingest starts), the partition's end now and the lag between them
     (None, with `error`, when the cluster was not or could not be asked; see `kafka.lag`)."""
     follow: dict[str, Any] | None = None
-    """For a table following a directory (`ingest --follow`): the directory, the last
-    committed micro-batch, the files not yet committed and the age of the oldest of them in
-    seconds (see `follow_lag`)."""
+    """For a table following a directory or topics (`ingest --follow`): the source, the last
+    committed micro-batch, the files (records) not yet committed and the age of the oldest of
+    them in seconds (see `follow_lag`)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -566,8 +567,6 @@ def status_of(state: TableState, directory: Path, name: str, rows: int, *,
               offsets: list[dict[str, Any]] | None = None) -> TableStatus:
     """A table's status line from its committed `state`, its row count, its Kafka lag, and a
     followed directory's lag."""
-    from changelake.lake.follow_lag import follow_status
-
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
