@@ -26,6 +26,18 @@ class PartitionLag:
     holds_back: bool = False  # see `holding_back`
 
 
+def status_consumer(bootstrap: str, config: Mapping[str, Any] | None = None) -> Any:
+    """A consumer that only asks (watermarks, a record's timestamp) and commits nothing: what
+    `status` uses to measure a lag."""
+    from confluent_kafka import Consumer
+
+    from changelake.kafka.client import client_config
+
+    settings = client_config(bootstrap, "status", config)
+    settings.update({"group.id": "changelake-status", "enable.auto.commit": False})
+    return Consumer(settings)
+
+
 def holding_back(offsets: SourceOffsets, frontier: int | None) -> set[tuple[str, int]]:
     """The partitions that hold the table's `frontier` back: those whose statements reached
     no further than it, while another partition's reached beyond it. One time's updates and
@@ -48,17 +60,13 @@ def topic_lags(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.
     asked of the cluster at `offsets.address` within `timeout` seconds per call, and whether
     it holds the table's `frontier` back (`holding_back`); an unreachable cluster is reported
     per partition, not raised."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    from changelake.kafka.client import client_config, describe
+    from changelake.kafka.client import describe
 
     out: list[PartitionLag] = []
-    consumer = None
+    consumer = status_consumer(offsets.address, config) if live else None
     failure: str | None = None  # once the cluster failed to answer, it is not asked again
-    if live:
-        settings = client_config(offsets.address, "status", config)
-        settings.update({"group.id": "changelake-status", "enable.auto.commit": False})
-        consumer = Consumer(settings)
     try:
         for topic in offsets.topics:
             for p in topic.partitions:

@@ -88,9 +88,10 @@ def topics_lag(offsets: SourceOffsets, now: float | None = None,
                timeout: float = 5.0) -> FollowLag:
     """Followed topics' lag: the records beyond the offsets the last committed batch read (the
     partitions' ends asked now), and how long the oldest of them has waited (its timestamp)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import KafkaException, TopicPartition
 
-    from changelake.kafka.client import client_config, describe
+    from changelake.kafka.client import describe
+    from changelake.kafka.lag import status_consumer
 
     mark = offsets.stream
     assert mark is not None
@@ -100,9 +101,7 @@ def topics_lag(offsets: SourceOffsets, now: float | None = None,
     except (OSError, ValueError, KeyError, IndexError) as error:
         return FollowLag(offsets.address, mark.batch, None, None,
                          f"checkpoint {mark.directory} unreadable: {error}")
-    settings = client_config(bootstrap, "status", None)
-    settings.update({"group.id": "changelake-status", "enable.auto.commit": False})
-    consumer = Consumer(settings)
+    consumer = status_consumer(bootstrap)
     behind, oldest = 0, None
     try:
         for topic, partitions in read.items():
