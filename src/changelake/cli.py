@@ -638,18 +638,29 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                           or max_records_per_trigger is not None or until_idle is not None):
         raise click.UsageError("--checkpoint, --max-files-per-trigger, "
                                "--max-records-per-trigger and --until-idle go with --follow")
+    if close and source == "materialize":
+        raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
+                               "closes itself")
+    if kafka is None and (topics or schema_registry is not None or group is not None):
+        raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
+    if kafka is not None and not topics:
+        raise click.UsageError("--kafka needs --topic T")
+    if following and source != "materialize":
+        raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
+                               f"--from {source}")
+    if kafka is not None and source != "materialize":
+        raise click.UsageError(
+            f"ingest --kafka reads Materialize CDC topics only (--from materialize), not "
+            f"--from {source}: resuming a changefeed conversion from committed offsets "
+            "needs converter state that is not saved yet; use encode --from "
+            f"{source} --kafka ... --close, then ingest the result")
+    if kafka is not None and schema_path is None and schema_registry is None:
+        raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
+                               "--schema-registry URL")
     if following:
-        if source != "materialize":
-            raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
-                                   f"--from {source}")
         if kafka is not None:
             if inputs:
                 raise click.UsageError("--follow --kafka follows the topics: no INPUT as well")
-            if not topics:
-                raise click.UsageError("--kafka needs --topic T")
-            if schema_path is None and schema_registry is None:
-                raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
-                                       "--schema-registry URL")
             if group is not None or max_files_per_trigger is not None:
                 raise click.UsageError("--group and --max-files-per-trigger do not go with "
                                        "--follow --kafka (the checkpoint keeps the offsets)")
@@ -662,26 +673,9 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                 _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger)
                 if kafka is not None else None)
         return
-    if close and source == "materialize":
-        raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
-                               "closes itself")
-    if kafka is None and (topics or schema_registry is not None or group is not None):
-        raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
-    if kafka is not None:
-        if not topics:
-            raise click.UsageError("--kafka needs --topic T")
-        if inputs:
-            raise click.UsageError("--kafka reads the topics: no input files as well")
-        if source != "materialize":
-            raise click.UsageError(
-                f"ingest --kafka reads Materialize CDC topics only (--from materialize), not "
-                f"--from {source}: resuming a changefeed conversion from committed offsets "
-                "needs converter state that is not saved yet; use encode --from "
-                f"{source} --kafka ... --close, then ingest the result")
-        if schema_path is None and schema_registry is None:
-            raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
-                                   "--schema-registry URL")
-    elif not inputs:
+    if kafka is not None and inputs:
+        raise click.UsageError("--kafka reads the topics: no input files as well")
+    if kafka is None and not inputs:
         raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:

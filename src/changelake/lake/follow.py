@@ -57,11 +57,11 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
@@ -160,7 +160,7 @@ def topics_address(bootstrap: str, topics: Sequence[str]) -> str:
 
 def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None = None,
                  schema_registry: str | None = None, max_records_per_trigger: int | None = None,
-                 config: dict[str, str] | None = None) -> MessagesSource:
+                 config: Mapping[str, Any] | None = None) -> MessagesSource:
     """Records of Materialize CDC messages as they arrive in `topics`, read on the executors
     by the `kafka-cdc` streaming source; its offsets live in the follow's checkpoint, so a
     restart reads only what no committed batch read."""
@@ -172,18 +172,13 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
         from changelake.spark import kafka_source
 
         kafka_source.register(spark)
-        reader = (spark.readStream.format(kafka_source.NAME)
-                  .option("kafka.bootstrap.servers", bootstrap)
-                  .option("topics", ",".join(topics)).option("startingOffsets", "earliest"))
-        if schema is not None:
-            reader = reader.option("avroSchema", Path(schema).read_text())
-        if schema_registry is not None:
-            reader = reader.option("schemaRegistry", schema_registry)
+        options = kafka_source.reader_options(
+            bootstrap, topics, avro_schema=Path(schema).read_text() if schema else None,
+            schema_registry=schema_registry, config=config)
+        options["startingOffsets"] = "earliest"
         if max_records_per_trigger:
-            reader = reader.option("maxRecordsPerTrigger", str(max_records_per_trigger))
-        for name, value in (config or {}).items():
-            reader = reader.option(f"kafka.{name}", value)
-        return reader.load()
+            options["maxRecordsPerTrigger"] = str(max_records_per_trigger)
+        return spark.readStream.format(kafka_source.NAME).options(**options).load()
 
     return messages
 

@@ -141,26 +141,19 @@ def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Seque
 
     starting = {topic: {str(r.partition): r.start for r in ranges} for topic, ranges in plans}
     ending = {topic: {str(r.partition): r.end for r in ranges} for topic, ranges in plans}
-    topics = ",".join(topic for topic, _ in plans)
-    settings = {}
-    for name, value in (config or {}).items():
-        if not isinstance(value, str | int | float | bool):
-            raise LakeError(f"ingest --kafka: the librdkafka setting {name!r} must be text or a "
-                            f"number to reach the executors, not {type(value).__name__}")
-        settings[f"kafka.{name}"] = str(value).lower() if isinstance(value, bool) else str(value)
-    bounds = {"kafka.bootstrap.servers": bootstrap,
-              "startingOffsets": orjson.dumps(starting).decode(),
-              "endingOffsets": orjson.dumps(ending).decode(), **settings}
-    if reader_name == "kafka":
-        return _connector_messages(spark, {**bounds, "subscribe": topics}, given,
+    options = kafka_source.reader_options(
+        bootstrap, [topic for topic, _ in plans],
+        avro_schema=orjson.dumps(given.avro).decode() if given is not None else None,
+        schema_registry=schema_registry, config=config)
+    options.update(startingOffsets=orjson.dumps(starting).decode(),
+                   endingOffsets=orjson.dumps(ending).decode())
+    if reader_name == "kafka":  # Spark's connector: no schema options, `subscribe` for topics
+        connector = {k: v for k, v in options.items()
+                     if k.startswith("kafka.") or k.endswith("Offsets")}
+        return _connector_messages(spark, {**connector, "subscribe": options["topics"]}, given,
                                    schema_registry, plans)
     kafka_source.register(spark)
-    reader = spark.read.format(kafka_source.NAME).options(topics=topics, **bounds)
-    if given is not None:
-        reader = reader.option("avroSchema", orjson.dumps(given.avro).decode())
-    if schema_registry is not None:
-        reader = reader.option("schemaRegistry", schema_registry)
-    return reader.load()
+    return spark.read.format(kafka_source.NAME).options(**options).load()
 
 
 def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,

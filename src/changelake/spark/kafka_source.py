@@ -85,6 +85,27 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(KafkaCdcDataSource)
 
 
+def reader_options(bootstrap: str, topics: Sequence[str], *, avro_schema: str | None = None,
+                   schema_registry: str | None = None,
+                   config: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The options of a `kafka-cdc` read (batch or streaming) of `topics`: the cluster, the
+    schema (`avro_schema`, its JSON text) and the registry, and librdkafka settings as
+    `kafka.*` (text or numbers only: options reach the executors as text)."""
+    options = {"kafka.bootstrap.servers": bootstrap, "topics": ",".join(topics)}
+    if avro_schema is not None:
+        options["avroSchema"] = avro_schema
+    if schema_registry is not None:
+        options["schemaRegistry"] = schema_registry
+    for name, value in (config or {}).items():
+        if not isinstance(value, str | int | float | bool):
+            from changelake.kafka.errors import TopicError
+
+            raise TopicError(f"{NAME}: the librdkafka setting {name!r} must be text or a "
+                             f"number to reach the executors, not {type(value).__name__}")
+        options[f"kafka.{name}"] = str(value).lower() if isinstance(value, bool) else str(value)
+    return options
+
+
 def _fail(message: str) -> ValueError:
     """A planning error: the driver reports `kafka-cdc: ...` as one line (`spark.errors`)."""
     return ValueError(f"{NAME}: {message}")
