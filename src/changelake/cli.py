@@ -590,9 +590,10 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
               help="The input is the whole changefeed: commit its last transaction too "
                    "(debezium, ydb; as encode --from --close).")
 @click.option("--kafka", "kafka", default=None, metavar="BOOTSTRAP",
-              help="Read Kafka topics of Materialize CDC messages (Confluent-framed Avro) at "
-                   "these bootstrap servers instead of files, from the offsets the table's "
-                   "last commit recorded.")
+              help="Read Kafka topics at these bootstrap servers instead of files, from the "
+                   "offsets the table's last commit recorded: Materialize CDC messages "
+                   "(Confluent-framed Avro), or with --from debezium|ydb a changefeed's JSON "
+                   "records (Debezium: the table's topic, and its transaction topic if any).")
 @click.option("--topic", "topics", multiple=True, metavar="T",
               help="With --kafka: a topic to read (repeat it, or separate names by commas).")
 @click.option("--schema-registry", "schema_registry", default=None, metavar="URL",
@@ -648,13 +649,11 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if following and source != "materialize":
         raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
                                f"--from {source}")
-    if kafka is not None and source != "materialize":
-        raise click.UsageError(
-            f"ingest --kafka reads Materialize CDC topics only (--from materialize), not "
-            f"--from {source}: resuming a changefeed conversion from committed offsets "
-            "needs converter state that is not saved yet; use encode --from "
-            f"{source} --kafka ... --close, then ingest the result")
-    if kafka is not None and schema_path is None and schema_registry is None:
+    if kafka is not None and source != "materialize" and schema_registry is not None:
+        raise click.UsageError(f"--schema-registry is for Avro topics (--from materialize); "
+                               f"{source} topics are JSON")
+    if kafka is not None and source == "materialize" and schema_path is None and \
+            schema_registry is None:
         raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
                                "--schema-registry URL")
     if following:
@@ -680,7 +679,15 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
-            if kafka is not None:
+            if kafka is not None and source != "materialize":
+                from changelake.lake.kafka_changefeed import ingest_changefeed_topics
+
+                read = ingest_changefeed_topics(lake, ident, kafka, list(topics),
+                                                source=source, key=columns,
+                                                table_schema=schema_path, close=close,
+                                                group=group, scd2=scd2, progress=step)
+                result = read.ingest
+            elif kafka is not None:
                 from changelake.lake.kafka_ingest import ingest_topics
 
                 read = ingest_topics(lake, ident, kafka, list(topics), key=columns,

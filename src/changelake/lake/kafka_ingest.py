@@ -34,10 +34,7 @@ of another row schema than the rows') stops the run at topic, partition and offs
 anything is committed. The rows' schema is `--schema`'s, or else the registry's latest for the
 first topic's subject `<topic>-value`; every frame must carry that row schema.
 
-Debezium and YDB topics are refused: converting a changefeed from an offset needs the
-converter's state (the open transaction, each partition's window, the writer's progress) at
-that offset, which is not saved yet; `encode --from debezium|ydb --kafka` converts a whole
-read instead.
+Debezium and YDB topics are `kafka_changefeed`'s, on the same offsets, plans and reports.
 """
 
 from __future__ import annotations
@@ -232,10 +229,8 @@ def ingest_topics(
                         f"(one of {', '.join(READERS)})")
     if source != FORMAT:
         raise LakeError(
-            f"ingest --kafka reads topics of Materialize CDC messages (--from materialize) "
-            f"only, not {source}: resuming a {source} conversion from committed offsets needs "
-            "the converter's state at those offsets, which is not saved yet; convert the "
-            f"topics with `encode --from {source} --kafka ... --close`, or ingest files")
+            f"ingest_topics reads topics of Materialize CDC messages (--from materialize), "
+            f"not {source}: `lake.kafka_changefeed.ingest_changefeed_topics` reads those")
     names = topic_list(topics)
     given = load_schema(schema) if schema is not None else None
     if given is None and schema_registry is None:

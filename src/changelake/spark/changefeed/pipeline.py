@@ -69,7 +69,7 @@ from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.parse import parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
-from changelake.spark.changefeed.read import read_lines
+from changelake.spark.changefeed.read import Lines, read_lines
 from changelake.spark.changefeed.times import assign_times
 from changelake.spark.changefeed.types import (
     SUPPORTED,
@@ -97,6 +97,10 @@ class Converted:
     frontier: int | None  # None: closed
     path: str  # "jvm" or "python-udf" (the old path)
     reason: str | None = None  # why the old path was taken
+    # The JVM path's lines that say where a re-read must start (`lake.kafka_changefeed`):
+    # file_index, row, kind and time of every change (time: its CDCv2 time), of every
+    # Debezium BEGIN/END (with its `tx`; time null), of every YDB barrier (time: its step).
+    marks: DataFrame | None = None
 
 
 class _Steps:
@@ -230,14 +234,15 @@ def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Seque
     return convert(checked, columns, keys, state)
 
 
-def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
+def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
                      table_schema: TableSchema | None = None, close: bool = False,
                      state: DataFrame | None = None, since: int | None = None
-                     ) -> tuple[DataFrame, int | None]:
-    """A Debezium batch on the JVM path: (updates, frontier), or `Unsupported`. Without
-    `keys`, the images are converted as they are (`unkeyed.py`)."""
+                     ) -> tuple[DataFrame, int | None, DataFrame]:
+    """A Debezium batch on the JVM path: (updates, frontier, marks), or `Unsupported`.
+    Without `keys`, the images are converted as they are (`unkeyed.py`). Where the files are
+    Kafka partitions (`lines.per_file`) and no transaction metadata is read, the high-water
+    rule holds per partition: see `_partition_cap`."""
     steps = _Steps(spark)
-    lines = read_lines(spark, files)
     items = _guard(lambda: parse_items(lines.bounded).localCheckpoint())
     steps.done("read + parse")
     facts = _facts(items)
@@ -250,9 +255,14 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
         raise Unsupported("bad: events of two tables")
     changes = items.where(F.col("kind") == "change")
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
-                         untimed=bool(facts["untimed"]))
+                         untimed=bool(facts["untimed"]), per_file=lines.per_file)
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
                                                     bool(facts["metadata"]), facts["table"])
+    if frontier is not None and lines.per_file and not facts["metadata"]:
+        frontier = _partition_cap(timed, frontier)
+    marks = timed.select("file_index", "row", "kind", "time", "tx").unionByName(
+        items.where(F.col("kind").isin("BEGIN", "END"))
+        .select("file_index", "row", "kind", F.lit(None).cast("long").alias("time"), "tx"))
     steps.done("times + frontier")
     columns = _columns(spark, changes, facts, table_schema, state)
     steps.done("columns")
@@ -265,21 +275,34 @@ def debezium_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequenc
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
-        return convert_images(events.where(F.col("problem").isNull())), frontier
+        return convert_images(events.where(F.col("problem").isNull())), frontier, marks
     events = typed_events(timed, columns, keys)
     converted = _convert_keyed(events, columns, keys, state)
     steps.done("events + ties")
-    return converted, frontier
+    return converted, frontier, marks
 
 
-def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str],
+def _partition_cap(timed: DataFrame, frontier: int) -> int:
+    """The high-water rule per Kafka partition. Debezium writes each partition in log order,
+    so a partition whose highest time read is `h` has delivered everything it will hold below
+    `h`; but the partitions are written independently, so an event below another partition's
+    highest may still be on its way to this one. The batch's frontier is therefore at most the
+    least of the partitions' highest times (of the partitions read from: one that brought
+    nothing holds nothing back). With transaction metadata the ENDs count each transaction's
+    events, wherever they are, and no cap is needed."""
+    row = timed.groupBy("file_index").agg(F.max("time").alias("h")).agg(F.min("h")).first()
+    return frontier if row is None or row[0] is None else min(frontier, int(row[0]))
+
+
+def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
                 table_schema: TableSchema, close: bool = False,
                 state: DataFrame | None = None, since: int | None = None
-                ) -> tuple[DataFrame, int | None]:
-    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier), or
-    `Unsupported` (see `ydb.py` for what is covered)."""
+                ) -> tuple[DataFrame, int | None, DataFrame]:
+    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier,
+    marks), or `Unsupported` (see `ydb.py` for what is covered). Every file of `read` is a
+    partition stream, a file without lines too."""
     columns = ydb_columns(table_schema, keys)
-    lines = read_lines(spark, files).frame
+    lines = read.frame
 
     def parsed(careful: bool) -> tuple[DataFrame, PerFile]:
         items = _guard(lambda: ydb_items(lines, table_schema, columns, careful=careful)
@@ -298,7 +321,12 @@ def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str
         if facts.timed or facts.barriers:
             raise Unsupported("records without ts beside records with ts or barriers")
         events = untimed_positions(events)
-    frontier = None if close else facts.frontier(len(files))
+    frontier = None if close else facts.frontier(len(read.files))
+    marks = events.select("file_index", "row", "kind", "time",
+                          F.lit(None).cast("string").alias("tx")).unionByName(
+        items.where(F.col("kind") == "resolved").select(
+            "file_index", "row", "kind", F.col("rpos")[0].cast("long").alias("time"),
+            F.lit(None).cast("string").alias("tx")))
     if frontier is not None:
         events = events.where(F.col("time") < frontier)
     if since is not None:
@@ -307,7 +335,8 @@ def ydb_changes(spark: SparkSession, files: Sequence[str], *, keys: Sequence[str
     if _guard(lambda: _tied(events, len(keys))):
         raise Unsupported("unsupported: two rows for one key at one position")
     # Converted once: the lake commit reads the updates more than once.
-    return _guard(lambda: convert(events, columns, keys, state).localCheckpoint()), frontier
+    return (_guard(lambda: convert(events, columns, keys, state).localCheckpoint()), frontier,
+            marks)
 
 
 def _tied(events: DataFrame, keys: int) -> bool:
@@ -329,39 +358,55 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
 
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     table_json = orjson.loads(Path(schema_file).read_bytes()) if schema_file else None
+    return convert_lines(spark, read_lines(spark, files), source, key, table_json,
+                         state=state, since=since, close=close)
+
+
+def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[str],
+                  table_json: dict[str, Any] | None, *, state: DataFrame | None = None,
+                  since: int | None = None, close: bool = False,
+                  old_path: bool = True) -> Converted:
+    """`convert_frames` on lines already read. Without `old_path`, a batch the JVM path does
+    not cover is only read by the old path to name its first bad line (`ChangefeedError`);
+    one without a bad line raises `Unsupported`: for Kafka partitions (`read.record_lines`),
+    whose order across partitions the old path, reading file after file, does not keep."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     reason = None
     if source == "ydb":
-        read_lines(spark, files).check()  # UTF-8, bounded lines: before either path reads them
+        lines.check()  # UTF-8, bounded lines: before either path reads them
         reason = "unsupported: YDB without a table schema" if schema is None else \
             "unsupported: YDB without key columns" if not keys else None
     if reason is None:
         try:
             if source == "ydb":
                 assert schema is not None
-                changes, frontier = ydb_changes(spark, files, keys=keys, table_schema=schema,
-                                                close=close, state=state, since=since)
+                changes, frontier, marks = ydb_changes(spark, lines, keys=keys,
+                                                       table_schema=schema, close=close,
+                                                       state=state, since=since)
             else:
-                changes, frontier = debezium_changes(spark, files, keys=keys,
-                                                     table_schema=schema, close=close,
-                                                     state=state, since=since)
-            return Converted(changes, frontier, "jvm")
+                changes, frontier, marks = debezium_changes(spark, lines, keys=keys,
+                                                            table_schema=schema, close=close,
+                                                            state=state, since=since)
+            return Converted(changes, frontier, "jvm", marks=marks)
         except Unsupported as why:
             reason = str(why)
     log.info("changefeed conversion on the Python path: %s", reason)
     if source != "ydb":
         # The Debezium path's own aggregate checks the bounds of a batch it converts; one it
         # gives up on (for whatever reason, a bad line included) is checked here.
-        read_lines(spark, files).check()
+        lines.check()
     from changelake.spark.changefeeds import changefeed_changes
 
-    lines = read_lines(spark, files).numbered().select("value", "file", "line")
-    frames = changefeed_changes(lines, source=source,  # type: ignore[arg-type]
+    numbered = lines.numbered().select("value", "file", "line")
+    frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]
                                 keys=list(key) or None, table_schema=table_json, state=state,
                                 since=since, close=close)
     changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
                .where(F.col("diff") != 0))
+    if not old_path:
+        changes.count()  # the old path names the first bad line, if there is one
+        raise Unsupported(str(reason))
     return Converted(changes, frames.frontier, "python-udf", reason)
 
 

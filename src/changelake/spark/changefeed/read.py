@@ -20,6 +20,13 @@ the lines of the file's earlier blocks plus the place in the block. That takes o
 row per block to the driver and one more pass over the input, so only the old path, which
 names lines in its messages, asks for it.
 
+Kafka records are lines too (`record_lines`): each topic-partition is one `file` (named as
+`kafka.source.location` names it), read as one block, `row` is the record's offset (so `numbered`
+gives the offset as the line: the caller names it an offset), and a record's value is one line
+whatever it holds. Such files are independent streams (`per_file`): what a line's context is
+(the current time of a snapshot row, `times.py`) comes from its own file, never from another
+partition read before it, since Kafka keeps no order between partitions.
+
 `check` holds the lines to the bounds every JSON-lines reader keeps (`formats.lines`): UTF-8
 text, at most `MAX_LINE_BYTES` a line. One aggregate over the text finds the first line that
 breaks one (in reading order); only then do two small jobs name its line and its bad byte. A
@@ -59,6 +66,7 @@ class Lines:
     spark: SparkSession
     raw: DataFrame  # every line, blank ones too: value, file, file_index, block, row
     files: tuple[str, ...]  # in the caller's order: `file_index` indexes this
+    per_file: bool = False  # each file is a stream of its own (Kafka partitions): see above
 
     @property
     def frame(self) -> DataFrame:
@@ -72,7 +80,10 @@ class Lines:
                               | (F.octet_length("value") >= MAX_LINE_BYTES))
 
     def numbered(self) -> DataFrame:
-        """The non-blank lines with `line`, their 1-based number in their file."""
+        """The non-blank lines with `line`, their 1-based number in their file (a record's
+        offset)."""
+        if self.per_file:
+            return self.frame.withColumn("line", F.col("row"))
         blocks = self.raw.groupBy("file_index", "block").agg(
             F.min("row").alias("_first"), F.count(F.lit(1)).alias("_n")).collect()
         rows = []
@@ -86,7 +97,10 @@ class Lines:
                 .withColumn("line", F.col("row") - F.col("_shift") + 1).drop("_shift"))
 
     def line_number(self, file_index: int, block: int, row: int) -> int:
-        """The 1-based number of one line in its file: the lines before it, plus one."""
+        """The 1-based number of one line in its file: the lines before it, plus one; a
+        record's offset."""
+        if self.per_file:
+            return row
         before = (F.col("block") < block) | ((F.col("block") == block) & (F.col("row") < row))
         return self.raw.where((F.col("file_index") == file_index) & before).count() + 1
 
@@ -131,3 +145,21 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         F.monotonically_increasing_id().alias("row"))
     frame = raw.join(F.broadcast(names), "_path").drop("_path")
     return Lines(spark, frame, tuple(str(f) for f in files))
+
+
+def record_lines(spark: SparkSession, records: DataFrame,
+                 partitions: Sequence[tuple[str, int]]) -> Lines:
+    """Kafka `records` (the columns of Spark's `kafka` source, `kafka_source.RECORDS_SCHEMA`)
+    of `partitions` (topic, partition), as lines (see the module docstring); tombstones (a null
+    value) are no lines. Checkpointed: the steps read the lines several times, Kafka once."""
+    from changelake.kafka.source import location
+
+    files = [str(location(topic, partition, 0).file) for topic, partition in partitions]
+    names = spark.createDataFrame(
+        [(topic, partition, files[i], i) for i, (topic, partition) in enumerate(partitions)],
+        "topic string, partition int, file string, file_index int")
+    raw = (records.where(F.col("value").isNotNull())
+           .join(F.broadcast(names), ["topic", "partition"])
+           .select(F.col("value").cast("string").alias("value"), "file", "file_index",
+                   F.lit(0).cast("long").alias("block"), F.col("offset").alias("row")))
+    return Lines(spark, raw.localCheckpoint(), tuple(files), per_file=True)

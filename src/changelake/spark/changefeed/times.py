@@ -13,7 +13,9 @@ window whose partitions are small, never one global window:
   earlier files (one aggregate row per file), and within its file the highest time of the
   earlier lines of its block (`partitionBy(file, block)`, see `read.py`) and of the earlier
   blocks (one aggregate row per block). Only the narrow `(file, block, row, time)` columns are
-  shuffled, and only when the batch has such changes.
+  shuffled, and only when the batch has such changes. Where each file is a stream of its own
+  (`per_file`: Kafka partitions, `read.record_lines`), the earlier files do not count: the
+  highest time before the change in its own partition, as `kafka.changefeed` merges them.
 
 As in the old path (`spark/changefeeds.py`), the frontier is not part of the current time: a
 snapshot row that the encoder reads after a transaction finished by its END (frontier = its
@@ -27,7 +29,7 @@ from pyspark.sql import functions as F
 
 
 def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
-                 untimed: bool) -> DataFrame:
+                 untimed: bool, per_file: bool = False) -> DataFrame:
     """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `block`, `row`)
     with `time`.
     `by_tx`: some change takes its transaction's time; `untimed`: some change has no time of
@@ -46,6 +48,8 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
     before: list[tuple[int, int, int | None]] = []
     high: int | None = None
     for r in blocks:
+        if per_file and before and before[-1][0] != r["file_index"]:
+            high = None
         before.append((r["file_index"], r["block"], high))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])

@@ -1,0 +1,273 @@
+"""`changelake ingest --kafka --from debezium|ydb`: changefeed topics into a lake table, exactly
+once, resuming from the offsets the table's last commit recorded.
+
+The promise is `kafka_ingest`'s: each commit records, per topic and partition, where the next
+read starts, by the same commit point as the data; a run reads from there to each partition's end
+when it starts, and commits what is new up to the input's frontier. A crash anywhere before the
+commit point leaves the previous offsets, so the next run reads the same records again; nothing
+is lost or doubled.
+
+Why this needs no saved converter state. Converting a changefeed from the middle needs two things
+of what came before: each key's current row (an update without a before-image, a delete, must
+retract it) and the times. The lake table *is* the first: the conversion takes a key's previous
+row from the table's current rows, as the file ingest does (`commands.ingest`). And changefeed
+times are the source's own positions (a PostgreSQL LSN, a MySQL binlog place, a YDB step), the
+same whatever read a record comes in, so the table's committed frontier F says which records are
+in it: those of times below F. Records re-read below F are skipped by the conversion (`since`).
+
+Where each partition resumes. After a run commits up to F', a partition resumes at the least
+offset among the records the table still needs:
+
+* a change at a time at or after F' (not committed yet);
+* (YDB) the partition's last barrier: its frontier is the least of the partitions' last
+  barriers, so a read that skipped it would hold the frontier at 0 until the next one;
+* (Debezium's transaction topic) a BEGIN or END after the last one of a transaction committed in
+  this run, unless it is one of those: a transaction the table does not have yet, or one whose
+  events have not arrived; what comes before that last one is of transactions committed, or of
+  other tables.
+
+Re-reading from there gives every needed record the time it had: a change's own position does
+not depend on the read, and a snapshot row (no position) takes the highest time before it in
+its own partition (`times.py` with `per_file`), which, from the first record at or after F' on,
+is the same in a read that starts there (everything before that record is below F', everything
+from it on at or above). A transaction whose time comes from its first event (MySQL GTIDs
+without `sequence`) and that a resume point cuts would be timed by its later events only: a
+connector emits a transaction's events together, so only a replay that straddles the resume
+point can do that; it is the one case where the re-read is not exact.
+
+Partitions and the frontier. Debezium writes one partition in log order, but partitions
+independently: without transaction metadata, a run's frontier is at most the least of the
+highest times of the partitions it read records from (`pipeline._partition_cap`), so an event
+still on its way to one partition is not put below the frontier by another partition's later
+events. With the transaction topic, the ENDs count each transaction's events wherever they are.
+YDB partitions carry their own barriers (`convert.progress`). Each partition's highest time
+(Debezium) or last barrier (YDB) is recorded as its `reached`, and `status` names the partition
+that holds the frontier back, as for Materialize CDC topics.
+
+The records are read on the executors (`kafka-cdc` with `output=records`, one task per
+partition's range) into lines (`changefeed.read.record_lines`: tombstones are no lines) and
+converted by the JVM path of `spark.changefeed.pipeline`. A batch that path does not cover is
+refused with its reason (truncates, a Debezium schema that changes inside the read, ...: see
+`pipeline.py`), after the old path has named its first bad record, if it has one, by topic,
+partition and offset; nothing is committed then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from changelake.convert.progress import changefeed_waiting_reason
+from changelake.errors import ChangefeedError, ChangelakeError, LakeError, Location
+from changelake.lake.catalog import Lake
+from changelake.lake.commands import (
+    DecodedInput,
+    IngestReport,
+    commit_input,
+    flatten,
+    frontier_after,
+)
+from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.kafka_ingest import (
+    KIND,
+    KafkaIngestReport,
+    _offsets,
+    _partition_reads,
+    _plan,
+)
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
+from changelake.protocol import Antichain
+
+SOURCES = ("debezium", "ydb")
+
+
+def ingest_changefeed_topics(
+    lake: Lake,
+    table: str | TableIdentifier,
+    bootstrap: str,
+    topics: str | Sequence[str],
+    *,
+    source: str,
+    key: Sequence[str] = (),
+    table_schema: Path | None = None,
+    close: bool = False,
+    group: str | None = None,
+    buckets: int = DEFAULT_BUCKETS,
+    scd2: bool = False,
+    progress: ProgressFn | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> KafkaIngestReport:
+    """Read the changefeed `topics` (`source`: debezium or ydb) at `bootstrap` from the offsets
+    `table`'s last commit recorded, convert them on Spark and commit what is new with the
+    offsets it covered: exactly once (see the module docstring). `key`, `table_schema` and
+    `close` are `ingest --from`'s; `group` also commits the resume points to that consumer
+    group after the lake commit (never read back); `config` adds librdkafka settings."""
+    from changelake.kafka import TopicReader
+    from changelake.kafka.changefeed import topic_list
+    from changelake.spark.errors import translate_errors
+
+    if source not in SOURCES:
+        raise LakeError(f"unknown changefeed {source!r}: debezium or ydb")
+    names = topic_list(topics)
+    table_json = orjson.loads(Path(table_schema).read_bytes()) if table_schema else None
+    handle = lake.handle(table)
+    for column in key:
+        check_name(column, f"table {handle.name}: key column")
+    step = progress or (lambda _d, _i, _n: None)
+    step("waiting for the table's writer lock", 0, 3)
+    with handle.writer() as writer, ExitStack() as cleanup:
+        state = writer.state
+        committed = state.upper if state is not None else 0
+        recorded = state.offsets if state is not None else None
+        if recorded is not None and (recorded.kind, recorded.format) != (KIND, source):
+            raise LakeError(f"table {handle.name} records offsets of a {recorded.kind} "
+                            f"{recorded.format} source, not of Kafka {source} topics")
+        if committed is None:  # closed: no record can add anything
+            result = CommitResult(handle.name, state.version if state else -1, None, None, 0,
+                                  True)
+            return KafkaIngestReport(IngestReport(handle.name, False, result, []))
+        step("reading topics", 1, 3)
+        readers, plans = [], []
+        for name in names:  # the driver plans: metadata and watermarks, no records
+            reader = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
+                                                       framed=False, config=config))
+            readers.append(reader)
+            plans.append((name, _plan(reader, recorded.topic(name) if recorded else None,
+                                      handle.name)))
+        partitions = [(topic, r.partition) for topic, ranges in plans for r in ranges]
+        lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config)
+        records = translate_errors(lines.raw.count)
+        if records == 0 and close and state is not None:  # nothing new, but the end
+            from pyspark.sql import functions as F
+
+            empty = writer.current().limit(0).select(
+                "*", F.lit(0).cast("long").alias("_time"), F.lit(0).cast("long").alias("_diff"))
+            decoded = DecodedInput(empty, Antichain([committed]), Antichain(), None)
+            result = commit_input(writer, decoded, key=key, offsets=recorded)
+            return KafkaIngestReport(IngestReport(handle.name, False, result, []),
+                                     _partition_reads(plans, recorded, {}), 0, recorded)
+        if records == 0:  # nothing new: no commit (and no columns to create a table with)
+            result = CommitResult(handle.name, state.version if state else -1, committed,
+                                  committed, 0, True)
+            return KafkaIngestReport(
+                IngestReport(handle.name, False, result, [committed],
+                             "the topics hold no records beyond the committed offsets"),
+                _partition_reads(plans, recorded, {}), 0, recorded)
+        existing = state is not None
+        converted = _convert(lake.spark, lines, source, key, table_json, close=close,
+                             state=writer.current() if existing and key else None,
+                             since=committed if existing else None)
+        frontier = converted.frontier
+        decoded = DecodedInput(
+            flatten(converted.changes), Antichain([committed]),
+            Antichain() if frontier is None else Antichain([frontier]),
+            None if frontier is None else changefeed_waiting_reason(source, frontier))
+        absorbed = frontier_after(committed, decoded.upper)
+        facts = translate_errors(_resume_facts, converted.marks, absorbed, partitions)
+        reads = _partition_reads(plans, recorded, facts)
+        offsets = replace(_offsets(bootstrap, recorded, reads), format=source)
+        step("committing", 2, 3)
+        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
+                              offsets=offsets)
+        if group is not None:  # after the lake commit: the lake's offsets are the truth
+            for reader in readers:
+                reader.commit({p.partition: p.resume for p in reads
+                               if p.topic == reader.topic})
+    step("done", 3, 3)
+    ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
+                          decoded.waiting)
+    return KafkaIngestReport(ingest, reads, records, offsets)
+
+
+def _read(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],
+          partitions: Sequence[tuple[str, int]], config: Mapping[str, Any] | None) -> Any:
+    """The planned ranges' records as lines, read on the executors by `kafka-cdc`."""
+    from changelake.spark import kafka_source
+    from changelake.spark.changefeed.read import record_lines
+
+    starting = {topic: {str(r.partition): r.start for r in ranges} for topic, ranges in plans}
+    ending = {topic: {str(r.partition): r.end for r in ranges} for topic, ranges in plans}
+    options = kafka_source.reader_options(bootstrap, [topic for topic, _ in plans],
+                                          config=config)
+    options.update(output="records", startingOffsets=orjson.dumps(starting).decode(),
+                   endingOffsets=orjson.dumps(ending).decode())
+    kafka_source.register(spark)
+    records = spark.read.format(kafka_source.NAME).options(**options).load()
+    return record_lines(spark, records, partitions)
+
+
+def _convert(spark: Any, lines: Any, source: str, key: Sequence[str],
+             table_json: dict[str, Any] | None, **options: Any) -> Any:
+    """The JVM conversion of the lines; a batch it does not cover is refused, its first bad
+    record named by topic, partition and offset."""
+    from changelake.spark.changefeed.pipeline import convert_lines
+    from changelake.spark.changefeed.types import Unsupported
+
+    try:
+        return convert_lines(spark, lines, source, key, table_json, old_path=False, **options)
+    except Unsupported as why:
+        raise LakeError(f"ingest --kafka --from {source}: this read is not one the Spark "
+                        f"conversion covers ({why}); nothing was committed. Convert the "
+                        f"topics with `encode --from {source} --kafka`, or ingest files") \
+            from None
+    except ChangelakeError as error:
+        raise _at_offset(error) from None
+
+
+def _at_offset(error: ChangelakeError) -> ChangelakeError:
+    """A record's error as the Kafka readers name it: topic, partition and offset (the lines
+    of a partition are numbered by their offsets, `read.record_lines`)."""
+    where = error.location
+    if where is None or where.line is None:
+        return error
+    return type(error)(error.reason, Location(where.file, offset=where.line)) \
+        if isinstance(error, ChangefeedError) else error
+
+
+def _resume_facts(marks: Any, absorbed: int | None, partitions: Sequence[tuple[str, int]]
+                  ) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+    """Per (topic, partition), in two aggregates on the executors: the least offset of a
+    record the table still needs once committed through `absorbed` (None: closed, none is),
+    and how far the partition reached (its highest change time, or its last barrier's step);
+    see the module docstring."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    change = F.col("kind") == "change"
+    if absorbed is None:
+        needed = F.lit(None)
+        done = marks.limit(0).select("tx")
+    else:
+        needed = F.when(change & (F.col("time") >= absorbed), F.col("row"))
+        done = marks.where(change & (F.col("time") < absorbed) & F.col("tx").isNotNull()) \
+            .select("tx").distinct().withColumn("_done", F.lit(True))
+    tx_event = F.col("kind").isin("BEGIN", "END")
+    barrier = F.col("kind") == "resolved"
+    flagged = marks.join(done, "tx", "left") if absorbed is not None else \
+        marks.withColumn("_done", F.lit(None).cast("boolean"))
+    last_done = F.max(F.when(tx_event & F.col("_done"), F.col("row"))) \
+        .over(Window.partitionBy("file_index"))
+    after = tx_event & F.col("_done").isNull() & (F.col("row") > F.coalesce(last_done, F.lit(-1)))
+    kept = F.when(after, F.col("row")) if absorbed is not None else F.lit(None)
+    rows = (flagged.select("file_index", "kind", "row", "time", needed.alias("_needed"),
+                           kept.alias("_tx"))
+            .groupBy("file_index").agg(
+                F.min("_needed").alias("needed"), F.min("_tx").alias("tx"),
+                F.max(F.when(barrier, F.col("row"))).alias("barrier"),
+                F.max(F.when(change, F.col("time"))).alias("high"),
+                F.max(F.when(barrier, F.col("time"))).alias("step")).collect())
+    out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+    for row in rows:
+        firsts = [row[c] for c in ("needed", "tx", "barrier")
+                  if row[c] is not None and (c != "barrier" or absorbed is not None)]
+        reached = row["step"] if row["step"] is not None else row["high"]
+        out[partitions[row["file_index"]]] = (min(firsts) if firsts else None, reached)
+    return out
+
+
+__all__ = ["SOURCES", "ingest_changefeed_topics"]

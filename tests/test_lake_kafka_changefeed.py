@@ -1,0 +1,188 @@
+"""`ingest --kafka --from debezium|ydb` (`lake/kafka_changefeed.py`): changefeed topics into a
+lake table exactly once, resuming from the offsets the table's commits recorded.
+
+The reference is the file ingest of the same events (`commands.ingest --from`, one run, closed):
+after every run over a growing topic, the Kafka table holds exactly the reference's updates
+below its frontier; after a closing run, exactly all of them. Runs read only from where the last
+commit left each partition, a run with nothing new commits nothing, and a connector restart
+that re-sends a tail is absorbed."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from changelake.errors import ChangefeedError, LakeError
+from changelake.kafka import MockCluster
+from changelake.lake import Lake, commands
+from changelake.lake.kafka_changefeed import ingest_changefeed_topics
+from conftest import seeded
+from kafka_helpers import cluster, new_topic
+from test_convert_history import write_ydb
+from test_kafka_changefeed import Feed, _key, pg_feed, producer, write_files, ydb_history
+
+__all__ = ["cluster"]  # fixtures
+
+pytestmark = pytest.mark.spark
+
+SMALL_YDB = {"columns": [{"name": "id", "type": "Uint64"}, {"name": "name", "type": "Utf8"},
+                         {"name": "score", "type": "Double"}], "primary_key": ["id"]}
+
+
+@pytest.fixture
+def lake(spark, tmp_path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def updates(lake: Lake, name: str, below: int | None = None) -> Counter:
+    """Every update the table holds, as committed; only those before `below` if given."""
+    out: Counter = Counter()
+    for r in lake.table(name).updates().collect():
+        if below is None or r["_time"] < below:
+            row = r.asDict()
+            out[tuple(sorted((k, str(v)) for k, v in row.items()))] += 1
+    return out
+
+
+def _xid(value: bytes) -> int:
+    event = orjson.loads(value)
+    return (event.get("payload") or event)["source"]["txId"]
+
+
+def produce_debezium(cluster: MockCluster, data: str, tx_topic: str | None, feed: Feed,
+                     events: slice, partitions: int) -> None:
+    """The events of `events` on the table's topic (by key), and the transaction topic's BEGIN
+    and END of each transaction whose last event is among them."""
+    out = producer(cluster)
+    chosen = feed.events[events]
+    for n, (key, value) in enumerate(chosen):
+        out.produce(data, key=_key(key, n % 3 == 0), value=value,
+                    partition=key["id"] % partitions)
+    if tx_topic is not None:
+        last = {_xid(v): i for i, (_, v) in enumerate(feed.events) if v is not None}
+        start, stop, _ = events.indices(len(feed.events))
+        for value in feed.transactions:
+            xid = int(orjson.loads(value)["id"].split(":")[0])
+            if xid in last and start <= last[xid] < stop:
+                out.produce(tx_topic, value=value, partition=0)
+    assert out.flush(30) == 0
+
+
+def reference(lake: Lake, paths: list[Path], source: str, **options: Any) -> str:
+    name = f"ref_{uuid.uuid4().hex[:8]}.t"
+    commands.ingest(lake, name, paths, source=source, close=True, **options)
+    return name
+
+
+@pytest.mark.parametrize("metadata", [False, True])
+def test_debezium_topic_in_three_runs_then_closed_equals_the_file_ingest(
+        cluster: MockCluster, lake: Lake, tmp_path: Path, metadata: bool) -> None:
+    feed = pg_feed(seeded(81 + metadata).randrange(1 << 30), transactions=16,
+                   metadata=metadata)
+    ref = reference(lake, write_files(feed, tmp_path, metadata=metadata), "debezium",
+                    key=["id"])
+    expected = updates(lake, ref)
+    data = new_topic(cluster, 3)
+    tx_topic = new_topic(cluster, 1) if metadata else None
+    topics = [data] + ([tx_topic] if tx_topic else [])
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    n = len(feed.events)
+    cuts = [0, n // 3, 2 * n // 3, n]
+    produced = 0
+    frontiers = []
+    for i in range(3):
+        produce_debezium(cluster, data, tx_topic, feed, slice(cuts[i], cuts[i + 1]), 3)
+        produced += cuts[i + 1] - cuts[i]
+        if i == 2:  # a connector restart re-sends the last third
+            produce_debezium(cluster, data, None, feed, slice(cuts[2], n), 3)
+        run = ingest_changefeed_topics(lake, name, cluster.bootstrap, topics,
+                                       source="debezium", key=["id"])
+        frontier = run.ingest.frontier[0]
+        frontiers.append(frontier)
+        assert updates(lake, name) == updates(lake, ref, below=frontier), i
+        if i:  # resumed where the last commit left each partition, not from the start
+            assert run.records < produced
+    assert frontiers == sorted(frontiers) and frontiers[-1] > 0
+    version = lake.table(name).state().version
+    again = ingest_changefeed_topics(lake, name, cluster.bootstrap, topics,
+                                     source="debezium", key=["id"])
+    assert lake.table(name).state().version == version and again.ingest.frontier == \
+        [frontiers[-1]]
+    ingest_changefeed_topics(lake, name, cluster.bootstrap, topics, source="debezium",
+                             key=["id"], close=True)
+    assert updates(lake, name) == expected
+    assert lake.table(name).state().upper is None
+    done = ingest_changefeed_topics(lake, name, cluster.bootstrap, topics,
+                                    source="debezium", key=["id"])
+    assert done.records == 0 and updates(lake, name) == expected
+
+
+def test_ydb_topic_with_barriers_in_two_runs_equals_the_file_ingest(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    history = ydb_history(seeded(47).randrange(1 << 30))
+    history["txs"] = [(g, [(k, key, w) for k, key, w in ops if key < 100], b)
+                      for g, ops, b in history["txs"]]
+    history["txs"] = [t for t in history["txs"] if t[1]]
+    history["txs"][-1] = (*history["txs"][-1][:2], True)
+    paths, _, last_barrier = write_ydb(history, tmp_path)
+    schema = tmp_path / "ydb.json"
+    schema.write_bytes(orjson.dumps(SMALL_YDB))
+    ref_open = f"ref_{uuid.uuid4().hex[:8]}.t"
+    commands.ingest(lake, ref_open, paths, source="ydb", schema=schema, key=["id"])
+    topic = new_topic(cluster, 2)
+    out = producer(cluster)
+    files = [p.read_bytes().splitlines() for p in paths]
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    for half in (0, 1):
+        for partition, lines in enumerate(files):
+            cut = len(lines) // 2
+            for line in (lines[:cut] if half == 0 else lines[cut:]):
+                out.produce(topic, value=line, partition=partition)
+        assert out.flush(30) == 0
+        run = ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="ydb",
+                                       key=["id"], table_schema=schema)
+        frontier = run.ingest.frontier[0]
+        assert updates(lake, name) == updates(lake, ref_open, below=frontier)
+    assert frontier == last_barrier
+    assert updates(lake, name) == updates(lake, ref_open)
+    # each partition resumes at its last barrier (or before): a run with nothing new reads
+    # little, and keeps the frontier
+    again = ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="ydb",
+                                     key=["id"], table_schema=schema)
+    assert again.ingest.frontier == [last_barrier]
+    assert 0 < again.records < sum(len(lines) for lines in files)
+
+
+def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    feed = pg_feed(5, transactions=6, metadata=False)
+    data = new_topic(cluster, 2)
+    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 2)
+    out = producer(cluster)
+    out.produce(data, value=b"{not json", partition=1)
+    assert out.flush(30) == 0
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    with pytest.raises(ChangefeedError, match=f"topic {data} partition 1, offset [0-9]+: "):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                 key=["id"])
+    assert not lake.exists(name)
+
+
+def test_offsets_of_another_source_are_refused(cluster: MockCluster, lake: Lake,
+                                               tmp_path: Path) -> None:
+    feed = pg_feed(6, transactions=4, metadata=False)
+    data = new_topic(cluster, 1)
+    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 1)
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                             key=["id"])
+    schema = tmp_path / "ydb.json"
+    schema.write_bytes(orjson.dumps(SMALL_YDB))
+    with pytest.raises(LakeError, match="offsets of a kafka debezium source"):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="ydb",
+                                 key=["id"], table_schema=schema)
