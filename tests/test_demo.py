@@ -25,4 +25,4 @@ def test_kafka_demo_checks_pass(spark, tmp_path: Path) -> None:
     result = run_kafka_demo(tmp_path, spark, tmp_path / "lake", rows=30, transactions=40,
                             table="demo.t_kafka_demo")
     failed = [name for name, passed in result.checks if not passed]
-    assert not failed and len(result.checks) == 3
+    assert not failed and len(result.checks) == 4

@@ -210,15 +210,16 @@ def test_frames_of_another_row_schema_are_refused(cluster: MockCluster,
 
 
 @pytest.mark.spark
-def test_changefeed_topics_are_refused(lake: Lake) -> None:
+def test_changefeed_topics_go_to_their_own_ingest_and_usage_errors(lake: Lake) -> None:
     for source in ("debezium", "ydb"):
-        with pytest.raises(LakeError, match=f"Materialize CDC .* not {source}: resuming"):
+        with pytest.raises(LakeError, match=f"not {source}: .*ingest_changefeed_topics"):
             ingest_topics(lake, "t", "127.0.0.1:1", "x", source=source)
     refused = subprocess.run([*CLI, "ingest", "--lake", str(lake.root), "--table", "t",
-                              "--from", "debezium", "--kafka", "127.0.0.1:1", "--topic", "x"],
+                              "--from", "debezium", "--kafka", "127.0.0.1:1", "--topic", "x",
+                              "--schema-registry", "http://127.0.0.1:1"],
                              capture_output=True, timeout=60)
     assert refused.returncode == 2
-    assert b"Materialize CDC topics only" in refused.stderr
+    assert b"--schema-registry is for Avro topics" in refused.stderr
     lake_args = ["ingest", "--lake", str(lake.root), "--table", "t"]
     for args, says in [(["--kafka", "127.0.0.1:1", "--schema", __file__], b"--kafka needs --topic"),
                        (["--kafka", "127.0.0.1:1", "--topic", "x"], b"--schema-registry URL"),

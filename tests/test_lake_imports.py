@@ -12,7 +12,8 @@ import changelake.lake
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2", "commit",
          "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
-         "kafka_ingest", "kafka_changefeed", "follow", "report", "sql_endpoint"]
+         "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",
+         "sql_endpoint"]
 
 
 def lake_imports(tree: ast.AST) -> list[tuple[str, bool]]:

@@ -79,7 +79,7 @@ def reference(lake: Lake, paths: list[Path], source: str, **options: Any) -> str
     return name
 
 
-@pytest.mark.parametrize("metadata", [False, True])
+@pytest.mark.parametrize("metadata", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_debezium_topic_in_three_runs_then_closed_equals_the_file_ingest(
         cluster: MockCluster, lake: Lake, tmp_path: Path, metadata: bool) -> None:
     feed = pg_feed(seeded(81 + metadata).randrange(1 << 30), transactions=16,
@@ -122,6 +122,7 @@ def test_debezium_topic_in_three_runs_then_closed_equals_the_file_ingest(
     assert done.records == 0 and updates(lake, name) == expected
 
 
+@pytest.mark.slow
 def test_ydb_topic_with_barriers_in_two_runs_equals_the_file_ingest(
         cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
     history = ydb_history(seeded(47).randrange(1 << 30))
@@ -173,6 +174,7 @@ def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits
     assert not lake.exists(name)
 
 
+@pytest.mark.slow
 def test_offsets_of_another_source_are_refused(cluster: MockCluster, lake: Lake,
                                                tmp_path: Path) -> None:
     feed = pg_feed(6, transactions=4, metadata=False)
@@ -186,3 +188,99 @@ def test_offsets_of_another_source_are_refused(cluster: MockCluster, lake: Lake,
     with pytest.raises(LakeError, match="offsets of a kafka debezium source"):
         ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="ydb",
                                  key=["id"], table_schema=schema)
+
+
+# ------------------------------------------------------------------ follow, in process and CLI
+
+
+@pytest.mark.slow
+def test_follow_rounds_until_idle_then_a_closing_ingest(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    from changelake.lake.follow_changefeed import follow_changefeed_topics
+
+    feed = pg_feed(seeded(83).randrange(1 << 30), transactions=10, metadata=False)
+    ref = reference(lake, write_files(feed, tmp_path, metadata=False), "debezium", key=["id"])
+    data = new_topic(cluster, 2)
+    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 2)
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    rounds: list[int] = []
+    report = follow_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                      key=["id"], trigger_seconds=0.1, until_idle=0.0,
+                                      progress=lambda n, read: rounds.append(read.records))
+    assert report.batches == len(rounds) == 1 and report.committed == 1 and rounds[0] > 0
+    frontier = lake.table(name).state().upper
+    assert frontier and updates(lake, name) == updates(lake, ref, below=frontier)
+    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                             key=["id"], close=True)
+    assert updates(lake, name) == updates(lake, ref)
+
+
+def _table_updates(lake_dir: Path, table: str) -> tuple[dict, Counter]:
+    """The committed manifest of a table a CLI run made, and its updates, from its files."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    directory = lake_dir / "tables" / "default" / table
+    states = sorted((directory / "_state").glob("v*.json"), key=lambda p: int(p.stem[1:]))
+    state = json.loads(states[-1].read_text())
+    out: Counter = Counter()
+    for fs in state["files"]:
+        for path in sorted((directory / fs["path"]).rglob("*.parquet")):
+            for r in pq.read_table(path).to_pylist():
+                out[tuple(sorted((k, str(v)) for k, v in r.items()))] += 1
+    return state, out
+
+
+@pytest.mark.slow
+def test_cli_follow_killed_and_restarted_then_closed(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    """`ingest --follow --kafka --from debezium` follows a topic while its events arrive in
+    thirds; it is killed with SIGKILL after its first commit and restarted (until idle);
+    `ingest --kafka --close` then finishes it: the table equals the file ingest, nothing
+    doubled; `status` shows the offsets."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cli = [str(Path(sys.executable).parent / "changelake")]
+    feed = pg_feed(seeded(84).randrange(1 << 30), transactions=18, metadata=False)
+    ref = reference(lake, write_files(feed, tmp_path, metadata=False), "debezium", key=["id"])
+    data = new_topic(cluster, 3)
+    lake_dir = tmp_path / "cli-lake"
+    table_dir = lake_dir / "tables" / "default" / "t"
+    base = [*cli, "ingest", "--lake", str(lake_dir), "--table", "t", "--key", "id",
+            "--from", "debezium", "--kafka", cluster.bootstrap, "--topic", data,
+            "--master", "local[1]"]
+    n = len(feed.events)
+    produce_debezium(cluster, data, None, feed, slice(0, n // 3), 3)
+    follow = subprocess.Popen([*base, "--follow", "--trigger-seconds", "0.5"],
+                              stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not list((table_dir / "_state").glob("v*.json")) and time.monotonic() < deadline:
+        assert follow.poll() is None, follow.stderr.read().decode() if follow.stderr else ""
+        time.sleep(0.2)
+    produce_debezium(cluster, data, None, feed, slice(n // 3, 2 * n // 3), 3)
+    time.sleep(seeded(85).uniform(0, 3))
+    os.killpg(follow.pid, signal.SIGKILL)
+    follow.wait()
+    produce_debezium(cluster, data, None, feed, slice(2 * n // 3, n), 3)
+    again = subprocess.run([*base, "--follow", "--trigger-seconds", "0.5", "--until-idle",
+                            "1"], capture_output=True, timeout=600)
+    assert again.returncode == 0, again.stderr.decode()
+    assert b"round 1: read " in again.stderr
+    state, rows = _table_updates(lake_dir, "t")
+    frontier = state["frontier"][0]
+    assert rows == updates(lake, ref, below=frontier)
+    closing = subprocess.run([*base, "--close"], capture_output=True, timeout=600)
+    assert closing.returncode == 0, closing.stderr.decode()
+    state, rows = _table_updates(lake_dir, "t")
+    assert state["frontier"] == [] and rows == updates(lake, ref)
+    status = subprocess.run([*cli, "status", "--lake", str(lake_dir), "--format", "jsonl",
+                             "--master", "local[1]"], capture_output=True, timeout=300)
+    assert status.returncode == 0, status.stderr.decode()
+    (table,) = [orjson.loads(line) for line in status.stdout.splitlines()]
+    assert {o["topic"] for o in table["offsets"]} == {data}
+    assert all(o["lag"] == 0 for o in table["offsets"])

@@ -647,8 +647,15 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if kafka is not None and not topics:
         raise click.UsageError("--kafka needs --topic T")
     if following and source != "materialize":
-        raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
-                               f"--from {source}")
+        if kafka is None or inputs:
+            raise click.UsageError(f"--follow --from {source} follows changefeed topics "
+                                   "(--kafka --topic), not files")
+        if checkpoint is not None or max_files_per_trigger is not None or \
+                max_records_per_trigger is not None or close:
+            raise click.UsageError(
+                "--checkpoint, --max-files-per-trigger, --max-records-per-trigger and --close "
+                f"do not go with --follow --from {source}: each round reads from the offsets "
+                "the table's last commit recorded, to the partitions' ends")
     if kafka is not None and source != "materialize" and schema_registry is not None:
         raise click.UsageError(f"--schema-registry is for Avro topics (--from materialize); "
                                f"{source} topics are JSON")
@@ -656,6 +663,11 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             schema_registry is None:
         raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
                                "--schema-registry URL")
+    if following and source != "materialize":
+        _follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
+                           schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
+                           until_idle)
+        return
     if following:
         if kafka is not None:
             if inputs:
@@ -776,6 +788,46 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             signal.signal(sig, handler)
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"micro-batch(es), {result.committed} committed", err=True)
+
+
+def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
+                       spark_conf: dict, ident: Any, columns: tuple[str, ...], source: str,
+                       schema_path: Path | None, scd2: bool, kafka: str | None,
+                       topics: tuple[str, ...], group: str | None, trigger_seconds: float,
+                       until_idle: float | None) -> None:
+    """`ingest --follow --kafka --from debezium|ydb`: rounds of exactly-once ingests until
+    SIGTERM / SIGINT (the round in flight commits first) or --until-idle
+    (lake/follow_changefeed.py)."""
+    import signal
+
+    from changelake.lake import report
+    from changelake.lake.follow import FollowControl
+    from changelake.lake.follow_changefeed import follow_changefeed_topics
+
+    assert kafka is not None
+
+    def progress(number: int, read: Any) -> None:
+        click.echo(f"changelake: round {number}: {report.topics_line(read)}; "
+                   f"{report.ingest_line(read.ingest)}", err=True)
+
+    control = FollowControl()
+    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    try:
+        click.echo(f"changelake: following {','.join(topics)} at {kafka} into {ident}",
+                   err=True)
+        result = follow_changefeed_topics(
+            lake, ident, kafka, list(topics), source=source, key=columns,
+            table_schema=schema_path, group=group, scd2=scd2,
+            trigger_seconds=trigger_seconds, until_idle=until_idle, control=control,
+            progress=progress)
+    finally:
+        lake.spark.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
+               f"round(s), {result.committed} committed", err=True)
 
 
 def engine_option(func: F) -> F:

@@ -1,11 +1,13 @@
 """The Kafka demo, on librdkafka's mock cluster (no broker to install): a Debezium topic is
-converted to a CDCv2 topic (the sink run twice, as after a crash: the duplicates are what the
-format absorbs), ingested into a lake table from the offsets its commits record (a second
-ingest reads nothing again), and the table's change feed goes out to another CDCv2 topic that
-`decode` reads back to the table's history.
+ingested into a lake table straight from its offsets (a second run, `--close`, resumes where
+the first committed), and converted to a CDCv2 topic (the sink run twice, as after a crash: the
+duplicates are what the format absorbs), ingested into a lake table from the offsets its
+commits record (a second ingest reads nothing again), and the table's change feed goes out to
+another CDCv2 topic that `decode` reads back to the table's history.
 
 Each step is the library call the matching CLI command makes:
 
+    Debezium topic --ingest --kafka --from debezium--> lake table (resumed at its offsets)
     Debezium topic --encode --from debezium --kafka--> cdc.orders (Confluent-framed Avro)
     cdc.orders --ingest --kafka--> lake table, offsets in its commits
     lake table --changes--> lake.orders.changes --decode --kafka--> history = the table
@@ -66,6 +68,7 @@ def run_kafka_demo(workdir: Path, spark: Any, lake_dir: Path, *, seed: int = 0,
     from changelake.kafka import MockCluster, changefeed_messages, decode_topic, write_topic
     from changelake.lake.catalog import Lake
     from changelake.lake.changes import cdc_schema_of, change_messages, plan_changes
+    from changelake.lake.kafka_changefeed import ingest_changefeed_topics
     from changelake.lake.kafka_ingest import ingest_topics
 
     rng = random.Random(seed)
@@ -85,6 +88,17 @@ def run_kafka_demo(workdir: Path, spark: Any, lake_dir: Path, *, seed: int = 0,
         _produce_debezium(bootstrap, feed.events)
         steps.append(PipelineStep(f"Debezium events on {DEBEZIUM_TOPIC} ({PARTITIONS} "
                                   "partitions, keyed)", f"{len(feed.events):,}"))
+
+        direct = f"{table}_direct"
+        first = ingest_changefeed_topics(lake, direct, bootstrap, DEBEZIUM_TOPIC,
+                                         source="debezium", key=["id"])
+        last = ingest_changefeed_topics(lake, direct, bootstrap, DEBEZIUM_TOPIC,
+                                        source="debezium", key=["id"], close=True)
+        steps.append(PipelineStep(f"{DEBEZIUM_TOPIC} --ingest --kafka --from debezium--> lake "
+                                  "(twice: then --close)",
+                                  f"{first.records:,} + {last.records:,} records read"))
+        checks.append(("Kafka: the table ingested from the Debezium topic = the feed's final "
+                       "state", _rows(lake.table(direct).current()) == truth))
 
         produced = 0
         for _ in range(2):  # the sink re-run after a crash: its messages arrive twice
