@@ -224,6 +224,9 @@ def test_changefeed_topics_go_to_their_own_ingest_and_usage_errors(lake: Lake) -
     for args, says in [(["--kafka", "127.0.0.1:1", "--schema", __file__], b"--kafka needs --topic"),
                        (["--kafka", "127.0.0.1:1", "--topic", "x"], b"--schema-registry URL"),
                        (["--topic", "x", "f.jsonl"], b"go with --kafka"),
+                       (["--from", "debezium", "--follow", "d"], b"follows changefeed topics"),
+                       (["--from", "ydb", "--follow", "--kafka", "127.0.0.1:1", "--topic", "x",
+                         "--checkpoint", "c"], b"do not go with --follow --from ydb"),
                        ([], b"no INPUT given")]:
         usage = subprocess.run([*CLI, *lake_args, *args], capture_output=True, timeout=60)
         assert usage.returncode == 2 and says in usage.stderr, usage.stderr
