@@ -351,7 +351,7 @@ def test_cli_encode_from_topics_then_decode_equals_the_file_path(cluster: MockCl
         (["--kafka", cluster.bootstrap], "--kafka needs --topic"),
         (["--kafka", cluster.bootstrap, "--topic", data, paths[1]], "no input files as well"),
         (["--kafka", cluster.bootstrap, "--topic", data, "--group", "g"],
-         "resuming a changefeed conversion"),
+         "encode converts the topics whole"),
     ]:
         result = run("encode", "--from", "debezium", "--key", "id", *args)
         assert result.returncode == 2, (args, result.stderr)

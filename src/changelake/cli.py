@@ -318,10 +318,10 @@ def _check_changefeed_topics(source: str, kafka: str | None, topics: tuple[str, 
         raise click.UsageError("--kafka reads the topics: no input files as well")
     if group is not None:
         raise InputError(
-            "--group with encode --from debezium|ydb: resuming a changefeed conversion from a "
-            "group's offsets is not exact yet (the converter's rows, sequences and open "
-            "transactions are not saved with the offsets, so a resumed run could not retract "
-            "the rows an earlier run wrote); read the topics whole without --group")
+            "--group with encode --from debezium|ydb: encode converts the topics whole (a "
+            "resumed conversion could not retract the rows an earlier run wrote); "
+            "`ingest --kafka --from debezium|ydb` resumes from offsets, keeping each key's "
+            "row in the lake table")
 
 
 def _encode_changefeed(out: Any, schema_path: Path | None, close: bool, avro: Path | None,
