@@ -49,6 +49,20 @@ def updates(lake: Lake, name: str, below: int | None = None) -> Counter:
     return out
 
 
+def group_offsets(cluster: MockCluster, group: str, topic: str, partitions: int
+                  ) -> dict[int, int]:
+    """The offsets a consumer group has committed for the topic's partitions."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        marks = consumer.committed([TopicPartition(topic, p) for p in range(partitions)],
+                                   timeout=10)
+    finally:
+        consumer.close()
+    return {m.partition: m.offset for m in marks if m.offset >= 0}
+
+
 def _xid(value: bytes) -> int:
     event = orjson.loads(value)
     return (event.get("payload") or event)["source"]["txId"]
@@ -101,9 +115,11 @@ def test_debezium_topic_in_three_runs_then_closed_equals_the_file_ingest(
         if i == 2:  # a connector restart re-sends the last third
             produce_debezium(cluster, data, None, feed, slice(cuts[2], n), 3)
         run = ingest_changefeed_topics(lake, name, cluster.bootstrap, topics,
-                                       source="debezium", key=["id"])
+                                       source="debezium", key=["id"], group=name)
         frontier = run.ingest.frontier[0]
         frontiers.append(frontier)
+        assert group_offsets(cluster, name, data, 3) == \
+            {p.partition: p.resume for p in run.partitions if p.topic == data}
         assert updates(lake, name) == updates(lake, ref, below=frontier), i
         if i:  # resumed where the last commit left each partition, not from the start
             assert run.records < produced
@@ -171,6 +187,10 @@ def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits
     with pytest.raises(ChangefeedError, match=f"topic {data} partition 1, offset [0-9]+: "):
         ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
                                  key=["id"])
+    # Spark's own connector reads the same records where a session has it; this one has not
+    with pytest.raises(LakeError, match="needs Spark's Kafka connector"):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                 key=["id"], reader="kafka")
     assert not lake.exists(name)
 
 

@@ -75,10 +75,12 @@ from changelake.lake.commands import (
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.kafka_ingest import (
     KIND,
+    READERS,
     KafkaIngestReport,
     _offsets,
     _partition_reads,
     _plan,
+    connector_records,
 )
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
@@ -101,18 +103,24 @@ def ingest_changefeed_topics(
     scd2: bool = False,
     progress: ProgressFn | None = None,
     config: Mapping[str, Any] | None = None,
+    reader: str = "kafka-cdc",
 ) -> KafkaIngestReport:
     """Read the changefeed `topics` (`source`: debezium or ydb) at `bootstrap` from the offsets
     `table`'s last commit recorded, convert them on Spark and commit what is new with the
     offsets it covered: exactly once (see the module docstring). `key`, `table_schema` and
     `close` are `ingest --from`'s; `group` also commits the resume points to that consumer
-    group after the lake commit (never read back); `config` adds librdkafka settings."""
+    group after the lake commit (never read back); `config` adds librdkafka settings;
+    `reader` (`kafka_ingest.READERS`): `kafka` reads with Spark's own connector where the
+    session has it."""
     from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
     from changelake.spark.errors import translate_errors
 
     if source not in SOURCES:
         raise LakeError(f"unknown changefeed {source!r}: debezium or ydb")
+    if reader not in READERS:
+        raise LakeError(f"ingest --kafka: unknown reader {reader!r} (one of "
+                        f"{', '.join(READERS)})")
     names = topic_list(topics)
     table_json = orjson.loads(Path(table_schema).read_bytes()) if table_schema else None
     handle = lake.handle(table)
@@ -134,13 +142,14 @@ def ingest_changefeed_topics(
         step("reading topics", 1, 3)
         readers, plans = [], []
         for name in names:  # the driver plans: metadata and watermarks, no records
-            reader = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
-                                                       framed=False, config=config))
-            readers.append(reader)
-            plans.append((name, _plan(reader, recorded.topic(name) if recorded else None,
+            planner = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
+                                                        framed=False, config=config))
+            readers.append(planner)
+            plans.append((name, _plan(planner, recorded.topic(name) if recorded else None,
                                       handle.name)))
         partitions = [(topic, r.partition) for topic, ranges in plans for r in ranges]
-        lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config)
+        lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config,
+                                 reader)
         records = translate_errors(lines.raw.count)
         if records == 0 and close and state is not None:  # nothing new, but the end
             from pyspark.sql import functions as F
@@ -175,9 +184,9 @@ def ingest_changefeed_topics(
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
         if group is not None:  # after the lake commit: the lake's offsets are the truth
-            for reader in readers:
-                reader.commit({p.partition: p.resume for p in reads
-                               if p.topic == reader.topic})
+            for planner in readers:
+                planner.commit({p.partition: p.resume for p in reads
+                                if p.topic == planner.topic})
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)
@@ -185,8 +194,10 @@ def ingest_changefeed_topics(
 
 
 def _read(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],
-          partitions: Sequence[tuple[str, int]], config: Mapping[str, Any] | None) -> Any:
-    """The planned ranges' records as lines, read on the executors by `kafka-cdc`."""
+          partitions: Sequence[tuple[str, int]], config: Mapping[str, Any] | None,
+          reader: str) -> Any:
+    """The planned ranges' records as lines, read on the executors by `kafka-cdc`, or by
+    Spark's own `kafka` connector (`reader="kafka"`), whose records have the same columns."""
     from changelake.spark import kafka_source
     from changelake.spark.changefeed.read import record_lines
 
@@ -196,8 +207,11 @@ def _read(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]]
                                           config=config)
     options.update(output="records", startingOffsets=orjson.dumps(starting).decode(),
                    endingOffsets=orjson.dumps(ending).decode())
-    kafka_source.register(spark)
-    records = spark.read.format(kafka_source.NAME).options(**options).load()
+    if reader == "kafka":
+        records = connector_records(spark, options)
+    else:
+        kafka_source.register(spark)
+        records = spark.read.format(kafka_source.NAME).options(**options).load()
     return record_lines(spark, records, partitions)
 
 

@@ -145,10 +145,7 @@ def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Seque
     options.update(startingOffsets=orjson.dumps(starting).decode(),
                    endingOffsets=orjson.dumps(ending).decode())
     if reader_name == "kafka":  # Spark's connector: no schema options, `subscribe` for topics
-        connector = {k: v for k, v in options.items()
-                     if k.startswith("kafka.") or k.endswith("Offsets")}
-        return _connector_messages(spark, {**connector, "subscribe": options["topics"]}, given,
-                                   schema_registry, plans)
+        return _connector_messages(spark, options, given, schema_registry, plans)
     kafka_source.register(spark)
     return spark.read.format(kafka_source.NAME).options(**options).load()
 
@@ -157,20 +154,30 @@ def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
                         schema_registry: str | None,
                         plans: Sequence[tuple[str, Sequence[Any]]]) -> Any:
     """Spark's own `kafka` source's records of the same ranges, as `kafka-cdc`'s rows."""
-    from pyspark.errors import AnalysisException
-
     from changelake.spark.kafka_records import messages_from_records
 
+    return messages_from_records(connector_records(spark, options), schema=given,
+                                 schema_registry=schema_registry,
+                                 topic=plans[0][0] if plans else None)
+
+
+def connector_records(spark: Any, options: Mapping[str, str]) -> Any:
+    """The records Spark's own `kafka` source reads with the `kafka-cdc` reader's `options`
+    (its `kafka.*` settings and offsets; `topics` becomes `subscribe`): the columns of
+    `kafka-cdc`'s `output=records`. A session without the connector is named."""
+    from pyspark.errors import AnalysisException
+
+    connector = {k: v for k, v in options.items()
+                 if k.startswith("kafka.") or k.endswith("Offsets")}
     try:
-        records = spark.read.format("kafka").options(**options).load()
+        return spark.read.format("kafka").options(
+            **connector, subscribe=options["topics"]).load()
     except AnalysisException as error:
         if "kafka" in str(error).lower() and "find" in str(error).lower():
             raise LakeError("ingest --kafka with reader kafka needs Spark's Kafka connector "
                             "(spark-sql-kafka) in the session, which this Spark does not "
                             "have; the default reader, kafka-cdc, needs nothing") from None
         raise
-    return messages_from_records(records, schema=given, schema_registry=schema_registry,
-                                 topic=plans[0][0] if plans else None)
 
 
 def _partition_facts(messages: Any, frontier: int | None,
