@@ -92,14 +92,14 @@ def test_the_executor_read_never_resets_silently(cluster: MockCluster,
     with pytest.raises(ValueError) as caught:
         offsets(KafkaRange(topic, 0, 2, 8), False)
     assert str(caught.value) == (
-        f"kafka-cdc: topic {topic} partition 0: the micro-batch's range [2, 8) is at offset 2, "
+        f"kafka-cdc: topic {topic} partition 0: the task reading offsets [2, 8) was at offset 2, "
         "but the partition's first offset is 4 and its end 10: records were deleted "
         "(retention or DeleteRecords) before being read (failOnDataLoss=false goes on from "
         "the first offset held)")
     with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
         assert offsets(KafkaRange(topic, 0, 2, 8), True) == [4, 5, 6, 7]
     assert [r.getMessage() for r in caplog.records] == [
-        f"kafka-cdc: topic {topic} partition 0: the micro-batch's range [2, 8) is at offset 2, "
+        f"kafka-cdc: topic {topic} partition 0: the task reading offsets [2, 8) was at offset 2, "
         "but the partition's first offset is 4 and its end 10: records were deleted "
         "(retention or DeleteRecords) before being read; going on from the first offset held "
         "(failOnDataLoss=false)"]
@@ -110,7 +110,7 @@ def test_the_executor_read_never_resets_silently(cluster: MockCluster,
     cluster.create_topic(topic, 1)
     fill(cluster, topic, {0: 3}, "b")
     with pytest.raises(ValueError, match=f"kafka-cdc: topic {topic} partition 0: the "
-                                         r"micro-batch's range \[12, 15\) is at offset 12, but "
+                                         r"task reading offsets \[12, 15\) was at offset 12, but "
                                          "the partition's first offset is 0 and its end 3: "
                                          "the topic was recreated or truncated"):
         offsets(KafkaRange(topic, 0, 12, 15), False)
@@ -138,6 +138,10 @@ def test_the_planner_checks_every_partition_against_its_watermarks(
     with pytest.raises(ValueError, match=deleted):
         strict.partitions(at(2, 5), at(8, 5))  # a replay of a batch planned before
     assert strict.partitions(at(6, 5), at(10, 5)) == [KafkaRange(topic, 0, 6, 10)]
+    # a topic no longer in `topics` keeps its offsets, and a batch planned with it reads it
+    other = {"dropped": {"0": 7}}
+    assert strict.latestOffset({**at(6, 5), **other}, None) == {**at(10, 5), **other}
+    assert strict.partitions(other, {"dropped": {"0": 9}}) == [KafkaRange("dropped", 0, 7, 9)]
     with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
         end = lenient.latestOffset(at(2, 5), None)
         assert end == at(10, 5)

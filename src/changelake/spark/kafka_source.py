@@ -447,8 +447,8 @@ def _rows(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
             retries += 1  # held again (a race with the answer): ask again
             continue
         report_loss(options, lost_records(part.topic, part.partition, position, low, high,
-                                          f"the micro-batch's range [{part.start}, "
-                                          f"{part.end}) is at offset"))
+                                          f"the task reading offsets [{part.start}, "
+                                          f"{part.end}) was at offset"))
         if position > high:
             return  # recreated: nothing of this range is held
         position = max(position, low)
@@ -654,6 +654,10 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = begun.get((topic, partition))
             if first == stop:
                 continue  # nothing to read (a topic no longer read keeps its offsets so)
+            if topic not in self.options.topics:  # dropped from `topics` since it was planned
+                if first is not None and first < stop:
+                    ranges.append(KafkaRange(topic, partition, first, stop))
+                continue
             if held is None:
                 held = {(m.topic, m.partition): m for m in watermarks(self.options)}
             mark = held.get((topic, partition))
