@@ -99,8 +99,8 @@ def test_the_executor_read_never_resets_silently(cluster: MockCluster,
     with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
         assert offsets(KafkaRange(topic, 0, 2, 8), True) == [4, 5, 6, 7]
     assert [r.getMessage() for r in caplog.records] == [
-        f"kafka-cdc: topic {topic} partition 0: the task reading offsets [2, 8) was at offset 2, "
-        "but the partition's first offset is 4 and its end 10: records were deleted "
+        f"kafka-cdc: warning: topic {topic} partition 0: the task reading offsets [2, 8) was "
+        "at offset 2, but the partition's first offset is 4 and its end 10: records were deleted "
         "(retention or DeleteRecords) before being read; going on from the first offset held "
         "(failOnDataLoss=false)"]
 
@@ -149,7 +149,8 @@ def test_the_planner_checks_every_partition_against_its_watermarks(
         assert lenient.partitions(at(2, 5), at(8, 5)) == [KafkaRange(topic, 0, 6, 8)]
         assert lenient.partitions(at(2, 5), at(4, 5)) == []  # all of it deleted
     assert len(caplog.records) == 1, "one warning per loss"
-    assert caplog.records[0].getMessage().startswith(deleted)
+    assert caplog.records[0].getMessage().startswith(
+        deleted.replace("kafka-cdc: ", "kafka-cdc: warning: "))
 
     # recreated with fewer records: offsets beyond the new ends
     cluster.delete_topic(topic)
@@ -177,6 +178,21 @@ def test_the_planner_checks_every_partition_against_its_watermarks(
         strict.latestOffset(at(2, 5), None)
     assert lenient.latestOffset(at(2, 5), None) == at(4)
     assert lenient.partitions(at(2, 5), at(4, 7)) == [KafkaRange(topic, 0, 2, 4)]
+
+    # a partition added since the last batch, whose first records were deleted unread
+    cluster.delete_topic(topic)
+    cluster.create_topic(topic, 2)
+    fill(cluster, topic, {0: 4, 1: 3}, "d")
+    cluster.delete_records(topic, 1, 2)
+    with pytest.raises(ValueError, match=f"topic {topic} partition 1: the query was at offset "
+                                         "0, but the partition's first offset is 2 and its end "
+                                         "3: records were deleted"):
+        strict.latestOffset(at(2), None)
+    with pytest.raises(ValueError, match=f"topic {topic} partition 1: the query was at offset 0"):
+        strict.partitions(at(2), at(4, 3))
+    assert lenient.latestOffset(at(2), None) == at(4, 3)
+    assert lenient.partitions(at(2), at(4, 3)) == [KafkaRange(topic, 0, 2, 4),
+                                                   KafkaRange(topic, 1, 2, 3)]
 
 
 def run_stream(spark: Any, cluster: MockCluster, topic: str, checkpoint: Path,

@@ -55,17 +55,18 @@ Lost records. A query restarted from its checkpoint (or a long one between two m
 can find a partition no longer holding the offset it was at: below the partition's first
 offset (retention or DeleteRecords removed records the query never read), or beyond its end
 (the topic was deleted and recreated, or truncated; a partition gone altogether: recreated with
-fewer partitions). Planning checks every partition against its watermarks, in `latestOffset`
-(the offset the query was at) and in `partitions` (the micro-batch's range, also when Spark
-replays a batch logged before a restart without asking `latestOffset`): a start outside
-`[first, end]` or a range end beyond the end is data loss, an error with `failOnDataLoss`
-(`_fail`, one line: topic, partition, the offset the query was at, the partition's first
-offset and end, and which rule), else a warning and the partition goes on from its first
-offset (deleted: the records left; recreated: the new topic's records from its beginning,
-since the old offsets name nothing in it). A reset written into the offsets this way is an end
-below the start, which `partitions` reads as "from the first offset"; a replayed batch whose
-start is beyond the end reads nothing of that partition (the next one starts it afresh), so
-nothing is read twice.
+fewer partitions), or a partition added to a topic since the last batch already missing its
+first records (it starts at 0 for the query). Planning checks every partition against its
+watermarks, in `latestOffset` (the offset the query was at) and in `partitions` (the
+micro-batch's range, also when Spark replays a batch logged before a restart without asking
+`latestOffset`): a start outside `[first, end]` or a range end beyond the end is data loss,
+an error with `failOnDataLoss` (`_fail`, one line: topic, partition, the offset the query was
+at, the partition's first offset and end, and which rule), else a warning and the partition
+goes on from its first offset (deleted: the records left; recreated: the new topic's records
+from its beginning, since the old offsets name nothing in it). A reset written into the
+offsets this way is an end below the start, which `partitions` reads as "from the first
+offset"; a replayed batch whose start is beyond the end reads nothing of that partition (the
+next one starts it afresh), so nothing is read twice.
 
 The executors check again, for records deleted between planning and reading: their consumers
 run with `auto.offset.reset=error`, so librdkafka reports an offset the partition does not
@@ -361,8 +362,8 @@ def report_loss(options: KafkaOptions, message: str, warned: set[str] | None = N
     if options.fail_on_data_loss:
         raise _fail(f"{message} (failOnDataLoss=false goes on from the first offset held)")
     if warned is None or message not in warned:
-        log.warning("%s: %s; going on from the first offset held (failOnDataLoss=false)",
-                    NAME, message)
+        log.warning("%s: warning: %s; going on from the first offset held "
+                    "(failOnDataLoss=false)", NAME, message)
         if warned is not None:
             warned.add(message)
 
@@ -614,7 +615,7 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._gone(topic, partition, offset)  # failOnDataLoss=false: dropped
         froms, ends = {}, {}
         for key, m in held.items():
-            froms[key] = self._from(m, begun[key]) if key in begun else m.low
+            froms[key] = self._from(m, begun[key] if key in begun else self._new(begun, key))
             high = m.high if self.target is None else min(m.high, self.target.get(key, m.high))
             ends[key] = max(high, froms[key])
         if isinstance(limit, ReadMaxRows):
@@ -622,11 +623,21 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ends = {k: froms[k] + granted[k] for k in ends}
         return _as_offsets({**kept, **ends})
 
+    @staticmethod
+    def _new(begun: Mapping[tuple[str, int], int], key: tuple[str, int]) -> int:
+        """Where a partition not in the offsets starts: at 0 if it was added to a topic the
+        query reads (its records are all new to it: a first offset above 0 is data loss, as
+        Spark's source says of an added partition), else (a topic added to `topics`, or the
+        first batch) at its first offset."""
+        return 0 if any(topic == key[0] for topic, _ in begun) else EARLIEST
+
     def _from(self, mark: Watermarks, offset: int) -> int:
         """Where a partition the query was at `offset` goes on: there if the partition holds
         it; else data loss, and (failOnDataLoss=false) its first offset. An end below the
         batch's start says so to `partitions` (recreated); deleted records give a start below
         the first offset, which `partitions` reads from the first offset."""
+        if offset == EARLIEST:
+            return mark.low
         if mark.low <= offset <= mark.high:
             return offset
         self._lost(lost_records(mark.topic, mark.partition, offset, mark.low, mark.high))
@@ -665,7 +676,7 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._gone(topic, partition, stop if first is None else first)
                 continue
             if first is None:  # a partition that appeared since: from its beginning
-                first = mark.low
+                first = self._from(mark, self._new(begun, (topic, partition)))
             elif stop < first:
                 first = mark.low  # latestOffset's reset (failOnDataLoss=false): from the start
             elif not mark.low <= first <= mark.high:
