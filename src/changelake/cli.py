@@ -661,8 +661,9 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if kafka is not None and schema_path is None and schema_registry is None:
         raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
                                "--schema-registry URL")
-    if tolerate_data_loss and (not following or kafka is None):
-        raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka")
+    if tolerate_data_loss and (not following or kafka is None or source != "materialize"):
+        raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka (--from "
+                               "materialize: the streaming source's failOnDataLoss)")
     if following:
         if kafka is not None:
             if inputs:
