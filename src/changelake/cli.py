@@ -618,6 +618,10 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
               help="With --follow --kafka: at most N new records per micro-batch.")
 @click.option("--until-idle", type=click.FloatRange(min=0), default=None, metavar="S",
               help="With --follow: stop (exit 0) once no new file came for S seconds.")
+@click.option("--no-fail-on-data-loss", "tolerate_data_loss", is_flag=True,
+              help="With --follow --kafka: records deleted (retention) or a topic recreated "
+                   "before the follow read them is a warning, and it goes on from the first "
+                   "record still held (default: an error naming topic, partition and offsets).")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
@@ -626,7 +630,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            group: str | None, following: bool, checkpoint: Path | None,
            trigger_seconds: float, max_files_per_trigger: int | None,
            max_records_per_trigger: int | None, until_idle: float | None,
-           inputs: tuple[str, ...]) -> None:
+           tolerate_data_loss: bool, inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
     exactly once; or (--follow) keep doing so as files appear in a directory, or records in
     the topics."""
@@ -663,6 +667,9 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             schema_registry is None:
         raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
                                "--schema-registry URL")
+    if tolerate_data_loss and (not following or kafka is None or source != "materialize"):
+        raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka (--from "
+                               "materialize: the streaming source's failOnDataLoss)")
     if following and source != "materialize":
         _follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                            schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
@@ -681,7 +688,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         _follow(lake_dir, metastore_uri, master, spark_conf, ident, columns, schema_path,
                 scd2, Path(inputs[0]) if inputs else None, checkpoint, trigger_seconds,
                 max_files_per_trigger, until_idle,
-                _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger)
+                _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger,
+                             not tolerate_data_loss)
                 if kafka is not None else None)
         return
     if kafka is not None and inputs:
@@ -728,6 +736,7 @@ class _TopicFollow:
     topics: tuple[str, ...]
     schema_registry: str | None
     max_records_per_trigger: int | None
+    fail_on_data_loss: bool = True
 
 
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
@@ -764,7 +773,8 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     if kafka is not None:
         messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
                                 schema_registry=kafka.schema_registry,
-                                max_records_per_trigger=kafka.max_records_per_trigger)
+                                max_records_per_trigger=kafka.max_records_per_trigger,
+                                fail_on_data_loss=kafka.fail_on_data_loss)
         address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
     else:
         assert follow_dir is not None

@@ -9,7 +9,9 @@ confluent-kafka exposes it only through the `test.mock.num.brokers` setting of a
 gives no way to create a topic with a chosen number of partitions: the mock answers the Admin
 API's CreateTopics with "not supported", and auto-created topics get 4 partitions. So this module
 calls librdkafka's own mock API (`rd_kafka_mock_cluster_new`, `rd_kafka_mock_topic_create`)
-through ctypes, on the very library confluent-kafka loaded.
+through ctypes, on the very library confluent-kafka loaded; so do `delete_topic` and
+`delete_records` (the mock answers DeleteTopics and DeleteRecords with "not supported" too),
+which tests use to lose records under a reader as retention or a recreated topic would.
 
 What the mock does not model, and tests must not rely on: read-committed isolation (a consumer
 sees messages of open and aborted transactions; harmless for CDCv2, whose every message is true
@@ -55,6 +57,9 @@ def _librdkafka() -> ctypes.CDLL:
         "rd_kafka_mock_cluster_destroy": ([pointer], None),
         "rd_kafka_mock_cluster_bootstraps": ([pointer], text),
         "rd_kafka_mock_topic_create": ([pointer, text, ctypes.c_int, ctypes.c_int], ctypes.c_int),
+        "rd_kafka_mock_topic_delete": ([pointer, text], ctypes.c_int),
+        "rd_kafka_mock_partition_delete_records": ([pointer, text, ctypes.c_int32,
+                                                    ctypes.c_int64], ctypes.c_int),
     }
     for name, (arguments, result) in signatures.items():
         function = getattr(lib, name)
@@ -97,6 +102,28 @@ class MockCluster:
             raise TopicError(f"topic {name!r} already exists on the mock cluster")
         if code:
             raise TopicError(f"cannot create topic {name!r} on the mock cluster (error {code})")
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its records (the Admin API's DeleteTopics is not served by the
+        mock); `create_topic` may make it again, its offsets starting at 0."""
+        if self._cluster is None:
+            raise TopicError("the mock cluster is closed")
+        code = _librdkafka().rd_kafka_mock_topic_delete(self._cluster, name.encode())
+        if code:
+            raise TopicError(f"cannot delete topic {name!r} on the mock cluster (error {code})")
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        """Delete a partition's records before offset `before`, as retention or the Admin
+        API's DeleteRecords (which the mock does not serve) would: its first offset becomes
+        `before`."""
+        if self._cluster is None:
+            raise TopicError("the mock cluster is closed")
+        code = _librdkafka().rd_kafka_mock_partition_delete_records(
+            self._cluster, topic.encode(), partition, before)
+        if code:
+            raise TopicError(f"cannot delete the records of topic {topic!r} partition "
+                             f"{partition} before offset {before} on the mock cluster "
+                             f"(error {code})")
 
     def close(self) -> None:
         """Stop serving: clients still connected see the brokers go away."""

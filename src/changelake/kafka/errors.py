@@ -17,3 +17,16 @@ class TopicError(ChangelakeError):
 
 class RegistryError(ChangelakeError):
     """A schema registry that cannot be reached or answers something other than the API's."""
+
+
+class OffsetOutOfRange(TopicError):
+    """A read asked a partition for an offset it does not hold (its records were deleted, or
+    the topic was recreated), with `auto.offset.reset=error`: librdkafka reports that instead
+    of silently going on from the partition's beginning or end. The reader decides."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"topic {topic!r} partition {partition}: offset {offset} is not held "
+                         f"by the partition: {reason}")
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset

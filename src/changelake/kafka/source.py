@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from changelake.errors import InputError, Location, SchemaError
 from changelake.formats.materialize import CdcSchema, SetAside, Sink, decode_framed
 from changelake.kafka.client import client_config, describe, partitions_of
-from changelake.kafka.errors import TopicError
+from changelake.kafka.errors import OffsetOutOfRange, TopicError
 from changelake.kafka.registry import SchemaRegistry
 from changelake.kafka.schemas import FrameSchemas
 from changelake.protocol.messages import Message
@@ -103,6 +103,9 @@ class TopicReader:
     registry at `schema_registry` decodes the other ids. `config` adds librdkafka settings.
     `idle_timeout` bounds the wait for a partition that stops delivering before its end.
     `framed=False` reads records of another format (`records()` only): no schema needed.
+    An offset a partition no longer holds is reset to its beginning (`auto.offset.reset`
+    earliest, librdkafka's silent reset); with `auto.offset.reset=error` in `config`,
+    `records()` raises `OffsetOutOfRange` instead (the `kafka-cdc` source's executors do).
     """
 
     def __init__(
@@ -226,6 +229,9 @@ class TopicReader:
                         if partition in open_ends and offset >= open_ends[partition]:
                             del open_ends[partition]
                         continue
+                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                        # auto.offset.reset=error (the caller's setting): the offset is gone
+                        raise OffsetOutOfRange(self.topic, partition, offset, describe(error))
                     if not error.fatal() and error.retriable():
                         continue
                     raise TopicError(f"topic {self.topic!r} partition {partition}: "
@@ -240,6 +246,16 @@ class TopicReader:
                 yield Record(partition, offset, record.key(), record.value(),
                              *record_time(record.timestamp()))
         consumer.unassign()
+
+    def watermarks(self, partition: int) -> tuple[int, int]:
+        """A partition's first offset held and its end (the next offset to be written), now."""
+        try:
+            low, high = self._open().get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=self.timeout)
+        except KafkaException as error:
+            raise TopicError(f"topic {self.topic!r} partition {partition}: cannot read its "
+                             f"offsets: {describe(error)}") from None
+        return int(low), int(high)
 
     def _decode(self, value: bytes | None, partition: int, offset: int,
                 set_aside: Sink | None) -> Message | None:

@@ -160,10 +160,15 @@ def topics_address(bootstrap: str, topics: Sequence[str]) -> str:
 
 def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None = None,
                  schema_registry: str | None = None, max_records_per_trigger: int | None = None,
-                 config: Mapping[str, Any] | None = None) -> MessagesSource:
+                 config: Mapping[str, Any] | None = None,
+                 fail_on_data_loss: bool = True) -> MessagesSource:
     """Records of Materialize CDC messages as they arrive in `topics`, read on the executors
     by the `kafka-cdc` streaming source; its offsets live in the follow's checkpoint, so a
-    restart reads only what no committed batch read."""
+    restart reads only what no committed batch read. Records gone before they were read
+    (deleted by retention, or the topic recreated) stop the follow with an `InputError`
+    naming topic, partition and offsets; `fail_on_data_loss=False` (`ingest --follow --kafka
+    --no-fail-on-data-loss`) logs a warning and goes on from the first record still held (the
+    source's `failOnDataLoss`, see `spark/kafka_source.py`)."""
     if schema is None and schema_registry is None:
         raise LakeError("following Kafka topics needs the messages' schema: --schema FILE or "
                         "--schema-registry URL")
@@ -178,6 +183,7 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
         options["startingOffsets"] = "earliest"
         if max_records_per_trigger:
             options["maxRecordsPerTrigger"] = str(max_records_per_trigger)
+        options["failOnDataLoss"] = "true" if fail_on_data_loss else "false"
         return spark.readStream.format(kafka_source.NAME).options(**options).load()
 
     return messages
@@ -393,7 +399,10 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
     docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
     source's kind in the commits' `SourceOffsets` (`status` computes a `files` source's lag;
-    another source, such as topics, brings its own)."""
+    another source, such as topics, brings its own). An error the source raises (planning a
+    micro-batch, or reading it on an executor) comes back as its one-line `InputError`."""
+    from changelake.spark.errors import input_error, translate_errors
+
     handle = lake.handle(table)
     for column in key:
         check_name(column, f"table {handle.name}: key column")
@@ -420,7 +429,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     waiting_since: float | None = None  # when the first trigger was seen done
     try:
         while query.isActive:
-            if query.awaitTermination(poll_seconds):
+            if translate_errors(query.awaitTermination, poll_seconds):
                 break
             if until_idle is not None and waiting_since is None and \
                     str(query.status.get("message", "")).startswith("Waiting"):
@@ -446,6 +455,9 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
         raise failure
     if query.exception() is not None and control.failure is None \
             and not control.stopping.is_set():
+        found = input_error(query.exception())  # the source's own line, if it is one
+        if found is not None:
+            raise found
         raise LakeError(f"follow {address}: the streaming query failed: {query.exception()}")
     return FollowReport(handle.name, control.batches, control.committed, str(checkpoint))
 

@@ -25,7 +25,13 @@ def translate_errors(action: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return action(*args, **kwargs)
     except Exception as error:  # Py4JJavaError, PySparkException, AnalysisException ...
-        found = _INPUT_ERROR.search(str(error)) or _SOURCE_ERROR.search(str(error))
+        found = input_error(error)
         if found is None:
             raise
-        raise InputError(found.group(1).strip()) from None
+        raise found from None
+
+
+def input_error(error: BaseException) -> InputError | None:
+    """The input error a Spark exception carries (see the module docstring), or None."""
+    found = _INPUT_ERROR.search(str(error)) or _SOURCE_ERROR.search(str(error))
+    return None if found is None else InputError(found.group(1).strip())

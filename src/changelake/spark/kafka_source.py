@@ -32,7 +32,13 @@ Options:
   `kafka_records.messages_from_records`, which decodes either source's records alike.
 * `maxRecordsPerTrigger` (streaming): at most this many records per micro-batch, shared fairly
   among the partitions that have new records.
-* `kafka.*`: other librdkafka settings (security and the like), passed to every consumer.
+* `failOnDataLoss` (`true`; `true` or `false`, any case), as Spark's own Kafka source: records
+  the query has not read are gone (see "Lost records" below). `true` fails the query naming
+  topic, partition and offsets; `false` logs a warning naming the same and goes on from the
+  partition's first offset still held.
+* `kafka.*`: other librdkafka settings (security and the like), passed to every consumer;
+  not `kafka.auto.offset.reset` (refused, as Spark's source refuses it: `startingOffsets` says
+  where a read starts, `failOnDataLoss` what happens when its records are gone).
 
 Strict mode: a bad record (not a frame, unknown schema id, corrupt Avro, a tombstone) fails the
 job with one line naming topic, partition and offset (`spark.errors.translate_errors` brings it
@@ -44,11 +50,39 @@ is each partition's high watermark when the batch is planned (the last stable of
 read-committed cluster), capped by `maxRecordsPerTrigger`. With `availableNow`, the watermarks
 when the query starts are the target. The offsets live in the query's checkpoint, so a
 restarted query reads only what it has not committed.
+
+Lost records. A query restarted from its checkpoint (or a long one between two micro-batches)
+can find a partition no longer holding the offset it was at: below the partition's first
+offset (retention or DeleteRecords removed records the query never read), or beyond its end
+(the topic was deleted and recreated, or truncated; a partition gone altogether: recreated with
+fewer partitions), or a partition added to a topic since the last batch already missing its
+first records (it starts at 0 for the query). Planning checks every partition against its
+watermarks, in `latestOffset` (the offset the query was at) and in `partitions` (the
+micro-batch's range, also when Spark replays a batch logged before a restart without asking
+`latestOffset`): a start outside `[first, end]` or a range end beyond the end is data loss,
+an error with `failOnDataLoss` (`_fail`, one line: topic, partition, the offset the query was
+at, the partition's first offset and end, and which rule), else a warning and the partition
+goes on from its first offset (deleted: the records left; recreated: the new topic's records
+from its beginning, since the old offsets name nothing in it). A reset written into the
+offsets this way is an end below the start, which `partitions` reads as "from the first
+offset"; a replayed batch whose start is beyond the end reads nothing of that partition (the
+next one starts it afresh), so nothing is read twice.
+
+The executors check again, for records deleted between planning and reading: their consumers
+run with `auto.offset.reset=error`, so librdkafka reports an offset the partition does not
+hold (`kafka.source.OffsetOutOfRange`) instead of silently resetting to the beginning or the
+end, and the same rule applies (fail, or warn and go on from the first offset held). A record
+offset *above* the planned start is not checked: compaction removes records (the first one
+read may be past the start) and transaction markers take offsets no record has, so only a
+reported reset, or a record *below* the next offset wanted (read from the wrong place) fails.
+A topic recreated and refilled past the query's offset between two batches cannot be told
+from new records (Spark's own source cannot either).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +109,7 @@ LATEST = -1
 _TIMEOUT = 30.0
 
 Offsets = dict[str, dict[str, int]]  # topic -> partition (as text: JSON keys) -> offset
+log = logging.getLogger(__name__)  # data-loss warnings (failOnDataLoss=false)
 RECORDS_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                   "timestamp timestamp, timestampType int")
 """`output=records`: the columns of Spark's own `kafka` source (without headers)."""
@@ -129,6 +164,7 @@ class KafkaOptions:
     max_records: int | None
     row_schema: str | None = None  # JSON text of the schema whose rows type the DataFrame
     records: bool = False  # output=records: the records undecoded, as Spark's `kafka` gives
+    fail_on_data_loss: bool = True  # records gone before they were read: fail (else warn)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -153,6 +189,12 @@ class KafkaOptions:
         config = tuple(sorted(
             (k[len("kafka."):], v) for k, v in raw.items()
             if k.startswith("kafka.") and k != "kafka.bootstrap.servers"))
+        if "kafka.auto.offset.reset" in raw:
+            raise _fail("kafka.auto.offset.reset is not an option: startingOffsets says where a "
+                        "read starts, failOnDataLoss what happens when its records are gone")
+        fail_on_data_loss = raw.get("failondataloss", "true").strip().lower()
+        if fail_on_data_loss not in ("true", "false"):
+            raise _fail(f"failOnDataLoss must be true or false, not {raw['failondataloss']!r}")
         limit = raw.get("maxrecordspertrigger")
         if limit is not None and (not limit.isdigit() or int(limit) < 1):
             raise _fail(f"maxRecordsPerTrigger must be a positive integer, not {limit!r}")
@@ -162,7 +204,8 @@ class KafkaOptions:
             _parse_offsets(name, value)
         return cls(bootstrap, topics, starting, ending, avro, registry,
                    raw.get("lenient", "false").lower() in ("true", "1", "yes"), config,
-                   int(limit) if limit else None, records=output == "records")
+                   int(limit) if limit else None, records=output == "records",
+                   fail_on_data_loss=fail_on_data_loss == "true")
 
     def given_schema(self) -> Any:
         from changelake.formats.materialize import CdcSchema
@@ -302,6 +345,29 @@ def _resolve(spec: str | Offsets, mark: Watermarks, default: int, what: str) -> 
     return asked
 
 
+def lost_records(topic: str, partition: int, offset: int, low: int, high: int,
+                 what: str = "the query was at offset") -> str:
+    """Why records `offset` on are not what the partition holds now (`[low, high)`): the one
+    wording of data loss, on the driver and on the executors (see the module docstring)."""
+    where = (f"topic {topic} partition {partition}: {what} {offset}, but the partition's "
+             f"first offset is {low} and its end {high}")
+    if offset < low:
+        return f"{where}: records were deleted (retention or DeleteRecords) before being read"
+    return f"{where}: the topic was recreated or truncated (offset {offset} is beyond its end)"
+
+
+def report_loss(options: KafkaOptions, message: str, warned: set[str] | None = None) -> None:
+    """Data loss: a `_fail` error with `failOnDataLoss` (the default), else a warning (once per
+    message in `warned`) and the caller goes on from the first offset held."""
+    if options.fail_on_data_loss:
+        raise _fail(f"{message} (failOnDataLoss=false goes on from the first offset held)")
+    if warned is None or message not in warned:
+        log.warning("%s: warning: %s; going on from the first offset held "
+                    "(failOnDataLoss=false)", NAME, message)
+        if warned is not None:
+            warned.add(message)
+
+
 @dataclass(frozen=True)
 class KafkaRange(InputPartition):
     """One topic-partition's offsets `[start, end)`, read by one task."""
@@ -341,20 +407,52 @@ def read_range(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, .
         raise RuntimeError(f"{INPUT_ERROR_MARK}<<{error}>>") from None
 
 
+_RETRIES = 3  # out-of-range answers for an offset the partition's watermarks say it holds
+
+
 def _rows(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
+    """The range's records, read with `auto.offset.reset=error`: an offset the partition no
+    longer holds is data loss (failOnDataLoss: an error; else a warning, and the read goes on
+    from the first offset held, or ends if the topic was recreated), never librdkafka's silent
+    reset. A record below the next offset wanted came from the wrong place: an error. One
+    above it is fine (compaction, transaction markers): see the module docstring."""
+    from changelake.kafka.errors import OffsetOutOfRange
     from changelake.kafka.source import PartitionRange, TopicReader
 
-    if part.start >= part.end:
-        return
     decoder = RecordDecoder(options) if not options.records else None
-    with TopicReader(options.bootstrap, part.topic, framed=False,
-                     config=options.consumer_config(), timeout=_TIMEOUT) as reader:
-        for record in reader.records([PartitionRange(part.partition, part.start, part.end)]):
-            if decoder is None:
-                yield (record.key, record.value, part.topic, part.partition, record.offset,
-                       record.timestamp, record.timestamp_type)
-            else:
-                yield decoder.row(part.topic, part.partition, record.offset, record.value)
+    config = {**options.consumer_config(), "auto.offset.reset": "error"}
+    position = part.start  # the next offset of the range not read yet
+    retries = 0
+    while position < part.end:
+        with TopicReader(options.bootstrap, part.topic, framed=False, config=config,
+                         timeout=_TIMEOUT) as reader:
+            try:
+                for record in reader.records([PartitionRange(part.partition, position,
+                                                             part.end)]):
+                    if record.offset < position:
+                        raise _fail(f"topic {part.topic} partition {part.partition}: expected "
+                                    f"offset {position} or later (of the range [{part.start}, "
+                                    f"{part.end})), got offset {record.offset}: the consumer "
+                                    "was reset to another place")
+                    position = record.offset + 1
+                    if decoder is None:
+                        yield (record.key, record.value, part.topic, part.partition,
+                               record.offset, record.timestamp, record.timestamp_type)
+                    else:
+                        yield decoder.row(part.topic, part.partition, record.offset,
+                                          record.value)
+                return
+            except OffsetOutOfRange:
+                low, high = reader.watermarks(part.partition)
+        if low <= position <= high and retries < _RETRIES:
+            retries += 1  # held again (a race with the answer): ask again
+            continue
+        report_loss(options, lost_records(part.topic, part.partition, position, low, high,
+                                          f"the task reading offsets [{part.start}, "
+                                          f"{part.end}) was at offset"))
+        if position > high:
+            return  # recreated: nothing of this range is held
+        position = max(position, low)
 
 
 class RecordDecoder:
@@ -483,6 +581,16 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
         self.target: dict[tuple[str, int], int] | None = None
+        self._marks: list[Watermarks] | None = None  # latestOffset's, for the partitions after
+        self._warned: set[str] = set()  # data-loss warnings given (failOnDataLoss=false)
+
+    def _lost(self, message: str) -> None:
+        report_loss(self.options, message, self._warned)
+
+    def _gone(self, topic: str, partition: int, offset: int) -> None:
+        self._lost(f"topic {topic} partition {partition}: the query was at offset {offset}, "
+                   f"but the topic has no partition {partition} now: the topic was recreated "
+                   "with fewer partitions")
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {(m.topic, m.partition): m.high for m in watermarks(self.options)}
@@ -496,19 +604,44 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         from pyspark.sql.streaming.datasource import ReadMaxRows
 
-        marks = watermarks(self.options)
+        marks = self._marks = watermarks(self.options)
+        held = {(m.topic, m.partition): m for m in marks}
         begun = _positions(start) if start else {}
-        ends = {}
-        for m in marks:
-            high = m.high if self.target is None else min(m.high, self.target.get(
-                (m.topic, m.partition), m.high))
-            ends[(m.topic, m.partition)] = max(high, begun.get((m.topic, m.partition), m.low))
+        kept = {}  # partitions of topics no longer read: kept as they are
+        for (topic, partition), offset in sorted(begun.items()):
+            if topic not in self.options.topics:
+                kept[(topic, partition)] = offset
+            elif (topic, partition) not in held:
+                self._gone(topic, partition, offset)  # failOnDataLoss=false: dropped
+        froms, ends = {}, {}
+        for key, m in held.items():
+            froms[key] = self._from(m, begun[key] if key in begun else self._new(begun, key))
+            high = m.high if self.target is None else min(m.high, self.target.get(key, m.high))
+            ends[key] = max(high, froms[key])
         if isinstance(limit, ReadMaxRows):
-            froms = {k: begun.get(k, m.low) for k, m in
-                     (((m.topic, m.partition), m) for m in marks)}
             granted = share({k: ends[k] - froms[k] for k in ends}, limit.max_rows)
             ends = {k: froms[k] + granted[k] for k in ends}
-        return _as_offsets({**begun, **ends})
+        return _as_offsets({**kept, **ends})
+
+    @staticmethod
+    def _new(begun: Mapping[tuple[str, int], int], key: tuple[str, int]) -> int:
+        """Where a partition not in the offsets starts: at 0 if it was added to a topic the
+        query reads (its records are all new to it: a first offset above 0 is data loss, as
+        Spark's source says of an added partition), else (a topic added to `topics`, or the
+        first batch) at its first offset."""
+        return 0 if any(topic == key[0] for topic, _ in begun) else EARLIEST
+
+    def _from(self, mark: Watermarks, offset: int) -> int:
+        """Where a partition the query was at `offset` goes on: there if the partition holds
+        it; else data loss, and (failOnDataLoss=false) its first offset. An end below the
+        batch's start says so to `partitions` (recreated); deleted records give a start below
+        the first offset, which `partitions` reads from the first offset."""
+        if offset == EARLIEST:
+            return mark.low
+        if mark.low <= offset <= mark.high:
+            return offset
+        self._lost(lost_records(mark.topic, mark.partition, offset, mark.low, mark.high))
+        return mark.low
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -521,15 +654,40 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _as_offsets({(m.topic, m.partition): m.high for m in watermarks(self.options)})
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The batch's ranges, each checked against the partition's watermarks (those
+        `latestOffset` just read, or fresh ones for a batch Spark replays after a restart):
+        see "Lost records" in the module docstring."""
         begun = _positions(start)
+        marks, self._marks = self._marks, None
+        held = None if marks is None else {(m.topic, m.partition): m for m in marks}
         ranges = []
-        lows = None
         for (topic, partition), stop in sorted(_positions(end).items()):
             first = begun.get((topic, partition))
+            if first == stop:
+                continue  # nothing to read (a topic no longer read keeps its offsets so)
+            if topic not in self.options.topics:  # dropped from `topics` since it was planned
+                if first is not None and first < stop:
+                    ranges.append(KafkaRange(topic, partition, first, stop))
+                continue
+            if held is None:
+                held = {(m.topic, m.partition): m for m in watermarks(self.options)}
+            mark = held.get((topic, partition))
+            if mark is None:
+                self._gone(topic, partition, stop if first is None else first)
+                continue
             if first is None:  # a partition that appeared since: from its beginning
-                if lows is None:
-                    lows = {(m.topic, m.partition): m.low for m in watermarks(self.options)}
-                first = lows.get((topic, partition), 0)
+                first = self._from(mark, self._new(begun, (topic, partition)))
+            elif stop < first:
+                first = mark.low  # latestOffset's reset (failOnDataLoss=false): from the start
+            elif not mark.low <= first <= mark.high:
+                self._lost(lost_records(topic, partition, first, mark.low, mark.high))
+                if first > mark.high:
+                    continue  # recreated: nothing of the range is held; the next batch resets
+                first = mark.low
+            if stop > mark.high:
+                self._lost(lost_records(topic, partition, stop, mark.low, mark.high,
+                                        "the micro-batch reads up to offset"))
+                stop = mark.high
             if first < stop:
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return ranges
