@@ -10,7 +10,8 @@ the operations, and `changes` reads a table out as a CDCv2 stream (its change fe
 ties a lake directory to a metastore; `sources` groups captured tables by their source database
 (one time domain, one consistent frontier); `commands` are what the CLI runs (`kafka_ingest`
 from topics of Materialize CDC messages, `kafka_changefeed` from Debezium and YDB topics,
-`follow` a streaming query over a directory or topics), and `report`
+`follow` a streaming query over a directory or topics, `follow_changefeed` rounds of
+`kafka_changefeed` ingests), and `report`
 renders them; `sql_endpoint` serves the tables over JDBC (`changelake sql`), with AS
 OF functions.
 """
