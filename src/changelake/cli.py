@@ -600,6 +600,14 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--group", default=None, metavar="G",
               help="With --kafka: also commit the positions reached to this consumer group "
                    "(for monitoring; the lake's commit is where a run resumes).")
+@click.option("--lenient", is_flag=True,
+              help="With --kafka: set bad records (not a frame, unknown schema id, corrupt "
+                   "Avro, a tombstone) aside, reported on stderr, and go on.")
+@click.option("--dead-letter-topic", "dead_letter_topic", default=None, metavar="T",
+              help="With --kafka --lenient: also produce each record set aside to topic T on "
+                   "the same cluster (value, key and headers as read, plus changelake.topic, "
+                   ".partition, .offset and .error headers), before the lake commit: at least "
+                   "once.")
 @click.option("--follow", "following", is_flag=True,
               help="Keep following the INPUT directory of Materialize CDC files (each written "
                    "under a hidden name, then renamed), or the --kafka topics: a streaming "
@@ -622,7 +630,8 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
-           group: str | None, following: bool, checkpoint: Path | None,
+           group: str | None, lenient: bool, dead_letter_topic: str | None,
+           following: bool, checkpoint: Path | None,
            trigger_seconds: float, max_files_per_trigger: int | None,
            max_records_per_trigger: int | None, until_idle: float | None,
            inputs: tuple[str, ...]) -> None:
@@ -645,6 +654,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
     if kafka is not None and not topics:
         raise click.UsageError("--kafka needs --topic T")
+    _check_lenient_topics(kafka, lenient, dead_letter_topic, following)
     if following and source != "materialize":
         raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
                                f"--from {source}")
@@ -685,7 +695,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
                 read = ingest_topics(lake, ident, kafka, list(topics), key=columns,
                                      schema=schema_path, schema_registry=schema_registry,
-                                     group=group, scd2=scd2, progress=step)
+                                     group=group, scd2=scd2, progress=step, lenient=lenient,
+                                     dead_letter_topic=dead_letter_topic)
                 result = read.ingest
             else:
                 result = commands.ingest(lake, ident, list(inputs), key=columns,
@@ -695,10 +706,40 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         lake.spark.stop()
     if kafka is not None:
         click.echo(f"changelake: {report.topics_line(read)}", err=True)
+        _report_topic_set_aside(read, dead_letter_topic)
     click.echo(report.ingest_line(result), err=True)
     waiting = report.waiting_line(result)
     if waiting is not None:
         click.echo(f"changelake: {waiting}", err=True)
+
+
+def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: str | None,
+                          following: bool) -> None:
+    """Usage errors of `ingest --lenient/--dead-letter-topic` (bad records of --kafka topics
+    set aside)."""
+    if kafka is None and (lenient or dead_letter_topic is not None):
+        raise click.UsageError("--lenient and --dead-letter-topic go with --kafka (bad records "
+                               "of topics)")
+    if dead_letter_topic is not None and not lenient:
+        raise click.UsageError("--dead-letter-topic takes the records --lenient sets aside: "
+                               "give --lenient too")
+    if following and lenient:
+        raise click.UsageError("--lenient does not go with --follow --kafka (not yet): a "
+                               "bad record stops the follow")
+
+
+def _report_topic_set_aside(read: Any, dead_letter_topic: str | None) -> None:
+    """`ingest --kafka --lenient`: a line per record set aside (the report's sample), the
+    total, and how many went to the dead-letter topic."""
+    for item in read.set_aside:
+        click.echo(f"changelake: set aside: {item.location}: {item.reason}", err=True)
+    if read.set_aside_count:
+        more = read.set_aside_count - len(read.set_aside)
+        click.echo(f"changelake: {read.set_aside_count} record(s) set aside (lenient mode)"
+                   + (f", {more} not listed" if more > 0 else ""), err=True)
+    if dead_letter_topic is not None and read.dead_lettered:
+        click.echo(f"changelake: {read.dead_lettered} record(s) produced to dead-letter topic "
+                   f"{dead_letter_topic}", err=True)
 
 
 @dataclass(frozen=True)
