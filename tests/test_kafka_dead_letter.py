@@ -232,6 +232,37 @@ def test_dead_letter_topic_refusals(cluster: MockCluster, lake: Lake, tmp_path: 
     assert not lake.exists("t")
 
 
+@pytest.mark.spark
+def test_a_lenient_topic_follow_sets_aside_and_dead_letters(cluster: MockCluster, lake: Lake,
+                                                            tmp_path: Path) -> None:
+    """`ingest --follow --kafka --lenient`: each micro-batch's bad records are reported and
+    dead-lettered before its commit; the table holds exactly the good updates."""
+    from changelake.lake.follow import TOPICS, follow, topic_source, topics_address
+    from changelake.lake.set_aside import FollowSetAside
+
+    history = random_history(seeded(85), updates=40, times=4)
+    messages = write(history, batch_size=6)
+    topic, bad = good_and_bad(cluster, messages)
+    dead = new_topic(cluster, partitions=2)
+    name = f"f_{uuid.uuid4().hex[:8]}"
+    reports = []
+    hook = FollowSetAside(cluster.bootstrap, dead, report=reports.append)
+    ran = follow(lake, name, topic_source(cluster.bootstrap, [topic],
+                                          schema=schema_file(tmp_path), lenient=True,
+                                          max_records_per_trigger=len(messages) // 2),
+                 topics_address(cluster.bootstrap, [topic]), kind=TOPICS, trigger_seconds=0.5,
+                 until_idle=3, set_aside=hook)
+    assert ran.committed >= 2
+    assert rows_of_table(lake, name) == rows_of_truth(history.truth)
+    assert sum(r.count for r in reports) == sum(r.dead_lettered for r in reports) == len(bad)
+    named = sorted((s.location.file, s.location.offset) for r in reports for s in r.sample)
+    assert named == sorted((f"topic {topic} partition {p}", o) for p, o in bad)
+    letters = topic_records(cluster, dead)
+    assert sorted((int(dict(x.headers)["changelake.partition"]),
+                   int(dict(x.headers)["changelake.offset"]), x.key, x.value)
+                  for x in letters) == sorted((*where, *bad[where][:2]) for where in bad)
+
+
 def test_offsets_to_fetch_are_read_in_few_ranges() -> None:
     assert _ranges([3]) == [(3, 4)]
     assert _ranges([3, 4, 5, 60, 200, 201]) == [(3, 61), (200, 202)]
@@ -244,7 +275,7 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
             (["--lenient", "f.jsonl"], b"--lenient and --dead-letter-topic go with --kafka"),
             (["--dead-letter-topic", "d", "f.jsonl"], b"go with --kafka"),
             ([*kafka, "--dead-letter-topic", "d"], b"give --lenient too"),
-            ([*kafka, "--lenient", "--follow"], b"does not go with --follow --kafka"),
+            ([*kafka, "--lenient", "--from", "debezium"], b"(--from materialize) for now"),
             (["--lenient", "--follow", str(tmp_path)], b"go with --kafka")]:
         usage = subprocess.run([*CLI, *lake_args, *args], capture_output=True, timeout=60)
         assert usage.returncode == 2 and says in usage.stderr, (args, usage.stderr)

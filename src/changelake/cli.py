@@ -601,13 +601,15 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
               help="With --kafka: also commit the positions reached to this consumer group "
                    "(for monitoring; the lake's commit is where a run resumes).")
 @click.option("--lenient", is_flag=True,
-              help="With --kafka: set bad records (not a frame, unknown schema id, corrupt "
-                   "Avro, a tombstone) aside, reported on stderr, and go on.")
+              help="With --kafka (also --follow --kafka): set bad records (not a frame, "
+                   "unknown schema id, corrupt Avro, a tombstone) aside, reported on stderr, "
+                   "and go on.")
 @click.option("--dead-letter-topic", "dead_letter_topic", default=None, metavar="T",
-              help="With --kafka --lenient: also produce each record set aside to topic T on "
-                   "the same cluster (value, key and headers as read, plus changelake.topic, "
-                   ".partition, .offset and .error headers), before the lake commit: at least "
-                   "once.")
+              help="With --kafka --lenient: also produce each record set aside to topic T (it "
+                   "must exist) on the same cluster: value, key and headers as read, plus "
+                   "headers changelake.topic, changelake.partition, changelake.offset and "
+                   "changelake.error; before the lake commit, so at least once (those headers "
+                   "identify a duplicate).")
 @click.option("--follow", "following", is_flag=True,
               help="Keep following the INPUT directory of Materialize CDC files (each written "
                    "under a hidden name, then renamed), or the --kafka topics: a streaming "
@@ -654,7 +656,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
     if kafka is not None and not topics:
         raise click.UsageError("--kafka needs --topic T")
-    _check_lenient_topics(kafka, lenient, dead_letter_topic, following)
+    _check_lenient_topics(kafka, lenient, dead_letter_topic, source)
     if following and source != "materialize":
         raise click.UsageError(f"--follow reads Materialize CDC files or topics only, not "
                                f"--from {source}")
@@ -680,7 +682,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         _follow(lake_dir, metastore_uri, master, spark_conf, ident, columns, schema_path,
                 scd2, Path(inputs[0]) if inputs else None, checkpoint, trigger_seconds,
                 max_files_per_trigger, until_idle,
-                _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger)
+                _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger,
+                             lenient, dead_letter_topic)
                 if kafka is not None else None)
         return
     if kafka is not None and inputs:
@@ -714,7 +717,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
 
 def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: str | None,
-                          following: bool) -> None:
+                          source: str) -> None:
     """Usage errors of `ingest --lenient/--dead-letter-topic` (bad records of --kafka topics
     set aside)."""
     if kafka is None and (lenient or dead_letter_topic is not None):
@@ -723,9 +726,9 @@ def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: s
     if dead_letter_topic is not None and not lenient:
         raise click.UsageError("--dead-letter-topic takes the records --lenient sets aside: "
                                "give --lenient too")
-    if following and lenient:
-        raise click.UsageError("--lenient does not go with --follow --kafka (not yet): a "
-                               "bad record stops the follow")
+    if lenient and source != "materialize":
+        raise click.UsageError("--lenient and --dead-letter-topic are for topics of "
+                               "Materialize CDC messages (--from materialize) for now")
 
 
 def _report_topic_set_aside(read: Any, dead_letter_topic: str | None) -> None:
@@ -750,6 +753,8 @@ class _TopicFollow:
     topics: tuple[str, ...]
     schema_registry: str | None
     max_records_per_trigger: int | None
+    lenient: bool = False
+    dead_letter_topic: str | None = None
 
 
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
@@ -783,11 +788,15 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         elif steps or step in ("skipped", "waiting"):
             click.echo(f"changelake: batch {batch}: {step}", err=True)
 
+    set_aside = None
     if kafka is not None:
         messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
                                 schema_registry=kafka.schema_registry,
-                                max_records_per_trigger=kafka.max_records_per_trigger)
+                                max_records_per_trigger=kafka.max_records_per_trigger,
+                                lenient=kafka.lenient)
         address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
+        if kafka.lenient:
+            set_aside = _follow_set_aside(kafka)
     else:
         assert follow_dir is not None
         messages = directory_source(follow_dir, schema=schema_path,
@@ -802,7 +811,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         result = follow(lake, ident, messages, address,
                         checkpoint=checkpoint, key=columns, scd2=scd2,
                         trigger_seconds=trigger_seconds, until_idle=until_idle,
-                        control=control, progress=progress,
+                        control=control, progress=progress, set_aside=set_aside,
                         **({"kind": kind} if kind is not None else {}))
     finally:
         lake.spark.stop()
@@ -810,6 +819,25 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             signal.signal(sig, handler)
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"micro-batch(es), {result.committed} committed", err=True)
+
+
+def _follow_set_aside(kafka: _TopicFollow) -> Any:
+    """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
+    `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
+    from changelake.lake.set_aside import FollowSetAside
+
+    def report(batch: Any) -> None:
+        for item in batch.sample:
+            click.echo(f"changelake: batch {batch.batch}: set aside: {item.location}: "
+                       f"{item.reason}", err=True)
+        more = batch.count - len(batch.sample)
+        click.echo(f"changelake: batch {batch.batch}: {batch.count} record(s) set aside "
+                   "(lenient mode)" + (f", {more} not listed" if more > 0 else ""), err=True)
+        if batch.dead_lettered:
+            click.echo(f"changelake: batch {batch.batch}: {batch.dead_lettered} record(s) "
+                       f"produced to dead-letter topic {kafka.dead_letter_topic}", err=True)
+
+    return FollowSetAside(kafka.bootstrap, kafka.dead_letter_topic, report=report)
 
 
 def engine_option(func: F) -> F:

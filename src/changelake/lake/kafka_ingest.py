@@ -42,15 +42,16 @@ is the run that first commits offsets past it (its partition's recorded `end`); 
 that reads it again, because the partition resumes before it (updates not final yet), skips it
 without reporting it again. (A strict run after a lenient one stops at such a record.) The
 report has their number and the first `SET_ASIDE_SAMPLE` of them (in topic, partition, offset
-order). With a dead-letter topic (`--dead-letter-topic T`, on the same cluster, existing, not
-one of the topics read), every record set aside is read again by offset on the driver (they
-are few; see `kafka.dead_letter`) and produced there, its value, key and headers as they were
-plus headers `changelake.topic`, `changelake.partition`, `changelake.offset` and
-`changelake.error`, and acknowledged BEFORE the lake commit. So the lake table stays exactly
-once, and the dead-letter topic is at least once: a run killed between the two produces them
-again when it is run again, with the same (topic, partition, offset) headers, which identify
-the duplicates. Protocol violations between decodable messages (a conflicting diff, more
-updates than counted) are not records to set aside: they stop a lenient run too.
+order; `lake.set_aside`). With a dead-letter topic (`--dead-letter-topic T`, on the same
+cluster, existing, not one of the topics read), every record set aside is read again by offset
+on the driver (they are few; see `kafka.dead_letter`) and produced there, its value, key and
+headers as they were plus headers `changelake.topic`, `changelake.partition`,
+`changelake.offset` and `changelake.error`, and acknowledged BEFORE the lake commit. So the lake
+table stays exactly once, and the dead-letter topic is at least once: a run killed between the
+two produces them again when it is run again, with the same (topic, partition, offset)
+headers, which identify the duplicates. Protocol violations between decodable messages (a
+conflicting diff, more updates than counted) are not records to set aside: they stop a lenient
+run too.
 
 Debezium and YDB topics are refused: converting a changefeed from an offset needs the
 converter's state (the open transaction, each partition's window, the writer's progress) at
@@ -77,17 +78,18 @@ from changelake.lake.commands import (
 )
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
+from changelake.lake.set_aside import SAMPLE as SET_ASIDE_SAMPLE
+from changelake.lake.set_aside import collect as collect_set_aside
+from changelake.lake.set_aside import dead_letter_topic as make_dead_letter_topic
+from changelake.lake.set_aside import send as send_dead_letters
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
 
 if TYPE_CHECKING:
     from changelake.formats.materialize import SetAside
-    from changelake.kafka.dead_letter import BadRecord
 
 KIND = "kafka"
 FORMAT = "materialize"
-SET_ASIDE_SAMPLE = 20
-"""How many of the records a lenient run sets aside its report names (all are counted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +299,7 @@ def ingest_topics(
                                   True)
             return KafkaIngestReport(IngestReport(handle.name, False, result, []))
         step("reading topics", 1, 3)
-        dead_letters = _dead_letter_topic(bootstrap, dead_letter_topic, config)
+        dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
         readers, plans = [], []
         for name in names:  # the driver plans: metadata and watermarks, no records
             reader = cleanup.enter_context(TopicReader(
@@ -322,8 +324,8 @@ def ingest_topics(
             F.col("_file").isin(list(places))).cache()
         cleanup.callback(messages.unpersist)
         records = translate_errors(messages.count)  # the read: a bad record stops it here
-        aside_count, aside = (_set_aside(messages, plans, recorded, places,
-                                         everything=dead_letters is not None)
+        aside_count, aside = (collect_set_aside(messages, new=_new_records(plans, recorded),
+                                                everything=dead_letters is not None)
                               if lenient else (0, []))
         updates, statements = split_messages(messages)
         decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
@@ -332,7 +334,7 @@ def ingest_topics(
         facts = translate_errors(_partition_facts, messages, frontier, places)
         partitions = _partition_reads(plans, recorded, facts)
         offsets = _offsets(bootstrap, recorded, partitions)
-        dead_lettered = _send_dead_letters(bootstrap, dead_letters, aside, config)
+        dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
@@ -397,55 +399,23 @@ def _check_dead_letter(lenient: bool, dead_letter_topic: str | None,
                         "of the topics read: its records would be read and set aside again")
 
 
-def _dead_letter_topic(bootstrap: str, topic: str | None,
-                       config: Mapping[str, Any] | None) -> Any:
-    """The dead-letter topic's producer (its topic checked before anything is read)."""
-    if topic is None:
-        return None
-    from changelake.kafka.dead_letter import DeadLetterTopic
-
-    return DeadLetterTopic(bootstrap, topic, config=config)
-
-
-def _set_aside(messages: Any, plans: Sequence[tuple[str, Sequence[Any]]],
-               recorded: SourceOffsets | None, places: Mapping[str, tuple[str, int]], *,
-               everything: bool) -> tuple[int, list[BadRecord]]:
-    """How many records this run sets aside, and (in topic, partition, offset order) all of
-    them (`everything`: for the dead-letter topic) or the first `SET_ASIDE_SAMPLE`: the
-    `_error` rows at offsets no committed run has read (at or after the partition's recorded
-    `end`; see the module docstring). Only those rows reach the driver."""
+def _new_records(plans: Sequence[tuple[str, Sequence[Any]]],
+                 recorded: SourceOffsets | None) -> Any:
+    """The condition on a message row that no committed run read its record: at or after its
+    partition's recorded `end` (records before it were judged, and set aside, already)."""
     from pyspark.sql import functions as F
 
-    from changelake.kafka.dead_letter import BadRecord
     from changelake.kafka.source import location
 
-    new = F.lit(True)  # per partition: at or after the recorded end (records before it were
-    for topic, ranges in plans:  # judged by a committed run)
+    new = F.lit(True)
+    for topic, ranges in plans:
         old = recorded.topic(topic) if recorded is not None else None
         for r in ranges:
             mark = old.partition(r.partition) if old is not None else None
             if mark is not None and mark.end > r.start:
                 new = F.when(F.col("_file") == location(topic, r.partition, 0).file,
                              F.col("_offset") >= mark.end).otherwise(new)
-    order = sorted(places, key=places.__getitem__)
-    rank = F.create_map(*[F.lit(x) for i, f in enumerate(order) for x in (f, i)])
-    errors = messages.where(F.col("_error").isNotNull() & new)
-    ordered = (errors.select("_file", "_offset", "_error", rank[F.col("_file")].alias("_rank"))
-               .orderBy("_rank", "_offset"))
-    rows = (ordered if everything else ordered.limit(SET_ASIDE_SAMPLE)).collect()
-    count = len(rows) if everything else errors.count()
-    return count, [BadRecord(*places[r["_file"]], r["_offset"], r["_error"]) for r in rows]
-
-
-def _send_dead_letters(bootstrap: str, dead_letters: Any, aside: Sequence[BadRecord],
-                       config: Mapping[str, Any] | None) -> int:
-    """Produce the records set aside to the dead-letter topic, acknowledged before the lake
-    commit (at least once: see the module docstring); how many."""
-    if dead_letters is None or not aside:
-        return 0
-    from changelake.kafka.dead_letter import fetch
-
-    return dead_letters.send(fetch(bootstrap, aside, config=config))
+    return new
 
 
 # ---------------------------------------------------------------------------------- status
