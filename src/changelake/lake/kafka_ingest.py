@@ -22,18 +22,6 @@ harmless (the decoder drops updates before F and takes statements any number of 
 re-reading an absorbed record is what makes "a restart continues at the committed offsets" true
 for a stream whose frontier keeps up with the topic: then every partition resumes at its end.
 
-The driver only plans: metadata and watermark calls give each partition's range (`_plan`).
-The records are read on the executors by the `kafka-cdc` data source
-(`spark.kafka_source`), one task per partition's range, as a DataFrame of messages in the
-`materialize-cdc` source's shape with `_file` naming topic and partition and `_offset` the
-record's offset, so a protocol error names its record. That DataFrame is cached for the run:
-its count is the records read, the decode takes it, and the resume points are one aggregate
-over it (per partition the least offset of a record still needed), so no record passes through
-the driver. A bad record (not a frame, unknown schema id, corrupt Avro, a tombstone, a frame
-of another row schema than the rows') stops the run at topic, partition and offset before
-anything is committed. The rows' schema is `--schema`'s, or else the registry's latest for the
-first topic's subject `<topic>-value`; every frame must carry that row schema.
-
 Lenient mode (`lenient=True`, `--lenient`) sets bad records aside instead: the data source
 yields an `_error` row for each (location and reason, no message), the decode never sees it,
 and it counts as absorbed for the resume points, so a run that moves a partition's resume point
@@ -52,6 +40,18 @@ two produces them again when it is run again, with the same (topic, partition, o
 headers, which identify the duplicates. Protocol violations between decodable messages (a
 conflicting diff, more updates than counted) are not records to set aside: they stop a lenient
 run too.
+
+The driver only plans: metadata and watermark calls give each partition's range (`_plan`).
+The records are read on the executors by the `kafka-cdc` data source
+(`spark.kafka_source`), one task per partition's range, as a DataFrame of messages in the
+`materialize-cdc` source's shape with `_file` naming topic and partition and `_offset` the
+record's offset, so a protocol error names its record. That DataFrame is cached for the run:
+its count is the records read, the decode takes it, and the resume points are one aggregate
+over it (per partition the least offset of a record still needed), so no record passes through
+the driver. A bad record (not a frame, unknown schema id, corrupt Avro, a tombstone, a frame
+of another row schema than the rows') stops the run at topic, partition and offset before
+anything is committed. The rows' schema is `--schema`'s, or else the registry's latest for the
+first topic's subject `<topic>-value`; every frame must carry that row schema.
 
 Debezium and YDB topics are refused: converting a changefeed from an offset needs the
 converter's state (the open transaction, each partition's window, the writer's progress) at
