@@ -22,24 +22,24 @@ harmless (the decoder drops updates before F and takes statements any number of 
 re-reading an absorbed record is what makes "a restart continues at the committed offsets" true
 for a stream whose frontier keeps up with the topic: then every partition resumes at its end.
 
-Lenient mode (`lenient=True`, `--lenient`) sets bad records aside instead: the data source
-yields an `_error` row for each (location and reason, no message), the decode never sees it,
-and it counts as absorbed for the resume points, so a run that moves a partition's resume point
-past it never reads it again. A record is set aside once: by the run that first reads it, which
-is the run that first commits offsets past it (its partition's recorded `end`); a later run
-that reads it again, because the partition resumes before it (updates not final yet), skips it
-without reporting it again. (A strict run after a lenient one stops at such a record.) The
-report has their number and the first `SET_ASIDE_SAMPLE` of them (in topic, partition, offset
-order; `lake.set_aside`). With a dead-letter topic (`--dead-letter-topic T`, on the same
-cluster, existing, not one of the topics read), every record set aside is read again by offset
-on the driver (they are few; see `kafka.dead_letter`) and produced there, its value, key and
-headers as they were plus headers `changelake.topic`, `changelake.partition`,
-`changelake.offset` and `changelake.error`, and acknowledged BEFORE the lake commit. So the lake
-table stays exactly once, and the dead-letter topic is at least once: a run killed between the
-two produces them again when it is run again, with the same (topic, partition, offset)
-headers, which identify the duplicates. Protocol violations between decodable messages (a
-conflicting diff, more updates than counted) are not records to set aside: they stop a lenient
-run too.
+Lenient mode (`lenient=True`, `--lenient`) sets bad records aside where strict mode stops at the
+first (see below): the data source yields an `_error` row for each (location and reason, no
+message), the decode never sees it, and it counts as absorbed for the resume points, so a run
+that moves a partition's resume point past it never reads it again. A record is set aside once:
+by the run that first reads it, which is the run that first commits offsets past it (its
+partition's recorded `end`); a later run that reads it again, because the partition resumes
+before it (updates not final yet), skips it without reporting it again. (A strict run after a
+lenient one stops at such a record.) The report has their number and the first
+`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `lake.set_aside`). With a dead-
+letter topic (`--dead-letter-topic T`, on the same cluster, existing, not one of the topics
+read), every record set aside is read again by offset on the driver (they are few; see
+`kafka.dead_letter`) and produced there, its value, key and headers as they were plus headers
+`changelake.topic`, `changelake.partition`, `changelake.offset` and `changelake.error`, and
+acknowledged BEFORE the lake commit. So the lake table stays exactly once, and the dead-letter
+topic is at least once: a run killed between the two produces them again when it is run again,
+with the same (topic, partition, offset) headers, which identify the duplicates. Protocol
+violations between decodable messages (a conflicting diff, more updates than counted) are not
+records to set aside: they stop a lenient run too.
 
 The driver only plans: metadata and watermark calls give each partition's range (`_plan`).
 The records are read on the executors by the `kafka-cdc` data source
