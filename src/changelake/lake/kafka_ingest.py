@@ -30,8 +30,8 @@ by the run that first reads it, which is the run that first commits offsets past
 partition's recorded `end`); a later run that reads it again, because the partition resumes
 before it (updates not final yet), skips it without reporting it again. (A strict run after a
 lenient one stops at such a record.) The report has their number and the first
-`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `lake.set_aside`). With a dead-
-letter topic (`--dead-letter-topic T`, on the same cluster, existing, not one of the topics
+`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `lake.set_aside`). With a
+dead-letter topic (`--dead-letter-topic T`, on the same cluster, existing, not one of the topics
 read), every record set aside is read again by offset on the driver (they are few; see
 `kafka.dead_letter`) and produced there, its value, key and headers as they were plus headers
 `changelake.topic`, `changelake.partition`, `changelake.offset` and `changelake.error`, and
