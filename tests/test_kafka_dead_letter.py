@@ -238,7 +238,7 @@ def test_a_lenient_topic_follow_sets_aside_and_dead_letters(cluster: MockCluster
     """`ingest --follow --kafka --lenient`: each micro-batch's bad records are reported and
     dead-lettered before its commit; the table holds exactly the good updates."""
     from changelake.lake.follow import TOPICS, follow, topic_source, topics_address
-    from changelake.lake.set_aside import FollowSetAside
+    from changelake.spark.kafka_set_aside import FollowSetAside
 
     history = random_history(seeded(85), updates=40, times=4)
     messages = write(history, batch_size=6)

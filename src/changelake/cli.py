@@ -824,7 +824,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 def _follow_set_aside(kafka: _TopicFollow) -> Any:
     """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
     `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
-    from changelake.lake.set_aside import FollowSetAside
+    from changelake.spark.kafka_set_aside import FollowSetAside
 
     def report(batch: Any) -> None:
         for item in batch.sample:

@@ -49,10 +49,10 @@ updates, as `ingest` types a whole input; a table created this way takes its col
 first batch with updates.
 
 A lenient topic follow (`topic_source(lenient=True)`) gets an `_error` row for each bad record,
-which the decode drops; `set_aside` (`lake.set_aside.FollowSetAside`) reports them and produces
-them to a dead-letter topic, in the batch, before its state and its lake commit. The table stays
-exactly once; the dead-letter topic is at least once (a replay of a batch that did not commit
-produces them again; a replay of a committed one is skipped before it).
+which the decode drops; `set_aside` (`spark.kafka_set_aside.FollowSetAside`) reports them and
+produces them to a dead-letter topic, in the batch, before its state and its lake commit. The
+table stays exactly once; the dead-letter topic is at least once (a replay of a batch that did
+not commit produces them again; a replay of a committed one is skipped before it).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ MessagesSource = Callable[["SparkSession"], "DataFrame"]
 BatchSetAside = Callable[[int, "DataFrame"], None]
 """set_aside(batch id, the batch's messages): called once per batch that is not a replay of a
 committed one, before its state and its lake commit, to handle what a lenient source set aside
-(`_error` rows, which the decode drops): `lake.set_aside.FollowSetAside` reports them and
+(`_error` rows, which the decode drops): `spark.kafka_set_aside.FollowSetAside` reports them and
 produces them to a dead-letter topic."""
 BatchProgress = Callable[[int, str, "CommitResult | None"], None]
 """progress(batch id, step, commit result): steps `started`, `state` (the pending state is

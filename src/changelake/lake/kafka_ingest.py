@@ -30,7 +30,7 @@ by the run that first reads it, which is the run that first commits offsets past
 partition's recorded `end`); a later run that reads it again, because the partition resumes
 before it (updates not final yet), skips it without reporting it again. (A strict run after a
 lenient one stops at such a record.) The report has their number and the first
-`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `lake.set_aside`). With a
+`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `spark.kafka_set_aside`). With a
 dead-letter topic (`--dead-letter-topic T`, on the same cluster, existing, not one of the topics
 read), every record set aside is read again by offset on the driver (they are few; see
 `kafka.dead_letter`) and produced there, its value, key and headers as they were plus headers
@@ -78,12 +78,12 @@ from changelake.lake.commands import (
 )
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
-from changelake.lake.set_aside import SAMPLE as SET_ASIDE_SAMPLE
-from changelake.lake.set_aside import collect as collect_set_aside
-from changelake.lake.set_aside import dead_letter_topic as make_dead_letter_topic
-from changelake.lake.set_aside import send as send_dead_letters
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
+from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
+from changelake.spark.kafka_set_aside import collect as collect_set_aside
+from changelake.spark.kafka_set_aside import dead_letter_topic as make_dead_letter_topic
+from changelake.spark.kafka_set_aside import send as send_dead_letters
 
 if TYPE_CHECKING:
     from changelake.formats.materialize import SetAside
