@@ -304,3 +304,28 @@ def test_cli_lenient_ingest_reports_and_dead_letters(cluster: MockCluster,
     assert f"changelake: {len(bad)} record(s) set aside (lenient mode)" in lines
     assert f"changelake: {len(bad)} record(s) produced to dead-letter topic {dead}" in lines
     assert len(topic_records(cluster, dead)) == len(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_cli_lenient_topic_follow_reports_and_dead_letters(cluster: MockCluster,
+                                                           tmp_path: Path) -> None:
+    history = random_history(seeded(86), updates=30, times=3)
+    messages = write(history, batch_size=6)
+    topic, bad = good_and_bad(cluster, messages)
+    dead = new_topic(cluster, partitions=1)
+    run = subprocess.run(
+        [*CLI, "ingest", "--lake", str(tmp_path / "lake"), "--table", "t", "--follow",
+         "--kafka", cluster.bootstrap, "--topic", topic, "--schema", str(schema_file(tmp_path)),
+         "--lenient", "--dead-letter-topic", dead, "--trigger-seconds", "0.5",
+         "--until-idle", "4", "--master", "local[1]"],
+        capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr.decode()
+    lines = run.stderr.decode().splitlines()
+    named = sorted(line.split(": set aside: ", 1)[1].split(":", 1)[0] for line in lines
+                   if ": set aside: " in line)
+    assert named == sorted(f"topic {topic} partition {p}, offset {o}" for p, o in bad), lines
+    totals = [int(line.split(": ")[2].split()[0]) for line in lines
+              if "record(s) produced to dead-letter topic" in line]
+    assert sum(totals) == len(bad), lines
+    assert len(topic_records(cluster, dead)) == len(bad)
