@@ -757,6 +757,25 @@ class _TopicFollow:
     dead_letter_topic: str | None = None
 
 
+def _follow_set_aside(kafka: _TopicFollow) -> Any:
+    """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
+    `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
+    from changelake.spark.kafka_set_aside import FollowSetAside
+
+    def report(batch: Any) -> None:
+        for item in batch.sample:
+            click.echo(f"changelake: batch {batch.batch}: set aside: {item.location}: "
+                       f"{item.reason}", err=True)
+        more = batch.count - len(batch.sample)
+        click.echo(f"changelake: batch {batch.batch}: {batch.count} record(s) set aside "
+                   "(lenient mode)" + (f", {more} not listed" if more > 0 else ""), err=True)
+        if batch.dead_lettered:
+            click.echo(f"changelake: batch {batch.batch}: {batch.dead_lettered} record(s) "
+                       f"produced to dead-letter topic {kafka.dead_letter_topic}", err=True)
+
+    return FollowSetAside(kafka.bootstrap, kafka.dead_letter_topic, report=report)
+
+
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
             ident: Any, columns: tuple[str, ...], schema_path: Path | None, scd2: bool,
             follow_dir: Path | None, checkpoint: Path | None, trigger_seconds: float,
@@ -819,25 +838,6 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             signal.signal(sig, handler)
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"micro-batch(es), {result.committed} committed", err=True)
-
-
-def _follow_set_aside(kafka: _TopicFollow) -> Any:
-    """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
-    `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
-    from changelake.spark.kafka_set_aside import FollowSetAside
-
-    def report(batch: Any) -> None:
-        for item in batch.sample:
-            click.echo(f"changelake: batch {batch.batch}: set aside: {item.location}: "
-                       f"{item.reason}", err=True)
-        more = batch.count - len(batch.sample)
-        click.echo(f"changelake: batch {batch.batch}: {batch.count} record(s) set aside "
-                   "(lenient mode)" + (f", {more} not listed" if more > 0 else ""), err=True)
-        if batch.dead_lettered:
-            click.echo(f"changelake: batch {batch.batch}: {batch.dead_lettered} record(s) "
-                       f"produced to dead-letter topic {kafka.dead_letter_topic}", err=True)
-
-    return FollowSetAside(kafka.bootstrap, kafka.dead_letter_topic, report=report)
 
 
 def engine_option(func: F) -> F:
