@@ -225,6 +225,9 @@ def test_dead_letter_topic_refusals(cluster: MockCluster, lake: Lake, tmp_path: 
     with pytest.raises(LakeError, match="is one of the topics read"):
         ingest_topics(lake, "t", cluster.bootstrap, topic, schema=schema, lenient=True,
                       dead_letter_topic=topic)
+    with pytest.raises(LakeError, match="reads with kafka-cdc only, not reader kafka"):
+        ingest_topics(lake, "t", cluster.bootstrap, topic, schema=schema, lenient=True,
+                      reader="kafka")
     with pytest.raises(TopicError, match="dead-letter topic: topic 'no-such' does not exist"):
         ingest_topics(lake, "t", cluster.bootstrap, topic, schema=schema, lenient=True,
                       dead_letter_topic="no-such")

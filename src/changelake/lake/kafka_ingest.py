@@ -181,20 +181,20 @@ def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Seque
         schema_registry=schema_registry, config=config)
     options.update(startingOffsets=orjson.dumps(starting).decode(),
                    endingOffsets=orjson.dumps(ending).decode())
-    if lenient:
+    if lenient:  # kafka-cdc's option (reader kafka: refused with lenient, see _check_lenient)
         options["lenient"] = "true"
     if reader_name == "kafka":  # Spark's connector: no schema options, `subscribe` for topics
         connector = {k: v for k, v in options.items()
                      if k.startswith("kafka.") or k.endswith("Offsets")}
         return _connector_messages(spark, {**connector, "subscribe": options["topics"]}, given,
-                                   schema_registry, plans, lenient)
+                                   schema_registry, plans)
     kafka_source.register(spark)
     return spark.read.format(kafka_source.NAME).options(**options).load()
 
 
 def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
                         schema_registry: str | None,
-                        plans: Sequence[tuple[str, Sequence[Any]]], lenient: bool = False) -> Any:
+                        plans: Sequence[tuple[str, Sequence[Any]]]) -> Any:
     """Spark's own `kafka` source's records of the same ranges, as `kafka-cdc`'s rows."""
     from pyspark.errors import AnalysisException
 
@@ -209,7 +209,7 @@ def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
                             "have; the default reader, kafka-cdc, needs nothing") from None
         raise
     return messages_from_records(records, schema=given, schema_registry=schema_registry,
-                                 topic=plans[0][0] if plans else None, lenient=lenient)
+                                 topic=plans[0][0] if plans else None)
 
 
 def _partition_facts(messages: Any, frontier: int | None,
@@ -277,7 +277,7 @@ def ingest_topics(
             "the converter's state at those offsets, which is not saved yet; convert the "
             f"topics with `encode --from {source} --kafka ... --close`, or ingest files")
     names = topic_list(topics)
-    _check_dead_letter(lenient, dead_letter_topic, names)
+    _check_lenient(lenient, dead_letter_topic, names, records_by)
     given = load_schema(schema) if schema is not None else None
     if given is None and schema_registry is None:
         raise SchemaError("reading a Kafka topic needs the schema: --schema FILE or "
@@ -386,8 +386,11 @@ def _offsets(bootstrap: str, recorded: SourceOffsets | None,
 # ----------------------------------------------------------------------- records set aside
 
 
-def _check_dead_letter(lenient: bool, dead_letter_topic: str | None,
-                       names: Sequence[str]) -> None:
+def _check_lenient(lenient: bool, dead_letter_topic: str | None, names: Sequence[str],
+                   reader: str) -> None:
+    if lenient and reader != "kafka-cdc":
+        raise LakeError(f"ingest --kafka --lenient reads with kafka-cdc only, not reader "
+                        f"{reader} (not yet)")
     if dead_letter_topic is None:
         return
     if not lenient:
