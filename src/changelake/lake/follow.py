@@ -92,10 +92,10 @@ STATE_DIR = "state"
 MessagesSource = Callable[["SparkSession"], "DataFrame"]
 """Returns the streaming DataFrame of messages (`materialize-cdc`'s row shape)."""
 BatchSetAside = Callable[[int, "DataFrame"], None]
-"""set_aside(batch id, the batch's messages): called once per batch that is not a replay of a
-committed one, before its state and its lake commit, to handle what a lenient source set aside
-(`_error` rows, which the decode drops): `spark.kafka_set_aside.FollowSetAside` reports them and
-produces them to a dead-letter topic."""
+"""`follow(..., set_aside=)`: set_aside(batch id, the batch's messages), called once per batch
+that is not a replay of a committed one, before its state and its lake commit, to handle what a
+lenient source set aside (`_error` rows, which the decode drops):
+`spark.kafka_set_aside.FollowSetAside` reports them and produces them to a dead-letter topic."""
 BatchProgress = Callable[[int, str, "CommitResult | None"], None]
 """progress(batch id, step, commit result): steps `started`, `state` (the pending state is
 durable), `committed` (with the lake commit's result; None when it recorded the batch only),
@@ -411,8 +411,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
     docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
     source's kind in the commits' `SourceOffsets` (`status` computes a `files` source's lag;
-    another source, such as topics, brings its own). `set_aside` handles each batch's records
-    a lenient source set aside (`BatchSetAside`)."""
+    another source, such as topics, brings its own)."""
     handle = lake.handle(table)
     for column in key:
         check_name(column, f"table {handle.name}: key column")
