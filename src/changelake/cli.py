@@ -745,18 +745,6 @@ def _report_topic_set_aside(read: Any, dead_letter_topic: str | None) -> None:
                    f"{dead_letter_topic}", err=True)
 
 
-@dataclass(frozen=True)
-class _TopicFollow:
-    """`ingest --follow --kafka`'s topics."""
-
-    bootstrap: str
-    topics: tuple[str, ...]
-    schema_registry: str | None
-    max_records_per_trigger: int | None
-    lenient: bool = False
-    dead_letter_topic: str | None = None
-
-
 def _follow_set_aside(kafka: _TopicFollow) -> Any:
     """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
     `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
@@ -774,6 +762,18 @@ def _follow_set_aside(kafka: _TopicFollow) -> Any:
                        f"produced to dead-letter topic {kafka.dead_letter_topic}", err=True)
 
     return FollowSetAside(kafka.bootstrap, kafka.dead_letter_topic, report=report)
+
+
+@dataclass(frozen=True)
+class _TopicFollow:
+    """`ingest --follow --kafka`'s topics."""
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    schema_registry: str | None
+    max_records_per_trigger: int | None
+    lenient: bool = False
+    dead_letter_topic: str | None = None
 
 
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
