@@ -601,6 +601,16 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 @click.option("--group", default=None, metavar="G",
               help="With --kafka: also commit the positions reached to this consumer group "
                    "(for monitoring; the lake's commit is where a run resumes).")
+@click.option("--lenient", is_flag=True,
+              help="With --kafka (also --follow --kafka): set bad records (not a frame, "
+                   "unknown schema id, corrupt Avro, a tombstone) aside, reported on stderr, "
+                   "and go on.")
+@click.option("--dead-letter-topic", "dead_letter_topic", default=None, metavar="T",
+              help="With --kafka --lenient: also produce each record set aside to topic T (it "
+                   "must exist) on the same cluster: value, key and headers as read, plus "
+                   "headers changelake.topic, changelake.partition, changelake.offset and "
+                   "changelake.error; before the lake commit, so at least once (those headers "
+                   "identify a duplicate).")
 @click.option("--follow", "following", is_flag=True,
               help="Keep following the INPUT directory of Materialize CDC files (each written "
                    "under a hidden name, then renamed), or the --kafka topics: a streaming "
@@ -627,7 +637,8 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
-           group: str | None, following: bool, checkpoint: Path | None,
+           group: str | None, lenient: bool, dead_letter_topic: str | None,
+           following: bool, checkpoint: Path | None,
            trigger_seconds: float, max_files_per_trigger: int | None,
            max_records_per_trigger: int | None, until_idle: float | None,
            tolerate_data_loss: bool, inputs: tuple[str, ...]) -> None:
@@ -650,6 +661,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
     if kafka is not None and not topics:
         raise click.UsageError("--kafka needs --topic T")
+    _check_lenient_topics(kafka, lenient, dead_letter_topic, source)
     if following and source != "materialize":
         if kafka is None or inputs:
             raise click.UsageError(f"--follow --from {source} follows changefeed topics "
@@ -689,7 +701,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                 scd2, Path(inputs[0]) if inputs else None, checkpoint, trigger_seconds,
                 max_files_per_trigger, until_idle,
                 _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger,
-                             not tolerate_data_loss)
+                             not tolerate_data_loss, lenient, dead_letter_topic)
                 if kafka is not None else None)
         return
     if kafka is not None and inputs:
@@ -712,7 +724,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
                 read = ingest_topics(lake, ident, kafka, list(topics), key=columns,
                                      schema=schema_path, schema_registry=schema_registry,
-                                     group=group, scd2=scd2, progress=step)
+                                     group=group, scd2=scd2, progress=step, lenient=lenient,
+                                     dead_letter_topic=dead_letter_topic)
                 result = read.ingest
             else:
                 result = commands.ingest(lake, ident, list(inputs), key=columns,
@@ -722,10 +735,59 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         lake.spark.stop()
     if kafka is not None:
         click.echo(f"changelake: {report.topics_line(read)}", err=True)
+        _report_topic_set_aside(read, dead_letter_topic)
     click.echo(report.ingest_line(result), err=True)
     waiting = report.waiting_line(result)
     if waiting is not None:
         click.echo(f"changelake: {waiting}", err=True)
+
+
+def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: str | None,
+                          source: str) -> None:
+    """Usage errors of `ingest --lenient/--dead-letter-topic` (bad records of --kafka topics
+    set aside)."""
+    if kafka is None and (lenient or dead_letter_topic is not None):
+        raise click.UsageError("--lenient and --dead-letter-topic go with --kafka (bad records "
+                               "of topics)")
+    if dead_letter_topic is not None and not lenient:
+        raise click.UsageError("--dead-letter-topic takes the records --lenient sets aside: "
+                               "give --lenient too")
+    if lenient and source != "materialize":
+        raise click.UsageError("--lenient and --dead-letter-topic are for topics of "
+                               "Materialize CDC messages (--from materialize) for now")
+
+
+def _report_topic_set_aside(read: Any, dead_letter_topic: str | None) -> None:
+    """`ingest --kafka --lenient`: a line per record set aside (the report's sample), the
+    total, and how many went to the dead-letter topic."""
+    for item in read.set_aside:
+        click.echo(f"changelake: set aside: {item.location}: {item.reason}", err=True)
+    if read.set_aside_count:
+        more = read.set_aside_count - len(read.set_aside)
+        click.echo(f"changelake: {read.set_aside_count} record(s) set aside (lenient mode)"
+                   + (f", {more} not listed" if more > 0 else ""), err=True)
+    if dead_letter_topic is not None and read.dead_lettered:
+        click.echo(f"changelake: {read.dead_lettered} record(s) produced to dead-letter topic "
+                   f"{dead_letter_topic}", err=True)
+
+
+def _follow_set_aside(kafka: _TopicFollow) -> Any:
+    """`ingest --follow --kafka --lenient`: each batch's records set aside, reported as
+    `ingest --kafka --lenient` reports them (prefixed by the batch), and dead-lettered."""
+    from changelake.spark.kafka_set_aside import FollowSetAside
+
+    def report(batch: Any) -> None:
+        for item in batch.sample:
+            click.echo(f"changelake: batch {batch.batch}: set aside: {item.location}: "
+                       f"{item.reason}", err=True)
+        more = batch.count - len(batch.sample)
+        click.echo(f"changelake: batch {batch.batch}: {batch.count} record(s) set aside "
+                   "(lenient mode)" + (f", {more} not listed" if more > 0 else ""), err=True)
+        if batch.dead_lettered:
+            click.echo(f"changelake: batch {batch.batch}: {batch.dead_lettered} record(s) "
+                       f"produced to dead-letter topic {kafka.dead_letter_topic}", err=True)
+
+    return FollowSetAside(kafka.bootstrap, kafka.dead_letter_topic, report=report)
 
 
 @dataclass(frozen=True)
@@ -737,6 +799,8 @@ class _TopicFollow:
     schema_registry: str | None
     max_records_per_trigger: int | None
     fail_on_data_loss: bool = True
+    lenient: bool = False
+    dead_letter_topic: str | None = None
 
 
 def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
@@ -770,12 +834,16 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         elif steps or step in ("skipped", "waiting"):
             click.echo(f"changelake: batch {batch}: {step}", err=True)
 
+    set_aside = None
     if kafka is not None:
         messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
                                 schema_registry=kafka.schema_registry,
                                 max_records_per_trigger=kafka.max_records_per_trigger,
-                                fail_on_data_loss=kafka.fail_on_data_loss)
+                                fail_on_data_loss=kafka.fail_on_data_loss,
+                                lenient=kafka.lenient)
         address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
+        if kafka.lenient:
+            set_aside = _follow_set_aside(kafka)
     else:
         assert follow_dir is not None
         messages = directory_source(follow_dir, schema=schema_path,
@@ -790,7 +858,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         result = follow(lake, ident, messages, address,
                         checkpoint=checkpoint, key=columns, scd2=scd2,
                         trigger_seconds=trigger_seconds, until_idle=until_idle,
-                        control=control, progress=progress,
+                        control=control, progress=progress, set_aside=set_aside,
                         **({"kind": kind} if kind is not None else {}))
     finally:
         lake.spark.stop()

@@ -14,7 +14,8 @@ The public API:
   registry and librdkafka's mock cluster, served on 127.0.0.1 for tests and the demo.
 
 One module per job: `client` (settings, log, metadata), `registry`, `schemas` (which schema
-decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster`, `registry_server`. The
+decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster`, `registry_server`, and
+`dead_letter` (records a lenient read set aside, produced to a dead-letter topic). The
 Spark data source `kafka-cdc`, whose executors read the partitions with `source`, is
 `changelake.spark.kafka_source`.
 """

@@ -60,6 +60,7 @@ class Record:
     value: bytes | None
     timestamp: dt.datetime | None = None  # UTC
     timestamp_type: int = -1  # as Spark's Kafka source: 0 create time, 1 log append time
+    headers: tuple[tuple[str, bytes | None], ...] = ()  # as produced, in order
 
 
 def record_time(kafka_timestamp: tuple[int, int]) -> tuple[dt.datetime | None, int]:
@@ -244,7 +245,7 @@ class TopicReader:
                     del open_ends[partition]
                 self.read += 1
                 yield Record(partition, offset, record.key(), record.value(),
-                             *record_time(record.timestamp()))
+                             *record_time(record.timestamp()), tuple(record.headers() or ()))
         consumer.unassign()
 
     def watermarks(self, partition: int) -> tuple[int, int]:

@@ -47,6 +47,12 @@ Data without a schema (JSON lines, no `--schema`, no Avro container file when th
 starts) is read as JSON text and typed per batch by Spark's JSON inference over the batch's
 updates, as `ingest` types a whole input; a table created this way takes its columns from the
 first batch with updates.
+
+A lenient topic follow (`topic_source(lenient=True)`) gets an `_error` row for each bad record,
+which the decode drops; `set_aside` (`spark.kafka_set_aside.FollowSetAside`) reports them and
+produces them to a dead-letter topic, in the batch, before its state and its lake commit. The
+table stays exactly once; the dead-letter topic is at least once (a replay of a batch that did
+not commit produces them again; a replay of a committed one is skipped before it).
 """
 
 from __future__ import annotations
@@ -85,6 +91,11 @@ STATE_DIR = "state"
 
 MessagesSource = Callable[["SparkSession"], "DataFrame"]
 """Returns the streaming DataFrame of messages (`materialize-cdc`'s row shape)."""
+BatchSetAside = Callable[[int, "DataFrame"], None]
+"""`follow(..., set_aside=)`: set_aside(batch id, the batch's messages), called once per batch
+that is not a replay of a committed one, before its state and its lake commit, to handle what a
+lenient source set aside (`_error` rows, which the decode drops):
+`spark.kafka_set_aside.FollowSetAside` reports them and produces them to a dead-letter topic."""
 BatchProgress = Callable[[int, str, "CommitResult | None"], None]
 """progress(batch id, step, commit result): steps `started`, `state` (the pending state is
 durable), `committed` (with the lake commit's result; None when it recorded the batch only),
@@ -161,14 +172,16 @@ def topics_address(bootstrap: str, topics: Sequence[str]) -> str:
 def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None = None,
                  schema_registry: str | None = None, max_records_per_trigger: int | None = None,
                  config: Mapping[str, Any] | None = None,
-                 fail_on_data_loss: bool = True) -> MessagesSource:
+                 fail_on_data_loss: bool = True,
+                 lenient: bool = False) -> MessagesSource:
     """Records of Materialize CDC messages as they arrive in `topics`, read on the executors
     by the `kafka-cdc` streaming source; its offsets live in the follow's checkpoint, so a
     restart reads only what no committed batch read. Records gone before they were read
     (deleted by retention, or the topic recreated) stop the follow with an `InputError`
     naming topic, partition and offsets; `fail_on_data_loss=False` (`ingest --follow --kafka
     --no-fail-on-data-loss`) logs a warning and goes on from the first record still held (the
-    source's `failOnDataLoss`, see `spark/kafka_source.py`)."""
+    source's `failOnDataLoss`, see `spark/kafka_source.py`). `lenient`: bad records become
+    `_error` rows instead of failing the batch (`follow`'s `set_aside` handles them)."""
     if schema is None and schema_registry is None:
         raise LakeError("following Kafka topics needs the messages' schema: --schema FILE or "
                         "--schema-registry URL")
@@ -184,6 +197,8 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
         if max_records_per_trigger:
             options["maxRecordsPerTrigger"] = str(max_records_per_trigger)
         options["failOnDataLoss"] = "true" if fail_on_data_loss else "false"
+        if lenient:
+            options["lenient"] = "true"
         return spark.readStream.format(kafka_source.NAME).options(**options).load()
 
     return messages
@@ -234,7 +249,7 @@ class CommitBatches:
                  identity: str | None, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
                  scd2: bool = False, progress: BatchProgress | None = None,
-                 kind: str = KIND) -> None:
+                 kind: str = KIND, set_aside: BatchSetAside | None = None) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
         self.checkpoint = Path(checkpoint).resolve()
@@ -246,6 +261,7 @@ class CommitBatches:
         self.scd2 = scd2
         self.progress = progress or (lambda _batch, _step, _result: None)
         self.kind = kind
+        self.set_aside = set_aside
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         control = self.control
@@ -310,6 +326,8 @@ class CommitBatches:
             previous = latest_state(self.states, before=batch_id)
             messages = batch.persist(StorageLevel.MEMORY_AND_DISK)
             cleanup.callback(messages.unpersist)
+            if self.set_aside is not None:
+                self.set_aside(batch_id, messages)
             updates, progress = split_messages(messages)
             updates = updates.selectExpr("data", "time", "diff")
             if previous is not None and previous[0].has_pending:
@@ -394,7 +412,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
            buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
            until_idle: float | None = None, control: FollowControl | None = None,
            progress: BatchProgress | None = None, kind: str = KIND,
-           poll_seconds: float = 0.2) -> FollowReport:
+           poll_seconds: float = 0.2, set_aside: BatchSetAside | None = None) -> FollowReport:
     """Follow `source` (its messages, named `address`) into `table` until `control.stop()`
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
     docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
@@ -418,7 +436,8 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     check_checkpoint(checkpoint, handle.name, address)
     control = control or FollowControl()
     sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
-                         buckets=buckets, scd2=scd2, progress=progress, kind=kind)
+                         buckets=buckets, scd2=scd2, progress=progress, kind=kind,
+                         set_aside=set_aside)
     query = (
         source(lake.spark).writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint / SPARK_DIR))

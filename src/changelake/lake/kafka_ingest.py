@@ -22,6 +22,25 @@ harmless (the decoder drops updates before F and takes statements any number of 
 re-reading an absorbed record is what makes "a restart continues at the committed offsets" true
 for a stream whose frontier keeps up with the topic: then every partition resumes at its end.
 
+Lenient mode (`lenient=True`, `--lenient`) sets bad records aside where strict mode stops at the
+first (see below): the data source yields an `_error` row for each (location and reason, no
+message), the decode never sees it, and it counts as absorbed for the resume points, so a run
+that moves a partition's resume point past it never reads it again. A record is set aside once:
+by the run that first reads it, which is the run that first commits offsets past it (its
+partition's recorded `end`); a later run that reads it again, because the partition resumes
+before it (updates not final yet), skips it without reporting it again. (A strict run after a
+lenient one stops at such a record.) The report has their number and the first
+`SET_ASIDE_SAMPLE` of them (in topic, partition, offset order; `spark.kafka_set_aside`). With a
+dead-letter topic (`--dead-letter-topic T`, on the same cluster, existing, not one of the topics
+read), every record set aside is read again by offset on the driver (they are few; see
+`kafka.dead_letter`) and produced there, its value, key and headers as they were plus headers
+`changelake.topic`, `changelake.partition`, `changelake.offset` and `changelake.error`, and
+acknowledged BEFORE the lake commit. So the lake table stays exactly once, and the dead-letter
+topic is at least once: a run killed between the two produces them again when it is run again,
+with the same (topic, partition, offset) headers, which identify the duplicates. Protocol
+violations between decodable messages (a conflicting diff, more updates than counted) are not
+records to set aside: they stop a lenient run too.
+
 The driver only plans: metadata and watermark calls give each partition's range (`_plan`).
 The records are read on the executors by the `kafka-cdc` data source
 (`spark.kafka_source`), one task per partition's range, as a DataFrame of messages in the
@@ -43,7 +62,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from changelake.errors import LakeError, SchemaError
 from changelake.lake.catalog import Lake
@@ -58,6 +77,13 @@ from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
+from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
+from changelake.spark.kafka_set_aside import collect as collect_set_aside
+from changelake.spark.kafka_set_aside import dead_letter_topic as make_dead_letter_topic
+from changelake.spark.kafka_set_aside import send as send_dead_letters
+
+if TYPE_CHECKING:
+    from changelake.formats.materialize import SetAside
 
 KIND = "kafka"
 FORMAT = "materialize"
@@ -79,19 +105,26 @@ class PartitionRead:
 @dataclass(frozen=True, slots=True)
 class KafkaIngestReport:
     """What `ingest --kafka` did: the ingest's report, each partition's read, the records
-    read (`records`), and the offsets the commit recorded (None: nothing was committed)."""
+    read (`records`), and the offsets the commit recorded (None: nothing was committed).
+    Lenient: how many records were set aside (`set_aside_count`), the first
+    `SET_ASIDE_SAMPLE` of them (`set_aside`), and how many went to the dead-letter topic."""
 
     ingest: IngestReport
     partitions: list[PartitionRead] = field(default_factory=list)
     records: int = 0
     offsets: SourceOffsets | None = None
+    set_aside: list[SetAside] = field(default_factory=list)
+    set_aside_count: int = 0
+    dead_lettered: int = 0
 
 
 def _needed(frontier: int) -> str:
     """The SQL condition on a message row under which the table, committed through `frontier`,
     needs the message again (see the module docstring): an update at or after the frontier, or
-    a statement whose upper is not at or before it. (Once closed, no record is needed.)"""
-    return (f"CASE WHEN updates IS NOT NULL THEN exists(updates, u -> u.time >= {frontier}) "
+    a statement whose upper is not at or before it; never a record set aside (`_error`). (Once
+    closed, no record is needed.)"""
+    return ("CASE WHEN _error IS NOT NULL THEN false "
+            f"WHEN updates IS NOT NULL THEN exists(updates, u -> u.time >= {frontier}) "
             f"ELSE size(progress.upper) = 0 OR get(progress.upper, 0) > {frontier} END")
 
 
@@ -128,7 +161,8 @@ where the session has it (its records decoded by `spark.kafka_records`)."""
 
 def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],
                     given: Any, schema_registry: str | None,
-                    config: Mapping[str, Any] | None, reader_name: str = "kafka-cdc") -> Any:
+                    config: Mapping[str, Any] | None, reader_name: str = "kafka-cdc",
+                    lenient: bool = False) -> Any:
     """The planned ranges' messages, read on the executors by `kafka-cdc`, or by Spark's
     `kafka` connector and decoded by `kafka_records.messages_from_records` into the very same
     rows (see the module docstring)."""
@@ -144,6 +178,8 @@ def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Seque
         schema_registry=schema_registry, config=config)
     options.update(startingOffsets=orjson.dumps(starting).decode(),
                    endingOffsets=orjson.dumps(ending).decode())
+    if lenient:  # kafka-cdc's option (reader kafka: refused with lenient, see _check_lenient)
+        options["lenient"] = "true"
     if reader_name == "kafka":  # Spark's connector: no schema options, `subscribe` for topics
         return _connector_messages(spark, options, given, schema_registry, plans)
     kafka_source.register(spark)
@@ -213,6 +249,8 @@ def ingest_topics(
     progress: ProgressFn | None = None,
     config: Mapping[str, Any] | None = None,
     reader: str = "kafka-cdc",
+    lenient: bool = False,
+    dead_letter_topic: str | None = None,
 ) -> KafkaIngestReport:
     """Read `topics` of Materialize CDC messages at `bootstrap` from the offsets `table`'s last
     commit recorded, and commit what is new with the offsets it covered: exactly once (see the
@@ -220,7 +258,9 @@ def ingest_topics(
     `schema_registry` the others. `group` also commits the positions to that consumer group
     (after the lake commit; never read). `config` adds librdkafka settings. `reader`
     (`READERS`): `kafka` reads with Spark's own connector where the session has it; the rest
-    of the ingest cannot tell the difference."""
+    of the ingest cannot tell the difference. `lenient` sets bad records aside instead of
+    stopping, and `dead_letter_topic` (with `lenient`) produces them to that topic before the
+    commit (see the module docstring)."""
     from pyspark.sql import functions as F
 
     from changelake.formats.materialize import load_schema
@@ -239,6 +279,7 @@ def ingest_topics(
             f"ingest_topics reads topics of Materialize CDC messages (--from materialize), "
             f"not {source}: `lake.kafka_changefeed.ingest_changefeed_topics` reads those")
     names = topic_list(topics)
+    _check_lenient(lenient, dead_letter_topic, names, records_by)
     given = load_schema(schema) if schema is not None else None
     if given is None and schema_registry is None:
         raise SchemaError("reading a Kafka topic needs the schema: --schema FILE or "
@@ -260,6 +301,7 @@ def ingest_topics(
                                   True)
             return KafkaIngestReport(IngestReport(handle.name, False, result, []))
         step("reading topics", 1, 3)
+        dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
         readers, plans = [], []
         for name in names:  # the driver plans: metadata and watermarks, no records
             reader = cleanup.enter_context(TopicReader(
@@ -280,10 +322,13 @@ def ingest_topics(
                   for topic, ranges in plans for r in ranges}
         # only the planned partitions: one created since the plan waits for the next run
         messages = translate_errors(_messages_frame, lake.spark, bootstrap, plans, given,
-                                    schema_registry, config, records_by).where(
+                                    schema_registry, config, records_by, lenient).where(
             F.col("_file").isin(list(places))).cache()
         cleanup.callback(messages.unpersist)
         records = translate_errors(messages.count)  # the read: a bad record stops it here
+        aside_count, aside = (collect_set_aside(messages, new=_new_records(plans, recorded),
+                                                everything=dead_letters is not None)
+                              if lenient else (0, []))
         updates, statements = split_messages(messages)
         decoded: DecodedInput = decode_materialize(updates, statements, Antichain([committed]),
                                                    cleanup)
@@ -291,6 +336,7 @@ def ingest_topics(
         facts = translate_errors(_partition_facts, messages, frontier, places)
         partitions = _partition_reads(plans, recorded, facts)
         offsets = _offsets(bootstrap, recorded, partitions)
+        dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
@@ -301,7 +347,9 @@ def ingest_topics(
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)
-    return KafkaIngestReport(ingest, partitions, records, offsets)
+    return KafkaIngestReport(ingest, partitions, records, offsets,
+                             [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count,
+                             dead_lettered)
 
 
 def _partition_reads(plans: Sequence[tuple[str, Sequence[Any]]],
@@ -335,6 +383,44 @@ def _offsets(bootstrap: str, recorded: SourceOffsets | None,
                                                                        p.end, p.reached)
     return SourceOffsets(KIND, FORMAT, bootstrap, tuple(
         TopicOffsets(name, tuple(by[n] for n in sorted(by))) for name, by in topics.items()))
+
+
+# ----------------------------------------------------------------------- records set aside
+
+
+def _check_lenient(lenient: bool, dead_letter_topic: str | None, names: Sequence[str],
+                   reader: str) -> None:
+    if lenient and reader != "kafka-cdc":
+        raise LakeError(f"ingest --kafka --lenient reads with kafka-cdc only, not reader "
+                        f"{reader} (not yet)")
+    if dead_letter_topic is None:
+        return
+    if not lenient:
+        raise LakeError("ingest --kafka: a dead-letter topic takes the records lenient mode "
+                        "sets aside; strict mode stops at the first bad record: give "
+                        "--lenient too")
+    if dead_letter_topic in names:
+        raise LakeError(f"ingest --kafka: the dead-letter topic {dead_letter_topic!r} is one "
+                        "of the topics read: its records would be read and set aside again")
+
+
+def _new_records(plans: Sequence[tuple[str, Sequence[Any]]],
+                 recorded: SourceOffsets | None) -> Any:
+    """The condition on a message row that no committed run read its record: at or after its
+    partition's recorded `end` (records before it were judged, and set aside, already)."""
+    from pyspark.sql import functions as F
+
+    from changelake.kafka.source import location
+
+    new = F.lit(True)
+    for topic, ranges in plans:
+        old = recorded.topic(topic) if recorded is not None else None
+        for r in ranges:
+            mark = old.partition(r.partition) if old is not None else None
+            if mark is not None and mark.end > r.start:
+                new = F.when(F.col("_file") == location(topic, r.partition, 0).file,
+                             F.col("_offset") >= mark.end).otherwise(new)
+    return new
 
 
 # ---------------------------------------------------------------------------------- status

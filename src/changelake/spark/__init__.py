@@ -16,7 +16,8 @@ What users import:
 
 The modules, one job each: `decoder` and `encoder` (the two directions of the protocol over
 DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka topics),
-`kafka_records` (records of any Kafka reader into messages),
+`kafka_records` (records of any Kafka reader into messages), `kafka_set_aside` (the records
+a lenient `kafka-cdc` read set aside: counted, named, sent to a dead-letter topic),
 `stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
 decode --engine spark`), `session`, `errors` (input errors from the executors), and
 `changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeeds.py` is
