@@ -277,7 +277,6 @@ def test_cli_usage_errors(tmp_path: Path) -> None:
             (["--lenient", "f.jsonl"], b"--lenient and --dead-letter-topic go with --kafka"),
             (["--dead-letter-topic", "d", "f.jsonl"], b"go with --kafka"),
             ([*kafka, "--dead-letter-topic", "d"], b"give --lenient too"),
-            ([*kafka, "--lenient", "--from", "debezium"], b"(--from materialize) for now"),
             (["--lenient", "--follow", str(tmp_path)], b"go with --kafka")]:
         usage = subprocess.run([*CLI, *lake_args, *args], capture_output=True, timeout=60)
         assert usage.returncode == 2 and says in usage.stderr, (args, usage.stderr)

@@ -225,6 +225,49 @@ def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits
     assert not lake.exists(name)
 
 
+BAD_RECORDS = [b"{not json", b"[1, 2]", b"\xff\xfe not text",
+               b'{"op": "c", "after": {"id": 1}, "source": "not an object"}']
+
+
+def test_lenient_sets_bad_records_aside_once_and_dead_letters_them(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    """Bad records among a Debezium topic's events: strict stops at the first, naming it;
+    lenient converts the rest (the table equals the file ingest of the good events), reports
+    each bad record once and produces it to the dead-letter topic with its location; a closing
+    run re-reads some records but sets nothing aside again."""
+    from test_kafka_dead_letter import topic_records
+
+    feed = pg_feed(seeded(87).randrange(1 << 30), transactions=8, metadata=False)
+    ref = reference(lake, write_files(feed, tmp_path, metadata=False), "debezium", key=["id"])
+    data, dead = new_topic(cluster, 2), new_topic(cluster, 1)
+    n = len(feed.events)
+    produce_debezium(cluster, data, None, feed, slice(0, n // 2), 2)
+    out = producer(cluster)
+    for i, value in enumerate(BAD_RECORDS):
+        out.produce(data, value=value, key=b"k%d" % i, partition=i % 2)
+    assert out.flush(30) == 0
+    produce_debezium(cluster, data, None, feed, slice(n // 2, n), 2)
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    with pytest.raises(ChangefeedError, match=f"topic {data} partition [01], offset [0-9]+: "):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                 key=["id"])
+    first = ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                     key=["id"], lenient=True, dead_letter_topic=dead)
+    assert first.set_aside_count == first.dead_lettered == len(BAD_RECORDS)
+    assert all(str(s.location).startswith(f"topic {data} partition ") for s in first.set_aside)
+    frontier = first.ingest.frontier[0]
+    assert updates(lake, name) == updates(lake, ref, below=frontier)
+    letters = topic_records(cluster, dead)
+    assert sorted(r.value for r in letters) == sorted(BAD_RECORDS)
+    assert all(dict(r.headers)["changelake.topic"] == data.encode() for r in letters)
+    closing = ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                       key=["id"], close=True, lenient=True,
+                                       dead_letter_topic=dead)
+    assert closing.records > 0 and closing.set_aside_count == closing.dead_lettered == 0
+    assert updates(lake, name) == updates(lake, ref)
+    assert len(topic_records(cluster, dead)) == len(BAD_RECORDS)
+
+
 @pytest.mark.slow
 def test_offsets_of_another_source_are_refused(cluster: MockCluster, lake: Lake,
                                                tmp_path: Path) -> None:

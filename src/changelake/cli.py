@@ -603,8 +603,8 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
                    "(for monitoring; the lake's commit is where a run resumes).")
 @click.option("--lenient", is_flag=True,
               help="With --kafka (also --follow --kafka): set bad records (not a frame, "
-                   "unknown schema id, corrupt Avro, a tombstone) aside, reported on stderr, "
-                   "and go on.")
+                   "unknown schema id, corrupt Avro, a tombstone; with --from debezium|ydb "
+                   "not JSON, or not a change event) aside, reported on stderr, and go on.")
 @click.option("--dead-letter-topic", "dead_letter_topic", default=None, metavar="T",
               help="With --kafka --lenient: also produce each record set aside to topic T (it "
                    "must exist) on the same cluster: value, key and headers as read, plus "
@@ -661,7 +661,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
     if kafka is not None and not topics:
         raise click.UsageError("--kafka needs --topic T")
-    _check_lenient_topics(kafka, lenient, dead_letter_topic, source)
+    _check_lenient_topics(kafka, lenient, dead_letter_topic)
     if following and source != "materialize":
         if kafka is None or inputs:
             raise click.UsageError(f"--follow --from {source} follows changefeed topics "
@@ -685,7 +685,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if following and source != "materialize":
         _follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                            schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
-                           until_idle)
+                           until_idle, lenient, dead_letter_topic)
         return
     if following:
         if kafka is not None:
@@ -717,7 +717,9 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                 read = ingest_changefeed_topics(lake, ident, kafka, list(topics),
                                                 source=source, key=columns,
                                                 table_schema=schema_path, close=close,
-                                                group=group, scd2=scd2, progress=step)
+                                                group=group, scd2=scd2, progress=step,
+                                                lenient=lenient,
+                                                dead_letter_topic=dead_letter_topic)
                 result = read.ingest
             elif kafka is not None:
                 from changelake.lake.kafka_ingest import ingest_topics
@@ -742,8 +744,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         click.echo(f"changelake: {waiting}", err=True)
 
 
-def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: str | None,
-                          source: str) -> None:
+def _check_lenient_topics(kafka: str | None, lenient: bool,
+                          dead_letter_topic: str | None) -> None:
     """Usage errors of `ingest --lenient/--dead-letter-topic` (bad records of --kafka topics
     set aside)."""
     if kafka is None and (lenient or dead_letter_topic is not None):
@@ -752,9 +754,6 @@ def _check_lenient_topics(kafka: str | None, lenient: bool, dead_letter_topic: s
     if dead_letter_topic is not None and not lenient:
         raise click.UsageError("--dead-letter-topic takes the records --lenient sets aside: "
                                "give --lenient too")
-    if lenient and source != "materialize":
-        raise click.UsageError("--lenient and --dead-letter-topic are for topics of "
-                               "Materialize CDC messages (--from materialize) for now")
 
 
 def _report_topic_set_aside(read: Any, dead_letter_topic: str | None) -> None:
@@ -872,7 +871,8 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
                        spark_conf: dict, ident: Any, columns: tuple[str, ...], source: str,
                        schema_path: Path | None, scd2: bool, kafka: str | None,
                        topics: tuple[str, ...], group: str | None, trigger_seconds: float,
-                       until_idle: float | None) -> None:
+                       until_idle: float | None, lenient: bool,
+                       dead_letter_topic: str | None) -> None:
     """`ingest --follow --kafka --from debezium|ydb`: rounds of exactly-once ingests until
     SIGTERM / SIGINT (the round in flight commits first) or --until-idle
     (lake/follow_changefeed.py)."""
@@ -887,6 +887,7 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
     def progress(number: int, read: Any) -> None:
         click.echo(f"changelake: round {number}: {report.topics_line(read)}; "
                    f"{report.ingest_line(read.ingest)}", err=True)
+        _report_topic_set_aside(read, dead_letter_topic)
 
     control = FollowControl()
     previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
@@ -899,7 +900,7 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
             lake, ident, kafka, list(topics), source=source, key=columns,
             table_schema=schema_path, group=group, scd2=scd2,
             trigger_seconds=trigger_seconds, until_idle=until_idle, control=control,
-            progress=progress)
+            progress=progress, lenient=lenient, dead_letter_topic=dead_letter_topic)
     finally:
         lake.spark.stop()
         for sig, handler in previous.items():

@@ -51,9 +51,12 @@ def follow_changefeed_topics(
     control: FollowControl | None = None,
     progress: RoundProgress | None = None,
     config: Mapping[str, Any] | None = None,
+    lenient: bool = False,
+    dead_letter_topic: str | None = None,
 ) -> FollowReport:
     """Ingest `topics` round after round until `control.stop()` is called or (`until_idle`)
-    no round found new records for that many seconds: see the module docstring."""
+    no round found new records for that many seconds: see the module docstring. The other
+    options are `ingest_changefeed_topics`'s, for every round."""
     import time
 
     if trigger_seconds <= 0:
@@ -67,7 +70,8 @@ def follow_changefeed_topics(
         before = handle.load()
         report = ingest_changefeed_topics(lake, handle.ident, bootstrap, topics, source=source,
                                           key=key, table_schema=table_schema, group=group,
-                                          buckets=buckets, scd2=scd2, config=config)
+                                          buckets=buckets, scd2=scd2, config=config,
+                                          lenient=lenient, dead_letter_topic=dead_letter_topic)
         rounds += 1
         after = handle.load()
         if after is not None and (before is None or after.version != before.version):

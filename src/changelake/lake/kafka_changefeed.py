@@ -50,6 +50,12 @@ converted by the JVM path of `spark.changefeed.pipeline`. A batch that path does
 refused with its reason (truncates, a Debezium schema that changes inside the read, ...: see
 `pipeline.py`), after the old path has named its first bad record, if it has one, by topic,
 partition and offset; nothing is committed then.
+
+Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, not a JSON
+object, or marked bad by the parse) and converts the rest; a record set aside is never needed
+again, so the resume points pass it. As in `kafka_ingest`, each is reported (and, with a
+dead-letter topic, produced there before the commit: at least once) by the run that first reads
+it, and only by that one. What the conversion still refuses stops a lenient run too.
 """
 
 from __future__ import annotations
@@ -77,6 +83,8 @@ from changelake.lake.kafka_ingest import (
     KIND,
     READERS,
     KafkaIngestReport,
+    _check_lenient,
+    _new_records,
     _offsets,
     _partition_reads,
     _plan,
@@ -84,6 +92,10 @@ from changelake.lake.kafka_ingest import (
 )
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
+from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
+from changelake.spark.kafka_set_aside import collect as collect_set_aside
+from changelake.spark.kafka_set_aside import dead_letter_topic as make_dead_letter_topic
+from changelake.spark.kafka_set_aside import send as send_dead_letters
 
 SOURCES = ("debezium", "ydb")
 
@@ -104,6 +116,8 @@ def ingest_changefeed_topics(
     progress: ProgressFn | None = None,
     config: Mapping[str, Any] | None = None,
     reader: str = "kafka-cdc",
+    lenient: bool = False,
+    dead_letter_topic: str | None = None,
 ) -> KafkaIngestReport:
     """Read the changefeed `topics` (`source`: debezium or ydb) at `bootstrap` from the offsets
     `table`'s last commit recorded, convert them on Spark and commit what is new with the
@@ -111,7 +125,9 @@ def ingest_changefeed_topics(
     `close` are `ingest --from`'s; `group` also commits the resume points to that consumer
     group after the lake commit (never read back); `config` adds librdkafka settings;
     `reader` (`kafka_ingest.READERS`): `kafka` reads with Spark's own connector where the
-    session has it."""
+    session has it. `lenient` sets bad records aside (`pipeline.bad_lines`) and converts the
+    rest; `dead_letter_topic` also produces them there before the commit, as
+    `kafka_ingest.ingest_topics` does (each reported once: by the run that first reads it)."""
     from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
     from changelake.spark.errors import translate_errors
@@ -122,6 +138,7 @@ def ingest_changefeed_topics(
         raise LakeError(f"ingest --kafka: unknown reader {reader!r} (one of "
                         f"{', '.join(READERS)})")
     names = topic_list(topics)
+    _check_lenient(lenient, dead_letter_topic, names, reader)
     table_json = orjson.loads(Path(table_schema).read_bytes()) if table_schema else None
     handle = lake.handle(table)
     for column in key:
@@ -140,6 +157,7 @@ def ingest_changefeed_topics(
                                   True)
             return KafkaIngestReport(IngestReport(handle.name, False, result, []))
         step("reading topics", 1, 3)
+        dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
         readers, plans = [], []
         for name in names:  # the driver plans: metadata and watermarks, no records
             planner = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
@@ -151,6 +169,22 @@ def ingest_changefeed_topics(
         lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config,
                                  reader)
         records = translate_errors(lines.raw.count)
+        aside_count, aside = 0, []
+        if lenient and records:
+            lines, aside_count, aside = _set_aside(lines, source, table_json, key,
+                                                   _new_records(plans, recorded),
+                                                   everything=dead_letters is not None)
+            if aside_count and translate_errors(lines.raw.count) == 0:
+                # Nothing to convert (and no columns to create a table with): the records are
+                # reported (and dead-lettered) again by the next run that reads them.
+                sent = send_dead_letters(bootstrap, dead_letters, aside, config)
+                result = CommitResult(handle.name, state.version if state else -1, committed,
+                                      committed, 0, True)
+                return KafkaIngestReport(
+                    IngestReport(handle.name, False, result, [committed],
+                                 "every record read was set aside"),
+                    _partition_reads(plans, recorded, {}), records, recorded,
+                    [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count, sent)
         if records == 0 and close and state is not None:  # nothing new, but the end
             from pyspark.sql import functions as F
 
@@ -180,6 +214,7 @@ def ingest_changefeed_topics(
         facts = translate_errors(_resume_facts, converted.marks, absorbed, partitions)
         reads = _partition_reads(plans, recorded, facts)
         offsets = replace(_offsets(bootstrap, recorded, reads), format=source)
+        dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
@@ -190,7 +225,32 @@ def ingest_changefeed_topics(
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)
-    return KafkaIngestReport(ingest, reads, records, offsets)
+    return KafkaIngestReport(ingest, reads, records, offsets,
+                             [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count,
+                             dead_lettered)
+
+
+def _set_aside(lines: Any, source: str, table_json: dict[str, Any] | None,
+               key: Sequence[str], new: Any, *, everything: bool) -> tuple[Any, int, list]:
+    """Lenient mode: the lines without the bad ones, and the bad ones no committed run read
+    (how many, and all of them or a sample), as `kafka_set_aside.collect` reports them."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.pipeline import bad_lines
+    from changelake.spark.changefeed.read import Lines
+    from changelake.spark.changefeed.types import Unsupported
+    from changelake.spark.errors import translate_errors
+
+    try:
+        bad = translate_errors(bad_lines, lines, source, table_json, key)
+    except Unsupported as why:
+        raise LakeError(f"ingest --kafka --from {source} --lenient: this read is not one the "
+                        f"Spark conversion covers ({why}); nothing was committed") from None
+    rest = lines.raw.join(bad.select("file_index", "row"), ["file_index", "row"], "left_anti")
+    count, aside = collect_set_aside(bad.select(
+        F.col("file").alias("_file"), F.col("row").alias("_offset"),
+        F.col("reason").alias("_error")), new=new, everything=everything)
+    return Lines(lines.spark, rest, lines.files, per_file=True), count, aside
 
 
 def _read(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Sequence[Any]]],

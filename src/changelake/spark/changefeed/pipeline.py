@@ -64,12 +64,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
-from changelake.spark.changefeed.parse import parse_items
+from changelake.spark.changefeed.parse import ENVELOPE, parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
-from changelake.spark.changefeed.read import Lines, read_lines
+from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.times import assign_times
 from changelake.spark.changefeed.types import (
     SUPPORTED,
@@ -408,6 +409,46 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
         changes.count()  # the old path names the first bad line, if there is one
         raise Unsupported(str(reason))
     return Converted(changes, frames.frontier, "python-udf", reason)
+
+
+def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,
+              key: Sequence[str]) -> DataFrame:
+    """The lines a lenient read sets aside before converting the rest: `file`, `file_index`,
+    `row` and `reason`. A line over the bound or not UTF-8, one that is not a JSON object, and
+    one the parse marks bad (its problem starts with "bad"; `parse.py`, `ydb.py`). What the
+    conversion refuses later (a value Spark cannot read into the envelope, an image column
+    beyond the table's) still stops the read: it is `Unsupported`. Checkpointed: few rows in
+    a good feed, read by the caller twice (to drop them, to report them)."""
+    value = F.col("value")
+    flawed = flaw(value)
+    shape = (F.when(flawed == 1, F.lit(TOO_LONG)).when(flawed == 2, F.lit("not UTF-8 text"))
+             .when((F.trim(value) != "null") & F.json_object_keys(value).isNull(),
+                   F.lit("not a JSON object")))
+    first = lines.bounded.select("file", "file_index", "row", shape.alias("reason")) \
+        .where(F.col("reason").isNotNull())
+    rest = lines.frame.join(first.select("file_index", "row"), ["file_index", "row"],
+                            "left_anti")
+    if source == "ydb":
+        schema = TableSchema.from_json(table_json) if table_json is not None else None
+        if schema is None:
+            raise Unsupported("unsupported: YDB without a table schema")
+        keys = list(key) or list(schema.primary_key)
+        items = ydb_items(rest, schema, ydb_columns(schema, keys), careful=True)
+    else:
+        # what the parse's FAILFAST envelope would stop the whole read at: a field of the
+        # wrong JSON kind (a text `source`, say), found here line by line
+        corrupt = F.from_json("value", f"{ENVELOPE}, _corrupt string", {
+            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})["_corrupt"]
+        kinds = rest.select("file", "file_index", "row", F.when(
+            corrupt.isNotNull() & (F.trim("value") != "null"),
+            F.lit("not a Debezium event: a field of the wrong JSON kind")).alias("reason")) \
+            .where(F.col("reason").isNotNull())
+        first = first.unionByName(kinds)
+        items = parse_items(rest.join(kinds.select("file_index", "row"),
+                                      ["file_index", "row"], "left_anti"))
+    parsed = items.where(F.col("problem").startswith("bad")) \
+        .select("file", "file_index", "row", F.col("problem").alias("reason"))
+    return _guard(lambda: first.unionByName(parsed).localCheckpoint())
 
 
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
