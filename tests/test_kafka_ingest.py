@@ -225,6 +225,8 @@ def test_changefeed_topics_go_to_their_own_ingest_and_usage_errors(lake: Lake) -
                        (["--kafka", "127.0.0.1:1", "--topic", "x"], b"--schema-registry URL"),
                        (["--topic", "x", "f.jsonl"], b"go with --kafka"),
                        (["--from", "debezium", "--follow", "d"], b"follows changefeed topics"),
+                       (["--from", "ydb", "--kafka", "127.0.0.1:1", "--topic", "x", "--schema",
+                         __file__], b"test_kafka_ingest.py: not valid JSON"),
                        (["--from", "ydb", "--follow", "--kafka", "127.0.0.1:1", "--topic", "x",
                          "--checkpoint", "c"], b"do not go with --follow --from ydb"),
                        ([], b"no INPUT given")]:

@@ -679,6 +679,10 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             schema_registry is None:
         raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
                                "--schema-registry URL")
+    if source != "materialize" and schema_path is not None:
+        from changelake.formats.tableschema import read_table_json
+
+        read_table_json(schema_path)  # a bad table schema is named before Spark starts
     if tolerate_data_loss and (not following or kafka is None or source != "materialize"):
         raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka (--from "
                                "materialize: the streaming source's failOnDataLoss)")

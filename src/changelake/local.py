@@ -24,7 +24,7 @@ from changelake.formats.materialize import (
     write_json_lines,
     write_ocf,
 )
-from changelake.formats.tableschema import TableSchema
+from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
 from changelake.protocol.time import MAX_TIME, check_time
 from changelake.values import Record, freeze, thaw
@@ -311,11 +311,7 @@ def load_table_schema(path: Path | None) -> TableSchema | None:
     """The `--table-schema` file, parsed (None when not given)."""
     if path is None:
         return None
-    try:
-        raw = jsonl.loads(path.read_bytes())
-    except jsonl.JsonError as error:
-        raise InputError(str(error), Location(str(path))) from None
-    return TableSchema.from_json(raw, str(path))
+    return TableSchema.from_json(read_table_json(path), str(path))
 
 
 def encode_changefeed_job(

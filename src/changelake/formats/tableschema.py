@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from changelake.errors import SchemaError
+from changelake.errors import InputError, Location, SchemaError
+from changelake.formats import lines as jsonl
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +77,14 @@ class TableSchema:
         if missing:
             raise SchemaError(f"{source}: primary_key columns {missing} are not in columns")
         return cls(tuple(columns), tuple(key))
+
+
+def read_table_json(path: Path | str) -> dict[str, Any]:
+    """A table schema file's JSON, checked by `TableSchema.from_json` (errors name the file),
+    as written: the Spark paths take it so."""
+    try:
+        raw = jsonl.loads(Path(path).read_bytes())
+    except jsonl.JsonError as error:
+        raise InputError(str(error), Location(str(path))) from None
+    TableSchema.from_json(raw, str(path))
+    return raw

@@ -70,6 +70,7 @@ import orjson
 
 from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import ChangefeedError, ChangelakeError, LakeError, Location
+from changelake.formats.tableschema import read_table_json
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import (
     DecodedInput,
@@ -139,7 +140,7 @@ def ingest_changefeed_topics(
                         f"{', '.join(READERS)})")
     names = topic_list(topics)
     _check_lenient(lenient, dead_letter_topic, names, reader)
-    table_json = orjson.loads(Path(table_schema).read_bytes()) if table_schema else None
+    table_json = read_table_json(table_schema) if table_schema else None
     handle = lake.handle(table)
     for column in key:
         check_name(column, f"table {handle.name}: key column")

@@ -65,7 +65,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.lines import TOO_LONG
-from changelake.formats.tableschema import TableSchema
+from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
 from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
 from changelake.spark.changefeed.parse import ENVELOPE, parse_items
@@ -358,7 +358,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     from changelake.formats.materialize import expand_paths
 
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
-    table_json = orjson.loads(Path(schema_file).read_bytes()) if schema_file else None
+    table_json = read_table_json(schema_file) if schema_file else None
     return convert_lines(spark, read_lines(spark, files), source, key, table_json,
                          state=state, since=since, close=close)
 
