@@ -424,7 +424,8 @@ def test_follow_usage_errors(tmp_path):
     source.mkdir()
     for extra, message in [
         (["--follow", str(source), str(source)], "one INPUT directory"),
-        (["--follow", str(source), "--from", "debezium"], "follows changefeed topics (--kafka --topic), not files"),
+        (["--follow", str(source), "--from", "debezium"],
+         "follows changefeed topics (--kafka --topic), not files"),
         (["--until-idle", "3", str(source)], "go with --follow"),
     ]:
         done = subprocess.run(cli("ingest", "--lake", str(tmp_path / "lake"), "--table", "t",
