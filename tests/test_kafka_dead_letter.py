@@ -234,6 +234,7 @@ def test_dead_letter_topic_refusals(cluster: MockCluster, lake: Lake, tmp_path: 
     assert not lake.exists("t")
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_a_lenient_topic_follow_sets_aside_and_dead_letters(cluster: MockCluster, lake: Lake,
                                                             tmp_path: Path) -> None:

@@ -173,6 +173,9 @@ def test_ydb_topic_with_barriers_in_two_runs_equals_the_file_ingest(
                                      key=["id"], table_schema=schema)
     assert again.ingest.frontier == [last_barrier]
     assert 0 < again.records < sum(len(lines) for lines in files)
+    with pytest.raises(LakeError, match="offsets of a kafka ydb source"):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="debezium",
+                                 key=["id"])
 
 
 def test_a_partition_behind_the_others_holds_the_frontier_back(
@@ -268,45 +271,7 @@ def test_lenient_sets_bad_records_aside_once_and_dead_letters_them(
     assert len(topic_records(cluster, dead)) == len(BAD_RECORDS)
 
 
-@pytest.mark.slow
-def test_offsets_of_another_source_are_refused(cluster: MockCluster, lake: Lake,
-                                               tmp_path: Path) -> None:
-    feed = pg_feed(6, transactions=4, metadata=False)
-    data = new_topic(cluster, 1)
-    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 1)
-    name = f"k_{uuid.uuid4().hex[:8]}.t"
-    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
-                             key=["id"])
-    schema = tmp_path / "ydb.json"
-    schema.write_bytes(orjson.dumps(SMALL_YDB))
-    with pytest.raises(LakeError, match="offsets of a kafka debezium source"):
-        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="ydb",
-                                 key=["id"], table_schema=schema)
-
-
 # ------------------------------------------------------------------ follow, in process and CLI
-
-
-@pytest.mark.slow
-def test_follow_rounds_until_idle_then_a_closing_ingest(
-        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
-    from changelake.lake.follow_changefeed import follow_changefeed_topics
-
-    feed = pg_feed(seeded(83).randrange(1 << 30), transactions=10, metadata=False)
-    ref = reference(lake, write_files(feed, tmp_path, metadata=False), "debezium", key=["id"])
-    data = new_topic(cluster, 2)
-    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 2)
-    name = f"k_{uuid.uuid4().hex[:8]}.t"
-    rounds: list[int] = []
-    report = follow_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
-                                      key=["id"], trigger_seconds=0.1, until_idle=0.0,
-                                      progress=lambda n, read: rounds.append(read.records))
-    assert report.batches == len(rounds) == 1 and report.committed == 1 and rounds[0] > 0
-    frontier = lake.table(name).state().upper
-    assert frontier and updates(lake, name) == updates(lake, ref, below=frontier)
-    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
-                             key=["id"], close=True)
-    assert updates(lake, name) == updates(lake, ref)
 
 
 def _table_updates(lake_dir: Path, table: str) -> tuple[dict, Counter]:

@@ -277,6 +277,7 @@ def test_a_restarted_stream_fails_on_a_recreated_topic_or_starts_it_afresh(
     assert sorted(run_stream(spark, cluster, topic, checkpoint)) == [(0, 2), (0, 3)]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_follow_stops_on_deleted_records_unless_told_to_go_on(
         spark: Any, cluster: MockCluster, tmp_path: Path) -> None:
