@@ -81,17 +81,16 @@ from changelake.lake.commands import (
 )
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.kafka_ingest import (
-    KIND,
     READERS,
     KafkaIngestReport,
+    TopicsRun,
     _check_lenient,
     _new_records,
     _offsets,
     _partition_reads,
-    _plan,
     connector_records,
 )
-from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
+from changelake.lake.table import DEFAULT_BUCKETS, ProgressFn
 from changelake.protocol import Antichain
 from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
 from changelake.spark.kafka_set_aside import collect as collect_set_aside
@@ -129,7 +128,6 @@ def ingest_changefeed_topics(
     session has it. `lenient` sets bad records aside (`pipeline.bad_lines`) and converts the
     rest; `dead_letter_topic` also produces them there before the commit, as
     `kafka_ingest.ingest_topics` does (each reported once: by the run that first reads it)."""
-    from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
     from changelake.spark.errors import translate_errors
 
@@ -147,25 +145,13 @@ def ingest_changefeed_topics(
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
-        state = writer.state
-        committed = state.upper if state is not None else 0
-        recorded = state.offsets if state is not None else None
-        if recorded is not None and (recorded.kind, recorded.format) != (KIND, source):
-            raise LakeError(f"table {handle.name} records offsets of a {recorded.kind} "
-                            f"{recorded.format} source, not of Kafka {source} topics")
+        run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=source,
+                              what=source, group=group, framed=False, config=config)
+        state, committed, recorded, plans = run.state, run.committed, run.recorded, run.plans
         if committed is None:  # closed: no record can add anything
-            result = CommitResult(handle.name, state.version if state else -1, None, None, 0,
-                                  True)
-            return KafkaIngestReport(IngestReport(handle.name, False, result, []))
+            return run.unchanged()
         step("reading topics", 1, 3)
         dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
-        readers, plans = [], []
-        for name in names:  # the driver plans: metadata and watermarks, no records
-            planner = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
-                                                        framed=False, config=config))
-            readers.append(planner)
-            plans.append((name, _plan(planner, recorded.topic(name) if recorded else None,
-                                      handle.name)))
         partitions = [(topic, r.partition) for topic, ranges in plans for r in ranges]
         lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config,
                                  reader)
@@ -179,13 +165,8 @@ def ingest_changefeed_topics(
                 # Nothing to convert (and no columns to create a table with): the records are
                 # reported (and dead-lettered) again by the next run that reads them.
                 sent = send_dead_letters(bootstrap, dead_letters, aside, config)
-                result = CommitResult(handle.name, state.version if state else -1, committed,
-                                      committed, 0, True)
-                return KafkaIngestReport(
-                    IngestReport(handle.name, False, result, [committed],
-                                 "every record read was set aside"),
-                    _partition_reads(plans, recorded, {}), records, recorded,
-                    [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count, sent)
+                return run.unchanged("every record read was set aside", records, aside,
+                                     aside_count, sent)
         if records == 0 and close and state is not None:  # nothing new, but the end
             from pyspark.sql import functions as F
 
@@ -196,12 +177,7 @@ def ingest_changefeed_topics(
             return KafkaIngestReport(IngestReport(handle.name, False, result, []),
                                      _partition_reads(plans, recorded, {}), 0, recorded)
         if records == 0:  # nothing new: no commit (and no columns to create a table with)
-            result = CommitResult(handle.name, state.version if state else -1, committed,
-                                  committed, 0, True)
-            return KafkaIngestReport(
-                IngestReport(handle.name, False, result, [committed],
-                             "the topics hold no records beyond the committed offsets"),
-                _partition_reads(plans, recorded, {}), 0, recorded)
+            return run.unchanged("the topics hold no records beyond the committed offsets")
         existing = state is not None
         converted = _convert(lake.spark, lines, source, key, table_json, close=close,
                              state=writer.current() if existing and key else None,
@@ -219,10 +195,7 @@ def ingest_changefeed_topics(
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
-        if group is not None:  # after the lake commit: the lake's offsets are the truth
-            for planner in readers:
-                planner.commit({p.partition: p.resume for p in reads
-                                if p.topic == planner.topic})
+        run.commit_group(reads)
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)

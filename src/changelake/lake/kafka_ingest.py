@@ -74,7 +74,7 @@ from changelake.lake.commands import (
     frontier_after,
 )
 from changelake.lake.identifier import TableIdentifier, check_name
-from changelake.lake.layout import PartitionOffsets, SourceOffsets, TopicOffsets
+from changelake.lake.layout import PartitionOffsets, SourceOffsets, TableState, TopicOffsets
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain
 from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
@@ -233,6 +233,70 @@ def _partition_facts(messages: Any, frontier: int | None,
     return {places[row["_file"]]: (row["first"], row["reached"]) for row in rows}
 
 
+@dataclass
+class TopicsRun:
+    """One topics ingest under the table's writer lock, up to its read: what the table
+    committed (`committed`, None: closed) and recorded, and this run's planned ranges (the
+    driver's metadata and watermark calls, no records). Shared by the ingest of Materialize CDC
+    topics and of changefeed topics (`kafka_changefeed`)."""
+
+    table: str
+    state: TableState | None
+    committed: int | None
+    recorded: SourceOffsets | None
+    group: str | None
+    readers: list[Any] = field(default_factory=list)
+    plans: list[tuple[str, list[Any]]] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, writer: Any, cleanup: ExitStack, table: str, bootstrap: str,
+              names: Sequence[str], *, format: str, what: str, group: str | None,
+              **reader_options: Any) -> TopicsRun:
+        """Check the offsets the table recorded are of this kind of source (`format`, named
+        `what` in the error), and plan the topics unless the table is closed; the topic
+        readers close with `cleanup`."""
+        from changelake.kafka import TopicReader
+
+        state = writer.state
+        recorded = state.offsets if state is not None else None
+        if recorded is not None and (recorded.kind, recorded.format) != (KIND, format):
+            raise LakeError(f"table {table} records offsets of a {recorded.kind} "
+                            f"{recorded.format} source, not of Kafka {what} topics")
+        run = cls(table, state, state.upper if state is not None else 0, recorded, group)
+        if run.committed is None:
+            return run
+        for name in names:
+            reader = cleanup.enter_context(TopicReader(bootstrap, name, group=group,
+                                                       **reader_options))
+            run.readers.append(reader)
+            run.plans.append((name, _plan(reader, recorded.topic(name) if recorded else None,
+                                          table)))
+        return run
+
+    def unchanged(self, why: str | None = None, records: int = 0,
+                  set_aside: Sequence[Any] = (), set_aside_count: int = 0,
+                  dead_lettered: int = 0) -> KafkaIngestReport:
+        """The report of a run that commits nothing (a closed table: `why` None)."""
+        version = self.state.version if self.state is not None else -1
+        result = CommitResult(self.table, version, self.committed, self.committed, 0, True)
+        if self.committed is None:
+            return KafkaIngestReport(IngestReport(self.table, False, result, []))
+        return KafkaIngestReport(
+            IngestReport(self.table, False, result, [self.committed], why),
+            _partition_reads(self.plans, self.recorded, {}), records, self.recorded,
+            [b.set_aside() for b in set_aside[:SET_ASIDE_SAMPLE]], set_aside_count,
+            dead_lettered)
+
+    def commit_group(self, partitions: Sequence[PartitionRead]) -> None:
+        """After the lake commit (the lake's offsets are the truth), the same resume points
+        to the consumer group, if one was given."""
+        if self.group is None:
+            return
+        for reader in self.readers:
+            reader.commit({p.partition: p.resume for p in partitions
+                           if p.topic == reader.topic})
+
+
 def ingest_topics(
     lake: Lake,
     table: str | TableIdentifier,
@@ -264,13 +328,12 @@ def ingest_topics(
     from pyspark.sql import functions as F
 
     from changelake.formats.materialize import load_schema
-    from changelake.kafka import TopicReader
     from changelake.kafka.changefeed import topic_list
     from changelake.kafka.source import location
     from changelake.spark.decoder import split_messages
     from changelake.spark.errors import translate_errors
 
-    records_by = reader  # `reader` names the topic readers below
+    records_by = reader  # who reads the records (`READERS`)
     if records_by not in READERS:
         raise LakeError(f"ingest --kafka: unknown reader {records_by!r} "
                         f"(one of {', '.join(READERS)})")
@@ -290,34 +353,17 @@ def ingest_topics(
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
-        state = writer.state
-        committed = state.upper if state is not None else 0
-        recorded = state.offsets if state is not None else None
-        if recorded is not None and (recorded.kind, recorded.format) != (KIND, FORMAT):
-            raise LakeError(f"table {handle.name} records offsets of a {recorded.kind} "
-                            f"{recorded.format} source, not of Kafka Materialize CDC topics")
+        run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=FORMAT,
+                              what="Materialize CDC", group=group, schema=given,
+                              schema_registry=schema_registry, config=config)
+        state, committed, recorded, plans = run.state, run.committed, run.recorded, run.plans
         if committed is None:  # closed: no record can add anything
-            result = CommitResult(handle.name, state.version if state else -1, None, None, 0,
-                                  True)
-            return KafkaIngestReport(IngestReport(handle.name, False, result, []))
+            return run.unchanged()
         step("reading topics", 1, 3)
         dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
-        readers, plans = [], []
-        for name in names:  # the driver plans: metadata and watermarks, no records
-            reader = cleanup.enter_context(TopicReader(
-                bootstrap, name, group=group, schema=given, schema_registry=schema_registry,
-                config=config))
-            readers.append(reader)
-            plans.append((name, _plan(reader, recorded.topic(name) if recorded else None,
-                                      handle.name)))
         planned = sum(r.end - r.start for _, ranges in plans for r in ranges)
         if given is None and planned == 0:  # no record, no schema to create the table with
-            result = CommitResult(handle.name, state.version if state else -1, committed,
-                                  committed, 0, True)
-            return KafkaIngestReport(
-                IngestReport(handle.name, False, result, [committed],
-                             "the topics hold no messages beyond the committed offsets"),
-                _partition_reads(plans, recorded, {}), 0, recorded)
+            return run.unchanged("the topics hold no messages beyond the committed offsets")
         places = {location(topic, r.partition, 0).file: (topic, r.partition)
                   for topic, ranges in plans for r in ranges}
         # only the planned partitions: one created since the plan waits for the next run
@@ -340,10 +386,7 @@ def ingest_topics(
         step("committing", 2, 3)
         result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
                               offsets=offsets)
-        if group is not None:  # after the lake commit: the lake's offsets are the truth
-            for reader in readers:
-                reader.commit({p.partition: p.resume for p in partitions
-                               if p.topic == reader.topic})
+        run.commit_group(partitions)
     step("done", 3, 3)
     ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
                           decoded.waiting)
