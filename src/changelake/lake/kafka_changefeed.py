@@ -92,7 +92,6 @@ from changelake.lake.kafka_ingest import (
 )
 from changelake.lake.table import DEFAULT_BUCKETS, ProgressFn
 from changelake.protocol import Antichain
-from changelake.spark.kafka_set_aside import SAMPLE as SET_ASIDE_SAMPLE
 from changelake.spark.kafka_set_aside import collect as collect_set_aside
 from changelake.spark.kafka_set_aside import dead_letter_topic as make_dead_letter_topic
 from changelake.spark.kafka_set_aside import send as send_dead_letters
@@ -193,15 +192,11 @@ def ingest_changefeed_topics(
         offsets = replace(_offsets(bootstrap, recorded, reads), format=source)
         dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
         step("committing", 2, 3)
-        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
-                              offsets=offsets)
-        run.commit_group(reads)
+        report = run.commit(writer, decoded, reads, offsets, records, key=key, buckets=buckets,
+                            scd2=scd2, set_aside=aside, set_aside_count=aside_count,
+                            dead_lettered=dead_lettered)
     step("done", 3, 3)
-    ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
-                          decoded.waiting)
-    return KafkaIngestReport(ingest, reads, records, offsets,
-                             [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count,
-                             dead_lettered)
+    return report
 
 
 def _set_aside(lines: Any, source: str, table_json: dict[str, Any] | None,

@@ -287,6 +287,21 @@ class TopicsRun:
             [b.set_aside() for b in set_aside[:SET_ASIDE_SAMPLE]], set_aside_count,
             dead_lettered)
 
+    def commit(self, writer: Any, decoded: DecodedInput, reads: list[PartitionRead],
+               offsets: SourceOffsets, records: int, *, key: Sequence[str], buckets: int,
+               scd2: bool, set_aside: Sequence[Any] = (), set_aside_count: int = 0,
+               dead_lettered: int = 0) -> KafkaIngestReport:
+        """Commit what the run decoded with the offsets it covered (one commit point), then
+        the consumer group; the run's report."""
+        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
+                              offsets=offsets)
+        self.commit_group(reads)
+        ingest = IngestReport(self.table, self.state is None, result, decoded.upper.to_json(),
+                              decoded.waiting)
+        return KafkaIngestReport(ingest, reads, records, offsets,
+                                 [b.set_aside() for b in set_aside[:SET_ASIDE_SAMPLE]],
+                                 set_aside_count, dead_lettered)
+
     def commit_group(self, partitions: Sequence[PartitionRead]) -> None:
         """After the lake commit (the lake's offsets are the truth), the same resume points
         to the consumer group, if one was given."""
@@ -356,7 +371,7 @@ def ingest_topics(
         run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=FORMAT,
                               what="Materialize CDC", group=group, schema=given,
                               schema_registry=schema_registry, config=config)
-        state, committed, recorded, plans = run.state, run.committed, run.recorded, run.plans
+        committed, recorded, plans = run.committed, run.recorded, run.plans
         if committed is None:  # closed: no record can add anything
             return run.unchanged()
         step("reading topics", 1, 3)
@@ -384,15 +399,11 @@ def ingest_topics(
         offsets = _offsets(bootstrap, recorded, partitions)
         dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
         step("committing", 2, 3)
-        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
-                              offsets=offsets)
-        run.commit_group(partitions)
+        report = run.commit(writer, decoded, partitions, offsets, records, key=key,
+                            buckets=buckets, scd2=scd2, set_aside=aside,
+                            set_aside_count=aside_count, dead_lettered=dead_lettered)
     step("done", 3, 3)
-    ingest = IngestReport(handle.name, state is None, result, decoded.upper.to_json(),
-                          decoded.waiting)
-    return KafkaIngestReport(ingest, partitions, records, offsets,
-                             [b.set_aside() for b in aside[:SET_ASIDE_SAMPLE]], aside_count,
-                             dead_lettered)
+    return report
 
 
 def _partition_reads(plans: Sequence[tuple[str, Sequence[Any]]],
