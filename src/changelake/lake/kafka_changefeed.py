@@ -74,8 +74,6 @@ from changelake.formats.tableschema import read_table_json
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import (
     DecodedInput,
-    IngestReport,
-    commit_input,
     flatten,
     frontier_after,
 )
@@ -172,9 +170,8 @@ def ingest_changefeed_topics(
             empty = writer.current().limit(0).select(
                 "*", F.lit(0).cast("long").alias("_time"), F.lit(0).cast("long").alias("_diff"))
             decoded = DecodedInput(empty, Antichain([committed]), Antichain(), None)
-            result = commit_input(writer, decoded, key=key, offsets=recorded)
-            return KafkaIngestReport(IngestReport(handle.name, False, result, []),
-                                     _partition_reads(plans, recorded, {}), 0, recorded)
+            return run.commit(writer, decoded, _partition_reads(plans, recorded, {}), recorded,
+                              0, key=key, buckets=buckets, scd2=scd2)
         if records == 0:  # nothing new: no commit (and no columns to create a table with)
             return run.unchanged("the topics hold no records beyond the committed offsets")
         existing = state is not None

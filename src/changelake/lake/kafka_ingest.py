@@ -288,7 +288,7 @@ class TopicsRun:
             dead_lettered)
 
     def commit(self, writer: Any, decoded: DecodedInput, reads: list[PartitionRead],
-               offsets: SourceOffsets, records: int, *, key: Sequence[str], buckets: int,
+               offsets: SourceOffsets | None, records: int, *, key: Sequence[str], buckets: int,
                scd2: bool, set_aside: Sequence[Any] = (), set_aside_count: int = 0,
                dead_lettered: int = 0) -> KafkaIngestReport:
         """Commit what the run decoded with the offsets it covered (one commit point), then
