@@ -173,6 +173,17 @@ def test_ydb_topic_with_barriers_in_two_runs_equals_the_file_ingest(
                                      key=["id"], table_schema=schema)
     assert again.ingest.frontier == [last_barrier]
     assert 0 < again.records < sum(len(lines) for lines in files)
+    # a bad record: strict stops at it, lenient sets it aside and keeps the frontier
+    out.produce(topic, value=b'{"update": {}, "key": "not an array"}', partition=1)
+    assert out.flush(30) == 0
+    with pytest.raises(ChangefeedError, match=f"topic {topic} partition 1, offset [0-9]+: "):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="ydb",
+                                 key=["id"], table_schema=schema)
+    aside = ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="ydb",
+                                     key=["id"], table_schema=schema, lenient=True)
+    assert aside.set_aside_count == 1 and aside.ingest.frontier == [last_barrier]
+    assert str(aside.set_aside[0].location).startswith(f"topic {topic} partition 1, offset ")
+    assert updates(lake, name) == updates(lake, ref_open)
     with pytest.raises(LakeError, match="offsets of a kafka ydb source"):
         ingest_changefeed_topics(lake, name, cluster.bootstrap, topic, source="debezium",
                                  key=["id"])
