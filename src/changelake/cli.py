@@ -254,8 +254,9 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
               help="With --kafka: a changefeed topic; repeat it or separate names by commas "
                    "for a table's topic and the transaction metadata topic.")
 @click.option("--group", default=None, metavar="G",
-              help="With --kafka: a consumer group's offsets. Refused for now: resuming a "
-                   "changefeed conversion needs converter state that is not saved yet.")
+              help="With --kafka: once the output is complete, record in this consumer "
+                   "group how far each partition was read (for monitoring: every run converts "
+                   "the topics whole; ingest --kafka --from debezium|ydb resumes from offsets).")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str,
@@ -272,7 +273,7 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
     if source != "materialize" and (source_kafka is not None or kafka is not None):
         _encode_changefeed(out, schema_path, close, avro, source, key, table_schema, lenient,
                            kafka, topic, schema_registry, transactional_id, source_kafka,
-                           source_topics, inputs)
+                           source_topics, inputs, group)
         return
     if kafka is not None or topic is not None:
         _encode_to_topic(schema_path, close, avro, source, batch_size, lenient, kafka, topic,
@@ -305,7 +306,6 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
 def _check_changefeed_topics(source: str, kafka: str | None, topics: tuple[str, ...],
                              group: str | None, inputs: tuple[str, ...]) -> None:
     """Usage errors of `encode --kafka/--topic/--group` (changefeed topics as the source)."""
-    from changelake.errors import InputError
 
     if kafka is None:
         raise click.UsageError("--topic and --group go with --kafka BOOTSTRAP")
@@ -316,21 +316,16 @@ def _check_changefeed_topics(source: str, kafka: str | None, topics: tuple[str, 
                                "topic of CDCv2 messages is read by decode --kafka")
     if inputs:
         raise click.UsageError("--kafka reads the topics: no input files as well")
-    if group is not None:
-        raise InputError(
-            "--group with encode --from debezium|ydb: encode converts the topics whole (a "
-            "resumed conversion could not retract the rows an earlier run wrote); "
-            "`ingest --kafka --from debezium|ydb` resumes from offsets, keeping each key's "
-            "row in the lake table")
 
 
 def _encode_changefeed(out: Any, schema_path: Path | None, close: bool, avro: Path | None,
                        source: str, key: str | None, table_schema: Path | None, lenient: bool,
                        kafka: str | None, topic: str | None, schema_registry: str | None,
                        transactional_id: str | None, source_kafka: str | None,
-                       source_topics: tuple[str, ...], inputs: tuple[str, ...]) -> None:
+                       source_topics: tuple[str, ...], inputs: tuple[str, ...],
+                       group: str | None = None) -> None:
     """`encode --from debezium|ydb` reading files or topics (--kafka) and writing to stdout,
-    an Avro file or a topic (--to-kafka)."""
+    an Avro file or a topic (--to-kafka); `group` records how far the topics were read."""
     from changelake.convert import ChangefeedEncoder
     from changelake.formats.materialize import expand_paths
     from changelake.local import load_table_schema, write_messages
@@ -372,6 +367,8 @@ def _encode_changefeed(out: Any, schema_path: Path | None, close: bool, avro: Pa
                                    "--to-kafka")
         written = write_messages(feed.messages(), schema, avro=avro, out=out)
     _report_set_aside(report.set_aside, [])
+    if group is not None:  # the output is complete: only now
+        feed.commit_group(group)
     if source_kafka is not None:
         skipped = ", ".join(f"{n} {kind}(s)" for kind, n in sorted(report.skipped.items()))
         click.echo(f"changelake: read {feed.read.records} record(s) of topic(s) "

@@ -32,11 +32,13 @@ Tombstones are skipped and counted (`report.skipped["tombstone"]`). A record tha
 or not a change event, is a `ChangefeedError` located at topic, partition and offset: strict
 stops there before anything is written, lenient sets it aside and goes on.
 
-Consumer groups are not offered here: resuming a conversion mid-stream would need the
+A consumer group is never read from: resuming a conversion mid-stream would need the
 converter's state (every key's current row and sequence, the open window, transactions in
-flight, the writer's progress) saved with the offsets, and the converter has no saved form yet.
-A fresh conversion from a committed offset would retract nothing for rows it never saw and
-restart progress at time 0: not exact, so it is refused (see the CLI).
+flight, the writer's progress) saved with the offsets. A fresh conversion from a committed
+offset would retract nothing for rows it never saw and restart progress at time 0: not exact.
+(`ingest --kafka --from debezium|ydb` resumes from offsets: the lake table holds the rows.) So
+`commit_group` only records in a group how far a finished conversion read, for tools that watch
+groups' lag (`encode --from ... --kafka --group G`); every run reads the topics whole.
 """
 
 from __future__ import annotations
@@ -130,6 +132,14 @@ class TopicFeed:
     @property
     def report(self) -> FeedReport:
         return self.encoder.report
+
+    def commit_group(self, group: str) -> None:
+        """Record in consumer group `group` that each partition read was read to the end of
+        its range (after the conversion's output is complete; see the module docstring)."""
+        for topic, ranges in self.read.ranges.items():
+            with TopicReader(self.bootstrap, topic, group=group, framed=False,
+                             config=self.config, timeout=self.timeout) as reader:
+                reader.commit({r.partition: r.end for r in ranges})
 
     def messages(self) -> Iterator[Message]:
         """Read every topic (bounded), then convert: see the module docstring."""
