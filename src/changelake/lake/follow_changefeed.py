@@ -18,6 +18,7 @@ committed offset against its end, and the partition holding the frontier back.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,6 @@ def follow_changefeed_topics(
     """Ingest `topics` round after round until `control.stop()` is called or (`until_idle`)
     no round found new records for that many seconds: see the module docstring. The other
     options are `ingest_changefeed_topics`'s, for every round."""
-    import time
-
     if trigger_seconds <= 0:
         raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
     control = control or FollowControl()
@@ -83,7 +82,7 @@ def follow_changefeed_topics(
         if until_idle is not None and time.monotonic() - last_new >= until_idle:
             break
         control.stopping.wait(max(0.0, trigger_seconds - (time.monotonic() - started)))
-    return FollowReport(handle.name, rounds, committed, "")
+    return FollowReport(handle.name, rounds, committed, "")  # no checkpoint: see above
 
 
 __all__ = ["RoundProgress", "follow_changefeed_topics"]
