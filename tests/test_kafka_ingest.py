@@ -387,6 +387,7 @@ def killed_then_rerun(tmp_path: Path, cluster: MockCluster, seed: int, *,
     assert any(line.startswith("changelake: read ") for line in lines), lines
 
 
+@pytest.mark.slow  # a minute; test_cli_ingest_killed_more beside it
 @pytest.mark.spark
 def test_cli_ingest_killed_and_rerun(tmp_path: Path, cluster: MockCluster) -> None:
     killed_then_rerun(tmp_path, cluster, random.randrange(1000), ingested_before=False)

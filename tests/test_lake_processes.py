@@ -140,6 +140,7 @@ def listen_addresses(port: int) -> set[str]:
     return found
 
 
+@pytest.mark.slow  # about a minute: CI's default run has 20
 def test_reader_in_another_process_during_ingest_and_compaction(tmp_path):
     from changelake.lake import metastore
 
