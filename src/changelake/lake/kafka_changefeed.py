@@ -271,42 +271,40 @@ def _at_offset(error: ChangelakeError) -> ChangelakeError:
 
 def _resume_facts(marks: Any, absorbed: int | None, partitions: Sequence[tuple[str, int]]
                   ) -> dict[tuple[str, int], tuple[int | None, int | None]]:
-    """Per (topic, partition), in two aggregates on the executors: the least offset of a
-    record the table still needs once committed through `absorbed` (None: closed, none is),
-    and how far the partition reached (its highest change time, or its last barrier's step);
-    see the module docstring."""
+    """Per (topic, partition), in one aggregate on the executors: the least offset of a record
+    the table still needs once committed through `absorbed` (None: closed, none is), and how
+    far the partition reached (its highest change time, or its last barrier's step); see the
+    module docstring."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     change = F.col("kind") == "change"
-    if absorbed is None:
-        needed = F.lit(None)
-        done = marks.limit(0).select("tx")
-    else:
-        needed = F.when(change & (F.col("time") >= absorbed), F.col("row"))
-        done = marks.where(change & (F.col("time") < absorbed) & F.col("tx").isNotNull()) \
-            .select("tx").distinct().withColumn("_done", F.lit(True))
-    tx_event = F.col("kind").isin("BEGIN", "END")
     barrier = F.col("kind") == "resolved"
-    flagged = marks.join(done, "tx", "left") if absorbed is not None else \
-        marks.withColumn("_done", F.lit(None).cast("boolean"))
+    reached = [F.max(F.when(change, F.col("time"))).alias("high"),
+               F.max(F.when(barrier, F.col("time"))).alias("step")]
+
+    def facts(row: Any, first: int | None) -> tuple[int | None, int | None]:
+        return first, row["step"] if row["step"] is not None else row["high"]
+
+    if absorbed is None:  # closed: no record is needed again
+        return {partitions[r["file_index"]]: facts(r, None)
+                for r in marks.groupBy("file_index").agg(*reached).collect()}
+    done = marks.where(change & (F.col("time") < absorbed) & F.col("tx").isNotNull()) \
+        .select("tx").distinct().withColumn("_done", F.lit(True))
+    tx_event = F.col("kind").isin("BEGIN", "END")
     last_done = F.max(F.when(tx_event & F.col("_done"), F.col("row"))) \
         .over(Window.partitionBy("file_index"))
     after = tx_event & F.col("_done").isNull() & (F.col("row") > F.coalesce(last_done, F.lit(-1)))
-    kept = F.when(after, F.col("row")) if absorbed is not None else F.lit(None)
-    rows = (flagged.select("file_index", "kind", "row", "time", needed.alias("_needed"),
-                           kept.alias("_tx"))
+    rows = (marks.join(done, "tx", "left")
+            .select("file_index", "kind", "row", "time", F.when(after, F.col("row")).alias("_tx"))
             .groupBy("file_index").agg(
-                F.min("_needed").alias("needed"), F.min("_tx").alias("tx"),
-                F.max(F.when(barrier, F.col("row"))).alias("barrier"),
-                F.max(F.when(change, F.col("time"))).alias("high"),
-                F.max(F.when(barrier, F.col("time"))).alias("step")).collect())
-    out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+                F.min(F.when(change & (F.col("time") >= absorbed), F.col("row"))).alias("needed"),
+                F.min("_tx").alias("tx"), F.max(F.when(barrier, F.col("row"))).alias("barrier"),
+                *reached).collect())
+    out = {}
     for row in rows:
-        firsts = [row[c] for c in ("needed", "tx", "barrier")
-                  if row[c] is not None and (c != "barrier" or absorbed is not None)]
-        reached = row["step"] if row["step"] is not None else row["high"]
-        out[partitions[row["file_index"]]] = (min(firsts) if firsts else None, reached)
+        firsts = [row[c] for c in ("needed", "tx", "barrier") if row[c] is not None]
+        out[partitions[row["file_index"]]] = facts(row, min(firsts) if firsts else None)
     return out
 
 
