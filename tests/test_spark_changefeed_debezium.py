@@ -177,6 +177,45 @@ def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
     assert "without a before-image" in str(encoder.value)
 
 
+def _with_source_fields(path: Path, fields: dict[str, Any]) -> None:
+    """Rewrite a feed file with `fields` added to every line's source block."""
+    out = []
+    for line in path.read_bytes().splitlines():
+        event = orjson.loads(line) if line.strip() not in (b"", b"null") else None
+        body = event.get("payload", event) if isinstance(event, dict) else None
+        if isinstance(body, dict) and isinstance(body.get("source"), dict):
+            body["source"].update(fields)
+            line = orjson.dumps(event)
+        out.append(line)
+    path.write_bytes(b"\n".join(out) + b"\n")
+
+
+def test_null_fields_of_another_connector_change_nothing(spark: Any, tmp_path: Path) -> None:
+    """A PostgreSQL source that also holds MySQL's `file` and `pos`, null: PostgreSQL by its
+    values, as the Python parser decides by presence, on the JVM path."""
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    _with_source_fields(paths[0], {"file": None, "pos": None, "row": None})
+    check(spark, paths, tmp_path, PG_TABLE, True)
+
+
+def test_a_null_postgresql_field_is_postgresql_beside_mysql_positions(spark: Any,
+                                                                      tmp_path: Path) -> None:
+    """`"lsn": null` makes a source PostgreSQL to the Python parser even with MySQL's `file`
+    and `pos`: a change without a PostgreSQL position, which the JVM path hands to the old
+    path (it would be a MySQL position if null fields were taken as absent)."""
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    _with_source_fields(paths[0], {"lsn": None, "txId": None, "sequence": None,
+                                   "file": "mysql-bin.000003", "pos": 154})
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(PG_TABLE))
+    got = convert_frames(spark, paths, "debezium", ["id"], table, close=True)
+    assert got.path == "python-udf"
+    assert "without a position" in str(got.reason)
+    messages = list(encode_changefeed(paths, source="debezium", keys=["id"],
+                                      table_schema=PG_TABLE, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages)
+
+
 def test_keys_equal_in_python_are_one_key_in_spark(spark: Any, tmp_path: Path) -> None:
     """`1` and `1.0`, `0.0` and `-0.0` are one key to the Python converter: typed key columns
     (double here) group them as one in Spark too, so the update and the delete find their row."""

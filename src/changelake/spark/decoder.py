@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
+from changelake.spark.session import settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -225,18 +226,8 @@ def _persist_for_decode(df: DataFrame) -> DataFrame:
     cached, not when it is computed)."""
     from pyspark import StorageLevel
 
-    conf = df.sparkSession.conf
-    previous = {key: conf.get(key, None) for key in _CACHE_SETTINGS}
-    for key, value in _CACHE_SETTINGS.items():
-        conf.set(key, value)
-    try:
+    with settings(df.sparkSession, _CACHE_SETTINGS):
         return df.persist(StorageLevel.MEMORY_AND_DISK)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                conf.unset(key)
-            else:
-                conf.set(key, value)
 
 
 def decode(

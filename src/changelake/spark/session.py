@@ -123,6 +123,25 @@ def _launch_environment() -> Iterator[None]:
             os.environ.pop(key, None)
 
 
+@contextmanager
+def settings(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
+    """The session's SQL settings `values` for the length of a block, then the earlier ones
+    again (a setting unset before is unset again). For what Spark reads when it plans, caches
+    or checkpoints a query, so that only the plans made inside the block are affected."""
+    conf = spark.conf
+    previous = {key: conf.get(key, None) for key in values}
+    for key, value in values.items():
+        conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
+
+
 JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
 """If set, the JVM that a new session starts writes its stderr (start-up notices, log4j) to
 this file instead of the terminal. The CLI sets it, so its stderr holds only its own lines."""

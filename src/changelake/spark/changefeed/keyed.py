@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
+from changelake.spark.session import settings
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,23 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
                       F.xxhash64("a", "ua").alias("content"))
 
 
+def by_key(events: DataFrame, keys: int) -> DataFrame:
+    """`events` hash-partitioned by their key columns `k0..`. Every later step partitions by
+    the key and something more (`ties`: key and position; `convert`: key; its consolidation:
+    key, row and time), which this partitioning satisfies, so the events are shuffled once,
+    here, when a checkpoint of them keeps it (`checkpoint`)."""
+    return events.repartition(*[f"k{i}" for i in range(keys)])
+
+
+def checkpoint(frame: DataFrame) -> DataFrame:
+    """`frame.localCheckpoint()`, whose partitioning the plans that read it know. Spark
+    records a checkpoint's partitioning only when its plan ran without adaptive execution
+    (an adaptive plan reports none), so it runs without it: its shuffles then have
+    `spark.sql.shuffle.partitions` partitions, none coalesced."""
+    with settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false"}):
+        return frame.localCheckpoint()
+
+
 def ties(events: DataFrame, keys: Sequence[str]) -> Column:
     """Per event: another write of its key at its position holds a different row."""
     same = Window.partitionBy(*[f"k{i}" for i in range(len(keys))], "pos", "rank")
@@ -157,7 +175,13 @@ def ties(events: DataFrame, keys: Sequence[str]) -> Column:
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
             state: DataFrame | None) -> DataFrame:
     """`(data struct, time, diff)`, consolidated, for the events (already limited to the times
-    to convert). `state`: the table's current rows, one per key."""
+    to convert). `state`: the table's current rows, one per key.
+
+    Every window is over one key's events in `(time, pos, rank)` order, so the events are
+    sorted once (none at all if `by_key` partitioned them and nothing reordered them since):
+    a value of the key's current segment is the running last one whose `segment` is the
+    current row's. A row holds its key's values, so the updates are consolidated by key, row
+    and time, within the key's partition, without another shuffle."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
     if state is not None:
@@ -175,28 +199,32 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     applied = events.withColumn("_seen", seen) \
         .where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.col("_seen")))
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    applied = applied.withColumn(
-        "segment", F.sum(F.col("is_delete").cast("int")).over(upto)) \
-        .withColumn("_n", F.row_number().over(order))
-    in_segment = Window.partitionBy(*kcols, "segment").orderBy("time", "pos", "rank") \
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
     write = ~F.col("is_delete")
+    # A segment starts at a delete (and at the key's first event); its first write follows a
+    # delete or is the key's first event.
+    applied = applied.withColumns({
+        "segment": F.sum(F.col("is_delete").cast("int")).over(upto),
+        "_n": F.row_number().over(order),
+        "_first_write": write & F.coalesce(F.lag("is_delete").over(order), F.lit(True))})
+    segment = F.col("segment")
     values = []
     for n in names:
-        real = F.last(F.when(write & ~F.col("ua")[n], F.struct(F.col("a")[n].alias("v"))),
-                      ignorenulls=True).over(in_segment)
-        fallback = F.first(F.when(write, F.struct(
-            F.when(~F.col("ub")[n], F.col("b")[n]).alias("v"))), ignorenulls=True) \
-            .over(in_segment)
-        from_state = (F.col("segment") == 0) & F.col("st").isNotNull()
-        values.append(F.when(real.isNotNull(), real["v"])
-                      .when(from_state, F.col("st")[n]).otherwise(fallback["v"]).alias(n))
+        real = F.last(F.when(write & ~F.col("ua")[n], F.struct(
+            segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
+        fallback = F.last(F.when(F.col("_first_write"), F.struct(
+            segment.alias("s"), F.when(~F.col("ub")[n], F.col("b")[n]).alias("v"))),
+            ignorenulls=True).over(upto)
+        from_state = (segment == 0) & F.col("st").isNotNull()
+        values.append(F.when(real["s"] == segment, real["v"])
+                      .when(from_state, F.col("st")[n])
+                      .when(fallback["s"] == segment, fallback["v"]).alias(n))
     rows = applied.withColumn("new", F.when(write, F.struct(*values)))
     previous = F.when(F.col("_n") == 1, F.col("st")).otherwise(F.lag("new").over(order))
     rows = rows.withColumn("old", previous)
-    updates = rows.select("time", F.explode(F.array(
+    updates = rows.select(*kcols, "time", F.explode(F.array(
         F.struct(F.col("old").alias("data"), F.lit(-1).cast("long").alias("diff")),
         F.struct(F.col("new").alias("data"), F.lit(1).cast("long").alias("diff")))).alias("u"))
     return (updates.where(F.col("u.data").isNotNull())
-            .groupBy(F.col("u.data").alias("data"), "time")
-            .agg(F.sum("u.diff").alias("diff")).where(F.col("diff") != 0))
+            .groupBy(*kcols, F.col("u.data").alias("data"), "time")
+            .agg(F.sum("u.diff").alias("diff")).where(F.col("diff") != 0)
+            .select("data", "time", "diff"))

@@ -99,13 +99,22 @@ def _tx_id(raw: Column) -> Column:
 
 
 def _source_keys(value: Column, wrapped: Column, s: Column) -> Column:
-    """The source's keys, read only where a null field may hide a present key: where one of
-    `_PRESENCE` is null and the line holds its quoted name (or a `\\u` escape, which could spell
-    it). Elsewhere null; `_present` then decides by the values alone."""
-    hidden = F.lit(False)
-    for name in _PRESENCE:
-        hidden = hidden | (s[name].isNull() & value.contains(f'"{name}"'))
-    hidden = s.isNotNull() & (hidden | value.contains("\\u"))
+    """The source's keys, read only where a null field may hide a present key that decides a
+    rule: where the line holds the quoted name of a null `step` (YDB), or, when none of the
+    PostgreSQL fields has a value (one that has decides PostgreSQL whatever else is present),
+    of a null one of `_PRESENCE`; or a `\\u` escape, which could spell any. Elsewhere null;
+    `_present` then decides by the values alone. Each name is a scan of the line, so a
+    PostgreSQL line is scanned twice (`step`, the escape), not four times."""
+
+    def named(names: tuple[str, ...]) -> Column:
+        out = F.lit(False)
+        for name in names:
+            out = out | (s[name].isNull() & value.contains(f'"{name}"'))
+        return out
+
+    positionless = s["lsn"].isNull() & s["txId"].isNull() & s["sequence"].isNull()
+    hidden = named(("step",)) | (positionless & named(_PRESENCE))
+    hidden = s.isNotNull() & (value.contains("\\u") | hidden)
     text = F.when(wrapped, F.get_json_object(value, "$.payload.source")) \
         .otherwise(F.get_json_object(value, "$.source"))
     return F.when(hidden, F.json_object_keys(text))

@@ -67,7 +67,14 @@ from pyspark.sql import functions as F
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
-from changelake.spark.changefeed.keyed import ColumnSpec, convert, ties, typed_events
+from changelake.spark.changefeed.keyed import (
+    ColumnSpec,
+    by_key,
+    checkpoint,
+    convert,
+    ties,
+    typed_events,
+)
 from changelake.spark.changefeed.parse import ENVELOPE, parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
@@ -225,10 +232,12 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                    state: DataFrame | None) -> DataFrame:
     """Keyed Debezium events, checked (a key problem, or two rows for one key at one
-    position, is `Unsupported`) on a checkpoint that the conversion then reads."""
-    checked = _guard(lambda: events.withColumn("problem", F.when(ties(events, keys), F.lit(
-        "unsupported: two rows for one key at one position")).otherwise(F.col("problem")))
-        .localCheckpoint())
+    position, is `Unsupported`) on a checkpoint that the conversion then reads: partitioned
+    by key (`by_key`), so that neither the check nor the conversion shuffles them again."""
+    events = by_key(events, len(keys))
+    tied = F.when(ties(events, keys), F.lit("unsupported: two rows for one key at one position"))
+    checked = _guard(lambda: checkpoint(
+        events.withColumn("problem", tied.otherwise(F.col("problem")))))
     problem = _first_problem(checked)
     if problem is not None:
         raise Unsupported(problem)
