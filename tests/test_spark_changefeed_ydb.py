@@ -20,6 +20,7 @@ from changefeed_cases import python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
+from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from conftest import SAMPLES, seeded
 from test_convert_history import YDB_TABLE, write_ydb, ydb_histories
@@ -139,6 +140,22 @@ def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> N
     assert late_record(paths, 3)
     _, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
     assert error is not None and "after resolved" in error and "partition-" in error
+
+
+def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """A record repeated at its position with another row: the JVM path hands the batch to
+    the old path (see `keyed.first_problem`), which gives the encoder's updates."""
+    paths, _, _ = write_ydb(HISTORY, tmp_path)
+    path, lines, at = next((path, lines, i) for path in paths
+                           for lines in [path.read_bytes().splitlines()]
+                           for i, line in enumerate(lines) if b'"update":{"name"' in line)
+    record = orjson.loads(lines[at])
+    record["update"]["name"] = "another row"
+    lines.insert(at + 1, orjson.dumps(record))
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
+    assert got is not None and (got.path, got.reason) == ("python-udf", TIED)
 
 
 def test_the_tables_rows_stand_in_for_earlier_events(spark: Any, tmp_path: Path) -> None:

@@ -148,11 +148,14 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
                       F.xxhash64("a", "ua").alias("content"))
 
 
+TIED = "unsupported: two rows for one key at one position"
+
+
 def by_key(events: DataFrame, keys: int) -> DataFrame:
-    """`events` hash-partitioned by their key columns `k0..`. Every later step partitions by
-    the key and something more (`ties`: key and position; `convert`: key; its consolidation:
-    key, row and time), which this partitioning satisfies, so the events are shuffled once,
-    here, when a checkpoint of them keeps it (`checkpoint`)."""
+    """`events` hash-partitioned by their key columns `k0..`. Every later step groups by the
+    key and something more (`first_problem`: key and position; `convert`: key; its
+    consolidation: key, row and time), which this partitioning serves, so the events are
+    shuffled once, here, when a checkpoint of them keeps it (`checkpoint`)."""
     return events.repartition(*[f"k{i}" for i in range(keys)])
 
 
@@ -165,11 +168,14 @@ def checkpoint(frame: DataFrame) -> DataFrame:
         return frame.localCheckpoint()
 
 
-def ties(events: DataFrame, keys: Sequence[str]) -> Column:
-    """Per event: another write of its key at its position holds a different row."""
-    same = Window.partitionBy(*[f"k{i}" for i in range(len(keys))], "pos", "rank")
+def first_problem(events: DataFrame, keys: int) -> DataFrame:
+    """One row, `problem`: the least of the events' `problem`s, else `TIED` when two writes
+    of one key at one position hold different rows (their `content` hashes differ), else
+    null. One aggregate by key and position: no shuffle of the events after `by_key`."""
     writes = F.when(F.col("rank") == 1, F.col("content"))
-    return F.min(writes).over(same) != F.max(writes).over(same)
+    return (events.groupBy(*[f"k{i}" for i in range(keys)], "pos")
+            .agg(F.min("problem").alias("p"), (F.min(writes) != F.max(writes)).alias("t"))
+            .agg(F.coalesce(F.min("p"), F.when(F.max("t"), F.lit(TIED))).alias("problem")))
 
 
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],

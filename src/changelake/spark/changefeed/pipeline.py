@@ -8,11 +8,13 @@ over the text) and tells the later steps what they need of the batch. The change
 with windows by transaction and by file block (`times.py`); the columns' types are decided
 (`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
 every image: one more pass, run in any case, as it also finds image columns beyond the
-table's) and each image read against them once (`keyed.typed_images`); keyed
-events are checked for ties by a window on a local checkpoint (`_convert_keyed`) and converted
-with windows by key joined with the table's rows (`keyed.py`) or, without keys, by their images
-(`unkeyed.py`); the frontier comes from aggregates (`progress.py`). The driver sees one row per
-file block (only when snapshot rows need the current time) and a handful of aggregate rows.
+table's) and each image read against them once (`keyed.typed_images`); keyed events are
+shuffled by key once, into a local checkpoint that keeps that partitioning, checked for ties
+by an aggregate by key and position (`_convert_keyed`) and converted with windows by key,
+joined with the table's rows (`keyed.py`), none of which shuffles them again; without keys,
+converted by their images (`unkeyed.py`); the frontier comes from aggregates
+(`progress.py`). The driver sees one row per file block (only when snapshot rows need the
+current time) and a handful of aggregate rows.
 Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
@@ -41,7 +43,8 @@ otherwise (`ydb.py`, which says what it covers: records with virtual timestamps 
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
 barrier rule with a window by file and a join of the few records below a barrier
-(`barriers.py`), the tie check as one aggregate, converted by `keyed.convert` and checkpointed.
+(`barriers.py`), checked for ties and converted as the Debezium events are (`_convert_keyed`),
+and checkpointed.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied).
@@ -72,7 +75,7 @@ from changelake.spark.changefeed.keyed import (
     by_key,
     checkpoint,
     convert,
-    ties,
+    first_problem,
     typed_events,
 )
 from changelake.spark.changefeed.parse import ENVELOPE, parse_items
@@ -231,14 +234,11 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 
 def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                    state: DataFrame | None) -> DataFrame:
-    """Keyed Debezium events, checked (a key problem, or two rows for one key at one
-    position, is `Unsupported`) on a checkpoint that the conversion then reads: partitioned
-    by key (`by_key`), so that neither the check nor the conversion shuffles them again."""
-    events = by_key(events, len(keys))
-    tied = F.when(ties(events, keys), F.lit("unsupported: two rows for one key at one position"))
-    checked = _guard(lambda: checkpoint(
-        events.withColumn("problem", tied.otherwise(F.col("problem")))))
-    problem = _first_problem(checked)
+    """Keyed events, checked (a key problem, or two rows for one key at one position, is
+    `Unsupported`) on a checkpoint that the conversion then reads: partitioned by key
+    (`by_key`), so that neither the check nor the conversion shuffles them again."""
+    checked = _guard(lambda: checkpoint(by_key(events, len(keys))))
+    problem = _guard(lambda: first_problem(checked, len(keys)).first())["problem"]
     if problem is not None:
         raise Unsupported(problem)
     return convert(checked, columns, keys, state)
@@ -342,21 +342,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     if since is not None:
         events = events.where(F.col("time") >= since)
     events = with_content(events)
-    if _guard(lambda: _tied(events, len(keys))):
-        raise Unsupported("unsupported: two rows for one key at one position")
     # Converted once: the lake commit reads the updates more than once.
-    return (_guard(lambda: convert(events, columns, keys, state).localCheckpoint()), frontier,
-            marks)
-
-
-def _tied(events: DataFrame, keys: int) -> bool:
-    """`keyed.ties` as one aggregate: whether two writes of one key at one position hold
-    different rows. (The Debezium path checks it with a window beside the events' own
-    problems; a YDB batch's problems are all checked on its parsed lines already.)"""
-    writes = events.where(F.col("rank") == 1)
-    return writes.groupBy(*[f"k{i}" for i in range(keys)], "pos") \
-        .agg((F.min("content") != F.max("content")).alias("_tied")) \
-        .where("_tied").limit(1).count() > 0
+    return (_guard(lambda: _convert_keyed(events, columns, keys, state).localCheckpoint()),
+            frontier, marks)
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,

@@ -260,5 +260,5 @@ def untimed_positions(events: DataFrame) -> DataFrame:
 
 
 def with_content(events: DataFrame) -> DataFrame:
-    """The row hash `keyed.ties` compares."""
+    """The row hash `keyed.first_problem` compares."""
     return events.withColumn("content", F.xxhash64("a", "ua"))
