@@ -24,6 +24,7 @@ from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.protocol import collect
+from changelake.spark.changefeed import times
 from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import convert_frames
 from test_convert_history import (
@@ -83,6 +84,17 @@ def test_generated_pg_histories_match_the_encoder(spark: Any, tmp_path_factory: 
     directory = tmp_path_factory.mktemp("pg")
     paths, _, _ = write_pg(history, directory)
     check(spark, paths, directory, PG_TABLE, close)
+
+
+def test_snapshot_rows_timed_in_chunks_and_by_a_shuffle_join(spark: Any, tmp_path: Path,
+                                                             monkeypatch: Any) -> None:
+    """A block cut into chunks of two rows (`CHUNK_BITS`), and, as above `BROADCAST_UNTIMED`
+    snapshot rows, their times joined to the changes by a shuffle: the same updates."""
+    monkeypatch.setattr(times, "CHUNK_BITS", 1)
+    monkeypatch.setattr(times, "BROADCAST_UNTIMED", 0)
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    assert b'"op":"r"' in paths[0].read_bytes()
+    check(spark, paths, tmp_path, PG_TABLE, False)
 
 
 def test_state_stands_in_for_the_snapshot(spark: Any, tmp_path: Path) -> None:

@@ -156,8 +156,10 @@ def _facts(items: DataFrame) -> Any:
     change = F.col("kind") == "change"
     return _guard(lambda: items.agg(
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
-        F.count_distinct(F.when(change, F.col("table"))).alias("tables"),
-        F.first(F.when(change, F.col("table")), ignorenulls=True).alias("table"),
+        # Two tables or one: the least and the greatest name differ or not (a distinct count
+        # would make the aggregate shuffle every line by table).
+        F.min(F.when(change, F.col("table"))).alias("table"),
+        F.max(F.when(change, F.col("table"))).alias("other_table"),
         F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
         F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
         F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
@@ -261,11 +263,11 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
         raise Unsupported("a line over the bound or not UTF-8")  # `convert_frames` names it
     if facts["problem"] is not None:
         raise Unsupported(facts["problem"])
-    if facts["tables"] > 1:
+    if facts["table"] != facts["other_table"]:
         raise Unsupported("bad: events of two tables")
     changes = items.where(F.col("kind") == "change")
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
-                         untimed=bool(facts["untimed"]), per_file=lines.per_file)
+                         untimed=int(facts["untimed"]), per_file=lines.per_file)
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
                                                     bool(facts["metadata"]), facts["table"])
     if frontier is not None and lines.per_file and not facts["metadata"]:

@@ -139,7 +139,9 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     # Each file once (Spark reads a path named twice twice); a file named twice is then joined
     # to both of its names, so its lines come twice, as the encoder reads them.
     raw = spark.read.text(list(dict.fromkeys(str(f) for f in files)), lineSep="\n").select(
-        F.expr("TRIM(TRAILING '\\r' FROM value)").alias("value"),
+        # Trimmed only where there is something to trim: TRIM copies every line it is given.
+        F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
+               "ELSE value END").alias("value"),
         F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
         .alias("_path"), F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))

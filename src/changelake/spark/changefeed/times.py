@@ -9,11 +9,13 @@ window whose partitions are small, never one global window:
   emits in commit order. Only rows marked `tx_min` by the parser take part.
 * A change without a time of its own (a snapshot row) is placed at the stream's current time
   (`WindowedConverter.current_time`): the highest time of the changes before it, in the order
-  the encoder reads them (file by file, line by line), or 0. Here: the highest time of the
-  earlier files (one aggregate row per file), and within its file the highest time of the
-  earlier lines of its block (`partitionBy(file, block)`, see `read.py`) and of the earlier
-  blocks (one aggregate row per block). Only the narrow `(file, block, row, time)` columns are
-  shuffled, and only when the batch has such changes. Where each file is a stream of its own
+  the encoder reads them (file by file, line by line), or 0. Here: within its file, the
+  highest time of the earlier lines of its chunk of its block (`partitionBy(file, block,
+  chunk)`, see `read.py`; a chunk is 2**`CHUNK_BITS` consecutive rows, so that the window runs
+  in many small partitions), and of the earlier chunks and files (one aggregate row per
+  chunk). Only the narrow `(file, block, row, time)` columns are shuffled, and only when the
+  batch has such changes; the times found are broadcast back to the changes when they are few
+  (`BROADCAST_UNTIMED`), else joined by a shuffle. Where each file is a stream of its own
   (`per_file`: Kafka partitions, `read.record_lines`), the earlier files do not count: the
   highest time before the change in its own partition, as `kafka.changefeed` merges them.
 
@@ -27,13 +29,21 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+CHUNK_BITS = 16
+"""Rows of a block are windowed in chunks of 2**CHUNK_BITS consecutive `row`s (see below)."""
+
+BROADCAST_UNTIMED = 200_000
+"""Up to this many changes without a time of their own, their times (four numbers each) are
+broadcast to the changes rather than joined by a shuffle of every change."""
+
 
 def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
-                 untimed: bool, per_file: bool = False) -> DataFrame:
+                 untimed: int, per_file: bool = False) -> DataFrame:
     """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `block`, `row`)
     with `time`.
-    `by_tx`: some change takes its transaction's time; `untimed`: some change has no time of
-    its own (both known from the parse aggregates, so that no window runs for nothing)."""
+    `by_tx`: some change takes its transaction's time; `untimed`: how many changes have no
+    time of their own (both known from the parse aggregates, so that no window runs for
+    nothing, and so that a few untimed changes are placed without shuffling the others)."""
     if by_tx:
         first = F.min(F.when(F.col("tx_min"), F.col("ptime"))).over(Window.partitionBy("tx"))
         changes = changes.withColumn("time", F.when(F.col("tx_min"), first)
@@ -42,24 +52,28 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
         changes = changes.withColumn("time", F.col("ptime"))
     if not untimed:
         return changes
-    narrow = changes.select("file_index", "block", "row", "time")
-    blocks = sorted(narrow.groupBy("file_index", "block").agg(F.max("time").alias("t"))
-                    .collect(), key=lambda r: (r["file_index"], r["block"]))
-    before: list[tuple[int, int, int | None]] = []
+    narrow = changes.select("file_index", "block", F.shiftright("row", CHUNK_BITS)
+                            .alias("chunk"), "row", "time")
+    chunks = sorted(narrow.groupBy("file_index", "block", "chunk").agg(F.max("time").alias("t"))
+                    .collect(), key=lambda r: (r["file_index"], r["block"], r["chunk"]))
+    before: list[tuple[int, int, int, int | None]] = []
     high: int | None = None
-    for r in blocks:
+    for r in chunks:
         if per_file and before and before[-1][0] != r["file_index"]:
             high = None
-        before.append((r["file_index"], r["block"], high))
+        before.append((r["file_index"], r["block"], r["chunk"], high))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
-    earlier = spark.createDataFrame(before, "file_index int, block long, _earlier long")
-    in_block = Window.partitionBy("file_index", "block").orderBy("row") \
+    earlier = spark.createDataFrame(before,
+                                    "file_index int, block long, chunk long, _earlier long")
+    in_chunk = Window.partitionBy("file_index", "block", "chunk").orderBy("row") \
         .rowsBetween(Window.unboundedPreceding, -1)
-    now = (narrow.withColumn("_within", F.max("time").over(in_block))
+    now = (narrow.withColumn("_within", F.max("time").over(in_chunk))
            .where(F.col("time").isNull())
-           .join(F.broadcast(earlier), ["file_index", "block"])
+           .join(F.broadcast(earlier), ["file_index", "block", "chunk"])
            .select("file_index", "block", "row",
                    F.coalesce(F.greatest("_within", "_earlier"), F.lit(0)).alias("_now")))
+    if untimed <= BROADCAST_UNTIMED:
+        now = F.broadcast(now)
     return (changes.join(now, ["file_index", "block", "row"], "left")
             .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
