@@ -226,8 +226,9 @@ def _classify(items: DataFrame) -> DataFrame:
     collections = F.from_json(b["data_collections"], COLLECTIONS, FAILFAST)
     negative = F.coalesce(lsn < 0, F.lit(False)) | F.coalesce(s["txId"] < 0, F.lit(False)) | \
         F.coalesce(s["pos"] < 0, F.lit(False)) | F.coalesce(s["row"] < 0, F.lit(False))
-    image_not_object = (F.coalesce(~F.trim(b["before"]).startswith("{"), F.lit(False))
-                        | F.coalesce(~F.trim(b["after"]).startswith("{"), F.lit(False)))
+    # An object comes back from `from_json` as its text re-written, which starts with `{`.
+    image_not_object = (F.coalesce(~b["before"].startswith("{"), F.lit(False))
+                        | F.coalesce(~b["after"].startswith("{"), F.lit(False)))
     change_problem = _problems(
         (F.col("_kafka"), "unsupported: a Kafka record dump"),
         (ydb, "unsupported: YDB's DEBEZIUM_JSON"),
