@@ -101,6 +101,7 @@ def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) 
     assert result == {"frontier": 30, "since": 29, "ok": True, "as_of_ok": True}
 
 
+@pytest.mark.slow  # 60-85 s: CI's default run has 20 minutes
 def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
     seed = random.randrange(1000)  # a new kill point each run, printed to reproduce it
     rng = seeded(seed)

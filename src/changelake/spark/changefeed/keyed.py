@@ -213,17 +213,21 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
         "_n": F.row_number().over(order),
         "_first_write": write & F.coalesce(F.lag("is_delete").over(order), F.lit(True))})
     segment = F.col("segment")
+    # The segment's first write's before image, for every column at once.
+    first = F.last(F.when(F.col("_first_write"), F.struct(
+        segment.alias("s"), F.col("b").alias("b"), F.col("ub").alias("ub"))),
+        ignorenulls=True).over(upto)
+    applied = applied.withColumn("_first", first)
+    fallback = F.col("_first")
+    from_state = (segment == 0) & F.col("st").isNotNull()
     values = []
     for n in names:
         real = F.last(F.when(write & ~F.col("ua")[n], F.struct(
             segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
-        fallback = F.last(F.when(F.col("_first_write"), F.struct(
-            segment.alias("s"), F.when(~F.col("ub")[n], F.col("b")[n]).alias("v"))),
-            ignorenulls=True).over(upto)
-        from_state = (segment == 0) & F.col("st").isNotNull()
         values.append(F.when(real["s"] == segment, real["v"])
                       .when(from_state, F.col("st")[n])
-                      .when(fallback["s"] == segment, fallback["v"]).alias(n))
+                      .when((fallback["s"] == segment) & ~fallback["ub"][n], fallback["b"][n])
+                      .alias(n))
     rows = applied.withColumn("new", F.when(write, F.struct(*values)))
     previous = F.when(F.col("_n") == 1, F.col("st")).otherwise(F.lag("new").over(order))
     rows = rows.withColumn("old", previous)
