@@ -157,7 +157,7 @@ def _facts(items: DataFrame) -> Any:
     return _guard(lambda: items.agg(
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
         # Two tables or one: the least and the greatest name differ or not (a distinct count
-        # would make the aggregate shuffle every line by table).
+        # would make Spark aggregate by table first, in stages of their own).
         F.min(F.when(change, F.col("table"))).alias("table"),
         F.max(F.when(change, F.col("table"))).alias("other_table"),
         F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
