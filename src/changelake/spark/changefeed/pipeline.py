@@ -13,8 +13,8 @@ shuffled by key once, into a local checkpoint that keeps that partitioning, chec
 by an aggregate by key and position (`_convert_keyed`) and converted with windows by key,
 joined with the table's rows (`keyed.py`), none of which shuffles them again; without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
-(`progress.py`). The driver sees one row per file block (only when snapshot rows need the
-current time) and a handful of aggregate rows.
+(`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
+need the current time: `times.py`) and a handful of aggregate rows.
 Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
@@ -344,7 +344,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     if since is not None:
         events = events.where(F.col("time") >= since)
     events = with_content(events)
-    # Converted once: the lake commit reads the updates more than once.
+    # Converted into a checkpoint, which the lake commit's write reads: measured no slower
+    # than converting inside the write (benchmarks/README.md).
     return (_guard(lambda: _convert_keyed(events, columns, keys, state).localCheckpoint()),
             frontier, marks)
 
