@@ -100,19 +100,16 @@ def _tx_id(raw: Column) -> Column:
 
 def _source_keys(value: Column, wrapped: Column, s: Column) -> Column:
     """The source's keys, read only where a null field may hide a present key that decides a
-    rule: where the line holds the name of a null `step` (YDB) before a quote, or, when none
-    of the PostgreSQL fields has a value (one that has decides PostgreSQL whatever else is
-    present), of a null one of `_PRESENCE`; or a `\\u` escape, which could spell any.
-    Elsewhere null; `_present` then decides by the values alone. Each name is a scan of the
-    line, so a PostgreSQL line is scanned twice (`step`, the escape), not four times."""
+    rule: where the line holds the quoted name of a null `step` (YDB), or, when none of the
+    PostgreSQL fields has a value (one that has decides PostgreSQL whatever else is present),
+    of a null one of `_PRESENCE`; or a `\\u` escape, which could spell any. Elsewhere null;
+    `_present` then decides by the values alone. Each name is a scan of the line, so a
+    PostgreSQL line is scanned twice (`step`, the escape), not four times."""
 
     def named(names: tuple[str, ...]) -> Column:
-        # `step"`, not `"step"`: a superset (which only reads the keys where it need not),
-        # found faster, as the scan compares the rest only where the first byte matches,
-        # and quotes are the commonest byte of a JSON line
         out = F.lit(False)
         for name in names:
-            out = out | (s[name].isNull() & value.contains(f'{name}"'))
+            out = out | (s[name].isNull() & value.contains(f'"{name}"'))
         return out
 
     positionless = s["lsn"].isNull() & s["txId"].isNull() & s["sequence"].isNull()
@@ -161,31 +158,6 @@ def parse_items(lines: DataFrame) -> DataFrame:
     return _classify(items)
 
 
-#: The `sequence` Debezium writes: two LSNs, each null or its decimal digits (at most 18, so
-#: that it is a long), with no space.
-_CANONICAL_SEQUENCE = r'^\[(null|"[0-9]{1,18}"),(null|"[0-9]{1,18}")\]$'
-
-
-def _sequence(text: Column) -> list[Column]:
-    """`_seq0`, `_seq1` (the LSNs, as longs) and `_seq_n` (how many elements) of the
-    `sequence` text. The form Debezium writes is taken apart with string functions, which
-    cost a fraction of a JSON parser per line; any other text is read with `from_json`, so
-    both give what `from_json` gives."""
-    canonical = text.rlike(_CANONICAL_SEQUENCE)
-    comma = F.instr(text, ",")
-    # `[e0,e1]`: e0 between the bracket and the comma, e1 between the comma and the bracket
-    texts = [text.substr(F.lit(2), comma - 2), text.substr(comma + 1, F.length(text) - comma - 1)]
-    parsed = F.from_json(text, "array<string>", FAILFAST)
-
-    def element(i: int) -> Column:
-        e = texts[i]  # null, or a quoted number
-        number = F.when(e != "null", e.substr(F.lit(2), F.length(e) - 2))
-        return F.when(canonical, number).otherwise(parsed[i]).cast("bigint")
-
-    return [element(0).alias("_seq0"), element(1).alias("_seq1"),
-            F.when(canonical, F.lit(2)).otherwise(F.size(parsed)).alias("_seq_n")]
-
-
 def _classify(items: DataFrame) -> DataFrame:
     """The item columns. What several rules read, and is not cheap (the `sequence` parse, the
     regular expressions, the PostgreSQL/MySQL decision), is a column of its own first: Spark
@@ -196,7 +168,7 @@ def _classify(items: DataFrame) -> DataFrame:
     pg0 = (_present(s0, skeys0, "lsn") | _present(s0, skeys0, "txId")
            | _present(s0, skeys0, "sequence"))
     items = items.select(
-        "*", *_sequence(s0["sequence"]),
+        "*", F.from_json(s0["sequence"], "array<string>", FAILFAST).alias("_seq"),
         F.when(tx_raw0.isNotNull(), _tx_id(tx_raw0)).alias("_tx_id"), pg0.alias("_pg"),
         F.regexp_extract(s0["file"], r"\.([0-9]+)$", 1).alias("_file_no"))
     b, s, skeys = F.col("b"), F.col("s"), F.col("_skeys")
@@ -217,7 +189,8 @@ def _classify(items: DataFrame) -> DataFrame:
     pg = F.col("_pg")
     mysql = ~pg & (_present(s, skeys, "file") | _present(s, skeys, "pos"))
     # PostgreSQL
-    seq0, seq1 = F.col("_seq0"), F.col("_seq1")
+    seq = F.col("_seq")
+    seq0, seq1 = seq[0].cast("bigint"), seq[1].cast("bigint")
     lsn = s["lsn"]
     pg_tx = F.coalesce(tx_id, s["txId"].cast("string"))
     pg_none = seq0.isNull() & seq1.isNull() & lsn.isNull()
@@ -263,7 +236,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
         (negative, "bad: a negative position"),
-        (pg & (F.col("_seq_n") != 2), "bad: source.sequence"),
+        (pg & (F.size(seq) != 2), "bad: source.sequence"),
         (mysql & (~file_ok | s["pos"].isNull() | (s["pos"] >= 2 ** 32)), "bad: binlog position"),
         (mysql & by_tx_id & ((tx_file == "") | (tx_at == "")), "bad: transaction id"),
         (image_not_object, "bad: an image that is not an object"),

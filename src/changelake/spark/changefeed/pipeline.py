@@ -239,8 +239,7 @@ def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Seque
     """Keyed events, checked (a key problem, or two rows for one key at one position, is
     `Unsupported`) on a checkpoint that the conversion then reads: partitioned by key
     (`by_key`), so that neither the check nor the conversion shuffles them again. Only the
-    columns those two read are shuffled and stored (not the lines' places: `marks` has
-    them)."""
+    columns those two read are shuffled and stored (the lines' places are `marks`')."""
     wanted = [f"k{i}" for i in range(len(keys))] + [
         "time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem"]
     checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), len(keys))))
