@@ -339,3 +339,25 @@ def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Pa
     old = changefeed_changes(lines_frame(spark, paths), source="debezium", keys=["id"],
                              table_schema=PG_TABLE)
     assert old.frontier == times[-1] + 1
+
+
+def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) -> None:
+    """A value Spark refuses sends the batch to the old path; Spark short of memory does not
+    (the old path would hold more of the batch at once): it is an error that says so."""
+    from pyspark.sql import functions as F
+
+    from changelake.errors import ChangelakeError
+    from changelake.spark.changefeed.pipeline import Unsupported, _guard
+
+    def failing(message: str) -> Any:
+        return lambda: spark.range(1).select(F.raise_error(F.lit(message))).collect()
+
+    with pytest.raises(Unsupported, match=r"^bad: a value Spark refuses"):
+        _guard(lambda: spark.range(1).select(F.lit("x").cast("int")).collect())
+    with pytest.raises(Unsupported, match=r"^bad: a value Spark refuses"):
+        _guard(failing("not a number: 12x"))
+    with pytest.raises(ChangelakeError, match=r"Spark ran short converting the changefeed "
+                       r"\(.*java.lang.OutOfMemoryError: Java heap space.*spark.driver.memory"):
+        _guard(failing("java.lang.OutOfMemoryError: Java heap space"))
+    with pytest.raises(ChangelakeError, match="No space left on device"):
+        _guard(failing("java.io.IOException: No space left on device"))

@@ -67,6 +67,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from changelake.errors import ChangelakeError
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
@@ -132,17 +133,38 @@ class _Steps:
         self._at, self._job = now, job
 
 
+#: What in a failed job's text says that Spark ran short of memory or disk (or went down
+#: after that), which no other path would fare better with.
+_SHORT_OF = ("OutOfMemoryError", "No space left on device", "SparkContext was shut down")
+
+
 def _guard(action: Any) -> Any:
     """Run one of the checking actions. A failure in it is a value Spark refuses (`from_json`
     in FAILFAST mode, a cast, base64, a decimal wider than 8 bytes): `Unsupported`, so that the
     old path converts the batch or names the bad line. The parsed lines and the typed events
     are checkpointed by these actions, so the final job parses nothing again (a state whose
-    values do not cast to the columns' types is the one failure left to it)."""
+    values do not cast to the columns' types is the one failure left to it).
+
+    Spark short of memory or disk is no refusal: the old path holds more of the batch at once
+    (and a JVM out of memory in local mode is going down), so that is a `ChangelakeError`
+    saying so, not a switch to the old path that would hide it."""
     try:
         return action()
     except (Py4JJavaError, PySparkException) as error:
-        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
-        raise Unsupported(f"bad: a value Spark refuses ({first})") from None
+        raise _failure(error) from None
+
+
+def _failure(error: Exception) -> Exception:
+    """What a failed checking action means (see `_guard`)."""
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    short = next((line for line in lines if any(m in line for m in _SHORT_OF)), None)
+    if short is not None:
+        return ChangelakeError(
+            f"Spark ran short converting the changefeed ({short[:200]}); not a problem of the "
+            "input: give Spark more memory (spark.driver.memory) or disk, or convert fewer "
+            "files at once")
+    first = lines[0][:200] if lines else ""
+    return Unsupported(f"bad: a value Spark refuses ({first})")
 
 
 def _first_problem(frame: DataFrame) -> str | None:
