@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
-from changelake.spark.session import settings
+from changelake.spark.session import settings, stored
 
 
 @dataclass(frozen=True)
@@ -160,12 +160,12 @@ def by_key(events: DataFrame, keys: int) -> DataFrame:
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
-    """`frame.localCheckpoint()`, whose partitioning the plans that read it know. Spark
-    records a checkpoint's partitioning only when its plan ran without adaptive execution
-    (an adaptive plan reports none), so it runs without it: its shuffles then have
+    """`frame` checkpointed (`session.stored`), with a partitioning the plans that read it
+    know. Spark records a checkpoint's partitioning only when its plan ran without adaptive
+    execution (an adaptive plan reports none), so it runs without it: its shuffles then have
     `spark.sql.shuffle.partitions` partitions, none coalesced."""
     with settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false"}):
-        return frame.localCheckpoint()
+        return stored(frame)
 
 
 def first_problem(events: DataFrame, keys: int) -> DataFrame:
@@ -191,11 +191,12 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
     if state is not None:
-        stored = state.select(*[F.col(k).cast(dict((c.name, c.out_type) for c in columns)[k])
-                                .alias(f"k{i}") for i, k in enumerate(keys)],
-                              F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
-                                         for c in columns]).alias("st"))
-        events = events.join(stored, kcols, "left")
+        types = {c.name: c.out_type for c in columns}
+        table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
+                                    for i, k in enumerate(keys)],
+                                  F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
+                                             for c in columns]).alias("st"))
+        events = events.join(table_rows, kcols, "left")
     else:
         events = events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))

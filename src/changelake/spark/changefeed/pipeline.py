@@ -99,6 +99,7 @@ from changelake.spark.changefeed.ydb import (
     ydb_columns,
     ydb_items,
 )
+from changelake.spark.session import stored
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +281,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     Kafka partitions (`lines.per_file`) and no transaction metadata is read, the high-water
     rule holds per partition: see `_partition_cap`."""
     steps = _Steps(spark)
-    items = _guard(lambda: parse_items(lines.bounded).localCheckpoint())
+    items = _guard(lambda: stored(parse_items(lines.bounded)))
     steps.done("read + parse")
     facts = _facts(items)
     steps.done("facts")
@@ -308,7 +309,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     if since is not None:
         timed = timed.where(F.col("time") >= since)
     if not keys:
-        events = _guard(lambda: image_events(timed, columns).localCheckpoint())
+        events = _guard(lambda: stored(image_events(timed, columns)))
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
@@ -342,8 +343,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     lines = read.frame
 
     def parsed(careful: bool) -> tuple[DataFrame, PerFile]:
-        items = _guard(lambda: ydb_items(lines, table_schema, columns, careful=careful)
-                       .localCheckpoint())
+        items = _guard(lambda: stored(ydb_items(lines, table_schema, columns,
+                                                careful=careful)))
         return items, _guard(lambda: PerFile.of(items))
 
     items, facts = parsed(careful=False)
@@ -371,7 +372,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     events = with_content(events)
     # Converted into a checkpoint, which the lake commit's write reads: measured no slower
     # than converting inside the write (benchmarks/README.md).
-    return (_guard(lambda: _convert_keyed(events, columns, keys, state).localCheckpoint()),
+    return (_guard(lambda: stored(_convert_keyed(events, columns, keys, state))),
             frontier, marks)
 
 

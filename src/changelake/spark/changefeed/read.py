@@ -50,6 +50,7 @@ from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG
+from changelake.spark.session import stored
 
 _BLANK = r"^\s*$"
 
@@ -164,4 +165,4 @@ def record_lines(spark: SparkSession, records: DataFrame,
            .join(F.broadcast(names), ["topic", "partition"])
            .select(F.col("value").cast("string").alias("value"), "file", "file_index",
                    F.lit(0).cast("long").alias("block"), F.col("offset").alias("row")))
-    return Lines(spark, raw.localCheckpoint(), tuple(files), per_file=True)
+    return Lines(spark, stored(raw), tuple(files), per_file=True)
