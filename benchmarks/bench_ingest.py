@@ -246,7 +246,8 @@ def main() -> None:
 
         def frames(*args: object, **kwargs: object) -> object:
             converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
-            taken.append(converted.path)
+            taken.append(converted.path if converted.reason is None
+                         else f"{converted.path}: {converted.reason}")
             return converted.changes, converted.frontier
 
         commands.changefeed_frames = frames  # type: ignore[assignment]

@@ -104,10 +104,9 @@ def stored(frame: DataFrame) -> DataFrame:
     """`frame.localCheckpoint()` on the executors' local disk (DISK_ONLY), not in the heap.
 
     A changefeed batch is checkpointed more than once (its parsed lines, its keyed events, its
-    updates), each as big as the batch. Held in the heap, they leave the sorts little memory:
-    at 11M YDB events with a 2 GiB heap, a sort spilled into many files and the merge of them
-    ran the JVM out of memory. On disk (the page cache, mostly) they took no more time at
-    1.1M events (benchmarks/README.md)."""
+    updates), each as big as the batch. Held in the heap, they leave less of it to the sorts,
+    which then spill more. On disk (mostly the page cache) they took no more time at 1.1M
+    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md)."""
     from pyspark import StorageLevel
 
     return frame.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
