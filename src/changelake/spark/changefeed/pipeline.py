@@ -162,8 +162,8 @@ def _failure(error: Exception) -> Exception:
     if short is not None:
         return ChangelakeError(
             f"Spark ran short converting the changefeed ({short[:200]}); not a problem of the "
-            "input: give Spark more memory (spark.driver.memory) or disk, or convert fewer "
-            "files at once")
+            "input: give Spark more memory (`--conf spark.driver.memory=4g`) or disk, or "
+            "convert fewer files at once")
     first = lines[0][:200] if lines else ""
     return Unsupported(f"bad: a value Spark refuses ({first})")
 
