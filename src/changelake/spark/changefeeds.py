@@ -106,6 +106,7 @@ from changelake.formats.debezium import DebeziumParser
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
 from changelake.spark.changefeed.types import spark_type
+from changelake.spark.session import stored
 from changelake.values import freeze
 
 if TYPE_CHECKING:
@@ -310,7 +311,7 @@ def changefeed_changes(
 
     parsed = lines.select("value", "file", "line").mapInPandas(
         lambda frames: _parse_partition(source, schema, key_names, frames), PARSED_DDL)
-    parsed = parsed.localCheckpoint()  # parse once; everything below reads it several times
+    parsed = stored(parsed)  # parse once; everything below reads it several times
     errors = parsed.where(F.col("kind") == "error").select("file", "line", "error")
 
     changes = parsed.where(F.col("kind") == "change")
@@ -335,7 +336,7 @@ def changefeed_changes(
         out = _convert_keyed(changes, options, columns, frontier, state)
     else:
         out = _convert_images(changes, columns, frontier)
-    out = out.localCheckpoint()  # converted once, so that its errors can be looked at
+    out = stored(out)  # converted once, so that its errors can be looked at
     failed = out.where(F.col("error").isNotNull()).select("file", "line", "error")
     if strict:
         _raise_first(failed)
