@@ -205,6 +205,10 @@ def main() -> None:
     parser.add_argument("--old", action="store_true", help="also time the old path")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--source", choices=("debezium", "ydb"), default="debezium")
+    parser.add_argument("--driver-memory", default=None,
+                        help="the driver JVM's heap cap (spark.driver.memory; default the "
+                             "session's, 2g): the peak RSS follows the cap, so a run at a "
+                             "lower cap shows what the ingest needs")
     args = parser.parse_args()
 
     from changelake.lake import Lake, commands, lake_session
@@ -233,7 +237,8 @@ def main() -> None:
             schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
             image = "after"
         options = {"source": args.source, "schema": table_file if ydb else None}
-        spark = lake_session(work / "lake", args.master)
+        spark = lake_session(work / "lake", args.master, conf=None if args.driver_memory is None
+                             else {"spark.driver.memory": args.driver_memory})
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
         taken: list[str] = []  # which path each ingest's conversion took
@@ -290,7 +295,8 @@ def main() -> None:
         for name, took, note in rows:
             print(f"{name:34} {took:8.2f} s {events / took / 1000:8.1f} k events/s "
                   f"{plain / took:6.2f}x plain  {note}")
-        print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB")
+        print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB "
+              f"(heap cap {spark.conf.get('spark.driver.memory')})")
         for line in ours_steps:
             print(f"  JVM path {line}")
         spark.stop()
