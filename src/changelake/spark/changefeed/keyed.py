@@ -214,17 +214,20 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
         "_n": F.row_number().over(order),
         "_first_write": write & F.coalesce(F.lag("is_delete").over(order), F.lit(True))})
     segment = F.col("segment")
-    # The segment's first write's before image, for every column at once.
+    # The segment's first write's before image, for every column at once, and each column's
+    # last real value: running `last`s over one frame, computed by one window operator.
     first = F.last(F.when(F.col("_first_write"), F.struct(
         segment.alias("s"), F.col("b").alias("b"), F.col("ub").alias("ub"))),
         ignorenulls=True).over(upto)
-    applied = applied.withColumn("_first", first)
+    reals = {f"_real{i}": F.last(F.when(write & ~F.col("ua")[n], F.struct(
+        segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
+        for i, n in enumerate(names)}
+    applied = applied.withColumns({"_first": first, **reals})
     fallback = F.col("_first")
     from_state = (segment == 0) & F.col("st").isNotNull()
     values = []
-    for n in names:
-        real = F.last(F.when(write & ~F.col("ua")[n], F.struct(
-            segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
+    for i, n in enumerate(names):
+        real = F.col(f"_real{i}")
         values.append(F.when(real["s"] == segment, real["v"])
                       .when(from_state, F.col("st")[n])
                       .when((fallback["s"] == segment) & ~fallback["ub"][n], fallback["b"][n])

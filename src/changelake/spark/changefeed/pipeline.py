@@ -2,9 +2,9 @@
 
 `debezium_changes` converts a Debezium batch (PostgreSQL or MySQL payloads, with or without
 the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed
-with one `from_json` per line (`parse.py`) into a local checkpoint, and one aggregate over it
-(`_facts`) holds the lines to UTF-8 and the line bound (`read.flaw`, without a pass of its own
-over the text) and tells the later steps what they need of the batch. The changes are timed
+with one `from_json` per line (`parse.py`) into a local checkpoint, and aggregates observed by
+the same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
+(`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
 with windows by transaction and by file block (`times.py`); the columns' types are decided
 (`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
 every image: one more pass, run in any case, as it also finds image columns beyond the
@@ -64,7 +64,7 @@ from typing import Any
 import orjson
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.errors import ChangelakeError
@@ -174,13 +174,15 @@ def _first_problem(frame: DataFrame) -> str | None:
     return row[0] if row is not None else None
 
 
-def _facts(items: DataFrame) -> Any:
-    """What the later steps need to know about the batch, in one aggregate row."""
+def _facts() -> list[Column]:
+    """What the later steps need to know about the batch: aggregates over the parsed lines,
+    observed while they are checkpointed (`DataFrame.observe`), so that no pass of its own
+    reads them again for it."""
     change = F.col("kind") == "change"
-    return _guard(lambda: items.agg(
+    return [
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
         # Two tables or one: the least and the greatest name differ or not (a distinct count
-        # would make Spark aggregate by table first, in stages of their own).
+        # is no aggregate an observation can run).
         F.min(F.when(change, F.col("table"))).alias("table"),
         F.max(F.when(change, F.col("table"))).alias("other_table"),
         F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
@@ -193,7 +195,15 @@ def _facts(items: DataFrame) -> Any:
         F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
-                        F.struct("file_index", "block", "row"))).alias("first")).first())
+                        F.struct("file_index", "block", "row"))).alias("first")]
+
+
+def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
+    """The parsed lines, checkpointed (`session.stored`), and their `_facts`, observed by the
+    same job."""
+    facts = Observation()
+    items = _guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())))
+    return items, facts.get
 
 
 def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
@@ -281,10 +291,8 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     Kafka partitions (`lines.per_file`) and no transaction metadata is read, the high-water
     rule holds per partition: see `_partition_cap`."""
     steps = _Steps(spark)
-    items = _guard(lambda: stored(parse_items(lines.bounded)))
-    steps.done("read + parse")
-    facts = _facts(items)
-    steps.done("facts")
+    items, facts = _parsed(lines)
+    steps.done("read + parse + facts")
     if facts["flawed"]:
         raise Unsupported("a line over the bound or not UTF-8")  # `convert_frames` names it
     if facts["problem"] is not None:
