@@ -361,3 +361,30 @@ def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) ->
         _guard(failing("java.lang.OutOfMemoryError: Java heap space"))
     with pytest.raises(ChangelakeError, match="No space left on device"):
         _guard(failing("java.io.IOException: No space left on device"))
+
+
+def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any,
+                                                                      tmp_path: Path) -> None:
+    """The facts come from an observation of the parse's checkpoint job, not from a pass of
+    their own: they must be exactly what an aggregate over the checkpoint gives (no line
+    missed or counted twice), and an observation of no lines must answer too."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.pipeline import _facts, _parsed
+    from changelake.spark.changefeed.read import read_lines
+
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    with open(paths[0], "ab") as fh:  # a tombstone, a blank line, a transaction boundary
+        fh.write(b'null\n\n{"status": "BEGIN", "id": "7", "event_count": null}\n')
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"\n  \n")
+    for files in ([str(p) for p in paths], [str(blank)]):
+        items, observed = _parsed(read_lines(spark, files))
+        aggregated = items.agg(*_facts()).first().asDict()
+        assert dict(observed) == aggregated
+        assert observed["flawed"] == 0
+    assert observed["first"] is None and observed["untimed"] == 0
+    assert items.count() == 0
+    items, observed = _parsed(read_lines(spark, [str(p) for p in paths]))
+    assert observed["metadata"] == 1 and observed["first"] is not None
+    assert items.where(F.col("kind") == "change").count() > observed["untimed"] > 0
