@@ -28,6 +28,7 @@ which runs the conversion's windows and writes the table, is the rest of the ing
     python benchmarks/bench_ingest.py --events 110000 --old
     python benchmarks/bench_ingest.py --events 1100000
     python benchmarks/bench_ingest.py --events 110000 --source ydb
+    python benchmarks/bench_ingest.py --events 11000000 --driver-memory 1g
 """
 
 from __future__ import annotations
