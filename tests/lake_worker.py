@@ -29,7 +29,9 @@ import json
 import random
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -52,6 +54,25 @@ def history(seed: int, keyed: bool) -> tuple[list, random.Random]:
     rng = random.Random(seed)
     h = keyed_history(rng, TIMES, 25, 5) if keyed else unkeyed_history(rng, TIMES, 6, 4)
     return h, rng
+
+
+def steps(seed: int, keyed: bool, compact_every: int = 3) -> Iterator[tuple[str, Any]]:
+    """What `run` does, in order, each step with the line it prints first: `("COMMIT n",
+    increment)`, `("COMPACT n", None)` after every `compact_every` increments, and
+    `("COMPACT final", None)`. The same on every run with the seed; how many increments
+    there are depends on the seed, so a test picks its kill points from these lines."""
+    h, rng = history(seed, keyed)
+    msgs = messages(h, finish_every=3, rng=rng, last_time=TIMES - 1)
+    for n, inc in enumerate(increments(msgs, rng)):
+        yield f"COMMIT {n}", inc
+        if n % compact_every == compact_every - 1:
+            yield f"COMPACT {n}", None
+    yield "COMPACT final", None
+
+
+def printed(seed: int, keyed: bool, compact_every: int = 3) -> list[str]:
+    """The lines `run` prints before its steps (`steps`), in order."""
+    return [line for line, _ in steps(seed, keyed, compact_every)]
 
 
 def say(line: str) -> None:
@@ -78,7 +99,7 @@ def main() -> int:
                          conf={"spark.sql.shuffle.partitions": "2"})
     spark.sparkContext.setLogLevel("ERROR")
     lake = Lake(spark, args.lake)
-    h, rng = history(args.seed, args.keyed)
+    h, _ = history(args.seed, args.keyed)
     truth = {t: state_at(h, t, keyed=args.keyed) for t in range(-1, TIMES)}
     result: dict = {}
 
@@ -91,16 +112,13 @@ def main() -> int:
                 f"{upper}")
         table = lake.create_table(args.table, SCHEMA, key=["id"] if args.keyed else (),
                                   buckets=4, exist_ok=True)
-        msgs = messages(h, finish_every=3, rng=rng, last_time=TIMES - 1)
         policy = CompactionPolicy(fold_fraction=0.5, max_runs=2)
-        for n, inc in enumerate(increments(msgs, rng)):
-            say(f"COMMIT {n}")
-            table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
-            if n % args.compact_every == args.compact_every - 1:
-                say(f"COMPACT {n}")
+        for line, inc in steps(args.seed, args.keyed, args.compact_every):
+            say(line)
+            if inc is not None:
+                table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+            else:
                 compact(table, policy=policy)
-        say("COMPACT final")
-        compact(table, policy=policy)
         args.action = "check"
 
     if args.action == "check":

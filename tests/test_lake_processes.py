@@ -22,6 +22,7 @@ import pytest
 
 from conftest import seeded
 from lake_history import write_parts
+from lake_worker import printed
 
 pytestmark = pytest.mark.spark
 
@@ -105,8 +106,14 @@ def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) 
 def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
     seed = random.randrange(1000)  # a new kill point each run, printed to reproduce it
     rng = seeded(seed)
+    # Killed while committing one of the first increments, then while compacting after the
+    # fifth or the eighth: of the lines this seed's run prints (a history of fewer
+    # increments has no `COMPACT 8`; waiting for it would wait for nothing).
+    lines = printed(seed, keyed=True)
+    commit = rng.choice([line for line in lines if line in {f"COMMIT {n}" for n in range(1, 6)}])
+    compacting = [line for line in lines if line in ("COMPACT 5", "COMPACT 8")]
     crash_and_recover(tmp_path, seed, keyed=True,
-                      kills=[f"COMMIT {rng.randint(1, 5)}", f"COMPACT {rng.choice([5, 8])}"])
+                      kills=[commit, rng.choice(compacting or ["COMPACT final"])])
 
 
 @pytest.mark.slow
@@ -115,6 +122,8 @@ def test_kill9_more(tmp_path, case):
     rng = random.Random(case)
     markers = [f"COMMIT {rng.randint(0, 10)}", f"COMPACT {rng.choice([2, 5, 8, 11])}",
                "COMPACT final"]
+    lines = printed(100 + case, keyed=case % 2 == 0)
+    assert set(markers) <= set(lines), (markers, lines)  # each kill point is one it reaches
     crash_and_recover(tmp_path, 100 + case, keyed=case % 2 == 0,
                       kills=sorted(rng.sample(markers, 2), key=markers.index))
 
