@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window, WindowSpec
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
@@ -186,12 +186,8 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     Every window is over one key's events in `(time, pos, rank)` order, so the events are
     sorted once (none at all if `by_key` partitioned them and nothing reordered them since):
     a value of the key's current segment is the running last one whose `segment` is the
-    current row's. Three window operators, as each needs the one before: which events are
-    applied (`_seen`), the applied events' segments, then every running value, as of the
-    event and as of the one before it (so that the row an event retracts needs no `lag` of
-    the rows, which would be a fourth). A row holds its key's values, so the updates are
-    consolidated by key, row and time, within the key's partition, without another
-    shuffle."""
+    current row's. A row holds its key's values, so the updates are consolidated by key, row
+    and time, within the key's partition, without another shuffle."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
     if state is not None:
@@ -210,53 +206,35 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     applied = events.withColumn("_seen", seen) \
         .where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.col("_seen")))
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = order.rowsBetween(Window.unboundedPreceding, -1)
     write = ~F.col("is_delete")
     # A segment starts at a delete (and at the key's first event); its first write follows a
     # delete or is the key's first event.
     applied = applied.withColumns({
         "segment": F.sum(F.col("is_delete").cast("int")).over(upto),
         "_n": F.row_number().over(order),
-        "_after_delete": F.lag("is_delete").over(order)})
+        "_first_write": write & F.coalesce(F.lag("is_delete").over(order), F.lit(True))})
     segment = F.col("segment")
-    first_write = write & F.coalesce(F.col("_after_delete"), F.lit(True))
-
-    def running(frame: WindowSpec, at: str) -> dict[str, Column]:
-        """The segment's first write's before image (all columns at once) and each column's
-        last real value, as of the frame's last row, each tagged with its segment."""
-        out = {f"_first{at}": F.last(F.when(first_write, F.struct(
-            segment.alias("s"), F.col("b").alias("b"), F.col("ub").alias("ub"))),
-            ignorenulls=True).over(frame)}
-        for i, n in enumerate(names):
-            out[f"_real{at}{i}"] = F.last(F.when(write & ~F.col("ua")[n], F.struct(
-                segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(frame)
-        return out
-
-    def row(at: str, seg: Column) -> Column:
-        """The key's row after the event whose running values (`running`) are `at` and whose
-        segment is `seg`: a column's last real value of the segment, else the table's row's
-        (before any delete), else the segment's first before image's, else null."""
-        fallback = F.col(f"_first{at}")
-        from_state = (seg == 0) & F.col("st").isNotNull()
-        values = []
-        for i, n in enumerate(names):
-            real = F.col(f"_real{at}{i}")
-            values.append(F.when(real["s"] == seg, real["v"])
-                          .when(from_state, F.col("st")[n])
-                          .when((fallback["s"] == seg) & ~fallback["ub"][n], fallback["b"][n])
-                          .alias(n))
-        return F.struct(*values)
-
-    # The running values as of this event and as of the one before it: two frames of one
-    # window operator. The previous event's row (what this one retracts) is then the same
-    # expression over the earlier frame, at the previous event's segment; after a delete it
-    # is none, and before the key's first event it is the table's row.
-    applied = applied.withColumns({**running(upto, ""), **running(before, "_before")})
-    previous = segment - F.col("is_delete").cast("long")
-    rows = applied.select(*kcols, "time", F.when(write, row("", segment)).alias("new"),
-                          F.when(F.col("_n") == 1, F.col("st"))
-                          .when(F.col("_after_delete"), F.lit(None))
-                          .otherwise(row("_before", previous)).alias("old"))
+    # The segment's first write's before image, for every column at once, and each column's
+    # last real value: running `last`s over one frame, computed by one window operator.
+    first = F.last(F.when(F.col("_first_write"), F.struct(
+        segment.alias("s"), F.col("b").alias("b"), F.col("ub").alias("ub"))),
+        ignorenulls=True).over(upto)
+    reals = {f"_real{i}": F.last(F.when(write & ~F.col("ua")[n], F.struct(
+        segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
+        for i, n in enumerate(names)}
+    applied = applied.withColumns({"_first": first, **reals})
+    fallback = F.col("_first")
+    from_state = (segment == 0) & F.col("st").isNotNull()
+    values = []
+    for i, n in enumerate(names):
+        real = F.col(f"_real{i}")
+        values.append(F.when(real["s"] == segment, real["v"])
+                      .when(from_state, F.col("st")[n])
+                      .when((fallback["s"] == segment) & ~fallback["ub"][n], fallback["b"][n])
+                      .alias(n))
+    rows = applied.withColumn("new", F.when(write, F.struct(*values)))
+    previous = F.when(F.col("_n") == 1, F.col("st")).otherwise(F.lag("new").over(order))
+    rows = rows.withColumn("old", previous)
     updates = rows.select(*kcols, "time", F.explode(F.array(
         F.struct(F.col("old").alias("data"), F.lit(-1).cast("long").alias("diff")),
         F.struct(F.col("new").alias("data"), F.lit(1).cast("long").alias("diff")))).alias("u"))
