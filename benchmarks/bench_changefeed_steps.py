@@ -5,13 +5,15 @@ The feed is `bench_ingest.py`'s (PostgreSQL, `--events` events over `events // 6
 step is run `--rounds` times (the first round pays the JIT's warm-up) and printed with its
 seconds and its ratio to the plain write of that round:
 
-* `plain write`: Spark's JSON reader with an explicit schema, the `after` images to Parquet;
+* `plain write`: `bench_ingest.plain_write`, Spark's JSON reader with an explicit schema, the
+  `after` images to Parquet;
 * `parse`: `parse.parse_items` over the lines, to Spark's `noop` sink (nothing stored);
 * `parse + facts, stored`: `pipeline._parsed`, the parse checkpointed with its facts
   observed (what the ingest's first step does);
-* `convert`: `keyed.convert` of the events, already typed, shuffled by key and checkpointed,
-  to the `noop` sink (the windows and the consolidation of the ingest's last job, without
-  the lake's write).
+* `convert`: `keyed.convert` of the events, already typed, shuffled by key and checkpointed
+  by the ingest's own steps (`pipeline.debezium_timed`, `pipeline.checked_events`), to the
+  `noop` sink (the windows and the consolidation of the ingest's last job, without the lake's
+  write).
 
     python benchmarks/bench_changefeed_steps.py --events 1100000 --rounds 3
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ingest import in_child, write_feed
+from bench_ingest import in_child, plain_write, write_feed
 
 
 def main() -> None:
@@ -39,9 +41,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from pyspark.sql import DataFrame
-    from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed import keyed, pipeline, times
+    from changelake.spark.changefeed import keyed, pipeline
     from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import build_session
@@ -57,19 +58,14 @@ def main() -> None:
             frame.write.format("noop").mode("overwrite").save()
 
         def plain() -> None:
-            spark.read.schema("after struct<id:bigint,name:string,amount:bigint,note:string>") \
-                .json(str(feed)).where("after IS NOT NULL").select("after.*") \
-                .write.mode("overwrite").parquet(str(work / "plain.parquet"))
+            shutil.rmtree(work / "plain.parquet", ignore_errors=True)  # the last round's
+            plain_write(spark, [feed], "debezium", work / "plain.parquet")
 
-        # The events `convert` reads, made once, as the ingest makes them.
-        items, facts = pipeline._parsed(read_lines(spark, [str(feed)]))
-        changes = items.where(F.col("kind") == "change")
-        timed = times.assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
-                                   untimed=int(facts["untimed"]))
-        columns = pipeline._columns(spark, changes, facts, None, None)
-        wanted = ["k0", "time", "pos", "rank", "is_delete", "a", "ua", "b", "ub"]
-        events_frame = keyed.checkpoint(keyed.by_key(
-            keyed.typed_events(timed, columns, ["id"]).select(*wanted), 1))
+        # The events `convert` reads, made once, by the ingest's own steps.
+        batch = pipeline.debezium_timed(spark, read_lines(spark, [str(feed)]))
+        events_frame = pipeline.checked_events(
+            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1)
+        columns = batch.columns
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("parse", lambda: noop(parse_items(read_lines(spark, [str(feed)]).bounded))),

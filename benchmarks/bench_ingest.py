@@ -200,6 +200,19 @@ def peak_rss_mb(spark: object) -> tuple[float, float]:
     return python, jvm
 
 
+def plain_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
+    """The baseline: Spark's JSON reader with an explicit schema of the image (and, for YDB,
+    the key), the images written as Parquet."""
+    if source == "ydb":
+        schema = "key array<decimal(20,0)>, update struct<name:string,amount:bigint,note:string>"
+        image, columns = "update", ["key[0] AS id", "update.*"]
+    else:
+        schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
+        image, columns = "after", ["after.*"]
+    spark.read.schema(schema).json([str(p) for p in paths]).where(f"{image} IS NOT NULL") \
+        .selectExpr(*columns).write.parquet(str(out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=110_000)
@@ -228,27 +241,16 @@ def main() -> None:
             small = [work / "small-0.jsonl", work / "small-1.jsonl"]
             events = in_child(write_ydb_feed, feed, args.events)
             write_ydb_feed(small, 600)
-            schema = "key array<decimal(20,0)>, update struct<name:string,amount:bigint," \
-                "note:string>"
-            image = "update"
         else:
             feed, small = [work / "feed.jsonl"], [work / "small.jsonl"]
             events = in_child(write_feed, feed[0], args.events)
             write_feed(small[0], 600)
-            schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
-            image = "after"
         options = {"source": args.source, "schema": table_file if ydb else None}
         spark = lake_session(work / "lake", args.master, conf=None if args.driver_memory is None
                              else {"spark.driver.memory": args.driver_memory})
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
         taken: list[str] = []  # which path each ingest's conversion took
-
-        def plain_write(paths: list[Path], out: Path) -> None:
-            frame = spark.read.schema(schema).json([str(p) for p in paths]) \
-                .where(f"{image} IS NOT NULL")
-            columns = ["key[0] AS id", f"{image}.*"] if ydb else [f"{image}.*"]
-            frame.selectExpr(*columns).write.parquet(str(out))
 
         def frames(*args: object, **kwargs: object) -> object:
             converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
@@ -266,10 +268,10 @@ def main() -> None:
         logging.getLogger(pipeline.__name__).addHandler(Steps())
         logging.getLogger(pipeline.__name__).setLevel(logging.DEBUG)
         commands.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
-        plain_write(small, work / "warm.parquet")
+        plain_write(spark, small, args.source, work / "warm.parquet")
 
         start = time.perf_counter()
-        plain_write(feed, work / "plain.parquet")
+        plain_write(spark, feed, args.source, work / "plain.parquet")
         plain = time.perf_counter() - start
         steps.clear()
         start = time.perf_counter()

@@ -10,7 +10,7 @@ with windows by transaction and by file block (`times.py`); the columns' types a
 every image: one more pass, run in any case, as it also finds image columns beyond the
 table's) and each image read against them once (`keyed.typed_images`); keyed events are
 shuffled by key once, into a local checkpoint that keeps that partitioning, checked for ties
-by an aggregate by key and position (`_convert_keyed`) and converted with windows by key,
+by an aggregate by key and position (`checked_events`) and converted with windows by key,
 joined with the table's rows (`keyed.py`), none of which shuffles them again; without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
@@ -267,30 +267,47 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
     return out
 
 
-def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                   state: DataFrame | None) -> DataFrame:
-    """Keyed events, checked (a key problem, or two rows for one key at one position, is
-    `Unsupported`) on a checkpoint that the conversion then reads: partitioned by key
-    (`by_key`), so that neither the check nor the conversion shuffles them again. Only the
-    columns those two read are shuffled and stored (the lines' places are `marks`')."""
-    wanted = [f"k{i}" for i in range(len(keys))] + [
+def checked_events(events: DataFrame, keys: int) -> DataFrame:
+    """Keyed events as `convert` reads them: shuffled by key once (`by_key`) into a checkpoint
+    that keeps that partitioning, and checked (a key problem, or two rows for one key at one
+    position, is `Unsupported`) by an aggregate that does not shuffle them again. Only the
+    columns the check and the conversion read are shuffled and stored (the lines' places are
+    `marks`'); a later step that needs another column must be added to `wanted`."""
+    wanted = [f"k{i}" for i in range(keys)] + [
         "time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem"]
-    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), len(keys))))
-    problem = _guard(lambda: first_problem(checked, len(keys)).first())["problem"]
+    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys)))
+    problem = _guard(lambda: first_problem(checked, keys).first())["problem"]
     if problem is not None:
         raise Unsupported(problem)
-    return convert(checked, columns, keys, state)
+    return checked
 
 
-def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
-                     table_schema: TableSchema | None = None, close: bool = False,
-                     state: DataFrame | None = None, since: int | None = None
-                     ) -> tuple[DataFrame, int | None, DataFrame]:
-    """A Debezium batch on the JVM path: (updates, frontier, marks), or `Unsupported`.
-    Without `keys`, the images are converted as they are (`unkeyed.py`). Where the files are
-    Kafka partitions (`lines.per_file`) and no transaction metadata is read, the high-water
-    rule holds per partition: see `_partition_cap`."""
-    steps = _Steps(spark)
+def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                   state: DataFrame | None) -> DataFrame:
+    """Keyed events checked (`checked_events`) and converted with windows by key, joined with
+    the table's rows (`keyed.convert`): neither shuffles them again."""
+    return convert(checked_events(events, len(keys)), columns, keys, state)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A Debezium batch up to its conversion: what `debezium_changes` converts."""
+
+    changes: DataFrame  # the changes with their times, below the frontier, from `since` on
+    columns: list[ColumnSpec]  # the table's columns and how each image value is read
+    frontier: int | None  # None: closed
+    marks: DataFrame  # see `Converted.marks`
+
+
+def debezium_timed(spark: SparkSession, lines: Lines, *,
+                   table_schema: TableSchema | None = None, close: bool = False,
+                   state: DataFrame | None = None, since: int | None = None,
+                   steps: _Steps | None = None) -> Timed:
+    """Read, parse, facts, times, frontier and columns of a Debezium batch (see the module
+    docstring), or `Unsupported`. Where the files are Kafka partitions (`lines.per_file`) and
+    no transaction metadata is read, the high-water rule holds per partition: see
+    `_partition_cap`."""
+    steps = steps or _Steps(spark)
     items, facts = _parsed(lines)
     steps.done("read + parse + facts")
     if facts["flawed"]:
@@ -316,16 +333,29 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
         timed = timed.where(F.col("time") >= since)
+    return Timed(timed, columns, frontier, marks)
+
+
+def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
+                     table_schema: TableSchema | None = None, close: bool = False,
+                     state: DataFrame | None = None, since: int | None = None
+                     ) -> tuple[DataFrame, int | None, DataFrame]:
+    """A Debezium batch on the JVM path: (updates, frontier, marks), or `Unsupported`.
+    Without `keys`, the images are converted as they are (`unkeyed.py`)."""
+    steps = _Steps(spark)
+    batch = debezium_timed(spark, lines, table_schema=table_schema, close=close, state=state,
+                           since=since, steps=steps)
     if not keys:
-        events = _guard(lambda: stored(image_events(timed, columns)))
+        events = _guard(lambda: stored(image_events(batch.changes, batch.columns)))
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
-        return convert_images(events.where(F.col("problem").isNull())), frontier, marks
-    events = typed_events(timed, columns, keys)
-    converted = _convert_keyed(events, columns, keys, state)
+        return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
+                batch.marks)
+    events = typed_events(batch.changes, batch.columns, keys)
+    converted = _convert_keyed(events, batch.columns, keys, state)
     steps.done("events + ties")
-    return converted, frontier, marks
+    return converted, batch.frontier, batch.marks
 
 
 def _partition_cap(timed: DataFrame, frontier: int) -> int:
