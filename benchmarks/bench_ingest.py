@@ -9,7 +9,8 @@ The same lines are
 
 * ingested with `changelake.lake.commands.ingest` into a fresh keyed table, once on the JVM path
   (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
-  group, `changelake.spark.changefeeds`): the benchmark points `commands.changefeed_frames` at each;
+  group, `changelake.spark.changefeed.udf`): the benchmark points `commands.changefeed_frames`
+  at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines.
 

@@ -324,7 +324,7 @@ def _other_table_in_every_transaction(paths: list[Path]) -> None:
 
 
 def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Path) -> None:
-    from changelake.spark.changefeeds import changefeed_changes
+    from changelake.spark.changefeed.udf import changefeed_changes
     from test_spark_changefeeds import lines_frame, python_workers
 
     python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter

@@ -28,7 +28,7 @@ KNOWN = {
     "dbz-doc-pg-transaction-metadata.jsonl": _NO_ROWS,
     "derived-dbz-doc-mysql-payloads-schemaless.jsonl": (
         "a change below a finished time: the encoder refuses it, the old path does not check "
-        "(documented in spark/changefeeds.py)"),
+        "(documented in spark/changefeed/udf/)"),
 }
 SAMPLE_PATHS = [
     pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.name])]

@@ -17,7 +17,7 @@ frontier if that is later. For an initial snapshot that is time 0, before every 
 transaction; for a snapshot repeated mid-stream it is "now", which is what an upsert means.
 
 The times that a sequential reading derives from what came before are also derived on Spark,
-with windows over a whole batch (`changelake.spark.changefeeds`); those column expressions are
+with windows over a whole batch (`changelake.spark.changefeed.udf`); those column expressions are
 here, beside the rules they restate, and `tests/test_convert_spark_rules.py` compares each with
 the Python on generated feeds: `spark_transaction_time` (the parser's time of a transaction)
 and `spark_current_time` (`time_of`).

@@ -20,8 +20,8 @@ DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka
 a lenient `kafka-cdc` read set aside: counted, named, sent to a dead-letter topic),
 `stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
 decode --engine spark`), `session`, `errors` (input errors from the executors), and
-`changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeeds.py` is
-the older per-key Python path it hands what it does not cover to).
+`changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeed/udf/` is
+the older Python path it hands what it does not cover to).
 """
 
 from __future__ import annotations

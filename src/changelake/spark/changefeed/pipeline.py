@@ -20,7 +20,7 @@ Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`)
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then holds the lines
 to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
-hands the batch to the old path, `spark.changefeeds.changefeed_changes`, on the same
+hands the batch to the old path, `spark.changefeed.udf.changefeed_changes`, on the same
 executor-read lines, which names bad lines as `encode_changefeed` does (with the differences its
 docstring lists). A YDB batch is checked before either path reads it.
 Not covered yet: non-default `UpsertOptions`, any bad line, truncates, logical messages,
@@ -461,7 +461,7 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
         # The Debezium path's own aggregate checks the bounds of a batch it converts; one it
         # gives up on (for whatever reason, a bad line included) is checked here.
         lines.check()
-    from changelake.spark.changefeeds import changefeed_changes
+    from changelake.spark.changefeed.udf import changefeed_changes
 
     numbered = lines.numbered().select("value", "file", "line")
     frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]

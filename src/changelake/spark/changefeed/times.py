@@ -19,7 +19,7 @@ window whose partitions are small, never one global window:
   (`per_file`: Kafka partitions, `read.record_lines`), the earlier files do not count: the
   highest time before the change in its own partition, as `kafka.changefeed` merges them.
 
-As in the old path (`spark/changefeeds.py`), the frontier is not part of the current time: a
+As in the old path (`spark/changefeed/udf/`), the frontier is not part of the current time: a
 snapshot row that the encoder reads after a transaction finished by its END (frontier = its
 time + 1) is placed one below where the encoder places it.
 """

@@ -1,0 +1,229 @@
+"""Step 4 of the old path: the changes through the Python converters, keyed (`convert_keyed`:
+a fresh `KeyedConverter` per key group, cogrouped with the state's rows of the keys the batch
+touches) or by their images (`convert_images`). A change that cannot be converted is a row
+with an `error` (`Failure`, `rows_table`), never an exception inside a worker, so that the
+driver can name its line.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from changelake.convert.images import ImageConverter
+from changelake.convert.upsert import KeyedConverter, MemoryState, UpsertOptions
+from changelake.errors import ChangefeedError, Location, SchemaError
+from changelake.formats.change import Change, Op
+from changelake.spark.changefeed.udf.values import (
+    arrow_type,
+    change_at,
+    from_spark,
+    misfit,
+    to_arrow,
+)
+from changelake.values import freeze
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+
+_OUTPUT_EXTRA = "time long, diff long, file string, line long, error string"
+
+
+def output_ddl(columns: list[tuple[str, str]]) -> str:
+    fields = ", ".join(f"`c{i}` {kind}" for i, (_, kind) in enumerate(columns))
+    return f"{fields}, {_OUTPUT_EXTRA}" if fields else _OUTPUT_EXTRA
+
+
+def as_data(frame: DataFrame, columns: list[tuple[str, str]]) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    data = F.struct(*[F.col(f"c{i}").alias(name) for i, (name, _) in enumerate(columns)])
+    return frame.select(data.alias("data"), "time", "diff")
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A change that could not be converted: a row of the output with `error` set."""
+
+    origin: Location | None
+    reason: str
+
+
+def rows_table(updates: list[Any], columns: list[tuple[str, str]],
+                failures: Sequence[Failure] = ()) -> pa.Table:
+    """Updates and failures as an Arrow table of flat columns. Arrow, not pandas: pandas would
+    turn NaN into null on the way to Spark."""
+    import pyarrow as pa
+
+    n = len(updates) + len(failures)
+    arrays = [pa.array([to_arrow(data.get(name), kind) for data, _, _ in updates]
+                       + [None] * len(failures), type=arrow_type(kind))
+              for name, kind in columns]
+    origins = [f.origin or Location() for f in failures]
+    arrays += [pa.array([t for _, t, _ in updates] + [None] * len(failures), type=pa.int64()),
+               pa.array([d for _, _, d in updates] + [None] * len(failures), type=pa.int64()),
+               pa.array([None] * len(updates) + [o.file for o in origins], type=pa.string()),
+               pa.array([None] * len(updates) + [o.line for o in origins], type=pa.int64()),
+               pa.array([None] * len(updates) + [f.reason for f in failures],
+                        type=pa.string())]
+    names = [*(f"c{i}" for i in range(len(columns))), "time", "diff", "file", "line", "error"]
+    assert all(len(a) == n for a in arrays)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    """Keyed conversion of one key's group, shipped to the workers: a fresh `KeyedConverter`
+    per key, whose `State` holds the key's row from the state table (if any), so that the
+    group converts exactly as the sequential encoder would with that state."""
+
+    options: UpsertOptions
+    columns: tuple[tuple[str, str], ...]
+    stored: tuple[str, ...]  # the state columns, in order: the converter's output columns
+    frontier: int | None
+    truncates: tuple[Change, ...]
+
+    def converter(self, rows: dict[Any, Any]) -> KeyedConverter:
+        return KeyedConverter(self.options, columns=[n for n, _ in self.columns],
+                              state=MemoryState(rows))
+
+    def row(self, values: Sequence[Any]) -> Any:
+        return freeze(dict(zip(self.stored, map(from_spark, values), strict=True)),
+                      fields=self.stored)
+
+    def finish(self, converter: KeyedConverter, failures: list[Failure]) -> pa.Table:
+        try:
+            for change in self.truncates:
+                converter.push(change)
+            updates = converter.advance(self.frontier)
+        except ChangefeedError as error:
+            updates = []
+            failures.append(Failure(error.location, error.reason))
+        return rows_table(updates, list(self.columns), failures)
+
+    def group(self, changes: pa.Table, state: pa.Table | None) -> pa.Table:
+        """One key: its changes and (cogrouped) its row in the state table."""
+        key_column = changes.column("key") if changes.num_rows else state.column("key")
+        key = pickle.loads(key_column[0].as_py())
+        rows = {}
+        if state is not None and state.num_rows:
+            if state.num_rows > 1:
+                return rows_table([], list(self.columns), [Failure(None, (
+                    f"the state has {state.num_rows} rows for key {list(key)}: a table's "
+                    "current state has one row per key"))])
+            rows[key] = self.row([state.column(f"s{i}")[0].as_py()
+                                  for i in range(len(self.stored))])
+        converter = self.converter(rows)
+        kinds = dict(self.columns)
+        failures: list[Failure] = []
+        for item, time in zip(changes.column("item").to_pylist(),
+                              changes.column("time").to_pylist(), strict=True):
+            change = change_at(item, time)
+            wrong = misfit(change, kinds)
+            if wrong is not None:
+                failures.append(Failure(change.origin, wrong))
+                continue
+            try:
+                converter.push(change)
+            except ChangefeedError as error:
+                failures.append(Failure(error.location or change.origin, error.reason))
+        return self.finish(converter, failures)
+
+    def truncated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """State rows of keys with no changes in the batch: only a truncate touches them."""
+        index = [self.stored.index(k) for k in self.options.keys]
+        for batch in batches:
+            rows = {}
+            for values in zip(*(batch.column(f"s{i}").to_pylist()
+                                for i in range(len(self.stored))), strict=True):
+                row = self.row(values)
+                rows[tuple(freeze(from_spark(values[i])) for i in index)] = row
+            yield from self.finish(self.converter(rows), []).to_batches()
+
+
+def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tuple[str, str]],
+                   frontier: int | None, state: DataFrame | None) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    names = [n for n, _ in columns]
+    stored = KeyedConverter(options, columns=names).output_columns  # raises on bad key columns
+    truncates = tuple(change_at(r["item"], r["time"]) for r in
+                      changes.where(F.col("op") == Op.TRUNCATE.value)
+                      .select("item", "time").collect())
+    job = KeyedJob(options, tuple(columns), stored, frontier, truncates)
+    keyed = changes.where(F.col("key").isNotNull()).select("key", "item", "time")
+    if state is None:
+        # Lambdas: Spark tells the kinds of grouped function apart by their parameters, and
+        # counts a bound method's `self`.
+        return keyed.groupBy("key").applyInArrow(lambda t: job.group(t, None),
+                                                 output_ddl(columns))
+
+    kinds = dict(columns)
+    missing = [n for n in stored if n not in state.columns]
+    if missing:
+        raise SchemaError(f"the state has no columns {missing} (it has {state.columns})")
+    rows = state.select(*[F.col(n).cast(kinds[n]).alias(f"s{i}") for i, n in enumerate(stored)])
+    # The batch's keys, typed like the state's columns, so the state is joined in Spark and
+    # only the rows of keys the batch touches go through Python (unless there is a truncate).
+    key_kinds = [kinds[k] for k in options.keys]
+    key_ddl = ", ".join(f"k{i} {kind}" for i, kind in enumerate(key_kinds))
+
+    def typed(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        for batch in batches:
+            raw = batch.column("key").to_pylist()
+            values = [pickle.loads(k) for k in raw]
+            arrays = [pa.array(raw, type=pa.binary())]
+            arrays += [pa.array([to_arrow(v[i], kind) for v in values], type=arrow_type(kind))
+                       for i, kind in enumerate(key_kinds)]
+            yield pa.RecordBatch.from_arrays(
+                arrays, names=["key", *(f"k{i}" for i in range(len(key_kinds)))])
+
+    batch_keys = keyed.select("key").distinct().mapInArrow(typed, f"key binary, {key_ddl}")
+    on = [rows[f"s{stored.index(k)}"].eqNullSafe(batch_keys[f"k{i}"])
+          for i, k in enumerate(options.keys)]
+    matched = rows.join(batch_keys, on, "inner").select("key", *rows.columns)
+    out = keyed.groupBy("key").cogroup(matched.groupBy("key")) \
+        .applyInArrow(lambda t, s: job.group(t, s), output_ddl(columns))
+    if truncates:
+        untouched = rows.join(batch_keys, on, "left_anti")
+        out = out.unionByName(untouched.mapInArrow(job.truncated, output_ddl(columns)))
+    return out
+
+
+def convert_images(changes: DataFrame, columns: list[tuple[str, str]],
+                    frontier: int | None) -> DataFrame:
+    names = [n for n, _ in columns]
+    kinds = dict(columns)
+
+    def convert(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            converter = ImageConverter(names)
+            failures: list[Failure] = []
+            for item, time in zip(batch.column("item").to_pylist(),
+                                  batch.column("time").to_pylist(), strict=True):
+                change = change_at(item, time)
+                reason = misfit(change, kinds)
+                if reason is None and change.op is Op.TRUNCATE:
+                    reason = "a truncate needs key columns on Spark"
+                if reason is not None:
+                    failures.append(Failure(change.origin, reason))
+                    continue
+                try:
+                    converter.push(change)
+                except ChangefeedError as error:
+                    failures.append(Failure(error.location or change.origin, error.reason))
+            try:
+                updates = converter.advance(frontier)
+            except ChangefeedError as error:
+                updates = []
+                failures.append(Failure(error.location, error.reason))
+            yield from rows_table(updates, columns, failures).to_batches()
+
+    # Identical events (replays) are one.
+    return changes.dropDuplicates(["ident"]).select("item", "time") \
+        .mapInArrow(convert, output_ddl(columns))

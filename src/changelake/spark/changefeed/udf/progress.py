@@ -1,0 +1,83 @@
+"""Steps 2 and 3 of the old path: the frontier, resolved on the driver from a few aggregate
+rows with the encoder's own rules (`frontier_from`, `ydb_frontier`), and YDB's barrier rule,
+one Python call per file (`barrier_violations`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from changelake.convert.progress import barrier_violations, frontier_from
+from changelake.convert.progress import ydb_frontier as frontier_of_barriers
+from changelake.formats.change import Resolved
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+def debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
+    from pyspark.sql import functions as F
+
+    high = changes.where(F.col("time").isNotNull()).agg(F.max("time")).first()[0]
+    if high is None:
+        return 0
+    events = (changes.where(F.col("tx_order").isNotNull()).groupBy("tx")
+              .agg(F.min("time").alias("time"), F.countDistinct("tx_order").alias("seen"),
+                   F.first("tbl", ignorenulls=True).alias("tbl")))
+    ends = (parsed.where(F.col("kind") == "END").groupBy("tx")
+            .agg(F.first("end_count").alias("expected"),
+                 F.first("end_collections").alias("collections")))
+    txs = events.join(ends, "tx", "full_outer").collect()
+    return frontier_from(high, ((r["time"], r["seen"] or 0, _expected(r)) for r in txs))
+
+
+def _expected(row: Any) -> int | None:
+    """END's count of the transaction's events of its table (`DebeziumProgress`'s rule)."""
+    total = row["expected"]
+    if total is None or row["tbl"] is None or not row["collections"]:
+        return total
+    per = dict(orjson.loads(row["collections"]))
+    return per.get(row["tbl"], total)
+
+
+def ydb_frontier(parsed: DataFrame, lines: DataFrame) -> int:
+    """`PartitionFrontiers.frontier` from each file's last barrier
+    (`convert.progress.ydb_frontier`)."""
+    from pyspark.sql import functions as F
+
+    files = lines.select("file").distinct().count()
+    last = parsed.where(F.col("kind") == "resolved").groupBy("file") \
+        .agg(F.max_by("pos", "barrier").alias("pos")).collect()
+    return frontier_of_barriers((pickle.loads(r["pos"]) for r in last), files)
+
+
+def barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Records below their partition's last barrier: `PartitionFrontiers.check`, per file
+    (`barrier_violations`)."""
+    import pandas as pd
+
+    def check(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.sort_values("line", kind="stable")
+        seen: set[bytes] = set()
+        items = []
+        for kind, ident, item, pos, line in zip(frame["kind"], frame["ident"], frame["item"],
+                                                frame["pos"], frame["line"], strict=True):
+            if kind == "resolved":
+                items.append((line, Resolved(pickle.loads(pos)), False))
+            else:
+                items.append((line, pickle.loads(item), ident in seen))
+                seen.add(ident)
+        bad = barrier_violations(items)
+        return pd.DataFrame({
+            "file": pd.Series([frame["file"].iloc[0]] * len(bad), dtype=object),
+            "line": pd.Series([b[0] for b in bad], dtype="int64"),
+            "error": pd.Series([b[1] for b in bad], dtype=object)})
+
+    from pyspark.sql import functions as F
+
+    late = (parsed.where(F.col("kind").isin("resolved", "change"))
+            .groupBy("file").applyInPandas(check, "file string, line long, error string"))
+    kept = changes.join(late.select("file", "line"), ["file", "line"], "left_anti")
+    return kept, late
