@@ -80,3 +80,19 @@ def test_line_ends_are_the_encoders(spark: Any, tmp_path: Path) -> None:
     lines.check()
     assert sorted((r["line"], r["value"]) for r in lines.numbered().collect()) == \
         [(1, "a"), (3, " b\rc "), (4, "d")]
+
+
+@pytest.mark.parametrize("name", ["x+y.jsonl", "a b%20c.jsonl", "caf\u00e9 100%.jsonl",
+                                  "plus+and%2B.jsonl"])
+def test_every_file_name_keeps_its_lines(spark: Any, tmp_path: Path, name: str) -> None:
+    """Spark names a line's file as a URI (`_metadata.file_path`), and the caller's name is
+    found again by decoding it: a `+` must stay a `+` (a form decoder reads it as a space, and
+    the file's lines were then dropped), a `%` and a space must come back as themselves."""
+    folder = tmp_path / "a+b dir"
+    folder.mkdir()
+    path = folder / name
+    path.write_bytes(GOOD + b"\n" + GOOD + b"\n")
+    lines = read_lines(spark, [str(path), str(tmp_path / "a+b dir" / ".." / "a+b dir" / name)])
+    got = sorted((r["file"], r["line"]) for r in lines.numbered().collect())
+    second = str(tmp_path / "a+b dir" / ".." / "a+b dir" / name)
+    assert got == sorted([(str(path), 1), (str(path), 2), (second, 1), (second, 2)])

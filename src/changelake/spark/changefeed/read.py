@@ -130,6 +130,14 @@ class Lines:
         raise ChangefeedError("not UTF-8 text", where)  # Spark and Python disagree: say so
 
 
+def _local_path(uri: Column) -> Column:
+    """The local path of a `file:` URI as Spark writes `_metadata.file_path` (`file:/a%20b`):
+    percent escapes decoded, and a `+` kept (`url_decode` is a form decoder, which reads `+`
+    as a space; Hadoop's URIs leave `+` as it is)."""
+    path = F.regexp_replace(uri, "^file:(//)?", "")
+    return F.url_decode(F.replace(path, F.lit("+"), F.lit("%2B")))
+
+
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
     if not files:
@@ -137,14 +145,15 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     names = spark.createDataFrame(
         [(os.path.abspath(str(f)), str(f), i) for i, f in enumerate(files)],
         "_path string, file string, file_index int")
-    # Each file once (Spark reads a path named twice twice); a file named twice is then joined
-    # to both of its names, so its lines come twice, as the encoder reads them.
-    raw = spark.read.text(list(dict.fromkeys(str(f) for f in files)), lineSep="\n").select(
+    # Each file once (Spark reads a path named twice twice, and `a/../a/f` and `a/f` are two
+    # paths to it); a file named twice is then joined to both of its names, so its lines come
+    # twice, as the encoder reads them.
+    raw = spark.read.text(list(dict.fromkeys(os.path.abspath(str(f)) for f in files)),
+                          lineSep="\n").select(
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
-        F.url_decode(F.regexp_replace(F.col("_metadata.file_path"), "^file:(//)?", ""))
-        .alias("_path"), F.col("_metadata.file_block_start").alias("block"),
+        _local_path(F.col("_metadata.file_path")).alias("_path"), F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
     frame = raw.join(F.broadcast(names), "_path").drop("_path")
     return Lines(spark, frame, tuple(str(f) for f in files))
