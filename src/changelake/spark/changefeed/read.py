@@ -153,7 +153,8 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
-        _local_path(F.col("_metadata.file_path")).alias("_path"), F.col("_metadata.file_block_start").alias("block"),
+        _local_path(F.col("_metadata.file_path")).alias("_path"),
+        F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
     frame = raw.join(F.broadcast(names), "_path").drop("_path")
     return Lines(spark, frame, tuple(str(f) for f in files))
