@@ -160,8 +160,19 @@ _DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
 _RANK = {"byte": 0, "short": 1, "integer": 2, "long": 3}
 
 
-def arrow_type(spark_type: Any, table: str) -> pa.DataType:
-    """The Arrow type of a Spark type in its JSON form (as `StructType.json()` writes it)."""
+class NoArrowType(Exception):
+    """A Spark type with no Arrow type here, at `where` (the column, or the field in it)."""
+
+    def __init__(self, where: str, spark_type: Any) -> None:
+        super().__init__(f"{where}: {json.dumps(spark_type)}")
+        self.where = where
+        self.spark_type = spark_type
+
+
+def arrow_of(spark_type: Any, where: str) -> pa.DataType:
+    """The Arrow type of a Spark type in its JSON form (as `StructType.json()` writes it): the
+    one mapping of Spark types to Arrow, for the reads here and for the exports
+    (`export.arrow`). `NoArrowType` names the field at fault below `where`."""
     if isinstance(spark_type, str):
         if spark_type in _SIMPLE:
             return _SIMPLE[spark_type]
@@ -173,15 +184,23 @@ def arrow_type(spark_type: Any, table: str) -> pa.DataType:
     elif isinstance(spark_type, dict):
         kind = spark_type.get("type")
         if kind == "struct":
-            return pa.struct([pa.field(f["name"], arrow_type(f["type"], table))
+            return pa.struct([pa.field(f["name"], arrow_of(f["type"], f"{where}.{f['name']}"))
                               for f in spark_type["fields"]])
         if kind == "array":
-            return pa.list_(arrow_type(spark_type["elementType"], table))
+            return pa.list_(arrow_of(spark_type["elementType"], where))
         if kind == "map":
-            return pa.map_(arrow_type(spark_type["keyType"], table),
-                           arrow_type(spark_type["valueType"], table))
-    raise ArrowUnavailable(f"table {table}: column type {json.dumps(spark_type)} is read on "
-                           "Spark only")
+            return pa.map_(arrow_of(spark_type["keyType"], where),
+                           arrow_of(spark_type["valueType"], where))
+    raise NoArrowType(where, spark_type)
+
+
+def arrow_type(spark_type: Any, table: str) -> pa.DataType:
+    """`arrow_of` for a read: a type it does not map is one Spark reads instead."""
+    try:
+        return arrow_of(spark_type, f"table {table}")
+    except NoArrowType:
+        raise ArrowUnavailable(f"table {table}: column type {json.dumps(spark_type)} is read "
+                               "on Spark only") from None
 
 
 def struct_fields(struct_text: str) -> list[tuple[str, Any]]:

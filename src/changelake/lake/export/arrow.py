@@ -16,6 +16,7 @@ leaves Spark for an export target.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
@@ -29,31 +30,17 @@ from pyspark.sql import types as T
 
 from changelake.durable import exclusive_lock
 from changelake.errors import SchemaError
-
-_PRIMITIVES: dict[type, pa.DataType] = {
-    T.BooleanType: pa.bool_(), T.ByteType: pa.int8(), T.ShortType: pa.int16(),
-    T.IntegerType: pa.int32(), T.LongType: pa.int64(), T.FloatType: pa.float32(),
-    T.DoubleType: pa.float64(), T.StringType: pa.string(), T.BinaryType: pa.binary(),
-    T.DateType: pa.date32(), T.TimestampType: pa.timestamp("us", tz="UTC"),
-    T.TimestampNTZType: pa.timestamp("us"),
-}
+from changelake.lake.arrow import NoArrowType, arrow_of
 
 
 def arrow_type(kind: T.DataType, where: str) -> pa.DataType:
-    """The Arrow type of a Spark type; a SchemaError naming `where` for one with none."""
-    if isinstance(kind, T.DecimalType):
-        return pa.decimal128(kind.precision, kind.scale)
-    if isinstance(kind, T.ArrayType):
-        return pa.list_(arrow_type(kind.elementType, where))
-    if isinstance(kind, T.MapType):
-        return pa.map_(arrow_type(kind.keyType, where), arrow_type(kind.valueType, where))
-    if isinstance(kind, T.StructType):
-        return pa.struct([pa.field(f.name, arrow_type(f.dataType, f"{where}.{f.name}"))
-                          for f in kind.fields])
-    for spark_type, arrow in _PRIMITIVES.items():
-        if type(kind) is spark_type:
-            return arrow
-    raise SchemaError(f"{where}: type {kind.simpleString()} has no Arrow type to export as")
+    """The Arrow type of a Spark type (`lake.arrow.arrow_of`, the one mapping); a SchemaError
+    naming `where` (and the field in it) for one with none."""
+    try:
+        return arrow_of(json.loads(kind.json()), where)
+    except NoArrowType as missing:
+        raise SchemaError(f"{missing.where}: type {json.dumps(missing.spark_type)} has no "
+                          "Arrow type to export as") from None
 
 
 def arrow_schema(struct: T.StructType, table: str) -> pa.Schema:
