@@ -96,3 +96,18 @@ def test_every_file_name_keeps_its_lines(spark: Any, tmp_path: Path, name: str) 
     got = sorted((r["file"], r["line"]) for r in lines.numbered().collect())
     second = str(tmp_path / "a+b dir" / ".." / "a+b dir" / name)
     assert got == sorted([(str(path), 1), (str(path), 2), (second, 1), (second, 2)])
+
+
+def test_a_line_of_a_file_no_input_names_fails_loudly(spark: Any, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Were Spark's name of a file and the caller's ever to differ again (as a `+` once made
+    them), its lines must stop the read, not vanish from it."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed import read
+
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(GOOD + b"\n")
+    monkeypatch.setattr(read, "_local_path", lambda uri: F.concat(uri, F.lit("-elsewhere")))
+    with pytest.raises(Exception, match=r"named by none of the inputs: .*f\.jsonl-elsewhere"):
+        read_lines(spark, [str(path)]).frame.collect()

@@ -9,7 +9,8 @@ orders the lines exactly as `convert.feed.read_lines` reads them, file after fil
 Nothing of the input goes through the driver: `spark.read.text` splits files into blocks that
 the executors read in parallel, a block lies in one Spark partition, and in it
 `monotonically_increasing_id` increases line by line. The file names are joined on from the
-caller's list (a few rows, broadcast).
+caller's list (a few rows, broadcast) by the local path Spark's URI of the file decodes to; a
+line of a file that no name matches fails the job that reads it rather than being dropped.
 
 Lines end at `\n` only, as `formats.lines.numbered_lines` splits them (Hadoop's default would
 also split at a lone `\r`), and a trailing `\r` is dropped, as the encoder's `rstrip` does, so
@@ -156,7 +157,13 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         _local_path(F.col("_metadata.file_path")).alias("_path"),
         F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
-    frame = raw.join(F.broadcast(names), "_path").drop("_path")
+    # A line whose path matches no name would be dropped by an inner join without a word: the
+    # join keeps it, and its `value` (which every step reads) fails the job, naming the path.
+    unnamed = F.raise_error(F.concat(
+        F.lit("read_lines: Spark read a file named by none of the inputs: "), F.col("_path")))
+    frame = raw.join(F.broadcast(names), "_path", "left").select(
+        F.when(F.col("file_index").isNull(), unnamed).otherwise(F.col("value")).alias("value"),
+        "file", "file_index", "block", "row")
     return Lines(spark, frame, tuple(str(f) for f in files))
 
 
