@@ -101,6 +101,28 @@ def test_cli_refuses_a_lake_path_spark_would_misread(tmp_path):
     assert not (tmp_path / "la*ke").exists()
 
 
+def test_cli_runs_on_a_lake_and_an_input_under_odd_paths(tmp_path):
+    """Spaces, quotes and `+` in the lake's path (the embedded metastore's home is a JVM
+    option, split at spaces unless quoted) and in the input's (Spark names a file as a URI,
+    in which a form decoder reads `+` as a space): the JVM starts and no line is lost."""
+    lake = tmp_path / "it's a \"lake\" +1"
+    feed = tmp_path / "in+put dir" / "feed a+b.jsonl"
+    feed.parent.mkdir()
+    feed.write_text("".join(
+        f'{{"op": "c", "before": null, "after": {{"id": {i}, "v": "x{i}"}}, "source": '
+        f'{{"lsn": {100 + i}, "txId": {i}, "table": "t", "schema": "public"}}}}\n'
+        for i in range(1, 4)))
+    ingest = cli("ingest", "--lake", str(lake), "--table", "t", "--key", "id",
+                 "--from", "debezium", "--close", str(feed), cwd=tmp_path)
+    assert ingest.returncode == 0, ingest.stderr.decode()[-2000:]
+    assert "committed 3 updates" in ingest.stdout.decode() + ingest.stderr.decode()
+    assert (lake / "metastore" / "derby.log").exists()  # Derby's home is the lake's
+    snapshot = cli("snapshot", "--lake", str(lake), "--table", "t", cwd=tmp_path)
+    assert snapshot.returncode == 0, snapshot.stderr.decode()[-2000:]
+    assert sorted(snapshot.stdout.decode().split()) == [
+        '{"id":1,"v":"x1"}', '{"id":2,"v":"x2"}', '{"id":3,"v":"x3"}']
+
+
 # ---------------------------------------------------------------------- the identifier
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from changelake.errors import LakeError
-from changelake.spark.session import check_java
+from changelake.spark.session import check_java, java_property
 
 DEFAULT_PORT = 9083
 HOST = "127.0.0.1"
@@ -72,7 +72,8 @@ def loopback_server(lake: Path, port: int) -> tuple[Any, Any]:
     home = lake / "metastore"
     home.mkdir(parents=True, exist_ok=True)
     (lake / "warehouse").mkdir(parents=True, exist_ok=True)
-    conf = SparkConf().set("spark.driver.extraJavaOptions", f"-Dderby.system.home={home}") \
+    conf = SparkConf().set("spark.driver.extraJavaOptions",
+                           java_property("derby.system.home", str(home))) \
         .set("spark.driver.memory", "512m").set("spark.driver.bindAddress", HOST) \
         .set("spark.driver.host", HOST)
     gateway = launch_gateway(conf)

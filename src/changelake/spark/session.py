@@ -88,7 +88,7 @@ def build_session(
         settings["spark.hadoop.javax.jdo.option.ConnectionURL"] = (
             f"jdbc:derby:;databaseName={path / 'metastore_db'};create=true"
         )
-        settings["spark.driver.extraJavaOptions"] = f"-Dderby.system.home={path}"
+        settings["spark.driver.extraJavaOptions"] = java_property("derby.system.home", str(path))
         builder = builder.enableHiveSupport()
     settings.update(conf or {})
     for key, value in settings.items():
@@ -98,6 +98,16 @@ def build_session(
         if not log:
             return builder.getOrCreate()
         return _with_stderr_to(Path(log), builder.getOrCreate)
+
+
+def java_property(name: str, value: str) -> str:
+    """`-Dname=value` as one word of `spark.driver.extraJavaOptions`, which the launcher splits
+    at white space outside quotes: quoted, so that a lake under a path with a space (or a
+    quote) starts its JVM."""
+    if "'" not in value:
+        return f"-D{name}='{value}'"
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'-D{name}="{escaped}"'
 
 
 def stored(frame: DataFrame) -> DataFrame:
