@@ -102,6 +102,7 @@ from changelake.spark.session import stored
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+
 REJECTED_DDL = "file string, line long, value string, reason string"
 
 

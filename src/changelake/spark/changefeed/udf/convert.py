@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
 
+
 _OUTPUT_EXTRA = "time long, diff long, file string, line long, error string"
 
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame
 
+
 PARSED_DDL = (
     "file string, line long, kind string, item binary, key binary, time long, tx string, "
     "tx_order long, end_count long, barrier long, pos binary, ident binary, op string, "

@@ -17,6 +17,7 @@ from changelake.formats.change import Resolved
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+
 def debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
     from pyspark.sql import functions as F
 

@@ -15,6 +15,7 @@ from changelake.formats.change import NAN, Change, _Unchanged
 if TYPE_CHECKING:
     import pyarrow as pa
 
+
 def infer_kind(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
