@@ -410,6 +410,7 @@ def test_cli_export_killed_and_run_again_is_exactly_once(tmp_path):
     lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "--table", "shop.orders"]
     path = tmp_path / "orders.delta"
     export = ["export", *lake, "--to", "delta", str(path)]
+    compared = 0
     for n, part in enumerate(parts):
         close = ["--close"] if n == len(parts) - 1 else []
         done = run_cli("ingest", *lake, "--key", "id", "--from", "debezium", *close, part)
@@ -425,9 +426,12 @@ def test_cli_export_killed_and_run_again_is_exactly_once(tmp_path):
         assert snapshot.returncode == 0, snapshot.stderr
         want = Counter(snapshot.stdout.decode().splitlines())
         exported = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-        assert want and Counter(orjson.dumps(plain(r)).decode()
-                                for r in exported) == want
+        assert Counter(orjson.dumps(plain(r)).decode() for r in exported) == want
+        # A first part may finish no time (seed 875: four snapshot rows, all at the time no
+        # later event has finished yet), so its table and export are empty; a test that
+        # compares only empty tables would prove nothing.
+        compared += sum(want.values())
     # each recorded frontier once: a killed run committed all of its export or nothing
     recorded = frontiers(path)
     assert recorded[-1] == "[]" and len(set(recorded)) == len(recorded) <= 2
-    assert len(feed.events) > 0
+    assert len(feed.events) > 0 and compared > 0
