@@ -284,12 +284,12 @@ def main() -> None:
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
-            commands.changefeed_frames = old_frames
+            commands.changefeed_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
             start = time.perf_counter()
             old = commands.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]
             took = time.perf_counter() - start
-            rows.append(("ingest, old path (UDF)", took,
+            rows.append((f"ingest, old path ({taken[-1]})", took,
                          f"{old.commit.written:,} updates, frontier {old.frontier}"))
         python, jvm = peak_rss_mb(spark)
         size = sum(p.stat().st_size for p in feed)

@@ -341,6 +341,22 @@ def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Pa
     assert old.frontier == times[-1] + 1
 
 
+def test_the_old_path_on_request_converts_what_the_jvm_path_does(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    """`jvm=False` (the benchmark's comparison) really takes the old path, and it agrees."""
+    from test_spark_changefeeds import python_workers
+
+    python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter
+    paths, _, _ = write_pg(PG_CASES[1], tmp_path)
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(PG_TABLE))
+    jvm = convert_frames(spark, paths, "debezium", ["id"], table, close=False)
+    old = convert_frames(spark, paths, "debezium", ["id"], table, close=False, jvm=False)
+    assert (jvm.path, old.path, old.reason) == ("jvm", "python-udf", "the old path was asked for")
+    assert old.frontier == jvm.frontier
+    assert spark_updates(old.changes) == spark_updates(jvm.changes)
+
+
 def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) -> None:
     """A value Spark refuses sends the batch to the old path; Spark short of memory does not
     (the old path would hold more of the batch at once): it is an error that says so."""

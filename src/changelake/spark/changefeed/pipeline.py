@@ -417,31 +417,35 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                    key: Sequence[str], schema_file: Path | None, *,
                    state: DataFrame | None = None, since: int | None = None,
-                   close: bool = False) -> Converted:
-    """The JVM path where it applies, else the old path on the same lines (see above)."""
+                   close: bool = False, jvm: bool = True) -> Converted:
+    """The JVM path where it applies, else the old path on the same lines (see above).
+    `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks)."""
     from changelake.formats.materialize import expand_paths
 
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     table_json = read_table_json(schema_file) if schema_file else None
     return convert_lines(spark, read_lines(spark, files), source, key, table_json,
-                         state=state, since=since, close=close)
+                         state=state, since=since, close=close, jvm=jvm)
 
 
 def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[str],
                   table_json: dict[str, Any] | None, *, state: DataFrame | None = None,
                   since: int | None = None, close: bool = False,
-                  old_path: bool = True) -> Converted:
+                  old_path: bool = True, jvm: bool = True) -> Converted:
     """`convert_frames` on lines already read. Without `old_path`, a batch the JVM path does
     not cover is only read by the old path to name its first bad line (`ChangefeedError`);
     one without a bad line raises `Unsupported`: for Kafka partitions (`read.record_lines`),
-    whose order across partitions the old path, reading file after file, does not keep."""
+    whose order across partitions the old path, reading file after file, does not keep.
+    Without `jvm`, the old path converts the batch, whatever it holds."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
-    reason = None
+    reason = None if jvm else "the old path was asked for"
     if source == "ydb":
         lines.check()  # UTF-8, bounded lines: before either path reads them
-        reason = "unsupported: YDB without a table schema" if schema is None else \
-            "unsupported: YDB without key columns" if not keys else None
+        if schema is None:
+            reason = "unsupported: YDB without a table schema"
+        elif not keys:
+            reason = "unsupported: YDB without key columns"
     if reason is None:
         try:
             if source == "ydb":
