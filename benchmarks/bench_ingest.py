@@ -289,7 +289,7 @@ def main() -> None:
             old = commands.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]
             took = time.perf_counter() - start
-            rows.append((f"ingest, old path ({taken[-1]})", took,
+            rows.append((f"ingest, old path ({taken[-1].split(':')[0]})", took,
                          f"{old.commit.written:,} updates, frontier {old.frontier}"))
         python, jvm = peak_rss_mb(spark)
         size = sum(p.stat().st_size for p in feed)
