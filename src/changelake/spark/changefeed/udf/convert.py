@@ -53,6 +53,19 @@ class Failure:
     reason: str
 
 
+def push(converter: KeyedConverter | ImageConverter, change: Change, refused: str | None,
+         failures: list[Failure]) -> None:
+    """`change` into `converter`, or, where it is `refused` (a reason found before) or the
+    converter refuses it, a failure naming its line."""
+    if refused is not None:
+        failures.append(Failure(change.origin, refused))
+        return
+    try:
+        converter.push(change)
+    except ChangefeedError as error:
+        failures.append(Failure(error.location or change.origin, error.reason))
+
+
 def rows_table(updates: list[Any], columns: list[tuple[str, str]],
                 failures: Sequence[Failure] = ()) -> pa.Table:
     """Updates and failures as an Arrow table of flat columns. Arrow, not pandas: pandas would
@@ -123,14 +136,7 @@ class KeyedJob:
         for item, time in zip(changes.column("item").to_pylist(),
                               changes.column("time").to_pylist(), strict=True):
             change = change_at(item, time)
-            wrong = misfit(change, kinds)
-            if wrong is not None:
-                failures.append(Failure(change.origin, wrong))
-                continue
-            try:
-                converter.push(change)
-            except ChangefeedError as error:
-                failures.append(Failure(error.location or change.origin, error.reason))
+            push(converter, change, misfit(change, kinds), failures)
         return self.finish(converter, failures)
 
     def truncated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -211,13 +217,7 @@ def convert_images(changes: DataFrame, columns: list[tuple[str, str]],
                 reason = misfit(change, kinds)
                 if reason is None and change.op is Op.TRUNCATE:
                     reason = "a truncate needs key columns on Spark"
-                if reason is not None:
-                    failures.append(Failure(change.origin, reason))
-                    continue
-                try:
-                    converter.push(change)
-                except ChangefeedError as error:
-                    failures.append(Failure(error.location or change.origin, error.reason))
+                push(converter, change, reason, failures)
             try:
                 updates = converter.advance(frontier)
             except ChangefeedError as error:
