@@ -282,6 +282,22 @@ def test_a_compaction_past_the_export_a_closed_table_and_a_crash_at_creation(
     assert export_to_iceberg(lake, table.name, uri).mode == "none"
 
 
+def test_a_catalog_under_a_path_with_spaces_and_plus_keeps_its_files_there(spark, lake,
+                                                                         tmp_path):
+    """The warehouse is the directory beside the catalog's file, verbatim: a percent-encoded
+    location (`%20`, `%2B`) would put the files in a directory named with the escapes, where
+    no other engine looks."""
+    uri = f"sqlite:///{tmp_path / 'ice+berg dir' / 'cat a+b.db'}"
+    table = lake.create_table(unique("events"), SCHEMA, buckets=1)
+    history = unkeyed_history(random.Random(5), 6, 3, 4)
+    table.commit(to_df(spark, history), 0, 6)
+    export_to_iceberg(lake, table.name, uri, identifier="exported.odd")
+    assert iceberg_rows(uri, "exported.odd") == state_at(history, 5, keyed=False)
+    warehouse = tmp_path / "ice+berg dir" / "cat a+b-warehouse"
+    assert list(warehouse.rglob("*.parquet")) and list(warehouse.rglob("*.metadata.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ice+berg dir", "lake"]
+
+
 def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake, uri):
     table = lake.create_table(unique("people"), SCHEMA, key=["id"], buckets=1)
     target = f"{table.ident.database}.people"

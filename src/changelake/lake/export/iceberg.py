@@ -157,14 +157,21 @@ def open_catalog(uri: str, *, catalog: str = "changelake",
         location = warehouse_for(uri)
         location.parent.mkdir(parents=True, exist_ok=True)
         location.mkdir(exist_ok=True)
-        url = location.as_uri()
+        url = _file_location(location)
     elif isinstance(warehouse, Path) or "://" not in str(warehouse):
         location = Path(warehouse).resolve()
         location.mkdir(parents=True, exist_ok=True)
-        url = location.as_uri()
+        url = _file_location(location)
     else:
         url = str(warehouse)
     return SqlCatalog(catalog, uri=uri, warehouse=url)
+
+
+def _file_location(path: Path) -> str:
+    """An Iceberg location of a local directory: `file://` and the path as it is. Iceberg's
+    locations are not percent-encoded (pyiceberg and Hadoop's `Path` take them verbatim), so
+    `Path.as_uri()`'s `%20` and `%2B` would name other directories than this one."""
+    return f"file://{path}"
 
 
 # -------------------------------------------------------------------------------- types
