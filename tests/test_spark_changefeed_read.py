@@ -9,6 +9,7 @@ ends and a lone CR inside a line are numbered and kept as the encoder's reader k
 from __future__ import annotations
 
 import io
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,61 @@ def test_a_line_of_a_file_no_input_names_fails_loudly(spark: Any, tmp_path: Path
     monkeypatch.setattr(read, "_local_path", lambda uri: F.concat(uri, F.lit("-elsewhere")))
     with pytest.raises(Exception, match=r"named by none of the inputs: .*f\.jsonl-elsewhere"):
         read_lines(spark, [str(path)]).frame.collect()
+
+
+def _feed(events: int) -> bytes:
+    return b"".join(
+        b'{"op": "c", "before": null, "after": {"id": %d, "v": "x%d"}, "source": {"lsn": %d, '
+        b'"txId": %d, "table": "t", "schema": "public"}}\n\n' % (i, i, 100 + i, i)
+        for i in range(1, events + 1))
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2"])
+def test_a_compressed_feed_is_read_as_the_encoder_reads_it(spark: Any, tmp_path: Path,
+                                                           suffix: str) -> None:
+    """Spark's text reader decompresses `.gz` and `.bz2` by the name; so does the encoder's
+    reader: the same lines, numbers and updates."""
+    import bz2
+    import gzip
+
+    from changefeed_cases import python_updates, spark_updates
+    from changelake.convert import encode_changefeed
+    from changelake.convert.feed import read_lines as encoder_lines
+    from changelake.spark.changefeed.pipeline import convert_frames
+
+    path = tmp_path / f"feed.jsonl{suffix}"
+    path.write_bytes((gzip.compress if suffix == ".gz" else bz2.compress)(_feed(40)))
+    spark_lines = sorted((r["line"], r["value"])
+                         for r in read_lines(spark, [str(path)]).numbered().collect())
+    assert spark_lines == [(n, line.decode().rstrip("\n")) for n, line in encoder_lines(path)]
+    assert len(spark_lines) == 40 and spark_lines[-1][0] == 79  # blank lines counted
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages) != Counter()
+
+
+def test_a_codec_only_spark_reads_is_refused_by_both_and_a_broken_gz_is_named(
+        spark: Any, tmp_path: Path) -> None:
+    import gzip
+
+    from changelake.errors import InputError
+    from changelake.spark.changefeed.pipeline import convert_frames
+
+    zst = tmp_path / "feed.jsonl.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd")
+    with pytest.raises(InputError) as local:
+        encode_changefeed_job([str(zst)], io.BytesIO(), source="debezium", keys=["id"],
+                              table_schema=None, close=True, lenient=False)
+    with pytest.raises(InputError) as on_spark:
+        convert_frames(spark, [zst], "debezium", ["id"], None, close=True)
+    assert str(local.value) == str(on_spark.value)
+    assert str(local.value).startswith(f"{zst}: compressed as .zst")
+
+    broken = tmp_path / "feed.jsonl.gz"
+    broken.write_bytes(gzip.compress(_feed(200))[:300])
+    with pytest.raises(InputError, match=rf"^{broken}: cannot read: "):
+        encode_changefeed_job([str(broken)], io.BytesIO(), source="debezium", keys=["id"],
+                              table_schema=None, close=True, lenient=False)
+    with pytest.raises(InputError, match=rf"^{broken}: cannot read: "):
+        convert_frames(spark, [broken], "debezium", ["id"], None, close=True)

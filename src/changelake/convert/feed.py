@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,7 @@ from changelake.convert.upsert import KeyedConverter, State, UpsertOptions
 from changelake.errors import ChangefeedError, ChangelakeError, InputError, Location, SchemaError
 from changelake.formats.change import Change, Item, Resolved, Skipped, TxBoundary
 from changelake.formats.debezium import DebeziumParser
-from changelake.formats.lines import TOO_LONG, numbered_lines
+from changelake.formats.lines import TOO_LONG, numbered_lines, open_changefeed
 from changelake.formats.materialize import SetAside, Sink
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
@@ -68,10 +69,13 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes | None]]:
     """Non-blank lines with their 1-based numbers; None for a line over the maximum length
     (see `formats.lines`)."""
     try:
-        with open(path, "rb") as fo:
+        with open_changefeed(path) as fo:
             yield from numbered_lines(fo)
-    except OSError as error:
-        raise InputError(f"cannot read: {error.strerror}", Location(str(path))) from None
+    except ValueError as error:
+        raise InputError(str(error), Location(str(path))) from None
+    except (OSError, EOFError, zlib.error) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise InputError(f"cannot read: {reason}", Location(str(path))) from None
 
 
 class ChangefeedEncoder:

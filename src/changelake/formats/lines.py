@@ -11,11 +11,19 @@ changefeeds) reads its lines here, so a hostile file meets the same two limits e
   (`{"data": ...}`, Avro union branches), so a deeper value would be accepted here and fail
   far from its line when written; Python code that walks a value recursively stays far from
   the interpreter's recursion limit too.
+
+Changefeed files are read as Spark's text reader reads them (`open_changefeed`): a file named
+`.gz` or `.bz2` is decompressed, and one named for a codec only Hadoop has (`.deflate`, `.lz4`,
+`.snappy`, `.zst`) is refused, on both paths, so that the local encoder and the Spark path
+read the same lines.
 """
 
 from __future__ import annotations
 
+import bz2
+import gzip
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -25,6 +33,35 @@ MAX_DEPTH = 128
 TOO_LONG = f"line longer than the maximum of {MAX_LINE_BYTES} bytes"
 _SKIP_CHUNK = 2**20
 _ORJSON_MAX_DEPTH = 254  # orjson.dumps refuses values nested deeper than this
+
+
+#: Suffixes Spark's text reader decompresses (Hadoop's codecs, matched case-sensitively), with
+#: how Python opens them; None: a codec Python does not read, refused.
+COMPRESSED: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".deflate": None,
+                              ".lz4": None, ".snappy": None, ".zst": None}
+
+
+def unreadable_compression(path: str | Path) -> str | None:
+    """Why a changefeed file cannot be read (its name says a codec only Hadoop reads), or
+    None."""
+    for suffix, opener in COMPRESSED.items():
+        if str(path).endswith(suffix) and opener is None:
+            return (f"compressed as {suffix} (by its name), which only Spark's reader would "
+                    "decompress: decompress it, or compress it as .gz or .bz2")
+    return None
+
+
+def open_changefeed(path: str | Path) -> IO[bytes]:
+    """A changefeed file's bytes, decompressed as Spark's text reader decompresses them. Raises
+    `ValueError` for a codec only Hadoop reads; `OSError`, `EOFError` or `zlib.error` come
+    later, from reading a corrupt compressed file."""
+    reason = unreadable_compression(path)
+    if reason is not None:
+        raise ValueError(reason)
+    for suffix, opener in COMPRESSED.items():
+        if str(path).endswith(suffix):
+            return opener(path, "rb")  # type: ignore[no-any-return]
+    return open(path, "rb")
 
 
 class JsonError(ValueError):

@@ -206,10 +206,10 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             # A keyed table's previous rows come from the table itself (upserts by key), at
             # the state read under the lock.
             state = writer.current() if existing and key else None
-            changes, frontier = changefeed_frames(spark, inputs, source, key, schema,
-                                                  state=state,
-                                                  since=committed if existing else None,
-                                                  close=close)
+            changes, frontier = translate_errors(changefeed_frames, spark, inputs, source,
+                                                 key, schema, state=state,
+                                                 since=committed if existing else None,
+                                                 close=close)
             # Changefeed times are log positions (sparse), so no gap can be told from the
             # times; the input is taken to continue the committed history (Debezium
             # re-delivers from the committed offset), and what is before the committed

@@ -99,6 +99,7 @@ from changelake.spark.changefeed.ydb import (
     ydb_columns,
     ydb_items,
 )
+from changelake.spark.errors import input_error
 from changelake.spark.session import stored
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,9 @@ def _guard(action: Any) -> Any:
 
 def _failure(error: Exception) -> Exception:
     """What a failed checking action means (see `_guard`)."""
+    unreadable = input_error(error)  # a file Spark's reader cannot read: no path reads it
+    if unreadable is not None:
+        return unreadable
     lines = [line.strip() for line in str(error).strip().splitlines()]
     short = next((line for line in lines if any(m in line for m in _SHORT_OF)), None)
     if short is not None:

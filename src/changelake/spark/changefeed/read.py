@@ -50,7 +50,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
-from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG
+from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable_compression
 from changelake.spark.session import stored
 
 _BLANK = r"^\s*$"
@@ -143,6 +143,10 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
     if not files:
         raise InputError("no input files")
+    for f in files:
+        reason = unreadable_compression(f)
+        if reason is not None:  # the local encoder refuses it too (`formats.lines`)
+            raise InputError(reason, Location(str(f)))
     names = spark.createDataFrame(
         [(os.path.abspath(str(f)), str(f), i) for i, f in enumerate(files)],
         "_path string, file string, file_index int")
