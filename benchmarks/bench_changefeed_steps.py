@@ -64,7 +64,7 @@ def main() -> None:
         # The events `convert` reads, made once, by the ingest's own steps.
         batch = pipeline.debezium_timed(spark, read_lines(spark, [str(feed)]))
         events_frame = pipeline.checked_events(
-            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1)
+            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1, batch.size)
         columns = batch.columns
 
         steps: list[tuple[str, Callable[[], object]]] = [

@@ -224,7 +224,12 @@ def main() -> None:
                         help="the driver JVM's heap cap (spark.driver.memory; default the "
                              "session's, 2g): the peak RSS follows the cap, so a run at a "
                              "lower cap shows what the ingest needs")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session (repeatable)")
     args = parser.parse_args()
+    conf = dict(item.split("=", 1) for item in args.conf)
+    if args.driver_memory is not None:
+        conf["spark.driver.memory"] = args.driver_memory
 
     from changelake.lake import Lake, commands, lake_session
     from changelake.spark import changefeed
@@ -247,8 +252,7 @@ def main() -> None:
             events = in_child(write_feed, feed[0], args.events)
             write_feed(small[0], 600)
         options = {"source": args.source, "schema": table_file if ydb else None}
-        spark = lake_session(work / "lake", args.master, conf=None if args.driver_memory is None
-                             else {"spark.driver.memory": args.driver_memory})
+        spark = lake_session(work / "lake", args.master, conf=conf or None)
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
         taken: list[str] = []  # which path each ingest's conversion took
@@ -301,6 +305,8 @@ def main() -> None:
                   f"{plain / took:6.2f}x plain  {note}")
         print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB "
               f"(heap cap {spark.conf.get('spark.driver.memory')})")
+        if args.conf:
+            print(f"settings: {' '.join(args.conf)}")
         for line in ours_steps:
             print(f"  JVM path {line}")
         spark.stop()

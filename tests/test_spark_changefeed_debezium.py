@@ -404,3 +404,88 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
     items, observed = _parsed(read_lines(spark, [str(p) for p in paths]))
     assert observed["metadata"] == 1 and observed["first"] is not None
     assert items.where(F.col("kind") == "change").count() > observed["untimed"] > 0
+
+
+def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: Path,
+                                                          monkeypatch: Any) -> None:
+    """The keyed events go into as many partitions as keep each near `EVENTS_PER_PARTITION`
+    (else the windows' sorts grow with the batch), never fewer than the session's; spread
+    thin, they still convert to the encoder's updates."""
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed import keyed
+    from changelake.spark.changefeed.pipeline import checked_events, debezium_timed
+    from changelake.spark.changefeed.read import read_lines
+
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert keyed.partitions_for(spark, 0) == configured
+    assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * configured) == configured
+    assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * configured + 1) \
+        == configured + 1
+    monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 2)
+    batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
+                           table_schema=TableSchema.from_json(PG_TABLE))
+    assert batch.size >= batch.changes.count() and batch.size > 2 * configured
+    events = checked_events(keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
+                            batch.size)
+    assert events.rdd.getNumPartitions() == -(-batch.size // 2)
+    check(spark, paths, tmp_path, PG_TABLE, close=False)
+
+
+def _change_line(lsn: int, key: int, name: str) -> bytes:
+    return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": name},
+                         "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
+                                    "snapshot": "false"}})
+
+
+@pytest.mark.parametrize("bad", [
+    _change_line(130, 3, "c") + b" x", _change_line(130, 3, "c") + b"}",
+    _change_line(130, 3, "c") + _change_line(140, 4, "d"),
+    _change_line(130, 3, "c") + b"\r" + _change_line(140, 4, "d"),
+    _change_line(130, 3, "c") + b"," + _change_line(140, 4, "d"),
+    _change_line(130, 3, "c").replace(b'"name"', b"'name'"),
+    _change_line(130, 3, "c").replace(b'"c"}', b'NaN}'),
+    _change_line(130, 3, "c").replace(b'"lsn":130', b'"lsn":130,"x":Infinity'),
+    _change_line(130, 3, "c").replace(b'"op"', b"op")],
+    ids=["garbage", "brace", "two-values", "lone-cr", "comma", "single-quotes", "nan",
+         "infinity", "unquoted-name"])
+def test_json_orjson_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
+                                                    bad: bytes) -> None:
+    """Spark's JSON functions read leniently by default (single quotes, NaN, and nothing
+    after the line's first value is looked at): the JVM path must refuse what the encoder
+    refuses, with the encoder's message naming the line, not convert it."""
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b"\n".join([_change_line(110, 1, "a"), _change_line(120, 2, "b"), bad,
+                                 _change_line(150, 5, "e")]) + b"\n")
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed([path], source="debezium", keys=["id"], table_schema=None,
+                               close=True, lenient=False))
+    assert "feed.jsonl, line 3: " in str(encoder.value)
+    with pytest.raises(ChangefeedError) as spark_error:
+        convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert str(spark_error.value) == str(encoder.value)
+
+
+def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """Spark's text reader (Hadoop's line reader) drops a UTF-8 BOM that opens a file; the
+    encoder's reader does too, so both convert the file, and a BOM anywhere else is bad JSON
+    on both."""
+    lines = [_change_line(110, 1, "a"), _change_line(120, 2, "b"), _change_line(130, 3, "c")]
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert got.path == "jvm", got.reason
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages)
+    assert len(python_updates(messages)) == 3
+    inner = tmp_path / "inner.jsonl"
+    inner.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1], lines[2]]) + b"\n")
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed([inner], source="debezium", keys=["id"], table_schema=None,
+                               close=True, lenient=False))
+    assert "inner.jsonl, line 2: " in str(encoder.value)
+    with pytest.raises(ChangefeedError) as spark_error:
+        convert_frames(spark, [inner], "debezium", ["id"], None, close=True)
+    assert str(spark_error.value) == str(encoder.value)

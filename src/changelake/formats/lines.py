@@ -68,9 +68,17 @@ class JsonError(ValueError):
     """A line that is not JSON, or nests deeper than `MAX_DEPTH`."""
 
 
+#: The UTF-8 byte order mark. At the start of a file it is no part of the first line: Hadoop's
+#: line reader (Spark's text reader) drops it there, and so does `numbered_lines`, so that
+#: the local readers and the Spark path read the same first line (RFC 8259 lets a JSON
+#: parser ignore it; orjson refuses it).
+BOM = b"\xef\xbb\xbf"
+
+
 def numbered_lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, bytes | None]]:
     """The non-blank lines of a binary stream (or of an iterable of lines) with their 1-based
-    numbers; None in place of a line longer than `MAX_LINE_BYTES`."""
+    numbers; None in place of a line longer than `MAX_LINE_BYTES`. A stream's leading `BOM`
+    is dropped (an iterable's lines are records, not a file: it keeps them whole)."""
     readline = getattr(source, "readline", None)
     if readline is None:
         for number, line in enumerate(source, start=1):  # type: ignore[arg-type]
@@ -85,6 +93,8 @@ def numbered_lines(source: IO[bytes] | Iterable[bytes]) -> Iterator[tuple[int, b
         if not line:
             return
         number += 1
+        if number == 1 and line.startswith(BOM):
+            line = line[len(BOM):]
         if len(line) > MAX_LINE_BYTES:
             while not line.endswith(b"\n"):  # skip the rest without holding it
                 line = readline(_SKIP_CHUNK)

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
@@ -151,19 +151,34 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
 TIED = "unsupported: two rows for one key at one position"
 
 
-def by_key(events: DataFrame, keys: int) -> DataFrame:
-    """`events` hash-partitioned by their key columns `k0..`. Every later step groups by the
-    key and something more (`first_problem`: key and position; `convert`: key; its
-    consolidation: key, row and time), which this partitioning serves, so the events are
-    shuffled once, here, when a checkpoint of them keeps it (`checkpoint`)."""
-    return events.repartition(*[f"k{i}" for i in range(keys)])
+#: The keyed events one partition holds, about, at most. `convert`'s windows sort a
+#: partition's events, so with a fixed number of partitions a task's sort grew with the
+#: batch: at 11M Debezium events in 8 partitions the driver's heap went to its cap, in 48 it
+#: stayed within 1.25x of the 1.1M figure (benchmarks/README.md).
+EVENTS_PER_PARTITION = 200_000
+
+
+def partitions_for(spark: SparkSession, events: int) -> int:
+    """How many partitions `by_key` spreads `events` keyed events over: the session's
+    `spark.sql.shuffle.partitions`, or more, so that none holds over `EVENTS_PER_PARTITION`."""
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    return max(configured, -(-events // EVENTS_PER_PARTITION))
+
+
+def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
+    """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
+    `partitions_for`). Every later step groups by the key and something more
+    (`first_problem`: key and position; `convert`: key; its consolidation: key, row and time),
+    which this partitioning serves, so the events are shuffled once, here, when a checkpoint of
+    them keeps it (`checkpoint`)."""
+    return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
     """`frame` checkpointed (`session.stored`), with a partitioning the plans that read it
     know. Spark records a checkpoint's partitioning only when its plan ran without adaptive
-    execution (an adaptive plan reports none), so it runs without it: its shuffles then have
-    `spark.sql.shuffle.partitions` partitions, none coalesced."""
+    execution (an adaptive plan reports none), so it runs without it: its shuffles then keep
+    the partitions asked for (`by_key`), none coalesced."""
     with settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false"}):
         return stored(frame)
 

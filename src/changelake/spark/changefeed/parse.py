@@ -36,7 +36,8 @@ What this step does not do the Python way sets `problem` on the row: a line the 
 rejects (with its own message, which this path does not restate), and a line it accepts that
 this path does not convert yet (Kafka record dumps, truncates, logical messages, YDB's
 DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, so a value of the
-wrong JSON type fails the job instead of becoming null. Either way the caller hands the whole
+wrong JSON type fails the job instead of becoming null, and as strictly as orjson (`STRICT`:
+no single quotes, no NaN, nothing after the line's value). Either way the caller hands the whole
 batch to the old path, which reports bad lines exactly as `encode_changefeed` does.
 """
 
@@ -47,7 +48,15 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.read import flaw
 
-FAILFAST = {"mode": "FAILFAST"}
+#: Jackson's leniencies that Spark's JSON functions turn on by default (single quotes, NaN
+#: and Infinity) or that an option could (comments, leading zeros, ...), all off: `from_json`
+#: then refuses what orjson refuses.
+STRICT = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false",
+          "allowNumericLeadingZeros": "false", "allowUnquotedControlChars": "false",
+          "allowBackslashEscapingAnyCharacter": "false", "allowComments": "false",
+          "allowUnquotedFieldNames": "false"}
+#: `STRICT`, and a value it refuses fails the job instead of reading as null.
+FAILFAST = {"mode": "FAILFAST", **STRICT}
 SOURCE = (
     "connector string, snapshot string, lsn bigint, txId bigint, sequence string, "
     "file string, pos bigint, row bigint, gtid string, step string, table string, "
@@ -128,9 +137,18 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
 def parse_items(lines: DataFrame) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules."""
     tombstone_line = F.trim(F.col("value")) == "null"
+    # Jackson stops at the end of the line's first value, so `{..} x` would read as `{..}`
+    # where orjson refuses the line. Read as a one-element array, anything after the value
+    # either breaks the array (the job fails, as for any text that is not JSON) or is a
+    # second element (`_many`).
+    values = F.from_json(F.concat(F.lit("["), F.col("value"), F.lit("]")),
+                         f"array<struct<{ENVELOPE}>>", FAILFAST)
     env = lines.select("file", "file_index", "block", "row", "value",
-                       flaw(F.col("value")).alias("flaw"), F.when(
-        ~tombstone_line, F.from_json("value", ENVELOPE, FAILFAST)).alias("e"))
+                       flaw(F.col("value")).alias("flaw"),
+                       F.when(~tombstone_line, values).alias("_values"))
+    env = env.select("file", "file_index", "block", "row", "value", "flaw",
+                     F.coalesce(F.size("_values") != 1, F.lit(False)).alias("_many"),
+                     F.col("_values")[0].alias("e"))
     e = F.col("e")
     bare_fields_null = _all_null(e, _ENVELOPE_FIELDS)
     top_keys = F.when(bare_fields_null, F.json_object_keys("value"))
@@ -139,7 +157,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
     body = F.when(wrapped, e["payload"]) \
         .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
-    env = env.select("file", "file_index", "block", "row", "value", "flaw", "_top",
+    env = env.select("file", "file_index", "block", "row", "value", "flaw", "_many", "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
                      wrapped.alias("_wrapped"),
                      F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
@@ -150,7 +168,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
                               F.json_object_keys(F.get_json_object("value", "$.payload")))
                        .otherwise(F.col("_top")))
     items = env.select(
-        "file", "file_index", "block", "row", "flaw", "schema", "_null_line", "_kafka",
+        "file", "file_index", "block", "row", "flaw", "schema", "_many", "_null_line", "_kafka",
         "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
         _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
@@ -251,7 +269,8 @@ def _classify(items: DataFrame) -> DataFrame:
         (F.coalesce(F.exists(collections, lambda c: c["event_count"].isNull()), F.lit(False)),
          "bad: data_collections entry"),
     )
-    problem = (F.when(F.col("_kafka"), "unsupported: a Kafka record dump")
+    problem = (F.when(F.col("_many"), "bad: more than one JSON value on the line")
+               .when(F.col("_kafka"), "unsupported: a Kafka record dump")
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
     return items.select(

@@ -77,6 +77,7 @@ from changelake.spark.changefeed.keyed import (
     checkpoint,
     convert,
     first_problem,
+    partitions_for,
     typed_events,
 )
 from changelake.spark.changefeed.parse import ENVELOPE, parse_items
@@ -185,6 +186,7 @@ def _facts() -> list[Column]:
     change = F.col("kind") == "change"
     return [
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
+        F.count(F.when(change, 1)).alias("changes"),
         # Two tables or one: the least and the greatest name differ or not (a distinct count
         # is no aggregate an observation can run).
         F.min(F.when(change, F.col("table"))).alias("table"),
@@ -271,15 +273,17 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
     return out
 
 
-def checked_events(events: DataFrame, keys: int) -> DataFrame:
-    """Keyed events as `convert` reads them: shuffled by key once (`by_key`) into a checkpoint
-    that keeps that partitioning, and checked (a key problem, or two rows for one key at one
-    position, is `Unsupported`) by an aggregate that does not shuffle them again. Only the
+def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
+    """Keyed events as `convert` reads them: shuffled by key once (`by_key`, into partitions
+    for about `size` events: `partitions_for`) into a checkpoint that keeps that
+    partitioning, and checked (a key problem, or two rows for one key at one position, is
+    `Unsupported`) by an aggregate that does not shuffle them again. Only the
     columns the check and the conversion read are shuffled and stored (the lines' places are
     `marks`'); a later step that needs another column must be added to `wanted`."""
     wanted = [f"k{i}" for i in range(keys)] + [
         "time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem"]
-    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys)))
+    partitions = partitions_for(events.sparkSession, size)
+    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys, partitions)))
     problem = _guard(lambda: first_problem(checked, keys).first())["problem"]
     if problem is not None:
         raise Unsupported(problem)
@@ -287,10 +291,10 @@ def checked_events(events: DataFrame, keys: int) -> DataFrame:
 
 
 def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                   state: DataFrame | None) -> DataFrame:
+                   state: DataFrame | None, size: int) -> DataFrame:
     """Keyed events checked (`checked_events`) and converted with windows by key, joined with
     the table's rows (`keyed.convert`): neither shuffles them again."""
-    return convert(checked_events(events, len(keys)), columns, keys, state)
+    return convert(checked_events(events, len(keys), size), columns, keys, state)
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,7 @@ class Timed:
     columns: list[ColumnSpec]  # the table's columns and how each image value is read
     frontier: int | None  # None: closed
     marks: DataFrame  # see `Converted.marks`
+    size: int  # the changes parsed: the most `changes` can hold, before keys move
 
 
 def debezium_timed(spark: SparkSession, lines: Lines, *,
@@ -337,7 +342,7 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
         timed = timed.where(F.col("time") >= since)
-    return Timed(timed, columns, frontier, marks)
+    return Timed(timed, columns, frontier, marks, int(facts["changes"]))
 
 
 def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
@@ -357,7 +362,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
         return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
                 batch.marks)
     events = typed_events(batch.changes, batch.columns, keys)
-    converted = _convert_keyed(events, batch.columns, keys, state)
+    converted = _convert_keyed(events, batch.columns, keys, state, batch.size)
     steps.done("events + ties")
     return converted, batch.frontier, batch.marks
 
@@ -414,7 +419,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     events = with_content(events)
     # Converted into a checkpoint, which the lake commit's write reads: measured no slower
     # than converting inside the write (benchmarks/README.md).
-    return (_guard(lambda: stored(_convert_keyed(events, columns, keys, state))),
+    size = facts.timed + facts.untimed
+    return (_guard(lambda: stored(_convert_keyed(events, columns, keys, state, size))),
             frontier, marks)
 
 

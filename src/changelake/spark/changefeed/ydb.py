@@ -57,6 +57,7 @@ from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
 from changelake.spark.changefeed.keyed import ColumnSpec
+from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
 
@@ -77,10 +78,7 @@ _PAIR = rf"\[{_WS}{_UINT}{_WS},{_WS}{_UINT}{_WS}\]"
 _KINDS = {"Bool": "(?:true|false)", "Uint64": _UINT, "Float": _NUMBER, "Double": _NUMBER,
           "Utf8": _STRING, "Uuid": _STRING} | {t: _INT for t in INTS}
 #: The options that make `from_json` refuse what orjson refuses among the simple lines' values.
-_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt",
-            "allowNonNumericNumbers": "false", "allowSingleQuotes": "false",
-            "allowNumericLeadingZeros": "false", "allowUnquotedControlChars": "false",
-            "allowBackslashEscapingAnyCharacter": "false", "allowComments": "false"}
+_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt", **STRICT}
 
 
 def ydb_columns(schema: TableSchema, keys: Sequence[str]) -> list[ColumnSpec]:
