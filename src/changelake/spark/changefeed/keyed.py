@@ -152,9 +152,9 @@ TIED = "unsupported: two rows for one key at one position"
 
 
 #: The keyed events one partition holds, about, at most. `convert`'s windows sort a
-#: partition's events, so with a fixed number of partitions a task's sort grew with the
-#: batch: at 11M Debezium events in 8 partitions the driver's heap went to its cap, in 48 it
-#: stayed within 1.25x of the 1.1M figure (benchmarks/README.md).
+#: partition's events, so with a fixed number of partitions each task's sort (its memory, its
+#: spills) grew with the batch: 11M Debezium events in the session's 8 partitions are 1.4M
+#: events a task. Measured neither faster nor slower at 1.1M and 11M (benchmarks/README.md).
 EVENTS_PER_PARTITION = 200_000
 
 
