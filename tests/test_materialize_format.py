@@ -54,6 +54,23 @@ def test_seed000_lenient_sets_the_line_aside_and_keeps_the_rest() -> None:
     assert got.updates == SEED000_HISTORY[:1] and got.frontier == Antichain([5])
 
 
+def test_a_byte_order_mark_opening_a_file_is_dropped_and_elsewhere_is_bad_json() -> None:
+    """A file may open with a UTF-8 BOM (Spark's text reader drops it there too); on any other
+    line, or as a record of an iterable (Kafka values are not files), it is bad JSON."""
+    schema = CdcSchema.from_json(seed002_schema())
+    text = seed002_changefeed().encode()
+    plain = list(read_json_lines(io.BytesIO(text), name="f", schema=schema))
+    assert list(read_json_lines(io.BytesIO(b"\xef\xbb\xbf" + text), name="f",
+                                schema=schema)) == plain
+    first, rest = text.split(b"\n", 1)
+    for source, line in [(io.BytesIO(first + b"\n\xef\xbb\xbf" + rest), 2),
+                         ([b"\xef\xbb\xbf" + first], 1)]:
+        with pytest.raises(InputError) as info:
+            list(read_json_lines(source, name="f", schema=schema))
+        assert info.value.location == Location("f", line)
+        assert "byte order mark" in str(info.value)
+
+
 def test_seed000_decodes_to_the_history_it_describes() -> None:
     schema = CdcSchema.from_json(seed000_schema())
     text = seed000_changefeed().replace("{{", "{", 1)

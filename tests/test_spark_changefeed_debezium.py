@@ -457,10 +457,15 @@ def test_json_orjson_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
     path = tmp_path / "feed.jsonl"
     path.write_bytes(b"\n".join([_change_line(110, 1, "a"), _change_line(120, 2, "b"), bad,
                                  _change_line(150, 5, "e")]) + b"\n")
+    _both_refuse(spark, path, "feed.jsonl, line 3: ")
+
+
+def _both_refuse(spark: Any, path: Path, place: str) -> None:
+    """The encoder refuses `path` naming `place`, and the Spark path with the same words."""
     with pytest.raises(ChangefeedError) as encoder:
         list(encode_changefeed([path], source="debezium", keys=["id"], table_schema=None,
                                close=True, lenient=False))
-    assert "feed.jsonl, line 3: " in str(encoder.value)
+    assert place in str(encoder.value)
     with pytest.raises(ChangefeedError) as spark_error:
         convert_frames(spark, [path], "debezium", ["id"], None, close=True)
     assert str(spark_error.value) == str(encoder.value)
@@ -482,10 +487,4 @@ def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
     assert len(python_updates(messages)) == 3
     inner = tmp_path / "inner.jsonl"
     inner.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1], lines[2]]) + b"\n")
-    with pytest.raises(ChangefeedError) as encoder:
-        list(encode_changefeed([inner], source="debezium", keys=["id"], table_schema=None,
-                               close=True, lenient=False))
-    assert "inner.jsonl, line 2: " in str(encoder.value)
-    with pytest.raises(ChangefeedError) as spark_error:
-        convert_frames(spark, [inner], "debezium", ["id"], None, close=True)
-    assert str(spark_error.value) == str(encoder.value)
+    _both_refuse(spark, inner, "inner.jsonl, line 2: ")
