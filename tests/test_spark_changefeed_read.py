@@ -170,3 +170,35 @@ def test_a_codec_only_spark_reads_is_refused_by_both_and_a_broken_gz_is_named(
                               table_schema=None, close=True, lenient=False)
     with pytest.raises(InputError, match=rf"^{broken}: cannot read: "):
         convert_frames(spark, [broken], "debezium", ["id"], None, close=True)
+
+
+def test_a_file_spark_would_skip_by_its_name_is_read_when_named(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """Spark's listing skips a file named `.x` or `_x` even when it is named itself: its lines
+    were lost without a word, where the encoder reads them. Named, such a file is read (inside
+    a named directory it stays skipped, on both paths: `expand_paths`)."""
+    hidden, staged = tmp_path / ".feed.jsonl", tmp_path / "_feed.jsonl"
+    inner = tmp_path / "_staging" / "feed.jsonl"
+    inner.parent.mkdir()
+    for i, path in enumerate([hidden, staged, inner]):
+        path.write_bytes(GOOD + b"\n" * (i + 1) + GOOD + b"\n")
+    lines = read_lines(spark, [str(hidden), str(staged), str(inner)])
+    assert sorted((r["file"], r["line"]) for r in lines.numbered().collect()) == sorted(
+        (str(path), n) for i, path in enumerate([hidden, staged, inner]) for n in (1, i + 2))
+
+
+def test_a_copy_in_progress_is_refused_by_both_paths(spark: Any, tmp_path: Path) -> None:
+    """A name ending `._COPYING_` Spark skips whatever it is told: both paths refuse it by
+    name, rather than the Spark path reading nothing of it."""
+    from changelake.errors import InputError
+    from changelake.spark.changefeed.pipeline import convert_frames
+
+    copying = tmp_path / "feed.jsonl._COPYING_"
+    copying.write_bytes(_feed(20))
+    with pytest.raises(InputError) as local:
+        encode_changefeed_job([str(copying)], io.BytesIO(), source="debezium", keys=["id"],
+                              table_schema=None, close=True, lenient=False)
+    with pytest.raises(InputError) as on_spark:
+        convert_frames(spark, [copying], "debezium", ["id"], None, close=True)
+    assert str(local.value) == str(on_spark.value)
+    assert str(local.value).startswith(f"{copying}: named ._COPYING_, a copy in progress")

@@ -15,7 +15,8 @@ changefeeds) reads its lines here, so a hostile file meets the same two limits e
 Changefeed files are read as Spark's text reader reads them (`open_changefeed`): a file named
 `.gz` or `.bz2` is decompressed, and one named for a codec only Hadoop has (`.deflate`, `.lz4`,
 `.snappy`, `.zst`) is refused, on both paths, so that the local encoder and the Spark path
-read the same lines.
+read the same lines; so is a file named as a copy in progress (`COPYING`), which Spark would
+skip, and a `BOM` opening a file is dropped, as Spark drops it.
 """
 
 from __future__ import annotations
@@ -41,9 +42,18 @@ COMPRESSED: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".deflate": No
                               ".lz4": None, ".snappy": None, ".zst": None}
 
 
-def unreadable_compression(path: str | Path) -> str | None:
-    """Why a changefeed file cannot be read (its name says a codec only Hadoop reads), or
-    None."""
+#: The end of a name Spark's file listing skips whatever a read asks (Hadoop's name for a copy
+#: in progress), so that no path reads such a file. (The names it skips by default, starting
+#: with `.` or `_`, the Spark path reads: `spark.changefeed.read.read_lines`.)
+COPYING = "._COPYING_"
+
+
+def unreadable(path: str | Path) -> str | None:
+    """Why a changefeed file cannot be read (its name says a codec only Hadoop reads, or a
+    copy in progress), or None."""
+    if str(path).endswith(COPYING):
+        return (f"named {COPYING}, a copy in progress, which Spark's reader skips: rename it "
+                "once the copy is done")
     for suffix, opener in COMPRESSED.items():
         if str(path).endswith(suffix) and opener is None:
             return (f"compressed as {suffix} (by its name), which only Spark's reader would "
@@ -55,7 +65,7 @@ def open_changefeed(path: str | Path) -> IO[bytes]:
     """A changefeed file's bytes, decompressed as Spark's text reader decompresses them. Raises
     `ValueError` for a codec only Hadoop reads; `OSError`, `EOFError` or `zlib.error` come
     later, from reading a corrupt compressed file."""
-    reason = unreadable_compression(path)
+    reason = unreadable(path)
     if reason is not None:
         raise ValueError(reason)
     for suffix, opener in COMPRESSED.items():

@@ -1,6 +1,7 @@
 """Step 1, read: changefeed files into rows on the executors, in the order the encoder reads.
 
-The promise: every non-blank line of every file, once (a line is blank when it is only
+The promise: every non-blank line of every file, once, whatever the file's name (Spark's listing
+skips `.x` and `_x` unless told not to; a line is blank when it is only
 whitespace, `bytes.strip()`'s set), with the file as the caller named it (`file`, and its place
 in the caller's list, `file_index`) and its place in the file: `block` (the byte offset of the
 file split it was read in) and `row` (increasing within a split). `(file_index, block, row)`
@@ -50,7 +51,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
-from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable_compression
+from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable
 from changelake.spark.session import stored
 
 _BLANK = r"^\s*$"
@@ -144,7 +145,7 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     if not files:
         raise InputError("no input files")
     for f in files:
-        reason = unreadable_compression(f)
+        reason = unreadable(f)
         if reason is not None:  # the local encoder refuses it too (`formats.lines`)
             raise InputError(reason, Location(str(f)))
     names = spark.createDataFrame(
@@ -153,8 +154,10 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     # Each file once (Spark reads a path named twice twice, and `a/../a/f` and `a/f` are two
     # paths to it); a file named twice is then joined to both of its names, so its lines come
     # twice, as the encoder reads them.
-    raw = spark.read.text(list(dict.fromkeys(os.path.abspath(str(f)) for f in files)),
-                          lineSep="\n").select(
+    # Spark's listing skips a file named `.x` or `_x` even when named itself, which would lose
+    # its lines without a word: a skipping pattern that matches nothing reads it (Spark 4.3).
+    raw = spark.read.option("ignoredPathSegmentRegex", "(?!)").text(
+        list(dict.fromkeys(os.path.abspath(str(f)) for f in files)), lineSep="\n").select(
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
