@@ -202,3 +202,16 @@ def test_a_copy_in_progress_is_refused_by_both_paths(spark: Any, tmp_path: Path)
         convert_frames(spark, [copying], "debezium", ["id"], None, close=True)
     assert str(local.value) == str(on_spark.value)
     assert str(local.value).startswith(f"{copying}: named ._COPYING_, a copy in progress")
+
+
+def test_a_name_spark_would_take_for_a_glob_pattern_is_that_file(spark: Any,
+                                                                 tmp_path: Path) -> None:
+    """Spark globs the paths it is given: `x*.jsonl` also read `xy.jsonl` (whose lines then
+    stopped the read), and `q[1].jsonl` or a name with a backslash were not found. The caller
+    names files, so each name is the one file."""
+    names = ["x*.jsonl", "q[1].jsonl", "b{a,b}.jsonl", "back\\slash.jsonl", "what?.jsonl"]
+    for name in [*names, "xy.jsonl", "q1.jsonl", "ba.jsonl", "whatX.jsonl"]:
+        (tmp_path / name).write_bytes(GOOD + b"\n")
+    lines = read_lines(spark, [str(tmp_path / name) for name in names])
+    assert sorted((r["file"], r["line"]) for r in lines.numbered().collect()) == \
+        sorted((str(tmp_path / name), 1) for name in names)

@@ -1,7 +1,7 @@
 """Step 1, read: changefeed files into rows on the executors, in the order the encoder reads.
 
 The promise: every non-blank line of every file, once, whatever the file's name (Spark's listing
-skips `.x` and `_x` unless told not to; a line is blank when it is only
+would skip `.x` and `_x`, and take `*?[{\\` for a glob; a line is blank when it is only
 whitespace, `bytes.strip()`'s set), with the file as the caller named it (`file`, and its place
 in the caller's list, `file_index`) and its place in the file: `block` (the byte offset of the
 file split it was read in) and `row` (increasing within a split). `(file_index, block, row)`
@@ -44,6 +44,7 @@ job rather than being named.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -132,6 +133,14 @@ class Lines:
         raise ChangefeedError("not UTF-8 text", where)  # Spark and Python disagree: say so
 
 
+def _literal(path: str) -> str:
+    """`path` as a Hadoop glob pattern that matches only itself. Spark globs the paths it
+    reads, so `x*.jsonl` also read `xy.jsonl` and `q[1].jsonl` found no file, where the caller
+    names one file. (Its internal `__globPaths__` option turns globbing off, but then reads
+    every file once per path named.)"""
+    return re.sub(r"([\\*?\[\]{}])", r"\\\1", path)
+
+
 def _local_path(uri: Column) -> Column:
     """The local path of a `file:` URI as Spark writes `_metadata.file_path` (`file:/a%20b`):
     percent escapes decoded, and a `+` kept (`url_decode` is a form decoder, which reads `+`
@@ -156,8 +165,10 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     # twice, as the encoder reads them.
     # Spark's listing skips a file named `.x` or `_x` even when named itself, which would lose
     # its lines without a word: a skipping pattern that matches nothing reads it (Spark 4.3).
-    raw = spark.read.option("ignoredPathSegmentRegex", "(?!)").text(
-        list(dict.fromkeys(os.path.abspath(str(f)) for f in files)), lineSep="\n").select(
+    # And it takes each name for a glob pattern (`_literal`).
+    reader = spark.read.option("ignoredPathSegmentRegex", "(?!)")
+    raw = reader.text([_literal(p) for p in dict.fromkeys(os.path.abspath(str(f)) for f in files)],
+                      lineSep="\n").select(
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
