@@ -110,6 +110,27 @@ def test_ingest_debezium(spark, lake, tmp_path):
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne"), (3, "cyd")}
 
 
+def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark, lake,
+                                                                           tmp_path):
+    """Heartbeats, tombstones and transaction boundaries carry no row: into a new table they
+    are refused in one line (nothing says its columns), into an existing one they commit
+    nothing, as the encoder converts them to nothing."""
+    from changelake.errors import InputError
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"ts_ms": 5}\nnull\n{"status": "BEGIN", "id": "9", "event_count": null}\n')
+    name = f"dbz_{uuid.uuid4().hex[:8]}.t"
+    with pytest.raises(InputError, match=r"no row images in the input .* no --schema"):
+        commands.ingest(lake, name, [empty], key=["id"], source="debezium")
+    assert not spark.catalog.tableExists(name)
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text(debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1) + "\n")
+    commands.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
+    report = commands.ingest(lake, name, [empty], key=["id"], source="debezium", close=True)
+    assert report.commit.written == 0
+    assert {tuple(r) for r in spark.table(name).collect()} == {(1, "ann")}
+
+
 def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     """A Debezium file's last transaction cannot be known complete: ingest leaves it out and
     says why; with close (the input is the whole feed) it is committed, exactly once."""

@@ -488,3 +488,18 @@ def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
     inner = tmp_path / "inner.jsonl"
     inner.write_bytes(b"\n".join([lines[0], b"\xef\xbb\xbf" + lines[1], lines[2]]) + b"\n")
     _both_refuse(spark, inner, "inner.jsonl, line 2: ")
+
+
+@pytest.mark.parametrize("close", [False, True])
+def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
+        spark: Any, tmp_path: Path, close: bool) -> None:
+    """Heartbeats, tombstones, transaction boundaries, blank lines: no columns to check the
+    key against, and nothing to convert (the old path used to refuse the key)."""
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b'{"ts_ms": 5}\nnull\n\n'
+                     b'{"status": "BEGIN", "id": "9", "event_count": null}\n')
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=close)
+    expected = collect(encode_changefeed([path], source="debezium", keys=["id"],
+                                         table_schema=None, close=close, lenient=False))
+    assert got.changes.count() == 0 and not expected.updates
+    assert got.frontier == (None if close else expected.frontier.elements[0])

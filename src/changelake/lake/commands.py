@@ -210,6 +210,10 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                                                  key, schema, state=state,
                                                  since=committed if existing else None,
                                                  close=close)
+            if not existing and not changes.schema["data"].dataType.fields:
+                raise InputError("no row images in the input (only heartbeats, tombstones or "
+                                 "transaction boundaries), and no --schema to type the "
+                                 "table's columns")
             # Changefeed times are log positions (sparse), so no gap can be told from the
             # times; the input is taken to continue the committed history (Debezium
             # re-delivers from the committed offset), and what is before the committed

@@ -156,7 +156,9 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
     from pyspark.sql import functions as F
 
     names = [n for n, _ in columns]
-    stored = KeyedConverter(options, columns=names).output_columns  # raises on bad key columns
+    # Raises on bad key columns; a batch without a row image (heartbeats, tombstones) has no
+    # columns to check, and nothing to convert, as for the encoder.
+    stored = KeyedConverter(options, columns=names).output_columns if names else ()
     truncates = tuple(change_at(r["item"], r["time"]) for r in
                       changes.where(F.col("op") == Op.TRUNCATE.value)
                       .select("item", "time").collect())
