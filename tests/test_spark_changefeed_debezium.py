@@ -415,21 +415,21 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     from changelake.spark.changefeed import keyed
     from changelake.spark.changefeed.pipeline import checked_events, debezium_timed
     from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.session import settings
 
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
-    configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    assert keyed.partitions_for(spark, 0) == configured
-    assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * configured) == configured
-    assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * configured + 1) \
-        == configured + 1
-    monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 2)
-    batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
-                           table_schema=TableSchema.from_json(PG_TABLE))
-    assert batch.size >= batch.changes.count() and batch.size > 2 * configured
-    events = checked_events(keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
-                            batch.size)
-    assert events.rdd.getNumPartitions() == -(-batch.size // 2)
-    check(spark, paths, tmp_path, PG_TABLE, close=False)
+    with settings(spark, {"spark.sql.shuffle.partitions": "3"}):
+        assert keyed.partitions_for(spark, 0) == 3
+        assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * 3) == 3
+        assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * 3 + 1) == 4
+        monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 2)
+        batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
+                               table_schema=TableSchema.from_json(PG_TABLE))
+        assert batch.size >= batch.changes.count() and batch.size > 2 * 3
+        events = checked_events(keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
+                                batch.size)
+        assert events.rdd.getNumPartitions() == -(-batch.size // 2)
+        check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 
 def _change_line(lsn: int, key: int, name: str) -> bytes:
