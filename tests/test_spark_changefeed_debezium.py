@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -503,3 +504,47 @@ def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
                                          table_schema=None, close=close, lenient=False))
     assert got.changes.count() == 0 and not expected.updates
     assert got.frontier == (None if close else expected.frontier.elements[0])
+
+
+def _amounts(path: Path, values: Sequence[str]) -> Path:
+    """A feed of inserts whose `amount` values are the JSON texts `values`, one a line."""
+    source = '{"connector":"postgresql","lsn":%d,"txId":%d,"snapshot":"false"}'
+    path.write_bytes(b"\n".join(
+        f'{{"op":"c","before":null,"after":{{"id":{i},"amount":{v}}},"source":{source}}}'
+        .replace("%d", str(100 + i)).encode() for i, v in enumerate(values)) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("value", ["1e400", "-1e400", "99999999999999999999",
+                                   "-9223372036854775809", "18446744073709551615", "1E2",
+                                   "-0.0"])
+def test_numbers_at_the_edges_convert_as_the_encoder_converts_them(spark: Any, tmp_path: Path,
+                                                                   value: str) -> None:
+    """orjson refuses a number beyond a double and reads an integer beyond 64 bits as a
+    float; `from_json` reads the one as an infinity and the other exactly: the Spark path
+    must give the encoder's updates, or its refusal."""
+    path = _amounts(tmp_path / "feed.jsonl", ["1", value, "2"])
+    try:
+        messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                          table_schema=None, close=True, lenient=False))
+    except ChangefeedError as refused:
+        with pytest.raises(ChangefeedError) as on_spark:
+            convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+        assert str(on_spark.value) == str(refused)
+        return
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert spark_updates(got.changes) == python_updates(messages)
+
+
+@pytest.mark.parametrize("values", [("1", '"x"', "2"), ("1", "true", "2"), ('"a"', "1.5", '"b"'),
+                                    ('"a"', "[1]", '"b"'), ('"a"', '{"b": 1}', '"c"')])
+def test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text(
+        spark: Any, tmp_path: Path, values: tuple[str, ...]) -> None:
+    """A lake column has one type. `from_json` reads a number into a string column as its
+    text (and Spark's inference makes a column of numbers and strings a string one), so `1`
+    became "1"; the old path's rule holds instead: the first value's kind is the column's, and
+    another is a bad line."""
+    path = _amounts(tmp_path / "feed.jsonl", values)
+    with pytest.raises(ChangefeedError,
+                       match=r"feed.jsonl, line 2: column amount of the after image is .*, not a"):
+        convert_frames(spark, [path], "debezium", ["id"], None, close=True)

@@ -52,6 +52,39 @@ def _parsed(raw: Column, columns: Sequence[ColumnSpec]) -> Column:
     return F.from_json(raw, ", ".join(f"`{c.name}` {c.raw_type}" for c in columns), FAILFAST)
 
 
+def _first_char(raw: Column, name: str) -> Column:
+    """The first character of the value of field `name` in the image text `raw` (null when
+    the image has no such field). `raw` is Spark's re-written text of the image, so the name
+    is spelled as JSON escapes it and the value follows the colon at once; inside a string
+    value the name's quotes are escaped, so the first `"name":` is the field's."""
+    field = '"' + json.dumps(name, ensure_ascii=False)[1:-1] + '":'
+    at = F.locate(field, raw)
+    return F.when(at > 0, raw.substr(at + len(field), F.lit(1)))
+
+
+def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
+    """What `from_json` reads into a plain column that the old path and orjson refuse: a
+    number, boolean, array or object read into a string column as its text (the old path
+    refuses a value of another kind than its column's), a number beyond a double read as an
+    infinity (orjson refuses the line; the text "Infinity" is one), and an integer beyond 64
+    bits read exactly (orjson reads it as a float). None: nothing to refuse."""
+    if c.with_schema.kind != "plain" or c.without_schema.kind != "plain":
+        return None
+    if c.raw_type == "string":
+        first = _first_char(raw, c.name)
+        return F.when(first.isNotNull() & ~first.isin('"', "n"),
+                      f"column {c.name}: a value that is not a JSON string")
+    if c.raw_type == "double":
+        infinite = (value == F.lit(float("inf"))) | (value == F.lit(float("-inf")))
+        return F.when(infinite & (_first_char(raw, c.name) != '"'),
+                      f"column {c.name}: a number beyond a double")
+    if c.raw_type == "decimal(20,0)":  # orjson reads an integer outside these as a float
+        outside = (value < F.lit(str(-(2**63))).cast("decimal(20,0)")) \
+            | (value > F.lit(str(2**64 - 1)).cast("decimal(20,0)"))
+        return F.when(outside, f"column {c.name}: an integer beyond 64 bits")
+    return None
+
+
 def _image(raw: Column, parsed: Column, has_schema: Column,
            columns: Sequence[ColumnSpec]) -> list[Column]:
     """(value, unchanged flag) columns of one image (`raw`, and `parsed`: its `_parsed`
@@ -71,6 +104,9 @@ def _image(raw: Column, parsed: Column, has_schema: Column,
                                + r'"\s*:\s*[-0-9]')
             decoded = F.when(number, F.raise_error(F.lit(
                 f"column {c.name}: a decimal written as a JSON number"))).otherwise(decoded)
+        refused = _refused(raw, value, c)
+        if refused is not None:
+            decoded = F.when(refused.isNotNull(), F.raise_error(refused)).otherwise(decoded)
         flag = unchanged(value) if c.raw_type == "string" else F.lit(False)
         flag = F.coalesce(flag, F.lit(False))
         out += [F.when(~flag, decoded).cast(c.out_type), flag]

@@ -35,7 +35,10 @@ unless said): a snapshot row read after a transaction that metadata finished is 
 transaction's time, not one above (`times.py`); a change arriving after a later time was
 finished is converted, not refused; the table's rows are not checked for one row per key (the
 old path checks); a source field of the wrong JSON kind where both read the same text (e.g.
-`"snapshot": 1`) is accepted (this path only).
+`"snapshot": 1`) is accepted, and so is a number beyond a double in a field no step reads
+(`ts_ms`), which orjson refuses (this path only). An image value of another JSON kind than its
+column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
+path (`keyed._refused`), which holds the first value's kind to be the column's.
 
 `ydb_changes` converts a keyed YDB JSON batch the same way: parsed with one typed `from_json`
 against the table schema's types where a line is provably simple, with the VARIANT parse
