@@ -155,13 +155,7 @@ def test_a_codec_only_spark_reads_is_refused_by_both_and_a_broken_gz_is_named(
 
     zst = tmp_path / "feed.jsonl.zst"
     zst.write_bytes(b"\x28\xb5\x2f\xfd")
-    with pytest.raises(InputError) as local:
-        encode_changefeed_job([str(zst)], io.BytesIO(), source="debezium", keys=["id"],
-                              table_schema=None, close=True, lenient=False)
-    with pytest.raises(InputError) as on_spark:
-        convert_frames(spark, [zst], "debezium", ["id"], None, close=True)
-    assert str(local.value) == str(on_spark.value)
-    assert str(local.value).startswith(f"{zst}: compressed as .zst")
+    _both_refuse(spark, zst, f"{zst}: compressed as .zst")
 
     broken = tmp_path / "feed.jsonl.gz"
     broken.write_bytes(gzip.compress(_feed(200))[:300])
@@ -190,18 +184,23 @@ def test_a_file_spark_would_skip_by_its_name_is_read_when_named(spark: Any,
 def test_a_copy_in_progress_is_refused_by_both_paths(spark: Any, tmp_path: Path) -> None:
     """A name ending `._COPYING_` Spark skips whatever it is told: both paths refuse it by
     name, rather than the Spark path reading nothing of it."""
+    copying = tmp_path / "feed.jsonl._COPYING_"
+    copying.write_bytes(_feed(20))
+    _both_refuse(spark, copying, f"{copying}: named ._COPYING_, a copy in progress")
+
+
+def _both_refuse(spark: Any, path: Path, start: str) -> None:
+    """The local encoder and the Spark path refuse `path` with one message, starting so."""
     from changelake.errors import InputError
     from changelake.spark.changefeed.pipeline import convert_frames
 
-    copying = tmp_path / "feed.jsonl._COPYING_"
-    copying.write_bytes(_feed(20))
     with pytest.raises(InputError) as local:
-        encode_changefeed_job([str(copying)], io.BytesIO(), source="debezium", keys=["id"],
+        encode_changefeed_job([str(path)], io.BytesIO(), source="debezium", keys=["id"],
                               table_schema=None, close=True, lenient=False)
     with pytest.raises(InputError) as on_spark:
-        convert_frames(spark, [copying], "debezium", ["id"], None, close=True)
+        convert_frames(spark, [path], "debezium", ["id"], None, close=True)
     assert str(local.value) == str(on_spark.value)
-    assert str(local.value).startswith(f"{copying}: named ._COPYING_, a copy in progress")
+    assert str(local.value).startswith(start)
 
 
 def test_a_name_spark_would_take_for_a_glob_pattern_is_that_file(spark: Any,
