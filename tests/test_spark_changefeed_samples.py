@@ -19,13 +19,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # ~11 Spark conversions and 
 
 #: Where the Spark path (the old one: these batches are handed to it) still disagrees with the
 #: encoder. Strict xfails: each must start passing when its cause is fixed.
-_NO_ROWS = ("no row in the feed: with close, the encoder raises 'key columns [id] are not among "
-            "the output columns []', the old path returns an empty batch")
 KNOWN = {
-    "dbz-doc-mysql-key-with-schema.jsonl": _NO_ROWS,
-    "dbz-doc-mysql-schema-change-topic.jsonl": _NO_ROWS,
-    "dbz-doc-mysql-transaction-metadata.jsonl": _NO_ROWS,
-    "dbz-doc-pg-transaction-metadata.jsonl": _NO_ROWS,
     "derived-dbz-doc-mysql-payloads-schemaless.jsonl": (
         "a change below a finished time: the encoder refuses it, the old path does not check "
         "(documented in spark/changefeed/udf/)"),
