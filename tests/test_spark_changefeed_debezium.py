@@ -537,7 +537,8 @@ def test_numbers_at_the_edges_convert_as_the_encoder_converts_them(spark: Any, t
 
 
 @pytest.mark.parametrize("values", [("1", '"x"', "2"), ("1", "true", "2"), ('"a"', "1.5", '"b"'),
-                                    ('"a"', "[1]", '"b"'), ('"a"', '{"b": 1}', '"c"')])
+                                    ('"a"', "[1]", '"b"'), ('"a"', '{"b": 1}', '"c"'),
+                                    ('"a"', '"b","amount":5', '"c"')])
 def test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text(
         spark: Any, tmp_path: Path, values: tuple[str, ...]) -> None:
     """A lake column has one type. `from_json` reads a number into a string column as its

@@ -56,10 +56,10 @@ def _first_char(raw: Column, name: str) -> Column:
     """The first character of the value of field `name` in the image text `raw` (null when
     the image has no such field). `raw` is Spark's re-written text of the image, so the name
     is spelled as JSON escapes it and the value follows the colon at once; inside a string
-    value the name's quotes are escaped, so the first `"name":` is the field's."""
+    value the name's quotes are escaped, so every `"name":` is the field's, and the last one
+    is the value `from_json` reads (and orjson: a repeated name's last value wins)."""
     field = '"' + json.dumps(name, ensure_ascii=False)[1:-1] + '":'
-    at = F.locate(field, raw)
-    return F.when(at > 0, raw.substr(at + len(field), F.lit(1)))
+    return F.when(raw.contains(field), F.substring(F.substring_index(raw, field, -1), 1, 1))
 
 
 def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
