@@ -461,6 +461,44 @@ def test_json_orjson_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
     _both_refuse(spark, path, "feed.jsonl, line 3: ")
 
 
+def _sequence_feed(path: Path, sequence: str) -> Path:
+    """Three inserts at increasing times; the second's `source.sequence` is `sequence`, a text
+    that reads as `[5, 130]` where it reads at all."""
+    def line(seq: str, lsn: int, key: int) -> bytes:
+        return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
+                             "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
+                                        "snapshot": "false", "sequence": seq}})
+    path.write_bytes(b"\n".join([line('["0","110"]', 110, 1), line(sequence, 130, 2),
+                                 line('["130","140"]', 140, 3)]) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("sequence", ['["-5","130"]', '[" 5","130"]', '["+5","130"]',
+                                      '["5","130","7"]', '["","130"]', '[5.5,130]'])
+def test_a_sequence_the_encoder_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
+                                                               sequence: str) -> None:
+    """A cast reads `"-5"`, `" 5"` and `"+5"` as numbers; the encoder reads an LSN as
+    digits only. The JVM path converted such a line (at time -5, for the first)."""
+    _both_refuse(spark, _sequence_feed(tmp_path / "feed.jsonl", sequence),
+                 "feed.jsonl, line 2: ")
+
+
+@pytest.mark.parametrize("sequence", ['[5,130]', '[ "5" , "130" ]', '["\\u0035","130"]',
+                                      '["005","130"]', '[null,null]'])
+def test_a_sequence_in_another_shape_converts_as_the_encoder_reads_it(
+        spark: Any, tmp_path: Path, sequence: str) -> None:
+    """Numbers, whitespace and escapes are JSON the encoder reads: the batch converts to its
+    updates, on whichever path reads that shape."""
+    path = _sequence_feed(tmp_path / "feed.jsonl", sequence)
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=False)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=False, lenient=False))
+    expected = python_updates(messages)
+    assert spark_updates(got.changes) == expected
+    assert len(expected) == (1 if sequence == "[null,null]" else 2)  # time 130 is open
+    assert got.frontier == collect(iter(messages)).frontier.elements[0]
+
+
 def _both_refuse(spark: Any, path: Path, place: str) -> None:
     """The encoder refuses `path` naming `place`, and the Spark path with the same words."""
     with pytest.raises(ChangefeedError) as encoder:
