@@ -499,6 +499,62 @@ def test_a_sequence_in_another_shape_converts_as_the_encoder_reads_it(
     assert got.frontier == collect(iter(messages)).frontier.elements[0]
 
 
+def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    """An END whose `data_collections` is a JSON string holding the array: the encoder wants
+    the array itself; the JVM path used to parse the text and read the counts from it."""
+    def change(lsn: int, key: int, tx: int) -> bytes:
+        return orjson.dumps({
+            "op": "c", "before": None, "after": {"id": key, "name": "n"},
+            "source": {"connector": "postgresql", "lsn": lsn, "txId": tx, "snapshot": "false",
+                       "sequence": f'["{lsn - 5}","{lsn}"]'},
+            "transaction": {"id": f"{tx}:{lsn}", "total_order": 1}})
+    collections = [{"data_collection": "public.items", "event_count": 1}]
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b"\n".join([
+        orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}), change(110, 1, 7),
+        orjson.dumps({"status": "END", "id": "7", "event_count": 1,
+                      "data_collections": orjson.dumps(collections).decode()}),
+        change(130, 2, 8)]) + b"\n")
+    _both_refuse(spark, path, "feed.jsonl, line 3: data_collections must be an array")
+
+
+def _image_feed(path: Path, second: dict[str, Any]) -> Path:
+    """Three inserts of `id`, `name`; the second's envelope fields are `second`'s."""
+    def line(lsn: int, fields: dict[str, Any]) -> bytes:
+        return orjson.dumps({"op": "c", "before": None, **fields, "source": {
+            "connector": "postgresql", "lsn": lsn, "txId": lsn, "snapshot": "false",
+            "sequence": f'["{lsn - 5}","{lsn}"]'}})
+    path.write_bytes(b"\n".join([line(110, {"after": {"id": 1, "name": "a"}}),
+                                 line(120, second),
+                                 line(130, {"after": {"id": 3, "name": "c"}})]) + b"\n")
+    return path
+
+
+@pytest.mark.parametrize("second", [
+    {"after": orjson.dumps({"id": 2, "name": "b"}).decode()},
+    {"op": "u", "before": orjson.dumps({"id": 2, "name": "a"}).decode(),
+     "after": {"id": 2, "name": "b"}}], ids=["after", "before"])
+def test_an_image_written_as_a_json_string_is_refused_at_its_line(
+        spark: Any, tmp_path: Path, second: dict[str, Any]) -> None:
+    """JSON written into a string twice: Spark reads an object into a text field as its text
+    and a string as its content, so the JVM path read `"after": "{..}"` as the object."""
+    _both_refuse(spark, _image_feed(tmp_path / "feed.jsonl", second), "feed.jsonl, line 2: ")
+
+
+def test_a_column_named_after_holding_text_converts_as_the_encoder_does(
+        spark: Any, tmp_path: Path) -> None:
+    """What the look for a string image also finds: a column named `after` with a string
+    value. The batch converts to the encoder's updates (on the old path)."""
+    path = _image_feed(tmp_path / "feed.jsonl", {"after": {"id": 2, "name": "b"}})
+    path.write_bytes(path.read_bytes().replace(b'"name"', b'"after"'))
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages)
+    assert len(python_updates(messages)) == 3
+
+
 def _both_refuse(spark: Any, path: Path, place: str) -> None:
     """The encoder refuses `path` naming `place`, and the Spark path with the same words."""
     with pytest.raises(ChangefeedError) as encoder:

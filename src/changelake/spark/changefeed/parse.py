@@ -14,16 +14,18 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
   transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
 
 Each line is parsed once against one schema (`ENVELOPE`): the envelope's fields, the `payload`
-of a wrapped line as a struct of the same fields, the `source` block and `data_collections` as
-typed values. The `sequence` text (a JSON string) is read only in the shape Debezium writes it
-(`_SEQUENCE`, without a second JSON parse); any other text sends the batch to the old path,
-which reads it as the encoder does. Images stay JSON text here (`before_raw`, `after_raw`),
-read against the decided column types next (`keyed.typed_images`).
+of a wrapped line as a struct of the same fields, and the `source` block as a typed struct. Only
+the `sequence` text (a JSON string; only in the shape Debezium writes it, `_SEQUENCE`: any other
+sends the batch to the old path, which reads it as the encoder does) and, for transaction
+lines, `data_collections` are parsed again. Images stay JSON text here (`before_raw`,
+`after_raw`), read against the decided column types next (`keyed.typed_images`).
 
-What runs per line after the envelope's `from_json` is expressions Spark compiles (no second
-`from_json`, no lambda function): either of those is evaluated by interpretation and keeps the
-whole projection out of whole-stage code generation, which measured 1.5-2x slower at 1.1M
-lines (benchmarks/README.md).
+Mind the plan's shape when changing these expressions. A `from_json` is evaluated by
+interpretation, which keeps its projection out of whole-stage code generation. Where the last
+projection had none (`data_collections` typed in the envelope, or the sequence read by
+`split`), Spark compiled the whole read and parse into one generated method, too long for the
+JIT (HotSpot compiles none over 8,000 bytes), and the step took 1.6-2x as long at 1.1M lines
+(benchmarks/README.md).
 
 Where the Python parser asks whether a field is present (`in`), this step asks
 `json_object_keys` of the line (the envelope's `payload`, and the keys of a body without
@@ -70,11 +72,11 @@ SOURCE = (
 )
 BODY = (
     "op string, before string, after string, status string, id string, event_count bigint, "
-    "data_collections array<struct<data_collection: string, event_count: bigint>>, "
-    f"source struct<{SOURCE}>, "
+    f"data_collections string, source struct<{SOURCE}>, "
     "transaction struct<id: string, total_order: bigint>"
 )
 ENVELOPE = f"schema string, payload struct<{BODY}>, {BODY}"
+COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
 _BODY_FIELDS = ("op", "before", "after", "status", "id", "event_count", "data_collections",
                 "source", "transaction")
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
@@ -113,16 +115,10 @@ def _problems(*cases: tuple[Column, str]) -> Column:
     return out
 
 
-def _any_null(values: Column) -> Column:
-    """Whether an array of numbers holds a null, without a lambda (see the module docstring):
-    a null joins as `?`, which no number's text holds."""
-    return F.array_join(values.cast("array<string>"), ",", "?").contains("?")
-
-
 def _sequence(raw: Column) -> Column:
-    """`source.sequence` as an array of two texts, each digits or "null"; null where it is not
-    in Debezium's shape (`_SEQUENCE`)."""
-    return F.when(raw.rlike(_SEQUENCE), F.split(F.translate(raw, '[]"', ""), ","))
+    """`source.sequence` as an array of two texts of digits or nulls; null where it is not in
+    Debezium's shape (`_SEQUENCE`)."""
+    return F.when(raw.rlike(_SEQUENCE), F.from_json(raw, "array<string>", FAILFAST))
 
 
 def _tx_id(raw: Column) -> Column:
@@ -150,6 +146,20 @@ def _source_keys(value: Column, wrapped: Column, s: Column) -> Column:
     text = F.when(wrapped, F.get_json_object(value, "$.payload.source")) \
         .otherwise(F.get_json_object(value, "$.source"))
     return F.when(hidden, F.json_object_keys(text))
+
+
+def _string_valued(value: Column, *names: str) -> Column:
+    """Whether a field read into a string field (an image, `data_collections`) may have been a
+    JSON string: `from_json` reads an object or array into a string field as its text, and a
+    string as its content, so `"after": "{..}"` (JSON written into a string twice) would read
+    as the object, where the encoder refuses the line. The line is looked at for a key of one
+    of `names` followed by a string (an image column of that name holding a string is one too,
+    and sends the batch to the old path for nothing). Each pattern opens with a literal, which
+    Java's regular expressions skip to (the images' two cost +0.3 s of the parse at 1.1M)."""
+    out = F.lit(False)
+    for name in names:
+        out = out | value.rlike(f'"{name}"' + r'\s*:\s*"')
+    return out
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
@@ -195,6 +205,9 @@ def parse_items(lines: DataFrame) -> DataFrame:
         "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
         _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
+        _string_valued(F.col("value"), "after", "before").alias("_image_text"),
+        (b["status"].isNotNull() & _string_valued(F.col("value"), "data_collections"))
+        .alias("_collections_text"),
         b["source"].alias("s"))
     return _classify(items)
 
@@ -231,7 +244,7 @@ def _classify(items: DataFrame) -> DataFrame:
     mysql = ~pg & (_present(s, skeys, "file") | _present(s, skeys, "pos"))
     # PostgreSQL
     seq = F.col("_seq")
-    seq0, seq1 = (F.nullif(seq[i], F.lit("null")).cast("bigint") for i in (0, 1))
+    seq0, seq1 = seq[0].cast("bigint"), seq[1].cast("bigint")
     lsn = s["lsn"]
     pg_tx = F.coalesce(tx_id, s["txId"].cast("string"))
     pg_none = seq0.isNull() & seq1.isNull() & lsn.isNull()
@@ -264,7 +277,7 @@ def _classify(items: DataFrame) -> DataFrame:
                    F.when(F.coalesce(s["schema"], s["db"], F.lit("")) != "",
                           F.concat_ws(".", F.coalesce(s["schema"], s["db"]), s["table"]))
                    .otherwise(s["table"]))
-    collections = b["data_collections"]
+    collections = F.from_json(b["data_collections"], COLLECTIONS, FAILFAST)
     negative = F.coalesce(lsn < 0, F.lit(False)) | F.coalesce(s["txId"] < 0, F.lit(False)) | \
         F.coalesce(s["pos"] < 0, F.lit(False)) | F.coalesce(s["row"] < 0, F.lit(False))
     # An object comes back from `from_json` as its text re-written, which starts with `{`.
@@ -284,13 +297,15 @@ def _classify(items: DataFrame) -> DataFrame:
         (image_not_object, "bad: an image that is not an object"),
         ((b["op"] == "d") & b["after"].isNotNull(), "bad: a delete with an after image"),
         (op.isin("c", "r", "u") & b["after"].isNull(), "bad: no after image"),
+        (F.col("_image_text"), "unsupported: an image that may be a JSON string"),
         (position.isNull(), "unsupported: a change without a position"),
     )
     tx_problem = _problems(
+        (F.col("_collections_text"), "unsupported: data_collections that may be a JSON string"),
         (~b["status"].isin("BEGIN", "END"), "bad: transaction status"),
         (b["id"].isNull(), "bad: transaction without an id"),
         ((b["status"] == "END") & b["event_count"].isNull(), "bad: END without event_count"),
-        (F.coalesce(_any_null(collections["event_count"]), F.lit(False)),
+        (F.coalesce(F.exists(collections, lambda c: c["event_count"].isNull()), F.lit(False)),
          "bad: data_collections entry"),
     )
     problem = (F.when(F.col("_many"), "bad: more than one JSON value on the line")
