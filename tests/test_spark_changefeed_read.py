@@ -109,7 +109,7 @@ def test_a_line_of_a_file_no_input_names_fails_loudly(spark: Any, tmp_path: Path
 
     path = tmp_path / "f.jsonl"
     path.write_bytes(GOOD + b"\n")
-    monkeypatch.setattr(read, "_local_path", lambda uri: F.concat(uri, F.lit("-elsewhere")))
+    monkeypatch.setattr(read, "local_path_column", lambda uri: F.concat(uri, F.lit("-elsewhere")))
     with pytest.raises(Exception, match=r"named by none of the inputs: .*f\.jsonl-elsewhere"):
         read_lines(spark, [str(path)]).frame.collect()
 

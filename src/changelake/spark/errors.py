@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import unquote
 
 from changelake.errors import InputError, Location
+from changelake.spark.uris import local_path
 
 INPUT_ERROR_MARK = "changelake-input-error"
 """Marks an input error raised in an executor, so the driver can turn it back into one line."""
@@ -47,6 +47,5 @@ def input_error(error: BaseException) -> InputError | None:
     if unread is None:
         return None
     cause = _CAUSE.search(text, unread.end())
-    path = unquote(re.sub(r"^file:(//)?", "", unread.group(1)))
     return InputError(f"cannot read: {cause.group(1).strip() if cause else 'Spark failed'}",
-                      Location(path))
+                      Location(local_path(unread.group(1))))

@@ -10,8 +10,9 @@ orders the lines exactly as `convert.feed.read_lines` reads them, file after fil
 Nothing of the input goes through the driver: `spark.read.text` splits files into blocks that
 the executors read in parallel, a block lies in one Spark partition, and in it
 `monotonically_increasing_id` increases line by line. The file names are joined on from the
-caller's list (a few rows, broadcast) by the local path Spark's URI of the file decodes to; a
-line of a file that no name matches fails the job that reads it rather than being dropped.
+caller's list (a few rows, broadcast) by the local path Spark's URI of the file decodes to
+(`uris.local_path_column`); a line of a file that no name matches fails the job that reads it
+rather than being dropped.
 
 Lines end at `\n` only, as `formats.lines.numbered_lines` splits them (Hadoop's default would
 also split at a lone `\r`), and a trailing `\r` is dropped, as the encoder's `rstrip` does, so
@@ -54,6 +55,7 @@ from pyspark.sql import functions as F
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable
 from changelake.spark.session import stored
+from changelake.spark.uris import local_path_column
 
 _BLANK = r"^\s*$"
 
@@ -141,14 +143,6 @@ def _literal(path: str) -> str:
     return re.sub(r"([\\*?\[\]{}])", r"\\\1", path)
 
 
-def _local_path(uri: Column) -> Column:
-    """The local path of a `file:` URI as Spark writes `_metadata.file_path` (`file:/a%20b`):
-    percent escapes decoded, and a `+` kept (`url_decode` is a form decoder, which reads `+`
-    as a space; Hadoop's URIs leave `+` as it is)."""
-    path = F.regexp_replace(uri, "^file:(//)?", "")
-    return F.url_decode(F.replace(path, F.lit("+"), F.lit("%2B")))
-
-
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
     if not files:
@@ -172,7 +166,7 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
-        _local_path(F.col("_metadata.file_path")).alias("_path"),
+        local_path_column(F.col("_metadata.file_path")).alias("_path"),
         F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
     # A line whose path matches no name would be dropped by an inner join without a word: the
