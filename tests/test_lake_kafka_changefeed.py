@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from changelake.errors import ChangefeedError, LakeError
+from changelake.errors import ChangefeedError, InputError, LakeError
 from changelake.kafka import MockCluster
 from changelake.lake import Lake, commands
 from changelake.lake.kafka_changefeed import ingest_changefeed_topics
@@ -237,6 +237,43 @@ def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits
         ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
                                  key=["id"], reader="kafka")
     assert not lake.exists(name)
+
+
+def test_a_topic_of_heartbeats_makes_a_table_only_with_a_table_schema(
+        cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
+    """A new connector's topic may hold only heartbeats and transaction lines for a while: a
+    run over it is no error of the input. Without row images there are no columns to create
+    the table with, which the run says in one line (as `ingest --from` does), committing
+    nothing; with `--table-schema` it creates the table, empty, and the changes that follow
+    land in it."""
+    data = new_topic(cluster, 1)
+    out = producer(cluster)
+    for value in (b'{"ts_ms": 5}', b'{"status": "BEGIN", "id": "9", "event_count": null}'):
+        out.produce(data, value=value, partition=0)
+    assert out.flush(30) == 0
+    name = f"h_{uuid.uuid4().hex[:8]}.t"
+    with pytest.raises(InputError, match=r"no row images in the input .* no --table-schema"):
+        ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                                 key=["id"])
+    assert not lake.exists(name)
+    schema = tmp_path / "table.json"
+    schema.write_text(orjson.dumps({"columns": [{"name": "id", "type": "Int64"},
+                                                {"name": "name", "type": "Utf8"}],
+                                    "primary_key": ["id"]}).decode())
+    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                             key=["id"], table_schema=schema)
+    assert lake.table(name).current().count() == 0
+    assert lake.table(name).schema.simpleString() == "struct<id:bigint,name:string>"
+    for lsn, key in ((110, 1), (120, 2)):
+        out.produce(data, partition=0, value=orjson.dumps({
+            "op": "c", "before": None, "after": {"id": key, "name": f"n{key}"},
+            "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
+                       "snapshot": "false", "sequence": f'["{lsn - 5}","{lsn}"]'}}))
+    assert out.flush(30) == 0
+    ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
+                             key=["id"], table_schema=schema, close=True)
+    assert sorted((r["id"], r["name"]) for r in lake.table(name).current().collect()) == \
+        [(1, "n1"), (2, "n2")]
 
 
 BAD_RECORDS = [b"{not json", b"[1, 2]", b"\xff\xfe not text",

@@ -589,15 +589,25 @@ def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
 def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
         spark: Any, tmp_path: Path, close: bool) -> None:
     """Heartbeats, tombstones, transaction boundaries, blank lines: no columns to check the
-    key against, and nothing to convert (the old path used to refuse the key)."""
+    key against, and nothing to convert (the old path used to refuse the key). The JVM path
+    converts it (the Kafka ingest has no other), to no updates of the table schema's columns,
+    or of none without one, as the old path does."""
     path = tmp_path / "feed.jsonl"
     path.write_bytes(b'{"ts_ms": 5}\nnull\n\n'
                      b'{"status": "BEGIN", "id": "9", "event_count": null}\n')
-    got = convert_frames(spark, [path], "debezium", ["id"], None, close=close)
     expected = collect(encode_changefeed([path], source="debezium", keys=["id"],
                                          table_schema=None, close=close, lenient=False))
-    assert got.changes.count() == 0 and not expected.updates
-    assert got.frontier == (None if close else expected.frontier.elements[0])
+    schema_file = tmp_path / "table.json"
+    schema_file.write_text(json.dumps({"columns": [{"name": "id", "type": "Int64"},
+                                                   {"name": "name"}], "primary_key": ["id"]}))
+    for schema, fields in [(None, ""), (schema_file, "id:bigint,name:string")]:
+        for jvm in (True, False):
+            got = convert_frames(spark, [path], "debezium", ["id"], schema, close=close,
+                                 jvm=jvm)
+            assert got.path == ("jvm" if jvm else "python-udf"), got.reason
+            assert got.changes.count() == 0 and not expected.updates
+            assert got.changes.schema["data"].dataType.simpleString() == f"struct<{fields}>"
+            assert got.frontier == (None if close else expected.frontier.elements[0])
 
 
 def _amounts(path: Path, values: Sequence[str]) -> Path:

@@ -165,6 +165,16 @@ def flatten(updates: DataFrame) -> DataFrame:
     return updates.select("data.*", F.col("time").alias("_time"), F.col("diff").alias("_diff"))
 
 
+def check_columns(changes: DataFrame, existing: bool, schema_option: str) -> None:
+    """A new table is created with the columns of the changes' rows: a changefeed batch
+    without row images (heartbeats, tombstones, transaction lines) has none, unless the
+    table schema (`schema_option`) named them, and no table is made of it."""
+    if not existing and not changes.schema["data"].dataType.fields:
+        raise InputError("no row images in the input (only heartbeats, tombstones or "
+                         f"transaction boundaries), and no {schema_option} to type the "
+                         "table's columns")
+
+
 def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path], *,
            key: Sequence[str] = (), source: str = "materialize", schema: Path | None = None,
            buckets: int = DEFAULT_BUCKETS, progress: ProgressFn | None = None,
@@ -210,10 +220,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                                                  key, schema, state=state,
                                                  since=committed if existing else None,
                                                  close=close)
-            if not existing and not changes.schema["data"].dataType.fields:
-                raise InputError("no row images in the input (only heartbeats, tombstones or "
-                                 "transaction boundaries), and no --schema to type the "
-                                 "table's columns")
+            check_columns(changes, existing, "--schema")
             # Changefeed times are log positions (sparse), so no gap can be told from the
             # times; the input is taken to continue the committed history (Debezium
             # re-delivers from the committed offset), and what is before the committed

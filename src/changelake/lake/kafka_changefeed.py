@@ -74,6 +74,7 @@ from changelake.formats.tableschema import read_table_json
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import (
     DecodedInput,
+    check_columns,
     flatten,
     frontier_after,
 )
@@ -178,6 +179,7 @@ def ingest_changefeed_topics(
         converted = _convert(lake.spark, lines, source, key, table_json, close=close,
                              state=writer.current() if existing and key else None,
                              since=committed if existing else None)
+        check_columns(converted.changes, existing, "--table-schema")
         frontier = converted.frontier
         decoded = DecodedInput(
             flatten(converted.changes), Antichain([committed]),

@@ -227,7 +227,7 @@ def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
 def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
              state: DataFrame | None) -> list[ColumnSpec]:
     """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
-    if facts["first"] is None:
+    if facts["first"] is None:  # `debezium_changes` converts a batch without changes
         raise Unsupported("no row images in the batch")
     names = _column_names(facts["first"], schema)
     if facts["schema"] != facts["other_schema"] and \
@@ -339,6 +339,8 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         items.where(F.col("kind").isin("BEGIN", "END"))
         .select("file_index", "row", "kind", F.lit(None).cast("long").alias("time"), "tx"))
     steps.done("times + frontier")
+    if not facts["changes"]:  # nothing to read columns from, nor to convert
+        return Timed(timed, [], frontier, marks, 0)
     columns = _columns(spark, changes, facts, table_schema, state)
     steps.done("columns")
     if frontier is not None:
@@ -357,6 +359,8 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     steps = _Steps(spark)
     batch = debezium_timed(spark, lines, table_schema=table_schema, close=close, state=state,
                            since=since, steps=steps)
+    if not batch.size:
+        return _no_updates(spark, table_schema), batch.frontier, batch.marks
     if not keys:
         events = _guard(lambda: stored(image_events(batch.changes, batch.columns)))
         problem = _first_problem(events)
@@ -368,6 +372,16 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     converted = _convert_keyed(events, batch.columns, keys, state, batch.size)
     steps.done("events + ties")
     return converted, batch.frontier, batch.marks
+
+
+def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
+    """The updates of a batch without changes (heartbeats, tombstones, transaction lines), as
+    the old path gives them: none, of the table schema's columns (typed as `_columns` types
+    them), or of none without it (`lake.commands.check_columns` then makes no table of it)."""
+    fields = [] if table_schema is None else [
+        f"`{c.name}`: {spark_type(c.type) if c.type else 'string'}" for c in table_schema.columns]
+    return spark.createDataFrame([], f"data struct<{', '.join(fields)}>, time bigint, "
+                                     "diff bigint")
 
 
 def _partition_cap(timed: DataFrame, frontier: int) -> int:
