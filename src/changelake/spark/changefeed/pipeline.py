@@ -227,7 +227,7 @@ def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
 def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
              state: DataFrame | None) -> list[ColumnSpec]:
     """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
-    if facts["first"] is None:  # `debezium_changes` converts a batch without changes
+    if facts["first"] is None:  # changes, none with an image (a batch of none returns before)
         raise Unsupported("no row images in the batch")
     names = _column_names(facts["first"], schema)
     if facts["schema"] != facts["other_schema"] and \
@@ -376,8 +376,9 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
 
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
     """The updates of a batch without changes (heartbeats, tombstones, transaction lines), as
-    the old path gives them: none, of the table schema's columns (typed as `_columns` types
-    them), or of none without it (`lake.commands.check_columns` then makes no table of it)."""
+    the old path gives them: none, of the table schema's columns (each of its stated type,
+    else text), or of none without it (`lake.commands.check_columns` then makes no table of
+    it)."""
     fields = [] if table_schema is None else [
         f"`{c.name}`: {spark_type(c.type) if c.type else 'string'}" for c in table_schema.columns]
     return spark.createDataFrame([], f"data struct<{', '.join(fields)}>, time bigint, "
