@@ -31,6 +31,8 @@ SAMPLE_PATHS = [
 #: Which path converts each sample: the JVM path, or the old one and why.
 PATHS = {
     "dbz-doc-mysql-create-with-schema.jsonl": "jvm",
+    "dbz-doc-mysql-transaction-metadata.jsonl": "jvm",  # no changes: no updates (2c5795a)
+    "dbz-doc-pg-transaction-metadata.jsonl": "jvm",
     "dbz-doc-pg-create-with-schema.jsonl": "jvm",
     "dbz-test-serde-with-schema.jsonl": "jvm",
     "dbz-test-serde-without-schema.jsonl": "jvm",
