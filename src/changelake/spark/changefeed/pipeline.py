@@ -380,7 +380,7 @@ def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFr
     else text), or of none without it (`lake.commands.check_columns` then makes no table of
     it)."""
     fields = [] if table_schema is None else [
-        f"`{c.name}`: {spark_type(c.type) if c.type else 'string'}" for c in table_schema.columns]
+        f"`{c.name}`: {spark_type(c.type)}" for c in table_schema.columns]
     return spark.createDataFrame([], f"data struct<{', '.join(fields)}>, time bigint, "
                                      "diff bigint")
 
