@@ -499,6 +499,36 @@ def test_a_sequence_in_another_shape_converts_as_the_encoder_reads_it(
     assert got.frontier == collect(iter(messages)).frontier.elements[0]
 
 
+@pytest.mark.parametrize("second", [
+    b'"step":null', b'"\\u0073tep":null', b'"st\\u0065p":"1"', b'"\\u006csn":130',
+    b'"first_step":null'], ids=["null-step", "escaped-step", "escaped-step-value",
+                                "escaped-lsn", "name-ending-in-step"])
+def test_source_keys_only_an_exact_reading_finds_agree_with_the_encoder(
+        spark: Any, tmp_path: Path, second: bytes) -> None:
+    """A source key whose presence decides a rule (`step`: YDB's Debezium JSON) while its
+    value is null, or spelled with escapes: the parse scans the line for such names
+    (`parse._source_keys`) and reads the source's keys exactly there. Either both paths
+    refuse the line with the same words, or they convert it to the same updates."""
+    path = _sequence_feed(tmp_path / "feed.jsonl", '["120","130"]')
+    lines = path.read_bytes().splitlines()
+    assert b'"snapshot":"false",' in lines[1]
+    lines[1] = lines[1].replace(b'"snapshot":"false",', b'"snapshot":"false",' + second + b",")
+    if second == b'"\\u006csn":130':  # the key spelled with an escape is the only lsn
+        lines[1] = lines[1].replace(b'"lsn":130,', b"")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    try:
+        messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                          table_schema=None, close=True, lenient=False))
+    except ChangefeedError as encoder:
+        with pytest.raises(ChangefeedError) as spark_error:
+            convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+        assert str(spark_error.value) == str(encoder)
+        return
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert spark_updates(got.changes) == python_updates(messages)
+    assert len(python_updates(messages)) == 3
+
+
 def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
                                                                   tmp_path: Path) -> None:
     """An END whose `data_collections` is a JSON string holding the array: the encoder wants
@@ -534,7 +564,10 @@ def _image_feed(path: Path, second: dict[str, Any]) -> Path:
 @pytest.mark.parametrize("second", [
     {"after": orjson.dumps({"id": 2, "name": "b"}).decode()},
     {"op": "u", "before": orjson.dumps({"id": 2, "name": "a"}).decode(),
-     "after": {"id": 2, "name": "b"}}], ids=["after", "before"])
+     "after": {"id": 2, "name": "b"}},
+    # No backslash on the line: the string's content holds no quote, as an object's with no
+    # key (`parse._image_text` looks at the line for these only).
+    {"after": "{}"}, {"after": "{ }"}], ids=["after", "before", "empty", "empty-spaced"])
 def test_an_image_written_as_a_json_string_is_refused_at_its_line(
         spark: Any, tmp_path: Path, second: dict[str, Any]) -> None:
     """JSON written into a string twice: Spark reads an object into a text field as its text

@@ -60,6 +60,12 @@ from changelake.spark.uris import local_path_column
 _BLANK = r"^\s*$"
 
 
+def _non_blank(value: Column) -> Column:
+    """Not only whitespace. A line that opens an object is not blank, and is not decoded to a
+    Java string for the regular expression (most lines are such)."""
+    return value.startswith("{") | ~value.rlike(_BLANK)
+
+
 def flaw(value: Column) -> Column:
     """1 for a line longer than `MAX_LINE_BYTES` (its newline counted, as `numbered_lines`
     counts it), else 2 for one that is not UTF-8, else null."""
@@ -77,12 +83,12 @@ class Lines:
     @property
     def frame(self) -> DataFrame:
         """The non-blank lines: value, file, file_index, block, row."""
-        return self.raw.where(~F.col("value").rlike(_BLANK))
+        return self.raw.where(_non_blank(F.col("value")))
 
     @property
     def bounded(self) -> DataFrame:
         """`frame`, and the blank lines over the bound: every line `flaw` can mark."""
-        return self.raw.where(~F.col("value").rlike(_BLANK)
+        return self.raw.where(_non_blank(F.col("value"))
                               | (F.octet_length("value") >= MAX_LINE_BYTES))
 
     def numbered(self) -> DataFrame:
