@@ -565,8 +565,7 @@ def _image_feed(path: Path, second: dict[str, Any]) -> Path:
     {"after": orjson.dumps({"id": 2, "name": "b"}).decode()},
     {"op": "u", "before": orjson.dumps({"id": 2, "name": "a"}).decode(),
      "after": {"id": 2, "name": "b"}},
-    # No backslash on the line: the string's content holds no quote, as an object's with no
-    # key (`parse._image_text` looks at the line for these only).
+    # A string holding an object with no key: no escaped quote on the line.
     {"after": "{}"}, {"after": "{ }"}], ids=["after", "before", "empty", "empty-spaced"])
 def test_an_image_written_as_a_json_string_is_refused_at_its_line(
         spark: Any, tmp_path: Path, second: dict[str, Any]) -> None:

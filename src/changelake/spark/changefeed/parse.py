@@ -136,13 +136,13 @@ def _tx_id(raw: Column) -> Column:
     return F.when(raw.rlike(r"^\d+:\d+$"), F.regexp_extract(raw, r"^(\d+):", 1)).otherwise(raw)
 
 
-def _source_keys(value: Column, escaped: Column, wrapped: Column, s: Column) -> Column:
+def _source_keys(value: Column, wrapped: Column, s: Column) -> Column:
     """The source's keys, read only where a null field may hide a present key that decides a
     rule: where the line holds the name, with its closing quote, of a null `step` (YDB), or,
     when none of the PostgreSQL fields has a value (one that has decides PostgreSQL whatever
-    else is present), of a null one of `_PRESENCE`; or a `\\u` escape (`escaped` lines only),
-    which could spell any. Elsewhere null; `_present` then decides by the values alone. Each
-    name is a scan of the line, so a PostgreSQL line is scanned once (`step`), not four times.
+    else is present), of a null one of `_PRESENCE`; or a `\\u` escape, which could spell any.
+    Elsewhere null; `_present` then decides by the values alone. Each name is a scan of the
+    line, so a PostgreSQL line is scanned twice (`step`, the escape), not four times.
     The scan looks for `step"`, not `"step"`: Spark's `contains` compares the whole name at
     every place the first byte matches, and a quote is a JSON line's most frequent byte (a
     name that only ends in `step` makes the exact reading run for nothing)."""
@@ -155,7 +155,7 @@ def _source_keys(value: Column, escaped: Column, wrapped: Column, s: Column) -> 
 
     positionless = s["lsn"].isNull() & s["txId"].isNull() & s["sequence"].isNull()
     hidden = named(("step",)) | (positionless & named(_PRESENCE))
-    hidden = s.isNotNull() & ((escaped & value.contains("\\u")) | hidden)
+    hidden = s.isNotNull() & (value.contains("\\u") | hidden)
     text = F.when(wrapped, F.get_json_object(value, "$.payload.source")) \
         .otherwise(F.get_json_object(value, "$.source"))
     return F.when(hidden, F.json_object_keys(text))
@@ -173,18 +173,6 @@ def _string_valued(value: Column, *names: str) -> Column:
     for name in names:
         out = out | value.rlike(f'"{name}"' + r'\s*:\s*"')
     return out
-
-
-def _image_text(value: Column, escaped: Column, body: Column) -> Column:
-    """`_string_valued` for the images, looked at only where it can be true. A JSON string can
-    hold a quote only escaped, and every escape starts with a backslash; so on a line without
-    one, an image read from a string holds no quote, and one read from an object with a key
-    holds one. Only lines with a backslash, or with an image of no quote (`{}`, or not an
-    object), are scanned: two regular expressions, each a decode of the line to a Java string,
-    spared on nearly every line."""
-    quoted = [body[n].isNull() | body[n].contains('"') for n in ("after", "before")]
-    return F.when(~escaped & quoted[0] & quoted[1], F.lit(False)) \
-        .otherwise(_string_valued(value, "after", "before"))
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
@@ -217,7 +205,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
         .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
     env = env.select("file", "file_index", "block", "row", "value", "flaw", "_many", "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
-                     wrapped.alias("_wrapped"), F.col("value").contains("\\").alias("_escaped"),
+                     wrapped.alias("_wrapped"),
                      F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
     b = F.col("b")
     body_null = F.col("_wrapped") & b.isNull()
@@ -229,9 +217,8 @@ def parse_items(lines: DataFrame) -> DataFrame:
         "file", "file_index", "block", "row", "flaw", "schema", "_many", "_null_line", "_kafka",
         "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
-        _source_keys(F.col("value"), F.col("_escaped"), F.col("_wrapped"), b["source"])
-        .alias("_skeys"),
-        _image_text(F.col("value"), F.col("_escaped"), b).alias("_image_text"),
+        _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
+        _string_valued(F.col("value"), "after", "before").alias("_image_text"),
         (b["status"].isNotNull() & _string_valued(F.col("value"), "data_collections"))
         .alias("_collections_text"),
         b["source"].alias("s"))
