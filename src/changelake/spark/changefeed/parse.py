@@ -118,9 +118,9 @@ def _problems(*cases: tuple[Column, str]) -> Column:
 
 def _sequence(raw: Column) -> tuple[Column, Column]:
     """Whether `source.sequence` is in Debezium's shape (`_SEQUENCE`), and its two entries as
-    written (`["12"`, `null]`): split at the comma, which only the one between them can be in
-    that shape. No `from_json` here: one costs a Jackson parser and its 8 KiB buffer per line
-    (the parse took 13% longer at 1.1M lines with one)."""
+    written (`["12"`, `null]`), split at the comma: in that shape the only comma is the one
+    between them. No `from_json` here: each costs a Jackson parser and its 8 KiB buffer per
+    line (with one, the parse took 8.85 s against 7.71 s at 1.1M lines: benchmarks/README.md)."""
     return raw.rlike(_SEQUENCE), F.split(raw, ",", 2)
 
 
