@@ -306,7 +306,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
         (negative, "bad: a negative position"),
-        (pg & s["sequence"].isNotNull() & ~F.coalesce(F.col("_seq_ok"), F.lit(False)),
+        (pg & s["sequence"].isNotNull() & ~F.col("_seq_ok"),
          "unsupported: a source.sequence not in Debezium's shape"),
         (mysql & (~file_ok | s["pos"].isNull() | (s["pos"] >= 2 ** 32)), "bad: binlog position"),
         (mysql & by_tx_id & ((tx_file == "") | (tx_at == "")), "bad: transaction id"),
