@@ -201,6 +201,21 @@ def peak_rss_mb(spark: object) -> tuple[float, float]:
     return python, jvm
 
 
+def jvm_pools_mb(spark: object) -> tuple[float, float]:
+    """(heap, non-heap): the sums of the JVM's memory pools' peak committed sizes in MiB, to
+    tell how much of the JVM's peak RSS is the heap the collector chose to hold (the pools
+    peak at different moments, so the sums are upper bounds of any one moment's)."""
+    management = spark.sparkContext._jvm.java.lang.management  # type: ignore[attr-defined]
+    heap = other = 0.0
+    for pool in management.ManagementFactory.getMemoryPoolMXBeans():
+        committed = pool.getPeakUsage().getCommitted() / 2**20
+        if str(pool.getType().name()) == "HEAP":
+            heap += committed
+        else:
+            other += committed
+    return heap, other
+
+
 def plain_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
     """The baseline: Spark's JSON reader with an explicit schema of the image (and, for YDB,
     the key), the images written as Parquet."""
@@ -303,8 +318,10 @@ def main() -> None:
         for name, took, note in rows:
             print(f"{name:34} {took:8.2f} s {events / took / 1000:8.1f} k events/s "
                   f"{plain / took:6.2f}x plain  {note}")
+        heap, other = jvm_pools_mb(spark)
         print(f"peak driver RSS: Python {python:,.0f} MiB, JVM {jvm:,.0f} MiB "
-              f"(heap cap {spark.conf.get('spark.driver.memory')})")
+              f"(heap cap {spark.conf.get('spark.driver.memory')}; the JVM's pools' peaks "
+              f"committed: heap {heap:,.0f} MiB, non-heap {other:,.0f} MiB)")
         if args.conf:
             print(f"settings: {' '.join(args.conf)}")
         for line in ours_steps:

@@ -1,5 +1,6 @@
-"""One mapping of Spark types to Arrow (`lake.arrow.arrow_of`) serves the JVM-free reads and
-the exports: each names the field with no Arrow type in its own error. No Spark session: the
+"""One mapping of Spark types to Arrow (`spark_arrow.arrow_of`) serves the JVM-free reads, the
+exports and the old changefeed path's UDFs: each names the field with no Arrow type in its own
+error. No Spark session: the
 types are pyspark's objects and their JSON form."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pyspark.sql import types as T
 from changelake.errors import SchemaError
 from changelake.lake.arrow import ArrowUnavailable, arrow_type
 from changelake.lake.export.arrow import arrow_type as export_type
+from changelake.spark.changefeed.udf.values import ARROW_TYPES
+from changelake.spark.changefeed.udf.values import arrow_type as udf_type
 
 MAPPED = [
     (T.BooleanType(), pa.bool_()), (T.ByteType(), pa.int8()), (T.ShortType(), pa.int16()),
@@ -45,3 +48,16 @@ def test_a_type_without_arrow_is_named_by_its_field():
         export_type(UNMAPPED, "table t, column c")
     with pytest.raises(ArrowUnavailable, match=r"table t: column type .* is read on Spark only"):
         arrow_type(json.loads(UNMAPPED.json()), "t")
+
+
+UDF_KINDS = {"bigint": T.LongType(), "double": T.DoubleType(), "boolean": T.BooleanType(),
+             "string": T.StringType(), "decimal(20,0)": T.DecimalType(20, 0)}
+
+
+@pytest.mark.parametrize("kind", sorted(ARROW_TYPES))
+def test_the_old_paths_udfs_map_their_kinds_as_a_read_does(kind: str):
+    """The UDFs name a column's type by its SQL name (`bigint`), the reads by its JSON name
+    (`long`): both reach the same Arrow type."""
+    spark_type = UDF_KINDS[kind]
+    assert spark_type.simpleString() == kind
+    assert udf_type(kind) == arrow_type(json.loads(spark_type.json()), "t")

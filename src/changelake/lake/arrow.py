@@ -57,7 +57,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -80,6 +79,7 @@ from changelake.lake.layout import (
     read_manifest,
     read_pointer,
 )
+from changelake.spark_arrow import WIDENINGS, NoArrowType, arrow_of
 
 ARROW_MAX_BYTES = 256 * 2**20
 """`auto` reads a table with Arrow when its committed files hold at most this many bytes..."""
@@ -150,49 +150,6 @@ def within_limits(state: TableState) -> bool:
 
 # ------------------------------------------------------------------------------- schemas
 
-_SIMPLE: dict[str, pa.DataType] = {
-    "boolean": pa.bool_(), "byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(),
-    "long": pa.int64(), "float": pa.float32(), "double": pa.float64(), "string": pa.string(),
-    "binary": pa.binary(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
-    "timestamp_ntz": pa.timestamp("us"),
-}
-_DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
-_RANK = {"byte": 0, "short": 1, "integer": 2, "long": 3}
-
-
-class NoArrowType(Exception):
-    """A Spark type with no Arrow type here, at `where` (the column, or the field in it)."""
-
-    def __init__(self, where: str, spark_type: Any) -> None:
-        super().__init__(f"{where}: {json.dumps(spark_type)}")
-        self.where = where
-        self.spark_type = spark_type
-
-
-def arrow_of(spark_type: Any, where: str) -> pa.DataType:
-    """The Arrow type of a Spark type in its JSON form (as `StructType.json()` writes it): the
-    one mapping of Spark types to Arrow, for the reads here and for the exports
-    (`export.arrow`). `NoArrowType` names the field at fault below `where`."""
-    if isinstance(spark_type, str):
-        if spark_type in _SIMPLE:
-            return _SIMPLE[spark_type]
-        if spark_type == "decimal":
-            return pa.decimal128(10, 0)
-        match = _DECIMAL.fullmatch(spark_type)
-        if match:
-            return pa.decimal128(int(match.group(1)), int(match.group(2)))
-    elif isinstance(spark_type, dict):
-        kind = spark_type.get("type")
-        if kind == "struct":
-            return pa.struct([pa.field(f["name"], arrow_of(f["type"], f"{where}.{f['name']}"))
-                              for f in spark_type["fields"]])
-        if kind == "array":
-            return pa.list_(arrow_of(spark_type["elementType"], where))
-        if kind == "map":
-            return pa.map_(arrow_of(spark_type["keyType"], where),
-                           arrow_of(spark_type["valueType"], where))
-    raise NoArrowType(where, spark_type)
-
 
 def arrow_type(spark_type: Any, table: str) -> pa.DataType:
     """`arrow_of` for a read: a type it does not map is one Spark reads instead."""
@@ -211,8 +168,7 @@ def struct_fields(struct_text: str) -> list[tuple[str, Any]]:
 def _wider(old: Any, new: Any) -> Any:
     if old == new:
         return old
-    pair = (old, new)
-    if pair == ("float", "double") or (old in _RANK and new in _RANK and _RANK[old] < _RANK[new]):
+    if (old, new) in WIDENINGS:
         return new
     return old  # the other way round (evolution refuses anything that is not a widening)
 

@@ -29,13 +29,10 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 from changelake.errors import SchemaError
 from changelake.lake.identifier import check_name
 from changelake.lake.layout import SchemaVersion
+from changelake.spark_arrow import WIDENINGS
 
 META_COLUMNS = ("_time", "_diff", "_bucket")
 
-_RANK = {"byte": 0, "short": 1, "integer": 2, "long": 3}
-_WIDENINGS = {("float", "double")} | {
-    (a, b) for a, ra in _RANK.items() for b, rb in _RANK.items() if ra < rb
-}
 
 
 def parse_struct(text: str) -> StructType:
@@ -68,9 +65,9 @@ def wider(old: DataType, new: DataType, column: str, table: str) -> DataType:
     if old == new:
         return old
     pair = (old.typeName(), new.typeName())
-    if pair in _WIDENINGS:
+    if pair in WIDENINGS:
         return new
-    if (pair[1], pair[0]) in _WIDENINGS:
+    if (pair[1], pair[0]) in WIDENINGS:
         return old
     raise SchemaError(
         f"table {table}: column {column!r} changes type from {old.simpleString()} to "

@@ -30,11 +30,11 @@ from pyspark.sql import types as T
 
 from changelake.durable import exclusive_lock
 from changelake.errors import SchemaError
-from changelake.lake.arrow import NoArrowType, arrow_of
+from changelake.spark_arrow import NoArrowType, arrow_of
 
 
 def arrow_type(kind: T.DataType, where: str) -> pa.DataType:
-    """The Arrow type of a Spark type (`lake.arrow.arrow_of`, the one mapping); a SchemaError
+    """The Arrow type of a Spark type (`spark_arrow.arrow_of`, the one mapping); a SchemaError
     naming `where` (and the field in it) for one with none."""
     try:
         return arrow_of(json.loads(kind.json()), where)

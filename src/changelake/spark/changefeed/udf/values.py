@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from changelake.formats.change import NAN, Change, _Unchanged
+from changelake.spark_arrow import arrow_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,10 +70,8 @@ def to_arrow(value: Any, kind: str) -> Any:
 
 
 def arrow_type(kind: str) -> pa.DataType:
-    import pyarrow as pa
-
-    return {"bigint": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
-            "string": pa.string(), "decimal(20,0)": pa.decimal128(20, 0)}[kind]
+    """The Arrow type of a column kind here (one of `ARROW_TYPES`): `spark_arrow`'s mapping."""
+    return arrow_of(kind, kind)
 
 
 ARROW_TYPES = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
