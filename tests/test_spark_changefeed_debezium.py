@@ -520,6 +520,22 @@ def test_source_keys_only_an_exact_reading_finds_agree_with_the_encoder(
     assert updates is None or len(updates) == 3
 
 
+@pytest.mark.parametrize("value", [b"1", b"0", b"1.5", b'{"a":1}', b"[true]", b"true",
+                                   b'"1"', b'"incremental"', b'"last"', b'"something"'])
+def test_a_snapshot_flag_of_any_json_kind_converts_or_is_refused_as_the_encoder_does(
+        spark: Any, tmp_path: Path, value: bytes) -> None:
+    """`source.snapshot` is a string or a boolean; the encoder refuses a line with any other
+    kind there. Spark reads a number, an object or an array into the string field as its
+    text, so the JVM path took `"snapshot": 1` for a row that is not a snapshot's."""
+    path = _sequence_feed(tmp_path / "feed.jsonl", '["120","130"]')
+    lines = path.read_bytes().splitlines()
+    assert b'"snapshot":"false",' in lines[1]
+    lines[1] = lines[1].replace(b'"snapshot":"false",', b'"snapshot":' + value + b",")
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    updates = _both_agree(spark, path)
+    assert (updates is None) == (value[:1] not in b'"t')
+
+
 def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
                                                                   tmp_path: Path) -> None:
     """An END whose `data_collections` is a JSON string holding the array: the encoder wants

@@ -86,6 +86,8 @@ _KAFKA_FIELDS = ("key", "value", "headers", "topic", "partition", "offset", "tim
 _PRESENCE = ("lsn", "txId", "sequence", "file", "pos", "step")
 _SNAPSHOT_TRUE = ("true", "first", "last", "first_in_data_collection",
                   "last_in_data_collection")
+#: The snapshot flags Debezium writes, and the booleans (read into the string field as text).
+_SNAPSHOT_KNOWN = (*_SNAPSHOT_TRUE, "false", "incremental")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
 #: `source.sequence` as Debezium writes it: two LSNs as decimal strings, the first may be null.
 #: At most 18 digits, so that each fits a long. The encoder also reads numbers, whitespace,
@@ -175,6 +177,17 @@ def _string_valued(value: Column, *names: str) -> Column:
     return out
 
 
+def _snapshot_not_text(value: Column, s: Column) -> Column:
+    """Whether `source.snapshot` may have been a number, an object or an array, which the
+    encoder refuses and Spark reads into the string field as its text. Only a flag other than
+    Debezium's (`_SNAPSHOT_KNOWN`) is looked at, on its line: for a key `snapshot` followed by
+    anything but a string (an image column of that name is one too, and sends the batch to
+    the old path for nothing)."""
+    flag = s["snapshot"]
+    return (flag.isNotNull() & ~flag.isin(*_SNAPSHOT_KNOWN)
+            & value.rlike(r'"snapshot"\s*:\s*[^"\s]'))
+
+
 def _present(s: Column, skeys: Column, name: str) -> Column:
     """`name in source`: a non-null value, or a key the exact reading found."""
     return s[name].isNotNull() | _has(skeys, name)
@@ -221,6 +234,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
         _string_valued(F.col("value"), "after", "before").alias("_image_text"),
         (b["status"].isNotNull() & _string_valued(F.col("value"), "data_collections"))
         .alias("_collections_text"),
+        _snapshot_not_text(F.col("value"), b["source"]).alias("_snapshot_text"),
         b["source"].alias("s"))
     return _classify(items)
 
@@ -305,6 +319,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
+        (F.col("_snapshot_text"), "unsupported: a source.snapshot that may not be text"),
         (negative, "bad: a negative position"),
         (pg & s["sequence"].isNotNull() & ~F.col("_seq_ok"),
          "unsupported: a source.sequence not in Debezium's shape"),
