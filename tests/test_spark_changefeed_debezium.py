@@ -536,6 +536,26 @@ def test_a_snapshot_flag_of_any_json_kind_converts_or_is_refused_as_the_encoder_
     assert (updates is None) == (value[:1] not in b'"t')
 
 
+@pytest.mark.parametrize("gtid", [b"5", b'{"g":5}', b'"g:5"', b'"g5"'])
+def test_a_gtid_of_another_json_kind_converts_as_the_encoder_reads_it(
+        spark: Any, tmp_path: Path, gtid: bytes) -> None:
+    """The encoder takes a MySQL gtid for the transaction only when it is a string. Spark
+    reads a number into the string field as its text: the JVM path put two changes at
+    different binlog positions into one transaction, at one time."""
+    def line(pos: int, key: int) -> bytes:
+        return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
+                             "source": {"connector": "mysql", "db": "inv", "table": "items",
+                                        "snapshot": "false", "file": "bin.000002",
+                                        "pos": pos, "row": 0, "gtid": "GTID"}})
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b"\n".join([line(100, 1), line(110, 2), line(120, 3)])
+                     .replace(b'"GTID"', gtid) + b"\n")
+    updates = _both_agree(spark, path)
+    assert updates is not None and len(updates) == 3
+    times = {time for (_, time) in updates}
+    assert len(times) == (1 if gtid.startswith(b'"') else 3)
+
+
 def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
                                                                   tmp_path: Path) -> None:
     """An END whose `data_collections` is a JSON string holding the array: the encoder wants

@@ -177,15 +177,22 @@ def _string_valued(value: Column, *names: str) -> Column:
     return out
 
 
-def _snapshot_not_text(value: Column, s: Column) -> Column:
-    """Whether `source.snapshot` may have been a number, an object or an array, which the
-    encoder refuses and Spark reads into the string field as its text. Only a flag other than
-    Debezium's (`_SNAPSHOT_KNOWN`) is looked at, on its line: for a key `snapshot` followed by
-    anything but a string (an image column of that name is one too, and sends the batch to
-    the old path for nothing)."""
-    flag = s["snapshot"]
-    return (flag.isNotNull() & ~flag.isin(*_SNAPSHOT_KNOWN)
-            & value.rlike(r'"snapshot"\s*:\s*[^"\s]'))
+def _not_text(value: Column, s: Column) -> Column:
+    """Whether a source field the encoder reads only as text may have held another JSON kind,
+    which Spark reads into the string field as its text: `snapshot` (a string or a boolean;
+    the encoder refuses any other kind) and `gtid` (the encoder ignores a gtid that is not a
+    string; this path would take its text for the transaction). Only a value unlike the
+    connector's (a snapshot flag not in `_SNAPSHOT_KNOWN`; a gtid without a colon, or opening
+    as an object's or an array's text does) is looked at, on its line: for the key followed
+    by anything but a string (an image column of that name is one too, and sends the batch
+    to the old path for nothing)."""
+    out = F.lit(False)
+    for name, usual in (("snapshot", s["snapshot"].isin(*_SNAPSHOT_KNOWN)),
+                        ("gtid", s["gtid"].contains(":") & ~s["gtid"].startswith("{")
+                         & ~s["gtid"].startswith("["))):
+        out = out | (s[name].isNotNull() & ~usual
+                     & value.rlike(f'"{name}"' + r'\s*:\s*[^"\s]'))
+    return out
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
@@ -234,7 +241,7 @@ def parse_items(lines: DataFrame) -> DataFrame:
         _string_valued(F.col("value"), "after", "before").alias("_image_text"),
         (b["status"].isNotNull() & _string_valued(F.col("value"), "data_collections"))
         .alias("_collections_text"),
-        _snapshot_not_text(F.col("value"), b["source"]).alias("_snapshot_text"),
+        _not_text(F.col("value"), b["source"]).alias("_not_text"),
         b["source"].alias("s"))
     return _classify(items)
 
@@ -319,7 +326,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
-        (F.col("_snapshot_text"), "unsupported: a source.snapshot that may not be text"),
+        (F.col("_not_text"), "unsupported: a source.snapshot or gtid that may not be text"),
         (negative, "bad: a negative position"),
         (pg & s["sequence"].isNotNull() & ~F.col("_seq_ok"),
          "unsupported: a source.sequence not in Debezium's shape"),
