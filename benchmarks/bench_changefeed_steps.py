@@ -15,6 +15,12 @@ seconds and its ratio to the plain write of that round:
   `noop` sink (the windows and the consolidation of the ingest's last job, without the lake's
   write).
 
+And the one-parse alternative for the images (`--images`), on the line text cached: the
+envelope parsed with the images as text (today's `parse`, which `keyed.typed_images` then parses
+again, and the inference again) or as VARIANT (parsed once: cast to the columns' types,
+`schema_of_variant_agg` for the inference), each alone, with the images typed, and with the
+inference, to the `noop` sink:
+
     python benchmarks/bench_changefeed_steps.py --events 1100000 --rounds 3
 """
 
@@ -27,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -38,6 +45,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=110_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--images", action="store_true",
+                        help="also time the images parsed once, as VARIANT")
     args = parser.parse_args()
 
     from pyspark.sql import DataFrame
@@ -73,21 +82,60 @@ def main() -> None:
                                                                          [str(feed)]))),
             ("convert", lambda: noop(keyed.convert(events_frame, columns, ["id"], None))),
         ]
+        if args.images:
+            steps += image_steps(spark, feed, noop)
         print(f"{events:,} Debezium lines, {feed.stat().st_size / 2**20:.0f} MiB, "
               f"master {args.master}")
         for n in range(args.rounds):
             start = time.perf_counter()
             plain()
             base = time.perf_counter() - start
-            print(f"round {n + 1}: {'plain write':24} {base:7.2f} s   1.00x plain")
+            print(f"round {n + 1}: {'plain write':28} {base:7.2f} s   1.00x plain")
             for name, step in steps:
                 start = time.perf_counter()
                 step()
                 took = time.perf_counter() - start
-                print(f"round {n + 1}: {name:24} {took:7.2f} s {took / base:6.2f}x plain")
+                print(f"round {n + 1}: {name:28} {took:7.2f} s {took / base:6.2f}x plain")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def image_steps(spark: Any, feed: Path,
+                noop: Callable[[Any], None]) -> list[tuple[str, Callable[[], object]]]:
+    """The `--images` steps (see the module docstring), over the feed's text cached."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.types import infer_images
+
+    text = spark.read.text(str(feed)).cache()
+    text.count()
+    source = "source struct<connector string, snapshot string, lsn bigint, sequence string>"
+    typed = "struct<id bigint, name string, amount bigint, note string>"
+
+    def envelope(kind: str) -> Any:
+        return text.select(F.from_json("value", f"op string, before {kind}, after {kind}, "
+                                                f"{source}").alias("e")).select("e.*")
+
+    def as_text_typed() -> None:
+        noop(envelope("string").select(F.from_json("after", typed).alias("a"),
+                                       F.from_json("before", typed).alias("b"), "op", "source"))
+
+    def as_variant_typed() -> None:
+        noop(envelope("variant").select(F.col("after").cast(typed).alias("a"),
+                                        F.col("before").cast(typed).alias("b"), "op", "source"))
+
+    return [
+        ("images as text", lambda: noop(envelope("string"))),
+        ("images as text, typed", as_text_typed),
+        ("images as text, inferred", lambda: infer_images(
+            spark, envelope("string").select(F.col("after").alias("value"))
+            .where("value IS NOT NULL"))),
+        ("images as VARIANT", lambda: noop(envelope("variant"))),
+        ("images as VARIANT, typed", as_variant_typed),
+        ("images as VARIANT, inferred", lambda: envelope("variant")
+         .select(F.schema_of_variant_agg("after")).first()),
+    ]
 
 
 if __name__ == "__main__":

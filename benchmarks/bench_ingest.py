@@ -22,7 +22,9 @@ write reads the `update` objects.
 
 Printed: events per second of each, the ratio ingest/plain rate, the peak RSS of the
 driver (the Python process and the JVM, from the kernel's high-water marks; the feed is
-written by a child process, so the Python figure is the ingest's), and the JVM path's
+written by a child process, so the Python figure is the ingest's; and, to tell how much of
+the JVM's is the heap its collector chose to keep, the sums of its memory pools' peak
+committed sizes, heap and non-heap: `jvm_pools_mb`), and the JVM path's
 steps (seconds and Spark jobs each, from `pipeline._Steps`' debug log; the lake's final job,
 which runs the conversion's windows and writes the table, is the rest of the ingest's time).
 
