@@ -46,8 +46,12 @@ rejects (with its own message, which this path does not restate), and a line it 
 this path does not convert yet (Kafka record dumps, truncates, logical messages, YDB's
 DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, so a value of the
 wrong JSON type fails the job instead of becoming null, and as strictly as orjson (`STRICT`:
-no single quotes, no NaN, nothing after the line's value). Either way the caller hands the whole
-batch to the old path, which reports bad lines exactly as `encode_changefeed` does.
+no single quotes, no NaN, nothing after the line's value). A string field takes any JSON
+value as its text, though, so where the kind decides (an image or `data_collections` written
+as a string: `_string_valued`; a `snapshot` or `gtid` that is not one: `_not_text`) the line
+is looked at, and a line that may hold such a value sets `problem` too. Either way the caller
+hands the whole batch to the old path, which reports bad lines exactly as `encode_changefeed`
+does.
 """
 
 from __future__ import annotations
