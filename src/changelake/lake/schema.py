@@ -34,7 +34,6 @@ from changelake.spark_arrow import WIDENINGS
 META_COLUMNS = ("_time", "_diff", "_bucket")
 
 
-
 def parse_struct(text: str) -> StructType:
     return StructType.fromJson(json.loads(text))
 
