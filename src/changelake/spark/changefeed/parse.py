@@ -48,10 +48,10 @@ DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, s
 wrong JSON type fails the job instead of becoming null, and as strictly as orjson (`STRICT`:
 no single quotes, no NaN, nothing after the line's value). A string field takes any JSON
 value as its text, though, so where the kind decides (an image or `data_collections` written
-as a string: `_string_valued`; a `snapshot` or `gtid` that is not one: `_not_text`) the line
-is looked at, and a line that may hold such a value sets `problem` too. Either way the caller
-hands the whole batch to the old path, which reports bad lines exactly as `encode_changefeed`
-does.
+as a string: `_string_valued`; a `snapshot`, `gtid`, `table`, `schema` or `db` that is not
+one: `_not_text`) the line is looked at, and a line that may hold such a value sets `problem`
+too. Either way the caller hands the whole batch to the old path, which reports bad lines
+exactly as `encode_changefeed` does.
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ _SNAPSHOT_TRUE = ("true", "first", "last", "first_in_data_collection",
 #: The snapshot flags Debezium writes, and the booleans (read into the string field as text).
 _SNAPSHOT_KNOWN = (*_SNAPSHOT_TRUE, "false", "incremental")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
+#: The source fields read as text whose JSON kind `_not_text` holds to a string.
+_TEXT_FIELDS = ("snapshot", "gtid", "table", "schema", "db")
+#: How a number, an object or an array opens: a name read from one of them opens so.
+_NOT_NAMES = ("-", "{", "[", *"0123456789")
 #: `source.sequence` as Debezium writes it: two LSNs as decimal strings, the first may be null.
 #: At most 18 digits, so that each fits a long. The encoder also reads numbers, whitespace,
 #: escapes and longer digit strings (and refuses a sign or a space inside the quotes); a
@@ -190,19 +194,31 @@ def _key_then(value: Column, name: str, first: str) -> Column:
 def _not_text(value: Column, s: Column) -> Column:
     """Whether a source field the encoder reads only as text may have held another JSON kind,
     which Spark reads into the string field as its text: `snapshot` (a string or a boolean;
-    the encoder refuses any other kind) and `gtid` (the encoder ignores a gtid that is not a
-    string; this path would take its text for the transaction). Only a value unlike the
-    connector's (a snapshot flag not in `_SNAPSHOT_KNOWN`; a gtid without a colon, or opening
-    as an object's or an array's text does) is looked at, on its line: for the key followed
-    by anything but a string (an image column of that name is one too, and sends the batch
-    to the old path for nothing)."""
+    the encoder refuses any other kind), `gtid` (the encoder ignores a gtid that is not a
+    string; this path would take its text for the transaction), and `table`, `schema`, `db`
+    (the encoder names the table with Python's reading of the value: `false` or `0` is no
+    table, `true` is `True`; this path would write `false`, `true` into the name). Only a
+    value unlike the connector's is looked at (`_usual`), on its line: for the key followed by
+    anything but a string (an image column of that name is one too, and so is the envelope's
+    `schema`; either sends the batch to the old path for nothing)."""
     out = F.lit(False)
-    for name, usual in (("snapshot", s["snapshot"].isin(*_SNAPSHOT_KNOWN)),
-                        ("gtid", s["gtid"].contains(":") & ~s["gtid"].startswith("{")
-                         & ~s["gtid"].startswith("["))):
-        out = out | (s[name].isNotNull() & ~usual
+    for name in _TEXT_FIELDS:
+        out = out | (s[name].isNotNull() & ~_usual(name, s[name])
                      & _key_then(value, name, r'[^"\s]'))
     return out
+
+
+def _usual(name: str, text: Column) -> Column:
+    """Whether a source text field's value is one the connector writes as a string and no
+    other JSON kind reads as: a snapshot flag in `_SNAPSHOT_KNOWN`; a gtid with a colon that
+    does not open as an object or an array does; a name that opens as no number, object or
+    array does and is not `true` or `false`."""
+    if name == "snapshot":
+        return text.isin(*_SNAPSHOT_KNOWN)
+    first = F.substring(text, 1, 1)
+    if name == "gtid":
+        return text.contains(":") & ~first.isin("{", "[")
+    return ~first.isin(*_NOT_NAMES) & ~text.isin("true", "false")
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
@@ -336,7 +352,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
-        (F.col("_not_text"), "unsupported: a source.snapshot or gtid that may not be text"),
+        (F.col("_not_text"), "unsupported: a source text field that may not be text"),
         (negative, "bad: a negative position"),
         (pg & s["sequence"].isNotNull() & ~F.col("_seq_ok"),
          "unsupported: a source.sequence not in Debezium's shape"),

@@ -34,9 +34,7 @@ Where a covered batch may still differ from `encode_changefeed` (each shared wit
 unless said): a snapshot row read after a transaction that metadata finished is placed at that
 transaction's time, not one above (`times.py`); a change arriving after a later time was
 finished is converted, not refused; the table's rows are not checked for one row per key (the
-old path checks). This path only: a source text field other than `snapshot` and `gtid`
-holding another JSON kind (`"table": false`) is read as that value's text, where the encoder
-takes Python's reading of it (no table); a number beyond a double in a field no step reads
+old path checks). This path only: a number beyond a double in a field no step reads
 (`ts_ms`) is accepted, which orjson refuses. An image value of another JSON kind than its
 column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
 path (`keyed._refused`), which holds the first value's kind to be the column's.

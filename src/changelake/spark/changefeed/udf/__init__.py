@@ -64,7 +64,11 @@ Differences from `encode_changefeed`, from doing a batch at once:
   of the column's first value) is a bad line here; the encoder, untyped, passes it through.
 * Without a table schema the columns are those of the first image in `(file, line)` order;
   the encoder takes the first in the order its files were given. Likewise for a transaction's
-  time: the first event's in `(file, line)` order here, the first parsed there.
+  time: the first event's in `(file, line)` order here, the first parsed there. A
+  transaction's events all take that time here, which they share in every feed Debezium
+  writes; the encoder gives a PostgreSQL event with `sequence` its own `sequence[0]`, so a
+  transaction whose events disagree on it (no connector writes one) is timed apart there (and
+  on the JVM path).
 * A change without a time of its own takes the highest time before it here; the encoder takes
   the frontier if that is later (a snapshot row after a transaction that its metadata
   completed, a YDB record without a virtual timestamp after barriers). YDB files are read one
