@@ -28,9 +28,11 @@ SOURCE = {"version": "1.4.0.Final", "connector": "postgresql", "name": "pg", "db
 
 # One event of a PostgreSQL feed without `sequence` (Debezium < 1.5): a snapshot row (no
 # time), a row event of one of four transactions (its time: its transaction's first lsn), or
-# a logical-decoding message (ignored by conversion); lsn and file drawn.
+# a logical-decoding message (ignored by conversion); or a row event with `sequence` (its
+# time: its own `sequence[0]`, which the events of its transaction need not share); lsn and
+# file drawn.
 EVENTS = st.lists(
-    st.tuples(st.sampled_from(["snapshot", "event", "event", "message"]),
+    st.tuples(st.sampled_from(["snapshot", "event", "event", "message", "sequenced"]),
               st.integers(1, 4), st.integers(1, 1_000), st.integers(0, 1)),
     min_size=1, max_size=30)
 
@@ -38,6 +40,8 @@ EVENTS = st.lists(
 def _line(n: int, kind: str, tx: int, lsn: int) -> bytes:
     source = {**SOURCE, "lsn": lsn, "txId": tx, "snapshot": "true" if kind == "snapshot"
               else "false"}
+    if kind == "sequenced":
+        source["sequence"] = f'["{lsn // 2}","{lsn}"]'
     payload: dict[str, Any] = {"op": "r" if kind == "snapshot" else "c", "before": None,
                                "after": {"id": n}, "source": source, "ts_ms": 1}
     if kind == "message":
@@ -77,9 +81,10 @@ def _spark_times(spark: Any, files: dict[str, list[bytes]]) -> dict[tuple[str, i
         for line, raw in enumerate(files[name], start=1):
             change = DebeziumParser().parse_line(raw, Location(name, line))
             assert isinstance(change, Change)
-            rows.append((name, line, change.transaction, change.time, change.op.value))
+            rows.append((name, line, change.transaction, change.time, change.op.value,
+                         change.tx_timed))
     frame = spark.createDataFrame(rows, "file string, line long, tx string, time long, "
-                                        "op string")
+                                        "op string, tx_timed boolean")
     frame = frame.withColumn("time", spark_transaction_time())
     frame = frame.withColumn("time", spark_current_time())
     return {(r["file"], r["line"]): r["time"] for r in frame.collect()}
@@ -101,6 +106,9 @@ def test_the_times_rule_sees_transactions_and_messages() -> None:
                          _line(2, "event", 1, 70), _line(3, "snapshot", 3, 10)],
              "b.jsonl": []}
     assert list(_python_times(files).values()) == [50, 90, 50, 50]
+    # An event with `sequence` has its own time, whatever its transaction's others have.
+    files["a.jsonl"].insert(1, _line(4, "sequenced", 1, 60))
+    assert list(_python_times(files).values()) == [50, 30, 90, 50, 50]
 
 
 # ------------------------------------------------------------------------------ barriers

@@ -624,6 +624,33 @@ def test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it(
     assert (got.path == "jvm") == (value == b"items")
 
 
+@pytest.mark.parametrize("jvm", [True, False])
+def test_a_transaction_whose_events_disagree_on_sequence_is_timed_as_the_encoder_times_it(
+        spark: Any, tmp_path: Path, jvm: bool) -> None:
+    """The encoder times a PostgreSQL event with `sequence` by its own `sequence[0]`, even in
+    a transaction whose events disagree on it (no connector writes one). The old path gave
+    every event of a transaction its first event's time: both changes at 105, and the
+    frontier 106 where the encoder's is 115."""
+    def change(lsn: int, key: int) -> bytes:
+        source = {"connector": "postgresql", "lsn": lsn, "txId": 7, "snapshot": "false",
+                  "sequence": f'["{lsn - 5}","{lsn}"]', "schema": "public", "table": "items"}
+        return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
+                             "source": source,
+                             "transaction": {"id": f"7:{lsn}", "total_order": key}})
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b"\n".join([
+        orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}),
+        change(110, 1), change(120, 2),
+        orjson.dumps({"status": "END", "id": "7", "event_count": 2})]) + b"\n")
+    got = convert_frames(spark, [path], "debezium", ["id"], None, jvm=jvm)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=False, lenient=False))
+    assert got.path == ("jvm" if jvm else "python-udf")
+    assert got.frontier == collect(messages).frontier.elements[0] == 115
+    assert spark_updates(got.changes) == python_updates(messages)
+    assert [time for (_, time) in python_updates(messages)] == [105]
+
+
 def _image_feed(path: Path, second: dict[str, Any]) -> Path:
     """Three inserts of `id`, `name`; the second's envelope fields are `second`'s."""
     def line(lsn: int, fields: dict[str, Any]) -> bytes:

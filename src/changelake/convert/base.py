@@ -142,26 +142,27 @@ class WindowedConverter:
 SPARK_ORDER = ("file", "line")
 
 
-def spark_transaction_time(time: str = "time", tx: str = "tx",
+def spark_transaction_time(time: str = "time", tx: str = "tx", timed: str = "tx_timed",
                            order: Sequence[str] = SPARK_ORDER) -> Column:
-    """The time `DebeziumParser` gives a transaction, over a frame of parsed changes: the time
-    of the first event of the transaction in `order` that has one (a snapshot row, without a
-    time, keeps none).
+    """The time `DebeziumParser` gives each event, over a frame of parsed changes whose
+    `timed` column says the parser gave it its transaction's (`Change.tx_timed`): the time of
+    the first event so marked of its transaction in `order`; any other event keeps its own.
 
-    The parser (in `formats.debezium`, which holds no Spark code) gives a MySQL GTID and a
-    PostgreSQL `txId` without `sequence` the time of the first of their events it parses,
-    and every other event its own time, which is then the same for all events of its
-    transaction. On Spark each partition has a parser of its own, so only the first event of a
-    transaction in the whole batch is sure to be timed as the sequential parser would time it:
-    this takes that event's time for all. The same as the encoder's when it is given the files
-    in `order`."""
+    The parser gives a MySQL GTID and a PostgreSQL `txId` without `sequence` the time of the
+    first of their events it parses (each later one is marked), and every other event its own
+    time. On Spark each partition has a parser of its own, so only the first marked event of a
+    transaction in the whole batch is sure to carry the time the sequential parser gives them
+    all (its own): this takes that event's time for every marked one. The same as the
+    encoder's when it is given the files in `order`. An event timed by its own `sequence`
+    keeps that time, even where its transaction's events disagree on it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     whole = Window.partitionBy(tx).orderBy(*order) \
         .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    return F.when(F.col(tx).isNotNull() & F.col(time).isNotNull(),
-                  F.first(time, ignorenulls=True).over(whole)).otherwise(F.col(time))
+    marked = F.coalesce(F.col(timed), F.lit(False)) & F.col(tx).isNotNull()
+    first = F.first(F.when(marked, F.col(time)), ignorenulls=True).over(whole)
+    return F.when(marked & F.col(time).isNotNull(), first).otherwise(F.col(time))
 
 
 def spark_current_time(time: str = "time", op: str = "op",

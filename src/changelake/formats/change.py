@@ -109,6 +109,12 @@ class Change:
     tx_order: int | None = None
     #: For `Op.MESSAGE`: (prefix, content); for the rest unused.
     message: tuple[str, str] | None = None
+    #: `time` is its transaction's: the own time of the first event of the transaction the
+    #: parser read (PostgreSQL without `sequence`, MySQL with a GTID or a transaction id that
+    #: is no binlog position), not this event's. A parser per Spark partition sees only its
+    #: own first, so the old Spark path takes the batch's first over the events so marked
+    #: (`convert.base.spark_transaction_time`).
+    tx_timed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

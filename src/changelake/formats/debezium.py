@@ -79,6 +79,9 @@ MAX_DECIMAL_BYTES = 4096
 _PG_TX_ID = re.compile(r"^(\d+):\d+$")
 _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII only: str.isdigit also takes "²"
 _EPOCH = dt.datetime(1970, 1, 1)
+#: What `DebeziumParser._locate` finds in a source block: position, time, transaction id, and
+#: whether the time is the transaction's (`Change.tx_timed`).
+_Located = tuple[tuple[int, ...] | None, int | None, str | None, bool]
 # PostgreSQL +-infinity timestamps as Debezium writes them (µs; the ms form is /1000).
 _PG_INFINITY_US = {9223372036825200000: "infinity", -9223372036832400000: "-infinity"}
 
@@ -164,7 +167,7 @@ class DebeziumParser:
         tx = payload.get("transaction")
         if tx is not None and not isinstance(tx, dict):
             raise ChangefeedError("transaction must be an object or null", origin)
-        position, time, tx_id = self._locate(source, tx, snapshot, origin)
+        position, time, tx_id, tx_timed = self._locate(source, tx, snapshot, origin)
         if time is not None and time > MAX_TIME:
             raise ChangefeedError(f"the transaction's time {time} (from source) does not fit "
                                   "a 64-bit signed integer, as CDCv2 times must", origin)
@@ -187,43 +190,44 @@ class DebeziumParser:
                                   origin)
         return Change(op=op, key=key, before=before, after=after, position=position, time=time,
                       transaction=tx_id, table=_table_name(source), origin=origin,
-                      snapshot=snapshot, tx_order=order, message=message)
+                      snapshot=snapshot, tx_order=order, message=message, tx_timed=tx_timed)
 
     def _locate(self, source: dict[str, Any], tx: dict[str, Any] | None, snapshot: bool,
-                origin: Location) -> tuple[tuple[int, ...] | None, int | None, str | None]:
-        """(position, time, transaction id) from the source block; see the module docstring."""
+                origin: Location) -> _Located:
+        """(position, time, transaction id, whether the time is the transaction's: see
+        `Change.tx_timed`) from the source block; see the module docstring."""
         tx_id = normalise_tx_id(tx["id"]) if tx and tx.get("id") is not None else None
         if source.get("connector") == "ydb" or "step" in source:
             step = _uint(source.get("step"), "source.step", origin)
             txid = _uint(source.get("txId"), "source.txId", origin)
-            return (step, txid), step, tx_id
+            return (step, txid), step, tx_id, False
         if "lsn" in source or "txId" in source or "sequence" in source:
             return self._locate_pg(source, tx_id, snapshot, origin)
         if "file" in source or "pos" in source:
             return self._locate_mysql(source, tx_id, snapshot, origin)
-        return None, None, tx_id
+        return None, None, tx_id, False
 
     def _locate_pg(self, source: dict[str, Any], tx_id: str | None, snapshot: bool,
-                   origin: Location) -> tuple[tuple[int, ...] | None, int | None, str | None]:
+                   origin: Location) -> _Located:
         seq0, seq1 = _pg_sequence(source.get("sequence"), origin)
         lsn = _opt_uint(source.get("lsn"), "source.lsn", origin)
         xid = _opt_uint(source.get("txId"), "source.txId", origin)
         if tx_id is None and xid is not None:
             tx_id = str(xid)
         if seq0 is None and seq1 is None and lsn is None:
-            return None, None, tx_id  # incremental-snapshot rows carry no position
+            return None, None, tx_id, False  # incremental-snapshot rows carry no position
         position = (seq0 or 0, seq1 if seq1 is not None else (lsn or 0), lsn or 0)
         if snapshot:
-            return position, None, tx_id
+            return position, None, tx_id, False
         if seq0 is not None:
-            return position, seq0, tx_id
+            return position, seq0, tx_id, False
         time = lsn if lsn is not None else seq1
         if tx_id is not None and time is not None:
-            time = self._tx_time.setdefault(tx_id, time)
-        return position, time, tx_id
+            return position, self._tx_time.setdefault(tx_id, time), tx_id, True
+        return position, time, tx_id, False
 
     def _locate_mysql(self, source: dict[str, Any], tx_id: str | None, snapshot: bool,
-                      origin: Location) -> tuple[tuple[int, ...] | None, int | None, str | None]:
+                      origin: Location) -> _Located:
         file_no = _binlog_number(source.get("file"), origin)
         pos = _uint(source.get("pos"), "source.pos", origin)
         row = _opt_uint(source.get("row"), "source.row", origin) or 0
@@ -234,13 +238,13 @@ class DebeziumParser:
         if tx_id is None and isinstance(gtid, str):
             tx_id = gtid
         if snapshot:
-            return position, None, tx_id
+            return position, None, tx_id, False
         time = file_no << 32 | pos
         if tx_id is not None and tx_id.startswith("file="):
-            time = _binlog_tx_time(tx_id, origin)
-        elif tx_id is not None:
-            time = self._tx_time.setdefault(tx_id, time)
-        return position, time, tx_id
+            return position, _binlog_tx_time(tx_id, origin), tx_id, False
+        if tx_id is not None:
+            return position, self._tx_time.setdefault(tx_id, time), tx_id, True
+        return position, time, tx_id, False
 
     # ---------------------------------------------------------------------------- values
 

@@ -25,13 +25,13 @@ must be column expressions are written beside the Python rule they restate, in
    becomes two rows (`split_moved_key`), one for each key's group; the key is `key_of`'s, and
    replays are told by `event_identity`.
 2. *Times* that the sequential encoder derives from what came before are derived with windows
-   in `(file, line)` order: a transaction's time is that of its first event
-   (`convert.base.spark_transaction_time`, the parser's rule for MySQL GTIDs and PostgreSQL
-   without `sequence`); a change without a time of its own (snapshot rows) takes the highest
-   time before it, or 0 (`convert.base.spark_current_time`, the converters' `time_of`). A YDB
-   record below its partition's last barrier (ydb#6985) is rejected, unless it repeats an
-   earlier event of its file (`event_identity`): each file's lines go through
-   `PartitionFrontiers.check` (`convert.progress.barrier_violations`).
+   in `(file, line)` order: an event the parser timed by its transaction (`Change.tx_timed`:
+   MySQL GTIDs, PostgreSQL without `sequence`) takes the time of the transaction's first such
+   event (`convert.base.spark_transaction_time`); a change without a time of its own
+   (snapshot rows) takes the highest time before it, or 0 (`convert.base.spark_current_time`,
+   the converters' `time_of`). A YDB record below its partition's last barrier (ydb#6985) is
+   rejected, unless it repeats an earlier event of its file (`event_identity`): each file's
+   lines go through `PartitionFrontiers.check` (`convert.progress.barrier_violations`).
 3. *Progress* (`progress.py`) is small and resolved on the driver with the encoder's own rules
    (`convert.progress.frontier_from` for Debezium; for YDB `PartitionFrontiers.frontier` over
    each file's last barrier, `convert.progress.ydb_frontier`).
@@ -64,11 +64,7 @@ Differences from `encode_changefeed`, from doing a batch at once:
   of the column's first value) is a bad line here; the encoder, untyped, passes it through.
 * Without a table schema the columns are those of the first image in `(file, line)` order;
   the encoder takes the first in the order its files were given. Likewise for a transaction's
-  time: the first event's in `(file, line)` order here, the first parsed there. A
-  transaction's events all take that time here, which they share in every feed Debezium
-  writes; the encoder gives a PostgreSQL event with `sequence` its own `sequence[0]`, so a
-  transaction whose events disagree on it (no connector writes one) is timed apart there (and
-  on the JVM path).
+  time: the first event's in `(file, line)` order here, the first parsed there.
 * A change without a time of its own takes the highest time before it here; the encoder takes
   the frontier if that is later (a snapshot row after a transaction that its metadata
   completed, a YDB record without a virtual timestamp after barriers). YDB files are read one

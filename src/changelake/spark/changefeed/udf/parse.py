@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PARSED_DDL = (
     "file string, line long, kind string, item binary, key binary, time long, tx string, "
     "tx_order long, end_count long, barrier long, pos binary, ident binary, op string, "
-    "error string, tbl string, end_collections string"
+    "error string, tbl string, end_collections string, tx_timed boolean"
 )
 #: Changes that carry no key and still mean something to keyed conversion (or nothing at all).
 _KEYLESS = frozenset({Op.TRUNCATE, Op.MESSAGE, Op.TOMBSTONE})
@@ -136,6 +136,7 @@ def _change_rows(base: dict[str, Any], change: Change,
         rows.append({**base, "kind": "change", "op": part.op.value, "item": pickle.dumps(part),
                      "key": pickle.dumps(_one_spelling(key)) if key is not None else None,
                      "time": part.time, "tx": part.transaction, "tx_order": part.tx_order,
+                     "tx_timed": part.tx_timed,
                      "tbl": part.table, "pos": pickle.dumps(part.position),
                      "ident": pickle.dumps(event_identity(part))})
     return rows
