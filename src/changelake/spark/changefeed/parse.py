@@ -48,13 +48,17 @@ DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, s
 wrong JSON type fails the job instead of becoming null, and as strictly as orjson (`STRICT`:
 no single quotes, no NaN, nothing after the line's value). A string field takes any JSON
 value as its text, though, so where the kind decides (an image or `data_collections` written
-as a string: `_string_valued`; a `snapshot`, `gtid`, `table`, `schema` or `db` that is not
-one: `_not_text`) the line is looked at, and a line that may hold such a value sets `problem`
-too. Either way the caller hands the whole batch to the old path, which reports bad lines
-exactly as `encode_changefeed` does.
+as a string: `_string_valued`; a `snapshot` or `gtid` that is not one: `_not_text`) the line
+is looked at, and a line that may hold such a value sets `problem` too. Either way the caller
+hands the whole batch to the old path, which reports bad lines exactly as `encode_changefeed`
+does. The source's `table`, `schema` and `db` are looked at once per batch (`odd_names`, on
+the caller's aggregates of the `NAMES` columns, and `odd_name_lines` when they look odd).
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -93,11 +97,14 @@ _SNAPSHOT_TRUE = ("true", "first", "last", "first_in_data_collection",
 #: The snapshot flags Debezium writes, and the booleans (read into the string field as text).
 _SNAPSHOT_KNOWN = (*_SNAPSHOT_TRUE, "false", "incremental")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
-#: The source fields that name the table, which `_not_text` holds to strings.
-_NAMES = ("table", "schema", "db")
+#: The source fields that name the table (`odd_names`).
+NAME_FIELDS = ("table", "schema", "db")
+#: The columns of `parse_items` that hold them, raw: for the caller's aggregates only.
+NAMES = tuple(f"source_{n}" for n in NAME_FIELDS)
 _SEPARATOR = "\u0001"
-#: One of `_NAMES` (joined by `_SEPARATOR`) that opens as a number, an object or an array
-#: does, or is `true` or `false`: what Spark's text of another JSON kind than a string is.
+#: A name (one of `NAME_FIELDS`' values; in Spark, all three joined by `_SEPARATOR`) that opens
+#: as a number, an object or an array does, or is `true` or `false`: what Spark's text of
+#: another JSON kind than a string may be. Read by Java's and Python's `re` alike.
 _ODD_NAME = "(?:^|\u0001)(?:[-{\\[0-9]|(?:true|false)(?:\u0001|$))"
 #: What follows a key whose value is not a string.
 _NOT_A_STRING = r'[^"\s]'
@@ -198,29 +205,54 @@ def _key_then(value: Column, name: str, first: str) -> Column:
 def _not_text(value: Column, s: Column) -> Column:
     """Whether a source field the encoder reads only as text may have held another JSON kind,
     which Spark reads into the string field as its text: `snapshot` (a string or a boolean;
-    the encoder refuses any other kind), `gtid` (the encoder ignores a gtid that is not a
-    string; this path would take its text for the transaction), and `table`, `schema`, `db`
-    (the encoder names the table with Python's reading of the value: `false` or `0` is no
-    table, `true` is `True`; this path would write `false`, `true` into the name).
-
-    Only a value unlike the connector's is looked at, on its line: for the key followed by
-    anything but a string (an image column of that name is one too, and sends the batch to
-    the old path for nothing). A snapshot flag is unlike when it is not in `_SNAPSHOT_KNOWN`,
-    a gtid when it has no colon or opens as an object or an array does; a name (`_NAMES`)
-    when it opens as a number, an object or an array does, or is `true` or `false`. The names
-    are looked at together, as one text (`_ODD_NAME`) and for any of their keys (so the
-    envelope's `schema` is one too, on a wrapped line): three checks of their own made the
-    parse's generated code too long to compile, and the parse took 1.7x as long at 1.1M lines
-    (13.1 s against 7.8 s without the names looked at; 7.9-8.4 s so, to Spark's `noop`)."""
+    the encoder refuses any other kind) and `gtid` (the encoder ignores a gtid that is not a
+    string; this path would take its text for the transaction). Only a value unlike the
+    connector's (a snapshot flag not in `_SNAPSHOT_KNOWN`; a gtid without a colon, or opening
+    as an object's or an array's text does) is looked at, on its line: for the key followed
+    by anything but a string (an image column of that name is one too, and sends the batch
+    to the old path for nothing). The table's names are looked at once per batch instead
+    (`odd_names`)."""
     out = F.lit(False)
     for name, usual in (("snapshot", s["snapshot"].isin(*_SNAPSHOT_KNOWN)),
                         ("gtid", s["gtid"].contains(":") & ~s["gtid"].startswith("{")
                          & ~s["gtid"].startswith("["))):
         out = out | (s[name].isNotNull() & ~usual & _key_then(value, name, _NOT_A_STRING))
+    return out
+
+
+def odd_names(names: Sequence[str | None]) -> bool:
+    """Whether a source `table`, `schema` or `db` value (`NAMES`: the least and the greatest
+    of each over a batch's changes) may be Spark's text of another JSON kind than a string
+    (`_ODD_NAME`), or the values differ between the batch's lines: then `odd_name_lines`
+    looks at the lines. The encoder names the table with Python's reading of such a value
+    (`false` or `0` is no table, `true` is `True`), where this path would write Spark's text
+    (`false`, `true`) into the name.
+
+    A batch names one table (two are the old path's), so a connector's names are one value
+    each, and this looks at them once, on the driver: a per-line check of the three cost 1.1x
+    (or, with a check of its own for each, 1.7x, its generated code too long for the JIT) the
+    parse's time at 1.1M lines (benchmarks/README.md)."""
+    for low, high in zip(names[::2], names[1::2], strict=True):
+        if low != high or (low is not None and re.search(_ODD_NAME, low)):
+            return True
+    return False
+
+
+def odd_name_lines(lines: DataFrame) -> DataFrame:
+    """The lines where a source `table`, `schema` or `db` may hold another JSON kind than a
+    string: its value looks like Spark's text of one (`_ODD_NAME`), and the line holds one of
+    their keys followed by anything but a string (an image column of that name, or the
+    envelope's `schema` on a wrapped line, is one too, and sends the batch to the old path for
+    nothing). A pass of its own over the text, made only when `odd_names` says so."""
+    names = f"struct<{', '.join(f'{n}: string' for n in NAME_FIELDS)}>"
+    envelope = F.from_json("value", f"source {names}, payload struct<source {names}>", FAILFAST)
     look = F.lit(False)
-    for name in _NAMES:
-        look = look | _key_then(value, name, _NOT_A_STRING)
-    return out | (F.concat_ws(_SEPARATOR, *(s[n] for n in _NAMES)).rlike(_ODD_NAME) & look)
+    for name in NAME_FIELDS:
+        look = look | _key_then(F.col("value"), name, _NOT_A_STRING)
+    odd = F.lit(False)
+    for source in (F.col("e.source"), F.col("e.payload.source")):
+        odd = odd | F.concat_ws(_SEPARATOR, *(source[n] for n in NAME_FIELDS)).rlike(_ODD_NAME)
+    return lines.select("value", envelope.alias("e")).where(odd & look)
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
@@ -354,7 +386,7 @@ def _classify(items: DataFrame) -> DataFrame:
         (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
         (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
-        (F.col("_not_text"), "unsupported: a source text field that may not be text"),
+        (F.col("_not_text"), "unsupported: a source.snapshot or gtid that may not be text"),
         (negative, "bad: a negative position"),
         (pg & s["sequence"].isNotNull() & ~F.col("_seq_ok"),
          "unsupported: a source.sequence not in Debezium's shape"),
@@ -387,4 +419,5 @@ def _classify(items: DataFrame) -> DataFrame:
         F.when(b["status"] == "END", b["event_count"]).alias("end_count"),
         F.when(b["status"] == "END", collections).alias("end_collections"),
         position.alias("pos"), table.alias("table"), snapshot.alias("snapshot"),
-        b["before"].alias("before_raw"), b["after"].alias("after_raw"))
+        b["before"].alias("before_raw"), b["after"].alias("after_raw"),
+        *(s[n].alias(c) for n, c in zip(NAME_FIELDS, NAMES, strict=True)))
