@@ -583,45 +583,50 @@ def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
 
 
 @pytest.mark.parametrize("case", [
-    ("table", b"false", "public.false"), ("table", b"true", "public.true"),
-    ("schema", b"5", "5.items"), ("table", b"items", "public.items"),
-    *_slow(("table", b"0", "public.0"), ("table", b"1.50", "public.1.50"),
-           ("table", b'{"t":1}', 'public.{"t":1}'), ("db", b"false", "false.items"))])
+    # (the source's names as written, the name Spark's text of them gave the table, whether
+    # the encoder's name is that one, so that its entry finishes the transaction, whether the
+    # JVM path converts the batch)
+    (b'"schema":"public","table":false', "public.false", False, False),
+    (b'"schema":"public","table":true', "public.true", False, False),
+    (b'"schema":5,"table":"items"', "5.items", True, False),
+    (b'"schema":"public","table":"items"', "public.items", True, True),
+    # an empty schema falls to the db, in Python's `schema or db`
+    (b'"schema":"","db":"inv","table":"items"', "items", False, True),
+    *_slow((b'"schema":"public","table":0', "public.0", False, False),
+           (b'"schema":"public","table":1.50', "public.1.50", False, False),
+           (b'"schema":"public","table":{"t":1}', 'public.{"t":1}', False, False),
+           (b'"db":false,"table":"items"', "false.items", False, False))])
 def test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it(
-        spark: Any, tmp_path: Path, case: tuple[str, bytes, str]) -> None:
+        spark: Any, tmp_path: Path, case: tuple[bytes, str, bool, bool]) -> None:
     """The encoder names a change's table with Python's reading of `source.table` and of
-    `schema` or `db`: `false` or `0` is no table (nor prefix), `true` is `True`. Spark reads
+    `schema or db`: `false` or `0` is no table (nor prefix), `true` is `True`. Spark reads
     them into the string fields as their text, so the JVM path named the table `public.false`
     and matched it with an END's `data_collections` entry of that name: its count (2, all
-    seen) finished the transaction where the encoder expects the END's `event_count` (3).
-    `case`: the field, its value, and the name Spark's text of it gave the table."""
-    field, value, text = case
+    seen) finished the transaction where the encoder expects the END's `event_count` (3)."""
+    names, text, finished, jvm = case
 
     def change(lsn: int, key: int) -> bytes:
         source = {"connector": "postgresql", "lsn": lsn, "txId": 7, "snapshot": "false",
-                  "sequence": f'["100","{lsn}"]', "schema": "public", "table": "items"}
+                  "sequence": f'["100","{lsn}"]', "schema": "NAMES"}
         return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
                              "source": source,
-                             "transaction": {"id": f"7:{lsn}", "total_order": key}})
-    lines = [orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}),
-             change(110, 1), change(120, 2),
-             orjson.dumps({"status": "END", "id": "7", "event_count": 3, "data_collections": [
-                 {"data_collection": text, "event_count": 2}]})]
-    if field == "db":
-        lines = [line.replace(b'"schema":"public"', b'"db":"public"') for line in lines]
-    quoted = b'"%s":"%s"' % (field.encode(), b"items" if field == "table" else b"public")
+                             "transaction": {"id": f"7:{lsn}", "total_order": key}
+                             }).replace(b'"schema":"NAMES"', names)
     path = tmp_path / "feed.jsonl"
-    path.write_bytes(b"\n".join(line.replace(quoted, b'"%s":%s' % (field.encode(), value))
-                                 if value != b"items" else line for line in lines) + b"\n")
+    path.write_bytes(b"\n".join([
+        orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}),
+        change(110, 1), change(120, 2),
+        orjson.dumps({"status": "END", "id": "7", "event_count": 3, "data_collections": [
+            {"data_collection": text, "event_count": 2}]})]) + b"\n")
     got = convert_frames(spark, [path], "debezium", ["id"], None)
     messages = list(encode_changefeed([path], source="debezium", keys=["id"],
                                       table_schema=None, close=False, lenient=False))
     assert got.frontier == collect(messages).frontier.elements[0]
     assert spark_updates(got.changes) == python_updates(messages)
-    # The transaction (at 100, the commit before it) finishes by the entry of a name read as
-    # Spark reads it, or waits for the END's count of 3, one more than it holds.
-    assert got.frontier == (101 if text == "public.items" or field == "schema" else 100)
-    assert (got.path == "jvm") == (value == b"items")
+    # The transaction (at 100, the commit before it) finishes by the entry of the name, or
+    # waits for the END's count of 3, one more than it holds.
+    assert got.frontier == (101 if finished else 100)
+    assert (got.path == "jvm") == jvm, got.reason
 
 
 @pytest.mark.parametrize("jvm", [True, False])

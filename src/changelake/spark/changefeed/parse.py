@@ -51,14 +51,14 @@ value as its text, though, so where the kind decides (an image or `data_collecti
 as a string: `_string_valued`; a `snapshot` or `gtid` that is not one: `_not_text`) the line
 is looked at, and a line that may hold such a value sets `problem` too. Either way the caller
 hands the whole batch to the old path, which reports bad lines exactly as `encode_changefeed`
-does. The source's `table`, `schema` and `db` are looked at once per batch (`odd_names`, on
-the caller's aggregates of the `NAMES` columns, and `odd_name_lines` when they look odd).
+does. The source's `table`, `schema` and `db` are looked at once per batch, in the table name
+the caller's facts give (`odd_names`), and on the lines only when it looks odd
+(`odd_name_lines`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -99,12 +99,11 @@ _SNAPSHOT_KNOWN = (*_SNAPSHOT_TRUE, "false", "incremental")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
 #: The source fields that name the table (`odd_names`).
 NAME_FIELDS = ("table", "schema", "db")
-#: The columns of `parse_items` that hold them, raw: for the caller's aggregates only.
-NAMES = tuple(f"source_{n}" for n in NAME_FIELDS)
 _SEPARATOR = "\u0001"
-#: A name (one of `NAME_FIELDS`' values; in Spark, all three joined by `_SEPARATOR`) that opens
-#: as a number, an object or an array does, or is `true` or `false`: what Spark's text of
-#: another JSON kind than a string may be. Read by Java's and Python's `re` alike.
+#: A name (a part of a table name, `odd_names`; in Spark, a line's `NAME_FIELDS` joined by
+#: `_SEPARATOR`, `odd_name_lines`) that opens as a number, an object or an array does, or is
+#: `true` or `false`: what Spark's text of another JSON kind than a string may be. Read by
+#: Python's `re` and Java's alike.
 _ODD_NAME = "(?:^|\u0001)(?:[-{\\[0-9]|(?:true|false)(?:\u0001|$))"
 #: What follows a key whose value is not a string.
 _NOT_A_STRING = r'[^"\s]'
@@ -220,22 +219,19 @@ def _not_text(value: Column, s: Column) -> Column:
     return out
 
 
-def odd_names(names: Sequence[str | None]) -> bool:
-    """Whether a source `table`, `schema` or `db` value (`NAMES`: the least and the greatest
-    of each over a batch's changes) may be Spark's text of another JSON kind than a string
-    (`_ODD_NAME`), or the values differ between the batch's lines: then `odd_name_lines`
-    looks at the lines. The encoder names the table with Python's reading of such a value
-    (`false` or `0` is no table, `true` is `True`), where this path would write Spark's text
-    (`false`, `true`) into the name.
+def odd_names(table: str | None) -> bool:
+    """Whether the one table a batch's changes name (`[prefix.]table`, as `_classify` writes
+    it: the facts' least and greatest agree, or the batch is the old path's) may hold Spark's
+    text of another JSON kind than a string, in a part its dots separate (`_ODD_NAME`): then
+    `odd_name_lines` looks at the lines. The encoder names the table with Python's reading of
+    such a source `table`, `schema` or `db` (`false` or `0` is no table, `true` is `True`),
+    where this path would write Spark's text (`false`, `true`) into the name; a field the
+    name does not hold (`db` beside a `schema`) is one the encoder does not read either.
 
-    A batch names one table (two are the old path's), so a connector's names are one value
-    each, and this looks at them once, on the driver: a per-line check of the three cost 1.1x
-    (or, with a check of its own for each, 1.7x, its generated code too long for the JIT) the
-    parse's time at 1.1M lines (benchmarks/README.md)."""
-    for low, high in zip(names[::2], names[1::2], strict=True):
-        if low != high or (low is not None and re.search(_ODD_NAME, low)):
-            return True
-    return False
+    Looked at once, on the driver: a per-line check of the three names cost 1.1x (or, with a
+    check of its own for each, 1.7x, its generated code too long for the JIT) the parse's time
+    at 1.1M lines (benchmarks/README.md)."""
+    return table is not None and any(re.match(_ODD_NAME, part) for part in table.split("."))
 
 
 def odd_name_lines(lines: DataFrame) -> DataFrame:
@@ -370,9 +366,10 @@ def _classify(items: DataFrame) -> DataFrame:
     time = F.when(pg, pg_time).when(mysql, my_time)
     tx = F.when(pg, pg_tx).when(mysql, my_tx).otherwise(tx_id)
     tx_min = F.when(pg, pg_tx_min).when(mysql, my_tx_min).otherwise(False)
+    # `schema or db`: an empty schema falls to the db, as a missing one does
+    prefix = F.coalesce(F.nullif(s["schema"], F.lit("")), F.nullif(s["db"], F.lit("")))
     table = F.when(F.coalesce(s["table"], F.lit("")) != "",
-                   F.when(F.coalesce(s["schema"], s["db"], F.lit("")) != "",
-                          F.concat_ws(".", F.coalesce(s["schema"], s["db"]), s["table"]))
+                   F.when(prefix.isNotNull(), F.concat_ws(".", prefix, s["table"]))
                    .otherwise(s["table"]))
     collections = F.from_json(b["data_collections"], COLLECTIONS, FAILFAST)
     negative = F.coalesce(lsn < 0, F.lit(False)) | F.coalesce(s["txId"] < 0, F.lit(False)) | \
@@ -419,5 +416,4 @@ def _classify(items: DataFrame) -> DataFrame:
         F.when(b["status"] == "END", b["event_count"]).alias("end_count"),
         F.when(b["status"] == "END", collections).alias("end_collections"),
         position.alias("pos"), table.alias("table"), snapshot.alias("snapshot"),
-        b["before"].alias("before_raw"), b["after"].alias("after_raw"),
-        *(s[n].alias(c) for n, c in zip(NAME_FIELDS, NAMES, strict=True)))
+        b["before"].alias("before_raw"), b["after"].alias("after_raw"))

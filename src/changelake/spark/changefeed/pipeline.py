@@ -82,13 +82,7 @@ from changelake.spark.changefeed.keyed import (
     partitions_for,
     typed_events,
 )
-from changelake.spark.changefeed.parse import (
-    ENVELOPE,
-    NAMES,
-    odd_name_lines,
-    odd_names,
-    parse_items,
-)
+from changelake.spark.changefeed.parse import ENVELOPE, odd_name_lines, odd_names, parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.times import assign_times
@@ -209,18 +203,14 @@ def _facts() -> list[Column]:
         F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
-                        F.struct("file_index", "block", "row"))).alias("first"),
-        # The source's raw names, one value each in a connector's batch (`parse.odd_names`).
-        *(F.min(F.when(change, F.col(c))).alias(f"{c}_low") for c in NAMES),
-        *(F.max(F.when(change, F.col(c))).alias(f"{c}_high") for c in NAMES)]
+                        F.struct("file_index", "block", "row"))).alias("first")]
 
 
 def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     """The parsed lines, checkpointed (`session.stored`), and their `_facts`, observed by the
-    same job (the raw names, `parse.NAMES`, are read by the facts only, and not stored)."""
+    same job."""
     facts = Observation()
-    items = _guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
-                                  .drop(*NAMES)))
+    items = _guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())))
     return items, facts.get
 
 
@@ -337,8 +327,8 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         raise Unsupported(facts["problem"])
     if facts["table"] != facts["other_table"]:
         raise Unsupported("bad: events of two tables")
-    names = [facts[f"{c}_{end}"] for c in NAMES for end in ("low", "high")]
-    if odd_names(names) and _guard(lambda: odd_name_lines(lines.bounded).first()) is not None:
+    if odd_names(facts["table"]) and \
+            _guard(lambda: odd_name_lines(lines.bounded).first()) is not None:
         raise Unsupported("unsupported: a source table, schema or db that may not be text")
     changes = items.where(F.col("kind") == "change")
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
