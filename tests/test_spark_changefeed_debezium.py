@@ -587,12 +587,14 @@ def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
     # the encoder's name is that one, so that its entry finishes the transaction, whether the
     # JVM path converts the batch)
     (b'"schema":"public","table":false', "public.false", False, False),
-    (b'"schema":"public","table":true', "public.true", False, False),
-    (b'"schema":5,"table":"items"', "5.items", True, False),
-    (b'"schema":"public","table":"items"', "public.items", True, True),
+    # a string that looks like a number's text: the lines are looked at, and it stays a name
+    (b'"schema":"public","table":"2024"', "public.2024", True, True),
     # an empty schema falls to the db, in Python's `schema or db`
     (b'"schema":"","db":"inv","table":"items"', "items", False, True),
-    *_slow((b'"schema":"public","table":0', "public.0", False, False),
+    *_slow((b'"schema":"public","table":true', "public.true", False, False),
+           (b'"schema":5,"table":"items"', "5.items", True, False),
+           (b'"schema":"public","table":"items"', "public.items", True, True),
+           (b'"schema":"public","table":0', "public.0", False, False),
            (b'"schema":"public","table":1.50', "public.1.50", False, False),
            (b'"schema":"public","table":{"t":1}', 'public.{"t":1}', False, False),
            (b'"db":false,"table":"items"', "false.items", False, False))])

@@ -228,8 +228,8 @@ def odd_names(table: str | None) -> bool:
     where this path would write Spark's text (`false`, `true`) into the name; a field the
     name does not hold (`db` beside a `schema`) is one the encoder does not read either.
 
-    Looked at once, on the driver: a per-line check of the three names cost 1.1x (or, with a
-    check of its own for each, 1.7x, its generated code too long for the JIT) the parse's time
+    Looked at once, on the driver: a per-line check of the three names cost about 1.1x (with a
+    check of its own for each, 1.8x: its generated code too long for the JIT) the parse's time
     at 1.1M lines (benchmarks/README.md)."""
     return table is not None and any(re.match(_ODD_NAME, part) for part in table.split("."))
 
