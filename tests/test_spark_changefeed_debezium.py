@@ -585,35 +585,45 @@ def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
 @pytest.mark.parametrize("case", [
     # (the source's names as written, the name Spark's text of them gave the table, whether
     # the encoder's name is that one, so that its entry finishes the transaction, whether the
-    # JVM path converts the batch)
-    (b'"schema":"public","table":false', "public.false", False, False),
+    # JVM path converts the batch, whether the events carry their Connect schema)
+    (b'"schema":"public","table":false', "public.false", False, False, False),
     # a string that looks like a number's text: the lines are looked at, and it stays a name
-    (b'"schema":"public","table":"2024"', "public.2024", True, True),
+    (b'"schema":"public","table":"2024"', "public.2024", True, True, False),
+    # the same on wrapped lines, whose envelope's `"schema": {` is not the table's name
+    (b'"schema":"public","table":"2024"', "public.2024", True, True, True),
     # an empty schema falls to the db, in Python's `schema or db`
-    (b'"schema":"","db":"inv","table":"items"', "items", False, True),
-    *_slow((b'"schema":"public","table":true', "public.true", False, False),
-           (b'"schema":5,"table":"items"', "5.items", True, False),
-           (b'"schema":"public","table":"items"', "public.items", True, True),
-           (b'"schema":"public","table":0', "public.0", False, False),
-           (b'"schema":"public","table":1.50', "public.1.50", False, False),
-           (b'"schema":"public","table":{"t":1}', 'public.{"t":1}', False, False),
-           (b'"db":false,"table":"items"', "false.items", False, False))])
+    (b'"schema":"","db":"inv","table":"items"', "items", False, True, False),
+    *_slow((b'"schema":"public","table":true', "public.true", False, False, False),
+           (b'"schema":5,"table":"items"', "5.items", True, False, False),
+           (b'"schema":"public","table":"items"', "public.items", True, True, False),
+           (b'"schema":"public","table":0', "public.0", False, False, False),
+           (b'"schema":"public","table":1.50', "public.1.50", False, False, False),
+           (b'"schema":"public","table":{"t":1}', 'public.{"t":1}', False, False, False),
+           (b'"db":false,"table":"items"', "false.items", False, False, False),
+           (b'"schema":"public","table":false', "public.false", False, False, True),
+           # a schema that looks like a number's text, on a wrapped line: the envelope's
+           # `"schema": {` pairs with it, and the batch goes to the old path for nothing
+           (b'"schema":"2024","table":"items"', "2024.items", True, False, True))])
 def test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it(
-        spark: Any, tmp_path: Path, case: tuple[bytes, str, bool, bool]) -> None:
+        spark: Any, tmp_path: Path, case: tuple[bytes, str, bool, bool, bool]) -> None:
     """The encoder names a change's table with Python's reading of `source.table` and of
     `schema or db`: `false` or `0` is no table (nor prefix), `true` is `True`. Spark reads
     them into the string fields as their text, so the JVM path named the table `public.false`
     and matched it with an END's `data_collections` entry of that name: its count (2, all
     seen) finished the transaction where the encoder expects the END's `event_count` (3)."""
-    names, text, finished, jvm = case
+    names, text, finished, jvm, wrapped = case
+    connect = {"type": "struct", "fields": [
+        {"field": "after", "type": "struct", "optional": True, "fields": [
+            {"field": "id", "type": "int32"},
+            {"field": "name", "type": "string", "optional": True}]}]}
 
     def change(lsn: int, key: int) -> bytes:
         source = {"connector": "postgresql", "lsn": lsn, "txId": 7, "snapshot": "false",
                   "sequence": f'["100","{lsn}"]', "schema": "NAMES"}
-        return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
-                             "source": source,
-                             "transaction": {"id": f"7:{lsn}", "total_order": key}
-                             }).replace(b'"schema":"NAMES"', names)
+        event = {"op": "c", "before": None, "after": {"id": key, "name": "n"},
+                 "source": source, "transaction": {"id": f"7:{lsn}", "total_order": key}}
+        return orjson.dumps({"schema": connect, "payload": event} if wrapped else event
+                            ).replace(b'"schema":"NAMES"', names)
     path = tmp_path / "feed.jsonl"
     path.write_bytes(b"\n".join([
         orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}),

@@ -99,12 +99,11 @@ _SNAPSHOT_KNOWN = (*_SNAPSHOT_TRUE, "false", "incremental")
 _HEARTBEAT = ("ts_ms", "ts_us", "ts_ns")
 #: The source fields that name the table (`odd_names`).
 NAME_FIELDS = ("table", "schema", "db")
-_SEPARATOR = "\u0001"
-#: A name (a part of a table name, `odd_names`; in Spark, a line's `NAME_FIELDS` joined by
-#: `_SEPARATOR`, `odd_name_lines`) that opens as a number, an object or an array does, or is
-#: `true` or `false`: what Spark's text of another JSON kind than a string may be. Read by
-#: Python's `re` and Java's alike.
-_ODD_NAME = "(?:^|\u0001)(?:[-{\\[0-9]|(?:true|false)(?:\u0001|$))"
+#: A name (a part of a table name, `odd_names`; in Spark, one of a line's `NAME_FIELDS`,
+#: `odd_name_lines`) that opens as a number, an object or an array does, or is `true` or
+#: `false`: what Spark's text of another JSON kind than a string may be. Read by Python's `re`
+#: and Java's alike.
+_ODD_NAME = "^(?:[-{\\[0-9]|(?:true|false)$)"
 #: What follows a key whose value is not a string.
 _NOT_A_STRING = r'[^"\s]'
 #: `source.sequence` as Debezium writes it: two LSNs as decimal strings, the first may be null.
@@ -236,19 +235,20 @@ def odd_names(table: str | None) -> bool:
 
 def odd_name_lines(lines: DataFrame) -> DataFrame:
     """The lines where a source `table`, `schema` or `db` may hold another JSON kind than a
-    string: its value looks like Spark's text of one (`_ODD_NAME`), and the line holds one of
-    their keys followed by anything but a string (an image column of that name, or the
-    envelope's `schema` on a wrapped line, is one too, and sends the batch to the old path for
-    nothing). A pass of its own over the text, made only when `odd_names` says so."""
+    string: its value looks like Spark's text of one (`_ODD_NAME`), and the line holds that
+    field's key followed by anything but a string (an image column of that name, or the
+    envelope's `schema` on a wrapped line beside an odd-looking source `schema`, is one too,
+    and sends the batch to the old path for nothing). A pass of its own over the text, made
+    only when `odd_names` says so."""
     names = f"struct<{', '.join(f'{n}: string' for n in NAME_FIELDS)}>"
     envelope = F.from_json("value", f"source {names}, payload struct<source {names}>", FAILFAST)
-    look = F.lit(False)
-    for name in NAME_FIELDS:
-        look = look | _key_then(F.col("value"), name, _NOT_A_STRING)
     odd = F.lit(False)
-    for source in (F.col("e.source"), F.col("e.payload.source")):
-        odd = odd | F.concat_ws(_SEPARATOR, *(source[n] for n in NAME_FIELDS)).rlike(_ODD_NAME)
-    return lines.select("value", envelope.alias("e")).where(odd & look)
+    for name in NAME_FIELDS:
+        looks = F.lit(False)
+        for source in (F.col("e.source"), F.col("e.payload.source")):
+            looks = looks | F.coalesce(source[name].rlike(_ODD_NAME), F.lit(False))
+        odd = odd | (looks & _key_then(F.col("value"), name, _NOT_A_STRING))
+    return lines.select("value", envelope.alias("e")).where(odd)
 
 
 def _present(s: Column, skeys: Column, name: str) -> Column:
