@@ -1,7 +1,8 @@
-"""The Spark column expressions of `convert` against the Python rules they restate, on
-generated feeds: `spark_transaction_time` against `DebeziumParser`'s transaction times, and
-`spark_current_time` against `WindowedConverter.time_of` (see their docstrings for the domain:
-one batch, no frontier moved past the times pushed)."""
+"""The old path's Spark times (`spark.changefeed.udf.changes_in_time`) against the Python
+rules they restate, on generated feeds: `convert.base.spark_transaction_time` against
+`DebeziumParser`'s transaction times, and `times.current_times` (in chunks of two lines to
+many) against `WindowedConverter.time_of` (see their docstrings for the domain: one batch, no
+frontier moved past the times pushed)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from changelake.convert.base import spark_current_time, spark_transaction_time
 from changelake.convert.images import ImageConverter
 from changelake.convert.progress import (
     PartitionFrontiers,
@@ -22,6 +22,8 @@ from changelake.convert.progress import (
 from changelake.errors import ChangefeedError, Location
 from changelake.formats.change import Change, Op, Resolved
 from changelake.formats.debezium import DebeziumParser
+from changelake.spark.changefeed import times
+from changelake.spark.changefeed.udf import changes_in_time
 
 SOURCE = {"version": "1.4.0.Final", "connector": "postgresql", "name": "pg", "db": "db",
           "schema": "public", "table": "t"}
@@ -85,16 +87,21 @@ def _spark_times(spark: Any, files: dict[str, list[bytes]]) -> dict[tuple[str, i
                          change.tx_timed))
     frame = spark.createDataFrame(rows, "file string, line long, tx string, time long, "
                                         "op string, tx_timed boolean")
-    frame = frame.withColumn("time", spark_transaction_time())
-    frame = frame.withColumn("time", spark_current_time())
+    frame = changes_in_time(spark, frame, by_tx=any(r[5] for r in rows),
+                            untimed=sum(1 for r in rows if r[3] is None))
     return {(r["file"], r["line"]): r["time"] for r in frame.collect()}
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize(("bits", "broadcast"), [(1, 0), (16, 10**6)])
 @settings(max_examples=15, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=EVENTS)
-def test_spark_times_are_the_encoders(spark: Any, events: list) -> None:
+def test_spark_times_are_the_encoders(spark: Any, monkeypatch: Any, bits: int, broadcast: int,
+                                      events: list) -> None:
+    """Chunks of two lines (a chunk's changes placed by the chunks before it) and of 2**16."""
+    monkeypatch.setattr(times, "CHUNK_BITS", bits)
+    monkeypatch.setattr(times, "BROADCAST_UNTIMED", broadcast)
     files = _files(events)
     assert _spark_times(spark, files) == _python_times(files)
 

@@ -17,10 +17,10 @@ frontier if that is later. For an initial snapshot that is time 0, before every 
 transaction; for a snapshot repeated mid-stream it is "now", which is what an upsert means.
 
 The times that a sequential reading derives from what came before are also derived on Spark,
-with windows over a whole batch (`changelake.spark.changefeed.udf`); those column expressions are
-here, beside the rules they restate, and `tests/test_convert_spark_rules.py` compares each with
-the Python on generated feeds: `spark_transaction_time` (the parser's time of a transaction)
-and `spark_current_time` (`time_of`).
+with windows over a batch (`changelake.spark.changefeed.udf`): the parser's time of a
+transaction is a column expression here, beside the rule it restates
+(`spark_transaction_time`); `time_of` is `changelake.spark.changefeed.times.current_times`.
+`tests/test_convert_spark_rules.py` compares both with the Python on generated feeds.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangefeedError
-from changelake.formats.change import UNCHANGED, Change, Op
+from changelake.formats.change import UNCHANGED, Change
 from changelake.protocol.messages import Update
 from changelake.values import freeze
 
@@ -163,24 +163,3 @@ def spark_transaction_time(time: str = "time", tx: str = "tx", timed: str = "tx_
     marked = F.coalesce(F.col(timed), F.lit(False)) & F.col(tx).isNotNull()
     first = F.first(F.when(marked, F.col(time)), ignorenulls=True).over(whole)
     return F.when(marked & F.col(time).isNotNull(), first).otherwise(F.col(time))
-
-
-def spark_current_time(time: str = "time", op: str = "op",
-                       order: Sequence[str] = SPARK_ORDER) -> Column:
-    """`WindowedConverter.time_of` over a frame of changes (`time` after
-    `spark_transaction_time`, `op` the `Op` value): a change's own time, else the highest
-    time of the changes before it in `order`, else 0. A message (which both converters ignore)
-    moves nothing.
-
-    `time_of` is also at least the frontier, which the sequential encoder moves as it reads;
-    a batch on Spark is converted as one window, so this is `time_of` for changes pushed with
-    no frontier moved beyond the highest time pushed before them: what differs is a change
-    without a time that comes after the frontier passed every time before it (a snapshot row
-    after a transaction completed by its metadata, a YDB record without a virtual timestamp
-    after a barrier ahead of every record)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    before = Window.orderBy(*order).rowsBetween(Window.unboundedPreceding, -1)
-    moving = F.when(F.col(op) != Op.MESSAGE.value, F.col(time))
-    return F.coalesce(F.col(time), F.max(moving).over(before), F.lit(0))

@@ -26,7 +26,9 @@ time + 1) is placed one below where the encoder places it.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 CHUNK_BITS = 16
@@ -50,30 +52,48 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
                                      .otherwise(F.col("ptime")))
     else:
         changes = changes.withColumn("time", F.col("ptime"))
+    return current_times(spark, changes, untimed=untimed, per_file=per_file)
+
+
+def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
+                  stream: tuple[str, ...] = ("file_index", "block"), row: str = "row",
+                  per_file: bool = False, moves: Column | None = None,
+                  one_per_row: bool = True) -> DataFrame:
+    """`changes` with each null `time` replaced by the stream's current time there: the
+    highest time that `moves` (default: `time`) gives the changes before it, in the order of
+    `stream` and then `row` (with `per_file`, only those of the same `stream[0]`), or 0.
+    `untimed`: how many times are null (0 runs nothing). `(*stream, row)` names one change,
+    unless not `one_per_row`: the old path (`udf/`) names its changes by `("file",)` and
+    `line`, where an update that moves its key is two changes of one line (alike in time),
+    and moves nothing by a logical message."""
     if not untimed:
         return changes
-    narrow = changes.select("file_index", "block", F.shiftright("row", CHUNK_BITS)
-                            .alias("chunk"), "row", "time")
-    chunks = sorted(narrow.groupBy("file_index", "block", "chunk").agg(F.max("time").alias("t"))
-                    .collect(), key=lambda r: (r["file_index"], r["block"], r["chunk"]))
-    before: list[tuple[int, int, int, int | None]] = []
+    place = [*stream, "chunk"]
+    narrow = changes.select(*stream, F.shiftright(row, CHUNK_BITS).alias("chunk"), row, "time",
+                            (F.col("time") if moves is None else moves).alias("_moves"))
+    chunks = sorted(narrow.groupBy(*place).agg(F.max("_moves").alias("t")).collect(),
+                    key=lambda r: tuple(r[c] for c in place))
+    before: list[tuple[Any, ...]] = []
     high: int | None = None
     for r in chunks:
-        if per_file and before and before[-1][0] != r["file_index"]:
+        if per_file and before and before[-1][0] != r[stream[0]]:
             high = None
-        before.append((r["file_index"], r["block"], r["chunk"], high))
+        before.append((*(r[c] for c in place), high))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
-    earlier = spark.createDataFrame(before,
-                                    "file_index int, block long, chunk long, _earlier long")
-    in_chunk = Window.partitionBy("file_index", "block", "chunk").orderBy("row") \
+    types = {f.name: f.dataType.simpleString() for f in narrow.schema.fields}
+    earlier = spark.createDataFrame(
+        before, ", ".join([*(f"{c} {types[c]}" for c in place), "_earlier long"]))
+    in_chunk = Window.partitionBy(*place).orderBy(row) \
         .rowsBetween(Window.unboundedPreceding, -1)
-    now = (narrow.withColumn("_within", F.max("time").over(in_chunk))
+    now = (narrow.withColumn("_within", F.max("_moves").over(in_chunk))
            .where(F.col("time").isNull())
-           .join(F.broadcast(earlier), ["file_index", "block", "chunk"])
-           .select("file_index", "block", "row",
+           .join(F.broadcast(earlier), place)
+           .select(*stream, row,
                    F.coalesce(F.greatest("_within", "_earlier"), F.lit(0)).alias("_now")))
+    if not one_per_row:
+        now = now.dropDuplicates([*stream, row])
     if untimed <= BROADCAST_UNTIMED:
         now = F.broadcast(now)
-    return (changes.join(now, ["file_index", "block", "row"], "left")
+    return (changes.join(now, [*stream, row], "left")
             .withColumn("time", F.coalesce("time", "_now")).drop("_now"))

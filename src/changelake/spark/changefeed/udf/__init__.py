@@ -28,10 +28,12 @@ must be column expressions are written beside the Python rule they restate, in
    in `(file, line)` order: an event the parser timed by its transaction (`Change.tx_timed`:
    MySQL GTIDs, PostgreSQL without `sequence`) takes the time of the transaction's first such
    event (`convert.base.spark_transaction_time`); a change without a time of its own
-   (snapshot rows) takes the highest time before it, or 0 (`convert.base.spark_current_time`,
-   the converters' `time_of`). A YDB record below its partition's last barrier (ydb#6985) is
-   rejected, unless it repeats an earlier event of its file (`event_identity`): each file's
-   lines go through `PartitionFrontiers.check` (`convert.progress.barrier_violations`).
+   (snapshot rows) takes the highest time before it, or 0 (the converters' `time_of`:
+   `spark.changefeed.times.current_times`, over chunks of lines rather than one window).
+   Each runs only when the batch has such a change. A YDB record below its partition's last
+   barrier (ydb#6985) is rejected, unless it repeats an earlier event of its file
+   (`event_identity`): each file's lines go through `PartitionFrontiers.check`
+   (`convert.progress.barrier_violations`).
 3. *Progress* (`progress.py`) is small and resolved on the driver with the encoder's own rules
    (`convert.progress.frontier_from` for Debezium; for YDB `PartitionFrontiers.frontier` over
    each file's last barrier, `convert.progress.ydb_frontier`).
@@ -86,10 +88,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from changelake.convert.base import spark_current_time, spark_transaction_time
+from changelake.convert.base import SPARK_ORDER, spark_transaction_time
 from changelake.convert.upsert import UpsertOptions
 from changelake.errors import ChangefeedError, Location, SchemaError
+from changelake.formats.change import Op
 from changelake.formats.tableschema import TableSchema
+from changelake.spark.changefeed.times import current_times
 from changelake.spark.changefeed.udf.convert import as_data, convert_images, convert_keyed
 from changelake.spark.changefeed.udf.parse import PARSED_DDL, batch_columns, parse_partition
 from changelake.spark.changefeed.udf.progress import (
@@ -100,7 +104,7 @@ from changelake.spark.changefeed.udf.progress import (
 from changelake.spark.session import stored
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 
 REJECTED_DDL = "file string, line long, value string, reason string"
@@ -116,6 +120,19 @@ class ChangefeedFrames:
     def finished_through(self) -> int | None:
         """The argument `changelake.spark.encoder.encode` takes (-1: nothing finished yet)."""
         return None if self.frontier is None else self.frontier - 1
+
+
+def changes_in_time(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
+                    untimed: int) -> DataFrame:
+    """Step 2's times, over parsed changes (`file`, `line`, `tx`, `time`, `op`, `tx_timed`):
+    `by_tx` says some change is timed by its transaction, `untimed` how many have no time."""
+    from pyspark.sql import functions as F
+
+    if by_tx:
+        changes = changes.withColumn("time", spark_transaction_time())
+    return current_times(spark, changes, untimed=untimed, stream=SPARK_ORDER[:1],
+                         row=SPARK_ORDER[1], one_per_row=False,
+                         moves=F.when(F.col("op") != Op.MESSAGE.value, F.col("time")))
 
 
 def changefeed_changes(
@@ -161,8 +178,14 @@ def changefeed_changes(
     errors = parsed.where(F.col("kind") == "error").select("file", "line", "error")
 
     changes = parsed.where(F.col("kind") == "change")
-    changes = changes.withColumn("time", spark_transaction_time())
-    changes = changes.withColumn("time", spark_current_time())
+    # Which windows the batch needs, from the stored parse: most batches need neither.
+    needs = changes.agg(
+        F.max(F.coalesce(F.col("tx_timed"), F.lit(False)) & F.col("tx").isNotNull())
+        .alias("by_tx"),
+        F.count(F.when(F.col("time").isNull(), 1)).alias("untimed")).first()
+    if needs is not None:
+        changes = changes_in_time(lines.sparkSession, changes, by_tx=bool(needs["by_tx"]),
+                                  untimed=needs["untimed"])
 
     if source == "ydb":
         changes, late = barrier_check(parsed, changes)
