@@ -158,8 +158,10 @@ def spark_transaction_time(time: str = "time", tx: str = "tx", timed: str = "tx_
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    whole = Window.partitionBy(tx).orderBy(*order) \
-        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     marked = F.coalesce(F.col(timed), F.lit(False)) & F.col(tx).isNotNull()
+    # An unmarked event keeps its time: each is a partition of its own, not one of them all.
+    whole = Window.partitionBy(F.when(marked, F.col(tx)),
+                               *(F.when(~marked, F.col(c)) for c in order)).orderBy(*order) \
+        .rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     first = F.first(F.when(marked, F.col(time)), ignorenulls=True).over(whole)
     return F.when(marked & F.col(time).isNotNull(), first).otherwise(F.col(time))

@@ -6,7 +6,9 @@ window whose partitions are small, never one global window:
 * A MySQL GTID, or a PostgreSQL transaction without `sequence`, takes the time of the first
   event the parser saw with that transaction id (`DebeziumParser._tx_time`). Here: the least
   over the transaction's events (`partitionBy(tx)`), which is the first's for a connector that
-  emits in commit order. Only rows marked `tx_min` by the parser take part.
+  emits in commit order. Only rows marked `tx_min` by the parser take part, and only they
+  are gathered by transaction (a batch's snapshot rows have none: one partition of them
+  all would be one task).
 * A change without a time of its own (a snapshot row) is placed at the stream's current time
   (`WindowedConverter.current_time`): the highest time of the changes before it, in the order
   the encoder reads them (file by file, line by line), or 0. Here: within its file, the
@@ -47,9 +49,12 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
     time of their own (both known from the parse aggregates, so that no window runs for
     nothing, and so that a few untimed changes are placed without shuffling the others)."""
     if by_tx:
-        first = F.min(F.when(F.col("tx_min"), F.col("ptime"))).over(Window.partitionBy("tx"))
-        changes = changes.withColumn("time", F.when(F.col("tx_min"), first)
-                                     .otherwise(F.col("ptime")))
+        # Only the marked changes are windowed by transaction: the rest (snapshot rows, which
+        # have none) each make a partition of their own, not one of all of them.
+        marked = F.coalesce(F.col("tx_min"), F.lit(False))
+        by_tx = Window.partitionBy(F.when(marked, F.col("tx")), F.when(~marked, F.col("row")))
+        first = F.min(F.when(marked, F.col("ptime"))).over(by_tx)
+        changes = changes.withColumn("time", F.when(marked, first).otherwise(F.col("ptime")))
     else:
         changes = changes.withColumn("time", F.col("ptime"))
     return current_times(spark, changes, untimed=untimed, per_file=per_file)
