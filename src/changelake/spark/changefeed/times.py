@@ -52,8 +52,8 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
         # Only the marked changes are windowed by transaction: the rest (snapshot rows, which
         # have none) each make a partition of their own, not one of all of them.
         marked = F.coalesce(F.col("tx_min"), F.lit(False))
-        by_tx = Window.partitionBy(F.when(marked, F.col("tx")), F.when(~marked, F.col("row")))
-        first = F.min(F.when(marked, F.col("ptime"))).over(by_tx)
+        per_tx = Window.partitionBy(F.when(marked, F.col("tx")), F.when(~marked, F.col("row")))
+        first = F.min(F.when(marked, F.col("ptime"))).over(per_tx)
         changes = changes.withColumn("time", F.when(marked, first).otherwise(F.col("ptime")))
     else:
         changes = changes.withColumn("time", F.col("ptime"))
