@@ -15,7 +15,7 @@ joined with the table's rows (`keyed.py`), none of which shuffles them again; wi
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
 need the current time: `times.py`) and a handful of aggregate rows.
-Each Debezium step's seconds and Spark jobs are logged at debug level (`_Steps`).
+Each step's seconds and Spark jobs (Debezium and YDB) are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
 over the parsed batch, and by Spark refusing a value), and `convert_frames` then holds the lines
@@ -45,8 +45,8 @@ otherwise (`ydb.py`, which says what it covers: records with virtual timestamps 
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
 barrier rule with a window by file and a join of the few records below a barrier
-(`barriers.py`), checked for ties and converted as the Debezium events are (`_convert_keyed`),
-and checkpointed.
+(`barriers.py`), checked for ties and converted as the Debezium events are (`checked_events`,
+`keyed.convert`), and checkpointed; its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied).
@@ -292,13 +292,6 @@ def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
     return checked
 
 
-def _convert_keyed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                   state: DataFrame | None, size: int) -> DataFrame:
-    """Keyed events checked (`checked_events`) and converted with windows by key, joined with
-    the table's rows (`keyed.convert`): neither shuffles them again."""
-    return convert(checked_events(events, len(keys), size), columns, keys, state)
-
-
 @dataclass(frozen=True)
 class Timed:
     """A Debezium batch up to its conversion: what `debezium_changes` converts."""
@@ -371,7 +364,10 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
         return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
                 batch.marks)
     events = typed_events(batch.changes, batch.columns, keys)
-    converted = _convert_keyed(events, batch.columns, keys, state, batch.size)
+    # checked (`checked_events`) and converted with windows by key, joined with the table's
+    # rows (`keyed.convert`): neither shuffles them again
+    converted = convert(checked_events(events, len(keys), batch.size), batch.columns, keys,
+                        state)
     steps.done("events + ties")
     return converted, batch.frontier, batch.marks
 
@@ -406,6 +402,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier,
     marks), or `Unsupported` (see `ydb.py` for what is covered). Every file of `read` is a
     partition stream, a file without lines too."""
+    steps = _Steps(spark)
     columns = ydb_columns(table_schema, keys)
     lines = read.frame
 
@@ -417,10 +414,12 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     items, facts = parsed(careful=False)
     if facts.careful:
         items, facts = parsed(careful=True)
+    steps.done("read + parse + facts")
     if facts.problem is not None:
         raise Unsupported(facts.problem)
     if facts.barriers and _guard(lambda: unrepeated_below(items, len(keys))):
         raise Unsupported("bad: a record below its partition's barrier")
+    steps.done("barriers")
     events = items.where(F.col("kind") == "change")
     if facts.untimed:
         if facts.timed or facts.barriers:
@@ -440,8 +439,11 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     # Converted into a checkpoint, which the lake commit's write reads: measured no slower
     # than converting inside the write (benchmarks/README.md).
     size = facts.timed + facts.untimed
-    return (_guard(lambda: stored(_convert_keyed(events, columns, keys, state, size))),
-            frontier, marks)
+    checked = checked_events(events, len(keys), size)
+    steps.done("events + ties")
+    converted = _guard(lambda: stored(convert(checked, columns, keys, state)))
+    steps.done("conversion, stored")
+    return converted, frontier, marks
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
