@@ -20,6 +20,7 @@ from changefeed_cases import python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
+from changelake.spark.changefeed import barriers
 from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from conftest import SAMPLES, seeded
@@ -125,9 +126,15 @@ HISTORY = {"scan": {1: ("a", 0.5), 2**63 + 1: ("b", "nan")},
            "seed": 11}
 
 
-@pytest.mark.parametrize("close", [False, True])
+@pytest.mark.parametrize("close, broadcast", [(False, True), (True, True),
+                                              pytest.param(False, False, marks=pytest.mark.slow)])
 def test_two_partitions_with_barriers_and_a_restart(spark: Any, tmp_path: Path,
-                                                    close: bool) -> None:
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    close: bool, broadcast: bool) -> None:
+    """The replays below a barrier are looked up among the earlier records, broadcast or (as
+    when there are many) joined by a shuffle."""
+    if not broadcast:
+        monkeypatch.setattr(barriers, "BROADCAST_BELOW", 0)
     paths, _, last = write_ydb(HISTORY, tmp_path)
     restarted(paths, 5)
     got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=close)
@@ -140,6 +147,35 @@ def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> N
     assert late_record(paths, 3)
     _, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
     assert error is not None and "after resolved" in error and "partition-" in error
+
+
+@pytest.mark.parametrize("again, repeat", [({"update": {"name": "a"}}, True),
+                                           ({"erase": {}}, False),
+                                           pytest.param({"update": {"name": "b"}}, False,
+                                                        marks=pytest.mark.slow)])
+def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
+        spark: Any, tmp_path: Path, again: dict[str, Any], repeat: bool) -> None:
+    """A record of the key and position of an earlier one of its file, below the barrier
+    between them: a replay (converted on the JVM path) when its op and images are the earlier
+    one's, otherwise a bad line (the old path names it). The encoder skips the latter too, as
+    no newer than what its key has applied: the Spark paths' known difference
+    (`spark/changefeed/pipeline.py`). Two writes of other images are two rows at one position,
+    which the JVM path leaves to the old one as well."""
+    first = {"update": {"name": "a"}, "key": [1], "ts": [10, 1]}
+    lines = [first, {"update": {"name": "c"}, "key": [2], "ts": [11, 1]}, {"resolved": [20, 0]},
+             {**again, "key": [1], "ts": [10, 1]}]
+    paths = [tmp_path / "partition-0.jsonl", tmp_path / "partition-1.jsonl"]
+    paths[0].write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
+    paths[1].write_bytes(orjson.dumps({"resolved": [20, 0]}) + b"\n")
+    schema_file = tmp_path / "table.json"
+    schema_file.write_text(json.dumps(YDB_TABLE))
+    if repeat:
+        got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
+        assert got is not None and got.path == "jvm", got and got.reason
+        return
+    with pytest.raises(ChangefeedError, match=r"partition-0.jsonl, line 4: record at ts "
+                                              r"\[10, 1\] arrives after resolved \[20, 0\]"):
+        convert_frames(spark, paths, "ydb", [], schema_file, close=True)
 
 
 def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,

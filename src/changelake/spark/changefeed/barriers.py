@@ -10,7 +10,8 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   images), a replay after a consumer restart. When the batch has barriers, one window
   partitioned by file over a few columns of each line (the running highest barrier) finds the
   records below it; only those, few in a good feed (the replays), are then looked up among
-  the earlier records of their file by their identity (`unrepeated_below`, joins).
+  the earlier records of their file by their identity (`unrepeated_below`: a join on the key,
+  the position and a 64-bit hash of the op and images, `_same`).
 * *Frontier*: each file's highest barrier (one aggregate row per file reaches the driver, in
   `PerFile`); 0 while some file has none, else the least of their steps.
 """
@@ -21,13 +22,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-#: What makes two records of one key one event (`event_identity`), besides the key.
-IDENTITY = ("pos", "op", "a", "ua", "b")
-#: Up to this many records below a barrier are broadcast to the joins that look them up.
-BROADCAST_BELOW = 100_000
+#: Up to this many records below a barrier are broadcast to the join that looks them up: their
+#: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
+#: 65 MB at most pass through the driver). At 11M events with 2% replayed (218k below) the
+#: broadcast join took half the time of the shuffled one (benchmarks/README.md).
+BROADCAST_BELOW = 500_000
 
 
 @dataclass(frozen=True)
@@ -64,39 +66,50 @@ class PerFile:
         return int(min(position[0] for position in self.last.values()))
 
 
-def _below(items: DataFrame) -> DataFrame:
-    """(file_index, block, row) of each record below the highest barrier read before it in
-    its file: one window by file over these few columns of each line."""
+def _same() -> Column:
+    """What makes two records of one key at one position one event (`event_identity`): their
+    op and images, compared by a 64-bit hash (as `keyed.first_problem` tells two rows of a key
+    at a position apart), so that the joins that look the records below a barrier up shuffle a
+    hash, not the images. Each image's absence is hashed too (a hash skips a null)."""
+    return F.xxhash64("op", F.col("a").isNull(), "a", "ua", F.col("b").isNull(), "b")
+
+
+def _below(items: DataFrame, keep: Sequence[str]) -> DataFrame:
+    """(file_index, block, row, pos, *keep) of each record below the highest barrier read
+    before it in its file: one window by file over these few columns of each line."""
     ordered = Window.partitionBy("file_index").orderBy("block", "row") \
         .rowsBetween(Window.unboundedPreceding, -1)
     last = F.max(F.when(F.col("kind") == "resolved", F.col("rpos"))).over(ordered)
-    return items.select("file_index", "block", "row", "kind", "pos", last.alias("_last")) \
+    return items.select("file_index", "block", "row", "kind", "pos", *keep,
+                        last.alias("_last")) \
         .where((F.col("kind") == "change") & (F.col("pos") < F.col("_last"))) \
-        .select("file_index", "block", "row")
+        .drop("kind", "_last")
 
 
 def unrepeated_below(items: DataFrame, keys: int) -> bool:
     """Whether some record below its file's barrier repeats no earlier record of its file: a
-    bad line. The records below are found with `_below` and kept; in a good feed they are
-    few (the replays), and are then broadcast to the join that looks each one up among the
-    earlier records of its file by its identity (many are joined without broadcasting)."""
-    below = _below(items).localCheckpoint()
+    bad line. The records below are found with `_below`, each with its identity (the key, the
+    position and `_same`), and kept; in a good feed they are few (the replays), and are then
+    broadcast to the join that looks each one up among the earlier records of its file by its
+    identity (many are joined without broadcasting). Only the identity's narrow columns are
+    shuffled, never the images: at 11M records with 2% replayed (218k below, joined without
+    broadcasting) the images made the step 4x as long (benchmarks/README.md)."""
+    key = [f"k{i}" for i in range(keys)]
+    items = items.withColumn("_same", _same())
+    below = _below(items, keep=(*key, "_same")).localCheckpoint()
     count = below.count()
     if count == 0:
         return False
     small: Callable[[DataFrame], DataFrame] = \
         F.broadcast if count <= BROADCAST_BELOW else lambda frame: frame
-    identity: Sequence[str] = [*(f"k{i}" for i in range(keys)), *IDENTITY]
-    changes = items.where(F.col("kind") == "change")
-    found = changes.join(small(below), ["file_index", "block", "row"]) \
-        .select("file_index", "block", "row", *identity)
-    earlier = changes.select(
-        *[F.col(c).alias(f"_{c}") for c in ("file_index", "block", "row", *identity)])
-    same = F.col("file_index") == F.col("_file_index")
+    identity = ["file_index", *key, "pos", "_same"]
+    earlier = items.where(F.col("kind") == "change").select(
+        *[F.col(c).alias(f"_{c}") for c in ("block", "row", *identity)])
+    same = F.lit(True)
     for c in identity:
         same = same & F.col(c).eqNullSafe(F.col(f"_{c}"))
     before = (F.col("_block") < F.col("block")) \
         | ((F.col("_block") == F.col("block")) & (F.col("_row") < F.col("row")))
-    repeats = earlier.join(small(found), same & before).select("file_index", "block", "row") \
+    repeats = earlier.join(small(below), same & before).select("file_index", "block", "row") \
         .distinct().count()
     return repeats < count
