@@ -49,8 +49,9 @@ barrier rule with a window by file and a join of the few records below a barrier
 `keyed.convert`), and checkpointed; its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
-also skips one older than what its key already has applied); the repeat's op and images are
-compared by a 64-bit hash (`barriers._same`), as two rows of a key at a position are.
+also skips one older than what its key already has applied). This path only: the repeat's op
+and images are compared by a 64-bit hash (`barriers._same`), as two rows of a key at a
+position are.
 
 `changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
