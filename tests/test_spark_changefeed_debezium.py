@@ -753,7 +753,7 @@ def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
     _both_refuse(spark, inner, "inner.jsonl, line 2: ")
 
 
-@pytest.mark.parametrize("close", [False, True])
+@pytest.mark.parametrize("close", [False, *_slow(True)])
 def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
         spark: Any, tmp_path: Path, close: bool) -> None:
     """Heartbeats, tombstones, transaction boundaries, blank lines: no columns to check the
