@@ -167,12 +167,12 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
     paths = [tmp_path / "partition-0.jsonl", tmp_path / "partition-1.jsonl"]
     paths[0].write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
     paths[1].write_bytes(orjson.dumps({"resolved": [20, 0]}) + b"\n")
-    schema_file = tmp_path / "table.json"
-    schema_file.write_text(json.dumps(YDB_TABLE))
     if repeat:
         got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
         assert got is not None and got.path == "jvm", got and got.reason
         return
+    schema_file = tmp_path / "table.json"
+    schema_file.write_text(json.dumps(YDB_TABLE))
     with pytest.raises(ChangefeedError, match=r"partition-0.jsonl, line 4: record at ts "
                                               r"\[10, 1\] arrives after resolved \[20, 0\]"):
         convert_frames(spark, paths, "ydb", [], schema_file, close=True)
