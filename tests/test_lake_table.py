@@ -90,6 +90,11 @@ def test_unkeyed_multiplicity_is_rows(spark, lake):
     compact(table)
     assert sorted(tuple(r) for r in spark.table(name).collect()) == [row, (2, "b", 1)]
     assert sorted(tuple(r) for r in table.as_of(2).collect()) == [row, (2, "b", 1)]
+    # Rows are not one per key here: an ingest by a key is refused, without one it is fine.
+    with table.writer() as writer:
+        with pytest.raises(LakeError, match=r"has no key, but the ingest gives the key id"):
+            writer.ingest_key(["id"])
+        assert writer.ingest_key([]) == ()
 
 
 def test_exactly_once_rules(spark, lake):

@@ -8,7 +8,9 @@ import random
 from pathlib import Path
 
 import orjson
+import pytest
 
+from changelake.errors import LakeError
 from changelake.lake import commands
 from changelake.lake.catalog import Lake
 from changelake.simulate import ORDER_COLUMNS, debezium_orders
@@ -30,9 +32,16 @@ def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> 
     one = commands.ingest(lake, table, [first], key=["id"], source="debezium")
     committed = one.commit.upper
     assert committed is not None and committed > 0  # the open tail waits for more input
+    # An existing table keeps its key: another is refused before anything is read, as it
+    # would find several rows of the table per key (a customer has several orders).
+    with pytest.raises(LakeError, match=r"^table upserts\.orders is keyed by id, but the "
+                       r"ingest gives the key customer: leave the key out, or give the"):
+        commands.ingest(lake, table, [first, rest], key=["customer"], source="debezium")
+    assert lake.table(table).state().version == one.commit.version
     # The topic is read again from the start, as a restarted consumer would: what is already
-    # committed is skipped, and the rest is converted against the table's current rows.
-    two = commands.ingest(lake, table, [first, rest], key=["id"], source="debezium")
+    # committed is skipped, and the rest is converted against the table's current rows, by
+    # the table's key (left out here: it is the table's own).
+    two = commands.ingest(lake, table, [first, rest], source="debezium")
     upper = two.commit.upper
     assert upper is not None and upper > committed
     # An older delivery arriving late (as when two ingests race) has nothing new.

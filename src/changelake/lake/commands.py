@@ -205,6 +205,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
+        key = writer.ingest_key(key)
         existing = writer.state is not None
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
@@ -274,7 +275,9 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
                  buckets: int = DEFAULT_BUCKETS, scd2: bool = False,
                  offsets: SourceOffsets | None = None) -> CommitResult:
     """Commit a decoded input under the writer lock, creating the table (with the input's
-    columns) if it does not exist; `offsets` are recorded by the same commit."""
+    columns, keyed by `key`) if it does not exist; `offsets` are recorded by the same commit.
+    An existing table keeps its key: another is refused (`TableWriter.ingest_key`)."""
+    key = writer.ingest_key(key)
     committed = writer.state.upper if writer.state is not None else 0
     lower, upper = decoded.lower, decoded.upper
     input_upper = frontier_int(upper, "input")

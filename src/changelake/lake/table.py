@@ -207,6 +207,21 @@ class TableWriter:
             raise LakeError(f"table {self.name} does not exist")
         return self.state
 
+    def ingest_key(self, key: Sequence[str]) -> tuple[str, ...]:
+        """The key an ingest converts and commits with. A new table takes the one given. An
+        existing table keeps its own, whether the ingest names it again or leaves it out: a
+        changefeed's upserts take a key's previous row from the table, and only the table's
+        own key finds one row there (another key finds several, or none, and no key leaves
+        an update without a before-image nothing to retract)."""
+        if self.state is None:
+            return tuple(key)
+        own = self.state.key
+        if key and tuple(key) != own:
+            has = f"is keyed by {', '.join(own)}" if own else "has no key"
+            raise LakeError(f"table {self.name} {has}, but the ingest gives the key "
+                            f"{', '.join(key)}: leave the key out, or give the table's")
+        return own
+
     def current(self) -> DataFrame:
         """The table's rows at the committed state held under the lock."""
         state = self.committed()
