@@ -75,7 +75,7 @@ from changelake.lake.commands import DecodedInput, commit_input, flatten
 from changelake.lake.follow_lag import KIND, TOPICS
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
-from changelake.lake.table import DEFAULT_BUCKETS, CommitResult
+from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ingest_key
 from changelake.protocol import Antichain
 from changelake.spark.stream import PENDING, StreamState, latest_state
 
@@ -433,6 +433,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
             existing.offsets.kind != kind or existing.offsets.stream is None):
         raise LakeError(f"table {handle.name} is ingested from a {existing.offsets.kind} "
                         f"source ({existing.offsets.address}): it cannot follow {address}")
+    key = ingest_key(handle.name, existing, key)  # refused now, not at the first batch
     check_checkpoint(checkpoint, handle.name, address)
     control = control or FollowControl()
     sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,

@@ -368,6 +368,7 @@ def ingest_topics(
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
+        key = writer.ingest_key(key)
         run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=FORMAT,
                               what="Materialize CDC", group=group, schema=given,
                               schema_registry=schema_registry, config=config)

@@ -183,6 +183,22 @@ class Table:
             return writer.commit(updates, lower, upper, retain=retain)
 
 
+def ingest_key(name: str, state: TableState | None, key: Sequence[str]) -> tuple[str, ...]:
+    """The key an ingest converts and commits with. A new table (`state` None) takes the one
+    given. An existing table keeps its own, whether the ingest names it again or leaves it
+    out: a changefeed's upserts take a key's previous row from the table, and only the
+    table's own key finds one row there (another key finds several, or none, and no key
+    leaves an update without a before-image nothing to retract)."""
+    if state is None:
+        return tuple(key)
+    own = state.key
+    if key and tuple(key) != own:
+        has = f"is keyed by {', '.join(own)}" if own else "has no key"
+        raise LakeError(f"table {name} {has}, but the ingest gives the key {', '.join(key)}: "
+                        "leave the key out, or give the table's")
+    return own
+
+
 class TableWriter:
     """A table under its writer lock (see `Table.writer`); `state` is its committed state."""
 
@@ -208,19 +224,8 @@ class TableWriter:
         return self.state
 
     def ingest_key(self, key: Sequence[str]) -> tuple[str, ...]:
-        """The key an ingest converts and commits with. A new table takes the one given. An
-        existing table keeps its own, whether the ingest names it again or leaves it out: a
-        changefeed's upserts take a key's previous row from the table, and only the table's
-        own key finds one row there (another key finds several, or none, and no key leaves
-        an update without a before-image nothing to retract)."""
-        if self.state is None:
-            return tuple(key)
-        own = self.state.key
-        if key and tuple(key) != own:
-            has = f"is keyed by {', '.join(own)}" if own else "has no key"
-            raise LakeError(f"table {self.name} {has}, but the ingest gives the key "
-                            f"{', '.join(key)}: leave the key out, or give the table's")
-        return own
+        """`ingest_key` for this table, as committed when the lock was taken."""
+        return ingest_key(self.name, self.state, key)
 
     def current(self) -> DataFrame:
         """The table's rows at the committed state held under the lock."""
