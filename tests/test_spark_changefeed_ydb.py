@@ -20,7 +20,7 @@ from changefeed_cases import python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
-from changelake.spark.changefeed import barriers
+from changelake.spark.changefeed import barriers, times
 from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from conftest import SAMPLES, seeded
@@ -126,13 +126,17 @@ HISTORY = {"scan": {1: ("a", 0.5), 2**63 + 1: ("b", "nan")},
            "seed": 11}
 
 
-@pytest.mark.parametrize("close, broadcast", [(False, True), (True, True),
-                                              pytest.param(False, False, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("close, broadcast, chunk_bits", [
+    (False, True, 16), (True, True, 1),
+    pytest.param(False, False, 16, marks=pytest.mark.slow)])
 def test_two_partitions_with_barriers_and_a_restart(spark: Any, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
-                                                    close: bool, broadcast: bool) -> None:
+                                                    close: bool, broadcast: bool,
+                                                    chunk_bits: int) -> None:
     """The replays below a barrier are looked up among the earlier records, broadcast or (as
-    when there are many) joined by a shuffle."""
+    when there are many) joined by a shuffle; the running highest barrier is found in chunks
+    of lines (of two lines with `chunk_bits` 1, so that it crosses chunks)."""
+    monkeypatch.setattr(times, "CHUNK_BITS", chunk_bits)
     if not broadcast:
         monkeypatch.setattr(barriers, "BROADCAST_BELOW", 0)
     paths, _, last = write_ydb(HISTORY, tmp_path)
@@ -149,18 +153,22 @@ def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> N
     assert error is not None and "after resolved" in error and "partition-" in error
 
 
-@pytest.mark.parametrize("again, repeat", [({"update": {"name": "a"}}, True),
-                                           ({"erase": {}}, False),
-                                           pytest.param({"update": {"name": "b"}}, False,
-                                                        marks=pytest.mark.slow)])
+@pytest.mark.parametrize("again, repeat, chunk_bits", [
+    ({"update": {"name": "a"}}, True, 16), ({"erase": {}}, False, 16),
+    ({"erase": {}}, False, 0), ({"update": {"name": "a"}}, True, 0),
+    pytest.param({"update": {"name": "b"}}, False, 16, marks=pytest.mark.slow)])
 def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
-        spark: Any, tmp_path: Path, again: dict[str, Any], repeat: bool) -> None:
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: dict[str, Any],
+        repeat: bool, chunk_bits: int) -> None:
     """A record of the key and position of an earlier one of its file, below the barrier
     between them: a replay (converted on the JVM path) when its op and images are the earlier
     one's, otherwise a bad line (the old path names it). The encoder skips the latter too, as
     no newer than what its key has applied: the Spark paths' known difference
     (`spark/changefeed/pipeline.py`). Two writes of other images are two rows at one position,
-    which the JVM path leaves to the old one as well."""
+    which the JVM path leaves to the old one as well. With chunks of one line
+    (`times.CHUNK_BITS` 0), the barrier reaches the records after it only through the
+    earlier chunks' highest (`times.highest_before`)."""
+    monkeypatch.setattr(times, "CHUNK_BITS", chunk_bits)
     first = {"update": {"name": "a"}, "key": [1], "ts": [10, 1]}
     lines = [first, {"update": {"name": "c"}, "key": [2], "ts": [11, 1]}, {"resolved": [20, 0]},
              {**again, "key": [1], "ts": [10, 1]}]

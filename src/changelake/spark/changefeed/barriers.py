@@ -1,4 +1,4 @@
-"""Step 6 for YDB: the barrier rule with one window by file, and the frontier from aggregates.
+"""Step 6 for YDB: the barrier rule by chunks of lines, and the frontier from aggregates.
 
 One input file is one topic partition (`encode_changefeed`). The rules are
 `convert.progress.PartitionFrontiers`, as the old path applies them
@@ -7,9 +7,11 @@ One input file is one topic partition (`encode_changefeed`). The rules are
 * *Barriers*: a record whose position `[step, txId]` is below the highest barrier read before
   it in its file breaks the partition's guarantee (ydb#6985) and is a bad line, unless it
   repeats an earlier event of its file (`convert.images.event_identity`: position, op, key and
-  images), a replay after a consumer restart. When the batch has barriers, one window
-  partitioned by file over a few columns of each line (the running highest barrier) finds the
-  records below it; only those, few in a good feed (the replays), are then looked up among
+  images), a replay after a consumer restart. When the batch has barriers, the running
+  highest barrier of each file (`times.highest_before`: a window by chunk of lines over a few
+  columns of each line, the earlier chunks' highest carried by the driver; one window by file
+  held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records) finds
+  the records below it; only those, few in a good feed (the replays), are then looked up among
   the earlier records of their file by their identity (`unrepeated_below`: a join on the key,
   the position and a 64-bit hash of the op and images, `_same`).
 * *Frontier*: each file's highest barrier (one aggregate row per file reaches the driver, in
@@ -22,8 +24,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from changelake.spark.changefeed.keyed import partitions_for
+from changelake.spark.changefeed.times import highest_before
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
@@ -74,19 +79,19 @@ def _same() -> Column:
     return F.xxhash64("op", F.col("a").isNull(), "a", "ua", F.col("b").isNull(), "b")
 
 
-def _below(items: DataFrame, keep: Sequence[str]) -> DataFrame:
+def _below(items: DataFrame, keep: Sequence[str], partitions: int | None = None) -> DataFrame:
     """(file_index, block, row, pos, *keep) of each record below the highest barrier read
-    before it in its file: one window by file over these few columns of each line."""
-    ordered = Window.partitionBy("file_index").orderBy("block", "row") \
-        .rowsBetween(Window.unboundedPreceding, -1)
-    last = F.max(F.when(F.col("kind") == "resolved", F.col("rpos"))).over(ordered)
-    return items.select("file_index", "block", "row", "kind", "pos", *keep,
-                        last.alias("_last")) \
-        .where((F.col("kind") == "change") & (F.col("pos") < F.col("_last"))) \
-        .drop("kind", "_last")
+    before it in its file (`times.highest_before`: chunks of lines, not one window by file,
+    whose buffer held a whole file; `partitions` bounds each task's share)."""
+    narrow = items.select("file_index", "block", "row", "kind", "pos", *keep,
+                          F.when(F.col("kind") == "resolved", F.col("rpos")).alias("_barrier"))
+    return highest_before(items.sparkSession, narrow, stream=("file_index", "block"), row="row",
+                          moves=F.col("_barrier"), per_file=True, partitions=partitions) \
+        .where((F.col("kind") == "change") & (F.col("pos") < F.col("_high"))) \
+        .select("file_index", "block", "row", "pos", *keep)
 
 
-def unrepeated_below(items: DataFrame, keys: int) -> bool:
+def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bool:
     """Whether some record below its file's barrier repeats no earlier record of its file: a
     bad line. The records below are found with `_below`, each with its identity (the key, the
     position and `_same`), and kept; in a good feed they are few (the replays), and are then
@@ -97,7 +102,8 @@ def unrepeated_below(items: DataFrame, keys: int) -> bool:
     second shuffled every record's (benchmarks/README.md)."""
     key = [f"k{i}" for i in range(keys)]
     items = items.withColumn("_same", _same())
-    below = _below(items, keep=(*key, "_same")).localCheckpoint()
+    partitions = None if size is None else partitions_for(items.sparkSession, size)
+    below = _below(items, keep=(*key, "_same"), partitions=partitions).localCheckpoint()
     count = below.count()
     if count == 0:
         return False

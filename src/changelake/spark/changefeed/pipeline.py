@@ -419,7 +419,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     steps.done("read + parse + facts")
     if facts.problem is not None:
         raise Unsupported(facts.problem)
-    if facts.barriers and _guard(lambda: unrepeated_below(items, len(keys))):
+    size = facts.timed + facts.untimed
+    if facts.barriers and _guard(lambda: unrepeated_below(items, len(keys),
+                                                          size + facts.barriers)):
         raise Unsupported("bad: a record below its partition's barrier")
     steps.done("barriers")
     events = items.where(F.col("kind") == "change")
@@ -440,7 +442,6 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     events = with_content(events)
     # Converted into a checkpoint, which the lake commit's write reads: measured no slower
     # than converting inside the write (benchmarks/README.md).
-    size = facts.timed + facts.untimed
     checked = checked_events(events, len(keys), size)
     steps.done("events + ties")
     converted = _guard(lambda: stored(convert(checked, columns, keys, state)))

@@ -28,6 +28,7 @@ time + 1) is placed one below where the encoder places it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -73,13 +74,41 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
     and moves nothing by a logical message."""
     if not untimed:
         return changes
+    narrow = changes.select(*stream, row, "time",
+                            (F.col("time") if moves is None else moves).alias("_m"))
+    now = highest_before(spark, narrow, stream=stream, row=row, per_file=per_file,
+                         moves=F.col("_m")) \
+        .where(F.col("time").isNull()) \
+        .select(*stream, row, F.coalesce("_high", F.lit(0)).alias("_now"))
+    if not one_per_row:
+        now = now.dropDuplicates([*stream, row])
+    if untimed <= BROADCAST_UNTIMED:
+        now = F.broadcast(now)
+    return (changes.join(now, [*stream, row], "left")
+            .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
+
+
+def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
+                   moves: Column, per_file: bool = False,
+                   partitions: int | None = None) -> DataFrame:
+    """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
+    the order of `stream` and then `row` (with `per_file`, only the rows of the same
+    `stream[0]`), or null where none is before it (nulls are no values).
+
+    A running maximum over the whole order would be one window partition per stream, held by
+    one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
+    took the driver's JVM from 1.0 to 2.5 GiB: benchmarks/README.md). So the order is cut into
+    chunks of 2**`CHUNK_BITS` consecutive `row`s: one aggregate row per chunk reaches the
+    driver, which carries the highest value of the earlier chunks (a few rows, broadcast
+    back), and a window partitioned by chunk adds the highest of the earlier rows of the same
+    chunk. `partitions` spreads the chunks over that many tasks (default: the session's
+    shuffle partitions), so that a task's sort holds a bounded share of the rows."""
     place = [*stream, "chunk"]
-    narrow = changes.select(*stream, F.shiftright(row, CHUNK_BITS).alias("chunk"), row, "time",
-                            (F.col("time") if moves is None else moves).alias("_moves"))
+    narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
     chunks = sorted(narrow.groupBy(*place).agg(F.max("_moves").alias("t")).collect(),
                     key=lambda r: tuple(r[c] for c in place))
     before: list[tuple[Any, ...]] = []
-    high: int | None = None
+    high: Any = None
     for r in chunks:
         if per_file and before and before[-1][0] != r[stream[0]]:
             high = None
@@ -88,17 +117,12 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
             high = r["t"] if high is None else max(high, r["t"])
     types = {f.name: f.dataType.simpleString() for f in narrow.schema.fields}
     earlier = spark.createDataFrame(
-        before, ", ".join([*(f"{c} {types[c]}" for c in place), "_earlier long"]))
+        before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}"]))
+    if partitions is not None:
+        narrow = narrow.repartition(partitions, *place)
     in_chunk = Window.partitionBy(*place).orderBy(row) \
         .rowsBetween(Window.unboundedPreceding, -1)
-    now = (narrow.withColumn("_within", F.max("_moves").over(in_chunk))
-           .where(F.col("time").isNull())
-           .join(F.broadcast(earlier), place)
-           .select(*stream, row,
-                   F.coalesce(F.greatest("_within", "_earlier"), F.lit(0)).alias("_now")))
-    if not one_per_row:
-        now = now.dropDuplicates([*stream, row])
-    if untimed <= BROADCAST_UNTIMED:
-        now = F.broadcast(now)
-    return (changes.join(now, [*stream, row], "left")
-            .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
+    return (narrow.withColumn("_within", F.max("_moves").over(in_chunk))
+            .join(F.broadcast(earlier), place)
+            .withColumn("_high", F.greatest("_within", "_earlier"))
+            .drop("chunk", "_moves", "_within", "_earlier"))
