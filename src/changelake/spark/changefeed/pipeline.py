@@ -44,7 +44,7 @@ against the table schema's types where a line is provably simple, with the VARIA
 otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
-barrier rule with a window by file and a join of the few records below a barrier
+barrier rule with a window by chunk of lines and a join of the few records below a barrier
 (`barriers.py`), checked for ties and converted as the Debezium events are (`checked_events`,
 `keyed.convert`), and checkpointed; its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its

@@ -20,6 +20,7 @@ window whose partitions are small, never one global window:
   (`BROADCAST_UNTIMED`), else joined by a shuffle. Where each file is a stream of its own
   (`per_file`: Kafka partitions, `read.record_lines`), the earlier files do not count: the
   highest time before the change in its own partition, as `kafka.changefeed` merges them.
+  That running highest is `highest_before`, which YDB's barrier rule uses too (`barriers.py`).
 
 As in the old path (`spark/changefeed/udf/`), the frontier is not part of the current time: a
 snapshot row that the encoder reads after a transaction finished by its END (frontier = its
