@@ -99,7 +99,8 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
     identity (many are joined without broadcasting). Only the identity's narrow columns are
     shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
     rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
-    second shuffled every record's (benchmarks/README.md)."""
+    second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
+    spreads the window over partitions by it (`keyed.partitions_for`)."""
     key = [f"k{i}" for i in range(keys)]
     items = items.withColumn("_same", _same())
     partitions = None if size is None else partitions_for(items.sparkSession, size)
