@@ -129,6 +129,37 @@ def test_decode_reads_its_cache_and_leaves_the_callers_cached(spark) -> None:
             spark.conf.set("spark.sql.adaptive.enabled", before)
 
 
+def test_the_counts_are_taken_by_the_job_that_builds_the_cache(spark) -> None:
+    # Under adaptive execution, the aggregate's map side is a job, and one more job builds the
+    # cache and counts per time; without it, one job does all. The session is left as it was.
+    from changelake.spark.decoder import decode_statements
+
+    log = [Updates([(R(1), 1, 1), (R(2), 1, 1), (R(1), 1, 1)]), Progress.make([0], [5], [(1, 2)])]
+    statements = [m for m in log if isinstance(m, Progress)]
+    updates, _ = frames(spark, log)
+    updates.count()  # the input's own jobs (reading it) are not the decode's
+    key = "spark.sql.adaptive.enabled"
+    before = (spark.conf.get(key), spark.conf.get("spark.sql.shuffle.partitions"))
+    context = spark.sparkContext
+    try:
+        for adaptive, jobs in (("true", 2), ("false", 1)):
+            spark.conf.set(key, adaptive)
+            group = f"decode-jobs-{adaptive}"
+            context.setJobGroup(group, group)
+            try:
+                got = decode_statements(updates, statements)
+            finally:
+                context.setLocalProperty("spark.jobGroup.id", None)
+            with got:
+                assert len(context.statusTracker().getJobIdsForGroup(group)) == jobs
+                assert got.frontier == Antichain([5]) == collect(log).frontier
+                assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
+            assert (spark.conf.get(key), spark.conf.get("spark.sql.shuffle.partitions")) \
+                == (adaptive, before[1])
+    finally:
+        spark.conf.set(key, before[0])
+
+
 def test_split_messages_leaves_a_cached_messages_frame_cached(spark) -> None:
     from changelake.spark.decoder import split_messages
 
