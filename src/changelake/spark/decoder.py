@@ -229,7 +229,7 @@ def _plan_over_cache(counts: DataFrame) -> None:
     runs the plan its DataFrame already has). Then one job builds the cache and counts its
     rows in the same tasks, the few partial counts meeting in one task. Under adaptive
     execution a job of its own would build the cache first and another read the counts from
-    it: this is one job fewer (about 0.05 s at 1M input rows, 0.1 s at 4M:
+    it: this is one job fewer (a few hundredths of a second at 1M and 4M input rows:
     benchmarks/README.md). The cached plan was planned when it was cached, with the session's
     settings: the aggregate's shuffle keeps its partitions, coalesced by adaptive execution if
     that is on."""
