@@ -2,9 +2,11 @@
 
 Input: `--rows` distinct updates (default 500k, i.e. 1M input rows; or `--input-rows`, twice
 that) over `--files` Parquet files (default 20), each update delivered twice, shuffled, plus
-the progress statements (each delivered twice). Parquet, not the Materialize CDC codecs:
-generating and reading millions of rows through fastavro in Python would measure the codec,
-not the decoder.
+the progress statements (each delivered twice). With `--together`, an update's copies are in
+one file (shuffled within it) instead of anywhere; `--copies` delivers each update that many
+times instead of twice (`--input-rows` is then `--copies` times `--rows`). Parquet, not the
+Materialize CDC codecs: generating and reading millions of rows through fastavro in Python
+would measure the codec, not the decoder.
 
 The session is Spark's default as far as partitioning goes (`spark.sql.shuffle.partitions`
 200, adaptive execution on), not the project's tuned one: `--shuffle-partitions` changes it.
@@ -41,8 +43,10 @@ from changelake.protocol import Antichain, Progress, Reader, Updates
 from changelake.values import Record
 
 
-def generate(spark, root: Path, rows: int, files: int, times: int) -> tuple[str, str]:
-    """Updates (each twice, shuffled) and statements (each twice) as Parquet."""
+def generate(spark, root: Path, rows: int, files: int, times: int, copies: int = 2,
+             together: bool = False) -> tuple[str, str]:
+    """Updates (each `copies` times, shuffled; in one file each `together`) and statements
+    (each twice) as Parquet."""
     from pyspark.sql import functions as F
 
     base = spark.range(rows).select(
@@ -53,14 +57,12 @@ def generate(spark, root: Path, rows: int, files: int, times: int) -> tuple[str,
         F.when(F.col("id") % 3 == 0, F.lit(-1)).otherwise(F.lit(1)).cast("long").alias("diff"),
     )
     updates = str(root / "updates")
-    (
-        base.unionByName(base)
-        .withColumn("_r", F.rand(7))
-        .repartition(files)
-        .sortWithinPartitions("_r")
-        .drop("_r")
-        .write.parquet(updates)
-    )
+    delivered = base
+    for _ in range(copies - 1):
+        delivered = delivered.unionByName(base)
+    placed = delivered.withColumn("_r", F.rand(7))
+    placed = placed.repartition(files, "data") if together else placed.repartition(files)
+    placed.sortWithinPartitions("_r").drop("_r").write.parquet(updates)
     # Statements: intervals of 50 times with exact counts (every time has rows // times or +1).
     counts = {t: rows // times + (1 if t < rows % times else 0) for t in range(times)}
     statements = []
@@ -153,6 +155,9 @@ def main() -> int:
                         help="input rows (deliveries) instead: --rows is half of it")
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--times", type=int, default=1000)
+    parser.add_argument("--copies", type=int, default=2, help="deliveries of each update")
+    parser.add_argument("--together", action="store_true",
+                        help="an update's copies in one file, not anywhere")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shuffle-partitions", type=int, default=200)
     parser.add_argument("--sample", type=int, default=1_000_000,
@@ -164,7 +169,7 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="reuse/keep input here")
     args = parser.parse_args()
     if args.input_rows is not None:
-        args.rows = args.input_rows // 2
+        args.rows = args.input_rows // args.copies
 
     from changelake.spark.decoder import decode
     from changelake.spark.session import build_session
@@ -178,9 +183,11 @@ def main() -> int:
     })
     spark.sparkContext.setLogLevel("ERROR")
     root = args.keep or Path(tempfile.mkdtemp(prefix="bench-spark-decode-"))
-    deliveries = 2 * args.rows
-    print(f"Spark decode benchmark: {args.rows:,} distinct updates, each delivered twice "
-          f"({deliveries:,} input rows), over {args.files} Parquet files; {args.times} times; "
+    deliveries = args.copies * args.rows
+    together = "(in one file each) " if args.together else ""
+    print(f"Spark decode benchmark: {args.rows:,} distinct updates, each delivered "
+          f"{args.copies} times {together}({deliveries:,} input rows), over {args.files} "
+          f"Parquet files; {args.times} times; "
           f"master {args.master}, {cores} cores, shuffle partitions {args.shuffle_partitions}, "
           f"driver memory {args.driver_memory}", flush=True)
     try:
@@ -189,7 +196,8 @@ def main() -> int:
         else:
             _, (updates_path, progress_path) = timed(
                 "generate input (not measured)",
-                lambda: generate(spark, root, args.rows, args.files, args.times),
+                lambda: generate(spark, root, args.rows, args.files, args.times, args.copies,
+                                 args.together),
             )
 
         def frames():
@@ -243,7 +251,7 @@ def main() -> int:
         def rate(seconds: float, rows: int = deliveries) -> str:
             return f"{rows / seconds / 1e6:6.2f}M rows/s"
 
-        print(f"\nResults (input rows = deliveries, 2 per distinct update; median of "
+        print(f"\nResults (input rows = deliveries, {args.copies} per distinct update; median of "
               f"{args.repeat}):")
         print(f"  decode + count         {decode_s:8.2f} s  {rate(decode_s)}")
         print(f"  (a) dropDuplicates     {dedup_s:8.2f} s  {rate(dedup_s)}")

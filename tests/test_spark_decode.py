@@ -160,6 +160,22 @@ def test_the_counts_are_taken_by_the_job_that_builds_the_cache(spark) -> None:
         spark.conf.set(key, before[0])
 
 
+def test_the_updates_are_shuffled_once_and_whole(spark) -> None:
+    # One exchange by (data, time), no partial aggregate before it, and only the three columns
+    # the aggregate reads go through it (not the input's location columns).
+    log = [Updates([(R(1), 1, 1), (R(2), 1, 1), (R(1), 1, 1)]), Progress.make([0], [5], [(1, 2)])]
+    updates, progress = frames(spark, log)
+    updates = updates.selectExpr("*", "'f.jsonl' AS _file", "7L AS _line")
+    with decode(updates, progress) as got:
+        got.updates.count()  # the cached plan, final: its initial plan is printed after it
+        plan = got._cached._jdf.queryExecution().executedPlan().toString()
+        plan = plan.split("== Initial Plan ==")[0]
+        assert plan.count("Exchange hashpartitioning(data") == 1, plan
+        assert "partial_" not in plan, plan
+        assert "_file" not in plan.split("Exchange", 1)[1], plan
+        assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
+
+
 def test_split_messages_leaves_a_cached_messages_frame_cached(spark) -> None:
     from changelake.spark.decoder import split_messages
 
