@@ -15,9 +15,9 @@ restating a single protocol rule:
   The rows are shuffled whole, with no partial aggregate before the shuffle: that only pays
   where copies of an update fall in one map task, and a log's copies mostly come later (a
   re-send after a restart, in another file), while a hash map of every distinct update a task
-  reads is built for nothing. With the copies anywhere, decode + count went from 1.33x to
-  1.09x `dropDuplicates().count()` at 4M input rows (benchmarks/README.md); with every update
-  four times in one file, it is the slower way (about 1.2x the time).
+  reads is built for nothing. With each update's two copies anywhere, decode + count went from
+  1.32-1.38x to 1.13-1.18x `dropDuplicates().count()` at 4M input rows (benchmarks/README.md);
+  with every update four times in one file, this is the slower way (1.2x the time).
 * Per covered time, the number of distinct updates (a handful of rows, one per time) is
   compared on the driver with the expected count by the rules' Python functions: fewer means
   the time is unfinished and holds the frontier back, more is `excess-updates`. The frontier is
