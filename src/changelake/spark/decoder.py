@@ -399,10 +399,16 @@ _SETTLED = ("data", "time", "lo AS diff")
 
 
 _STATEMENT_NULLS = (
-    "CAST(NULL AS ARRAY<BIGINT>) AS lower, CAST(NULL AS ARRAY<BIGINT>) AS upper, "
-    "CAST(NULL AS ARRAY<STRUCT<`time`: BIGINT, `count`: BIGINT>>) AS counts"
+    "CAST(NULL AS ARRAY<BIGINT>) AS lower", "CAST(NULL AS ARRAY<BIGINT>) AS upper",
+    "CAST(NULL AS ARRAY<STRUCT<`time`: BIGINT, `count`: BIGINT>>) AS counts",
 )
 """The statement columns of `rejected_schema`, null: the tail of an update row there."""
+
+_REJECTED_NONE = (
+    "'' AS rule", "CAST(NULL AS STRING) AS reason", "CASE WHEN false THEN data END AS data",
+    "CAST(NULL AS BIGINT) AS time", "CAST(NULL AS BIGINT) AS diff", *_STATEMENT_NULLS,
+)
+"""The select list of no rejected row, typed as `rejected_schema` (over the aggregate)."""
 
 
 def _rejected(
@@ -415,13 +421,14 @@ def _rejected(
 ) -> DataFrame:
     """Lenient mode's set-aside input as one DataFrame (see the module docstring), of
     `rejected_schema`. One SQL query over the aggregate: its first part selects no row
-    (`WHERE false` reads nothing) and gives every column its type and nullability."""
-    parts = [
-        f"SELECT '' AS rule, CAST(NULL AS STRING) AS reason, CASE WHEN false THEN data END AS "
-        f"data, CAST(NULL AS BIGINT) AS time, CAST(NULL AS BIGINT) AS diff, {_STATEMENT_NULLS} "
-        "FROM {none}"
-    ]
-    frames: dict[str, DataFrame] = {"none": grouped.where("false")}
+    (`WHERE false` reads nothing) and gives every column its type and nullability. With
+    nothing set aside (strict mode, always) that part alone, as a `selectExpr` of the same
+    list: no temporary view, which took about 0.025 s of a decode's driver time."""
+    none = grouped.where("false")
+    if not statements and not with_updates:
+        return none.selectExpr(*_REJECTED_NONE)
+    parts = [f"SELECT {', '.join(_REJECTED_NONE)} FROM {{none}}"]
+    frames: dict[str, DataFrame] = {"none": none}
     if statements:
         rows: list[dict[str, Any]] = []
         for item in statements:
@@ -443,7 +450,8 @@ def _rejected(
 
         def shaped(rule: str, reason: str, diff: str, where: str) -> None:
             frames[rule.replace("-", "_")] = grouped.where(where)
-            parts.append(f"SELECT '{rule}', '{reason}', data, time, {diff}, {_STATEMENT_NULLS} "
+            parts.append(f"SELECT '{rule}', '{reason}', data, time, {diff}, "
+                         f"{', '.join(_STATEMENT_NULLS)} "
                          f"FROM {{{rule.replace('-', '_')}}}")
 
         shaped("zero-diff", "update has diff 0", "CAST(0 AS BIGINT)", rules.is_zero_diff_sql())
