@@ -160,6 +160,36 @@ def test_the_counts_are_taken_by_the_job_that_builds_the_cache(spark) -> None:
         spark.conf.set(key, before[0])
 
 
+def test_an_input_of_known_size_is_decoded_in_one_job(spark, tmp_path) -> None:
+    # Files have a size Spark estimates: the partitions are fixed from it (two a core here,
+    # within the session's), and one job aggregates, builds the cache and counts per time.
+    from changelake.spark.decoder import decode_statements
+
+    log = [Updates([(R(1), 1, 1), (R(2), 1, 1), (R(1), 1, 1), (R(3), 7, -1)]),
+           Progress.make([0], [5], [(1, 2)])]
+    updates, _ = frames(spark, log)
+    updates.write.parquet(str(tmp_path / "updates"))
+    updates = spark.read.parquet(str(tmp_path / "updates"))
+    statements = [m for m in log if isinstance(m, Progress)]
+    context = spark.sparkContext
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    expected = min(configured, 2 * context.defaultParallelism)
+    context.setJobGroup("decode-known-size", "decode-known-size")
+    try:
+        got = decode_statements(updates, statements)
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    with got:
+        assert len(context.statusTracker().getJobIdsForGroup("decode-known-size")) == 1
+        plan = got._cached._jdf.queryExecution().executedPlan().toString()
+        assert "AdaptiveSparkPlan" not in plan.split("InMemoryRelation", 1)[1], plan
+        assert "hashpartitioning(data#" in plan and f", {expected}), REPARTITION" in plan, plan
+        assert got.frontier == Antichain([5]) == collect(log).frontier
+        assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
+        assert canonical(rows_of(got.pending)) == canonical([(R(3), 7, -1)])
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
 def test_the_updates_are_shuffled_once_and_whole(spark) -> None:
     # One exchange by (data, time), no partial aggregate before it, and only the three columns
     # the aggregate reads go through it (not the input's location columns).

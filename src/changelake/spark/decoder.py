@@ -28,10 +28,10 @@ read from it without a second shuffle; adaptive execution may coalesce its parti
 `CACHED_PLAN_COALESCING`), and its columns are not compressed (`CACHE_COMPRESSION`). The counts
 are taken by the job that builds the cache (`_plan_over_cache`).
 `Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then: one collects the
-statements (none with `decode_statements`, which takes them as they are), one runs the
-aggregate's map side (with adaptive execution, which runs each stage as a job; else it is a
-stage of the next), and one builds the cache and takes the counts; actions on the result read
-the cache.
+statements (none with `decode_statements`, which takes them as they are) and one aggregates,
+builds the cache and takes the counts, its partitions fixed from the input's estimated size
+(`_partitions_for`); where Spark has no estimate, adaptive execution decides them and runs
+the aggregate's map side as a job of its own first. Actions on the result read the cache.
 
 Each query is stated as one Spark SQL string (`spark.sql`, `where`, `selectExpr`), the rules'
 `*_sql` twins spliced in, rather than built from `Column` objects: every Column operation is a
@@ -243,15 +243,49 @@ def _plan_over_cache(counts: DataFrame) -> None:
         counts._jdf.queryExecution().executedPlan()
 
 
-def _persist_for_decode(df: DataFrame) -> DataFrame:
+def _persist_for_decode(df: DataFrame, *, adaptive: bool) -> DataFrame:
     """`df.persist()`, with adaptive execution free to coalesce the cached plan's shuffle
-    partitions, and its columns not compressed (`_CACHE_SETTINGS`). The session settings are
-    restored at once: only the plan cached here is affected (both are read when the plan is
-    cached, not when it is computed)."""
+    partitions, and its columns not compressed (`_CACHE_SETTINGS`); without `adaptive`, the
+    plan is cached without adaptive execution (its partitions are fixed: `_partitions_for`),
+    so one job runs it whole instead of a job a stage. The session settings are restored at
+    once: only the plan cached here is affected (they are read when the plan is cached, not
+    when it is computed)."""
     from pyspark import StorageLevel
 
-    with settings(df.sparkSession, _CACHE_SETTINGS):
+    values = _CACHE_SETTINGS if adaptive else {**_CACHE_SETTINGS, **_NOT_ADAPTIVE}
+    with settings(df.sparkSession, values):
         return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+_NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
+
+INPUT_BYTES_PER_PARTITION = 32 * 2**20
+"""How much input (as Spark's plan estimates it: for files, their size) one partition of the
+aggregate gets, at least two per core and at most `spark.sql.shuffle.partitions`
+(`_partitions_for`). About 64 MiB of shuffle, adaptive execution's target, for the Parquet of
+benchmarks/README.md."""
+
+_UNKNOWN_SIZE = 2**50
+"""A plan estimate this large means no estimate (Spark's default is the largest long)."""
+
+
+def _partitions_for(relevant: DataFrame) -> int | None:
+    """How many partitions the aggregate gets: from the input's estimated size, or None where
+    Spark has no estimate (a DataFrame made from Python rows, most data sources), and
+    adaptive execution then coalesces the session's partitions as the shuffle turns out.
+
+    Fixed partitions let one job run the aggregate, build the cache and take the counts
+    (`_persist_for_decode`); under adaptive execution each stage is a job of its own and the
+    map side writes every one of `spark.sql.shuffle.partitions` (200 by default). Measured at
+    1M and 4M input rows: decode + count 1.03x and 1.01x dropDuplicates().count() with 4
+    partitions, against 1.37x and 1.13x (benchmarks/README.md)."""
+    size = relevant._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+    if size >= _UNKNOWN_SIZE:
+        return None
+    spark = relevant.sparkSession
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
+    cores = spark.sparkContext.defaultParallelism
+    return min(configured, max(2 * cores, -(-int(size) // INPUT_BYTES_PER_PARTITION)))
 
 
 def decode(
@@ -295,9 +329,9 @@ def decode_statements(
     keeps them there between batches, so no Spark job puts them into a DataFrame and
     collects them back. Runs the one aggregation job (see `decode`).
 
-    `partitions` fixes the aggregation's partition count instead of the session's
-    `spark.sql.shuffle.partitions` (adaptive execution then keeps it): for small inputs such
-    as a micro-batch, where each of 200 shuffle partitions is a file written per task and
+    `partitions` fixes the aggregation's partition count instead of the one taken from the
+    input's estimated size (`_partitions_for`): for a micro-batch, say, whose rows Spark
+    cannot estimate, where each of 200 shuffle partitions is a file written per task and
     costs more than the rows do.
     """
     start = as_frontier(since) if since is not None else Antichain([0])
@@ -312,6 +346,8 @@ def decode_statements(
     valid = rules.is_settled_sql()
     # Updates at finished times only matter if they break a rule no matter when they come.
     relevant = updates.where(f"{in_range} OR diff = 0")  # a view of it is safe: see _sql
+    if partitions is None:
+        partitions = _partitions_for(relevant)
     # Shuffled whole, with no partial aggregate before the shuffle (see the module docstring);
     # the GROUP BY keeps this partitioning: no second exchange.
     count = "" if partitions is None else f"{int(partitions)}, "
@@ -325,7 +361,7 @@ def decode_statements(
     zeros = conflicts = 0
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
         if cache:
-            grouped = _persist_for_decode(grouped)
+            grouped = _persist_for_decode(grouped, adaptive=partitions is None)
         covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
         # One row per covered time, plus one row (time null) for everything else.
         # Never `grouped` itself: its view would be dropped, and the cache with it (see _sql).
