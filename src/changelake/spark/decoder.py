@@ -276,9 +276,10 @@ def _partitions_for(relevant: DataFrame) -> int | None:
 
     Fixed partitions let one job run the aggregate, build the cache and take the counts
     (`_persist_for_decode`); under adaptive execution each stage is a job of its own and the
-    map side writes every one of `spark.sql.shuffle.partitions` (200 by default). Measured at
-    1M and 4M input rows: decode + count 1.03x and 1.01x dropDuplicates().count() with 4
-    partitions, against 1.37x and 1.13x (benchmarks/README.md)."""
+    map side writes every one of `spark.sql.shuffle.partitions` (200 by default). Decode +
+    count against dropDuplicates().count() of Parquet input, two runs each: 1M input rows
+    1.08x and 1.25x (1.32x and 1.46x under adaptive execution), 4M 1.10x and 1.07x (1.13x,
+    1.18x), 20M 0.89x (benchmarks/README.md)."""
     size = relevant._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
     if size >= _UNKNOWN_SIZE:
         return None
