@@ -226,7 +226,8 @@ built in about a quarter less time in one pair of builds, and took about 1.5x th
 _CACHE_SETTINGS = {CACHED_PLAN_COALESCING: "true", CACHE_COMPRESSION: "false"}
 
 
-_COUNT_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+_NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
+_COUNT_SETTINGS = {**_NOT_ADAPTIVE, "spark.sql.shuffle.partitions": "1"}
 
 
 def _plan_over_cache(counts: DataFrame) -> None:
@@ -246,18 +247,16 @@ def _plan_over_cache(counts: DataFrame) -> None:
 def _persist_for_decode(df: DataFrame, *, adaptive: bool) -> DataFrame:
     """`df.persist()`, with adaptive execution free to coalesce the cached plan's shuffle
     partitions, and its columns not compressed (`_CACHE_SETTINGS`); without `adaptive`, the
-    plan is cached without adaptive execution (its partitions are fixed: `_partitions_for`),
-    so one job runs it whole instead of a job a stage. The session settings are restored at
-    once: only the plan cached here is affected (they are read when the plan is cached, not
-    when it is computed)."""
+    plan is cached without adaptive execution (its partitions are fixed: the caller's, or
+    `_partitions_for`'s), so one job runs it whole instead of a job a stage. The session
+    settings are restored at once: only the plan cached here is affected (they are read when
+    the plan is cached, not when it is computed)."""
     from pyspark import StorageLevel
 
     values = _CACHE_SETTINGS if adaptive else {**_CACHE_SETTINGS, **_NOT_ADAPTIVE}
     with settings(df.sparkSession, values):
         return df.persist(StorageLevel.MEMORY_AND_DISK)
 
-
-_NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
 
 INPUT_BYTES_PER_PARTITION = 32 * 2**20
 """How much input (as Spark's plan estimates it: for files, their size) one partition of the
