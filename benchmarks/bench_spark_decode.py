@@ -152,7 +152,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500_000, help="distinct updates")
     parser.add_argument("--input-rows", type=int, default=None,
-                        help="input rows (deliveries) instead: --rows is half of it")
+                        help="input rows (deliveries) instead: --rows is it over --copies")
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--times", type=int, default=1000)
     parser.add_argument("--copies", type=int, default=2, help="deliveries of each update")
