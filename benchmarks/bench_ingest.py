@@ -12,7 +12,11 @@ The same lines are
   group, `changelake.spark.changefeed.udf`): the benchmark points `commands.changefeed_frames`
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
-  what a pipeline without exactly-once, keys or deletes would do with the same lines.
+  what a pipeline without exactly-once, keys or deletes would do with the same lines;
+* with `--floor`, converted the least way a keyed conversion can be (`floor_write`: one
+  window by key, nothing checked), after the ingest, and the plain write timed once more
+  after it, as warm: how much of the ingest's time any keyed conversion pays, and how much
+  is the checks and steps that make it exact.
 
 With `--source ydb` the feed is YDB changefeed JSON instead (`write_ydb_feed`): two partition
 files of the same table (Uint64 key), UPDATES-mode records with virtual timestamps (inserts,
@@ -30,7 +34,7 @@ which writes the table, and for Debezium also runs the conversion's windows, is 
 the ingest's time: YDB converts into a checkpoint of its own step).
 
     python benchmarks/bench_ingest.py --events 110000 --old
-    python benchmarks/bench_ingest.py --events 1100000
+    python benchmarks/bench_ingest.py --events 1100000 --floor
     python benchmarks/bench_ingest.py --events 110000 --source ydb
     python benchmarks/bench_ingest.py --events 11000000 --driver-memory 1g
 """
@@ -232,10 +236,62 @@ def plain_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
         .selectExpr(*columns).write.parquet(str(out))
 
 
+def floor_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
+    """The least a keyed conversion of the feed does, to tell the aim's budget from the
+    checks' cost: the events parsed by Spark's JSON reader against the image's types (known
+    here, so no inference pass), one window by key in position order that drops a replay
+    (an event at its key's previous position), fills an unchanged column (Debezium's TOAST
+    placeholder, a column a YDB update leaves out) with the key's last value (a delete does
+    not restart the fill) and pairs each row with the one before it, the pairs consolidated
+    by key, row and time, written as Parquet. It checks nothing, keeps no transaction,
+    frontier, snapshot time or table state, and reads an event's time off its position: not
+    a conversion anyone could commit, only what any conversion of this feed must at least
+    do."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    names = ("name", "amount", "note")
+    if source == "ydb":
+        events = spark.read.schema(
+            "key array<decimal(20,0)>, update struct<name:string,amount:bigint,note:string>, "
+            "erase map<string,string>, ts array<bigint>").json([str(p) for p in paths]) \
+            .where("key IS NOT NULL").select(
+                F.col("key")[0].cast("bigint").alias("key"), F.col("ts")[0].alias("pos"),
+                F.col("ts")[1].alias("sub"), F.col("erase").isNotNull().alias("is_delete"),
+                *[F.col("update")[n].alias(n) for n in names])
+    else:
+        image = "struct<id:bigint,name:string,amount:bigint,note:string>"
+        events = spark.read.schema(
+            f"op string, before {image}, after {image}, source struct<lsn:bigint>"
+        ).json([str(p) for p in paths]).where("op IS NOT NULL").select(
+            F.coalesce("after.id", "before.id").alias("key"),
+            F.col("source.lsn").alias("pos"), F.lit(0).alias("sub"),
+            (F.col("op") == "d").alias("is_delete"), "after.name", "after.amount",
+            F.when(F.col("after.note") != PLACEHOLDER, F.col("after.note")).alias("note"))
+    order = Window.partitionBy("key").orderBy("pos", "sub", "row")
+    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    events = events.withColumn("row", F.monotonically_increasing_id())
+    events = events.withColumn("_last", F.lag(F.struct("pos", "sub")).over(order)) \
+        .where(F.col("_last").isNull() | (F.col("_last") != F.struct("pos", "sub")))
+    new = F.when(~F.col("is_delete"), F.struct(
+        F.col("key").alias("id"), *[F.last(n, ignorenulls=True).over(upto).alias(n)
+                                    for n in names]))
+    rows = events.select("key", "pos", "sub", "row", new.alias("new"))
+    rows = rows.withColumn("old", F.lag("new").over(order))
+    pairs = F.array(F.struct(F.col("old").alias("data"), F.lit(-1).alias("diff")),
+                    F.struct(F.col("new").alias("data"), F.lit(1).alias("diff")))
+    rows.select("key", F.col("pos").alias("time"), F.explode(pairs).alias("u")) \
+        .where("u.data IS NOT NULL").groupBy("key", F.col("u.data").alias("data"), "time") \
+        .agg(F.sum("u.diff").alias("diff")).where("diff != 0").drop("key") \
+        .write.parquet(str(out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=110_000)
     parser.add_argument("--old", action="store_true", help="also time the old path")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time the least keyed conversion (`floor_write`)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--source", choices=("debezium", "ydb"), default="debezium")
     parser.add_argument("--driver-memory", default=None,
@@ -302,7 +358,23 @@ def main() -> None:
                              **options)  # type: ignore[arg-type]
         ours = time.perf_counter() - start
         ours_steps = list(steps)
-        rows = [("plain Parquet write", plain, ""),
+        floor = None
+        if args.floor:  # after the ingest, which it would otherwise warm up
+            floor_write(spark, small, args.source, work / "warm-floor.parquet")
+            start = time.perf_counter()
+            floor_write(spark, feed, args.source, work / "floor.parquet")
+            floor = time.perf_counter() - start
+            start = time.perf_counter()  # and the plain write again, as warm as the floor
+            plain_write(spark, feed, args.source, work / "plain-warm.parquet")
+            plain_warm = time.perf_counter() - start
+        rows = [("plain Parquet write", plain, "")]
+        if floor is not None:
+            floor_rows = spark.read.parquet(str(work / "floor.parquet")).count()
+            rows.append(("floor (least keyed conversion)", floor,
+                         f"{floor_rows:,} updates, nothing checked; after the ingest, on a "
+                         f"warm JVM: {plain_warm / floor:.2f}x the plain write run again "
+                         f"after it ({plain_warm:.2f} s)"))
+        rows += [
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
