@@ -78,8 +78,7 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
     narrow = changes.select(*stream, row, "time",
                             (F.col("time") if moves is None else moves).alias("_m"))
     now = highest_before(spark, narrow, stream=stream, row=row, per_file=per_file,
-                         moves=F.col("_m")) \
-        .where(F.col("time").isNull()) \
+                         moves=F.col("_m"), wanted=F.col("time").isNull()) \
         .select(*stream, row, F.coalesce("_high", F.lit(0)).alias("_now"))
     if not one_per_row:
         now = now.dropDuplicates([*stream, row])
@@ -91,10 +90,11 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
 
 def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
                    moves: Column, per_file: bool = False,
-                   partitions: int | None = None) -> DataFrame:
+                   partitions: int | None = None, wanted: Column | None = None) -> DataFrame:
     """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
     the order of `stream` and then `row` (with `per_file`, only the rows of the same
-    `stream[0]`), or null where none is before it (nulls are no values).
+    `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
+    the rows it holds are returned.
 
     A running maximum over the whole order would be one window partition per stream, held by
     one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
@@ -103,27 +103,56 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     driver, which carries the highest value of the earlier chunks (a few rows, broadcast
     back), and a window partitioned by chunk adds the highest of the earlier rows of the same
     chunk. `partitions` spreads the chunks over that many tasks (default: the session's
-    shuffle partitions), so that a task's sort holds a bounded share of the rows."""
+    shuffle partitions), so that a task's sort holds a bounded share of the rows.
+
+    The window only runs over the chunks that need it: with `wanted`, a chunk in which no
+    row that moves comes before the last wanted row (the aggregate row says so) gives each
+    wanted row the earlier chunks' highest as it is, with no shuffle. A batch's snapshot rows
+    come before its streamed changes, so their chunks need no window: at 1.1M Debezium
+    events that window, a shuffle and sort of every change, took about 1 s
+    (benchmarks/README.md)."""
     place = [*stream, "chunk"]
     narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
-    chunks = sorted(narrow.groupBy(*place).agg(F.max("_moves").alias("t")).collect(),
+    aggregates = [F.max("_moves").alias("t")]
+    if wanted is not None:
+        narrow = narrow.withColumn("_wanted", wanted)
+        aggregates += [F.max(F.when(F.col("_wanted"), F.col(row))).alias("last_wanted"),
+                       F.min(F.when(F.col("_moves").isNotNull(), F.col(row)))
+                       .alias("first_moving")]
+    chunks = sorted(narrow.groupBy(*place).agg(*aggregates).collect(),
                     key=lambda r: tuple(r[c] for c in place))
     before: list[tuple[Any, ...]] = []
     high: Any = None
     for r in chunks:
         if per_file and before and before[-1][0] != r[stream[0]]:
             high = None
-        before.append((*(r[c] for c in place), high))
+        windowed = wanted is None or (
+            r["last_wanted"] is not None and r["first_moving"] is not None
+            and r["first_moving"] < r["last_wanted"])
+        before.append((*(r[c] for c in place), high, windowed))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
     types = {f.name: f.dataType.simpleString() for f in narrow.schema.fields}
     earlier = spark.createDataFrame(
-        before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}"]))
+        before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}",
+                           "_windowed boolean"]))
+    done = ["chunk", "_moves", "_earlier", "_windowed"] + ([] if wanted is None else ["_wanted"])
+    rows = narrow
+    if wanted is not None:
+        rows = narrow.join(F.broadcast(earlier.where("_windowed").select(*place)), place,
+                           "left_semi")
     if partitions is not None:
-        narrow = narrow.repartition(partitions, *place)
+        rows = rows.repartition(partitions, *place)
     in_chunk = Window.partitionBy(*place).orderBy(row) \
         .rowsBetween(Window.unboundedPreceding, -1)
-    return (narrow.withColumn("_within", F.max("_moves").over(in_chunk))
-            .join(F.broadcast(earlier), place)
-            .withColumn("_high", F.greatest("_within", "_earlier"))
-            .drop("chunk", "_moves", "_within", "_earlier"))
+    out = (rows.withColumn("_within", F.max("_moves").over(in_chunk))
+           .join(F.broadcast(earlier), place)
+           .withColumn("_high", F.greatest("_within", "_earlier"))
+           .drop("_within"))
+    if wanted is None:
+        return out.drop(*done)
+    plain = narrow.where(F.col("_wanted")).join(F.broadcast(earlier), place) \
+        .where(~F.col("_windowed")).withColumn("_high", F.col("_earlier"))
+    if any(b[-1] for b in before):
+        plain = plain.unionByName(out.where(F.col("_wanted")))
+    return plain.drop(*done)
