@@ -201,10 +201,10 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
-    `partitions_for`). Every later step groups by the key and something more
-    (`first_problem`: key and position; `convert`: key; its consolidation: key, row and time),
-    which this partitioning serves, so the events are shuffled once, here, when a checkpoint of
-    them keeps it (`checkpoint`)."""
+    `partitions_for`). Every later step groups by the key and something more (`with_ties`:
+    key and position; `convert`: key; its consolidation: key, row and time), which this
+    partitioning serves, so the events are shuffled once, here, and the conversion's
+    `checkpoint` keeps that partitioning."""
     return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
 
 
@@ -217,14 +217,21 @@ def checkpoint(frame: DataFrame) -> DataFrame:
         return stored(frame)
 
 
-def first_problem(events: DataFrame, keys: int) -> DataFrame:
-    """One row, `problem`: the least of the events' `problem`s, else `TIED` when two writes
-    of one key at one position hold different rows (their `content` hashes differ), else
-    null. One aggregate by key and position: no shuffle of the events after `by_key`."""
+def with_ties(events: DataFrame, keys: int) -> DataFrame:
+    """`events` with `_tied`: whether a write of the event's key at its position holds another
+    row than a write beside it (their `content` hashes differ; null for a delete). A window
+    by key and position, whose partitioning `by_key` serves: a sort within each partition,
+    no shuffle."""
     writes = F.when(F.col("rank") == 1, F.col("content"))
-    return (events.groupBy(*[f"k{i}" for i in range(keys)], "pos")
-            .agg(F.min("problem").alias("p"), (F.min(writes) != F.max(writes)).alias("t"))
-            .agg(F.coalesce(F.min("p"), F.when(F.max("t"), F.lit(TIED))).alias("problem")))
+    at = Window.partitionBy(*[f"k{i}" for i in range(keys)], "pos")
+    return events.withColumn("_tied", F.min(writes).over(at) != F.max(writes).over(at))
+
+
+def problem_of(least: str | None, tied: bool | None) -> str | None:
+    """The events' problem from two aggregates over them (`min(problem)`, `max(_tied)`): the
+    least of their `problem`s, else `TIED` when two writes of one key at one position hold
+    different rows, else None."""
+    return least if least is not None else TIED if tied else None
 
 
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
