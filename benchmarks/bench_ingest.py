@@ -30,8 +30,8 @@ written by a child process, so the Python figure is the ingest's; and, to tell h
 the JVM's is the heap its collector chose to keep, the sums of its memory pools' peak
 committed sizes, heap and non-heap: `jvm_pools_mb`), and the JVM path's
 steps (seconds and Spark jobs each, from `pipeline._Steps`' debug log; the lake's final job,
-which writes the table from the conversion's checkpoint, is the rest of the ingest's time;
-without keys the Debezium conversion runs in that job).
+which writes the table, and for Debezium also runs the conversion's windows, is the rest of
+the ingest's time: YDB converts into a checkpoint of its own step).
 
     python benchmarks/bench_ingest.py --events 110000 --old
     python benchmarks/bench_ingest.py --events 1100000 --floor

@@ -416,12 +416,11 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
 def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: Path,
                                                           monkeypatch: Any) -> None:
     """The keyed events go into as many partitions as keep each near `EVENTS_PER_PARTITION`
-    (else the windows' sorts grow with the batch), never fewer than the session's, and the
-    conversion keeps them (nothing after `by_key` shuffles them again); spread thin, they
-    still convert to the encoder's updates."""
+    (else the windows' sorts grow with the batch), never fewer than the session's; spread
+    thin, they still convert to the encoder's updates."""
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed import keyed
-    from changelake.spark.changefeed.pipeline import checked_conversion, debezium_timed
+    from changelake.spark.changefeed.pipeline import checked_events, debezium_timed
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import settings
 
@@ -434,9 +433,9 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
                                table_schema=TableSchema.from_json(PG_TABLE))
         assert batch.size >= batch.changes.count() and batch.size > 2 * 3
-        updates = checked_conversion(keyed.typed_events(batch.changes, batch.columns, ["id"]),
-                                     batch.columns, ["id"], None, batch.size)
-        assert updates.rdd.getNumPartitions() == -(-batch.size // 2)
+        events = checked_events(keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
+                                batch.size)
+        assert events.rdd.getNumPartitions() == -(-batch.size // 2)
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 

@@ -186,17 +186,22 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
         convert_frames(spark, paths, "ydb", [], schema_file, close=True)
 
 
-def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,
-                                                                  tmp_path: Path) -> None:
-    """A record repeated at its position with another row: the JVM path hands the batch to
-    the old path (see `keyed.first_problem`), which gives the encoder's updates."""
+@pytest.mark.parametrize("copies", [[True], [False, True], [True, False, False]],
+                         ids=["other", "same-then-other", "other-then-same"])
+def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(
+        spark: Any, tmp_path: Path, copies: list[bool]) -> None:
+    """A record repeated at its position, once with another row (`copies`: after the record,
+    each copy with its own row or another; the repeats of its own row are replays): the JVM
+    path hands the batch to the old path (the tie check of `keyed.convert`'s `checks`),
+    which gives the encoder's updates."""
     paths, _, _ = write_ydb(HISTORY, tmp_path)
     path, lines, at = next((path, lines, i) for path in paths
                            for lines in [path.read_bytes().splitlines()]
                            for i, line in enumerate(lines) if b'"update":{"name"' in line)
     record = orjson.loads(lines[at])
-    record["update"]["name"] = "another row"
-    lines.insert(at + 1, orjson.dumps(record))
+    other = dict(record, update={**record["update"], "name": "another row"})
+    for n, differs in enumerate(copies):
+        lines.insert(at + 1 + n, orjson.dumps(other if differs else record))
     path.write_bytes(b"\n".join(lines) + b"\n")
     got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
     assert got is not None and (got.path, got.reason) == ("python-udf", TIED)

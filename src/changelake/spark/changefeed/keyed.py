@@ -29,7 +29,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
@@ -201,10 +201,10 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
-    `partitions_for`). Every later step groups by the key and something more (`with_ties`:
-    key and position; `convert`: key; its consolidation: key, row and time), which this
-    partitioning serves, so the events are shuffled once, here, and the conversion's
-    `checkpoint` keeps that partitioning."""
+    `partitions_for`). Every later step groups by the key and something more
+    (`first_problem`: key and position; `convert`: key; its consolidation: key, row and time),
+    which this partitioning serves, so the events are shuffled once, here, when a checkpoint of
+    them keeps it (`checkpoint`), or when the steps that read them run in one job."""
     return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
 
 
@@ -217,25 +217,25 @@ def checkpoint(frame: DataFrame) -> DataFrame:
         return stored(frame)
 
 
-def with_ties(events: DataFrame, keys: int) -> DataFrame:
-    """`events` with `_tied`: whether a write of the event's key at its position holds another
-    row than a write beside it (their `content` hashes differ; null for a delete). A window
-    by key and position, whose partitioning `by_key` serves: a sort within each partition,
-    no shuffle."""
+def first_problem(events: DataFrame, keys: int) -> DataFrame:
+    """One row, `problem`: the least of the events' `problem`s, else `TIED` when two writes
+    of one key at one position hold different rows (their `content` hashes differ), else
+    null. One aggregate by key and position: no shuffle of the events after `by_key`."""
     writes = F.when(F.col("rank") == 1, F.col("content"))
-    at = Window.partitionBy(*[f"k{i}" for i in range(keys)], "pos")
-    return events.withColumn("_tied", F.min(writes).over(at) != F.max(writes).over(at))
+    return (events.groupBy(*[f"k{i}" for i in range(keys)], "pos")
+            .agg(F.min("problem").alias("p"), (F.min(writes) != F.max(writes)).alias("t"))
+            .agg(F.coalesce(F.min("p"), F.when(F.max("t"), F.lit(TIED))).alias("problem")))
 
 
 def problem_of(least: str | None, tied: bool | None) -> str | None:
-    """The events' problem from two aggregates over them (`min(problem)`, `max(_tied)`): the
+    """The events' problem from the two aggregates `convert` observes with `checks`: the
     least of their `problem`s, else `TIED` when two writes of one key at one position hold
-    different rows, else None."""
+    different rows, else None (as `first_problem`)."""
     return least if least is not None else TIED if tied else None
 
 
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-            state: DataFrame | None) -> DataFrame:
+            state: DataFrame | None, checks: Observation | None = None) -> DataFrame:
     """`(data struct, time, diff)`, consolidated, for the events (already limited to the times
     to convert). `state`: the table's current rows, one per key.
 
@@ -243,7 +243,14 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     sorted once (none at all if `by_key` partitioned them and nothing reordered them since):
     a value of the key's current segment is the running last one whose `segment` is the
     current row's. A row holds its key's values, so the updates are consolidated by key, row
-    and time, within the key's partition, without another shuffle."""
+    and time, within the key's partition, without another shuffle.
+
+    `checks` observes, over every event, the two aggregates `problem_of` reads (what
+    `first_problem` finds, in the job that runs the conversion instead of a pass of its own).
+    Two writes of a key at one position are told apart by comparing each write with the one
+    before it in the window's order, so this holds only where one position has one time (so
+    that they are neighbours there): YDB's, whose time is its position's first element, not
+    Debezium's, whose snapshot rows take the time of the lines before them."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
     if state is not None:
@@ -257,6 +264,12 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
         events = events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
     order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
+    if checks is not None:
+        tied = (F.col("rank") == 1) & (F.lag("rank").over(order) == 1) \
+            & (F.lag("pos").over(order) == F.col("pos")) \
+            & (F.lag("content").over(order) != F.col("content"))
+        events = events.withColumn("_tied", tied).observe(
+            checks, F.min("problem").alias("problem"), F.max("_tied").alias("tied"))
     seen = F.max(F.struct("pos", "rank")).over(
         order.rowsBetween(Window.unboundedPreceding, -1))
     applied = events.withColumn("_seen", seen) \

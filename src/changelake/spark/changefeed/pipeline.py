@@ -9,10 +9,9 @@ with windows by transaction and by file block (`times.py`); the columns' types a
 (`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
 every image: one more pass, run in any case, as it also finds image columns beyond the
 table's) and each image read against them once (`keyed.typed_images`); keyed events are
-shuffled by key once and converted with windows by key, joined with the table's rows
-(`keyed.py`), into a local checkpoint, by one job that also checks them for ties with a
-window by key and position (`checked_conversion`), none of which shuffles them again; the
-checks are aggregates that job observes, raised once it is done; without keys,
+shuffled by key once, into a local checkpoint that keeps that partitioning, checked for ties
+by an aggregate by key and position (`checked_events`) and converted with windows by key,
+joined with the table's rows (`keyed.py`), none of which shuffles them again; without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
 need the current time: `times.py`) and a handful of aggregate rows.
@@ -46,8 +45,10 @@ otherwise (`ydb.py`, which says what it covers: records with virtual timestamps 
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
 barrier rule with a window by chunk of lines and a join of the few records below a barrier
-(`barriers.py`), checked for ties and converted into a checkpoint as the Debezium events are
-(`checked_conversion`); its steps are logged as the Debezium ones are.
+(`barriers.py`), shuffled by key and converted as the Debezium events are, into a
+checkpoint, by one job that also checks them (`checked_conversion`: a tie is found in the
+conversion's window order, where a Debezium batch's snapshot rows would need a window of its
+own); its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied). This path only: the repeat's op
@@ -81,10 +82,10 @@ from changelake.spark.changefeed.keyed import (
     by_key,
     checkpoint,
     convert,
+    first_problem,
     partitions_for,
     problem_of,
     typed_events,
-    with_ties,
 )
 from changelake.spark.changefeed.parse import ENVELOPE, odd_name_lines, odd_names, parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
@@ -150,8 +151,10 @@ _SHORT_OF = ("OutOfMemoryError", "No space left on device", "SparkContext was sh
 def _guard(action: Any) -> Any:
     """Run one of the checking actions. A failure in it is a value Spark refuses (`from_json`
     in FAILFAST mode, a cast, base64, a decimal wider than 8 bytes): `Unsupported`, so that the
-    old path converts the batch or names the bad line. The parsed lines and the keyed
-    conversion are checkpointed by these actions, so the lake's write parses nothing again.
+    old path converts the batch or names the bad line. The parsed lines and the typed events
+    (YDB's: their conversion) are checkpointed by these actions, so the final job parses
+    nothing again (a state whose values do not cast to the columns' types is the one failure
+    left to a Debezium batch's).
 
     Spark short of memory or disk is no refusal: the old path holds more of the batch at once
     (and a JVM out of memory in local mode is going down), so that is a `ChangelakeError`
@@ -278,26 +281,40 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
     return out
 
 
+#: The keyed events' columns that the checks and the conversion read, besides the key's.
+_WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem")
+
+
+def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
+    """Keyed events as `convert` reads them: shuffled by key once (`by_key`, into partitions
+    for about `size` events: `partitions_for`) into a checkpoint that keeps that
+    partitioning, and checked (a key problem, or two rows for one key at one position, is
+    `Unsupported`) by an aggregate that does not shuffle them again. Only the
+    columns the check and the conversion read are shuffled and stored (the lines' places are
+    `marks`'); a later step that needs another column must be added to `wanted`."""
+    wanted = [*(f"k{i}" for i in range(keys)), *_WANTED]
+    partitions = partitions_for(events.sparkSession, size)
+    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys, partitions)))
+    problem = _guard(lambda: first_problem(checked, keys).first())["problem"]
+    if problem is not None:
+        raise Unsupported(problem)
+    return checked
+
+
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                        state: DataFrame | None, size: int) -> DataFrame:
-    """Keyed events converted (`keyed.convert`) into a checkpoint by one job, which also
-    checks them: a key problem, or two rows for one key at one position (`with_ties`), is
-    `Unsupported`, raised once the job is done (its output then goes unused). The events are
-    shuffled by key once (`by_key`, into partitions for about `size` events:
-    `partitions_for`); the tie window, the conversion's windows and its consolidation all
-    group by the key and something more, so none shuffles them again. The checks are
-    aggregates observed by that job (`DataFrame.observe`), not a pass of their own: before,
-    the events were checkpointed, an aggregate by key and position read them back, and the
-    lake's write converted them (1.1M Debezium events: benchmarks/README.md). Only the
-    columns the checks and the conversion read are shuffled (the lines' places are `marks`');
-    a later step that needs another column must be added to `wanted`."""
-    wanted = [f"k{i}" for i in range(len(keys))] + [
-        "time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem"]
-    partitions = partitions_for(events.sparkSession, size)
+    """YDB's keyed events shuffled by key (as `checked_events` does) and converted
+    (`keyed.convert`) into a checkpoint by one job, which also checks them (`convert`'s
+    `checks`: a record's time is its position's first element, so that a tie is found in
+    the conversion's own window order): a problem is `Unsupported`, raised once the job is
+    done (its output then goes unused). Before, the events were checkpointed, an aggregate
+    read them back for the check, and a third job converted them (1.1M records:
+    benchmarks/README.md)."""
     checks = Observation()
-    checked = with_ties(by_key(events.select(*wanted), len(keys), partitions), len(keys)) \
-        .observe(checks, F.min("problem").alias("problem"), F.max("_tied").alias("tied"))
-    converted = _guard(lambda: checkpoint(convert(checked, columns, keys, state)))
+    partitioned = by_key(events.select(*_WANTED, *(f"k{i}" for i in range(len(keys)))),
+                         len(keys), partitions_for(events.sparkSession, size))
+    converted = _guard(lambda: checkpoint(convert(partitioned, columns, keys, state,
+                                                  checks=checks)))
     problem = problem_of(checks.get["problem"], checks.get["tied"])
     if problem is not None:
         raise Unsupported(problem)
@@ -376,9 +393,11 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
         return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
                 batch.marks)
     events = typed_events(batch.changes, batch.columns, keys)
-    # converted with windows by key, joined with the table's rows, and checked, by one job
-    converted = checked_conversion(events, batch.columns, keys, state, batch.size)
-    steps.done("events, ties, conversion")
+    # checked (`checked_events`) and converted with windows by key, joined with the table's
+    # rows (`keyed.convert`): neither shuffles them again
+    converted = convert(checked_events(events, len(keys), batch.size), batch.columns, keys,
+                        state)
+    steps.done("events + ties")
     return converted, batch.frontier, batch.marks
 
 
