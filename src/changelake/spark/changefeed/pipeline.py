@@ -291,7 +291,7 @@ def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
     partitioning, and checked (a key problem, or two rows for one key at one position, is
     `Unsupported`) by an aggregate that does not shuffle them again. Only the
     columns the check and the conversion read are shuffled and stored (the lines' places are
-    `marks`'); a later step that needs another column must be added to `wanted`."""
+    `marks`'); a later step that needs another column must be added to `_WANTED`."""
     wanted = [*(f"k{i}" for i in range(keys)), *_WANTED]
     partitions = partitions_for(events.sparkSession, size)
     checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys, partitions)))
