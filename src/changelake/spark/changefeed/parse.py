@@ -143,11 +143,14 @@ def _sequence(raw: Column) -> tuple[Column, Column]:
     return raw.rlike(_SEQUENCE), F.split(raw, ",", 2)
 
 
-def _lsn(ok: Column, entry: Column) -> Column:
-    """One entry of a sequence in Debezium's shape as a number: null for `null` (and where the
-    sequence is not in that shape), else its at most 18 digits."""
-    digits = F.btrim(entry, F.lit('[]"'))
-    return F.when(ok & (digits != "null"), digits.cast("bigint"))
+def _lsn(ok: Column, entry: Column, i: int) -> Column:
+    """Entry `i` of a sequence in Debezium's shape as a number: null for `null` (and where the
+    sequence is not in that shape), else its at most 18 digits. In that shape the first entry
+    is `[null` or `["digits"`, the second `null]` or `"digits"]`, so the digits are cut out
+    by their place (a `btrim` of the brackets and quotes scanned every entry's bytes for each
+    of them: the parse took about 0.2 s longer at 1.1M lines, benchmarks/README.md)."""
+    digits = entry.substr(F.lit(3 - i), F.length(entry) - F.lit(3))
+    return F.when(ok & (entry != F.lit(("[null", "null]")[i])), digits.cast("bigint"))
 
 
 def _tx_id(raw: Column) -> Column:
@@ -258,7 +261,8 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
 
 def parse_items(lines: DataFrame) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules."""
-    tombstone_line = F.trim(F.col("value")) == "null"
+    # A line that opens an object is no `null`: only the others are trimmed (a copy each).
+    tombstone_line = ~F.col("value").startswith("{") & (F.trim(F.col("value")) == "null")
     # Jackson stops at the end of the line's first value, so `{..} x` would read as `{..}`
     # where orjson refuses the line. Read as a one-element array, anything after the value
     # either breaks the array (the job fails, as for any text that is not JSON) or is a
@@ -317,8 +321,8 @@ def _classify(items: DataFrame) -> DataFrame:
         F.when(tx_raw0.isNotNull(), _tx_id(tx_raw0)).alias("_tx_id"), pg0.alias("_pg"),
         F.regexp_extract(s0["file"], r"\.([0-9]+)$", 1).alias("_file_no"))
     # The sequence's numbers once each: a cast in the branches of a `when` is made per use.
-    items = items.select("*", *(_lsn(F.col("_seq_ok"), F.col("_seq_entries")[i]).alias(f"_seq{i}")
-                                for i in (0, 1)))
+    items = items.select("*", *(_lsn(F.col("_seq_ok"), F.col("_seq_entries")[i], i)
+                                .alias(f"_seq{i}") for i in (0, 1)))
     b, s, skeys = F.col("b"), F.col("s"), F.col("_skeys")
     tombstone = F.col("_null_line") | F.col("_body_null")
     is_change = ~tombstone & b["op"].isNotNull()
