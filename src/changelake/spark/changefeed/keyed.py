@@ -218,19 +218,20 @@ def checkpoint(frame: DataFrame) -> DataFrame:
 
 
 def first_problem(events: DataFrame, keys: int) -> DataFrame:
-    """One row, `problem`: the least of the events' `problem`s, else `TIED` when two writes
-    of one key at one position hold different rows (their `content` hashes differ), else
-    null. One aggregate by key and position: no shuffle of the events after `by_key`."""
+    """One row of the two aggregates `problem_of` reads: `problem`, the least of the events'
+    `problem`s, and `tied`, whether two writes of one key at one position hold different rows
+    (their `content` hashes differ). One aggregate by key and position: no shuffle of the
+    events after `by_key`."""
     writes = F.when(F.col("rank") == 1, F.col("content"))
     return (events.groupBy(*[f"k{i}" for i in range(keys)], "pos")
             .agg(F.min("problem").alias("p"), (F.min(writes) != F.max(writes)).alias("t"))
-            .agg(F.coalesce(F.min("p"), F.when(F.max("t"), F.lit(TIED))).alias("problem")))
+            .agg(F.min("p").alias("problem"), F.max("t").alias("tied")))
 
 
 def problem_of(least: str | None, tied: bool | None) -> str | None:
-    """The events' problem from the two aggregates `convert` observes with `checks`: the
-    least of their `problem`s, else `TIED` when two writes of one key at one position hold
-    different rows, else None (as `first_problem`)."""
+    """The events' problem from two aggregates over them (`first_problem`'s row, or what
+    `convert` observes with `checks`): the least of their `problem`s, else `TIED` when two
+    writes of one key at one position hold different rows, else None."""
     return least if least is not None else TIED if tied else None
 
 

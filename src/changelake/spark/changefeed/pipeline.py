@@ -285,6 +285,13 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 _WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem")
 
 
+def _by_key(events: DataFrame, keys: int, size: int) -> DataFrame:
+    """The keyed events' key and `_WANTED` columns, shuffled by key (`by_key`) into
+    partitions for about `size` events (`partitions_for`)."""
+    return by_key(events.select(*(f"k{i}" for i in range(keys)), *_WANTED), keys,
+                  partitions_for(events.sparkSession, size))
+
+
 def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
     """Keyed events as `convert` reads them: shuffled by key once (`by_key`, into partitions
     for about `size` events: `partitions_for`) into a checkpoint that keeps that
@@ -292,10 +299,9 @@ def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
     `Unsupported`) by an aggregate that does not shuffle them again. Only the
     columns the check and the conversion read are shuffled and stored (the lines' places are
     `marks`'); a later step that needs another column must be added to `_WANTED`."""
-    wanted = [*(f"k{i}" for i in range(keys)), *_WANTED]
-    partitions = partitions_for(events.sparkSession, size)
-    checked = _guard(lambda: checkpoint(by_key(events.select(*wanted), keys, partitions)))
-    problem = _guard(lambda: first_problem(checked, keys).first())["problem"]
+    checked = _guard(lambda: checkpoint(_by_key(events, keys, size)))
+    found = _guard(lambda: first_problem(checked, keys).first())
+    problem = problem_of(found["problem"], found["tied"])
     if problem is not None:
         raise Unsupported(problem)
     return checked
@@ -311,10 +317,8 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     read them back for the check, and a third job converted them (1.1M records:
     benchmarks/README.md)."""
     checks = Observation()
-    partitioned = by_key(events.select(*_WANTED, *(f"k{i}" for i in range(len(keys)))),
-                         len(keys), partitions_for(events.sparkSession, size))
-    converted = _guard(lambda: checkpoint(convert(partitioned, columns, keys, state,
-                                                  checks=checks)))
+    converted = _guard(lambda: checkpoint(convert(_by_key(events, len(keys), size), columns,
+                                                  keys, state, checks=checks)))
     problem = problem_of(checks.get["problem"], checks.get["tied"])
     if problem is not None:
         raise Unsupported(problem)
