@@ -389,11 +389,13 @@ def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) ->
 def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any,
                                                                       tmp_path: Path) -> None:
     """The facts come from an observation of the parse's checkpoint job, not from a pass of
-    their own: they must be exactly what an aggregate over the checkpoint gives (no line
-    missed or counted twice), and an observation of no lines must answer too."""
+    their own: they must be exactly what an aggregate over the parsed lines gives (no line
+    missed or counted twice), and an observation of no lines must answer too. The checkpoint
+    holds every parsed line, without the columns only the facts read."""
     from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed.pipeline import _facts, _parsed
+    from changelake.spark.changefeed.parse import parse_items
+    from changelake.spark.changefeed.pipeline import _FACTS_ONLY, _facts, _parsed
     from changelake.spark.changefeed.read import read_lines
 
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
@@ -402,9 +404,14 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
     blank = tmp_path / "blank.jsonl"
     blank.write_bytes(b"\n  \n")
     for files in ([str(p) for p in paths], [str(blank)]):
-        items, observed = _parsed(read_lines(spark, files))
-        aggregated = items.agg(*_facts()).first().asDict()
+        lines = read_lines(spark, files)
+        items, observed = _parsed(lines)
+        parsed = parse_items(lines.bounded)
+        aggregated = parsed.agg(*_facts()).first().asDict()
         assert dict(observed) == aggregated
+        assert not set(_FACTS_ONLY) & set(items.columns)
+        assert items.exceptAll(parsed.drop(*_FACTS_ONLY)).count() == 0
+        assert parsed.drop(*_FACTS_ONLY).exceptAll(items).count() == 0
         assert observed["flawed"] == 0
     assert observed["first"] is None and observed["untimed"] == 0
     assert items.count() == 0

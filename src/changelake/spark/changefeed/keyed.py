@@ -126,7 +126,7 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     def struct(values: list[Column], at: int) -> Column:
         return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])
 
-    return changes.select("file", "file_index", "block", "row", "op", "time", "pos",
+    return changes.select("file_index", "block", "row", "op", "time", "pos",
                           F.col("after_raw").isNotNull().alias("_has_a"),
                           F.col("before_raw").isNotNull().alias("_has_b"),
                           struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
@@ -173,9 +173,9 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
     events = F.when(moved, F.array(event(b_key, F.lit(True), b, ub),
                                    event(a_key, F.lit(False), no_before, no_flags))) \
         .otherwise(F.array(event(key, F.col("op") == "d", b, ub)))
-    out = frame.select("file", "file_index", "block", "row", "time", "pos", "a", "ua",
+    out = frame.select("file_index", "block", "row", "time", "pos", "a", "ua",
                        problem.alias("problem"), F.explode(events).alias("ev"))
-    return out.select("file", "file_index", "block", "row", "time", "pos", "problem",
+    return out.select("file_index", "block", "row", "time", "pos", "problem",
                       *[F.col(f"ev.k{i}").alias(f"k{i}") for i in range(len(keys))],
                       "ev.is_delete", F.when(F.col("ev.is_delete"), 0).otherwise(1)
                       .alias("rank"), "a", "ua", "ev.b", "ev.ub",
