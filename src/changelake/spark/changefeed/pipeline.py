@@ -212,10 +212,10 @@ def _facts() -> list[Column]:
                         F.struct("file_index", "block", "row"))).alias("first")]
 
 
-#: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint. (The
-#: file's name is `Lines.files[file_index]`.) At 1.1M lines the parse's job took about 4%
-#: less time without them (benchmarks/README.md), and each line's path is a few dozen bytes
-#: less on the executors' disk.
+#: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint (the
+#: file's name is `Lines.files[file_index]`), which is then a line's path and three fields
+#: smaller on the executors' disk. The parse's job alone, warm, at 1.1M lines: about 4% less
+#: time; end to end within the noise (benchmarks/README.md).
 _FACTS_ONLY = ("file", "flaw", "problem", "table")
 
 
