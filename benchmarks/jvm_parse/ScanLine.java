@@ -13,6 +13,11 @@ import org.apache.spark.sql.api.java.UDF1;
 public class ScanLine implements UDF1<String, Row> {
     private static final JsonFactory F = JsonFactory.builder()
         .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    /** A scalar's text, null for JSON null. */
+    private static String text(JsonParser p, JsonToken t) throws java.io.IOException {
+        return t == JsonToken.VALUE_NULL ? null : p.getText();
+    }
+
     public Row call(String line) throws Exception {
         if (line == null) return null;
         String op = null, before = null, after = null, status = null, id = null;
@@ -25,9 +30,9 @@ public class ScanLine implements UDF1<String, Row> {
                 String name = p.currentName();
                 JsonToken t = p.nextToken();
                 switch (name) {
-                    case "op": op = t == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                    case "status": status = t == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                    case "id": id = t == JsonToken.VALUE_NULL ? null : p.getText(); break;
+                    case "op": op = text(p, t); break;
+                    case "status": status = text(p, t); break;
+                    case "id": id = text(p, t); break;
                     case "event_count": eventCount = t == JsonToken.VALUE_NUMBER_INT ? p.getLongValue() : null; break;
                     case "before": case "after": {
                         String raw = null;
@@ -46,12 +51,12 @@ public class ScanLine implements UDF1<String, Row> {
                             String s = p.currentName();
                             JsonToken v = p.nextToken();
                             switch (s) {
-                                case "snapshot": snapshot = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                                case "sequence": seq = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                                case "table": table = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                                case "schema": schema = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                                case "db": db = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
-                                case "connector": connector = v == JsonToken.VALUE_NULL ? null : p.getText(); break;
+                                case "snapshot": snapshot = text(p, v); break;
+                                case "sequence": seq = text(p, v); break;
+                                case "table": table = text(p, v); break;
+                                case "schema": schema = text(p, v); break;
+                                case "db": db = text(p, v); break;
+                                case "connector": connector = text(p, v); break;
                                 case "lsn": lsn = v == JsonToken.VALUE_NUMBER_INT ? p.getLongValue() : null; break;
                                 case "txId": txId = v == JsonToken.VALUE_NUMBER_INT ? p.getLongValue() : null; break;
                                 default: p.skipChildren();
