@@ -91,6 +91,7 @@ def build_session(
         settings["spark.driver.extraJavaOptions"] = java_property("derby.system.home", str(path))
         builder = builder.enableHiveSupport()
     settings.update(conf or {})
+    _add_project_jar(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
@@ -98,6 +99,18 @@ def build_session(
         if not log:
             return builder.getOrCreate()
         return _with_stderr_to(Path(log), builder.getOrCreate)
+
+
+def _add_project_jar(settings: dict[str, str]) -> None:
+    """The project's jar (`spark.jvm`) on `spark.jars`, after any the caller named: with it,
+    the changefeed parse reads lines in Java (see `spark.jvm`); without it (no JDK), the
+    Spark-functions way."""
+    from changelake.spark.jvm import jar
+
+    built = jar()
+    if built is not None:
+        jars = [j for j in settings.get("spark.jars", "").split(",") if j]
+        settings["spark.jars"] = ",".join([*jars, str(built)])
 
 
 def java_property(name: str, value: str) -> str:

@@ -64,6 +64,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.read import flaw
+from changelake.spark.jvm import register
 
 #: Jackson's leniencies that Spark's JSON functions turn on by default (single quotes, NaN
 #: and Infinity) or that an option could (comments, leading zeros, ...), all off: `from_json`
@@ -86,6 +87,17 @@ BODY = (
 )
 ENVELOPE = f"schema string, payload struct<{BODY}>, {BODY}"
 COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
+#: `changelake.jvm.DebeziumLine` (`spark/jvm/DebeziumLine.java`): the item columns of a line
+#: Java reads, every one a line with no `problem`, or null for a line it leaves to the Spark
+#: functions. What it reads and what it leaves are in that file; `_read_by_java` puts its
+#: columns in place of theirs.
+JVM_LINE = "changelake_debezium_line"
+JVM_LINE_CLASS = "changelake.jvm.DebeziumLine"
+_JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "end_count",
+                "end_collections", "pos", "table", "snapshot", "before_raw", "after_raw")
+_JVM_TYPES = ("string", "string", "string", "bigint", "boolean", "string", "bigint", "bigint",
+              COLLECTIONS, "array<bigint>", "string", "boolean", "string", "string")
+JVM_LINE_TYPE = ", ".join(f"`{n}` {t}" for n, t in zip(_JVM_COLUMNS, _JVM_TYPES, strict=True))
 _BODY_FIELDS = ("op", "before", "after", "status", "id", "event_count", "data_collections",
                 "source", "transaction")
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
@@ -110,7 +122,9 @@ _NOT_A_STRING = r'[^"\s]'
 #: At most 18 digits, so that each fits a long. The encoder also reads numbers, whitespace,
 #: escapes and longer digit strings (and refuses a sign or a space inside the quotes); a
 #: sequence of any other shape goes to the old path (`problem`), which reads it as it does.
-_SEQUENCE = r'^\[(null|"[0-9]{1,18}"),(null|"[0-9]{1,18}")\]$'
+#: It ends at `\z`, the text's end: Java's `$` also matches before a last newline, and a
+#: sequence with one then failed the job at the cast of its digits.
+_SEQUENCE = r'^\[(null|"[0-9]{1,18}"),(null|"[0-9]{1,18}")\]\z'
 
 
 def _has(keys: Column, name: str) -> Column:
@@ -259,8 +273,21 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
     return s[name].isNotNull() | _has(skeys, name)
 
 
-def parse_items(lines: DataFrame) -> DataFrame:
-    """One row per line: see the module docstring for the columns' rules."""
+def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
+    """One row per line: see the module docstring for the columns' rules. With `jvm` (and
+    the project's jar on the session: `spark.jvm`), the lines Java reads (`JVM_LINE`) skip
+    the Spark functions' reading; `jvm=False` is the Spark functions' way for every line."""
+    java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
+    lines = lines.select("file", "file_index", "block", "row", "value",
+                         flaw(F.col("value")).alias("flaw"))
+    carry: tuple[str, ...] = ()
+    if java:
+        # A line with a flaw is never Java's: its text may not be what the bytes say.
+        read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
+        lines = lines.select("*", read.alias("_j"))
+        # What Java read, the Spark functions read as null (a null line costs them nothing).
+        lines = lines.withColumn("value", F.when(F.col("_j").isNull(), F.col("value")))
+        carry = ("_j",)
     # A line that opens an object is no `null`: only the others are trimmed (a copy each).
     tombstone_line = ~F.col("value").startswith("{") & (F.trim(F.col("value")) == "null")
     # Jackson stops at the end of the line's first value, so `{..} x` would read as `{..}`
@@ -269,10 +296,9 @@ def parse_items(lines: DataFrame) -> DataFrame:
     # second element (`_many`).
     values = F.from_json(F.concat(F.lit("["), F.col("value"), F.lit("]")),
                          f"array<struct<{ENVELOPE}>>", FAILFAST)
-    env = lines.select("file", "file_index", "block", "row", "value",
-                       flaw(F.col("value")).alias("flaw"),
+    env = lines.select("file", "file_index", "block", "row", "value", "flaw", *carry,
                        F.when(~tombstone_line, values).alias("_values"))
-    env = env.select("file", "file_index", "block", "row", "value", "flaw",
+    env = env.select("file", "file_index", "block", "row", "value", "flaw", *carry,
                      F.coalesce(F.size("_values") != 1, F.lit(False)).alias("_many"),
                      F.col("_values")[0].alias("e"))
     e = F.col("e")
@@ -283,7 +309,8 @@ def parse_items(lines: DataFrame) -> DataFrame:
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
     body = F.when(wrapped, e["payload"]) \
         .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
-    env = env.select("file", "file_index", "block", "row", "value", "flaw", "_many", "_top",
+    env = env.select("file", "file_index", "block", "row", "value", "flaw", *carry, "_many",
+                     "_top",
                      tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
                      wrapped.alias("_wrapped"),
                      F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
@@ -294,8 +321,8 @@ def parse_items(lines: DataFrame) -> DataFrame:
                               F.json_object_keys(F.get_json_object("value", "$.payload")))
                        .otherwise(F.col("_top")))
     items = env.select(
-        "file", "file_index", "block", "row", "flaw", "schema", "_many", "_null_line", "_kafka",
-        "_wrapped", "b",
+        "file", "file_index", "block", "row", "flaw", *carry, "schema", "_many", "_null_line",
+        "_kafka", "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
         _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
         _string_valued(F.col("value"), "after", "before").alias("_image_text"),
@@ -303,10 +330,28 @@ def parse_items(lines: DataFrame) -> DataFrame:
         .alias("_collections_text"),
         _not_text(F.col("value"), b["source"]).alias("_not_text"),
         b["source"].alias("s"))
-    return _classify(items)
+    items = _classify(items, carry)
+    return _read_by_java(items) if java else items
 
 
-def _classify(items: DataFrame) -> DataFrame:
+def _read_by_java(items: DataFrame) -> DataFrame:
+    """The item columns, Java's (`_j`) where Java read the line: every line it reads is one
+    `_classify` finds no `problem` on (`JVM_LINE`), and one the Spark functions read as null."""
+    java = F.col("_j").isNotNull()
+    never_null = {f.name for f in items.schema.fields if not f.nullable}
+
+    def pick(name: str) -> Column:
+        picked = F.when(java, F.col("_j")[name]).otherwise(F.col(name))
+        if name in never_null:  # as it was: Java never gives null where Spark cannot
+            picked = F.coalesce(picked, F.col(name))
+        return picked.alias(name)
+
+    return items.select("file", "file_index", "block", "row", "flaw", pick("schema"),
+                        pick("kind"), F.when(~java, F.col("problem")).alias("problem"),
+                        *map(pick, _JVM_COLUMNS[2:]))
+
+
+def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     """The item columns. What several rules read, and is not cheap (the `sequence` parse, the
     regular expressions, the PostgreSQL/MySQL decision), is a column of its own first: Spark
     does not share an expression between the branches of a `when`, so a repeated one would
@@ -353,7 +398,9 @@ def _classify(items: DataFrame) -> DataFrame:
     # MySQL
     file_no = F.col("_file_no")
     file_ok = file_no != ""
-    number = F.when(file_ok, file_no.cast("bigint"))
+    # `try_cast`: digits that are none (`""`) or too many for a long are a `problem` below,
+    # not a failed job (ANSI mode fails a `cast` of them)
+    number = F.when(file_ok, file_no.try_cast("bigint"))
     row = F.coalesce(s["row"], F.lit(0))
     my_tx = F.coalesce(tx_id, s["gtid"])
     my_pos = F.array(number, s["pos"], row)
@@ -361,8 +408,8 @@ def _classify(items: DataFrame) -> DataFrame:
     tx_at = F.regexp_extract(my_tx, r"(?:^|,)pos=([0-9]+)(?:,|$)", 1)
     by_tx_id = my_tx.startswith("file=")
     my_time = (F.when(snapshot, None)
-               .when(by_tx_id, F.shiftleft(tx_file.cast("bigint"), 32).bitwiseOR(
-                   tx_at.cast("bigint")))
+               .when(by_tx_id, F.shiftleft(tx_file.try_cast("bigint"), 32).bitwiseOR(
+                   tx_at.try_cast("bigint")))
                .otherwise(F.shiftleft(number, 32).bitwiseOR(s["pos"])))
     my_tx_min = ~snapshot & my_tx.isNotNull() & ~by_tx_id
 
@@ -412,7 +459,7 @@ def _classify(items: DataFrame) -> DataFrame:
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
     return items.select(
-        "file", "file_index", "block", "row", "flaw", "schema", kind.alias("kind"),
+        "file", "file_index", "block", "row", "flaw", *carry, "schema", kind.alias("kind"),
         problem.alias("problem"),
         op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
         F.when(is_change, tx).when(is_tx, _tx_id(b["id"])).alias("tx"),

@@ -1,0 +1,407 @@
+package changelake.jvm;
+
+import com.fasterxml.jackson.core.JsonEncoding;
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonGenerator;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF1;
+
+/**
+ * The envelope of one Debezium line, read in one streaming pass: what `parse.parse_items`
+ * reads with `from_json`, `json_object_keys` and regular expressions before its rules
+ * (`_classify`) apply, for the lines in the shape a connector writes, and null ("defer")
+ * for every other line, which the caller parses the Spark way.
+ *
+ * The promise: for a line this returns a row for, `parse_items` without it computes exactly
+ * the same columns (`test_spark_changefeed_jvm.py` compares the two on every line the tests
+ * know). It keeps that promise by deferring rather than deciding: a line that is not one
+ * JSON object opening at its first byte, a field of another JSON kind than its type (where
+ * `from_json` either fails the job in FAILFAST mode or takes any kind as a string's text), a
+ * duplicate key, a wrapped line whose `payload` is null, a body without any of op, before,
+ * after, status and source (heartbeats, schema changes: `parse_items` reads their keys), a
+ * source `snapshot` not one of the flags Debezium writes (as a string, or the booleans, which
+ * `from_json` reads as their text), a `gtid` unlike a GTID, or anything
+ * Jackson refuses. An object or array read into a string field is re-written by Jackson's
+ * `copyCurrentStructure`, as Spark's JSON reader re-writes it, so the texts agree byte for
+ * byte (floats through a double, white space dropped).
+ *
+ * Three flags are text searches in `parse_items` (a key `after`, `before` or, on a
+ * transaction line, `data_collections` followed by a string, anywhere on the line, matched
+ * as Java's `"after"\s*:\s*"` matches); they are made here by the same search, without the
+ * regular expression.
+ */
+public final class DebeziumLine implements UDF1<String, Row> {
+    private static final long serialVersionUID = 1L;
+
+    /** Duplicate keys are refused: Spark and orjson each keep one of them, maybe not the same. */
+    private static final JsonFactory READ = JsonFactory.builder()
+        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    private static final JsonFactory WRITE = new JsonFactory();
+    /** `parse._SNAPSHOT_TRUE`, and with them `_SNAPSHOT_KNOWN`. */
+    private static final Set<String> SNAPSHOT_TRUE = Set.of(
+        "true", "first", "last", "first_in_data_collection", "last_in_data_collection");
+    private static final Set<String> SNAPSHOT_KNOWN = Set.of(
+        "true", "first", "last", "first_in_data_collection", "last_in_data_collection",
+        "false", "incremental");
+    // `parse._classify`'s regular expressions, as Spark's `rlike`/`regexp_extract` use them
+    // (java.util.regex, `find`).
+    private static final Pattern PG_TX = Pattern.compile("^\\d+:\\d+$");
+    private static final Pattern SEQUENCE =
+        Pattern.compile("^\\[(null|\"[0-9]{1,18}\"),(null|\"[0-9]{1,18}\")\\]\\z");
+    private static final Pattern BINLOG = Pattern.compile("\\.([0-9]+)$");
+    private static final Pattern TX_FILE = Pattern.compile("(?:^|,)file=[^,]*\\.([0-9]+)(?:,|$)");
+    private static final Pattern TX_POS = Pattern.compile("(?:^|,)pos=([0-9]+)(?:,|$)");
+
+    /** Thrown where the line is left to the Spark functions. */
+    private static final class Defer extends Exception {
+        private static final long serialVersionUID = 1L;
+        Defer() { super(null, null, false, false); }
+    }
+    private static final Defer DEFER = new Defer();
+
+    @Override
+    public Row call(String line) {
+        if (line == null || line.isEmpty() || line.charAt(0) != '{') return null;
+        try {
+            return parse(line);
+        } catch (Defer | IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    /** The body fields of an envelope or of its payload (`parse.BODY`). */
+    private static final class Body {
+        String op, before, after, status, id, txRawId;
+        Long eventCount, txOrder;
+        Src src;
+        List<Row> collections;
+
+        boolean envelopeFieldsNull() {
+            return op == null && before == null && after == null && status == null
+                && src == null;
+        }
+    }
+
+    /** The source block (`parse.SOURCE`) and its keys, which say what is present. */
+    private static final class Src {
+        String connector, snapshot, sequence, file, gtid, step, table, schema, db;
+        Long lsn, txId, pos, row;
+        final Set<String> keys = new HashSet<>();
+
+        boolean present(String name) {
+            return keys.contains(name);
+        }
+
+        /** `[schema or db.]table`; an empty schema falls to the db, as a missing one does. */
+        String tableName() {
+            if (table == null || table.isEmpty()) return null;
+            String prefix = schema != null && !schema.isEmpty() ? schema
+                : db != null && !db.isEmpty() ? db : null;
+            return prefix == null ? table : prefix + "." + table;
+        }
+    }
+
+    private static Row parse(String line) throws IOException, Defer {
+        Body top = new Body();
+        Body payload = null;
+        boolean hasPayload = false;
+        String schema = null;
+        try (JsonParser p = READ.createParser(line)) {
+            p.nextToken();
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.currentName();
+                JsonToken t = p.nextToken();
+                switch (name) {
+                    case "schema": schema = textOrStructure(p, t); break;
+                    case "payload":
+                        hasPayload = true;
+                        if (t != JsonToken.START_OBJECT) throw DEFER;  // null: a tombstone
+                        payload = body(p);
+                        break;
+                    default:
+                        if (!bodyField(top, name, p, t)) p.skipChildren();
+                }
+            }
+            if (p.currentToken() != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
+        }
+        boolean wrapped = top.envelopeFieldsNull() && hasPayload;
+        Body b = wrapped ? payload : top;
+        if (b.envelopeFieldsNull()) throw DEFER;  // parse_items reads the body's keys
+        if (b.op != null) {
+            if (keyThenString(line, "\"after\"") || keyThenString(line, "\"before\""))
+                throw DEFER;  // an image that may be a JSON string
+            return change(b, wrapped ? schema : null);
+        }
+        if (b.status == null) throw DEFER;  // neither a change nor a transaction boundary
+        if (keyThenString(line, "\"data_collections\"")) throw DEFER;  // may be a string
+        return boundary(b, wrapped ? schema : null);
+    }
+
+    /** `parse._classify` for a change line it finds no problem on. */
+    private static Row change(Body b, String schema) throws Defer {
+        Src s = b.src;
+        if (s == null) throw DEFER;  // bad: no source block
+        if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")))
+            throw DEFER;  // truncates, messages, unknown ops
+        if (s.present("step") || "ydb".equals(s.connector)) throw DEFER;  // YDB's Debezium JSON
+        if (negative(s.lsn) || negative(s.txId) || negative(s.pos) || negative(s.row))
+            throw DEFER;
+        boolean snapshot = s.snapshot != null && SNAPSHOT_TRUE.contains(s.snapshot);
+        String op = b.op.equals("c") && snapshot ? "r" : b.op;
+        if (b.status != null) throw DEFER;  // a change with a boundary's status: rare
+        if (b.op.equals("d") && b.after != null) throw DEFER;  // bad: a delete with an after
+        if (!op.equals("d") && b.after == null) throw DEFER;  // bad: no after image
+        String txId = b.txRawId == null ? null : txId(b.txRawId);
+        boolean pg = s.present("lsn") || s.present("txId") || s.present("sequence");
+        Long[] pos;
+        Long time;
+        boolean txMin;
+        String tx;
+        if (pg) {
+            Long seq0 = null, seq1 = null;
+            if (s.sequence != null) {
+                Matcher m = SEQUENCE.matcher(s.sequence);
+                if (!m.find()) throw DEFER;  // not in Debezium's shape
+                seq0 = lsn(m.group(1));
+                seq1 = lsn(m.group(2));
+            }
+            tx = txId != null ? txId : s.txId == null ? null : s.txId.toString();
+            if (seq0 == null && seq1 == null && s.lsn == null) throw DEFER;  // no position
+            pos = new Long[] {seq0 == null ? 0L : seq0,
+                              seq1 != null ? seq1 : s.lsn != null ? s.lsn : 0L,
+                              s.lsn == null ? 0L : s.lsn};
+            Long own = s.lsn != null ? s.lsn : seq1;
+            time = snapshot ? null : seq0 != null ? seq0 : own;
+            txMin = !snapshot && seq0 == null && tx != null && own != null;
+        } else if (s.present("file") || s.present("pos")) {
+            if (s.file == null || s.pos == null || s.pos >= (1L << 32)) throw DEFER;
+            Matcher m = BINLOG.matcher(s.file);
+            if (!m.find() || m.group(1).length() > 18) throw DEFER;  // bad: binlog position
+            long number = Long.parseLong(m.group(1));
+            tx = txId != null ? txId : s.gtid;
+            boolean byTxId = tx != null && tx.startsWith("file=");
+            pos = new Long[] {number, s.pos, s.row == null ? 0L : s.row};
+            Long txTime = null;
+            if (byTxId) {  // checked for snapshot rows too, as `_classify` checks them
+                Matcher file = TX_FILE.matcher(tx), at = TX_POS.matcher(tx);
+                if (!file.find() || !at.find() || file.group(1).length() > 18
+                    || at.group(1).length() > 18) throw DEFER;  // bad: transaction id
+                txTime = Long.parseLong(file.group(1)) << 32 | Long.parseLong(at.group(1));
+            }
+            time = snapshot ? null : byTxId ? txTime : Long.valueOf(number << 32 | s.pos);
+            txMin = !snapshot && tx != null && !byTxId;
+        } else {
+            throw DEFER;  // a change without a position
+        }
+        return RowFactory.create(schema, "change", op, time, txMin, tx, b.txOrder, null, null,
+                                 pos, s.tableName(), snapshot, b.before, b.after);
+    }
+
+    /** `parse._classify` for a BEGIN or END line it finds no problem on. */
+    private static Row boundary(Body b, String schema) throws Defer {
+        if (b.src != null) throw DEFER;  // a source on a boundary: rare
+        if (b.collections != null) {
+            for (Row entry : b.collections) if (entry.isNullAt(1)) throw DEFER;  // bad entry
+        }
+        if (!(b.status.equals("BEGIN") || b.status.equals("END")) || b.id == null) throw DEFER;
+        boolean end = b.status.equals("END");
+        if (end && b.eventCount == null) throw DEFER;
+        return RowFactory.create(schema, b.status, null, null, false, txId(b.id), b.txOrder,
+                                 end ? b.eventCount : null, end ? b.collections : null, null,
+                                 null, false, b.before, b.after);
+    }
+
+    private static boolean negative(Long value) {
+        return value != null && value < 0;
+    }
+
+    /** An entry of a `sequence` in Debezium's shape: null for `null`, else its digits. */
+    private static Long lsn(String entry) {
+        return entry.equals("null") ? null : Long.parseLong(entry.substring(1, entry.length() - 1));
+    }
+
+    /** `normalise_tx_id`: PostgreSQL `txId:LSN` keeps the txId; other ids stay whole. */
+    private static String txId(String raw) {
+        return PG_TX.matcher(raw).find() ? raw.substring(0, raw.indexOf(':')) : raw;
+    }
+
+    private static Body body(JsonParser p) throws IOException, Defer {
+        Body b = new Body();
+        while (p.nextToken() == JsonToken.FIELD_NAME) {
+            String name = p.currentName();
+            JsonToken t = p.nextToken();
+            if (!bodyField(b, name, p, t)) p.skipChildren();
+        }
+        return b;
+    }
+
+    /** Reads field `name` into `b` if it is one of `parse.BODY`'s; false for any other. */
+    private static boolean bodyField(Body b, String name, JsonParser p, JsonToken t)
+            throws IOException, Defer {
+        switch (name) {
+            case "op": b.op = string(p, t); return true;
+            case "status": b.status = string(p, t); return true;
+            case "id": b.id = string(p, t); return true;
+            case "event_count": b.eventCount = number(p, t); return true;
+            case "before": b.before = image(p, t); return true;
+            case "after": b.after = image(p, t); return true;
+            case "data_collections": b.collections = collections(p, t); return true;
+            case "source": b.src = source(p, t); return true;
+            case "transaction": transaction(b, p, t); return true;
+            default: return false;
+        }
+    }
+
+    private static Src source(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.VALUE_NULL) return null;
+        if (t != JsonToken.START_OBJECT) throw DEFER;
+        Src s = new Src();
+        while (p.nextToken() == JsonToken.FIELD_NAME) {
+            String name = p.currentName();
+            s.keys.add(name);
+            JsonToken v = p.nextToken();
+            switch (name) {
+                case "connector": s.connector = string(p, v); break;
+                case "snapshot":  // a boolean is text to `from_json`, and a known flag
+                    s.snapshot = v == JsonToken.VALUE_TRUE ? "true"
+                        : v == JsonToken.VALUE_FALSE ? "false" : string(p, v);
+                    break;
+                case "sequence": s.sequence = string(p, v); break;
+                case "file": s.file = string(p, v); break;
+                case "gtid": s.gtid = string(p, v); break;
+                case "step": s.step = string(p, v); break;
+                case "table": s.table = string(p, v); break;
+                case "schema": s.schema = string(p, v); break;
+                case "db": s.db = string(p, v); break;
+                case "lsn": s.lsn = number(p, v); break;
+                case "txId": s.txId = number(p, v); break;
+                case "pos": s.pos = number(p, v); break;
+                case "row": s.row = number(p, v); break;
+                default: p.skipChildren();
+            }
+        }
+        if (s.snapshot != null && !SNAPSHOT_KNOWN.contains(s.snapshot)) throw DEFER;
+        if (s.gtid != null
+            && (s.gtid.indexOf(':') < 0 || s.gtid.startsWith("{") || s.gtid.startsWith("[")))
+            throw DEFER;
+        return s;
+    }
+
+    private static void transaction(Body b, JsonParser p, JsonToken t) throws IOException, Defer {
+        b.txRawId = null;
+        b.txOrder = null;
+        if (t == JsonToken.VALUE_NULL) return;
+        if (t != JsonToken.START_OBJECT) throw DEFER;
+        while (p.nextToken() == JsonToken.FIELD_NAME) {
+            String name = p.currentName();
+            JsonToken v = p.nextToken();
+            switch (name) {
+                case "id": b.txRawId = string(p, v); break;
+                case "total_order": b.txOrder = number(p, v); break;
+                default: p.skipChildren();
+            }
+        }
+    }
+
+    /** `data_collections` as `parse.COLLECTIONS` reads it. */
+    private static List<Row> collections(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.VALUE_NULL) return null;
+        if (t != JsonToken.START_ARRAY) throw DEFER;
+        List<Row> out = new ArrayList<>();
+        while (p.nextToken() == JsonToken.START_OBJECT) {
+            String collection = null;
+            Long count = null;
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.currentName();
+                JsonToken v = p.nextToken();
+                switch (name) {
+                    case "data_collection": collection = string(p, v); break;
+                    case "event_count": count = number(p, v); break;
+                    default: p.skipChildren();
+                }
+            }
+            out.add(RowFactory.create(collection, count));
+        }
+        if (p.currentToken() != JsonToken.END_ARRAY) throw DEFER;  // an entry not an object
+        return out;
+    }
+
+    /** A string field: a JSON string or null; any other kind `from_json` would take as text. */
+    private static String string(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.VALUE_NULL) return null;
+        if (t != JsonToken.VALUE_STRING) throw DEFER;
+        return p.getText();
+    }
+
+    /** A bigint field: an integer that fits a long, or null. */
+    private static Long number(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.VALUE_NULL) return null;
+        if (t != JsonToken.VALUE_NUMBER_INT) throw DEFER;
+        JsonParser.NumberType type = p.getNumberType();
+        if (type != JsonParser.NumberType.INT && type != JsonParser.NumberType.LONG) throw DEFER;
+        return p.getLongValue();
+    }
+
+    /** An image: an object, re-written, or null. */
+    private static String image(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.VALUE_NULL) return null;
+        if (t != JsonToken.START_OBJECT) throw DEFER;
+        return rewrite(p);
+    }
+
+    /** The envelope's `schema`: a string's content, an object or array re-written, or null. */
+    private static String textOrStructure(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) return rewrite(p);
+        return string(p, t);
+    }
+
+    /** What Spark's JSON reader makes of an object or array read into a string field. */
+    private static String rewrite(JsonParser p) throws IOException {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
+            g.copyCurrentStructure(p);
+        }
+        return out.toString(StandardCharsets.UTF_8);
+    }
+
+    /**
+     * Whether `quotedKey` occurs on the line followed by optional white space, a colon,
+     * optional white space and a quote: what `rlike('"key"\s*:\s*"')` finds.
+     */
+    static boolean keyThenString(String line, String quotedKey) {
+        int from = 0;
+        while (true) {
+            int at = line.indexOf(quotedKey, from);
+            if (at < 0) return false;
+            int i = skipSpace(line, at + quotedKey.length());
+            if (i < line.length() && line.charAt(i) == ':') {
+                i = skipSpace(line, i + 1);
+                if (i < line.length() && line.charAt(i) == '"') return true;
+            }
+            from = at + 1;
+        }
+    }
+
+    /** Past Java's `\s`: space, tab, newline, vertical tab, form feed, carriage return. */
+    private static int skipSpace(String line, int i) {
+        while (i < line.length()) {
+            char c = line.charAt(i);
+            if (c != ' ' && c != '\t' && c != '\n' && c != '\u000B' && c != '\f' && c != '\r') break;
+            i++;
+        }
+        return i;
+    }
+}

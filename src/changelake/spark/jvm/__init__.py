@@ -1,0 +1,118 @@
+"""The project's own JVM code: Java sources shipped in this package, compiled into one jar.
+
+Why Java at all: a Debezium line's envelope read with Spark's JSON functions (`from_json`
+against a wide nested schema, `json_object_keys`, regular expressions over the text) was most
+of a changefeed ingest's parse, and the parse most of the ingest (benchmarks/README.md). One
+streaming pass of Jackson over the line, in a Java UDF, reads the same fields in a fraction of
+that time, with no Python on the executors.
+
+How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
+`spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
+PySpark's own jars (Jackson, Spark's Java API) the first time, into a folder of this Python
+environment (`sys.prefix`, so `.venv` in a checkout), named by a digest of the sources and
+the PySpark version, so that a changed source or Spark is compiled again and an unchanged one
+never is. Where no JDK is found (a JRE has no `javac`), or `CHANGELAKE_JVM=off`, there is no
+jar: every caller then takes its Spark-functions path, which gives the same result, slower.
+`register` says which way a session goes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SWITCH_ENV = "CHANGELAKE_JVM"
+"""`off` (or `0`, `false`): build no jar and register nothing; the Spark-functions paths run."""
+
+SOURCES = (Path(__file__).with_name("DebeziumLine.java"),)
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
+
+
+def _spark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _digest() -> str:
+    import pyspark
+
+    h = hashlib.sha256(pyspark.__version__.encode())
+    for source in SOURCES:
+        h.update(source.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _folder() -> Path:
+    """Where the jar is kept: in this Python environment if it can be written, else under the
+    machine's temporary folder (one per user)."""
+    home = Path(sys.prefix) / "share" / "changelake"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        if os.access(home, os.W_OK):
+            return home
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"changelake-jvm-{os.getuid()}"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def jar() -> Path | None:
+    """The compiled jar, compiled now if need be; None where it cannot be (see the module
+    docstring). Safe for processes starting at once: each compiles in a folder of its own and
+    renames the jar into place."""
+    if not enabled():
+        return None
+    target = _folder() / f"changelake-jvm-{_digest()}.jar"
+    if target.exists():
+        return target
+    javac = shutil.which("javac")
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "javac").exists():
+        javac = str(Path(java_home) / "bin" / "javac")
+    if javac is None:
+        return None
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
+        classes = Path(work) / "classes"
+        classes.mkdir()
+        done = subprocess.run(
+            [javac, "-nowarn", "--release", "17", "-cp", f"{_spark_jars()}/*",
+             "-d", str(classes), *map(str, SOURCES)],
+            capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"compiling changelake's Java sources failed:\n{done.stderr}")
+        built = Path(work) / "out.jar"
+        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:
+            out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+            for path in sorted(classes.rglob("*.class")):
+                out.write(path, path.relative_to(classes).as_posix())
+        os.replace(built, target)
+    return target
+
+
+def register(spark: SparkSession, name: str, class_name: str, return_type: str) -> bool:
+    """Whether `spark` has the jar's class `class_name` as the SQL function `name`
+    (registered here the first time it is asked): false where its JVM lacks the jar (see the
+    module docstring) or `CHANGELAKE_JVM` is off."""
+    if not enabled():
+        return False
+    if spark.catalog.functionExists(name):
+        return True
+    try:
+        spark.udf.registerJavaFunction(name, class_name, return_type)
+    except Exception:  # the class is not on this JVM's class path
+        return False
+    return True

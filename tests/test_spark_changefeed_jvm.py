@@ -1,0 +1,278 @@
+"""The Java line reader (`spark/jvm/DebeziumLine.java`) gives exactly the Spark functions' items.
+
+`parse_items` reads a line in Java where the session has the project's jar, and with the Spark
+functions where Java leaves it (or `jvm=False`). The two must agree on every column of every
+line: here on the format samples, generated histories, lines at each rule's edge, and random
+mutations of connector lines. A batch whose Spark reading fails (a field of the wrong JSON
+kind, in FAILFAST mode) must fail with Java too. These tests also check that Java reads the
+lines in the shape connectors write (else they would pass with Java reading nothing).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from changefeed_cases import PG_CASES
+from conftest import SAMPLES
+from test_convert_history import write_pg
+
+pytestmark = pytest.mark.spark
+
+PG_SOURCE = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg",
+             "ts_ms": 1, "snapshot": "false", "db": "db", "schema": "public", "table": "t",
+             "txId": 600, "lsn": 5000, "sequence": '["4000","5000"]', "xmin": None}
+MY_SOURCE = {"version": "2.7.0.Final", "connector": "mysql", "name": "my", "ts_ms": 1,
+             "snapshot": "false", "db": "inv", "table": "t", "server_id": 1, "gtid": "g:7",
+             "file": "mysql-bin.000003", "pos": 154, "row": 0, "thread": 7}
+
+
+def _change(source: dict[str, Any], op: str = "u", **extra: Any) -> dict[str, Any]:
+    return {"before": None, "after": {"id": 1, "name": "x", "amount": 1.5}, "source": source,
+            "op": op, "ts_ms": 2, "transaction": {"id": "600:5000", "total_order": 1,
+                                                   "data_collection_order": 1}, **extra}
+
+
+def _line(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else orjson.dumps(value)
+
+
+def _parse_both(spark: Any, paths: list[Path]) -> tuple[Any, Any]:
+    """`parse_items` with Java and without, each checkpointed; or the exceptions they raise."""
+    from changelake.spark.changefeed.parse import parse_items
+    from changelake.spark.changefeed.read import read_lines
+
+    lines = read_lines(spark, list(map(str, paths)))
+    out = []
+    for jvm in (True, False):
+        try:
+            out.append(parse_items(lines.bounded, jvm=jvm).localCheckpoint())
+        except Exception as error:  # compared below
+            out.append(error)
+    return out[0], out[1]
+
+
+def _java_reads(spark: Any, paths: list[Path]) -> int:
+    """How many of the files' lines Java reads (does not leave to the Spark functions)."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.parse import JVM_LINE
+    from changelake.spark.changefeed.read import read_lines
+
+    lines = read_lines(spark, list(map(str, paths))).frame
+    return lines.where(F.call_function(JVM_LINE, F.col("value")).isNotNull()).count()
+
+
+def _agree(spark: Any, *paths: Path, refused: bool = True) -> int:
+    """Both readings agree (both fail, or give the same rows); how many lines Java read.
+    Without `refused`, the Spark functions must read the files."""
+    java, functions = _parse_both(spark, list(paths))
+    if isinstance(functions, Exception):
+        assert refused, functions
+        assert isinstance(java, Exception), f"Java read what the Spark functions refuse: {paths}"
+        return 0
+    assert not isinstance(java, Exception), java
+    assert java.columns == functions.columns
+    assert java.schema == functions.schema
+    assert java.exceptAll(functions).count() == 0
+    assert functions.exceptAll(java).count() == 0
+    return _java_reads(spark, list(paths))
+
+
+def _write(path: Path, lines: list[Any]) -> Path:
+    path.write_bytes(b"\n".join(map(_line, lines)) + b"\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def java(spark: Any) -> None:
+    """The session reads lines in Java: `build_session` put the jar on it (a JDK is here)."""
+    import shutil
+
+    from changelake.spark.changefeed.parse import JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE
+    from changelake.spark.jvm import register
+
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK (javac) on this machine: the Spark functions read every line")
+    assert register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
+
+
+def test_every_debezium_sample_reads_the_same(spark: Any, java: None, tmp_path: Path) -> None:
+    samples = sorted(SAMPLES.glob("*dbz*.jsonl"))
+    assert len(samples) >= 12
+    assert _agree(spark, *samples) >= 15  # the samples' changes and transaction boundaries
+
+
+def test_generated_histories_read_the_same(spark: Any, java: None, tmp_path: Path) -> None:
+    for n, history in enumerate(PG_CASES):
+        (tmp_path / str(n)).mkdir()
+        paths, _, _ = write_pg(history, tmp_path / str(n))
+        for path in paths:
+            lines = sum(1 for line in path.read_bytes().splitlines() if line.strip())
+            nulls = sum(1 for line in path.read_bytes().splitlines() if line == b"null")
+            assert _agree(spark, path) == lines - nulls  # every line but the tombstones
+
+
+def _edges() -> list[Any]:
+    """Lines at the edge of a rule, each one Java reads or leaves (no batch failure)."""
+    pg, my = PG_SOURCE, MY_SOURCE
+    return [
+        _change(pg), _change(pg, "c"), _change({**pg, "snapshot": "true"}, "c"),
+        _change({**pg, "snapshot": True}, "r"), _change({**pg, "snapshot": False}),
+        _change({**pg, "snapshot": "last_in_data_collection"}, "r"),
+        _change({**pg, "snapshot": "incremental"}), _change({**pg, "snapshot": "odd"}),
+        _change({**pg, "sequence": '[null,"5000"]'}), _change({**pg, "sequence": None}),
+        _change({**pg, "sequence": '["4000","5000"]\n'}), _change({**pg, "sequence": "[1,2]"}),
+        _change({**pg, "sequence": '["12345678901234567890","1"]'}),
+        {**_change({k: v for k, v in pg.items() if k not in ("lsn", "sequence")}),
+         "transaction": None},
+        _change({k: v for k, v in pg.items() if k != "sequence"}),
+        _change({**pg, "lsn": None, "sequence": None}),
+        _change({**pg, "lsn": -1}), _change({**pg, "txId": None}),
+        {**_change(pg), "transaction": {"id": "12:34\n"}},
+        {**_change(pg), "transaction": {"id": "tx-9"}},
+        _change({**pg, "schema": ""}), _change({**pg, "schema": None, "db": ""}),
+        _change({**pg, "table": ""}), _change({**pg, "table": "1"}),
+        _change(my), _change({**my, "gtid": None}), _change({**my, "gtid": "g5"}),
+        {**_change({**my, "gtid": None}), "transaction": {
+            "id": "file=mysql-bin.000003,pos=154", "total_order": 2}},
+        {**_change({**my, "gtid": None}), "transaction": {"id": "file=x,pos=154"}},
+        _change({**my, "snapshot": "true"}, "r"), _change({**my, "pos": 2 ** 32}),
+        _change({**my, "file": "mysql-bin"}), _change({**my, "file": "bin.000003\n"}),
+        _change({**my, "file": None}), _change({**my, "row": None}),
+        _change({k: v for k, v in pg.items() if k not in ("lsn", "txId", "sequence")}),
+        _change({**pg, "step": None}), _change({**pg, "connector": "ydb"}),
+        _change(pg, "d"), {**_change(pg, "d"), "after": None, "before": {"id": 1}},
+        {**_change(pg), "after": None}, _change(pg, "t"), _change(pg, "x"),
+        {**_change(pg), "source": None}, {**_change(pg), "status": "END"},
+        {**_change(pg), "after": {"id": 1, "note": "a \"after\": \"b"}},
+        {**_change(pg), "after": {"id": 1, "after": "text"}},
+        {"schema": {"type": "struct", "fields": []}, "payload": _change(pg)},
+        {"schema": None, "payload": _change(pg)}, {"payload": _change(pg)},
+        {"schema": "text", "payload": _change(pg)}, {"payload": None},
+        {"key": {"id": 1}, "value": {"payload": _change(pg)}},
+        {"ts_ms": 1}, {"ddl": "CREATE TABLE t", "source": None},
+        {"status": "BEGIN", "id": "571", "event_count": None, "data_collections": None},
+        {"status": "END", "id": "571:999", "event_count": 3, "data_collections": [
+            {"data_collection": "public.t", "event_count": 3}]},
+        {"status": "END", "id": "7", "event_count": 1, "data_collections": [
+            {"data_collection": "public.t", "event_count": None}]},
+        {"status": "END", "id": "7", "event_count": None},
+        {"status": "MIDDLE", "id": "7"}, {"status": "BEGIN", "id": None},
+        {"status": "BEGIN", "id": "7", "source": pg},
+        b"null", b'{"op":"c","before":null,"after":{"id":1},"source":' + orjson.dumps(pg)
+        + b',"op2":1}   ',
+        b'{"op" : "u", "before":null, "after" : { "id" : 1, "f" : 1.50, "e": 1E+2, "u":'
+        b' "\\u00e9\\/", "n": [1, 2.0e0] }, "source": ' + orjson.dumps(pg) + b"}",
+        b'{"op":"u","after":{"id":1},"after":{"id":2},"source":' + orjson.dumps(pg) + b"}",
+        b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(pg) + b'},{"op":"c"}',
+    ]
+
+
+def test_lines_at_each_rules_edge_read_the_same(spark: Any, java: None, tmp_path: Path) -> None:
+    edges = _edges()
+    path = _write(tmp_path / "edges.jsonl", edges)
+    read = _agree(spark, path)
+    assert 20 <= read < len(edges)  # Java reads the connectors' shapes and leaves the rest
+
+
+@pytest.mark.parametrize("bad", [
+    {**_change(PG_SOURCE), "op": 5},  # a string field holding a number: text to Spark
+    _change({**PG_SOURCE, "lsn": "5000"}),  # a bigint field holding a string: FAILFAST
+    orjson.dumps(_change(PG_SOURCE)).replace(b'"lsn":5000', b'"lsn":18446744073709551616'),
+    {**_change(PG_SOURCE), "source": "text"},
+    b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(PG_SOURCE) + b"} {}",
+    b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(PG_SOURCE) + b"",
+])
+def test_a_field_of_another_kind_reads_the_same(spark: Any, java: None, tmp_path: Path,
+                                                bad: Any) -> None:
+    _agree(spark, _write(tmp_path / "bad.jsonl", [_change(PG_SOURCE), bad]))
+
+
+_NUMBERS = ("lsn", "txId", "pos", "row")
+_TEXTS = ("connector", "snapshot", "sequence", "file", "gtid", "step", "table", "schema", "db")
+_TEXT_VALUES = st.one_of(st.none(), st.booleans(), st.sampled_from([
+    "true", "false", "last", "incremental", "postgresql", "mysql", "ydb", "", "bin.000009",
+    "bin.x", "g:1", "g1", '["10","20"]', '[null,"30"]', '["1",null]', "[1,2]",
+    "file=bin.000002,pos=40", "5:6", "public", "x.y", "1"]))
+_NUMBER_VALUES = st.one_of(st.none(), st.integers(-3, 2 ** 40))
+
+
+@st.composite
+def _mutated(draw: Any) -> bytes:
+    """A PostgreSQL or MySQL change or a boundary, with a few fields set (to a value of the
+    field's JSON kind, or a boolean into a text field: no batch fails) or removed."""
+    base = copy.deepcopy(draw(st.sampled_from([
+        _change(PG_SOURCE), _change(MY_SOURCE), _change(PG_SOURCE, "c"), _change(MY_SOURCE, "d"),
+        {"status": "END", "id": "9", "event_count": 1,
+         "data_collections": [{"data_collection": "public.t", "event_count": 1}]}])))
+    source = base.get("source") or {}
+    for _ in range(draw(st.integers(0, 3))):
+        where = draw(st.sampled_from(["text", "number", "body", "count", "drop"]))
+        if where == "text":
+            source[draw(st.sampled_from(_TEXTS))] = draw(_TEXT_VALUES)
+        elif where == "number":
+            source[draw(st.sampled_from(_NUMBERS))] = draw(_NUMBER_VALUES)
+        elif where == "body":
+            base[draw(st.sampled_from(["op", "status", "id"]))] = draw(
+                st.one_of(st.none(), st.sampled_from(["c", "u", "d", "r", "t", "BEGIN", "END"])))
+        elif where == "count":
+            base["event_count"] = draw(_NUMBER_VALUES)
+        else:
+            for block in (base, source):
+                block.pop(draw(st.sampled_from(sorted(block) or ["op"])), None)
+    value = {"schema": None, "payload": base} if draw(st.booleans()) else base
+    return orjson.dumps(value)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_mutated(), min_size=5, max_size=40))
+def test_mutated_connector_lines_read_the_same(spark: Any, java: None,
+                                               tmp_path_factory: Any, lines: list[bytes]) -> None:
+    directory = tmp_path_factory.mktemp("mutated")
+    _agree(spark, _write(directory / "feed.jsonl", lines), refused=False)
+
+
+def test_without_the_jar_nothing_is_registered_or_built(spark: Any, monkeypatch: Any) -> None:
+    """`CHANGELAKE_JVM=off`: no jar, no function; `parse_items` then reads with the Spark
+    functions alone (what a machine without a JDK does)."""
+    from changelake.spark import jvm
+    from changelake.spark.changefeed.parse import JVM_LINE_CLASS, JVM_LINE_TYPE
+
+    monkeypatch.setenv(jvm.SWITCH_ENV, "off")
+    assert jvm.jar() is None
+    assert not jvm.register(spark, "changelake_not_registered", JVM_LINE_CLASS, JVM_LINE_TYPE)
+    assert not spark.catalog.functionExists("changelake_not_registered")
+    monkeypatch.setenv(jvm.SWITCH_ENV, "on")
+    assert not jvm.register(spark, "changelake_no_such_class", "changelake.jvm.Nothing",
+                            JVM_LINE_TYPE)
+
+
+def test_the_jar_is_built_once_per_source_and_spark(tmp_path: Path, monkeypatch: Any) -> None:
+    """Compiled into the environment's folder under a name that changes with the sources."""
+    import shutil
+
+    from changelake.spark import jvm
+
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK (javac) on this machine")
+    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
+    built = jvm.jar()
+    assert built is not None and built.parent == tmp_path
+    stamp = built.stat().st_mtime_ns
+    assert jvm.jar() == built and built.stat().st_mtime_ns == stamp  # not compiled again
+    import zipfile
+
+    with zipfile.ZipFile(built) as archive:
+        assert "changelake/jvm/DebeziumLine.class" in archive.namelist()
+    source = tmp_path / "DebeziumLine.java"
+    source.write_text(jvm.SOURCES[0].read_text() + "\n// changed\n")
+    monkeypatch.setattr(jvm, "SOURCES", (source,))
+    assert jvm.jar() != built
