@@ -1,20 +1,19 @@
-"""What a Debezium parse written for the JVM could cost per line, against today's.
+"""The Debezium parse with the Java line reader against the Spark functions alone, in one run.
 
-A measurement for issue 9's rate aim, not a path of the project: `jvm_parse/ScanLine.java`
-reads each line once with Jackson's streaming parser (a Java UDF, `UDF1<String, Row>`) and
-returns the fields `parse.parse_items` reads, applying none of its rules. The script compiles
-it with `javac` against PySpark's jars into a temporary jar, puts that on `spark.jars`, and
-times, to Spark's `noop` sink, `--rounds` rounds in one session (the first, the JIT's warm-up,
-is not counted; medians of the rest):
+`parse.parse_items` reads each line in Java (`spark/jvm/DebeziumLine.java`, a UDF in the jar
+`build_session` puts on the session) where the session has the jar, and leaves the lines Java
+does not read to the Spark functions; `parse_items(..., jvm=False)` reads every line with the
+Spark functions (what a machine without a JDK does). The script times, to Spark's `noop` sink,
+`--rounds` rounds in one session (the first, the JIT's warm-up, is not counted; medians of the
+rest):
 
 * `text`: the lines as `read.read_lines` reads them, nothing parsed (the I/O floor);
 * `reader`: Spark's JSON reader with the image's schema, as `bench_ingest.plain_write` reads;
-* `java scan`: the lines through `ScanLine`;
-* `parse_items`: today's parse.
+* `parse, java`: `parse_items` with the jar;
+* `parse, spark functions`: `parse_items(jvm=False)`.
 
-The feed is `bench_ingest.py`'s (PostgreSQL, `--events` events). As a check that the scan
-reads what the parse reads, it prints how many lines each finds a change on and whether
-their ops and after images (by a hash over all lines) agree.
+The feed is `bench_ingest.py`'s (PostgreSQL, `--events` events). As a check, it prints how many
+lines Java read and whether the two parses give the same rows (`exceptAll` both ways).
 
     python benchmarks/bench_jvm_parse.py --events 1100000 --rounds 4
 """
@@ -24,7 +23,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,28 +32,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ingest import in_child, write_feed
-
-SOURCE = Path(__file__).resolve().parent / "jvm_parse" / "ScanLine.java"
-FIELDS = ("op string, before string, after string, status string, id string, "
-          "snapshot string, sequence string, `table` string, `schema` string, db string, "
-          "connector string, lsn bigint, txId bigint, event_count bigint, many boolean")
-
-
-def build_jar(work: Path) -> Path:
-    """`ScanLine.java` compiled against PySpark's jars, as a jar in `work`."""
-    import pyspark
-
-    javac = shutil.which("javac")
-    if javac is None:
-        sys.exit("bench_jvm_parse: needs javac (a JDK), and none is on the PATH")
-    jars = Path(pyspark.__file__).parent / "jars"
-    classes = work / "classes"
-    classes.mkdir()
-    subprocess.run([javac, "-nowarn", "-cp", f"{jars}/*", "-d", str(classes), str(SOURCE)],
-                   check=True)
-    jar = work / "scan.jar"
-    subprocess.run(["jar", "cf", str(jar), "-C", str(classes), "."], check=True)
-    return jar
 
 
 def main() -> None:
@@ -68,23 +44,27 @@ def main() -> None:
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed.parse import parse_items
+    from changelake.spark.changefeed.parse import (
+        JVM_LINE,
+        JVM_LINE_CLASS,
+        JVM_LINE_TYPE,
+        parse_items,
+    )
     from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.jvm import register
     from changelake.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-jvm-parse-"))
     try:
         feed = work / "feed.jsonl"
         events = in_child(write_feed, feed, args.events)
-        spark = build_session(args.master, conf={"spark.jars": str(build_jar(work))})
+        spark = build_session(args.master)
         spark.sparkContext.setLogLevel("ERROR")
-        spark.udf.registerJavaFunction("scan_line", "ScanLine", FIELDS)
+        if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
+            sys.exit("bench_jvm_parse: the session has no Java line reader (is there a JDK?)")
 
         def lines() -> DataFrame:
             return read_lines(spark, [str(feed)]).bounded
-
-        def scanned() -> DataFrame:
-            return lines().select(F.expr("scan_line(value)").alias("r")).select("r.*")
 
         def reader() -> DataFrame:
             return spark.read.schema(
@@ -92,8 +72,9 @@ def main() -> None:
             ).json(str(feed)).where("after IS NOT NULL").selectExpr("after.*")
 
         steps: dict[str, Callable[[], DataFrame]] = {
-            "text": lines, "reader": reader, "java scan": scanned,
-            "parse_items": lambda: parse_items(lines())}
+            "text": lines, "reader": reader,
+            "parse, java": lambda: parse_items(lines()),
+            "parse, spark functions": lambda: parse_items(lines(), jvm=False)}
         taken: dict[str, list[float]] = {name: [] for name in steps}
         for n in range(args.rounds):
             for name, frame in steps.items():
@@ -103,21 +84,18 @@ def main() -> None:
                     taken[name].append(time.perf_counter() - start)
         print(f"{events:,} Debezium lines, {feed.stat().st_size / 2**20:.0f} MiB, master "
               f"{args.master}; medians of rounds 2-{args.rounds}")
-        parse = statistics.median(taken["parse_items"])
+        base = statistics.median(taken["parse, spark functions"])
         for name, seconds in taken.items():
             median = statistics.median(seconds)
-            print(f"{name:12} {median:7.2f} s  {median / parse:5.2f}x parse_items   "
-                  f"rounds: {', '.join(f'{s:.2f}' for s in seconds)}")
+            print(f"{name:24} {median:7.2f} s  {median / base:5.2f}x the Spark functions' "
+                  f"parse   rounds: {', '.join(f'{s:.2f}' for s in seconds)}")
 
-        def fingerprint(frame: DataFrame, op: str, after: str) -> tuple[int, int]:
-            row = frame.where(F.col(op).isNotNull()).agg(
-                F.count(F.lit(1)), F.sum(F.xxhash64(op, after) % 1_000_003)).first()
-            return int(row[0]), int(row[1] or 0)
-
-        ours = fingerprint(parse_items(lines()), "op", "after_raw")
-        java = fingerprint(scanned(), "op", "after")
-        print(f"lines with an op: parse_items {ours[0]:,}, java scan {java[0]:,}; ops and "
-              f"after images {'agree' if ours == java else 'DIFFER'} (by a hash)")
+        read = lines().where(F.call_function(JVM_LINE, F.col("value")).isNotNull()).count()
+        java = parse_items(lines()).localCheckpoint()
+        functions = parse_items(lines(), jvm=False).localCheckpoint()
+        same = java.exceptAll(functions).count() == 0 == functions.exceptAll(java).count()
+        print(f"lines Java read: {read:,} of {lines().count():,}; the two parses "
+              f"{'give the same rows' if same else 'DIFFER'}")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -24,4 +24,6 @@ fi
 [ -x .venv/bin/python ] || "$python_bin" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# The Java line reader (spark/jvm): compiled now where a JDK is, not at the first session.
+.venv/bin/python -c 'from changelake.spark.jvm import jar; jar()'
 echo "changelake installed in .venv (Java $java_version, $(.venv/bin/python --version))"

@@ -13,6 +13,15 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
   MySQL `(binlog number, pos, row)` and time `number << 32 | pos`, or the `file=..,pos=..` of the
   transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
 
+Where the session has the project's jar (`spark.jvm`: a JDK compiled it), a line in the shape
+connectors write is read by Java instead (`JVM_LINE`, `spark/jvm/DebeziumLine.java`): one
+Jackson pass that applies these rules to a line none of them finds a `problem` on, and leaves
+every other line to the Spark functions below, which read the lines Java read as null (a null
+costs them nothing). The two give the same columns on every line
+(`tests/test_spark_changefeed_jvm.py`); at 1.1M lines the parse takes about two thirds of the
+time (`benchmarks/bench_jvm_parse.py`). `parse_items(..., jvm=False)` is the Spark functions
+alone.
+
 Each line is parsed once against one schema (`ENVELOPE`): the envelope's fields, the `payload`
 of a wrapped line as a struct of the same fields, and the `source` block as a typed struct. Only
 `data_collections`, on transaction lines, is parsed again. The `sequence` text (a JSON string)

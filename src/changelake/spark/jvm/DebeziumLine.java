@@ -20,28 +20,37 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
 
 /**
- * The envelope of one Debezium line, read in one streaming pass: what `parse.parse_items`
- * reads with `from_json`, `json_object_keys` and regular expressions before its rules
- * (`_classify`) apply, for the lines in the shape a connector writes, and null ("defer")
- * for every other line, which the caller parses the Spark way.
+ * One Debezium line read in one streaming pass, into the item columns `parse.parse_items`
+ * gives it (`parse.JVM_LINE_TYPE`: kind, op, time, transaction, position, table, images),
+ * for a line in the shape a connector writes on which `parse._classify` finds no problem;
+ * null ("defer") for every other line, which the caller leaves to the Spark functions.
  *
- * The promise: for a line this returns a row for, `parse_items` without it computes exactly
- * the same columns (`test_spark_changefeed_jvm.py` compares the two on every line the tests
- * know). It keeps that promise by deferring rather than deciding: a line that is not one
- * JSON object opening at its first byte, a field of another JSON kind than its type (where
- * `from_json` either fails the job in FAILFAST mode or takes any kind as a string's text), a
- * duplicate key, a wrapped line whose `payload` is null, a body without any of op, before,
- * after, status and source (heartbeats, schema changes: `parse_items` reads their keys), a
- * source `snapshot` not one of the flags Debezium writes (as a string, or the booleans, which
- * `from_json` reads as their text), a `gtid` unlike a GTID, or anything
- * Jackson refuses. An object or array read into a string field is re-written by Jackson's
- * `copyCurrentStructure`, as Spark's JSON reader re-writes it, so the texts agree byte for
- * byte (floats through a double, white space dropped).
- *
- * Three flags are text searches in `parse_items` (a key `after`, `before` or, on a
- * transaction line, `data_collections` followed by a string, anywhere on the line, matched
- * as Java's `"after"\s*:\s*"` matches); they are made here by the same search, without the
- * regular expression.
+ * The promise: for a line this returns a row for, `parse_items` without it gives exactly the
+ * same row (`tests/test_spark_changefeed_jvm.py` compares the two on samples, generated
+ * histories, each rule's edges and random mutations). It keeps that promise by deferring
+ * rather than deciding wherever the Spark functions' reading is subtle:
+ * <ul>
+ * <li>a line that is not one JSON object opening at its first byte and alone on the line, or
+ * that Jackson refuses, or with a duplicate key (Spark and orjson each keep one, maybe not
+ * the same);</li>
+ * <li>a field of another JSON kind than its type, where `from_json` either fails the job
+ * (FAILFAST) or takes any value as a string's text; the one exception is a boolean source
+ * `snapshot`, which it reads as `true`/`false`;</li>
+ * <li>a tombstone, a null payload, a body with none of op, before, after, status and source
+ * (`parse_items` reads such a body's keys), a source `snapshot` not among the flags Debezium
+ * writes, a `gtid` unlike a GTID;</li>
+ * <li>every line `_classify` sets a `problem` on (an unknown op, a truncate, YDB's Debezium
+ * JSON, a negative or missing position, a sequence not in Debezium's shape, a bad binlog
+ * position or transaction id, a delete with an after image, a change without one, a
+ * boundary with a bad status, id, count or collection entry), a change that also has a
+ * `status`, a boundary with a source, and a binlog number (in the file name or the
+ * transaction id) of more than 18 digits.</li>
+ * </ul>
+ * An object or array read into a string field (the images, the envelope's `schema`) is
+ * re-written by Jackson's `copyCurrentStructure`, as Spark's JSON reader re-writes it, so the
+ * texts agree byte for byte (floats through a double, white space dropped). The regular
+ * expressions are `_classify`'s, used as Spark uses them (`find`); the text searches for a
+ * key followed by a string (`parse._key_then`) are made by `keyThenString`.
  */
 public final class DebeziumLine implements UDF1<String, Row> {
     private static final long serialVersionUID = 1L;
