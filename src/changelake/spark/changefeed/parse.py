@@ -16,9 +16,11 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
 Where the session has the project's jar (`spark.jvm`: a JDK compiled it), a line in the shape
 connectors write is read by Java instead (`JVM_LINE`, `spark/jvm/DebeziumLine.java`): one
 Jackson pass that applies these rules to a line none of them finds a `problem` on, and leaves
-every other line to the Spark functions below, which read the lines Java read as null (a null
-costs them nothing). The two give the same columns on every line
-(`tests/test_spark_changefeed_jvm.py`); at 1.1M lines the parse takes about two thirds of the
+every other line to the Spark functions below, which read the lines Java read as null. A null
+costs each expression little, but they are many: about 1.6 s of the 3.6-3.9 s the parse still
+takes at 1.1M lines is theirs and the choice between the two readings, against about 1.3 s
+for Java's (benchmarks/README.md). The two give the same columns on every line
+(`tests/test_spark_changefeed_jvm.py`); at 1.1M lines the parse takes 0.65-0.7x the
 time (`benchmarks/bench_jvm_parse.py`). `parse_items(..., jvm=False)` is the Spark functions
 alone.
 

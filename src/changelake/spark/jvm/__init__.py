@@ -5,7 +5,7 @@ time at 1.1M events), and most of it was Spark's JSON functions (`from_json` aga
 nested schema, `json_object_keys`, regular expressions over the text) and the rules' column
 expressions over their result. One streaming pass of Jackson over the line in a Java UDF
 (`DebeziumLine.java`) applies the same rules with no Python on the executors; the parse then
-takes about two thirds of the time (benchmarks/README.md).
+takes 0.65-0.7x the time at 1.1M lines (benchmarks/README.md).
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
 `spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
