@@ -819,3 +819,22 @@ def test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text(
     with pytest.raises(ChangefeedError,
                        match=r"feed.jsonl, line 2: column amount of the after image is .*, not a"):
         convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+
+
+@pytest.mark.parametrize(("file", "tx"), [
+    ("bin.99999999999999999999", None),  # a binlog number too large for a long
+    ("bin.000002", "file=bin.000002,pos=99999999999999999999"),  # ... in the transaction id
+    ("bin.000002", "file=bin.,pos=5"),  # no number in the transaction id
+])
+def test_a_binlog_number_spark_cannot_cast_converts_as_the_encoder_does(
+        spark: Any, tmp_path: Path, file: str, tx: str | None) -> None:
+    """A cast of such digits failed the Spark parse's job (ANSI mode); now the line is a
+    `problem` there, and the batch converts or is refused as the encoder does it."""
+    source = {"connector": "mysql", "db": "inv", "table": "items", "snapshot": "false",
+              "file": file, "pos": 100, "row": 0}
+    lines = [orjson.dumps({"op": "c", "before": None, "after": {"id": 1, "name": "a"},
+                           "source": source,
+                           "transaction": None if tx is None else {"id": tx}})]
+    path = tmp_path / "my.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    _both_agree(spark, path)

@@ -146,6 +146,10 @@ def _edges() -> list[Any]:
         _change({**my, "snapshot": "true"}, "r"), _change({**my, "pos": 2 ** 32}),
         _change({**my, "file": "mysql-bin"}), _change({**my, "file": "bin.000003\n"}),
         _change({**my, "file": None}), _change({**my, "row": None}),
+        _change({**my, "file": "bin.99999999999999999999"}),
+        _change({**my, "file": "bin.9999999999999999999"}),  # 19 digits: Java leaves it
+        {**_change({**my, "gtid": None}), "transaction": {
+            "id": "file=bin.000002,pos=99999999999999999999"}},
         _change({k: v for k, v in pg.items() if k not in ("lsn", "txId", "sequence")}),
         _change({**pg, "step": None}), _change({**pg, "connector": "ydb"}),
         _change(pg, "d"), {**_change(pg, "d"), "after": None, "before": {"id": 1}},

@@ -296,7 +296,7 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
         # A line with a flaw is never Java's: its text may not be what the bytes say.
         read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
         lines = lines.select("*", read.alias("_j"))
-        # What Java read, the Spark functions read as null (a null line costs them nothing).
+        # What Java read, the Spark functions read as null (each of them costs little there).
         lines = lines.withColumn("value", F.when(F.col("_j").isNull(), F.col("value")))
         carry = ("_j",)
     # A line that opens an object is no `null`: only the others are trimmed (a copy each).
@@ -409,8 +409,9 @@ def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
     # MySQL
     file_no = F.col("_file_no")
     file_ok = file_no != ""
-    # `try_cast`: digits that are none (`""`) or too many for a long are a `problem` below,
-    # not a failed job (ANSI mode fails a `cast` of them)
+    # `try_cast`: digits that are none (`""`) or too many for a long are a `problem` below
+    # (the old path then reads them as the encoder does), not a failed job (ANSI mode fails a
+    # `cast` of them)
     number = F.when(file_ok, file_no.try_cast("bigint"))
     row = F.coalesce(s["row"], F.lit(0))
     my_tx = F.coalesce(tx_id, s["gtid"])
@@ -451,6 +452,8 @@ def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
          "unsupported: a source.sequence not in Debezium's shape"),
         (mysql & (~file_ok | s["pos"].isNull() | (s["pos"] >= 2 ** 32)), "bad: binlog position"),
         (mysql & by_tx_id & ((tx_file == "") | (tx_at == "")), "bad: transaction id"),
+        (mysql & (number.isNull() | (by_tx_id & my_time.isNull() & ~snapshot)),
+         "unsupported: a binlog number too large for a long"),
         (image_not_object, "bad: an image that is not an object"),
         ((b["op"] == "d") & b["after"].isNotNull(), "bad: a delete with an after image"),
         (op.isin("c", "r", "u") & b["after"].isNull(), "bad: no after image"),

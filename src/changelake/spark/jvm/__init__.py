@@ -34,11 +34,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 SWITCH_ENV = "CHANGELAKE_JVM"
-"""`off` (or `0`, `false`): build no jar and register nothing; the Spark-functions paths run."""
+"""`off` (or `0`, `false`, `no`): build no jar, register nothing; the Spark functions run."""
 
 SOURCES = (Path(__file__).with_name("DebeziumLine.java"),)
 
+
 def enabled() -> bool:
+    """Whether `CHANGELAKE_JVM` leaves the Java code on (the default)."""
     return os.environ.get(SWITCH_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
 
 
