@@ -345,6 +345,25 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     return _read_by_java(items) if java else items
 
 
+def java_items(lines: DataFrame) -> DataFrame | None:
+    """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), and `_deferred`,
+    true on the lines Java leaves (their columns are then null and `problem` too): the parse
+    without any of the Spark functions' expressions, for a caller that takes it only where
+    Java read every line (`pipeline._parsed`). None where the session has no jar."""
+    if not register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
+        return None
+    lines = lines.select("file", "file_index", "block", "row", "value",
+                         flaw(F.col("value")).alias("flaw"))
+    read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
+    j = F.col("_j")
+    return lines.select("file", "file_index", "block", "row", "flaw", read.alias("_j")).select(
+        "file", "file_index", "block", "row", "flaw", j["schema"].alias("schema"),
+        j["kind"].alias("kind"), F.lit(None).cast("string").alias("problem"),
+        *((F.coalesce(j[name], F.lit(False)) if name == "snapshot" else j[name]).alias(name)
+          for name in _JVM_COLUMNS[2:]),
+        j.isNull().alias("_deferred"))
+
+
 def _read_by_java(items: DataFrame) -> DataFrame:
     """The item columns, Java's (`_j`) where Java read the line: every line it reads is one
     `_classify` finds no `problem` on (`JVM_LINE`), and one the Spark functions read as null."""

@@ -87,7 +87,13 @@ from changelake.spark.changefeed.keyed import (
     problem_of,
     typed_events,
 )
-from changelake.spark.changefeed.parse import ENVELOPE, odd_name_lines, odd_names, parse_items
+from changelake.spark.changefeed.parse import (
+    ENVELOPE,
+    java_items,
+    odd_name_lines,
+    odd_names,
+    parse_items,
+)
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.times import assign_times
@@ -221,7 +227,23 @@ _FACTS_ONLY = ("file", "flaw", "problem", "table")
 
 def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     """The parsed lines, checkpointed (`session.stored`) without `_FACTS_ONLY`, and their
-    `_facts`, observed by the same job."""
+    `_facts`, observed by the same job.
+
+    With the project's jar, Java alone reads the lines first (`parse.java_items`); where it
+    read every one (a batch of the shapes connectors write: changes, transaction boundaries,
+    tombstones, heartbeats), that is the parse, without any of the Spark functions'
+    expressions (which cost even over the lines Java read: `parse_items`). Where it left some,
+    that job's work is dropped and `parse_items` reads the batch again, Java's lines and the
+    rest."""
+    java = java_items(lines.bounded)
+    if java is not None:
+        observed = Observation()
+        left = F.count_if(F.col("_deferred")).alias("_deferred")
+        items = _guard(lambda: stored(java.observe(observed, *_facts(), left)
+                                      .drop("_deferred", *_FACTS_ONLY)))
+        found = dict(observed.get)
+        if not found.pop("_deferred"):
+            return items, found
     facts = Observation()
     items = _guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
                                   .drop(*_FACTS_ONLY)))

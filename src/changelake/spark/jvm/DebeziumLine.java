@@ -36,9 +36,10 @@ import org.apache.spark.sql.api.java.UDF1;
  * <li>a field of another JSON kind than its type, where `from_json` either fails the job
  * (FAILFAST) or takes any value as a string's text; the one exception is a boolean source
  * `snapshot`, which it reads as `true`/`false`;</li>
- * <li>a tombstone, a null payload, a body with none of op, before, after, status and source
- * (`parse_items` reads such a body's keys), a source `snapshot` not among the flags Debezium
- * writes, a `gtid` unlike a GTID;</li>
+ * <li>a line that opens with anything but `{` other than the line `null` (a tombstone), a
+ * body with none of op, before, after, status and source that is neither a schema change nor
+ * a heartbeat, a source `snapshot` not among the flags Debezium writes, a `gtid` unlike a
+ * GTID;</li>
  * <li>every line `_classify` sets a `problem` on (an unknown op, a truncate, YDB's Debezium
  * JSON, a negative or missing position, a sequence not in Debezium's shape, a bad binlog
  * position or transaction id, a delete with an after image, a change without one, a
@@ -65,6 +66,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
     private static final Set<String> SNAPSHOT_KNOWN = Set.of(
         "true", "first", "last", "first_in_data_collection", "last_in_data_collection",
         "false", "incremental");
+    private static final Set<String> HEARTBEAT = Set.of("ts_ms", "ts_us", "ts_ns");
     // `parse._classify`'s regular expressions, as Spark's `rlike`/`regexp_extract` use them
     // (java.util.regex, `find`).
     private static final Pattern PG_TX = Pattern.compile("^\\d+:\\d+$");
@@ -83,7 +85,8 @@ public final class DebeziumLine implements UDF1<String, Row> {
 
     @Override
     public Row call(String line) {
-        if (line == null || line.isEmpty() || line.charAt(0) != '{') return null;
+        if (line == null || line.isEmpty()) return null;
+        if (line.charAt(0) != '{') return line.equals("null") ? tombstone(null) : null;
         try {
             return parse(line);
         } catch (Defer | IOException | RuntimeException e) {
@@ -97,6 +100,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         Long eventCount, txOrder;
         Src src;
         List<Row> collections;
+        final Set<String> keys = new HashSet<>();
 
         boolean envelopeFieldsNull() {
             return op == null && before == null && after == null && status == null
@@ -132,12 +136,14 @@ public final class DebeziumLine implements UDF1<String, Row> {
             p.nextToken();
             while (p.nextToken() == JsonToken.FIELD_NAME) {
                 String name = p.currentName();
+                top.keys.add(name);
                 JsonToken t = p.nextToken();
                 switch (name) {
                     case "schema": schema = textOrStructure(p, t); break;
                     case "payload":
                         hasPayload = true;
-                        if (t != JsonToken.START_OBJECT) throw DEFER;  // null: a tombstone
+                        if (t == JsonToken.VALUE_NULL) break;  // a tombstone, if wrapped
+                        if (t != JsonToken.START_OBJECT) throw DEFER;
                         payload = body(p);
                         break;
                     default:
@@ -147,8 +153,9 @@ public final class DebeziumLine implements UDF1<String, Row> {
             if (p.currentToken() != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
         }
         boolean wrapped = top.envelopeFieldsNull() && hasPayload;
+        if (wrapped && payload == null) return tombstone(schema);
         Body b = wrapped ? payload : top;
-        if (b.envelopeFieldsNull()) throw DEFER;  // parse_items reads the body's keys
+        if (b.envelopeFieldsNull()) return skipped(b, wrapped ? schema : null);
         if (b.op != null) {
             if (keyThenString(line, "\"after\"") || keyThenString(line, "\"before\""))
                 throw DEFER;  // an image that may be a JSON string
@@ -157,6 +164,24 @@ public final class DebeziumLine implements UDF1<String, Row> {
         if (b.status == null) throw DEFER;  // neither a change nor a transaction boundary
         if (keyThenString(line, "\"data_collections\"")) throw DEFER;  // may be a string
         return boundary(b, wrapped ? schema : null);
+    }
+
+    /** A tombstone: a line `null`, or a wrapped line whose payload is null. */
+    private static Row tombstone(String schema) {
+        return RowFactory.create(schema, "tombstone", null, null, false, null, null, null, null,
+                                 null, null, false, null, null);
+    }
+
+    /**
+     * A body with none of op, before, after, status and source: a schema change (a `ddl` or
+     * `tableChanges` key) or a heartbeat (only `ts_*` keys), which the parser skips; any other
+     * is no Debezium event, left to the Spark functions.
+     */
+    private static Row skipped(Body b, String schema) throws Defer {
+        boolean ddl = b.keys.contains("ddl") || b.keys.contains("tableChanges");
+        if (!ddl && (b.keys.isEmpty() || !HEARTBEAT.containsAll(b.keys))) throw DEFER;
+        return RowFactory.create(schema, "skipped", null, null, false, null, b.txOrder, null,
+                                 null, null, null, false, null, null);
     }
 
     /** `parse._classify` for a change line it finds no problem on. */
@@ -251,6 +276,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         Body b = new Body();
         while (p.nextToken() == JsonToken.FIELD_NAME) {
             String name = p.currentName();
+            b.keys.add(name);
             JsonToken t = p.nextToken();
             if (!bodyField(b, name, p, t)) p.skipChildren();
         }
