@@ -9,11 +9,14 @@ rest):
 
 * `text`: the lines as `read.read_lines` reads them, nothing parsed (the I/O floor);
 * `reader`: Spark's JSON reader with the image's schema, as `bench_ingest.plain_write` reads;
-* `parse, java`: `parse_items` with the jar;
+* `parse, java alone`: `parse.java_items`, Java's reading with none of the Spark functions'
+  (the ingest's parse where Java reads every line of the batch: `pipeline._parsed`);
+* `parse, java`: `parse_items` with the jar (Java's lines and the Spark functions' for the
+  rest: the ingest's parse where Java leaves a line);
 * `parse, spark functions`: `parse_items(jvm=False)`.
 
 The feed is `bench_ingest.py`'s (PostgreSQL, `--events` events). As a check, it prints how many
-lines Java read and whether the two parses give the same rows (`exceptAll` both ways).
+lines Java read and whether the parses give the same rows (`exceptAll` both ways).
 
     python benchmarks/bench_jvm_parse.py --events 1100000 --rounds 4
 """
@@ -48,6 +51,7 @@ def main() -> None:
         JVM_LINE,
         JVM_LINE_CLASS,
         JVM_LINE_TYPE,
+        java_items,
         parse_items,
     )
     from changelake.spark.changefeed.read import read_lines
@@ -73,6 +77,7 @@ def main() -> None:
 
         steps: dict[str, Callable[[], DataFrame]] = {
             "text": lines, "reader": reader,
+            "parse, java alone": lambda: java_items(lines()),
             "parse, java": lambda: parse_items(lines()),
             "parse, spark functions": lambda: parse_items(lines(), jvm=False)}
         taken: dict[str, list[float]] = {name: [] for name in steps}
@@ -91,11 +96,18 @@ def main() -> None:
                   f"parse   rounds: {', '.join(f'{s:.2f}' for s in seconds)}")
 
         read = lines().where(F.call_function(JVM_LINE, F.col("value")).isNotNull()).count()
+        alone = java_items(lines())
+        assert alone is not None
+        alone = alone.drop("_deferred").localCheckpoint()
         java = parse_items(lines()).localCheckpoint()
         functions = parse_items(lines(), jvm=False).localCheckpoint()
         same = java.exceptAll(functions).count() == 0 == functions.exceptAll(java).count()
-        print(f"lines Java read: {read:,} of {lines().count():,}; the two parses "
-              f"{'give the same rows' if same else 'DIFFER'}")
+        if read == lines().count():  # Java read every line: its reading alone is the parse
+            same = same and alone.exceptAll(functions).count() == 0 \
+                == functions.exceptAll(alone).count()
+        print(f"lines Java read: {read:,} of {lines().count():,}; the parses "
+              f"{'give the same rows' if same else 'DIFFER'} (Java alone too, where it read "
+              "every line)")
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
