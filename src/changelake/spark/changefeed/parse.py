@@ -16,13 +16,15 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
 Where the session has the project's jar (`spark.jvm`: a JDK compiled it), a line in the shape
 connectors write is read by Java instead (`JVM_LINE`, `spark/jvm/DebeziumLine.java`): one
 Jackson pass that applies these rules to a line none of them finds a `problem` on, and leaves
-every other line to the Spark functions below, which read the lines Java read as null. A null
-costs each expression little, but they are many: about 1.6 s of the 3.6-3.9 s the parse still
-takes at 1.1M lines is theirs and the choice between the two readings, against about 1.3 s
-for Java's (benchmarks/README.md). The two give the same columns on every line
-(`tests/test_spark_changefeed_jvm.py`); at 1.1M lines the parse takes 0.65-0.7x the
-time (`benchmarks/bench_jvm_parse.py`). `parse_items(..., jvm=False)` is the Spark functions
-alone.
+every other line to the Spark functions. The two give the same columns on every line
+(`tests/test_spark_changefeed_jvm.py`). Two ways to use it:
+
+* `java_items`: Java's reading alone, with a flag on the lines it leaves. The ingest's parse
+  step takes it where Java read every line of the batch (`pipeline._parsed`).
+* `parse_items` (with `jvm`): Java's lines, and the Spark functions for the rest, which read
+  Java's lines as null. A null costs each of their expressions little, but they are many, so
+  this takes longer than Java alone (benchmarks/README.md). `jvm=False`: the Spark functions
+  alone.
 
 Each line is parsed once against one schema (`ENVELOPE`): the envelope's fields, the `payload`
 of a wrapped line as a struct of the same fields, and the `source` block as a typed struct. Only

@@ -2,7 +2,8 @@
 
 `debezium_changes` converts a Debezium batch (PostgreSQL or MySQL payloads, with or without
 the schema wrapper) wholly in the JVM: the files are read on the executors (`read.py`), parsed
-with one `from_json` per line (`parse.py`) into a local checkpoint, and aggregates observed by
+(`parse.py`: by the project's Java line reader where the session has its jar, else with one
+`from_json` per line; `_parsed`) into a local checkpoint, and aggregates observed by
 the same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
 (`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
 with windows by transaction and by file block (`times.py`); the columns' types are decided
