@@ -161,6 +161,11 @@ def _edges() -> list[Any]:
         {"schema": "text", "payload": _change(pg)}, {"payload": None},
         {"key": {"id": 1}, "value": {"payload": _change(pg)}},
         {"ts_ms": 1}, {"ddl": "CREATE TABLE t", "source": None},
+        {"ts_ms": 1, "ts_ns": 2}, {"ts_ms": 1, "other": 2}, {}, {"tableChanges": []},
+        {"schema": {"type": "struct"}, "payload": {"ts_ms": 1}}, {"payload": {}},
+        {"schema": "text", "payload": None}, {"schema": {"type": "struct"}, "payload": None},
+        {"payload": None, "op": "c"}, {"ts_ms": 1, "transaction": {"total_order": 4}},
+        b"null ", b" null",
         {"status": "BEGIN", "id": "571", "event_count": None, "data_collections": None},
         {"status": "END", "id": "571:999", "event_count": 3, "data_collections": [
             {"data_collection": "public.t", "event_count": 3}]},
@@ -192,6 +197,7 @@ def test_lines_at_each_rules_edge_read_the_same(spark: Any, java: None, tmp_path
     {**_change(PG_SOURCE), "source": "text"},
     b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(PG_SOURCE) + b"} {}",
     b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(PG_SOURCE) + b"",
+    b"nul",
 ])
 def test_a_field_of_another_kind_reads_the_same(spark: Any, java: None, tmp_path: Path,
                                                 bad: Any) -> None:
@@ -214,7 +220,8 @@ def _mutated(draw: Any) -> bytes:
     base = copy.deepcopy(draw(st.sampled_from([
         _change(PG_SOURCE), _change(MY_SOURCE), _change(PG_SOURCE, "c"), _change(MY_SOURCE, "d"),
         {"status": "END", "id": "9", "event_count": 1,
-         "data_collections": [{"data_collection": "public.t", "event_count": 1}]}])))
+         "data_collections": [{"data_collection": "public.t", "event_count": 1}]},
+        {"ts_ms": 1}, {"ddl": "ALTER TABLE t", "tableChanges": []}])))
     source = base.get("source") or {}
     for _ in range(draw(st.integers(0, 3))):
         where = draw(st.sampled_from(["text", "number", "body", "count", "drop"]))
@@ -230,6 +237,8 @@ def _mutated(draw: Any) -> bytes:
         else:
             for block in (base, source):
                 block.pop(draw(st.sampled_from(sorted(block) or ["op"])), None)
+    if draw(st.integers(0, 9)) == 0:
+        return b"null"  # a tombstone
     value = {"schema": None, "payload": base} if draw(st.booleans()) else base
     return orjson.dumps(value)
 
