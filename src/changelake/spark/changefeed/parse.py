@@ -291,16 +291,15 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     the project's jar on the session: `spark.jvm`), the lines Java reads (`JVM_LINE`) skip
     the Spark functions' reading; `jvm=False` is the Spark functions' way for every line."""
     java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
-    lines = lines.select("file", "file_index", "block", "row", "value",
-                         flaw(F.col("value")).alias("flaw"))
     carry: tuple[str, ...] = ()
     if java:
-        # A line with a flaw is never Java's: its text may not be what the bytes say.
-        read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
-        lines = lines.select("*", read.alias("_j"))
+        lines = _java_read(lines)
         # What Java read, the Spark functions read as null (each of them costs little there).
         lines = lines.withColumn("value", F.when(F.col("_j").isNull(), F.col("value")))
         carry = ("_j",)
+    else:
+        lines = lines.select("file", "file_index", "block", "row", "value",
+                             flaw(F.col("value")).alias("flaw"))
     # A line that opens an object is no `null`: only the others are trimmed (a copy each).
     tombstone_line = ~F.col("value").startswith("{") & (F.trim(F.col("value")) == "null")
     # Jackson stops at the end of the line's first value, so `{..} x` would read as `{..}`
@@ -354,16 +353,22 @@ def java_items(lines: DataFrame) -> DataFrame | None:
     Java read every line (`pipeline._parsed`). None where the session has no jar."""
     if not register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
         return None
-    lines = lines.select("file", "file_index", "block", "row", "value",
-                         flaw(F.col("value")).alias("flaw"))
-    read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
     j = F.col("_j")
-    return lines.select("file", "file_index", "block", "row", "flaw", read.alias("_j")).select(
+    return _java_read(lines).select(
         "file", "file_index", "block", "row", "flaw", j["schema"].alias("schema"),
         j["kind"].alias("kind"), F.lit(None).cast("string").alias("problem"),
         *((F.coalesce(j[name], F.lit(False)) if name == "snapshot" else j[name]).alias(name)
           for name in _JVM_COLUMNS[2:]),
         j.isNull().alias("_deferred"))
+
+
+def _java_read(lines: DataFrame) -> DataFrame:
+    """The lines' places, `value`, `flaw`, and `_j`: Java's reading (`JVM_LINE`). A line with
+    a flaw is never Java's: its text may not be what the bytes say."""
+    lines = lines.select("file", "file_index", "block", "row", "value",
+                         flaw(F.col("value")).alias("flaw"))
+    read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
+    return lines.select("*", read.alias("_j"))
 
 
 def _read_by_java(items: DataFrame) -> DataFrame:
