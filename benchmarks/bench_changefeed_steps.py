@@ -11,9 +11,10 @@ seconds and its ratio to the plain write of that round:
 * `parse + facts, stored`: `pipeline._parsed`, the parse checkpointed with its facts
   observed (what the ingest's first step does);
 * `convert`: `keyed.convert` of the events, already typed, shuffled by key and checkpointed
-  by the ingest's own steps (`pipeline.debezium_timed`, `pipeline.checked_events`), to the
-  `noop` sink (the windows and the consolidation of the ingest's last job, without the lake's
-  write).
+  (`pipeline.debezium_timed`, `keyed.typed_events`, `keyed.by_key`), to the `noop` sink:
+  the windows and the consolidation of the ingest's conversion step
+  (`pipeline.checked_conversion`), without the image parse, the shuffle and the checkpoint
+  written.
 
 And the one-parse alternative for the images (`--images`), on the line text cached: the
 envelope parsed with the images as text (today's `parse`, which `keyed.typed_images` then parses
@@ -72,8 +73,9 @@ def main() -> None:
 
         # The events `convert` reads, made once, by the ingest's own steps.
         batch = pipeline.debezium_timed(spark, read_lines(spark, [str(feed)]))
-        events_frame = pipeline.checked_events(
-            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1, batch.size)
+        events_frame = keyed.checkpoint(keyed.by_key(
+            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
+            keyed.partitions_for(spark, batch.size)))
         columns = batch.columns
 
         steps: list[tuple[str, Callable[[], object]]] = [

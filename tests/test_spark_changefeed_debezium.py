@@ -259,6 +259,30 @@ def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,
     assert spark_updates(got.changes) == python_updates(messages)
 
 
+def _pg_line(op: str, key: int, name: str, lsn: int, snapshot: str) -> bytes:
+    return orjson.dumps({"op": op, "before": None, "after": {"id": key, "name": name},
+                         "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
+                                    "snapshot": snapshot}})
+
+
+@pytest.mark.parametrize("late", ["another row", "the same row"])
+def test_a_write_at_a_position_its_key_has_passed_is_no_tie(spark: Any, tmp_path: Path,
+                                                             late: str) -> None:
+    """A snapshot row read again after a later change of its key (with its own row or
+    another; it takes the time of the line before it, above the change's) is stale to the
+    encoder whatever its row, so the JVM path converts the batch: only writes at the greatest
+    position a key has reached must hold one row (`keyed.convert`'s `checks`)."""
+    name = "a" if late == "the same row" else "z"
+    path = tmp_path / "late-snapshot.jsonl"
+    path.write_bytes(b"\n".join([
+        _pg_line("r", 1, "a", 100, "true"), _pg_line("r", 2, "b", 100, "true"),
+        _pg_line("u", 1, "c", 200, "false"), _pg_line("c", 3, "d", 300, "false"),
+        _pg_line("r", 1, name, 100, "last")]) + b"\n")
+    updates = check(spark, [path], tmp_path, None, close=True)
+    assert sorted(tuple(v for _, v in row) for row in final_rows(updates)) == [
+        (1, "c"), (2, "b"), (3, "d")]
+
+
 def test_keys_equal_in_python_are_one_key_in_spark(spark: Any, tmp_path: Path) -> None:
     """`1` and `1.0`, `0.0` and `-0.0` are one key to the Python converter: typed key columns
     (double here) group them as one in Spark too, so the update and the delete find their row."""
@@ -428,7 +452,7 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     thin, they still convert to the encoder's updates."""
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed import keyed
-    from changelake.spark.changefeed.pipeline import checked_events, debezium_timed
+    from changelake.spark.changefeed.pipeline import checked_conversion, debezium_timed
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import settings
 
@@ -441,9 +465,10 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
                                table_schema=TableSchema.from_json(PG_TABLE))
         assert batch.size >= batch.changes.count() and batch.size > 2 * 3
-        events = checked_events(keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
-                                batch.size)
-        assert events.rdd.getNumPartitions() == -(-batch.size // 2)
+        converted = checked_conversion(
+            keyed.typed_events(batch.changes, batch.columns, ["id"]), batch.columns, ["id"],
+            None, batch.size)
+        assert converted.rdd.getNumPartitions() == -(-batch.size // 2)
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 

@@ -73,8 +73,8 @@ class PerFile:
 
 def _same() -> Column:
     """What makes two records of one key at one position one event (`event_identity`): their
-    op and images, compared by a 64-bit hash (as `keyed.first_problem` tells two rows of a key
-    at a position apart), so that the joins that look the records below a barrier up shuffle a
+    op and images, compared by a 64-bit hash (as `keyed.convert`'s `checks` tell two rows of a
+    key at a position apart), so that the joins that look the records below a barrier up shuffle a
     hash, not the images. Each image's absence is hashed too (a hash skips a null)."""
     return F.xxhash64("op", F.col("a").isNull(), "a", "ua", F.col("b").isNull(), "b")
 

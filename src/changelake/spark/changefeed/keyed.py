@@ -201,10 +201,9 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
-    `partitions_for`). Every later step groups by the key and something more
-    (`first_problem`: key and position; `convert`: key; its consolidation: key, row and time),
-    which this partitioning serves, so the events are shuffled once, here, when a checkpoint of
-    them keeps it (`checkpoint`), or when the steps that read them run in one job."""
+    `partitions_for`). `convert` groups them by key (its windows) and by key, row and time
+    (its consolidation), which this partitioning serves, so they are shuffled once, here,
+    when the conversion runs in the same job (`pipeline.checked_conversion`)."""
     return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
 
 
@@ -217,21 +216,10 @@ def checkpoint(frame: DataFrame) -> DataFrame:
         return stored(frame)
 
 
-def first_problem(events: DataFrame, keys: int) -> DataFrame:
-    """One row of the two aggregates `problem_of` reads: `problem`, the least of the events'
-    `problem`s, and `tied`, whether two writes of one key at one position hold different rows
-    (their `content` hashes differ). One aggregate by key and position: no shuffle of the
-    events after `by_key`."""
-    writes = F.when(F.col("rank") == 1, F.col("content"))
-    return (events.groupBy(*[f"k{i}" for i in range(keys)], "pos")
-            .agg(F.min("problem").alias("p"), (F.min(writes) != F.max(writes)).alias("t"))
-            .agg(F.min("p").alias("problem"), F.max("t").alias("tied")))
-
-
 def problem_of(least: str | None, tied: bool | None) -> str | None:
-    """The events' problem from two aggregates over them (`first_problem`'s row, or what
-    `convert` observes with `checks`): the least of their `problem`s, else `TIED` when two
-    writes of one key at one position hold different rows, else None."""
+    """The events' problem from the two aggregates `convert` observes with `checks`: the
+    least of their `problem`s, else `TIED` when two writes of one key at one position hold
+    different rows where the order would need their text, else None."""
     return least if least is not None else TIED if tied else None
 
 
@@ -246,12 +234,19 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     current row's. A row holds its key's values, so the updates are consolidated by key, row
     and time, within the key's partition, without another shuffle.
 
-    `checks` observes, over every event, the two aggregates `problem_of` reads (what
-    `first_problem` finds, in the job that runs the conversion instead of a pass of its own).
-    Two writes of a key at one position are told apart by comparing each write with the one
-    before it in the window's order, so this holds only where one position has one time (so
-    that they are neighbours there): YDB's, whose time is its position's first element, not
-    Debezium's, whose snapshot rows take the time of the lines before them."""
+    `checks` observes, over every event, the two aggregates `problem_of` reads, in the job
+    that runs the conversion instead of a pass of its own: the least `problem`, and `tied`,
+    whether a write meets, at the greatest `(pos, rank)` of its key's earlier events, a
+    write of another row (another `content` hash). That is where the Python converter and
+    this window part: it orders one key's events at one `(time, pos, rank)` by their rows'
+    text and applies a write whose `(pos, rank, text)` is above the key's last applied one,
+    where the window takes a write equal to it in `(pos, rank)` for a replay. A write at a
+    position that a later one of its key has passed is stale to both, whatever its row: no
+    tie. And a tie is always found: of the writes at one place that no later position has
+    passed, the first whose row differs from the first's meets only equal rows before it, so
+    `_seen` holds their hash. This holds whatever the times (a Debezium snapshot row takes
+    the time of the lines before it, so a key's writes at one position need not be
+    neighbours in the window's order)."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
     if state is not None:
@@ -265,16 +260,18 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
         events = events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
     order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
+    # The greatest (position, rank) of the key's earlier events, and of those the greatest
+    # content: while no tie is found, the content of the write applied at that place.
+    events = events.withColumn("_seen", F.max(F.struct("pos", "rank", "content")).over(
+        order.rowsBetween(Window.unboundedPreceding, -1)))
+    seen_pos, seen_rank = F.col("_seen.pos"), F.col("_seen.rank")
     if checks is not None:
-        tied = (F.col("rank") == 1) & (F.lag("rank").over(order) == 1) \
-            & (F.lag("pos").over(order) == F.col("pos")) \
-            & (F.lag("content").over(order) != F.col("content"))
-        events = events.withColumn("_tied", tied).observe(
-            checks, F.min("problem").alias("problem"), F.max("_tied").alias("tied"))
-    seen = F.max(F.struct("pos", "rank")).over(
-        order.rowsBetween(Window.unboundedPreceding, -1))
-    applied = events.withColumn("_seen", seen) \
-        .where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.col("_seen")))
+        tied = (F.col("rank") == 1) & (seen_rank == 1) & (seen_pos == F.col("pos")) \
+            & (F.col("_seen.content") != F.col("content"))
+        events = events.observe(checks, F.min("problem").alias("problem"),
+                                F.max(tied).alias("tied"))
+    applied = events.where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.struct(
+        seen_pos.alias("pos"), seen_rank.alias("rank"))))
     upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     write = ~F.col("is_delete")
     # A segment starts at a delete (and at the key's first event); its first write follows a

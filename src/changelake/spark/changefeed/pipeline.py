@@ -10,9 +10,9 @@ with windows by transaction and by file block (`times.py`); the columns' types a
 (`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
 every image: one more pass, run in any case, as it also finds image columns beyond the
 table's) and each image read against them once (`keyed.typed_images`); keyed events are
-shuffled by key once, into a local checkpoint that keeps that partitioning, checked for ties
-by an aggregate by key and position (`checked_events`) and converted with windows by key,
-joined with the table's rows (`keyed.py`), none of which shuffles them again; without keys,
+shuffled by key once and converted with windows by key, joined with the table's rows
+(`keyed.py`), into a local checkpoint, by one job that also checks them for key problems and
+ties (`checked_conversion`); without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
 need the current time: `times.py`) and a handful of aggregate rows.
@@ -46,10 +46,8 @@ otherwise (`ydb.py`, which says what it covers: records with virtual timestamps 
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
 barrier rule with a window by chunk of lines and a join of the few records below a barrier
-(`barriers.py`), shuffled by key and converted as the Debezium events are, into a
-checkpoint, by one job that also checks them (`checked_conversion`: a tie is found in the
-conversion's window order, where a Debezium batch's snapshot rows would need a window of its
-own); its steps are logged as the Debezium ones are.
+(`barriers.py`), shuffled by key, converted and checked as the Debezium events are
+(`checked_conversion`); its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied). This path only: the repeat's op
@@ -83,7 +81,6 @@ from changelake.spark.changefeed.keyed import (
     by_key,
     checkpoint,
     convert,
-    first_problem,
     partitions_for,
     problem_of,
     typed_events,
@@ -323,30 +320,16 @@ def _by_key(events: DataFrame, keys: int, size: int) -> DataFrame:
                   partitions_for(events.sparkSession, size))
 
 
-def checked_events(events: DataFrame, keys: int, size: int) -> DataFrame:
-    """Keyed events as `convert` reads them: shuffled by key once (`by_key`, into partitions
-    for about `size` events: `partitions_for`) into a checkpoint that keeps that
-    partitioning, and checked (a key problem, or two rows for one key at one position, is
-    `Unsupported`) by an aggregate that does not shuffle them again. Only the
-    columns the check and the conversion read are shuffled and stored (the lines' places are
-    `marks`'); a later step that needs another column must be added to `_WANTED`."""
-    checked = _guard(lambda: checkpoint(_by_key(events, keys, size)))
-    found = _guard(lambda: first_problem(checked, keys).first())
-    problem = problem_of(found["problem"], found["tied"])
-    if problem is not None:
-        raise Unsupported(problem)
-    return checked
-
-
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                        state: DataFrame | None, size: int) -> DataFrame:
-    """YDB's keyed events shuffled by key (as `checked_events` does) and converted
-    (`keyed.convert`) into a checkpoint by one job, which also checks them (`convert`'s
-    `checks`: a record's time is its position's first element, so that a tie is found in
-    the conversion's own window order): a problem is `Unsupported`, raised once the job is
-    done (its output then goes unused). Before, the events were checkpointed, an aggregate
-    read them back for the check, and a third job converted them (1.1M records:
-    benchmarks/README.md)."""
+    """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
+    `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
+    are `marks`') and converted (`keyed.convert`) into a checkpoint by one job, which also
+    checks them (`convert`'s `checks`: a key problem, or two writes of one key at one
+    position with different rows where the order would need their text): a problem is
+    `Unsupported`, raised once the job is done (its output then goes unused). Before, the
+    events were checkpointed, an aggregate by key and position read them back for the check,
+    and the lake's write converted them (benchmarks/README.md)."""
     checks = Observation()
     converted = _guard(lambda: checkpoint(convert(_by_key(events, len(keys), size), columns,
                                                   keys, state, checks=checks)))
@@ -427,12 +410,10 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
             raise Unsupported(problem)
         return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
                 batch.marks)
-    events = typed_events(batch.changes, batch.columns, keys)
-    # checked (`checked_events`) and converted with windows by key, joined with the table's
-    # rows (`keyed.convert`): neither shuffles them again
-    converted = convert(checked_events(events, len(keys), batch.size), batch.columns, keys,
-                        state)
-    steps.done("events + ties")
+    # Converted into a checkpoint, which the lake commit's write reads, and checked, by one job
+    converted = checked_conversion(typed_events(batch.changes, batch.columns, keys),
+                                   batch.columns, keys, state, batch.size)
+    steps.done("events, ties, conversion")
     return converted, batch.frontier, batch.marks
 
 

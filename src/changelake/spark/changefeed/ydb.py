@@ -258,5 +258,5 @@ def untimed_positions(events: DataFrame) -> DataFrame:
 
 
 def with_content(events: DataFrame) -> DataFrame:
-    """The row hash `keyed.first_problem` compares."""
+    """The row hash `keyed.convert`'s `checks` compare."""
     return events.withColumn("content", F.xxhash64("a", "ua"))
