@@ -13,6 +13,9 @@ The same lines are
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines;
+* with `--again`, last, written and ingested (into a new table) once more: the plain write
+  and the ingest on a JVM whose just-in-time compiler has seen both (a process that follows
+  a feed, `lake follow`, runs so after its first batch);
 * with `--floor`, converted the least way a keyed conversion can be (`floor_write`: one
   window by key, nothing checked), after the ingest, and the plain write timed once more
   after it, as warm: how much of the ingest's time any keyed conversion pays, and how much
@@ -34,7 +37,7 @@ which writes the table, and for Debezium also runs the conversion's windows, is 
 the ingest's time: YDB converts into a checkpoint of its own step).
 
     python benchmarks/bench_ingest.py --events 110000 --old
-    python benchmarks/bench_ingest.py --events 1100000 --floor
+    python benchmarks/bench_ingest.py --events 1100000 --floor --again
     python benchmarks/bench_ingest.py --events 110000 --source ydb
     python benchmarks/bench_ingest.py --events 11000000 --driver-memory 1g
 """
@@ -292,6 +295,9 @@ def main() -> None:
     parser.add_argument("--old", action="store_true", help="also time the old path")
     parser.add_argument("--floor", action="store_true",
                         help="also time the least keyed conversion (`floor_write`)")
+    parser.add_argument("--again", action="store_true",
+                        help="then the plain write and the ingest (into a new table) once "
+                             "more, on the JVM the first runs warmed up")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--source", choices=("debezium", "ydb"), default="debezium")
     parser.add_argument("--driver-memory", default=None,
@@ -401,6 +407,19 @@ def main() -> None:
             print(f"settings: {' '.join(args.conf)}")
         for line in ours_steps:
             print(f"  JVM path {line}")
+        if args.again:  # after the peak RSS figures, which the runs below would raise
+            start = time.perf_counter()
+            plain_write(spark, feed, args.source, work / "plain-again.parquet")
+            plain_again = time.perf_counter() - start
+            steps.clear()
+            start = time.perf_counter()
+            commands.ingest(lake, "bench.again", feed, key=["id"],
+                            **options)  # type: ignore[arg-type]
+            again = time.perf_counter() - start
+            print(f"again, on the warm JVM: plain {plain_again:.2f} s, ingest {again:.2f} s "
+                  f"({taken[-1]}), {plain_again / again:.2f}x plain")
+            for line in steps:
+                print(f"  JVM path {line}")
         spark.stop()
     finally:
         commands.changefeed_frames = old_frames
