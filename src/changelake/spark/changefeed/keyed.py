@@ -14,7 +14,8 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
   event's of its key (`_is_old`, `_apply_one`: the applied events of a key increase, so the
   running maximum over all earlier events is that of the applied ones). Equal: a replay; below:
   stale. Two writes of one key at one position with different rows would be ordered by their
-  text (`repr`), which this path does not restate: `Unsupported`.
+  text (`repr`), which this path does not restate: `Unsupported`, where it matters (at the
+  greatest position the key has reached; `convert`'s `checks`).
 * *Rows* (`_merge`): a written column is the after image's value; an UNCHANGED one keeps the
   key's previous row's value, which is the last real value written since the key's last
   applied delete (`segment`), else the table's row (state) when no delete was applied yet, else

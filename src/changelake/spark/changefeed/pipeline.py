@@ -26,10 +26,10 @@ executor-read lines, which names bad lines as `encode_changefeed` does (with the
 docstring lists). A YDB batch is checked before either path reads it.
 Not covered yet: non-default `UpsertOptions`, any bad line, truncates, logical messages,
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
-two writes of one key at one position with different rows (told apart by a 64-bit hash of the
-row), null keys, nested Connect types and logical types other than Decimal and the temporal
-ones (`temporal.py`), a Debezium schema that differs between lines, and the lenient mode
-(`strict=False`).
+two writes of one key with different rows at the greatest position it has reached (told
+apart by a 64-bit hash of the row: `keyed.convert`), null keys, nested Connect types and
+logical types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema
+that differs between lines, and the lenient mode (`strict=False`).
 
 Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
 unless said): a snapshot row read after a transaction that metadata finished is placed at that
