@@ -259,12 +259,6 @@ def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,
     assert spark_updates(got.changes) == python_updates(messages)
 
 
-def _pg_line(op: str, key: int, name: str, lsn: int, snapshot: str) -> bytes:
-    return orjson.dumps({"op": op, "before": None, "after": {"id": key, "name": name},
-                         "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
-                                    "snapshot": snapshot}})
-
-
 @pytest.mark.parametrize("late", ["another row", "the same row"])
 def test_a_write_at_a_position_its_key_has_passed_is_no_tie(spark: Any, tmp_path: Path,
                                                              late: str) -> None:
@@ -275,9 +269,9 @@ def test_a_write_at_a_position_its_key_has_passed_is_no_tie(spark: Any, tmp_path
     name = "a" if late == "the same row" else "z"
     path = tmp_path / "late-snapshot.jsonl"
     path.write_bytes(b"\n".join([
-        _pg_line("r", 1, "a", 100, "true"), _pg_line("r", 2, "b", 100, "true"),
-        _pg_line("u", 1, "c", 200, "false"), _pg_line("c", 3, "d", 300, "false"),
-        _pg_line("r", 1, name, 100, "last")]) + b"\n")
+        _change_line(100, 1, "a", "r", "true"), _change_line(100, 2, "b", "r", "true"),
+        _change_line(200, 1, "c", "u"), _change_line(300, 3, "d"),
+        _change_line(100, 1, name, "r", "last")]) + b"\n")
     updates = check(spark, [path], tmp_path, None, close=True)
     assert sorted(tuple(v for _, v in row) for row in final_rows(updates)) == [
         (1, "c"), (2, "b"), (3, "d")]
@@ -472,10 +466,11 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 
-def _change_line(lsn: int, key: int, name: str) -> bytes:
-    return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": name},
+def _change_line(lsn: int, key: int, name: str, op: str = "c",
+                 snapshot: str = "false") -> bytes:
+    return orjson.dumps({"op": op, "before": None, "after": {"id": key, "name": name},
                          "source": {"connector": "postgresql", "lsn": lsn, "txId": lsn,
-                                    "snapshot": "false"}})
+                                    "snapshot": snapshot}})
 
 
 @pytest.mark.parametrize("bad", [
