@@ -3,8 +3,10 @@
 Mirrors `convert.upsert.KeyedConverter` with the default `UpsertOptions` (order by position,
 tombstones ignored, deletes by op d), for the events at times in `[since, frontier)`:
 
-* *Images* are read with `from_json` against the column types (`types.py`), decoded, and each
-  value marked when it is Debezium's unavailable placeholder (`UNCHANGED`).
+* *Images* are read against the column types (`types.py`): by the project's Java image reader
+  where the session has the jar (`java_image_reader`), and by `from_json` where Java leaves an
+  image (a value of another kind than its column's, say) or there is no jar; then decoded, and
+  each value marked when it is Debezium's unavailable placeholder (`UNCHANGED`).
 * *Key* (`_key`): from the after image, else the before image, skipping an image whose key
   holds UNCHANGED. An update whose before image names another key is two events at one
   position, a delete of the old key and a write of the new one without before image
@@ -26,6 +28,7 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
+from changelake.spark.jvm import register
 from changelake.spark.session import settings, stored
 
 
@@ -49,7 +53,32 @@ class ColumnSpec:
 
 def _parsed(raw: Column, columns: Sequence[ColumnSpec]) -> Column:
     """An image's text read against the columns' raw types."""
-    return F.from_json(raw, ", ".join(f"`{c.name}` {c.raw_type}" for c in columns), FAILFAST)
+    return F.from_json(raw, _raw_struct(columns), FAILFAST)
+
+
+def _raw_struct(columns: Sequence[ColumnSpec]) -> str:
+    return ", ".join(f"`{c.name}` {c.raw_type}" for c in columns)
+
+
+JVM_IMAGE_CLASS = "changelake.jvm.DebeziumImage"
+
+
+def java_image_reader(spark: SparkSession, columns: Sequence[ColumnSpec]
+                      ) -> tuple[str, str] | None:
+    """The SQL function that reads an image as `_parsed` does, in Java (`DebeziumImage.java`:
+    null where it leaves the image to `from_json`), and its second argument, the columns;
+    None where the session has no jar or a raw type is not one Java reads. One function per
+    struct of raw types, named by a digest of it: its return type is the struct."""
+    if any(c.raw_type not in _JAVA_RAW_TYPES for c in columns):
+        return None
+    struct = _raw_struct(columns)
+    name = "changelake_debezium_image_" + hashlib.sha256(struct.encode()).hexdigest()[:16]
+    if not register(spark, name, JVM_IMAGE_CLASS, f"struct<{struct}>"):
+        return None
+    return name, json.dumps([[c.name, c.raw_type] for c in columns], ensure_ascii=False)
+
+
+_JAVA_RAW_TYPES = frozenset({"string", "bigint", "double", "boolean", "decimal(20,0)"})
 
 
 def _first_char(raw: Column, name: str) -> Column:
@@ -86,9 +115,10 @@ def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
 
 
 def _image(raw: Column, parsed: Column, has_schema: Column,
-           columns: Sequence[ColumnSpec]) -> list[Column]:
+           columns: Sequence[ColumnSpec], by_java: Column) -> list[Column]:
     """(value, unchanged flag) columns of one image (`raw`, and `parsed`: its `_parsed`
-    column), in column order, flattened."""
+    column), in column order, flattened. Where `by_java` (Java read the image: every value of
+    its column's own kind), no value is one the checks below refuse, and they are skipped."""
     out: list[Column] = []
     for c in columns:
         value = parsed[c.name]
@@ -97,15 +127,18 @@ def _image(raw: Column, parsed: Column, has_schema: Column,
         else:
             decoded = F.when(has_schema, decode(value, c.with_schema)) \
                 .otherwise(decode(value, c.without_schema))
+        checked = decoded
         if "decimal" in (c.with_schema.kind, c.without_schema.kind):
             # A Connect Decimal written as a JSON number (decimal.format=NUMERIC) reads as its
             # text here, which base64 cannot tell from a string: the old path decodes it.
             number = _first_char(raw, c.name).isin("-", *"0123456789")
-            decoded = F.when(number, F.raise_error(F.lit(
-                f"column {c.name}: a decimal written as a JSON number"))).otherwise(decoded)
+            checked = F.when(number, F.raise_error(F.lit(
+                f"column {c.name}: a decimal written as a JSON number"))).otherwise(checked)
         refused = _refused(raw, value, c)
         if refused is not None:
-            decoded = F.when(refused.isNotNull(), F.raise_error(refused)).otherwise(decoded)
+            checked = F.when(refused.isNotNull(), F.raise_error(refused)).otherwise(checked)
+        if checked is not decoded:
+            decoded = F.when(by_java, decoded).otherwise(checked)
         flag = unchanged(value) if c.raw_type == "string" else F.lit(False)
         flag = F.coalesce(flag, F.lit(False))
         out += [F.when(~flag, decoded).cast(c.out_type), flag]
@@ -118,11 +151,24 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     has_schema = F.col("schema").isNotNull()
     names = [c.name for c in columns]
     # Each image parsed once, in a column of its own, whatever the expressions around its
-    # fields: Spark does not share an expression between the branches of a `when`.
-    changes = changes.withColumns({"_pa": _parsed(F.col("after_raw"), columns),
-                                   "_pb": _parsed(F.col("before_raw"), columns)})
-    after = _image(F.col("after_raw"), F.col("_pa"), has_schema, columns)
-    before = _image(F.col("before_raw"), F.col("_pb"), has_schema, columns)
+    # fields: Spark does not share an expression between the branches of a `when`. Java reads
+    # it where it can (`java_image_reader`), `from_json` where Java leaves it.
+    java = java_image_reader(changes.sparkSession, columns)
+    if java is None:
+        changes = changes.withColumns({"_pa": _parsed(F.col("after_raw"), columns),
+                                       "_pb": _parsed(F.col("before_raw"), columns)})
+        by_java_a = by_java_b = F.lit(False)
+    else:
+        function, spec = java
+        changes = changes.withColumns({
+            "_ja": F.call_function(function, F.col("after_raw"), F.lit(spec)),
+            "_jb": F.call_function(function, F.col("before_raw"), F.lit(spec))})
+        changes = changes.withColumns({
+            "_pa": F.coalesce(F.col("_ja"), _parsed(F.col("after_raw"), columns)),
+            "_pb": F.coalesce(F.col("_jb"), _parsed(F.col("before_raw"), columns))})
+        by_java_a, by_java_b = F.col("_ja").isNotNull(), F.col("_jb").isNotNull()
+    after = _image(F.col("after_raw"), F.col("_pa"), has_schema, columns, by_java_a)
+    before = _image(F.col("before_raw"), F.col("_pb"), has_schema, columns, by_java_b)
 
     def struct(values: list[Column], at: int) -> Column:
         return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])

@@ -9,7 +9,8 @@ the same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the li
 with windows by transaction and by file block (`times.py`); the columns' types are decided
 (`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
 every image: one more pass, run in any case, as it also finds image columns beyond the
-table's) and each image read against them once (`keyed.typed_images`); keyed events are
+table's) and each image read against them once (`keyed.typed_images`: in Java where the
+session has the jar and the image is plain, else `from_json`); keyed events are
 shuffled by key once and converted with windows by key, joined with the table's rows
 (`keyed.py`), into a local checkpoint, by one job that also checks them for key problems and
 ties (`checked_conversion`); without keys,

@@ -5,7 +5,9 @@ time at 1.1M events), and most of it was Spark's JSON functions (`from_json` aga
 nested schema, `json_object_keys`, regular expressions over the text) and the rules' column
 expressions over their result. One streaming pass of Jackson over the line in a Java UDF
 (`DebeziumLine.java`) applies the same rules with no Python on the executors; the parse then
-takes 0.65-0.7x the time at 1.1M lines (benchmarks/README.md).
+takes 0.65-0.7x the time at 1.1M lines (benchmarks/README.md). The same goes for the row
+images the conversion reads against the columns' types (`DebeziumImage.java`), which
+`from_json` read through a char reader made for every image.
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
 `spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
@@ -36,7 +38,8 @@ if TYPE_CHECKING:
 SWITCH_ENV = "CHANGELAKE_JVM"
 """`off` (or `0`, `false`, `no`): build no jar, register nothing; the Spark functions run."""
 
-SOURCES = (Path(__file__).with_name("DebeziumLine.java"),)
+SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
+                for name in ("DebeziumLine", "DebeziumImage"))
 
 
 def enabled() -> bool:

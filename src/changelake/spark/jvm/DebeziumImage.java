@@ -1,0 +1,164 @@
+package changelake.jvm;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.util.HashMap;
+import java.util.Map;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF2;
+
+/**
+ * One row image (a Debezium `after` or `before` object, as the line reader kept its text) read
+ * against the columns' raw types, into the struct `from_json(image, columns, FAILFAST)` gives
+ * (`keyed._parsed`); null ("defer") for every image it does not read, which the caller then
+ * reads with `from_json` and the checks that go with it (`keyed._image`).
+ *
+ * Why: `from_json` makes a `java.io.InputStreamReader`, with its 8 KiB buffer, for every text
+ * it parses, and reads it through Jackson's char parser; with the refusal checks' text searches
+ * (`keyed._first_char`) that was about a tenth of a Debezium ingest's task time (a Flight
+ * Recorder profile, benchmarks/README.md).
+ *
+ * The promise: for an image this returns a row for, `from_json` gives exactly the same row
+ * and refuses nothing (`tests/test_spark_changefeed_image.py` compares the two). It keeps it
+ * by reading only what both read the one way, and deferring the rest:
+ * <ul>
+ * <li>an image that is not one JSON object alone in its text, that Jackson refuses, or with a
+ * duplicate key (`from_json` keeps the last value);</li>
+ * <li>a column's value of any JSON kind but its own: a string column takes a string, a bigint
+ * an integer within 64 bits, a double any number but one beyond a double, a boolean true or
+ * false, a decimal(20,0) an integer the encoder reads as one (from -2^63 to 2^64-1; outside,
+ * orjson reads a float: `keyed._refused`). `from_json` reads other kinds its own ways (a
+ * number or an object into a string column as its text), or fails, and `keyed._refused`
+ * then refuses some of them: that stays theirs;</li>
+ * <li>a column type other than these five.</li>
+ * </ul>
+ * A field no column names is skipped, whatever it holds; a column no field names, or whose
+ * value is null, is null.
+ *
+ * The columns come as the second argument, a JSON array of `[name, type]` pairs (the same for
+ * every row of a call site, so read once and kept); the struct the caller registers this with
+ * must have the same fields in the same order.
+ */
+public final class DebeziumImage implements UDF2<String, String, Row> {
+    private static final long serialVersionUID = 1L;
+
+    private static final JsonFactory READ = JsonFactory.builder()
+        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    private static final BigInteger LEAST = BigInteger.valueOf(Long.MIN_VALUE);
+    private static final BigInteger GREATEST = BigInteger.ONE.shiftLeft(64).subtract(BigInteger.ONE);
+
+    private static final byte STRING = 0, BIGINT = 1, DOUBLE = 2, BOOLEAN = 3, DECIMAL = 4;
+
+    /** The columns of one call site: each name's place and raw type. */
+    private static final class Columns {
+        final String text;
+        final Map<String, Integer> place = new HashMap<>();
+        final byte[] types;
+
+        Columns(String text) throws IOException {
+            this.text = text;
+            java.util.List<Byte> kinds = new java.util.ArrayList<>();
+            try (JsonParser p = READ.createParser(text)) {
+                if (p.nextToken() != JsonToken.START_ARRAY) throw new IOException("columns");
+                while (p.nextToken() == JsonToken.START_ARRAY) {
+                    p.nextToken();
+                    String name = p.getText();
+                    p.nextToken();
+                    kinds.add(type(p.getText()));
+                    if (p.nextToken() != JsonToken.END_ARRAY) throw new IOException("columns");
+                    place.put(name, place.size());
+                }
+            }
+            types = new byte[kinds.size()];
+            for (int i = 0; i < types.length; i++) types[i] = kinds.get(i);
+        }
+
+        private static byte type(String name) throws IOException {
+            switch (name) {
+                case "string": return STRING;
+                case "bigint": return BIGINT;
+                case "double": return DOUBLE;
+                case "boolean": return BOOLEAN;
+                case "decimal(20,0)": return DECIMAL;
+                default: throw new IOException("no column type " + name);
+            }
+        }
+    }
+
+    /** The last columns read (one call site per task, in practice). */
+    private transient Columns columns;
+
+    @Override
+    public Row call(String image, String spec) {
+        if (image == null || spec == null || image.isEmpty() || image.charAt(0) != '{') {
+            return null;
+        }
+        try {
+            Columns c = columns;
+            if (c == null || !c.text.equals(spec)) {
+                c = new Columns(spec);
+                columns = c;
+            }
+            return read(image, c);
+        } catch (IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static Row read(String image, Columns c) throws IOException {
+        Object[] values = new Object[c.types.length];
+        try (JsonParser p = READ.createParser(image)) {
+            p.nextToken();
+            JsonToken t;
+            while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
+                Integer at = c.place.get(p.currentName());
+                JsonToken v = p.nextToken();
+                if (at == null) {
+                    p.skipChildren();
+                    continue;
+                }
+                if (v == JsonToken.VALUE_NULL) continue;
+                Object value = value(p, v, c.types[at]);
+                if (value == null) return null;
+                values[at] = value;
+            }
+            if (t != JsonToken.END_OBJECT || p.nextToken() != null) return null;
+        }
+        return RowFactory.create(values);
+    }
+
+    /** The value at `v` as its column's type reads it; null to defer. */
+    private static Object value(JsonParser p, JsonToken v, byte type) throws IOException {
+        switch (type) {
+            case STRING:
+                return v == JsonToken.VALUE_STRING ? p.getText() : null;
+            case BIGINT:
+                if (v != JsonToken.VALUE_NUMBER_INT) return null;
+                JsonParser.NumberType size = p.getNumberType();
+                return size == JsonParser.NumberType.INT || size == JsonParser.NumberType.LONG
+                    ? (Object) p.getLongValue() : null;
+            case DOUBLE:
+                if (v != JsonToken.VALUE_NUMBER_INT && v != JsonToken.VALUE_NUMBER_FLOAT) {
+                    return null;
+                }
+                double d = p.getDoubleValue();
+                return Double.isInfinite(d) ? null : (Object) d;
+            case BOOLEAN:
+                return v == JsonToken.VALUE_TRUE ? Boolean.TRUE
+                    : v == JsonToken.VALUE_FALSE ? Boolean.FALSE : null;
+            case DECIMAL:
+                if (v != JsonToken.VALUE_NUMBER_INT) return null;
+                BigInteger n = p.getBigIntegerValue();
+                return n.compareTo(LEAST) < 0 || n.compareTo(GREATEST) > 0
+                    ? null : new BigDecimal(n);
+            default:
+                return null;
+        }
+    }
+}
