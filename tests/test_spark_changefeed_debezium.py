@@ -81,6 +81,18 @@ def test_pg_history_matches_the_encoder(spark: Any, tmp_path: Path, history: PgH
     check(spark, paths, tmp_path, PG_TABLE, close)
 
 
+@pytest.mark.parametrize("history", [PG_CASES[0], *_slow(*PG_CASES[1:])])
+def test_pg_history_matches_the_encoder_with_from_json_reading_every_image(
+        spark: Any, tmp_path: Path, history: PgHistory, monkeypatch: Any) -> None:
+    """The images as a session without the project's jar reads them (`from_json`, and the
+    refusal checks on every value): the Java image reader is what the other tests run."""
+    from changelake.spark.changefeed import keyed
+
+    monkeypatch.setattr(keyed, "java_image_reader", lambda *_: None)
+    paths, _, _ = write_pg(history, tmp_path)
+    check(spark, paths, tmp_path, PG_TABLE, True)
+
+
 @pytest.mark.slow
 @settings(max_examples=3, derandomize=True, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
