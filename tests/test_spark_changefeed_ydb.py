@@ -320,6 +320,13 @@ TYPED = [
 ]
 
 
+#: Lines of YDB's shapes that `_simple` leaves to the careful parse.
+CAREFUL = [b'{"key":[1],"update":{"s":null}}', b'{"key":[1],"update":{"s":1}}',
+           b'{"key":[1],"update":{"d":"nan"}}', b'{"key":["1"],"update":{}}',
+           b'{"key":[-0],"update":{}}', b'{"key":[1],"update":{"v":01}}',
+           b'{"key":[1],"update":{}}{}', b'{"key":[1],"update":{"\\u0073":"a"}}']
+
+
 def test_which_lines_take_the_typed_parse(spark: Any, tmp_path: Path) -> None:
     """`_simple` holds for the lines of YDB's shapes with values of their columns' kinds, and
     not for what `from_json` would read otherwise (strings for numbers, floats for integers,
@@ -328,12 +335,8 @@ def test_which_lines_take_the_typed_parse(spark: Any, tmp_path: Path) -> None:
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import _simple
 
-    careful = [b'{"key":[1],"update":{"s":null}}', b'{"key":[1],"update":{"s":1}}',
-               b'{"key":[1],"update":{"d":"nan"}}', b'{"key":["1"],"update":{}}',
-               b'{"key":[-0],"update":{}}', b'{"key":[1],"update":{"v":01}}',
-               b'{"key":[1],"update":{}}{}', b'{"key":[1],"update":{"\\u0073":"a"}}']
     assert set(TYPED) <= set(REFUSED + ACCEPTED)
-    lines = REFUSED + ACCEPTED + careful
+    lines = REFUSED + ACCEPTED + CAREFUL
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     frame = read_lines(spark, [str(path)]).frame
@@ -341,6 +344,91 @@ def test_which_lines_take_the_typed_parse(spark: Any, tmp_path: Path) -> None:
     got = [r[1] for r in sorted(frame.select("row", simple).collect())]
     assert [n for n, s in enumerate(got) if s] == [n for n, line in enumerate(lines)
                                                    if line in TYPED]
+
+
+def _plain_lines(count: int) -> list[bytes]:
+    """LINE_TABLE records of every shape the typed parse reads, with values of their columns'
+    kinds (some beyond their YDB type's range), spelled without escapes."""
+    rng = seeded(20261127)
+    text = ["", "a", "é", "中文", "\U0001F600", "x" * 300, "tab", "O'Neil"]
+
+    def image(nulls: bool) -> dict[str, Any]:
+        values = {"v": rng.choice([0, 7, 2**32 - 1, 2**32, -1, None]),
+                  "s": rng.choice([*text, None]),
+                  "d": rng.choice([0.5, -0.0, 1e300, 5e-324, 3, -(2**70), rng.random(), None]),
+                  "f": rng.choice([True, False, None])}
+        return {n: v for n, v in values.items()
+                if rng.random() < 0.7 and (nulls or v is not None)}
+
+    lines = []
+    for _ in range(count):
+        if rng.random() < 0.1:
+            record: dict[str, Any] = {"resolved": [rng.randint(0, 2**63), rng.randint(0, 9)]}
+        else:
+            body = rng.choice(["update", "reset", "erase"])
+            record = {"key": [rng.choice([0, 1, 2**64 - 1, rng.randint(0, 2**40)])],
+                      body: {} if body == "erase" else image(body == "reset")}
+            if rng.random() < 0.7:
+                record["ts"] = [rng.randint(0, 2**64 - 1), rng.randint(0, 2**64 - 1)]
+            if body != "erase" and rng.random() < 0.3:
+                record["newImage"] = rng.choice([image(True), None])
+            if rng.random() < 0.3:
+                record["oldImage"] = rng.choice([image(True), None])
+        items = list(record.items())
+        rng.shuffle(items)
+        spaced = rng.random() < 0.3
+        lines.append(json.dumps(dict(items), ensure_ascii=False,
+                                separators=(", ", ": ") if spaced else (",", ":")).encode())
+    assert not any(b"\\" in line for line in lines)
+    return lines
+
+
+def test_the_java_line_reader_reads_as_the_typed_parse(spark: Any) -> None:
+    """`YdbLine.java` against `_simple` and `from_json`: on every line Java reads, the
+    expression holds and `from_json` gives the same struct (compared by `repr`: -0.0 is not
+    0.0); the plain lines are all Java's, and a line with an escape is not."""
+    from pyspark.sql import functions as F
+
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.ydb import (
+        _OPTIONS,
+        _simple,
+        java_line_reader,
+        line_struct,
+        ydb_columns,
+    )
+
+    schema = TableSchema.from_json(LINE_TABLE)
+    columns = ydb_columns(schema, ["k"])
+    ddl = line_struct(schema, columns)
+    java = java_line_reader(spark, schema, columns, ddl)
+    assert java is not None, "the test session has the project's jar"
+    function, spec = java
+    plain = _plain_lines(400)
+    lines = plain + REFUSED + ACCEPTED + CAREFUL
+    frame = spark.createDataFrame([(i, t.decode(errors="replace")) for i, t in enumerate(lines)],
+                                  "i int, value string")
+    got = frame.select("i", F.call_function(function, "value", F.lit(spec)).alias("j"),
+                       _simple(schema).alias("simple"),
+                       F.from_json("value", ddl, _OPTIONS).alias("f")).orderBy("i").collect()
+    for line, row in zip(lines, got, strict=True):
+        if row["j"] is not None:
+            assert row["simple"], line
+            assert repr(row["j"]) == repr(row["f"]), (line, row["j"], row["f"])
+    read = {line for line, row in zip(lines, got, strict=True) if row["j"] is not None}
+    assert set(plain) <= read
+    assert not any(b"\\" in line for line in read)
+    assert b'{"key":[1],"reset":{},"erase":{}}' in read  # what the typed parse then refuses
+
+
+def test_no_java_line_reader_for_key_columns_of_two_types(spark: Any) -> None:
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.ydb import java_line_reader, line_struct, ydb_columns
+
+    table = {**LINE_TABLE, "primary_key": ["k", "v"]}
+    schema = TableSchema.from_json(table)
+    columns = ydb_columns(schema, ["k", "v"])
+    assert java_line_reader(spark, schema, columns, line_struct(schema, columns)) is None
 
 
 def test_lines_the_typed_parse_reads_as_orjson(spark: Any, tmp_path: Path) -> None:

@@ -45,11 +45,12 @@ where that is time 0 and the order of files and lines (`pos` = `[file_index, blo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.lines import MAX_LINE_BYTES
@@ -60,6 +61,7 @@ from changelake.spark.changefeed.keyed import ColumnSpec
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
+from changelake.spark.jvm import register
 
 #: The YDB types whose JSON values this path reads in the JVM.
 COVERED = frozenset({"Bool", "Uint64", "Float", "Double", "Utf8", "Uuid", *INTS})
@@ -147,6 +149,19 @@ def _in_range(value: Column, base: str) -> Column:
     return F.coalesce(ok, F.lit(True))
 
 
+def line_struct(schema: TableSchema, columns: Sequence[ColumnSpec]) -> str:
+    """The struct the typed parse reads a line into (`from_json`'s schema)."""
+    typed = {c.name: c.out_type for c in columns}
+    keys = list(schema.primary_key)
+    body = "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns
+                                 if c.name not in keys) + ">"
+    key_types = {typed[k] for k in keys}
+    key_type = key_types.pop() if len(key_types) == 1 else "string"
+    pair = "array<decimal(20,0)>"
+    return (f"key array<{key_type}>, update {body}, reset {body}, erase {body}, "
+            f"newImage {body}, oldImage {body}, ts {pair}, resolved {pair}, _corrupt string")
+
+
 def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec],
                  simple: Column) -> DataFrame:
     """The typed parse (see `ydb_items` for the columns); a line `simple` does not hold for
@@ -156,15 +171,18 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     bases = {c.name: _base_type(c.type) or "" for c in schema.columns}
     keys = list(schema.primary_key)
     non_key = [n for n in names if n not in keys]
-    body = "struct<" + ", ".join(f"`{n}`: {typed[n]}" for n in non_key) + ">"
-    key_types = {typed[k] for k in keys}
-    key_type = key_types.pop() if len(key_types) == 1 else "string"
-    pair = "array<decimal(20,0)>"
-    ddl = (f"key array<{key_type}>, update {body}, reset {body}, erase {body}, "
-           f"newImage {body}, oldImage {body}, ts {pair}, resolved {pair}, _corrupt string")
+    ddl = line_struct(schema, columns)
+    parsed = F.from_json("value", ddl, _OPTIONS)
+    java = java_line_reader(lines.sparkSession, schema, columns, ddl)
+    if java is not None:  # Java reads the lines it can (`java_line_reader`); `from_json` the rest
+        function, spec = java
+        bounded = F.when(F.octet_length("value") < MAX_LINE_BYTES - 1, F.col("value"))
+        lines = lines.withColumn("_j", F.call_function(function, bounded, F.lit(spec)))
+        simple = F.col("_j").isNotNull() | simple
+        parsed = F.coalesce(F.col("_j"), parsed)
     # Parsed once (a project over this is not collapsed into its many uses).
     lines = lines.select("file", "file_index", "block", "row", simple.alias("_simple"),
-                         F.from_json("value", ddl, _OPTIONS).alias("_p"))
+                         parsed.alias("_p"))
     p = F.col("_p")
     present = {f: p[f].isNotNull() for f in ("update", "reset", "erase", "newImage",
                                              "oldImage", "ts", "key", "resolved")}
@@ -230,6 +248,32 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
         F.when(erase, "d").when(new_on & old_on, "u").otherwise("w").alias("op"),
         a.alias("a"), F.when(new_on | erase, none).otherwise(flags(unchanged)).alias("ua"),
         F.when(old_on, row(p["oldImage"])).otherwise(no_row).alias("b"), none.alias("ub"))
+
+
+JVM_LINE_CLASS = "changelake.jvm.YdbLine"
+
+#: The JSON kind each covered YDB type is read from (`_KINDS`), as `YdbLine.java` names them.
+_JAVA_KINDS = {"Bool": "bool", "Uint64": "uint", "Float": "number", "Double": "number",
+               "Utf8": "string", "Uuid": "string"} | {t: "int" for t in INTS}
+
+
+def java_line_reader(spark: SparkSession, schema: TableSchema, columns: Sequence[ColumnSpec],
+                     ddl: str) -> tuple[str, str] | None:
+    """The SQL function that reads a simple line into `from_json`'s struct (`ddl`) in Java
+    (`YdbLine.java`: null where it leaves the line to `_simple` and `from_json`), and its
+    second argument, the table; None where the session has no jar or the key columns have
+    more than one Spark type (`from_json` then reads the key as text). One function per
+    struct, named by a digest of it: its return type is the struct."""
+    typed = {c.name: c.out_type for c in columns}
+    keys = list(schema.primary_key)
+    if len({typed[k] for k in keys}) != 1:
+        return None
+    name = "changelake_ydb_line_" + hashlib.sha256(ddl.encode()).hexdigest()[:16]
+    if not register(spark, name, JVM_LINE_CLASS, ddl):
+        return None
+    table = [[c.name, typed[c.name], _JAVA_KINDS[_base_type(c.type) or ""], c.name in keys]
+             for c in schema.columns]
+    return name, json.dumps(table, ensure_ascii=False)
 
 
 def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec], *,

@@ -1,0 +1,261 @@
+package changelake.jvm;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonParser;
+import com.fasterxml.jackson.core.JsonToken;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.api.java.UDF2;
+
+/**
+ * One YDB changefeed JSON line read in one streaming pass into the struct the typed parse's
+ * `from_json` gives it (`ydb._typed_items`: key, update, reset, erase, newImage, oldImage, ts,
+ * resolved, _corrupt), for a line the typed parse's regular expression (`ydb._simple`) holds
+ * for; null ("defer") for every other line, which the caller reads as before: the expression
+ * decides whether it is simple, and `from_json` reads it.
+ *
+ * Why: the expression and `from_json` (a char reader made for every line) were most of a YDB
+ * batch's parse (benchmarks/README.md).
+ *
+ * The promise: for a line this returns a row for, the expression holds and `from_json` gives
+ * the same row (`tests/test_spark_changefeed_ydb_line.py` compares them). It keeps it by
+ * reading only what is plainly simple, and deferring the rest:
+ * <ul>
+ * <li>a line with a backslash, a byte-order mark or a replacement character anywhere (so every
+ * name and string is spelled as its text, as the expression spells names; an escape the
+ * expression refuses needs the text Jackson does not keep), or that Jackson refuses, or with a
+ * name twice in one object;</li>
+ * <li>anything the expression does not allow: a member other than key, update, reset, erase,
+ * newImage, oldImage and ts, or resolved with anything else, or no member; a key that is not
+ * an array of the key columns' kinds, one each; an object naming a key column or an unknown
+ * one; a null in update or the key; an erase other than `{}`; a ts or resolved other than
+ * two non-negative integers;</li>
+ * <li>a value of another JSON kind than its column's (Bool true or false, Uint64 a
+ * non-negative integer written without a minus, the other integers an integer, Float and
+ * Double a number, Utf8 and Uuid a string), or one beyond what `from_json` reads it as
+ * (64 bits for the integers, 20 digits for a Uint64 or a ts, a finite double), where
+ * `from_json` marks the line corrupt or reads an infinity;</li>
+ * <li>a table whose key columns are of more than one Spark type (the caller registers
+ * nothing then).</li>
+ * </ul>
+ * The caller holds the line to the length bound before calling (null is deferred).
+ *
+ * The table comes as the second argument, a JSON array of `[name, spark type, JSON kind,
+ * key]` entries in the table's column order (read once and kept); the struct the caller
+ * registers this with must be `ydb._typed_items`' `from_json` schema.
+ */
+public final class YdbLine implements UDF2<String, String, Row> {
+    private static final long serialVersionUID = 1L;
+
+    private static final JsonFactory READ = JsonFactory.builder()
+        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    private static final BigInteger LEAST = BigInteger.valueOf(Long.MIN_VALUE);
+    private static final BigInteger GREATEST = BigInteger.valueOf(Long.MAX_VALUE);
+    private static final BigInteger DIGITS_20 = BigInteger.TEN.pow(20);
+
+    private static final byte BOOL = 0, UINT = 1, INT = 2, NUMBER = 3, STRING = 4;
+    private static final byte LONG = 0, DOUBLE = 1, BOOLEAN = 2, TEXT = 3, DECIMAL = 4;
+
+    /** The table: its key columns in key order and its other columns in table order. */
+    private static final class Table {
+        final String text;
+        final List<byte[]> keys = new ArrayList<>();  // {kind, type} of each key column
+        final Map<String, Integer> place = new HashMap<>();  // non-key name -> index
+        final List<byte[]> others = new ArrayList<>();
+
+        Table(String text) throws IOException {
+            this.text = text;
+            try (JsonParser p = READ.createParser(text)) {
+                if (p.nextToken() != JsonToken.START_ARRAY) throw new IOException("table");
+                while (p.nextToken() == JsonToken.START_ARRAY) {
+                    p.nextToken();
+                    String name = p.getText();
+                    p.nextToken();
+                    byte type = type(p.getText());
+                    p.nextToken();
+                    byte kind = kind(p.getText());
+                    boolean key = p.nextToken() == JsonToken.VALUE_TRUE;
+                    if (p.nextToken() != JsonToken.END_ARRAY) throw new IOException("table");
+                    if (key) {
+                        keys.add(new byte[] {kind, type});
+                    } else {
+                        place.put(name, others.size());
+                        others.add(new byte[] {kind, type});
+                    }
+                }
+            }
+        }
+
+        private static byte type(String name) throws IOException {
+            switch (name) {
+                case "bigint": return LONG;
+                case "double": return DOUBLE;
+                case "boolean": return BOOLEAN;
+                case "string": return TEXT;
+                case "decimal(20,0)": return DECIMAL;
+                default: throw new IOException("no type " + name);
+            }
+        }
+
+        private static byte kind(String name) throws IOException {
+            switch (name) {
+                case "bool": return BOOL;
+                case "uint": return UINT;
+                case "int": return INT;
+                case "number": return NUMBER;
+                case "string": return STRING;
+                default: throw new IOException("no kind " + name);
+            }
+        }
+    }
+
+    /** Thrown where the line is left to the expression and `from_json`. */
+    private static final class Defer extends Exception {
+        private static final long serialVersionUID = 1L;
+        Defer() { super(null, null, false, false); }
+    }
+    private static final Defer DEFER = new Defer();
+
+    /** The last table read (one call site per task, in practice). */
+    private transient Table table;
+
+    @Override
+    public Row call(String line, String spec) {
+        if (line == null || spec == null) return null;
+        for (int i = 0, n = line.length(); i < n; i++) {
+            char c = line.charAt(i);
+            if (c == '\\' || c == '\ufeff' || c == '\ufffd') return null;
+        }
+        try {
+            Table t = table;
+            if (t == null || !t.text.equals(spec)) {
+                t = new Table(spec);
+                table = t;
+            }
+            return read(line, t);
+        } catch (Defer | IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static Row read(String line, Table t) throws IOException, Defer {
+        Object key = null, update = null, reset = null, erase = null, newImage = null,
+            oldImage = null, ts = null, resolved = null;
+        int members = 0;
+        try (JsonParser p = READ.createParser(line)) {
+            if (p.nextToken() != JsonToken.START_OBJECT) throw DEFER;
+            JsonToken token;
+            while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
+                String name = p.currentName();
+                JsonToken v = p.nextToken();
+                members++;
+                switch (name) {
+                    case "key": key = key(p, v, t); break;
+                    case "update": update = image(p, v, t, false); break;
+                    case "reset": reset = image(p, v, t, true); break;
+                    case "erase":
+                        if (v != JsonToken.START_OBJECT || p.nextToken() != JsonToken.END_OBJECT) {
+                            throw DEFER;
+                        }
+                        erase = RowFactory.create(new Object[t.others.size()]);
+                        break;
+                    case "newImage": newImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true); break;
+                    case "oldImage": oldImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true); break;
+                    case "ts": ts = pair(p, v); break;
+                    case "resolved": resolved = pair(p, v); break;
+                    default: throw DEFER;
+                }
+            }
+            if (token != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
+        }
+        if (members == 0 || (resolved != null && members != 1)) throw DEFER;
+        return RowFactory.create(key, update, reset, erase, newImage, oldImage, ts, resolved,
+                                 null);
+    }
+
+    private static Object key(JsonParser p, JsonToken v, Table t) throws IOException, Defer {
+        if (v != JsonToken.START_ARRAY) throw DEFER;
+        Object[] values = new Object[t.keys.size()];
+        for (int i = 0; i < values.length; i++) {
+            JsonToken e = p.nextToken();
+            if (e == JsonToken.VALUE_NULL) throw DEFER;
+            values[i] = value(p, e, t.keys.get(i));
+        }
+        if (p.nextToken() != JsonToken.END_ARRAY) throw DEFER;
+        return values;
+    }
+
+    private static Row image(JsonParser p, JsonToken v, Table t, boolean nulls)
+            throws IOException, Defer {
+        if (v != JsonToken.START_OBJECT) throw DEFER;
+        Object[] values = new Object[t.others.size()];
+        while (p.nextToken() == JsonToken.FIELD_NAME) {
+            Integer at = t.place.get(p.currentName());
+            if (at == null) throw DEFER;
+            JsonToken e = p.nextToken();
+            if (e == JsonToken.VALUE_NULL) {
+                if (!nulls) throw DEFER;
+                continue;
+            }
+            values[at] = value(p, e, t.others.get(at));
+        }
+        return RowFactory.create(values);
+    }
+
+    private static Object pair(JsonParser p, JsonToken v) throws IOException, Defer {
+        if (v != JsonToken.START_ARRAY) throw DEFER;
+        Object[] values = new Object[2];
+        for (int i = 0; i < 2; i++) {
+            values[i] = value(p, p.nextToken(), new byte[] {UINT, DECIMAL});
+        }
+        if (p.nextToken() != JsonToken.END_ARRAY) throw DEFER;
+        return values;
+    }
+
+    /** A value of its column's JSON kind, as `from_json` reads it into its Spark type. */
+    private static Object value(JsonParser p, JsonToken e, byte[] column)
+            throws IOException, Defer {
+        byte kind = column[0], type = column[1];
+        switch (kind) {
+            case BOOL:
+                if (e == JsonToken.VALUE_TRUE) return Boolean.TRUE;
+                if (e == JsonToken.VALUE_FALSE) return Boolean.FALSE;
+                throw DEFER;
+            case STRING:
+                if (e != JsonToken.VALUE_STRING) throw DEFER;
+                return p.getText();
+            case UINT:
+            case INT:
+                if (e != JsonToken.VALUE_NUMBER_INT) throw DEFER;
+                if (kind == UINT && p.getText().startsWith("-")) throw DEFER;
+                BigInteger n = p.getBigIntegerValue();
+                if (type == LONG) {
+                    if (n.compareTo(LEAST) < 0 || n.compareTo(GREATEST) > 0) throw DEFER;
+                    return n.longValue();
+                }
+                if (type == DECIMAL) {
+                    if (n.abs().compareTo(DIGITS_20) >= 0) throw DEFER;
+                    return new BigDecimal(n);
+                }
+                throw DEFER;
+            case NUMBER:
+                if (e != JsonToken.VALUE_NUMBER_INT && e != JsonToken.VALUE_NUMBER_FLOAT) {
+                    throw DEFER;
+                }
+                if (type != DOUBLE) throw DEFER;
+                double d = p.getDoubleValue();
+                if (Double.isInfinite(d)) throw DEFER;
+                return d;
+            default:
+                throw DEFER;
+        }
+    }
+}
