@@ -42,7 +42,8 @@ column's, a number beyond a double or an integer beyond 64 bits in an image goes
 path (`keyed._refused`), which holds the first value's kind to be the column's.
 
 `ydb_changes` converts a keyed YDB JSON batch the same way: parsed with one typed `from_json`
-against the table schema's types where a line is provably simple, with the VARIANT parse
+against the table schema's types where a line is provably simple (in Java where the session has
+the jar and the line is plainly so), with the VARIANT parse
 otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once; the checks and the frontier from one aggregate row per file, the

@@ -25,6 +25,10 @@ schema (`_simple`), so that the expensive one is paid only by the lines that nee
   in any order. A simple line can still be one the Python parser refuses (two bodies, a value
   beyond its type's range, a step beyond a long, an erase with a newImage, an OLD_IMAGE
   record): the typed parse names that in `problem` as the careful parse does.
+  Where the session has the project's jar, Java reads the lines that are plainly simple
+  (`java_line_reader`, `YdbLine.java`: no escape anywhere, one JSON object of these shapes,
+  every value of its column's kind and within what `from_json` reads it as) into the same
+  struct in one pass, and the expression and `from_json` run only on the lines it leaves.
 * *Careful* (`ydb_variant.py`): every other line is read as a VARIANT and the JSON kind of each
   of its values asked (`"nan"` and `"inf"` floats, nulls in `update`, DEBEZIUM_JSON, bad lines).
 
