@@ -5,9 +5,10 @@ import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
-import java.math.BigDecimal;
 import java.math.BigInteger;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
@@ -50,44 +51,31 @@ public final class DebeziumImage implements UDF2<String, String, Row> {
 
     private static final JsonFactory READ = JsonFactory.builder()
         .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    /** The integers the encoder reads for a decimal(20,0) (outside, orjson reads a float). */
     private static final BigInteger LEAST = BigInteger.valueOf(Long.MIN_VALUE);
     private static final BigInteger GREATEST = BigInteger.ONE.shiftLeft(64).subtract(BigInteger.ONE);
-
-    private static final byte STRING = 0, BIGINT = 1, DOUBLE = 2, BOOLEAN = 3, DECIMAL = 4;
 
     /** The columns of one call site: each name's place and raw type. */
     private static final class Columns {
         final String text;
         final Map<String, Integer> place = new HashMap<>();
-        final byte[] types;
+        final SparkType[] types;
 
         Columns(String text) throws IOException {
             this.text = text;
-            java.util.List<Byte> kinds = new java.util.ArrayList<>();
+            List<SparkType> kinds = new ArrayList<>();
             try (JsonParser p = READ.createParser(text)) {
                 if (p.nextToken() != JsonToken.START_ARRAY) throw new IOException("columns");
                 while (p.nextToken() == JsonToken.START_ARRAY) {
                     p.nextToken();
                     String name = p.getText();
                     p.nextToken();
-                    kinds.add(type(p.getText()));
+                    kinds.add(SparkType.named(p.getText()));
                     if (p.nextToken() != JsonToken.END_ARRAY) throw new IOException("columns");
                     place.put(name, place.size());
                 }
             }
-            types = new byte[kinds.size()];
-            for (int i = 0; i < types.length; i++) types[i] = kinds.get(i);
-        }
-
-        private static byte type(String name) throws IOException {
-            switch (name) {
-                case "string": return STRING;
-                case "bigint": return BIGINT;
-                case "double": return DOUBLE;
-                case "boolean": return BOOLEAN;
-                case "decimal(20,0)": return DECIMAL;
-                default: throw new IOException("no column type " + name);
-            }
+            types = kinds.toArray(new SparkType[0]);
         }
     }
 
@@ -124,41 +112,12 @@ public final class DebeziumImage implements UDF2<String, String, Row> {
                     continue;
                 }
                 if (v == JsonToken.VALUE_NULL) continue;
-                Object value = value(p, v, c.types[at]);
+                Object value = c.types[at].read(p, v, LEAST, GREATEST);
                 if (value == null) return null;
                 values[at] = value;
             }
             if (t != JsonToken.END_OBJECT || p.nextToken() != null) return null;
         }
         return RowFactory.create(values);
-    }
-
-    /** The value at `v` as its column's type reads it; null to defer. */
-    private static Object value(JsonParser p, JsonToken v, byte type) throws IOException {
-        switch (type) {
-            case STRING:
-                return v == JsonToken.VALUE_STRING ? p.getText() : null;
-            case BIGINT:
-                if (v != JsonToken.VALUE_NUMBER_INT) return null;
-                JsonParser.NumberType size = p.getNumberType();
-                return size == JsonParser.NumberType.INT || size == JsonParser.NumberType.LONG
-                    ? (Object) p.getLongValue() : null;
-            case DOUBLE:
-                if (v != JsonToken.VALUE_NUMBER_INT && v != JsonToken.VALUE_NUMBER_FLOAT) {
-                    return null;
-                }
-                double d = p.getDoubleValue();
-                return Double.isInfinite(d) ? null : (Object) d;
-            case BOOLEAN:
-                return v == JsonToken.VALUE_TRUE ? Boolean.TRUE
-                    : v == JsonToken.VALUE_FALSE ? Boolean.FALSE : null;
-            case DECIMAL:
-                if (v != JsonToken.VALUE_NUMBER_INT) return null;
-                BigInteger n = p.getBigIntegerValue();
-                return n.compareTo(LEAST) < 0 || n.compareTo(GREATEST) > 0
-                    ? null : new BigDecimal(n);
-            default:
-                return null;
-        }
     }
 }

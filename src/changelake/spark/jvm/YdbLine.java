@@ -5,7 +5,6 @@ import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
-import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -57,19 +56,32 @@ public final class YdbLine implements UDF2<String, String, Row> {
 
     private static final JsonFactory READ = JsonFactory.builder()
         .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
-    private static final BigInteger LEAST = BigInteger.valueOf(Long.MIN_VALUE);
-    private static final BigInteger GREATEST = BigInteger.valueOf(Long.MAX_VALUE);
-    private static final BigInteger DIGITS_20 = BigInteger.TEN.pow(20);
+    /** The integers `from_json` reads into a decimal(20,0): at most 20 digits. */
+    private static final BigInteger GREATEST = BigInteger.TEN.pow(20).subtract(BigInteger.ONE);
+    private static final BigInteger LEAST = GREATEST.negate();
 
     private static final byte BOOL = 0, UINT = 1, INT = 2, NUMBER = 3, STRING = 4;
-    private static final byte LONG = 0, DOUBLE = 1, BOOLEAN = 2, TEXT = 3, DECIMAL = 4;
+
+    /** A column: the JSON kind its YDB type is written as, and its Spark type. */
+    private static final class Column {
+        final byte kind;
+        final SparkType type;
+
+        Column(byte kind, SparkType type) {
+            this.kind = kind;
+            this.type = type;
+        }
+    }
+
+    /** A ts or resolved member's two values. */
+    private static final Column PAIR = new Column(UINT, SparkType.DECIMAL);
 
     /** The table: its key columns in key order and its other columns in table order. */
     private static final class Table {
         final String text;
-        final List<byte[]> keys = new ArrayList<>();  // {kind, type} of each key column
+        final List<Column> keys = new ArrayList<>();
         final Map<String, Integer> place = new HashMap<>();  // non-key name -> index
-        final List<byte[]> others = new ArrayList<>();
+        final List<Column> others = new ArrayList<>();
 
         Table(String text) throws IOException {
             this.text = text;
@@ -79,29 +91,18 @@ public final class YdbLine implements UDF2<String, String, Row> {
                     p.nextToken();
                     String name = p.getText();
                     p.nextToken();
-                    byte type = type(p.getText());
+                    SparkType type = SparkType.named(p.getText());
                     p.nextToken();
                     byte kind = kind(p.getText());
                     boolean key = p.nextToken() == JsonToken.VALUE_TRUE;
                     if (p.nextToken() != JsonToken.END_ARRAY) throw new IOException("table");
                     if (key) {
-                        keys.add(new byte[] {kind, type});
+                        keys.add(new Column(kind, type));
                     } else {
                         place.put(name, others.size());
-                        others.add(new byte[] {kind, type});
+                        others.add(new Column(kind, type));
                     }
                 }
-            }
-        }
-
-        private static byte type(String name) throws IOException {
-            switch (name) {
-                case "bigint": return LONG;
-                case "double": return DOUBLE;
-                case "boolean": return BOOLEAN;
-                case "string": return TEXT;
-                case "decimal(20,0)": return DECIMAL;
-                default: throw new IOException("no type " + name);
             }
         }
 
@@ -214,48 +215,29 @@ public final class YdbLine implements UDF2<String, String, Row> {
         if (v != JsonToken.START_ARRAY) throw DEFER;
         Object[] values = new Object[2];
         for (int i = 0; i < 2; i++) {
-            values[i] = value(p, p.nextToken(), new byte[] {UINT, DECIMAL});
+            values[i] = value(p, p.nextToken(), PAIR);
         }
         if (p.nextToken() != JsonToken.END_ARRAY) throw DEFER;
         return values;
     }
 
     /** A value of its column's JSON kind, as `from_json` reads it into its Spark type. */
-    private static Object value(JsonParser p, JsonToken e, byte[] column)
+    private static Object value(JsonParser p, JsonToken e, Column column)
             throws IOException, Defer {
-        byte kind = column[0], type = column[1];
-        switch (kind) {
-            case BOOL:
-                if (e == JsonToken.VALUE_TRUE) return Boolean.TRUE;
-                if (e == JsonToken.VALUE_FALSE) return Boolean.FALSE;
-                throw DEFER;
-            case STRING:
-                if (e != JsonToken.VALUE_STRING) throw DEFER;
-                return p.getText();
-            case UINT:
-            case INT:
-                if (e != JsonToken.VALUE_NUMBER_INT) throw DEFER;
-                if (kind == UINT && p.getText().startsWith("-")) throw DEFER;
-                BigInteger n = p.getBigIntegerValue();
-                if (type == LONG) {
-                    if (n.compareTo(LEAST) < 0 || n.compareTo(GREATEST) > 0) throw DEFER;
-                    return n.longValue();
-                }
-                if (type == DECIMAL) {
-                    if (n.abs().compareTo(DIGITS_20) >= 0) throw DEFER;
-                    return new BigDecimal(n);
-                }
-                throw DEFER;
+        boolean ofKind;
+        switch (column.kind) {
+            case BOOL: ofKind = e == JsonToken.VALUE_TRUE || e == JsonToken.VALUE_FALSE; break;
+            case STRING: ofKind = e == JsonToken.VALUE_STRING; break;
+            case UINT: ofKind = e == JsonToken.VALUE_NUMBER_INT && !p.getText().startsWith("-");
+                break;
+            case INT: ofKind = e == JsonToken.VALUE_NUMBER_INT; break;
             case NUMBER:
-                if (e != JsonToken.VALUE_NUMBER_INT && e != JsonToken.VALUE_NUMBER_FLOAT) {
-                    throw DEFER;
-                }
-                if (type != DOUBLE) throw DEFER;
-                double d = p.getDoubleValue();
-                if (Double.isInfinite(d)) throw DEFER;
-                return d;
-            default:
-                throw DEFER;
+                ofKind = e == JsonToken.VALUE_NUMBER_INT || e == JsonToken.VALUE_NUMBER_FLOAT;
+                break;
+            default: ofKind = false;
         }
+        Object value = ofKind ? column.type.read(p, e, LEAST, GREATEST) : null;
+        if (value == null) throw DEFER;
+        return value;
     }
 }
