@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
-from changelake.spark.session import settings
+from changelake.spark.session import NOT_ADAPTIVE, settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -227,8 +227,7 @@ built in about a quarter less time in one pair of builds, and took about 1.5x th
 _CACHE_SETTINGS = {CACHED_PLAN_COALESCING: "true", CACHE_COMPRESSION: "false"}
 
 
-_NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
-_COUNT_SETTINGS = {**_NOT_ADAPTIVE, "spark.sql.shuffle.partitions": "1"}
+_COUNT_SETTINGS = {**NOT_ADAPTIVE, "spark.sql.shuffle.partitions": "1"}
 
 
 def _plan_over_cache(counts: DataFrame) -> None:
@@ -254,7 +253,7 @@ def _persist_for_decode(df: DataFrame, *, adaptive: bool) -> DataFrame:
     the plan is cached, not when it is computed)."""
     from pyspark import StorageLevel
 
-    values = _CACHE_SETTINGS if adaptive else {**_CACHE_SETTINGS, **_NOT_ADAPTIVE}
+    values = _CACHE_SETTINGS if adaptive else {**_CACHE_SETTINGS, **NOT_ADAPTIVE}
     with settings(df.sparkSession, values):
         return df.persist(StorageLevel.MEMORY_AND_DISK)
 

@@ -191,6 +191,12 @@ def _launch_environment() -> Iterator[None]:
             os.environ.pop(key, None)
 
 
+NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
+"""The `settings` a plan is made with where adaptive execution must not run it: its shuffles
+then keep the partitions asked for, the plan reports its partitioning, and each stage is not
+a job of its own."""
+
+
 @contextmanager
 def settings(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
     """The session's SQL settings `values` for the length of a block, then the earlier ones

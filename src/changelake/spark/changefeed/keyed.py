@@ -24,6 +24,13 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
   the first write's before image value, else null.
 * *Updates*: each applied event retracts the key's previous row (the state's for the first)
   and inserts its own (a delete none), at its time; equal pairs cancel when consolidated.
+
+The rules are stated twice, the same way: `convert` with windows by key (what a session without
+the project's jar runs, and the statement the Java is tested against), and `java_convert`,
+one pass of `KeyedConversion.java` over each key's events, sorted, in the tasks (what a session
+with the jar runs: `pipeline.checked_conversion`). Four window operators, each copying every
+event into its buffer, an explode and an aggregate were most of the conversion's time; the
+pass holds nothing but one key's updates (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from pyspark.sql import functions as F
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
 from changelake.spark.jvm import register
-from changelake.spark.session import settings, stored
+from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
 
 @dataclass(frozen=True)
@@ -249,17 +256,17 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
     `partitions_for`). `convert` groups them by key (its windows) and by key, row and time
-    (its consolidation), which this partitioning serves, so they are shuffled once, here,
-    when the conversion runs in the same job (`pipeline.checked_conversion`)."""
+    (its consolidation), and `java_convert` reads each key's events in one partition, which
+    this partitioning serves, so they are shuffled once, here, when the conversion runs in
+    the same job (`pipeline.checked_conversion`)."""
     return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
-    """`frame` checkpointed (`session.stored`), with a partitioning the plans that read it
-    know. Spark records a checkpoint's partitioning only when its plan ran without adaptive
-    execution (an adaptive plan reports none), so it runs without it: its shuffles then keep
-    the partitions asked for (`by_key`), none coalesced."""
-    with settings(frame.sparkSession, {"spark.sql.adaptive.enabled": "false"}):
+    """`frame` checkpointed (`session.stored`), planned without adaptive execution: its
+    shuffles then keep the partitions asked for (`by_key`), none coalesced, and the map side
+    runs in the job that writes the checkpoint, not in a job of its own."""
+    with settings(frame.sparkSession, NOT_ADAPTIVE):
         return stored(frame)
 
 
@@ -268,6 +275,59 @@ def problem_of(least: str | None, tied: bool | None) -> str | None:
     least of their `problem`s, else `TIED` when two writes of one key at one position hold
     different rows where the order would need their text, else None."""
     return least if least is not None else TIED if tied else None
+
+
+def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                state: DataFrame | None) -> DataFrame:
+    """`events` with `st`, their key's row in `state` (the table's current rows, one per key:
+    its columns cast to the output types), or null."""
+    if state is None:
+        return events.withColumn("st", F.lit(None).cast(
+            "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
+    types = {c.name: c.out_type for c in columns}
+    table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
+                                for i, k in enumerate(keys)],
+                              F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
+                                         for c in columns]).alias("st"))
+    return events.join(table_rows, [f"k{i}" for i in range(len(keys))], "left")
+
+
+JVM_CONVERSION_CLASS = "changelake.jvm.KeyedConversion"
+
+#: The element types of `pos` the Java conversion compares (Debezium's positions are longs,
+#: YDB's `ts` steps Uint64 decimals).
+_JAVA_POSITIONS = ("bigint", "decimal(20,0)")
+
+
+def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                 state: DataFrame | None) -> DataFrame | None:
+    """`convert` by the project's Java (`KeyedConversion.java`: one pass over each key's
+    events, in the tasks, instead of four windows, an explode and an aggregate), as
+    `(data, time, diff, problem, tied)`: the updates (`problem` and `tied` null), and in a
+    partition whose events had a problem or a tie, one row with no data and diff 0 that holds
+    what `convert`'s `checks` observe. None where the session has no jar or the positions are
+    of a type it does not compare.
+
+    Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
+    own): `events` must already be partitioned by key (`by_key`), and the caller plans it as
+    `checkpoint` runs, without adaptive execution, so that the shuffle runs in the job that
+    reads the result rather than here."""
+    from pyspark.sql.types import ArrayType
+
+    from changelake.spark.jvm import java_class
+
+    converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
+    position = events.schema["pos"].dataType
+    if converter is None or not isinstance(position, ArrayType) \
+            or position.elementType.simpleString() not in _JAVA_POSITIONS:
+        return None
+    kcols = [f"k{i}" for i in range(len(keys))]
+    ordered = _with_state(events, columns, keys, state) \
+        .sortWithinPartitions(*kcols, "time", "pos", "rank") \
+        .select(*kcols, F.col("time").cast("bigint"), "pos", F.col("rank").cast("int"),
+                F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
+                F.col("content").cast("bigint"), F.col("problem").cast("string"), "st")
+    return DataFrame(converter.convert(ordered._jdf, len(keys)), events.sparkSession)
 
 
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
@@ -296,16 +356,7 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     neighbours in the window's order)."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
-    if state is not None:
-        types = {c.name: c.out_type for c in columns}
-        table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
-                                    for i, k in enumerate(keys)],
-                                  F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
-                                             for c in columns]).alias("st"))
-        events = events.join(table_rows, kcols, "left")
-    else:
-        events = events.withColumn("st", F.lit(None).cast(
-            "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
+    events = _with_state(events, columns, keys, state)
     order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
     # The greatest (position, rank) of the key's earlier events, and of those the greatest
     # content: while no tie is found, the content of the write applied at that place.

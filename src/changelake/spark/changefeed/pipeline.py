@@ -11,9 +11,10 @@ with windows by transaction and by file block (`times.py`); the columns' types a
 every image: one more pass, run in any case, as it also finds image columns beyond the
 table's) and each image read against them once (`keyed.typed_images`: in Java where the
 session has the jar and the image is plain, else `from_json`); keyed events are
-shuffled by key once and converted with windows by key, joined with the table's rows
-(`keyed.py`), into a local checkpoint, by one job that also checks them for key problems and
-ties (`checked_conversion`); without keys,
+shuffled by key once and converted, joined with the table's rows (`keyed.py`: by the
+project's Java conversion, one pass over each key's events, where the session has the jar,
+else with windows by key), into a local checkpoint, by one job that also checks them for key
+problems and ties (`checked_conversion`); without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
 need the current time: `times.py`) and a handful of aggregate rows.
@@ -83,6 +84,7 @@ from changelake.spark.changefeed.keyed import (
     by_key,
     checkpoint,
     convert,
+    java_convert,
     partitions_for,
     problem_of,
     typed_events,
@@ -114,7 +116,7 @@ from changelake.spark.changefeed.ydb import (
     ydb_items,
 )
 from changelake.spark.errors import input_error
-from changelake.spark.session import stored
+from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
 log = logging.getLogger(__name__)
 
@@ -326,15 +328,26 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
                        state: DataFrame | None, size: int) -> DataFrame:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
-    are `marks`') and converted (`keyed.convert`) into a checkpoint by one job, which also
-    checks them (`convert`'s `checks`: a key problem, or two writes of one key at one
-    position with different rows where the order would need their text): a problem is
+    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`) into a
+    checkpoint by one job, which also checks them (`convert`'s `checks`: a key problem, or
+    two writes of one key at one position with different rows where the order would need
+    their text; the Java conversion's report rows, observed the same way): a problem is
     `Unsupported`, raised once the job is done (its output then goes unused). Before, the
     events were checkpointed, an aggregate by key and position read them back for the check,
     and the lake's write converted them (benchmarks/README.md)."""
     checks = Observation()
-    converted = _guard(lambda: checkpoint(convert(_by_key(events, len(keys), size), columns,
-                                                  keys, state, checks=checks)))
+    shuffled = _by_key(events, len(keys), size)
+
+    def run() -> DataFrame:
+        with settings(events.sparkSession, NOT_ADAPTIVE):  # see `keyed.java_convert`
+            java = java_convert(shuffled, columns, keys, state)
+        if java is None:
+            return checkpoint(convert(shuffled, columns, keys, state, checks=checks))
+        return checkpoint(java.observe(checks, F.min("problem").alias("problem"),
+                                       F.max("tied").alias("tied"))
+                          .where(F.col("diff") != 0).select("data", "time", "diff"))
+
+    converted = _guard(run)
     problem = problem_of(checks.get["problem"], checks.get["tied"])
     if problem is not None:
         raise Unsupported(problem)

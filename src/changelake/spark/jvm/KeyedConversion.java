@@ -1,0 +1,341 @@
+package changelake.jvm;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.NoSuchElementException;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * The keyed conversion (`keyed.convert`) as one pass over each key's events, in the tasks:
+ * what `convert`'s four windows, its explode and its consolidation compute, without a row
+ * copied from one operator into the next.
+ *
+ * The promise: given the events `keyed.java_convert` hands it (each partition's rows sorted by
+ * key, then `(time, pos, rank)`, every key's rows in one partition), the updates are exactly
+ * `convert`'s, and the two checks are exactly what `convert` observes (`tests/
+ * test_spark_changefeed_keyed.py` compares the two on generated events). Each rule below is
+ * the window it replaces, by name:
+ * <ul>
+ * <li>`_seen`: the greatest `(pos, rank, content)` of the key's earlier events, applied or
+ * not. An event is applied when its `(pos, rank)` is above `_seen`'s (or it is the key's
+ * first); `tied` is a write that meets, at `_seen`'s `(pos, rank)`, a write of other content;
+ * `problem` the least of every event's.</li>
+ * <li>Over the applied events: `segment`, the deletes so far (this one counted); the segment's
+ * first write (after a delete, or the key's first event) and its before image; each column's
+ * last real value (a write whose value is not UNCHANGED) with the segment it was written
+ * in.</li>
+ * <li>A write's row: per column, the last real value if written in this segment, else the
+ * table's row (`st`) while no delete was applied, else the segment's first write's before
+ * image value unless UNCHANGED, else null. The event retracts the key's previous row (the
+ * table's for the key's first applied event) and inserts its own (a delete none), at its
+ * time.</li>
+ * <li>The key's updates are summed by `(row, time)` and those of diff 0 dropped: rows are
+ * compared as Spark's aggregate compares them (their unsafe bytes, a float's -0.0 and NaNs
+ * made one value first).</li>
+ * </ul>
+ *
+ * Nothing is held beyond one key's updates. A partition whose events had a problem or a tie
+ * ends with one more row, with no data, that says so (`problem`, `tied`): the caller observes
+ * those two columns and drops it.
+ */
+public final class KeyedConversion {
+    private KeyedConversion() {}
+
+    /**
+     * The updates of `events` (columns in this order: the `keys` key columns, then time
+     * bigint, pos array, rank int, is_delete boolean, a, ua, b, ub, content bigint, problem
+     * string, st), as `data struct, time bigint, diff bigint, problem string, tied boolean`.
+     */
+    public static Dataset<Row> convert(Dataset<Row> events, int keys) {
+        StructType in = events.schema();
+        StructType data = (StructType) in.fields()[keys + 4].dataType();
+        StructType out = new StructType(new StructField[] {
+            DataTypes.createStructField("data", data, true),
+            DataTypes.createStructField("time", DataTypes.LongType, true),
+            DataTypes.createStructField("diff", DataTypes.LongType, false),
+            DataTypes.createStructField("problem", DataTypes.StringType, true),
+            DataTypes.createStructField("tied", DataTypes.BooleanType, true)});
+        DataType[] keyTypes = new DataType[keys];
+        for (int i = 0; i < keys; i++) keyTypes[i] = in.fields()[i].dataType();
+        DataType position = ((org.apache.spark.sql.types.ArrayType) in.fields()[keys + 1]
+            .dataType()).elementType();
+        RDD<InternalRow> rows = events.queryExecution().toRdd();
+        RDD<InternalRow> updates = rows.toJavaRDD()
+            .mapPartitions(new Partition(keyTypes, position, data)).rdd();
+        return events.sparkSession().internalCreateDataFrame(updates, out, false);
+    }
+
+    /** The function each task runs over its partition. */
+    private static final class Partition
+            implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+        private static final long serialVersionUID = 1L;
+        private final DataType[] keyTypes;
+        private final DataType position;
+        private final StructType data;
+
+        Partition(DataType[] keyTypes, DataType position, StructType data) {
+            this.keyTypes = keyTypes;
+            this.position = position;
+            this.data = data;
+        }
+
+        @Override
+        public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
+            return new Updates(rows, keyTypes, position, data);
+        }
+    }
+
+    /** `(pos, rank, content)` of an event, ordered as Spark orders the struct. */
+    private record Place(ArrayData pos, int rank, long content) {}
+
+    /** A column's value and the segment it was written in. */
+    private record Written(int segment, Object value) {}
+
+    /** A row of the data (its unsafe bytes) at a time: what the updates are summed by. */
+    private record At(UnsafeRow row, long time) {}
+
+    /** The updates of one partition, key by key, as the caller pulls them. */
+    private static final class Updates implements Iterator<InternalRow> {
+        private final Iterator<InternalRow> rows;
+        private final DataType[] keyTypes;
+        private final DataType position;
+        private final DataType[] types;
+        private final int n;
+        private final int keys;
+        private final UnsafeProjection unsafe;
+        private final List<InternalRow> ready = new ArrayList<>();
+        private int next;
+        private InternalRow pending; // the first row of the next key, read ahead
+        private UTF8String problem;
+        private boolean tied;
+        private boolean reported;
+
+        Updates(Iterator<InternalRow> rows, DataType[] keyTypes, DataType position,
+                StructType data) {
+            this.rows = rows;
+            this.keyTypes = keyTypes;
+            this.position = position;
+            this.keys = keyTypes.length;
+            this.n = data.fields().length;
+            this.types = new DataType[n];
+            for (int i = 0; i < n; i++) types[i] = data.fields()[i].dataType();
+            this.unsafe = UnsafeProjection.create(types);
+        }
+
+        @Override
+        public boolean hasNext() {
+            while (next >= ready.size()) {
+                ready.clear();
+                next = 0;
+                if (pending == null && !rows.hasNext()) {
+                    if (reported || (problem == null && !tied)) return false;
+                    reported = true;
+                    ready.add(new GenericInternalRow(new Object[] {
+                        null, null, 0L, problem, tied ? Boolean.TRUE : null}));
+                    break;
+                }
+                oneKey();
+            }
+            return true;
+        }
+
+        @Override
+        public InternalRow next() {
+            if (!hasNext()) throw new NoSuchElementException();
+            return ready.get(next++);
+        }
+
+        private int ordinal(int field) {
+            return keys + field;
+        }
+
+        /** Reads one key's events (and the first row of the next key), fills `ready`. */
+        private void oneKey() {
+            InternalRow first = pending != null ? pending : rows.next();
+            pending = null;
+            InternalRow row = first.copy();
+            Object[] key = new Object[keys];
+            for (int i = 0; i < keys; i++) key[i] = normal(row.get(i, keyTypes[i]));
+            InternalRow state = row.isNullAt(ordinal(10)) ? null : row.getStruct(ordinal(10), n);
+            Object[] stateValues = state == null ? null : values(state);
+            Map<At, Long> sums = new HashMap<>();
+            Place seen = null;
+            int segment = 0;
+            Boolean lastDelete = null;
+            Written[] real = new Written[n];
+            int firstSegment = -1;
+            Object[] firstBefore = null;
+            boolean[] firstUnchanged = null;
+            UnsafeRow previous = state == null ? null : row(stateValues);
+            while (true) {
+                if (!row.isNullAt(ordinal(9))) {
+                    UTF8String p = row.getUTF8String(ordinal(9));
+                    if (problem == null || p.compareTo(problem) < 0) problem = p.clone();
+                }
+                ArrayData pos = row.isNullAt(ordinal(1)) ? null : row.getArray(ordinal(1));
+                int rank = row.getInt(ordinal(2));
+                long content = row.getLong(ordinal(8));
+                boolean delete = row.getBoolean(ordinal(3));
+                boolean write = !delete;
+                boolean apply;
+                if (seen == null) {
+                    apply = true;
+                } else {
+                    int c = compare(pos, seen.pos());
+                    if (rank == 1 && seen.rank() == 1 && c == 0 && pos != null
+                            && seen.content() != content) {
+                        tied = true;
+                    }
+                    apply = c > 0 || (c == 0 && rank > seen.rank());
+                }
+                if (seen == null || greater(pos, rank, content, seen)) {
+                    seen = new Place(pos == null ? null : pos.copy(), rank, content);
+                }
+                if (apply) {
+                    long time = row.getLong(ordinal(0));
+                    if (delete) segment++;
+                    InternalRow a = row.isNullAt(ordinal(4)) ? null : row.getStruct(ordinal(4), n);
+                    InternalRow ua = row.isNullAt(ordinal(5)) ? null : row.getStruct(ordinal(5), n);
+                    if (write && (lastDelete == null || lastDelete)) {
+                        InternalRow b = row.isNullAt(ordinal(6)) ? null
+                            : row.getStruct(ordinal(6), n);
+                        InternalRow ub = row.isNullAt(ordinal(7)) ? null
+                            : row.getStruct(ordinal(7), n);
+                        firstSegment = segment;
+                        firstBefore = b == null ? null : values(b);
+                        firstUnchanged = new boolean[n];
+                        for (int i = 0; i < n; i++) {
+                            firstUnchanged[i] = ub == null || ub.isNullAt(i) || ub.getBoolean(i);
+                        }
+                    }
+                    UnsafeRow now = null;
+                    if (write) {
+                        Object[] values = new Object[n];
+                        for (int i = 0; i < n; i++) {
+                            boolean unchanged = ua == null || ua.isNullAt(i) || ua.getBoolean(i);
+                            if (!unchanged) {
+                                real[i] = new Written(segment,
+                                    a == null ? null : normal(copied(a.get(i, types[i]))));
+                            }
+                            if (real[i] != null && real[i].segment() == segment) {
+                                values[i] = real[i].value();
+                            } else if (segment == 0 && stateValues != null) {
+                                values[i] = stateValues[i];
+                            } else if (firstSegment == segment && !firstUnchanged[i]
+                                    && firstBefore != null) {
+                                values[i] = firstBefore[i];
+                            }
+                        }
+                        now = row(values);
+                    }
+                    // `previous` is the table's row until the key's first applied event
+                    if (previous != null) sums.merge(new At(previous, time), -1L, Long::sum);
+                    if (now != null) sums.merge(new At(now, time), 1L, Long::sum);
+                    previous = now;
+                    lastDelete = delete;
+                }
+                if (!rows.hasNext()) break;
+                InternalRow following = rows.next();
+                if (!sameKey(following, key)) {
+                    pending = following;
+                    break;
+                }
+                row = following.copy();
+            }
+            for (Map.Entry<At, Long> e : sums.entrySet()) {
+                long diff = e.getValue();
+                if (diff != 0) {
+                    ready.add(new GenericInternalRow(new Object[] {
+                        e.getKey().row(), e.getKey().time(), diff, null, null}));
+                }
+            }
+        }
+
+        /** The values of a struct, each copied out of the row's buffer, floats made one. */
+        private Object[] values(InternalRow struct) {
+            Object[] out = new Object[n];
+            for (int i = 0; i < n; i++) out[i] = normal(copied(struct.get(i, types[i])));
+            return out;
+        }
+
+        private UnsafeRow row(Object[] values) {
+            return unsafe.apply(new GenericInternalRow(values)).copy();
+        }
+
+        private boolean sameKey(InternalRow row, Object[] key) {
+            for (int i = 0; i < keys; i++) {
+                Object v = normal(row.get(i, keyTypes[i]));
+                if (v == null ? key[i] != null : !v.equals(key[i])) return false;
+            }
+            return true;
+        }
+
+        /** Spark's order of structs `(pos, rank, content)`: is this one above `seen`? */
+        private boolean greater(ArrayData pos, int rank, long content, Place seen) {
+            int c = compare(pos, seen.pos());
+            if (c != 0) return c > 0;
+            if (rank != seen.rank()) return rank > seen.rank();
+            return content > seen.content();
+        }
+
+        /** Spark's order of arrays (nulls first, element by element, then the shorter). */
+        private int compare(ArrayData x, ArrayData y) {
+            if (x == null || y == null) return x == null ? (y == null ? 0 : -1) : 1;
+            int common = Math.min(x.numElements(), y.numElements());
+            for (int i = 0; i < common; i++) {
+                boolean xn = x.isNullAt(i);
+                boolean yn = y.isNullAt(i);
+                if (xn || yn) {
+                    if (xn && yn) continue;
+                    return xn ? -1 : 1;
+                }
+                int c;
+                if (position instanceof DecimalType d) {
+                    c = x.getDecimal(i, d.precision(), d.scale())
+                        .compare(y.getDecimal(i, d.precision(), d.scale()));
+                } else {
+                    c = Long.compare(x.getLong(i), y.getLong(i));
+                }
+                if (c != 0) return c;
+            }
+            return Integer.compare(x.numElements(), y.numElements());
+        }
+    }
+
+    /** A value that outlives the row it was read from. */
+    private static Object copied(Object value) {
+        if (value instanceof UTF8String s) return s.clone();
+        if (value instanceof Decimal d) return d.clone();
+        return value;
+    }
+
+    /** -0.0 and every NaN made one value each, as Spark's grouping makes them. */
+    private static Object normal(Object value) {
+        if (value instanceof Double d) {
+            if (d.isNaN()) return Double.NaN;
+            if (d == 0.0d) return 0.0d;
+        } else if (value instanceof Float f) {
+            if (f.isNaN()) return Float.NaN;
+            if (f == 0.0f) return 0.0f;
+        }
+        return value;
+    }
+}

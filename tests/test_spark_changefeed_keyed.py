@@ -1,0 +1,135 @@
+"""The Java keyed conversion (`spark/jvm/KeyedConversion.java`) gives exactly `convert`'s result.
+
+`keyed.convert` (four windows over each key's events, an explode, an aggregate) is the
+conversion's statement in Spark functions, and what a session without the project's jar runs;
+`keyed.java_convert` is what one with it runs. On the same events, shuffled by key the same
+way, the two must give the same updates (compared by `repr`, so a -0.0 is not a 0.0) and the
+same checks (the least problem, and whether two writes of a key tie at one position).
+
+The events are generated so that every rule has work: several events of a key at one
+position (replays, ties of different rows), positions below the key's greatest (stale),
+deletes that restart a key's values, UNCHANGED values filled from the segment's real values,
+the table's row, or the first write's before image; keys of two columns, one a double with
+-0.0 and 0.0, data with NaN and -0.0; positions of longs (Debezium) and of Uint64 decimals
+(YDB).
+"""
+
+from __future__ import annotations
+
+import random
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from changelake.spark.changefeed.keyed import (
+    ColumnSpec,
+    by_key,
+    convert,
+    java_convert,
+)
+from changelake.spark.changefeed.types import Decoder
+from changelake.spark.session import NOT_ADAPTIVE, settings
+from conftest import seeded
+
+COLUMNS = [ColumnSpec(n, t, t, Decoder(), Decoder()) for n, t in
+           (("id", "bigint"), ("tag", "double"), ("name", "string"), ("x", "double"),
+            ("flag", "boolean"))]
+NAMES = [c.name for c in COLUMNS]
+
+
+def _value(rng: random.Random, name: str) -> Any:
+    if name == "name":
+        return rng.choice([None, "a", "b", "é", "a" * 40])
+    if name == "x":
+        return rng.choice([None, 0.0, -0.0, 1.5, float("nan"), -2.0])
+    return rng.choice([None, True, False])
+
+
+def _events(rng: random.Random, keys: int, decimal_pos: bool) -> list[tuple[Any, ...]]:
+    """Rows of `_schema`: each key's events at random times and positions (few of each, so
+    that they meet), writes and deletes, some values UNCHANGED."""
+    out = []
+    for k in range(keys):
+        id_, tag = k // 3, [0.0, -0.0, 7.5][k % 3]
+        for _ in range(rng.randint(1, 9)):
+            delete = rng.random() < 0.25
+            pos = [rng.randint(0, 3) for _ in range(rng.choice([1, 2]))]
+            if decimal_pos:
+                pos = [Decimal(p + 2**63) for p in pos]
+            a = None if delete else (id_, tag, *[_value(rng, n) for n in NAMES[2:]])
+            ua = (False, False, *[rng.random() < 0.3 for _ in NAMES[2:]])
+            b = rng.choice([None, (id_, tag, *[_value(rng, n) for n in NAMES[2:]])])
+            ub = (False, False, *[rng.random() < 0.2 for _ in NAMES[2:]])
+            problem = rng.choice([None] * 30 + ["bad: cannot tell the key",
+                                                "unsupported: a null key"])
+            out.append((id_, tag, rng.randint(0, 4), pos, 0 if delete else 1, delete, a, ua,
+                        b, ub, problem))
+    return out
+
+
+def _schema(decimal_pos: bool) -> str:
+    row = "struct<id: bigint, tag: double, name: string, x: double, flag: boolean>"
+    flags = "struct<id: boolean, tag: boolean, name: boolean, x: boolean, flag: boolean>"
+    element = "decimal(20,0)" if decimal_pos else "bigint"
+    return (f"k0 bigint, k1 double, time bigint, pos array<{element}>, rank int, "
+            f"is_delete boolean, a {row}, ua {flags}, b {row}, ub {flags}, problem string")
+
+
+def _both(spark: Any, rows: list[tuple[Any, ...]], decimal_pos: bool,
+          state: Any) -> tuple[tuple[list[str], Any], tuple[list[str], Any]]:
+    """(updates as sorted reprs, checks) by the windows and by Java, on the same events."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    keys = ["id", "tag"]
+    events = spark.createDataFrame(rows, _schema(decimal_pos)) \
+        .withColumn("content", F.xxhash64("a", "ua"))
+    shuffled = by_key(events, 2, 5)
+    checks = Observation()
+    windows = convert(shuffled, COLUMNS, keys, state, checks=checks).collect()
+    with settings(spark, NOT_ADAPTIVE):
+        java = java_convert(shuffled, COLUMNS, keys, state)
+    assert java is not None, "the test session has the project's jar"
+    converted = java.collect()
+    report = [r for r in converted if r["diff"] == 0]
+    assert all(r["data"] is None and r["time"] is None for r in report)
+
+    def reprs(found: list[Any]) -> list[str]:
+        return sorted(repr((tuple(r["data"]), r["time"], r["diff"])) for r in found)
+
+    least = min((r["problem"] for r in report if r["problem"] is not None), default=None)
+    tied = True if any(r["tied"] for r in report) else None
+    return ((reprs(windows), (checks.get["problem"], checks.get["tied"] or None)),
+            (reprs([r for r in converted if r["diff"] != 0]), (least, tied)))
+
+
+@pytest.mark.parametrize("decimal_pos", [False, True], ids=["debezium-pos", "ydb-pos"])
+def test_java_conversion_is_the_windows_conversion(spark: Any, decimal_pos: bool) -> None:
+    rng = seeded(20261127 + decimal_pos)
+    rows = _events(rng, 300, decimal_pos)
+    (windows, their_checks), (java, our_checks) = _both(spark, rows, decimal_pos, None)
+    assert java == windows
+    assert our_checks == their_checks
+    assert their_checks[0] is not None and their_checks[1]  # the checks had work
+    assert len(windows) > 300
+    assert any("nan" in u for u in windows)
+    # -0.0 was written (`_value`), and both made it 0.0 (as Spark's aggregate does)
+    assert any("0.0" in u for u in windows) and not any("-0.0" in u for u in java)
+
+
+def test_java_conversion_with_the_table_rows(spark: Any) -> None:
+    rng = seeded(20261128)
+    rows = [r for r in _events(rng, 240, False) if r[10] is None]  # no problem, some ties
+    state = spark.createDataFrame(
+        [(k // 3, [0.0, -0.0, 7.5][k % 3], *[_value(rng, n) for n in NAMES[2:]])
+         for k in range(0, 240, 2)],
+        "id bigint, tag double, name string, x double, flag boolean")
+    (windows, their_checks), (java, our_checks) = _both(spark, rows, False, state)
+    assert java == windows
+    assert our_checks == their_checks and their_checks[0] is None
+
+
+def test_no_java_conversion_for_positions_it_does_not_compare(spark: Any) -> None:
+    events = spark.createDataFrame([], _schema(False).replace("array<bigint>", "array<string>"))
+    assert java_convert(events, COLUMNS, ["id", "tag"], None) is None
