@@ -318,7 +318,85 @@ def test_the_parse_step_is_java_alone_where_java_reads_every_line(
         items, facts = pipeline._parsed(lines)
         assert len(calls) == parses
         expected = real(lines.bounded)
+        shapes = facts.pop("shapes", None)  # the images' shapes: Java's reading alone has them
+        assert (shapes is not None) == (parses == 0)
         assert facts == expected.agg(*pipeline._facts()).first().asDict()
         kept = expected.drop(*pipeline._FACTS_ONLY)
         assert items.columns == kept.columns
         assert items.exceptAll(kept).count() == 0 == kept.exceptAll(items).count()
+
+
+# --------------------------------------------------------------------------- image shapes
+
+_SHAPE_VALUES: list[Any] = [
+    "", "x", "2026-11-27", "2026-11-27T10:00:00", "1", "true", "null", None, 0, -1, 2**63 - 1,
+    -(2**63), 2**63, 1.5, -0.0, 1e300, True, False, {"nested": 1}, [1, 2], [],
+]
+
+
+def _shape_batches(count: int) -> list[list[dict[str, Any] | None]]:
+    """Batches of images (after or before, each image a dict or None): a few names, each
+    value of a random kind, so that kinds meet and widen within a batch."""
+    from conftest import seeded
+
+    rng = seeded(20261127)
+    batches = []
+    for _ in range(count):
+        names = rng.sample(["id", "name", "amount", "Note", "note", "é"], rng.randint(1, 4))
+        kinds = {n: rng.sample(_SHAPE_VALUES, rng.randint(1, 3)) for n in names}
+        batch: list[dict[str, Any] | None] = []
+        for _ in range(rng.randint(1, 6)):
+            batch.append(None if rng.random() < 0.15 else {
+                n: rng.choice(kinds[n]) for n in names if rng.random() < 0.85})
+        batches.append(batch)
+    return batches
+
+
+def test_the_image_shapes_infer_as_spark_infers(spark: Any, tmp_path: Path) -> None:
+    """`types.inferred_from_shapes` over the shapes the line reader gives the changes of a
+    batch is `infer_images` over their images, or None (then the pipeline runs it)."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.parse import java_items
+    from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.types import infer_images, inferred_from_shapes
+
+    edges: list[list[dict[str, Any] | None]] = [
+        [{"a": ""}, {"a": 1}], [{"a": ""}], [{"a": "", "b": 1.5}, {"a": True, "b": 2}],
+        [{"a": 1}, {"a": True}], [{"a": None}], [{"a": 1}, {"a": 1.5}], [{"a": -0.0}],
+        [{"a": "1"}, {"a": 1}], [{"a": "2026-11-27"}], [{"a": False}, {"a": None}],
+    ]
+    said = 0
+    for n, batch in enumerate(edges + _shape_batches(30)):
+        path = tmp_path / f"b{n}.jsonl"
+        lines = [orjson.dumps(_change(PG_SOURCE, op="c", after=image or {"id": 0},
+                                      before=(batch[i - 1] if i else None)))
+                 for i, image in enumerate(batch)]
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        items = java_items(read_lines(spark, [str(path)]).bounded)
+        assert items is not None
+        rows = items.select("shape", "after_raw", "before_raw", "_deferred").collect()
+        assert not any(r["_deferred"] for r in rows)
+        shapes = inferred_from_shapes([r["shape"] for r in rows])
+        texts = [r[c] for r in rows for c in ("after_raw", "before_raw") if r[c] is not None]
+        frame = spark.createDataFrame([(t,) for t in texts], "value string")
+        spark_says = {f.name: f.dataType.simpleString()
+                      for f in infer_images(spark, frame.where(F.col("value").isNotNull()))
+                      .fields}
+        if shapes is not None:
+            said += 1
+            assert shapes == spark_says, (batch, shapes, spark_says)
+    assert said >= 20  # the shapes said it for most batches, not only the edges
+
+
+def test_a_task_passes_on_a_bounded_number_of_shapes(spark: Any, tmp_path: Path) -> None:
+    from changelake.spark.changefeed.parse import java_items
+    from changelake.spark.changefeed.read import read_lines
+
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(_change(PG_SOURCE, after={f"c{i}": i})) + b"\n"
+                              for i in range(400)))
+    items = java_items(read_lines(spark, [str(path)]).bounded.coalesce(1))
+    assert items is not None
+    shapes = [r["shape"] for r in items.select("shape").collect()]
+    assert len(set(shapes)) == 257 and shapes[256:] == ["*"] * 144

@@ -110,7 +110,10 @@ _JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "en
                 "end_collections", "pos", "table", "snapshot", "before_raw", "after_raw")
 _JVM_TYPES = ("string", "string", "string", "bigint", "boolean", "string", "bigint", "bigint",
               COLLECTIONS, "array<bigint>", "string", "boolean", "string", "string")
-JVM_LINE_TYPE = ", ".join(f"`{n}` {t}" for n, t in zip(_JVM_COLUMNS, _JVM_TYPES, strict=True))
+#: ... and last, `shape`: a change's images' field names and JSON kinds (`DebeziumLine.image`),
+#: which `types.inferred_from_shapes` reads, as Spark's inference would read the images.
+JVM_LINE_TYPE = ", ".join(f"`{n}` {t}" for n, t in zip(_JVM_COLUMNS, _JVM_TYPES, strict=True)) \
+    + ", `shape` string"
 _BODY_FIELDS = ("op", "before", "after", "status", "id", "event_count", "data_collections",
                 "source", "transaction")
 _ENVELOPE_FIELDS = ("op", "before", "after", "status", "source")
@@ -347,7 +350,8 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
 
 
 def java_items(lines: DataFrame) -> DataFrame | None:
-    """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), and `_deferred`,
+    """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), `shape` (see
+    `JVM_LINE_TYPE`), and `_deferred`,
     true on the lines Java leaves (their columns are then null and `problem` too): the parse
     without any of the Spark functions' expressions, for a caller that takes it only where
     Java read every line (`pipeline._parsed`). None where the session has no jar."""
@@ -359,7 +363,7 @@ def java_items(lines: DataFrame) -> DataFrame | None:
         j["kind"].alias("kind"), F.lit(None).cast("string").alias("problem"),
         *((F.coalesce(j[name], F.lit(False)) if name == "snapshot" else j[name]).alias(name)
           for name in _JVM_COLUMNS[2:]),
-        j.isNull().alias("_deferred"))
+        j["shape"].alias("shape"), j.isNull().alias("_deferred"))
 
 
 def _java_read(lines: DataFrame) -> DataFrame:

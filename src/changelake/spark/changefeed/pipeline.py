@@ -7,9 +7,11 @@ the schema wrapper) wholly in the JVM: the files are read on the executors (`rea
 the same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
 (`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
 with windows by transaction and by file block (`times.py`); the columns' types are decided
-(`types.py`: the table schema, the state, the Debezium schema, else Spark's JSON inference over
-every image: one more pass, run in any case, as it also finds image columns beyond the
-table's) and each image read against them once (`keyed.typed_images`: in Java where the
+(`types.py`: the table schema, the state, the Debezium schema, else what Spark's JSON inference
+over every image finds; that is found in any case, as it also finds image columns beyond the
+table's: from the images' shapes, which the Java line reader gives and the parse's job
+collects, `types.inferred_from_shapes`, else by the inference itself, one more pass) and
+each image read against them once (`keyed.typed_images`: in Java where the
 session has the jar and the image is plain, else `from_json`); keyed events are
 shuffled by key once and converted, joined with the table's rows (`keyed.py`: by the
 project's Java conversion, one pass over each key's events, where the session has the jar,
@@ -17,7 +19,8 @@ else with windows by key), into a local checkpoint, by one job that also checks 
 problems and ties (`checked_conversion`); without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
-need the current time: `times.py`) and a handful of aggregate rows.
+need the current time: `times.py`), a handful of aggregate rows, and the images' distinct
+shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed of one table).
 Each step's seconds and Spark jobs (Debezium and YDB) are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
@@ -106,6 +109,7 @@ from changelake.spark.changefeed.types import (
     connect_decoder,
     image_fields,
     infer_images,
+    inferred_from_shapes,
     spark_type,
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
@@ -241,8 +245,9 @@ def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     if java is not None:
         observed = Observation()
         left = F.count_if(F.col("_deferred")).alias("_deferred")
-        items = _guard(lambda: stored(java.observe(observed, *_facts(), left)
-                                      .drop("_deferred", *_FACTS_ONLY)))
+        shapes = F.collect_set("shape").alias("shapes")  # at most `SHAPES` a task
+        items = _guard(lambda: stored(java.observe(observed, *_facts(), left, shapes)
+                                      .drop("_deferred", "shape", *_FACTS_ONLY)))
         found = dict(observed.get)
         if not found.pop("_deferred"):
             return items, found
@@ -271,11 +276,13 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
             image_fields(facts["schema"]) != image_fields(facts["other_schema"]):
         raise Unsupported("Debezium schemas that differ between lines")
     connect = image_fields(facts["schema"])
-    images = changes.select(F.col("after_raw").alias("value")).where("value IS NOT NULL") \
-        .unionByName(changes.select(F.col("before_raw").alias("value"))
-                     .where("value IS NOT NULL"))
-    inferred = {f.name: f.dataType.simpleString() for f in
-                _guard(lambda: infer_images(spark, images)).fields}
+    inferred = inferred_from_shapes(facts["shapes"]) if "shapes" in facts else None
+    if inferred is None:
+        images = changes.select(F.col("after_raw").alias("value")).where("value IS NOT NULL") \
+            .unionByName(changes.select(F.col("before_raw").alias("value"))
+                         .where("value IS NOT NULL"))
+        inferred = {f.name: f.dataType.simpleString() for f in
+                    _guard(lambda: infer_images(spark, images)).fields}
     drift = [n for n in inferred if n not in names]
     if drift:
         raise Unsupported(f"bad: columns {drift} beyond the table's (schema drift)")

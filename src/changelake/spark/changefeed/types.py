@@ -19,10 +19,11 @@ logical types, nested structs, arrays) raise `Unsupported`: the old path convert
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -135,6 +136,39 @@ def infer_images(spark: SparkSession, texts: DataFrame) -> StructType:
     parsed = StructType.fromJson(json.loads(inferred.json()))
     assert isinstance(parsed, StructType)
     return parsed
+
+
+def inferred_from_shapes(shapes: Sequence[str | None]) -> dict[str, str] | None:
+    """What `infer_images` finds, from the images' shapes (`DebeziumLine.java`: per change,
+    its images' field names, each with the kind of JSON value Spark's inference reads it as),
+    as names and simple type names; None where the shapes cannot say it and the inference
+    must run: a shape Java gave up on (`*`: too many shapes in a task), a value inference
+    reads as neither null nor a string, long, double or boolean (`x`), a name given twice in
+    one image, or two names that differ in case only.
+
+    Spark's rules for these kinds (`JsonInferSchema`): null and the empty string are no type;
+    a column of only those is a string; longs and doubles widen to a double; any other mix is a
+    string."""
+    kinds: dict[str, set[str]] = {}
+    for shape in shapes:
+        if shape is None or shape == "*":
+            return None
+        for image in orjson.loads(shape):
+            names = image[0::2]
+            if len(set(names)) != len(names):
+                return None
+            for name, kind in zip(names, image[1::2], strict=True):
+                kinds.setdefault(name, set()).add(kind)
+    if len({n.lower() for n in kinds}) != len(kinds):
+        return None
+    out = {}
+    for name, seen in kinds.items():
+        if "x" in seen:
+            return None
+        seen = seen - {"n"}
+        out[name] = ("bigint" if seen == {"i"} else "double" if seen <= {"i", "f"} and seen
+                     else "boolean" if seen == {"b"} else "string")
+    return out
 
 
 def unchanged(raw: Column) -> Column:

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.core.io.JsonStringEncoder;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -60,6 +61,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
     private static final JsonFactory READ = JsonFactory.builder()
         .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
     private static final JsonFactory WRITE = new JsonFactory();
+    private static final JsonStringEncoder QUOTE = JsonStringEncoder.getInstance();
     /** `parse._SNAPSHOT_TRUE`, and with them `_SNAPSHOT_KNOWN`. */
     private static final Set<String> SNAPSHOT_TRUE = Set.of(
         "true", "first", "last", "first_in_data_collection", "last_in_data_collection");
@@ -83,12 +85,24 @@ public final class DebeziumLine implements UDF1<String, Row> {
     }
     private static final Defer DEFER = new Defer();
 
+    /**
+     * The most image shapes one task passes on as they are (see `shape`); a change of any
+     * other shape has the shape `*`, which sends the caller to Spark's schema inference. So
+     * the set of shapes the caller collects (an aggregate it observes) holds at most this many
+     * a task, whatever the input.
+     */
+    static final int SHAPES = 256;
+
+    /** The shapes this task has passed on (the function is deserialized for each task). */
+    private transient Set<String> shapes;
+
     @Override
     public Row call(String line) {
         if (line == null || line.isEmpty()) return null;
         if (line.charAt(0) != '{') return line.equals("null") ? tombstone(null) : null;
+        if (shapes == null) shapes = new HashSet<>();
         try {
-            return parse(line);
+            return parse(line, shapes);
         } catch (Defer | IOException | RuntimeException e) {
             return null;
         }
@@ -97,6 +111,8 @@ public final class DebeziumLine implements UDF1<String, Row> {
     /** The body fields of an envelope or of its payload (`parse.BODY`). */
     private static final class Body {
         String op, before, after, status, id, txRawId;
+        /** The images' fields and their JSON kinds (see `image`). */
+        List<String> beforeShape, afterShape;
         Long eventCount, txOrder;
         Src src;
         List<Row> collections;
@@ -127,7 +143,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         }
     }
 
-    private static Row parse(String line) throws IOException, Defer {
+    private static Row parse(String line, Set<String> shapes) throws IOException, Defer {
         Body top = new Body();
         Body payload = null;
         boolean hasPayload = false;
@@ -159,7 +175,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         if (b.op != null) {
             if (keyThenString(line, "\"after\"") || keyThenString(line, "\"before\""))
                 throw DEFER;  // an image that may be a JSON string
-            return change(b, wrapped ? schema : null);
+            return change(b, wrapped ? schema : null, shapes);
         }
         if (b.status == null) throw DEFER;  // neither a change nor a transaction boundary
         if (keyThenString(line, "\"data_collections\"")) throw DEFER;  // may be a string
@@ -169,7 +185,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
     /** A tombstone: a line `null`, or a wrapped line whose payload is null. */
     private static Row tombstone(String schema) {
         return RowFactory.create(schema, "tombstone", null, null, false, null, null, null, null,
-                                 null, null, false, null, null);
+                                 null, null, false, null, null, null);
     }
 
     /**
@@ -181,11 +197,11 @@ public final class DebeziumLine implements UDF1<String, Row> {
         boolean ddl = b.keys.contains("ddl") || b.keys.contains("tableChanges");
         if (!ddl && (b.keys.isEmpty() || !HEARTBEAT.containsAll(b.keys))) throw DEFER;
         return RowFactory.create(schema, "skipped", null, null, false, null, b.txOrder, null,
-                                 null, null, null, false, null, null);
+                                 null, null, null, false, null, null, null);
     }
 
     /** `parse._classify` for a change line it finds no problem on. */
-    private static Row change(Body b, String schema) throws Defer {
+    private static Row change(Body b, String schema, Set<String> shapes) throws Defer {
         Src s = b.src;
         if (s == null) throw DEFER;  // bad: no source block
         if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")))
@@ -240,8 +256,13 @@ public final class DebeziumLine implements UDF1<String, Row> {
         } else {
             throw DEFER;  // a change without a position
         }
+        String shape = shape(b.afterShape, b.beforeShape);
+        if (!shapes.contains(shape)) {
+            if (shapes.size() < SHAPES) shapes.add(shape);
+            else shape = "*";
+        }
         return RowFactory.create(schema, "change", op, time, txMin, tx, b.txOrder, null, null,
-                                 pos, s.tableName(), snapshot, b.before, b.after);
+                                 pos, s.tableName(), snapshot, b.before, b.after, shape);
     }
 
     /** `parse._classify` for a BEGIN or END line it finds no problem on. */
@@ -255,7 +276,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         if (end && b.eventCount == null) throw DEFER;
         return RowFactory.create(schema, b.status, null, null, false, txId(b.id), b.txOrder,
                                  end ? b.eventCount : null, end ? b.collections : null, null,
-                                 null, false, b.before, b.after);
+                                 null, false, b.before, b.after, null);
     }
 
     private static boolean negative(Long value) {
@@ -291,8 +312,14 @@ public final class DebeziumLine implements UDF1<String, Row> {
             case "status": b.status = string(p, t); return true;
             case "id": b.id = string(p, t); return true;
             case "event_count": b.eventCount = number(p, t); return true;
-            case "before": b.before = image(p, t); return true;
-            case "after": b.after = image(p, t); return true;
+            case "before":
+                b.beforeShape = new ArrayList<>();
+                b.before = image(p, t, b.beforeShape);
+                return true;
+            case "after":
+                b.afterShape = new ArrayList<>();
+                b.after = image(p, t, b.afterShape);
+                return true;
             case "data_collections": b.collections = collections(p, t); return true;
             case "source": b.src = source(p, t); return true;
             case "transaction": transaction(b, p, t); return true;
@@ -390,11 +417,69 @@ public final class DebeziumLine implements UDF1<String, Row> {
         return p.getLongValue();
     }
 
-    /** An image: an object, re-written, or null. */
-    private static String image(JsonParser p, JsonToken t) throws IOException, Defer {
+    /**
+     * An image: an object, re-written as `rewrite` re-writes it, or null. `shape` gets each
+     * field's name and the kind of JSON value that Spark's schema inference reads it as
+     * (`JsonInferSchema.inferField`): `s` a string, `n` null or the empty string (which
+     * inference takes for null), `i` an integer within a long, `f` any other number but an
+     * integer (a double), `b` a boolean, `x` anything else (an object, an array, a larger
+     * integer), which the caller leaves to the inference itself.
+     */
+    private static String image(JsonParser p, JsonToken t, List<String> shape)
+            throws IOException, Defer {
         if (t == JsonToken.VALUE_NULL) return null;
         if (t != JsonToken.START_OBJECT) throw DEFER;
-        return rewrite(p);
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
+            g.writeStartObject();
+            JsonToken v;
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.currentName();
+                g.writeFieldName(name);
+                v = p.nextToken();
+                shape.add(name);
+                shape.add(kind(p, v));
+                g.copyCurrentStructure(p);
+            }
+            g.writeEndObject();
+        }
+        return out.toString(StandardCharsets.UTF_8);
+    }
+
+    private static String kind(JsonParser p, JsonToken v) throws IOException {
+        switch (v) {
+            case VALUE_STRING: return p.getTextLength() == 0 ? "n" : "s";
+            case VALUE_NULL: return "n";
+            case VALUE_TRUE: case VALUE_FALSE: return "b";
+            case VALUE_NUMBER_FLOAT: return "f";
+            case VALUE_NUMBER_INT:
+                JsonParser.NumberType type = p.getNumberType();
+                return type == JsonParser.NumberType.INT || type == JsonParser.NumberType.LONG
+                    ? "i" : "x";
+            default: return "x";
+        }
+    }
+
+    /**
+     * A change's image shapes, as one JSON text: `[after, before]`, each the flat list of its
+     * fields' names and kinds (`image`; empty where there is no image).
+     */
+    private static String shape(List<String> after, List<String> before) {
+        StringBuilder out = new StringBuilder(64).append('[');
+        for (List<String> image : new List[] {after, before}) {
+            if (out.length() > 1) out.append(',');
+            out.append('[');
+            if (image != null) {
+                for (int i = 0; i < image.size(); i++) {
+                    if (i > 0) out.append(',');
+                    out.append('"');
+                    QUOTE.quoteAsString(image.get(i), out);
+                    out.append('"');
+                }
+            }
+            out.append(']');
+        }
+        return out.append(']').toString();
     }
 
     /** The envelope's `schema`: a string's content, an object or array re-written, or null. */
