@@ -16,8 +16,11 @@ window whose partitions are small, never one global window:
   chunk)`, see `read.py`; a chunk is 2**`CHUNK_BITS` consecutive rows, so that the window runs
   in many small partitions), and of the earlier chunks and files (one aggregate row per
   chunk). Only the narrow `(file, block, row, time)` columns are shuffled, and only when the
-  batch has such changes; the times found are broadcast back to the changes when they are few
-  (`BROADCAST_UNTIMED`), else joined by a shuffle. Where each file is a stream of its own
+  batch has such changes and one that moves the time comes before one of them in its chunk;
+  the times found are broadcast back to the changes when they are few (`BROADCAST_UNTIMED`),
+  else joined by a shuffle. Where no chunk needs the window (a batch's snapshot rows come
+  before its streamed changes), the chunk rows alone are broadcast to the changes: no window,
+  and no pass over the changes of its own. Where each file is a stream of its own
   (`per_file`: Kafka partitions, `read.record_lines`), the earlier files do not count: the
   highest time before the change in its own partition, as `kafka.changefeed` merges them.
   That running highest is `highest_before`, which YDB's barrier rule uses too (`barriers.py`).
@@ -30,6 +33,7 @@ time + 1) is placed one below where the encoder places it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -77,8 +81,20 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
         return changes
     narrow = changes.select(*stream, row, "time",
                             (F.col("time") if moves is None else moves).alias("_m"))
+    chunks = _chunks(spark, narrow, stream=stream, row=row, per_file=per_file,
+                     moves=F.col("_m"), wanted=F.col("time").isNull())
+    if not chunks.windowed:
+        # No change that moves the time comes before an untimed one in its chunk (a batch's
+        # snapshot rows come first): each takes the earlier chunks' highest, a column of the
+        # few chunk rows broadcast to the changes, with no window and no pass of its own.
+        earlier = F.broadcast(chunks.earlier.select(
+            *stream, F.col("chunk").alias("_chunk"), F.col("_earlier").alias("_now")))
+        return (changes.withColumn("_chunk", F.shiftright(F.col(row), CHUNK_BITS))
+                .join(earlier, [*stream, "_chunk"], "left")
+                .withColumn("time", F.coalesce("time", "_now", F.lit(0)))
+                .drop("_chunk", "_now"))
     now = highest_before(spark, narrow, stream=stream, row=row, per_file=per_file,
-                         moves=F.col("_m"), wanted=F.col("time").isNull()) \
+                         moves=F.col("_m"), wanted=F.col("time").isNull(), chunks=chunks) \
         .select(*stream, row, F.coalesce("_high", F.lit(0)).alias("_now"))
     if not one_per_row:
         now = now.dropDuplicates([*stream, row])
@@ -88,29 +104,20 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
             .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
 
 
-def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
-                   moves: Column, per_file: bool = False,
-                   partitions: int | None = None, wanted: Column | None = None) -> DataFrame:
-    """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
-    the order of `stream` and then `row` (with `per_file`, only the rows of the same
-    `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
-    the rows it holds are returned.
+@dataclass(frozen=True)
+class _Chunks:
+    """One row per chunk of `highest_before`'s order, as its window needs them."""
 
-    A running maximum over the whole order would be one window partition per stream, held by
-    one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
-    took the driver's JVM from 1.0 to 2.5 GiB: benchmarks/README.md). So the order is cut into
-    chunks of 2**`CHUNK_BITS` consecutive `row`s: one aggregate row per chunk reaches the
-    driver, which carries the highest value of the earlier chunks (a few rows, broadcast
-    back), and a window partitioned by chunk adds the highest of the earlier rows of the same
-    chunk. `partitions` spreads the chunks over that many tasks (default: the session's
-    shuffle partitions), so that a task's sort holds a bounded share of the rows.
+    earlier: DataFrame  # the stream's columns, chunk, _earlier, _windowed
+    place: list[str]  # the stream's columns and chunk
+    windowed: bool  # some chunk needs the window
 
-    The window only runs over the chunks that need it: with `wanted`, a chunk in which no
-    row that moves comes before the last wanted row (the aggregate row says so) gives each
-    wanted row the earlier chunks' highest as it is, with no shuffle. A batch's snapshot rows
-    come before its streamed changes, so their chunks need no window: at 1.1M Debezium
-    events that window, a shuffle and sort of every change, took about 1 s
-    (benchmarks/README.md)."""
+
+def _chunks(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
+            moves: Column, per_file: bool, wanted: Column | None) -> _Chunks:
+    """The aggregate row per chunk that `highest_before` carries on the driver: the highest
+    value `moves` takes in the earlier chunks (`_earlier`), and whether the chunk needs the
+    window (`_windowed`: without `wanted`, every chunk)."""
     place = [*stream, "chunk"]
     narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
     aggregates = [F.max("_moves").alias("t")]
@@ -136,6 +143,40 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     earlier = spark.createDataFrame(
         before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}",
                            "_windowed boolean"]))
+    return _Chunks(earlier, place, any(b[-1] for b in before))
+
+
+def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
+                   moves: Column, per_file: bool = False,
+                   partitions: int | None = None, wanted: Column | None = None,
+                   chunks: _Chunks | None = None) -> DataFrame:
+    """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
+    the order of `stream` and then `row` (with `per_file`, only the rows of the same
+    `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
+    the rows it holds are returned.
+
+    A running maximum over the whole order would be one window partition per stream, held by
+    one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
+    took the driver's JVM from 1.0 to 2.5 GiB: benchmarks/README.md). So the order is cut into
+    chunks of 2**`CHUNK_BITS` consecutive `row`s: one aggregate row per chunk reaches the
+    driver, which carries the highest value of the earlier chunks (a few rows, broadcast
+    back), and a window partitioned by chunk adds the highest of the earlier rows of the same
+    chunk. `partitions` spreads the chunks over that many tasks (default: the session's
+    shuffle partitions), so that a task's sort holds a bounded share of the rows.
+
+    The window only runs over the chunks that need it: with `wanted`, a chunk in which no
+    row that moves comes before the last wanted row (the aggregate row says so) gives each
+    wanted row the earlier chunks' highest as it is, with no shuffle. A batch's snapshot rows
+    come before its streamed changes, so their chunks need no window: at 1.1M Debezium
+    events that window, a shuffle and sort of every change, took about 1 s
+    (benchmarks/README.md)."""
+    if chunks is None:
+        chunks = _chunks(spark, frame, stream=stream, row=row, moves=moves, per_file=per_file,
+                         wanted=wanted)
+    place, earlier = chunks.place, chunks.earlier
+    narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
+    if wanted is not None:
+        narrow = narrow.withColumn("_wanted", wanted)
     done = ["chunk", "_moves", "_earlier", "_windowed"] + ([] if wanted is None else ["_wanted"])
     rows = narrow
     if wanted is not None:
@@ -153,6 +194,6 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
         return out.drop(*done)
     plain = narrow.where(F.col("_wanted")).join(F.broadcast(earlier), place) \
         .where(~F.col("_windowed")).withColumn("_high", F.col("_earlier"))
-    if any(b[-1] for b in before):
+    if chunks.windowed:
         plain = plain.unionByName(out.where(F.col("_wanted")))
     return plain.drop(*done)
