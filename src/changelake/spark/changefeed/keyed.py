@@ -30,7 +30,7 @@ the project's jar runs, and the statement the Java is tested against), and `java
 one pass of `KeyedConversion.java` over each key's events, sorted, in the tasks (what a session
 with the jar runs: `pipeline.checked_conversion`). Four window operators, each copying every
 event into its buffer, an explode and an aggregate were most of the conversion's time; the
-pass holds nothing but one key's updates (benchmarks/README.md).
+pass holds nothing but one key's updates at one time (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -309,9 +309,9 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     of a type it does not compare.
 
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
-    own): `events` must already be partitioned by key (`by_key`), and the caller plans it as
-    `checkpoint` runs, without adaptive execution, so that the shuffle runs in the job that
-    reads the result rather than here."""
+    own): `events` must already be partitioned by key (`by_key`), and the caller makes it
+    without adaptive execution (`session.NOT_ADAPTIVE`), so that the shuffle runs in the job
+    that reads the result (`checkpoint`) rather than here."""
     from pyspark.sql.types import ArrayType
 
     from changelake.spark.jvm import java_class

@@ -52,7 +52,8 @@ import org.apache.spark.unsafe.types.UTF8String;
  * made one value first).</li>
  * </ul>
  *
- * Nothing is held beyond one key's updates. A partition whose events had a problem or a tie
+ * Nothing is held beyond one key's updates at one time (`Updates`). A partition whose events
+ * had a problem or a tie
  * ends with one more row, with no data, that says so (`problem`, `tied`): the caller observes
  * those two columns and drops it.
  */
@@ -109,10 +110,13 @@ public final class KeyedConversion {
     /** A column's value and the segment it was written in. */
     private record Written(int segment, Object value) {}
 
-    /** A row of the data (its unsafe bytes) at a time: what the updates are summed by. */
-    private record At(UnsafeRow row, long time) {}
-
-    /** The updates of one partition, key by key, as the caller pulls them. */
+    /**
+     * The updates of one partition, as the caller pulls them: the events are read one at a
+     * time, and a key's updates at one time are summed and handed on when the next event is
+     * at another time or of another key (updates at two times never cancel). So what is held
+     * is one key's state (its values, not its events) and its updates at one time, however
+     * many events the key has.
+     */
     private static final class Updates implements Iterator<InternalRow> {
         private final Iterator<InternalRow> rows;
         private final DataType[] keyTypes;
@@ -123,10 +127,24 @@ public final class KeyedConversion {
         private final UnsafeProjection unsafe;
         private final List<InternalRow> ready = new ArrayList<>();
         private int next;
-        private InternalRow pending; // the first row of the next key, read ahead
         private UTF8String problem;
         private boolean tied;
         private boolean reported;
+
+        // The current key: its columns, the table's row, and what its windows carry.
+        private Object[] key;
+        private Object[] stateValues;
+        private Place seen;
+        private int segment;
+        private Boolean lastDelete;
+        private Written[] real;
+        private int firstSegment;
+        private Object[] firstBefore;
+        private boolean[] firstUnchanged;
+        private UnsafeRow previous;
+        // Its updates at one time, summed.
+        private final Map<UnsafeRow, Long> sums = new HashMap<>();
+        private long sumsTime;
 
         Updates(Iterator<InternalRow> rows, DataType[] keyTypes, DataType position,
                 StructType data) {
@@ -145,14 +163,22 @@ public final class KeyedConversion {
             while (next >= ready.size()) {
                 ready.clear();
                 next = 0;
-                if (pending == null && !rows.hasNext()) {
+                if (!rows.hasNext()) {
+                    flush();
+                    if (!ready.isEmpty()) break;
                     if (reported || (problem == null && !tied)) return false;
                     reported = true;
                     ready.add(new GenericInternalRow(new Object[] {
                         null, null, 0L, problem, tied ? Boolean.TRUE : null}));
                     break;
                 }
-                oneKey();
+                // The input's rows may be one buffer, read again: what outlives `row` is copied.
+                InternalRow row = rows.next();
+                if (key == null || !sameKey(row)) {
+                    flush();
+                    start(row);
+                }
+                event(row);
             }
             return true;
         }
@@ -167,106 +193,103 @@ public final class KeyedConversion {
             return keys + field;
         }
 
-        /** Reads one key's events (and the first row of the next key), fills `ready`. */
-        private void oneKey() {
-            InternalRow first = pending != null ? pending : rows.next();
-            pending = null;
-            InternalRow row = first.copy();
-            Object[] key = new Object[keys];
-            for (int i = 0; i < keys; i++) key[i] = normal(row.get(i, keyTypes[i]));
-            InternalRow state = row.isNullAt(ordinal(10)) ? null : row.getStruct(ordinal(10), n);
-            Object[] stateValues = state == null ? null : values(state);
-            Map<At, Long> sums = new HashMap<>();
-            Place seen = null;
-            int segment = 0;
-            Boolean lastDelete = null;
-            Written[] real = new Written[n];
-            int firstSegment = -1;
-            Object[] firstBefore = null;
-            boolean[] firstUnchanged = null;
-            UnsafeRow previous = state == null ? null : row(stateValues);
-            while (true) {
-                if (!row.isNullAt(ordinal(9))) {
-                    UTF8String p = row.getUTF8String(ordinal(9));
-                    if (problem == null || p.compareTo(problem) < 0) problem = p.clone();
-                }
-                ArrayData pos = row.isNullAt(ordinal(1)) ? null : row.getArray(ordinal(1));
-                int rank = row.getInt(ordinal(2));
-                long content = row.getLong(ordinal(8));
-                boolean delete = row.getBoolean(ordinal(3));
-                boolean write = !delete;
-                boolean apply;
-                if (seen == null) {
-                    apply = true;
-                } else {
-                    int c = compare(pos, seen.pos());
-                    if (rank == 1 && seen.rank() == 1 && c == 0 && pos != null
-                            && seen.content() != content) {
-                        tied = true;
-                    }
-                    apply = c > 0 || (c == 0 && rank > seen.rank());
-                }
-                if (seen == null || greater(pos, rank, content, seen)) {
-                    seen = new Place(pos == null ? null : pos.copy(), rank, content);
-                }
-                if (apply) {
-                    long time = row.getLong(ordinal(0));
-                    if (delete) segment++;
-                    InternalRow a = row.isNullAt(ordinal(4)) ? null : row.getStruct(ordinal(4), n);
-                    InternalRow ua = row.isNullAt(ordinal(5)) ? null : row.getStruct(ordinal(5), n);
-                    if (write && (lastDelete == null || lastDelete)) {
-                        InternalRow b = row.isNullAt(ordinal(6)) ? null
-                            : row.getStruct(ordinal(6), n);
-                        InternalRow ub = row.isNullAt(ordinal(7)) ? null
-                            : row.getStruct(ordinal(7), n);
-                        firstSegment = segment;
-                        firstBefore = b == null ? null : values(b);
-                        firstUnchanged = new boolean[n];
-                        for (int i = 0; i < n; i++) {
-                            firstUnchanged[i] = ub == null || ub.isNullAt(i) || ub.getBoolean(i);
-                        }
-                    }
-                    UnsafeRow now = null;
-                    if (write) {
-                        Object[] values = new Object[n];
-                        for (int i = 0; i < n; i++) {
-                            boolean unchanged = ua == null || ua.isNullAt(i) || ua.getBoolean(i);
-                            if (!unchanged) {
-                                real[i] = new Written(segment,
-                                    a == null ? null : normal(copied(a.get(i, types[i]))));
-                            }
-                            if (real[i] != null && real[i].segment() == segment) {
-                                values[i] = real[i].value();
-                            } else if (segment == 0 && stateValues != null) {
-                                values[i] = stateValues[i];
-                            } else if (firstSegment == segment && !firstUnchanged[i]
-                                    && firstBefore != null) {
-                                values[i] = firstBefore[i];
-                            }
-                        }
-                        now = row(values);
-                    }
-                    // `previous` is the table's row until the key's first applied event
-                    if (previous != null) sums.merge(new At(previous, time), -1L, Long::sum);
-                    if (now != null) sums.merge(new At(now, time), 1L, Long::sum);
-                    previous = now;
-                    lastDelete = delete;
-                }
-                if (!rows.hasNext()) break;
-                InternalRow following = rows.next();
-                if (!sameKey(following, key)) {
-                    pending = following;
-                    break;
-                }
-                row = following.copy();
-            }
-            for (Map.Entry<At, Long> e : sums.entrySet()) {
+        /** The summed updates, those of diff 0 dropped, to `ready`. */
+        private void flush() {
+            for (Map.Entry<UnsafeRow, Long> e : sums.entrySet()) {
                 long diff = e.getValue();
                 if (diff != 0) {
                     ready.add(new GenericInternalRow(new Object[] {
-                        e.getKey().row(), e.getKey().time(), diff, null, null}));
+                        e.getKey(), sumsTime, diff, null, null}));
                 }
             }
+            sums.clear();
+        }
+
+        /** A new key, whose first event is `row`. */
+        private void start(InternalRow row) {
+            key = new Object[keys];
+            for (int i = 0; i < keys; i++) key[i] = normal(copied(row.get(i, keyTypes[i])));
+            stateValues = row.isNullAt(ordinal(10)) ? null
+                : values(row.getStruct(ordinal(10), n));
+            seen = null;
+            segment = 0;
+            lastDelete = null;
+            real = new Written[n];
+            firstSegment = -1;
+            firstBefore = null;
+            firstUnchanged = null;
+            previous = stateValues == null ? null : row(stateValues);
+        }
+
+        /** One event of the current key (see the class comment for the rules). */
+        private void event(InternalRow row) {
+            if (!row.isNullAt(ordinal(9))) {
+                UTF8String p = row.getUTF8String(ordinal(9));
+                if (problem == null || p.compareTo(problem) < 0) problem = p.clone();
+            }
+            ArrayData pos = row.isNullAt(ordinal(1)) ? null : row.getArray(ordinal(1));
+            int rank = row.getInt(ordinal(2));
+            long content = row.getLong(ordinal(8));
+            boolean delete = row.getBoolean(ordinal(3));
+            boolean write = !delete;
+            boolean apply;
+            if (seen == null) {
+                apply = true;
+            } else {
+                int c = compare(pos, seen.pos());
+                if (rank == 1 && seen.rank() == 1 && c == 0 && pos != null
+                        && seen.content() != content) {
+                    tied = true;
+                }
+                apply = c > 0 || (c == 0 && rank > seen.rank());
+            }
+            if (seen == null || greater(pos, rank, content, seen)) {
+                seen = new Place(pos == null ? null : pos.copy(), rank, content);
+            }
+            if (!apply) return;
+            long time = row.getLong(ordinal(0));
+            if (time != sumsTime) {
+                flush();
+                sumsTime = time;
+            }
+            if (delete) segment++;
+            InternalRow a = row.isNullAt(ordinal(4)) ? null : row.getStruct(ordinal(4), n);
+            InternalRow ua = row.isNullAt(ordinal(5)) ? null : row.getStruct(ordinal(5), n);
+            if (write && (lastDelete == null || lastDelete)) {
+                InternalRow b = row.isNullAt(ordinal(6)) ? null : row.getStruct(ordinal(6), n);
+                InternalRow ub = row.isNullAt(ordinal(7)) ? null : row.getStruct(ordinal(7), n);
+                firstSegment = segment;
+                firstBefore = b == null ? null : values(b);
+                firstUnchanged = new boolean[n];
+                for (int i = 0; i < n; i++) {
+                    firstUnchanged[i] = ub == null || ub.isNullAt(i) || ub.getBoolean(i);
+                }
+            }
+            UnsafeRow now = null;
+            if (write) {
+                Object[] values = new Object[n];
+                for (int i = 0; i < n; i++) {
+                    boolean unchanged = ua == null || ua.isNullAt(i) || ua.getBoolean(i);
+                    if (!unchanged) {
+                        real[i] = new Written(segment,
+                            a == null ? null : normal(copied(a.get(i, types[i]))));
+                    }
+                    if (real[i] != null && real[i].segment() == segment) {
+                        values[i] = real[i].value();
+                    } else if (segment == 0 && stateValues != null) {
+                        values[i] = stateValues[i];
+                    } else if (firstSegment == segment && !firstUnchanged[i]
+                            && firstBefore != null) {
+                        values[i] = firstBefore[i];
+                    }
+                }
+                now = row(values);
+            }
+            // `previous` is the table's row until the key's first applied event
+            if (previous != null) sums.merge(previous, -1L, Long::sum);
+            if (now != null) sums.merge(now, 1L, Long::sum);
+            previous = now;
+            lastDelete = delete;
         }
 
         /** The values of a struct, each copied out of the row's buffer, floats made one. */
@@ -280,7 +303,7 @@ public final class KeyedConversion {
             return unsafe.apply(new GenericInternalRow(values)).copy();
         }
 
-        private boolean sameKey(InternalRow row, Object[] key) {
+        private boolean sameKey(InternalRow row) {
             for (int i = 0; i < keys; i++) {
                 Object v = normal(row.get(i, keyTypes[i]));
                 if (v == null ? key[i] != null : !v.equals(key[i])) return false;
