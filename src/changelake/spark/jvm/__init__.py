@@ -11,8 +11,8 @@ images the conversion reads against the columns' types (`DebeziumImage.java`), w
 parse reads (`YdbLine.java`), which a regular expression proved simple before `from_json` read
 them. And the keyed conversion (`KeyedConversion.java`, called through Py4J, not a UDF) makes
 one pass over each key's events where Spark's windows copied every event through four window
-operators, an explode and an aggregate: the conversion step took about 0.7x the time at 1.1M
-events.
+operators, an explode and an aggregate: the conversion step took 0.59-0.66x the time at
+1.1M events (benchmarks/README.md).
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
 `spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
