@@ -93,14 +93,41 @@ public final class DebeziumLine implements UDF1<String, Row> {
      */
     static final int SHAPES = 256;
 
-    /** The shapes this task has passed on (the function is deserialized for each task). */
-    private transient Set<String> shapes;
+    /**
+     * The shapes one task has passed on (the function is deserialized for each task), and the
+     * last change's: a feed's changes mostly repeat the shape before them, whose text is then
+     * not made again.
+     */
+    private static final class Shapes {
+        final Set<String> seen = new HashSet<>();
+        List<String> lastAfter, lastBefore;
+        String last;
+
+        /** The shape text of a change's images (`shape`), or `*` beyond `SHAPES`. */
+        String of(List<String> after, List<String> before) {
+            if (last != null && java.util.Objects.equals(after, lastAfter)
+                    && java.util.Objects.equals(before, lastBefore)) {
+                return last;
+            }
+            String text = shape(after, before);
+            if (!seen.contains(text)) {
+                if (seen.size() < SHAPES) seen.add(text);
+                else text = "*";
+            }
+            lastAfter = after;
+            lastBefore = before;
+            last = text;
+            return text;
+        }
+    }
+
+    private transient Shapes shapes;
 
     @Override
     public Row call(String line) {
         if (line == null || line.isEmpty()) return null;
         if (line.charAt(0) != '{') return line.equals("null") ? tombstone(null) : null;
-        if (shapes == null) shapes = new HashSet<>();
+        if (shapes == null) shapes = new Shapes();
         try {
             return parse(line, shapes);
         } catch (Defer | IOException | RuntimeException e) {
@@ -143,7 +170,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
         }
     }
 
-    private static Row parse(String line, Set<String> shapes) throws IOException, Defer {
+    private static Row parse(String line, Shapes shapes) throws IOException, Defer {
         Body top = new Body();
         Body payload = null;
         boolean hasPayload = false;
@@ -201,7 +228,7 @@ public final class DebeziumLine implements UDF1<String, Row> {
     }
 
     /** `parse._classify` for a change line it finds no problem on. */
-    private static Row change(Body b, String schema, Set<String> shapes) throws Defer {
+    private static Row change(Body b, String schema, Shapes shapes) throws Defer {
         Src s = b.src;
         if (s == null) throw DEFER;  // bad: no source block
         if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")))
@@ -256,13 +283,9 @@ public final class DebeziumLine implements UDF1<String, Row> {
         } else {
             throw DEFER;  // a change without a position
         }
-        String shape = shape(b.afterShape, b.beforeShape);
-        if (!shapes.contains(shape)) {
-            if (shapes.size() < SHAPES) shapes.add(shape);
-            else shape = "*";
-        }
         return RowFactory.create(schema, "change", op, time, txMin, tx, b.txOrder, null, null,
-                                 pos, s.tableName(), snapshot, b.before, b.after, shape);
+                                 pos, s.tableName(), snapshot, b.before, b.after,
+                                 shapes.of(b.afterShape, b.beforeShape));
     }
 
     /** `parse._classify` for a BEGIN or END line it finds no problem on. */
