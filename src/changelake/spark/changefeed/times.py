@@ -108,6 +108,7 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
 class _Chunks:
     """One row per chunk of `highest_before`'s order, as its window needs them."""
 
+    narrow: DataFrame  # the frame with chunk, _moves (and _wanted) that they aggregate
     earlier: DataFrame  # the stream's columns, chunk, _earlier, _windowed
     place: list[str]  # the stream's columns and chunk
     windowed: bool  # some chunk needs the window
@@ -143,7 +144,7 @@ def _chunks(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row
     earlier = spark.createDataFrame(
         before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}",
                            "_windowed boolean"]))
-    return _Chunks(earlier, place, any(b[-1] for b in before))
+    return _Chunks(narrow, earlier, place, any(b[-1] for b in before))
 
 
 def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
@@ -153,7 +154,8 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
     the order of `stream` and then `row` (with `per_file`, only the rows of the same
     `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
-    the rows it holds are returned.
+    the rows it holds are returned. `chunks`: `_chunks` of the same arguments, where the caller
+    has them already.
 
     A running maximum over the whole order would be one window partition per stream, held by
     one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
@@ -173,10 +175,7 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     if chunks is None:
         chunks = _chunks(spark, frame, stream=stream, row=row, moves=moves, per_file=per_file,
                          wanted=wanted)
-    place, earlier = chunks.place, chunks.earlier
-    narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
-    if wanted is not None:
-        narrow = narrow.withColumn("_wanted", wanted)
+    narrow, place, earlier = chunks.narrow, chunks.place, chunks.earlier
     done = ["chunk", "_moves", "_earlier", "_windowed"] + ([] if wanted is None else ["_wanted"])
     rows = narrow
     if wanted is not None:
