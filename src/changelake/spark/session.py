@@ -2,9 +2,9 @@
 
 Library functions take a SparkSession (or DataFrames) as arguments; only the edges (the CLI, the
 test fixture, benchmarks) call `build_session`. The defaults suit a small machine (2 cores):
-few shuffle partitions, adaptive execution, Arrow for Python UDFs, and a local JVM's collector
-chosen for throughput (`LOCAL_GARBAGE_COLLECTOR`). Every default can be
-overridden with `conf`.
+few shuffle partitions, adaptive execution, Arrow for Python UDFs, Kryo for what Spark
+serializes (`SERIALIZER`), and a local JVM's collector chosen for throughput
+(`LOCAL_GARBAGE_COLLECTOR`). Every default can be overridden with `conf`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 
 DEFAULT_MASTER = "local[*]"
 
+SERIALIZER = "org.apache.spark.serializer.KryoSerializer"
+"""Spark's serializer for the blocks it stores and the objects it sends (not the shuffles'
+rows, which have their own). A changefeed batch is checkpointed on disk (`stored`) two or three
+times, each as big as the batch, and with Java's serialization (Spark's default) writing and
+reading those blocks was a twentieth (the parse) to a sixth (the conversion) of a step's task
+time in a profile of a 1.1M-event Debezium ingest. With Kryo the parse and conversion jobs took
+about a tenth less executor CPU time (`bench_ingest.py` with Spark's event log,
+benchmarks/README.md)."""
+
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "4",
@@ -37,6 +46,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
+    "spark.serializer": SERIALIZER,
 }
 
 
