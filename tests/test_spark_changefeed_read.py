@@ -103,14 +103,13 @@ def test_a_line_of_a_file_no_input_names_fails_loudly(spark: Any, tmp_path: Path
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Were Spark's name of a file and the caller's ever to differ again (as a `+` once made
     them), its lines must stop the read, not vanish from it."""
-    from pyspark.sql import functions as F
-
     from changelake.spark.changefeed import read
+    from changelake.spark.uris import local_path
 
     path = tmp_path / "f.jsonl"
     path.write_bytes(GOOD + b"\n")
-    monkeypatch.setattr(read, "local_path_column", lambda uri: F.concat(uri, F.lit("-elsewhere")))
-    with pytest.raises(Exception, match=r"named by none of the inputs: .*f\.jsonl-elsewhere"):
+    monkeypatch.setattr(read, "local_path", lambda uri: local_path(uri) + "-elsewhere")
+    with pytest.raises(Exception, match=r"named by none of the inputs: file:.*/f\.jsonl"):
         read_lines(spark, [str(path)]).frame.collect()
 
 

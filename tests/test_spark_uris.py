@@ -1,4 +1,4 @@
-"""The driver's and the executors' reading of Spark's `file:` URIs agree, on what Spark writes."""
+"""The driver reads Spark's `file:` URIs back into paths, in both of Spark's spellings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from changelake.spark.uris import local_path, local_path_column
+from changelake.spark.uris import local_path
 
 pytestmark = pytest.mark.spark
 
@@ -16,17 +16,17 @@ NAMES = ["plain.jsonl", "a b.jsonl", "a+b.jsonl", "100%.jsonl", "é ü.jsonl", "
          "x#y?.jsonl", "semi;colon=eq&amp.jsonl"]
 
 
-def test_both_rules_give_back_the_path_of_every_file_spark_reads(spark: Any,
-                                                                 tmp_path: Path) -> None:
-    """Spark's own URIs of files with awkward names (`_metadata.file_path`), read both ways:
-    each gives the path the file was written at."""
+def test_every_uri_spark_gives_reads_back_the_path_of_its_file(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """Spark's own URIs of files with awkward names, on the lines (`_metadata.file_path`) and
+    in its listing (`inputFiles`): each gives the path the file was written at."""
     for i, name in enumerate(NAMES):
         (tmp_path / name).write_text(f"{i}\n")
-    uris = spark.read.text(str(tmp_path)).select(
-        F.col("value"), F.col("_metadata.file_path").alias("uri"),
-        local_path_column(F.col("_metadata.file_path")).alias("path")).collect()
+    text = spark.read.text(str(tmp_path))
+    uris = text.select(F.col("value"), F.col("_metadata.file_path").alias("uri")).collect()
     assert len(uris) == len(NAMES)
     for row in uris:
-        expected = str(tmp_path / NAMES[int(row["value"])])
-        assert row["path"] == expected, row["uri"]
-        assert local_path(row["uri"]) == expected, row["uri"]
+        assert local_path(row["uri"]) == str(tmp_path / NAMES[int(row["value"])]), row["uri"]
+    listed = text.inputFiles()
+    assert sorted(map(local_path, listed)) == sorted(str(tmp_path / n) for n in NAMES)
+    assert not set(listed) & {row["uri"] for row in uris}  # two spellings (`read._names`)

@@ -73,7 +73,8 @@ JVM_IMAGE_CLASS = "changelake.jvm.DebeziumImage"
 def java_image_reader(spark: SparkSession, columns: Sequence[ColumnSpec]
                       ) -> tuple[str, str] | None:
     """The SQL function that reads an image as `_parsed` does, in Java (`DebeziumImage.java`:
-    null where it leaves the image to `from_json`), and its second argument, the columns;
+    null where it leaves the image to `from_json`; given the image's text cast to binary, its
+    bytes), and its second argument, the columns;
     None where the session has no jar or a raw type is not one Java reads. One function per
     struct of raw types, named by a digest of it: its return type is the struct."""
     if any(c.raw_type not in _JAVA_RAW_TYPES for c in columns):
@@ -168,8 +169,8 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     else:
         function, spec = java
         changes = changes.withColumns({
-            "_ja": F.call_function(function, F.col("after_raw"), F.lit(spec)),
-            "_jb": F.call_function(function, F.col("before_raw"), F.lit(spec))})
+            "_ja": F.call_function(function, F.col("after_raw").cast("binary"), F.lit(spec)),
+            "_jb": F.call_function(function, F.col("before_raw").cast("binary"), F.lit(spec))})
         changes = changes.withColumns({
             "_pa": F.coalesce(F.col("_ja"), _parsed(F.col("after_raw"), columns)),
             "_pb": F.coalesce(F.col("_jb"), _parsed(F.col("before_raw"), columns))})

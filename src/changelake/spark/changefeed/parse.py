@@ -102,8 +102,8 @@ ENVELOPE = f"schema string, payload struct<{BODY}>, {BODY}"
 COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
 #: `changelake.jvm.DebeziumLine` (`spark/jvm/DebeziumLine.java`): the item columns of a line
 #: Java reads, every one a line with no `problem`, or null for a line it leaves to the Spark
-#: functions. What it reads and what it leaves are in that file; `_read_by_java` puts its
-#: columns in place of theirs.
+#: functions; it is given the line's bytes (`value` cast to binary). What it reads and what it
+#: leaves are in that file; `_read_by_java` puts its columns in place of theirs.
 JVM_LINE = "changelake_debezium_line"
 JVM_LINE_CLASS = "changelake.jvm.DebeziumLine"
 _JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "end_count",
@@ -371,7 +371,8 @@ def _java_read(lines: DataFrame) -> DataFrame:
     a flaw is never Java's: its text may not be what the bytes say."""
     lines = lines.select("file", "file_index", "block", "row", "value",
                          flaw(F.col("value")).alias("flaw"))
-    read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(), F.col("value")))
+    read = F.call_function(JVM_LINE, F.when(F.col("flaw").isNull(),
+                                            F.col("value").cast("binary")))
     return lines.select("*", read.alias("_j"))
 
 

@@ -10,9 +10,9 @@ orders the lines exactly as `convert.feed.read_lines` reads them, file after fil
 Nothing of the input goes through the driver: `spark.read.text` splits files into blocks that
 the executors read in parallel, a block lies in one Spark partition, and in it
 `monotonically_increasing_id` increases line by line. The file names are joined on from the
-caller's list (a few rows, broadcast) by the local path Spark's URI of the file decodes to
-(`uris.local_path_column`); a line of a file that no name matches fails the job that reads it
-rather than being dropped.
+caller's list (a few rows, broadcast) by Spark's URI of the file, whose local path is read on
+the driver (`uris.local_path`, `_names`); a line of a file that no name matches fails the job
+that reads it rather than being dropped.
 
 Lines end at `\n` only, as `formats.lines.numbered_lines` splits them (Hadoop's default would
 also split at a lone `\r`), and a trailing `\r` is dropped, as the encoder's `rstrip` does, so
@@ -55,7 +55,7 @@ from pyspark.sql import functions as F
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable
 from changelake.spark.session import stored
-from changelake.spark.uris import local_path_column
+from changelake.spark.uris import FILE_SCHEME, local_path
 
 _BLANK = r"^\s*$"
 
@@ -149,6 +149,21 @@ def _literal(path: str) -> str:
     return re.sub(r"([\\*?\[\]{}])", r"\\\1", path)
 
 
+def _names(spark: SparkSession, listed: Sequence[str], files: Sequence[str]) -> DataFrame:
+    """The caller's names of the files Spark listed (`listed`: their URIs), by the URI each
+    line's `_metadata.file_path` gives: `_uri`, file, file_index. The URIs are read on the
+    driver (`uris.local_path`), a few, rather than each line's on the executors. Spark spells
+    a local file's URI `file:///p` in its listing and `file:/p` on the lines: both are here."""
+    places: dict[str, list[tuple[str, int]]] = {}
+    for i, f in enumerate(files):
+        places.setdefault(os.path.abspath(str(f)), []).append((str(f), i))
+    rows = [(scheme + re.sub(FILE_SCHEME, "", uri), name, i)
+            for uri in dict.fromkeys(listed)
+            for name, i in places.get(local_path(uri), ())
+            for scheme in ("file:", "file://")]
+    return spark.createDataFrame(rows, "_uri string, file string, file_index int")
+
+
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
     if not files:
@@ -157,9 +172,6 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
         reason = unreadable(f)
         if reason is not None:  # the local encoder refuses it too (`formats.lines`)
             raise InputError(reason, Location(str(f)))
-    names = spark.createDataFrame(
-        [(os.path.abspath(str(f)), str(f), i) for i, f in enumerate(files)],
-        "_path string, file string, file_index int")
     # Each file once (Spark reads a path named twice twice, and `a/../a/f` and `a/f` are two
     # paths to it); a file named twice is then joined to both of its names, so its lines come
     # twice, as the encoder reads them.
@@ -167,21 +179,22 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     # its lines without a word: a skipping pattern that matches nothing reads it (Spark 4.3).
     # And it takes each name for a glob pattern (`_literal`).
     reader = spark.read.option("ignoredPathSegmentRegex", "(?!)")
-    raw = reader.text([_literal(p) for p in dict.fromkeys(os.path.abspath(str(f)) for f in files)],
-                      lineSep="\n").select(
+    text = reader.text([_literal(p) for p in dict.fromkeys(os.path.abspath(str(f))
+                                                           for f in files)], lineSep="\n")
+    raw = text.select(
         # Trimmed only where there is something to trim: TRIM copies every line it is given.
         F.expr("CASE WHEN endswith(value, '\\r') THEN TRIM(TRAILING '\\r' FROM value) "
                "ELSE value END").alias("value"),
-        local_path_column(F.col("_metadata.file_path")).alias("_path"),
+        F.col("_metadata.file_path").alias("_uri"),
         F.col("_metadata.file_block_start").alias("block"),
         F.monotonically_increasing_id().alias("row"))
-    # A line whose path matches no name would be dropped by an inner join without a word: the
-    # join keeps it, and its `value` (which every step reads) fails the job, naming the path.
+    # A line whose file matches no name would be dropped by an inner join without a word: the
+    # join keeps it, and its `value` (which every step reads) fails the job, naming the file.
     unnamed = F.raise_error(F.concat(
-        F.lit("read_lines: Spark read a file named by none of the inputs: "), F.col("_path")))
-    frame = raw.join(F.broadcast(names), "_path", "left").select(
-        F.when(F.col("file_index").isNull(), unnamed).otherwise(F.col("value")).alias("value"),
-        "file", "file_index", "block", "row")
+        F.lit("read_lines: Spark read a file named by none of the inputs: "), F.col("_uri")))
+    frame = raw.join(F.broadcast(_names(spark, text.inputFiles(), files)), "_uri", "left") \
+        .select(F.when(F.col("file_index").isNull(), unnamed).otherwise(F.col("value"))
+                .alias("value"), "file", "file_index", "block", "row")
     return Lines(spark, frame, tuple(str(f) for f in files))
 
 
