@@ -12,10 +12,15 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   columns of each line, the earlier chunks' highest carried by the driver; one window by file
   held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records) finds
   the records below it; only those, few in a good feed (the replays), are then looked up among
-  the earlier records of their file by their identity (`unrepeated_below`: a join on the key,
+  the earlier records of their file by their identity (`barrier_rule`: a join on the key,
   the position and a 64-bit hash of the op and images, `_same`).
-* *Frontier*: each file's highest barrier (one aggregate row per file reaches the driver, in
-  `PerFile`); 0 while some file has none, else the least of their steps.
+* *Frontier*: each file's highest barrier (from the aggregate rows by chunk of lines that the
+  barrier rule reads anyway: `Barriers.last`); 0 while some file has none, else the least of
+  their steps.
+
+What the steps need to know of the parsed lines as a whole (`LineFacts`) is observed while the
+parse's job checkpoints them, not read back from the checkpoint by a job of its own (one that
+took 2.3 s of a 33 s YDB ingest of 1.1M records: benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.keyed import partitions_for
-from changelake.spark.changefeed.times import highest_before
+from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
@@ -38,37 +43,46 @@ BROADCAST_BELOW = 500_000
 
 
 @dataclass(frozen=True)
-class PerFile:
-    """What the later steps need to know about a batch, from one aggregate row per file."""
+class LineFacts:
+    """What the later steps need to know about a batch's parsed lines (`ydb.ydb_items`), from
+    aggregates observed as they are checkpointed (`aggregates`, then `of`)."""
 
     problem: str | None  # the least of the lines' problems
     careful: int  # lines `ydb.ydb_items` left to the careful parse
     timed: int  # records with `ts`
     untimed: int  # records without
     barriers: int
-    last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
 
     @staticmethod
-    def of(items: DataFrame) -> PerFile:
+    def aggregates() -> list[Column]:
+        """The aggregates `of` reads, to observe (`DataFrame.observe`) over the parsed lines."""
         change = F.col("kind") == "change"
-        rows = items.groupBy("file_index").agg(
-            F.min("problem").alias("problem"),
-            F.count(F.when(F.col("kind") == "careful", 1)).alias("careful"),
-            F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
-            F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
-            F.count(F.when(F.col("kind") == "resolved", 1)).alias("barriers"),
-            F.max(F.when(F.col("kind") == "resolved", F.col("rpos"))).alias("last")).collect()
-        problems = [r["problem"] for r in rows if r["problem"] is not None]
-        return PerFile(min(problems) if problems else None,
-                       *(sum(r[c] for r in rows) for c in ("careful", "timed", "untimed",
-                                                            "barriers")),
-                       {r["file_index"]: r["last"] for r in rows if r["last"] is not None})
+        return [F.min("problem").alias("problem"),
+                F.count(F.when(F.col("kind") == "careful", 1)).alias("careful"),
+                F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
+                F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
+                F.count(F.when(F.col("kind") == "resolved", 1)).alias("barriers")]
 
-    def frontier(self, files: int) -> int:
-        """`PartitionFrontiers.frontier` over `files` partitions from their barriers."""
-        if len(self.last) < files:
-            return 0
-        return int(min(position[0] for position in self.last.values()))
+    @staticmethod
+    def of(observed: dict[str, Any]) -> LineFacts:
+        return LineFacts(observed["problem"], *(int(observed[c]) for c in (
+            "careful", "timed", "untimed", "barriers")))
+
+
+@dataclass(frozen=True)
+class Barriers:
+    """The barrier rule's findings (`barrier_rule`)."""
+
+    unrepeated: bool  # some record below its file's barrier repeats no earlier one: bad
+    last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
+
+
+def barrier_frontier(last: dict[int, Any], files: int) -> int:
+    """`PartitionFrontiers.frontier` over `files` partitions whose highest barriers are
+    `last` (file_index: position): 0 while one has none, else the least of their steps."""
+    if len(last) < files:
+        return 0
+    return int(min(position[0] for position in last.values()))
 
 
 def _same() -> Column:
@@ -79,22 +93,41 @@ def _same() -> Column:
     return F.xxhash64("op", F.col("a").isNull(), "a", "ua", F.col("b").isNull(), "b")
 
 
-def _below(items: DataFrame, keep: Sequence[str], partitions: int | None = None) -> DataFrame:
+def _narrow(items: DataFrame, keep: Sequence[str]) -> DataFrame:
+    return items.select("file_index", "block", "row", "kind", "pos", *keep,
+                        F.when(F.col("kind") == "resolved", F.col("rpos")).alias("_barrier"))
+
+
+def _barrier_chunks(items: DataFrame, keep: Sequence[str]) -> Chunks:
+    """`times.highest_before`'s aggregate rows by chunk of lines, for `_below`: each file's
+    highest barrier is among them (`Chunks.highest`)."""
+    return chunks_of(items.sparkSession, _narrow(items, keep), stream=("file_index", "block"),
+                     row="row", moves=F.col("_barrier"), per_file=True)
+
+
+def _below(items: DataFrame, keep: Sequence[str], partitions: int | None = None,
+           chunks: Chunks | None = None) -> DataFrame:
     """(file_index, block, row, pos, *keep) of each record below the highest barrier read
     before it in its file (`times.highest_before`: chunks of lines, not one window by file,
-    whose buffer held a whole file; `partitions` bounds each task's share)."""
-    narrow = items.select("file_index", "block", "row", "kind", "pos", *keep,
-                          F.when(F.col("kind") == "resolved", F.col("rpos")).alias("_barrier"))
-    return highest_before(items.sparkSession, narrow, stream=("file_index", "block"), row="row",
-                          moves=F.col("_barrier"), per_file=True, partitions=partitions) \
+    whose buffer held a whole file; `partitions` bounds each task's share; `chunks`:
+    `_barrier_chunks` of the same `keep`, where the caller has them)."""
+    return highest_before(items.sparkSession, _narrow(items, keep),
+                          stream=("file_index", "block"), row="row", moves=F.col("_barrier"),
+                          per_file=True, partitions=partitions, chunks=chunks) \
         .where((F.col("kind") == "change") & (F.col("pos") < F.col("_high"))) \
         .select("file_index", "block", "row", "pos", *keep)
 
 
 def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bool:
-    """Whether some record below its file's barrier repeats no earlier record of its file: a
-    bad line. The records below are found with `_below`, each with its identity (the key, the
-    position and `_same`), and kept; in a good feed they are few (the replays), and are then
+    """Whether some record below its file's barrier repeats no earlier record of its file."""
+    return barrier_rule(items, keys, size).unrepeated
+
+
+def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barriers:
+    """Whether some record below its file's barrier repeats no earlier record of its file (a
+    bad line), and each file's highest barrier (from `_below`'s aggregate rows by chunk). The
+    records below are found with `_below`, each with its identity (the key, the position and
+    `_same`), and kept; in a good feed they are few (the replays), and are then
     broadcast to the join that looks each one up among the earlier records of its file by its
     identity (many are joined without broadcasting). Only the identity's narrow columns are
     shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
@@ -104,10 +137,13 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
     key = [f"k{i}" for i in range(keys)]
     items = items.withColumn("_same", _same())
     partitions = None if size is None else partitions_for(items.sparkSession, size)
-    below = _below(items, keep=(*key, "_same"), partitions=partitions).localCheckpoint()
+    chunks = _barrier_chunks(items, (*key, "_same"))
+    last = {file: high for file, high in chunks.highest.items() if high is not None}
+    below = _below(items, keep=(*key, "_same"), partitions=partitions,
+                   chunks=chunks).localCheckpoint()
     count = below.count()
     if count == 0:
-        return False
+        return Barriers(False, last)
     small: Callable[[DataFrame], DataFrame] = \
         F.broadcast if count <= BROADCAST_BELOW else lambda frame: frame
     identity = ["file_index", *key, "pos", "_same"]
@@ -120,4 +156,4 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
         | ((F.col("_block") == F.col("block")) & (F.col("_row") < F.col("row")))
     repeats = earlier.join(small(below), same & before).select("file_index", "block", "row") \
         .distinct().count()
-    return repeats < count
+    return Barriers(repeats < count, last)

@@ -50,8 +50,9 @@ against the table schema's types where a line is provably simple (in Java where 
 the jar and the line is plainly so), with the VARIANT parse
 otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
-as key), checkpointed once; the checks and the frontier from one aggregate row per file, the
-barrier rule with a window by chunk of lines and a join of the few records below a barrier
+as key), checkpointed once by a job that also observes the checks' aggregates; the barrier
+rule with a window by chunk of lines and a join of the few records below a barrier, and the
+frontier from each file's highest barrier, found by the rule's aggregate rows by chunk
 (`barriers.py`), shuffled by key, converted and checked as the Debezium events are
 (`checked_conversion`); its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
@@ -81,7 +82,7 @@ from pyspark.sql import functions as F
 from changelake.errors import ChangelakeError
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
-from changelake.spark.changefeed.barriers import PerFile, unrepeated_below
+from changelake.spark.changefeed.barriers import LineFacts, barrier_frontier, barrier_rule
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
     by_key,
@@ -473,10 +474,11 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     columns = ydb_columns(table_schema, keys)
     lines = read.frame
 
-    def parsed(careful: bool) -> tuple[DataFrame, PerFile]:
-        items = _guard(lambda: stored(ydb_items(lines, table_schema, columns,
-                                                careful=careful)))
-        return items, _guard(lambda: PerFile.of(items))
+    def parsed(careful: bool) -> tuple[DataFrame, LineFacts]:
+        observed = Observation()
+        items = _guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
+                                      .observe(observed, *LineFacts.aggregates())))
+        return items, LineFacts.of(observed.get)
 
     items, facts = parsed(careful=False)
     if facts.careful:
@@ -485,16 +487,19 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     if facts.problem is not None:
         raise Unsupported(facts.problem)
     size = facts.timed + facts.untimed
-    if facts.barriers and _guard(lambda: unrepeated_below(items, len(keys),
-                                                          size + facts.barriers)):
-        raise Unsupported("bad: a record below its partition's barrier")
+    last: dict[int, Any] = {}  # each file's highest barrier: none without barriers
+    if facts.barriers:
+        rule = _guard(lambda: barrier_rule(items, len(keys), size + facts.barriers))
+        if rule.unrepeated:
+            raise Unsupported("bad: a record below its partition's barrier")
+        last = rule.last
     steps.done("barriers")
     events = items.where(F.col("kind") == "change")
     if facts.untimed:
         if facts.timed or facts.barriers:
             raise Unsupported("records without ts beside records with ts or barriers")
         events = untimed_positions(events)
-    frontier = None if close else facts.frontier(len(read.files))
+    frontier = None if close else barrier_frontier(last, len(read.files))
     marks = events.select("file_index", "row", "kind", "time",
                           F.lit(None).cast("string").alias("tx")).unionByName(
         items.where(F.col("kind") == "resolved").select(

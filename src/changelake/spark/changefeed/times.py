@@ -81,7 +81,7 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
         return changes
     narrow = changes.select(*stream, row, "time",
                             (F.col("time") if moves is None else moves).alias("_m"))
-    chunks = _chunks(spark, narrow, stream=stream, row=row, per_file=per_file,
+    chunks = chunks_of(spark, narrow, stream=stream, row=row, per_file=per_file,
                      moves=F.col("_m"), wanted=F.col("time").isNull())
     if not chunks.windowed:
         # No change that moves the time comes before an untimed one in its chunk (a batch's
@@ -105,17 +105,20 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
 
 
 @dataclass(frozen=True)
-class _Chunks:
+class Chunks:
     """One row per chunk of `highest_before`'s order, as its window needs them."""
 
     narrow: DataFrame  # the frame with chunk, _moves (and _wanted) that they aggregate
     earlier: DataFrame  # the stream's columns, chunk, _earlier, _windowed
     place: list[str]  # the stream's columns and chunk
     windowed: bool  # some chunk needs the window
+    # The highest value `moves` takes (null where it takes none) in each file (`per_file`:
+    # keyed by the stream's first column), or in the whole order (keyed by None).
+    highest: dict[Any, Any]
 
 
-def _chunks(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
-            moves: Column, per_file: bool, wanted: Column | None) -> _Chunks:
+def chunks_of(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
+              moves: Column, per_file: bool, wanted: Column | None = None) -> Chunks:
     """The aggregate row per chunk that `highest_before` carries on the driver: the highest
     value `moves` takes in the earlier chunks (`_earlier`), and whether the chunk needs the
     window (`_windowed`: without `wanted`, every chunk)."""
@@ -130,6 +133,7 @@ def _chunks(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row
     chunks = sorted(narrow.groupBy(*place).agg(*aggregates).collect(),
                     key=lambda r: tuple(r[c] for c in place))
     before: list[tuple[Any, ...]] = []
+    highest: dict[Any, Any] = {}
     high: Any = None
     for r in chunks:
         if per_file and before and before[-1][0] != r[stream[0]]:
@@ -140,17 +144,18 @@ def _chunks(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row
         before.append((*(r[c] for c in place), high, windowed))
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
+        highest[r[stream[0]] if per_file else None] = high
     types = {f.name: f.dataType.simpleString() for f in narrow.schema.fields}
     earlier = spark.createDataFrame(
         before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}",
                            "_windowed boolean"]))
-    return _Chunks(narrow, earlier, place, any(b[-1] for b in before))
+    return Chunks(narrow, earlier, place, any(b[-1] for b in before), highest)
 
 
 def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
                    moves: Column, per_file: bool = False,
                    partitions: int | None = None, wanted: Column | None = None,
-                   chunks: _Chunks | None = None) -> DataFrame:
+                   chunks: Chunks | None = None) -> DataFrame:
     """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
     the order of `stream` and then `row` (with `per_file`, only the rows of the same
     `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
@@ -173,7 +178,7 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     events that window, a shuffle and sort of every change, took about 1 s
     (benchmarks/README.md)."""
     if chunks is None:
-        chunks = _chunks(spark, frame, stream=stream, row=row, moves=moves, per_file=per_file,
+        chunks = chunks_of(spark, frame, stream=stream, row=row, moves=moves, per_file=per_file,
                          wanted=wanted)
     narrow, place, earlier = chunks.narrow, chunks.place, chunks.earlier
     done = ["chunk", "_moves", "_earlier", "_windowed"] + ([] if wanted is None else ["_wanted"])
