@@ -94,6 +94,7 @@ def _same() -> Column:
 
 
 def _narrow(items: DataFrame, keep: Sequence[str]) -> DataFrame:
+    """The columns the barrier window reads, `keep`, and `_barrier`: a barrier's position."""
     return items.select("file_index", "block", "row", "kind", "pos", *keep,
                         F.when(F.col("kind") == "resolved", F.col("rpos")).alias("_barrier"))
 
@@ -125,7 +126,8 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
 
 def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barriers:
     """Whether some record below its file's barrier repeats no earlier record of its file (a
-    bad line), and each file's highest barrier (from `_below`'s aggregate rows by chunk). The
+    bad line), and each file's highest barrier (from the aggregate rows by chunk that `_below`
+    reads: `_barrier_chunks`). The
     records below are found with `_below`, each with its identity (the key, the position and
     `_same`), and kept; in a good feed they are few (the replays), and are then
     broadcast to the join that looks each one up among the earlier records of its file by its
