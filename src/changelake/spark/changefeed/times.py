@@ -82,7 +82,7 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
     narrow = changes.select(*stream, row, "time",
                             (F.col("time") if moves is None else moves).alias("_m"))
     chunks = chunks_of(spark, narrow, stream=stream, row=row, per_file=per_file,
-                     moves=F.col("_m"), wanted=F.col("time").isNull())
+                       moves=F.col("_m"), wanted=F.col("time").isNull())
     if not chunks.windowed:
         # No change that moves the time comes before an untimed one in its chunk (a batch's
         # snapshot rows come first): each takes the earlier chunks' highest, a column of the
@@ -159,7 +159,7 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     """`frame` with `_high`: the highest value `moves` takes on the rows before each row, in
     the order of `stream` and then `row` (with `per_file`, only the rows of the same
     `stream[0]`), or null where none is before it (nulls are no values). With `wanted`, only
-    the rows it holds are returned. `chunks`: `_chunks` of the same arguments, where the caller
+    the rows it holds are returned. `chunks`: `chunks_of` the same arguments, where the caller
     has them already.
 
     A running maximum over the whole order would be one window partition per stream, held by
@@ -178,8 +178,8 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     events that window, a shuffle and sort of every change, took about 1 s
     (benchmarks/README.md)."""
     if chunks is None:
-        chunks = chunks_of(spark, frame, stream=stream, row=row, moves=moves, per_file=per_file,
-                         wanted=wanted)
+        chunks = chunks_of(spark, frame, stream=stream, row=row, moves=moves,
+                           per_file=per_file, wanted=wanted)
     narrow, place, earlier = chunks.narrow, chunks.place, chunks.earlier
     done = ["chunk", "_moves", "_earlier", "_windowed"] + ([] if wanted is None else ["_wanted"])
     rows = narrow

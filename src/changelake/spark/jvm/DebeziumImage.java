@@ -82,17 +82,10 @@ public final class DebeziumImage implements UDF2<byte[], String, Row> {
     /** The last columns read (one call site per task, in practice). */
     private transient Columns columns;
 
-    /**
-     * The image's UTF-8 bytes (the caller casts its text to binary): Jackson reads bytes faster
-     * than a `String`, which Spark would first decode from them. Bytes `{` NUL Jackson would
-     * take for UTF-16 or UTF-32 text: deferred.
-     */
+    /** The image's UTF-8 bytes (the caller casts its text to binary: `JsonBytes`). */
     @Override
     public Row call(byte[] image, String spec) {
-        if (image == null || spec == null || image.length == 0 || image[0] != '{'
-                || (image.length > 1 && image[1] == 0)) {
-            return null;
-        }
+        if (image == null || spec == null || !JsonBytes.opensObject(image)) return null;
         try {
             Columns c = columns;
             if (c == null || !c.text.equals(spec)) {

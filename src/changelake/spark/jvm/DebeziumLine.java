@@ -124,16 +124,12 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
 
     private transient Shapes shapes;
 
-    /**
-     * The line's UTF-8 bytes (the caller casts its text to binary): Jackson reads bytes faster
-     * than a `String`, which Spark would first decode from them.
-     */
+    /** The line's UTF-8 bytes (the caller casts its text to binary: `JsonBytes`). */
     @Override
     public Row call(byte[] line) {
-        if (line == null || line.length == 0) return null;
-        if (line[0] != '{') return Arrays.equals(line, NULL_LINE) ? tombstone(null) : null;
-        // Jackson takes bytes `{` NUL for UTF-16 or UTF-32 text: never a line Java reads.
-        if (line.length > 1 && line[1] == 0) return null;
+        if (line == null) return null;
+        if (Arrays.equals(line, NULL_LINE)) return tombstone(null);
+        if (!JsonBytes.opensObject(line)) return null;
         if (shapes == null) shapes = new Shapes();
         try {
             return parse(line, shapes);
@@ -142,7 +138,14 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         }
     }
 
-    private static final byte[] NULL_LINE = "null".getBytes(StandardCharsets.US_ASCII);
+    private static final byte[] NULL_LINE = ascii("null");
+    // The keys whose value `parse` must find not to be a string (`keyThenString`).
+    private static final byte[] AFTER = ascii("\"after\""), BEFORE = ascii("\"before\""),
+        COLLECTIONS = ascii("\"data_collections\"");
+
+    private static byte[] ascii(String text) {
+        return text.getBytes(StandardCharsets.US_ASCII);
+    }
 
     /** The body fields of an envelope or of its payload (`parse.BODY`). */
     private static final class Body {
@@ -209,12 +212,12 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         Body b = wrapped ? payload : top;
         if (b.envelopeFieldsNull()) return skipped(b, wrapped ? schema : null);
         if (b.op != null) {
-            if (keyThenString(line, "\"after\"") || keyThenString(line, "\"before\""))
+            if (keyThenString(line, AFTER) || keyThenString(line, BEFORE))
                 throw DEFER;  // an image that may be a JSON string
             return change(b, wrapped ? schema : null, shapes);
         }
         if (b.status == null) throw DEFER;  // neither a change nor a transaction boundary
-        if (keyThenString(line, "\"data_collections\"")) throw DEFER;  // may be a string
+        if (keyThenString(line, COLLECTIONS)) throw DEFER;  // may be a string
         return boundary(b, wrapped ? schema : null);
     }
 
@@ -530,13 +533,12 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /**
-     * Whether `quotedKey` occurs on the line followed by optional white space, a colon,
+     * Whether `key` (quoted, ASCII) occurs on the line followed by optional white space, a colon,
      * optional white space and a quote: what `rlike('"key"\s*:\s*"')` finds. Searched in
      * the UTF-8 bytes, which give the same answer as the text: the key and the white space are
      * ASCII, and no byte of a multi-byte character is.
      */
-    static boolean keyThenString(byte[] line, String quotedKey) {
-        byte[] key = quotedKey.getBytes(StandardCharsets.US_ASCII);
+    static boolean keyThenString(byte[] line, byte[] key) {
         for (int at = 0; at + key.length <= line.length; at++) {
             if (line[at] != key[0] || !Arrays.equals(line, at, at + key.length, key, 0, key.length))
                 continue;
