@@ -25,6 +25,59 @@ def seeded(seed: int) -> random.Random:
 def pytest_report_header() -> str:
     return "hypothesis: derandomized (profile changelake); random tests print their seed"
 
+#: Parametrized tests whose first cases cover their edge in the default run: the slow tier
+#: (`pytest -m slow`) runs the rest. Each case is a Spark conversion (often the old path's
+#: too) or a CLI process of its own, seconds each; the default run must stay within 20 minutes
+#: on 2 cores. Test (file::function) -> the number of its cases the default run keeps.
+DEFAULT_CASES = {
+    "test_spark_changefeed_debezium.py::test_json_orjson_refuses_is_refused_at_its_line": 3,
+    "test_spark_changefeed_debezium.py::"
+    "test_source_keys_only_an_exact_reading_finds_agree_with_the_encoder": 2,
+    "test_spark_changefeed_debezium.py::test_a_line_out_of_bounds_is_named_as_the_encoder_names_it":
+        2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_snapshot_flag_of_any_json_kind_converts_or_is_refused_as_the_encoder_does": 2,
+    "test_spark_changefeed_debezium.py::test_an_image_written_as_a_json_string_is_refused_at_its_line":
+        2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it": 2,
+    "test_spark_changefeed_debezium.py::test_pg_history_matches_the_encoder": 2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_sequence_in_another_shape_converts_as_the_encoder_reads_it": 2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_gtid_of_another_json_kind_converts_as_the_encoder_reads_it": 2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_binlog_number_spark_cannot_cast_converts_as_the_encoder_does": 2,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text": 2,
+    "test_spark_changefeed_debezium.py::"
+    "test_numbers_at_the_edges_convert_as_the_encoder_converts_them": 2,
+    "test_spark_changefeed_jvm.py::test_a_field_of_another_kind_reads_the_same": 3,
+    "test_spark_changefeed_ydb.py::test_two_rows_for_one_key_at_one_position_go_to_the_old_path":
+        1,
+    "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one":
+        2,
+    "test_spark_changefeed_ydb.py::test_two_partitions_with_barriers_and_a_restart": 1,
+    "test_spark_changefeed_times.py::test_untimed_changes_take_the_highest_earlier_time": 3,
+    "test_spark_changefeeds.py::test_debezium_on_spark_matches_the_encoder": 2,
+    "test_convert_spark_rules.py::test_spark_times_are_the_encoders": 1,
+    "test_lake_follow.py::test_follow_equals_one_shot_ingest": 1,
+    "test_lake_arrow_read.py::test_arrow_and_spark_read_the_same_rows": 1,
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the cases of `DEFAULT_CASES` beyond each test's first ones `slow`."""
+    seen: dict[str, int] = {}
+    for item in items:
+        name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        if name in DEFAULT_CASES:
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > DEFAULT_CASES[name]:
+                item.add_marker(pytest.mark.slow)
+
+
 # Every fixture lives in the repository: the format samples (public examples of Debezium and
 # YDB messages, each with its origin in `.source.txt`) and the seed documents the examples are
 # cut from. A clone with nothing beside it runs the whole suite.

@@ -47,6 +47,7 @@ def ingest_twice_and_snapshot(tmp_path: Path) -> list[str]:
     return lake
 
 
+@pytest.mark.slow  # about a minute of CLI processes; test_lake_names runs the CLI on a lake
 def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path) -> None:
     ingest_twice_and_snapshot(tmp_path)
 

@@ -34,6 +34,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.keyed import partitions_for
 from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
+from changelake.spark.expressions import per_jvm
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
@@ -54,6 +55,7 @@ class LineFacts:
     barriers: int
 
     @staticmethod
+    @per_jvm
     def aggregates() -> list[Column]:
         """The aggregates `of` reads, to observe (`DataFrame.observe`) over the parsed lines."""
         change = F.col("kind") == "change"

@@ -45,6 +45,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
+from changelake.spark.expressions import per_jvm
 from changelake.spark.jvm import register
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
@@ -155,25 +156,39 @@ def _image(raw: Column, parsed: Column, has_schema: Column,
 
 def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame:
     """One row per change: its place, `op`, `time`, `pos`, whether it has each image
-    (`_has_a`, `_has_b`), the images' typed values (`a`, `b`) and UNCHANGED flags (`ua`, `ub`)."""
+    (`_has_a`, `_has_b`), the images' typed values (`a`, `b`) and UNCHANGED flags (`ua`, `ub`).
+    The expressions are built once per JVM (`expressions.per_jvm`)."""
+    java = java_image_reader(changes.sparkSession, columns)
+    for step in _image_steps(tuple(columns), java):
+        changes = changes.select(*step)
+    return changes
+
+
+@per_jvm
+def _image_steps(columns: tuple[ColumnSpec, ...], java: tuple[str, str] | None
+                 ) -> tuple[list[Column | str], ...]:
+    """The selects of `typed_images`, in order; `java` is `java_image_reader`'s."""
     has_schema = F.col("schema").isNotNull()
     names = [c.name for c in columns]
     # Each image parsed once, in a column of its own, whatever the expressions around its
     # fields: Spark does not share an expression between the branches of a `when`. Java reads
     # it where it can (`java_image_reader`), `from_json` where Java leaves it.
-    java = java_image_reader(changes.sparkSession, columns)
+    steps: list[list[Column | str]] = []
     if java is None:
-        changes = changes.withColumns({"_pa": _parsed(F.col("after_raw"), columns),
-                                       "_pb": _parsed(F.col("before_raw"), columns)})
+        steps.append(["*", _parsed(F.col("after_raw"), columns).alias("_pa"),
+                      _parsed(F.col("before_raw"), columns).alias("_pb")])
         by_java_a = by_java_b = F.lit(False)
     else:
         function, spec = java
-        changes = changes.withColumns({
-            "_ja": F.call_function(function, F.col("after_raw").cast("binary"), F.lit(spec)),
-            "_jb": F.call_function(function, F.col("before_raw").cast("binary"), F.lit(spec))})
-        changes = changes.withColumns({
-            "_pa": F.coalesce(F.col("_ja"), _parsed(F.col("after_raw"), columns)),
-            "_pb": F.coalesce(F.col("_jb"), _parsed(F.col("before_raw"), columns))})
+        steps.append([
+            "*",
+            F.call_function(function, F.col("after_raw").cast("binary"), F.lit(spec))
+            .alias("_ja"),
+            F.call_function(function, F.col("before_raw").cast("binary"), F.lit(spec))
+            .alias("_jb")])
+        steps.append([
+            "*", F.coalesce(F.col("_ja"), _parsed(F.col("after_raw"), columns)).alias("_pa"),
+            F.coalesce(F.col("_jb"), _parsed(F.col("before_raw"), columns)).alias("_pb")])
         by_java_a, by_java_b = F.col("_ja").isNotNull(), F.col("_jb").isNotNull()
     after = _image(F.col("after_raw"), F.col("_pa"), has_schema, columns, by_java_a)
     before = _image(F.col("before_raw"), F.col("_pb"), has_schema, columns, by_java_b)
@@ -181,19 +196,30 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     def struct(values: list[Column], at: int) -> Column:
         return F.struct(*[values[2 * i + at].alias(n) for i, n in enumerate(names)])
 
-    return changes.select("file_index", "block", "row", "op", "time", "pos",
-                          F.col("after_raw").isNotNull().alias("_has_a"),
-                          F.col("before_raw").isNotNull().alias("_has_b"),
-                          struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
-                          struct(before, 0).alias("b"), struct(before, 1).alias("ub"))
+    steps.append(["file_index", "block", "row", "op", "time", "pos",
+                  F.col("after_raw").isNotNull().alias("_has_a"),
+                  F.col("before_raw").isNotNull().alias("_has_b"),
+                  struct(after, 0).alias("a"), struct(after, 1).alias("ua"),
+                  struct(before, 0).alias("b"), struct(before, 1).alias("ub")])
+    return tuple(steps)
 
 
 def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
                  keys: Sequence[str]) -> DataFrame:
     """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
-    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way)."""
-    names = [c.name for c in columns]
+    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way). The
+    expressions are built once per JVM (`expressions.per_jvm`)."""
     frame = typed_images(changes, columns)
+    for step in _event_steps(tuple(columns), tuple(keys)):
+        frame = frame.select(*step)
+    return frame
+
+
+@per_jvm
+def _event_steps(columns: tuple[ColumnSpec, ...], keys: tuple[str, ...]
+                 ) -> tuple[list[Column | str], ...]:
+    """The selects of `typed_events` over `typed_images`' rows, in order."""
+    names = [c.name for c in columns]
     a, ua, b, ub = F.col("a"), F.col("ua"), F.col("b"), F.col("ub")
 
     def key_state(img: Column, flags: Column, present: Column) -> tuple[Column, Column]:
@@ -228,13 +254,12 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
     events = F.when(moved, F.array(event(b_key, F.lit(True), b, ub),
                                    event(a_key, F.lit(False), no_before, no_flags))) \
         .otherwise(F.array(event(key, F.col("op") == "d", b, ub)))
-    out = frame.select("file_index", "block", "row", "time", "pos", "a", "ua",
-                       problem.alias("problem"), F.explode(events).alias("ev"))
-    return out.select("file_index", "block", "row", "time", "pos", "problem",
-                      *[F.col(f"ev.k{i}").alias(f"k{i}") for i in range(len(keys))],
-                      "ev.is_delete", F.when(F.col("ev.is_delete"), 0).otherwise(1)
-                      .alias("rank"), "a", "ua", "ev.b", "ev.ub",
-                      F.xxhash64("a", "ua").alias("content"))
+    return (["file_index", "block", "row", "time", "pos", "a", "ua",
+             problem.alias("problem"), F.explode(events).alias("ev")],
+            ["file_index", "block", "row", "time", "pos", "problem",
+             *[F.col(f"ev.k{i}").alias(f"k{i}") for i in range(len(keys))],
+             "ev.is_delete", F.when(F.col("ev.is_delete"), 0).otherwise(1).alias("rank"),
+             "a", "ua", "ev.b", "ev.ub", F.xxhash64("a", "ua").alias("content")])
 
 
 TIED = "unsupported: two rows for one key at one position"

@@ -77,6 +77,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.read import flaw
+from changelake.spark.expressions import per_jvm
 from changelake.spark.jvm import register
 
 #: Jackson's leniencies that Spark's JSON functions turn on by default (single quotes, NaN
@@ -292,7 +293,10 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
 def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     """One row per line: see the module docstring for the columns' rules. With `jvm` (and
     the project's jar on the session: `spark.jvm`), the lines Java reads (`JVM_LINE`) skip
-    the Spark functions' reading; `jvm=False` is the Spark functions' way for every line."""
+    the Spark functions' reading; `jvm=False` is the Spark functions' way for every line.
+
+    The expressions are built once per JVM (`_steps`, `expressions.per_jvm`): they are
+    thousands of round trips to the JVM, which took two seconds of every batch's driver time."""
     java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
     carry: tuple[str, ...] = ()
     if java:
@@ -303,6 +307,16 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     else:
         lines = lines.select("file", "file_index", "block", "row", "value",
                              flaw(F.col("value")).alias("flaw"))
+    items = lines
+    for step in _steps(carry):
+        items = items.select(*step)
+    return _read_by_java(items) if java else items
+
+
+@per_jvm
+def _steps(carry: tuple[str, ...]) -> tuple[list[Column | str], ...]:
+    """The selects of `parse_items` after the lines' own columns, in order: each reads the
+    columns the one before it made."""
     # A line that opens an object is no `null`: only the others are trimmed (a copy each).
     tombstone_line = ~F.col("value").startswith("{") & (F.trim(F.col("value")) == "null")
     # Jackson stops at the end of the line's first value, so `{..} x` would read as `{..}`
@@ -311,42 +325,38 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     # second element (`_many`).
     values = F.from_json(F.concat(F.lit("["), F.col("value"), F.lit("]")),
                          f"array<struct<{ENVELOPE}>>", FAILFAST)
-    env = lines.select("file", "file_index", "block", "row", "value", "flaw", *carry,
-                       F.when(~tombstone_line, values).alias("_values"))
-    env = env.select("file", "file_index", "block", "row", "value", "flaw", *carry,
-                     F.coalesce(F.size("_values") != 1, F.lit(False)).alias("_many"),
-                     F.col("_values")[0].alias("e"))
+    places = ["file", "file_index", "block", "row"]
+    read = [*places, "value", "flaw", *carry, F.when(~tombstone_line, values).alias("_values")]
+    envelope = [*places, "value", "flaw", *carry,
+                F.coalesce(F.size("_values") != 1, F.lit(False)).alias("_many"),
+                F.col("_values")[0].alias("e")]
     e = F.col("e")
     bare_fields_null = _all_null(e, _ENVELOPE_FIELDS)
-    top_keys = F.when(bare_fields_null, F.json_object_keys("value"))
-    env = env.withColumn("_top", top_keys)
+    top = ["*", F.when(bare_fields_null, F.json_object_keys("value")).alias("_top")]
     kafka = bare_fields_null & _has(F.col("_top"), "value") & _only(F.col("_top"), _KAFKA_FIELDS)
     wrapped = bare_fields_null & _has(F.col("_top"), "payload")
     body = F.when(wrapped, e["payload"]) \
         .otherwise(F.struct(*[e[f].alias(f) for f in _BODY_FIELDS]))
-    env = env.select("file", "file_index", "block", "row", "value", "flaw", *carry, "_many",
-                     "_top",
-                     tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
-                     wrapped.alias("_wrapped"),
-                     F.when(wrapped, e["schema"]).alias("schema"), body.alias("b"))
+    bodies = [*places, "value", "flaw", *carry, "_many", "_top",
+              tombstone_line.alias("_null_line"), kafka.alias("_kafka"),
+              wrapped.alias("_wrapped"), F.when(wrapped, e["schema"]).alias("schema"),
+              body.alias("b")]
     b = F.col("b")
     body_null = F.col("_wrapped") & b.isNull()
     body_keys = F.when(_all_null(b, _ENVELOPE_FIELDS),
                        F.when(F.col("_wrapped"),
                               F.json_object_keys(F.get_json_object("value", "$.payload")))
                        .otherwise(F.col("_top")))
-    items = env.select(
-        "file", "file_index", "block", "row", "flaw", *carry, "schema", "_many", "_null_line",
-        "_kafka", "_wrapped", "b",
+    items = [
+        *places, "flaw", *carry, "schema", "_many", "_null_line", "_kafka", "_wrapped", "b",
         body_null.alias("_body_null"), body_keys.alias("_keys"),
         _source_keys(F.col("value"), F.col("_wrapped"), b["source"]).alias("_skeys"),
         _string_valued(F.col("value"), "after", "before").alias("_image_text"),
         (b["status"].isNotNull() & _string_valued(F.col("value"), "data_collections"))
         .alias("_collections_text"),
         _not_text(F.col("value"), b["source"]).alias("_not_text"),
-        b["source"].alias("s"))
-    items = _classify(items, carry)
-    return _read_by_java(items) if java else items
+        b["source"].alias("s")]
+    return (read, envelope, top, bodies, items, *_classify(carry))
 
 
 def java_items(lines: DataFrame) -> DataFrame | None:
@@ -357,13 +367,17 @@ def java_items(lines: DataFrame) -> DataFrame | None:
     Java read every line (`pipeline._parsed`). None where the session has no jar."""
     if not register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
         return None
+    return _java_read(lines).select(*_java_columns())
+
+
+@per_jvm
+def _java_columns() -> list[Column | str]:
     j = F.col("_j")
-    return _java_read(lines).select(
-        "file", "file_index", "block", "row", "flaw", j["schema"].alias("schema"),
-        j["kind"].alias("kind"), F.lit(None).cast("string").alias("problem"),
-        *((F.coalesce(j[name], F.lit(False)) if name == "snapshot" else j[name]).alias(name)
-          for name in _JVM_COLUMNS[2:]),
-        j["shape"].alias("shape"), j.isNull().alias("_deferred"))
+    return ["file", "file_index", "block", "row", "flaw", j["schema"].alias("schema"),
+            j["kind"].alias("kind"), F.lit(None).cast("string").alias("problem"),
+            *((F.coalesce(j[name], F.lit(False)) if name == "snapshot" else j[name]).alias(name)
+              for name in _JVM_COLUMNS[2:]),
+            j["shape"].alias("shape"), j.isNull().alias("_deferred")]
 
 
 def _java_read(lines: DataFrame) -> DataFrame:
@@ -379,8 +393,13 @@ def _java_read(lines: DataFrame) -> DataFrame:
 def _read_by_java(items: DataFrame) -> DataFrame:
     """The item columns, Java's (`_j`) where Java read the line: every line it reads is one
     `_classify` finds no `problem` on (`JVM_LINE`), and one the Spark functions read as null."""
+    never_null = frozenset(f.name for f in items.schema.fields if not f.nullable)
+    return items.select(*_picks(never_null))
+
+
+@per_jvm
+def _picks(never_null: frozenset[str]) -> list[Column | str]:
     java = F.col("_j").isNotNull()
-    never_null = {f.name for f in items.schema.fields if not f.nullable}
 
     def pick(name: str) -> Column:
         picked = F.when(java, F.col("_j")[name]).otherwise(F.col(name))
@@ -388,28 +407,27 @@ def _read_by_java(items: DataFrame) -> DataFrame:
             picked = F.coalesce(picked, F.col(name))
         return picked.alias(name)
 
-    return items.select("file", "file_index", "block", "row", "flaw", pick("schema"),
-                        pick("kind"), F.when(~java, F.col("problem")).alias("problem"),
-                        *map(pick, _JVM_COLUMNS[2:]))
+    return ["file", "file_index", "block", "row", "flaw", pick("schema"), pick("kind"),
+            F.when(~java, F.col("problem")).alias("problem"), *map(pick, _JVM_COLUMNS[2:])]
 
 
-def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
-    """The item columns. What several rules read, and is not cheap (the `sequence` parse, the
-    regular expressions, the PostgreSQL/MySQL decision), is a column of its own first: Spark
-    does not share an expression between the branches of a `when`, so a repeated one would
-    be evaluated once per use."""
+def _classify(carry: tuple[str, ...] = ()) -> tuple[list[Column | str], ...]:
+    """The selects that make the item columns. What several rules read, and is not cheap (the
+    `sequence` parse, the regular expressions, the PostgreSQL/MySQL decision), is a column of
+    its own first: Spark does not share an expression between the branches of a `when`, so a
+    repeated one would be evaluated once per use."""
     b0, s0, skeys0 = F.col("b"), F.col("s"), F.col("_skeys")
     tx_raw0 = b0["transaction"]["id"]
     pg0 = (_present(s0, skeys0, "lsn") | _present(s0, skeys0, "txId")
            | _present(s0, skeys0, "sequence"))
     seq_ok, seq_entries = _sequence(s0["sequence"])
-    items = items.select(
+    shared = [
         "*", seq_ok.alias("_seq_ok"), seq_entries.alias("_seq_entries"),
         F.when(tx_raw0.isNotNull(), _tx_id(tx_raw0)).alias("_tx_id"), pg0.alias("_pg"),
-        F.regexp_extract(s0["file"], r"\.([0-9]+)$", 1).alias("_file_no"))
+        F.regexp_extract(s0["file"], r"\.([0-9]+)$", 1).alias("_file_no")]
     # The sequence's numbers once each: a cast in the branches of a `when` is made per use.
-    items = items.select("*", *(_lsn(F.col("_seq_ok"), F.col("_seq_entries")[i], i)
-                                .alias(f"_seq{i}") for i in (0, 1)))
+    numbers = ["*", *(_lsn(F.col("_seq_ok"), F.col("_seq_entries")[i], i).alias(f"_seq{i}")
+                      for i in (0, 1))]
     b, s, skeys = F.col("b"), F.col("s"), F.col("_skeys")
     tombstone = F.col("_null_line") | F.col("_body_null")
     is_change = ~tombstone & b["op"].isNotNull()
@@ -503,7 +521,7 @@ def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
                .when(F.col("_kafka"), "unsupported: a Kafka record dump")
                .when(is_change, change_problem).when(is_tx, tx_problem)
                .when(kind.isNull(), "bad: not a Debezium event"))
-    return items.select(
+    return shared, numbers, [
         "file", "file_index", "block", "row", "flaw", *carry, "schema", kind.alias("kind"),
         problem.alias("problem"),
         op.alias("op"), time.alias("ptime"), tx_min.alias("tx_min"),
@@ -512,4 +530,4 @@ def _classify(items: DataFrame, carry: tuple[str, ...] = ()) -> DataFrame:
         F.when(b["status"] == "END", b["event_count"]).alias("end_count"),
         F.when(b["status"] == "END", collections).alias("end_collections"),
         position.alias("pos"), table.alias("table"), snapshot.alias("snapshot"),
-        b["before"].alias("before_raw"), b["after"].alias("after_raw"))
+        b["before"].alias("before_raw"), b["after"].alias("after_raw")]

@@ -121,6 +121,7 @@ from changelake.spark.changefeed.ydb import (
     ydb_items,
 )
 from changelake.spark.errors import input_error
+from changelake.spark.expressions import per_jvm
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
 log = logging.getLogger(__name__)
@@ -140,17 +141,21 @@ class Converted:
 
 class _Steps:
     """Seconds and Spark jobs per step, logged at debug level (`benchmarks/bench_ingest.py`
-    prints them)."""
+    prints them). Nothing is asked of Spark without it: the job ids come to Python one round
+    trip each, up to a thousand (the jobs Spark keeps) per step in a long-lived session."""
 
     def __init__(self, spark: SparkSession) -> None:
+        self._on = log.isEnabledFor(logging.DEBUG)
         self._tracker = spark.sparkContext.statusTracker()
         self._at = time.perf_counter()
         self._job = self._last_job()
 
     def _last_job(self) -> int:
-        return max(self._tracker.getJobIdsForGroup(), default=-1)
+        return max(self._tracker.getJobIdsForGroup(), default=-1) if self._on else -1
 
     def done(self, step: str) -> None:
+        if not self._on:
+            return
         now, job = time.perf_counter(), self._last_job()
         log.debug("step %-22s %6.2f s %2d jobs", step, now - self._at, job - self._job)
         self._at, self._job = now, job
@@ -200,10 +205,11 @@ def _first_problem(frame: DataFrame) -> str | None:
     return row[0] if row is not None else None
 
 
+@per_jvm
 def _facts() -> list[Column]:
     """What the later steps need to know about the batch: aggregates over the parsed lines,
     observed while they are checkpointed (`DataFrame.observe`), so that no pass of its own
-    reads them again for it."""
+    reads them again for it. Built once per JVM (`expressions.per_jvm`)."""
     change = F.col("kind") == "change"
     return [
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),

@@ -65,6 +65,7 @@ from changelake.spark.changefeed.keyed import ColumnSpec
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
+from changelake.spark.expressions import per_jvm
 from changelake.spark.jvm import register
 
 #: The YDB types whose JSON values this path reads in the JVM.
@@ -167,26 +168,38 @@ def line_struct(schema: TableSchema, columns: Sequence[ColumnSpec]) -> str:
 
 
 def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec],
-                 simple: Column) -> DataFrame:
-    """The typed parse (see `ydb_items` for the columns); a line `simple` does not hold for
-    is a row of kind "careful" without a problem."""
+                 all_simple: bool) -> DataFrame:
+    """The typed parse (see `ydb_items` for the columns); a line `_simple` does not hold for
+    (unless `all_simple`) is a row of kind "careful" without a problem. The expressions are
+    built once per JVM (`expressions.per_jvm`): they are thousands of round trips to the JVM."""
+    ddl = line_struct(schema, columns)
+    java = java_line_reader(lines.sparkSession, schema, columns, ddl)
+    for step in _typed_steps(schema, tuple(columns), all_simple, java):
+        lines = lines.select(*step)
+    return lines
+
+
+@per_jvm
+def _typed_steps(schema: TableSchema, columns: tuple[ColumnSpec, ...], all_simple: bool,
+                 java: tuple[str, str] | None) -> tuple[list[Column | str], ...]:
+    """The selects of `_typed_items`, in order; `java` is `java_line_reader`'s."""
     names = [c.name for c in columns]
     typed = {c.name: c.out_type for c in columns}
     bases = {c.name: _base_type(c.type) or "" for c in schema.columns}
     keys = list(schema.primary_key)
     non_key = [n for n in names if n not in keys]
-    ddl = line_struct(schema, columns)
-    parsed = F.from_json("value", ddl, _OPTIONS)
-    java = java_line_reader(lines.sparkSession, schema, columns, ddl)
+    simple = F.lit(True) if all_simple else _simple(schema)
+    parsed = F.from_json("value", line_struct(schema, columns), _OPTIONS)
+    steps: list[list[Column | str]] = []
     if java is not None:  # Java reads the lines it can (`java_line_reader`); `from_json` the rest
         function, spec = java
         bounded = F.when(F.octet_length("value") < MAX_LINE_BYTES - 1, F.col("value"))
-        lines = lines.withColumn("_j", F.call_function(function, bounded, F.lit(spec)))
+        steps.append(["*", F.call_function(function, bounded, F.lit(spec)).alias("_j")])
         simple = F.col("_j").isNotNull() | simple
         parsed = F.coalesce(F.col("_j"), parsed)
     # Parsed once (a project over this is not collapsed into its many uses).
-    lines = lines.select("file", "file_index", "block", "row", simple.alias("_simple"),
-                         parsed.alias("_p"))
+    steps.append(["file", "file_index", "block", "row", simple.alias("_simple"),
+                  parsed.alias("_p")])
     p = F.col("_p")
     present = {f: p[f].isNotNull() for f in ("update", "reset", "erase", "newImage",
                                              "oldImage", "ts", "key", "resolved")}
@@ -241,7 +254,7 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     unchanged = {n: present["update"] & p["update"][n].isNull() for n in non_key}
     none = flags({})
     ts = p["ts"]
-    return lines.select(
+    steps.append([
         "file", "file_index", "block", "row",
         F.when(~F.col("_simple"), "careful").when(resolved, "resolved").otherwise("change")
         .alias("kind"), problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
@@ -251,7 +264,8 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
         erase.alias("is_delete"), F.when(erase, 0).otherwise(1).alias("rank"),
         F.when(erase, "d").when(new_on & old_on, "u").otherwise("w").alias("op"),
         a.alias("a"), F.when(new_on | erase, none).otherwise(flags(unchanged)).alias("ua"),
-        F.when(old_on, row(p["oldImage"])).otherwise(no_row).alias("b"), none.alias("ub"))
+        F.when(old_on, row(p["oldImage"])).otherwise(no_row).alias("b"), none.alias("ub")])
+    return tuple(steps)
 
 
 JVM_LINE_CLASS = "changelake.jvm.YdbLine"
@@ -292,8 +306,8 @@ def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpe
     one pass, and one with them is read again."""
     simple = _simple(schema)
     if not careful:
-        return _typed_items(lines, schema, columns, simple)
-    typed = _typed_items(lines.where(simple), schema, columns, F.lit(True))
+        return _typed_items(lines, schema, columns, all_simple=False)
+    typed = _typed_items(lines.where(simple), schema, columns, all_simple=True)
     return typed.unionByName(variant_items(lines.where(~simple), schema, columns)
                              .select(*typed.columns))
 

@@ -40,6 +40,7 @@ from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
 from changelake.spark.changefeed.keyed import ColumnSpec
+from changelake.spark.expressions import per_jvm
 
 #: The integer types' ranges (Uint64 aside: beyond a long).
 INTS = {f"Int{b}": (-(1 << (b - 1)), (1 << (b - 1)) - 1) for b in (8, 16, 32, 64)} | {
@@ -152,11 +153,18 @@ def _well_formed(value: Column) -> Column:
 
 def variant_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
                   ) -> DataFrame:
-    """The rows `ydb.ydb_items` describes, one per line of `lines`."""
+    """The rows `ydb.ydb_items` describes, one per line of `lines`. The expressions are built
+    once per JVM (`expressions.per_jvm`): they are thousands of round trips to the JVM."""
     # Parsed once (a project over these is not collapsed into their many uses).
     lines = lines.select("file", "file_index", "block", "row", "value",
                          F.try_parse_json("value").alias("_v"),
                          F.json_object_keys("value").alias("_top"))
+    return lines.select(*_item_columns(schema, tuple(columns)))
+
+
+@per_jvm
+def _item_columns(schema: TableSchema, columns: tuple[ColumnSpec, ...]) -> list[Column | str]:
+    """`variant_items`' columns over the parsed lines (`_v`, `_top`)."""
     v, top = F.col("_v"), F.col("_top")
     types = {c.name: _base_type(c.type) or "" for c in schema.columns}
     keys = list(schema.primary_key)
@@ -273,8 +281,8 @@ def variant_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Colum
     b = F.when(old_on, row([x[0] for x in old])).otherwise(no_row)
     op = F.when(erase, "d").when(new_on & old_on, "u").otherwise("w")
     pos = F.when(present["ts"], ts)
-    return lines.select(
-        "file", "file_index", "block", "row", "value",
+    return [
+        "file", "file_index", "block", "row",
         F.when(resolved, "resolved").otherwise("change").alias("kind"),
         problem.alias("problem"), F.when(resolved, rpos).alias("rpos"),
         present["ts"].alias("has_ts"), pos.alias("pos"),
@@ -282,4 +290,4 @@ def variant_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Colum
         *[key_of[k].alias(f"k{i}") for i, k in enumerate(keys)],
         erase.alias("is_delete"), F.when(erase, 0).otherwise(1).alias("rank"),
         op.alias("op"), a.alias("a"), ua.alias("ua"), b.alias("b"),
-        flags([none] * len(non_key)).alias("ub")).drop("value")
+        flags([none] * len(non_key)).alias("ub")]
