@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from changefeed_cases import python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
+from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.protocol import collect
 from changelake.spark.changefeed import barriers, times
 from changelake.spark.changefeed.keyed import TIED
@@ -151,6 +152,33 @@ def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> N
     assert late_record(paths, 3)
     _, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
     assert error is not None and "after resolved" in error and "partition-" in error
+
+
+@pytest.mark.parametrize("bad", [b'{"update": {"name": "caf\xc3"}, "key": [9], "ts": [9, 1]}',
+                                 b" " * MAX_LINE_BYTES], ids=["utf8", "long"])
+def test_a_line_out_of_bounds_is_named_as_the_encoder_names_it(spark: Any, tmp_path: Path,
+                                                                bad: bytes) -> None:
+    """The YDB parse holds the lines to the bounds in its own job: a line that is not UTF-8,
+    or is over the bound, is never parsed, and the check names its file and line as the
+    encoder does (the second line of the second partition; the first file is good). The
+    words for a line that is not UTF-8 are the check's own, more exact than orjson's, as for
+    Debezium (`test_spark_changefeed_read.py`)."""
+    paths, _, _ = write_ydb(HISTORY, tmp_path)
+    lines = paths[-1].read_bytes().splitlines(keepends=True)
+    paths[-1].write_bytes(lines[0] + bad + b"\n" + b"".join(lines[1:]))
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(YDB_TABLE))
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed(paths, source="ydb", keys=None, table_schema=YDB_TABLE,
+                               close=True, lenient=False))
+    with pytest.raises(ChangefeedError) as on_spark:
+        convert_frames(spark, paths, "ydb", [], table, close=True)
+    place = f"{paths[-1]}, line 2: "
+    assert str(encoder.value).startswith(place) and str(on_spark.value).startswith(place)
+    if bad.strip():
+        assert str(on_spark.value).startswith(place + "not UTF-8 text: ")
+    else:
+        assert str(on_spark.value) == str(encoder.value)
 
 
 @pytest.mark.parametrize("again, repeat, chunk_bits", [

@@ -27,12 +27,23 @@ def _gateway() -> Any:
     return SparkContext._gateway
 
 
+_CACHES: list[dict[Any, Any]] = []
+
+
+def forget() -> None:
+    """Drop every expression built so far: the next calls build them again (to measure what
+    the cache spares: `benchmarks/bench_fixed_cost.py`)."""
+    for cache in _CACHES:
+        cache.clear()
+
+
 def per_jvm(build: Callable[..., T]) -> Callable[..., T]:
     """`build(*args)` once per JVM and `args` (values: names, flags, frozen dataclasses,
     never a DataFrame or Column; built anew each time where one is not hashable, a table
     schema holding a Debezium schema's dict, say). What `build` returns must be Columns, or
     plain containers of them, that read no DataFrame."""
     built: dict[tuple[Hashable, ...], tuple[Any, T]] = {}
+    _CACHES.append(built)
 
     @functools.wraps(build)
     def cached(*args: Hashable) -> T:

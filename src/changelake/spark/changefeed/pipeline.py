@@ -28,7 +28,7 @@ over the parsed batch, and by Spark refusing a value), and `convert_frames` then
 to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
 hands the batch to the old path, `spark.changefeed.udf.changefeed_changes`, on the same
 executor-read lines, which names bad lines as `encode_changefeed` does (with the differences its
-docstring lists). A YDB batch is checked before either path reads it.
+docstring lists). A YDB batch's parse holds its lines to the bounds as Debezium's does.
 Not covered yet: non-default `UpsertOptions`, any bad line, truncates, logical messages,
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told
@@ -50,7 +50,8 @@ against the table schema's types where a line is provably simple (in Java where 
 the jar and the line is plainly so), with the VARIANT parse
 otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
-as key), checkpointed once by a job that also observes the checks' aggregates; the barrier
+as key), checkpointed once by a job that also observes the checks' aggregates (the lines'
+bounds among them: a flawed line is counted, not parsed); the barrier
 rule with a window by chunk of lines and a join of the few records below a barrier, and the
 frontier from each file's highest barrier, found by the rule's aggregate rows by chunk
 (`barriers.py`), shuffled by key, converted and checked as the Debezium events are
@@ -478,12 +479,20 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     partition stream, a file without lines too."""
     steps = _Steps(spark)
     columns = ydb_columns(table_schema, keys)
-    lines = read.frame
+    marked = flaw(F.col("value"))
 
     def parsed(careful: bool) -> tuple[DataFrame, LineFacts]:
-        observed = Observation()
+        # The lines are held to their bounds by the parse's own job (`read.flaw`, counted as
+        # they pass), not by a pass of their own: a flawed line never reaches the parse, and
+        # `Lines.check` names it afterwards.
+        observed, flaws = Observation(), Observation()
+        lines = read.bounded.observe(flaws, F.count(marked).alias("flawed")) \
+            .where(marked.isNull())
         items = _guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
                                       .observe(observed, *LineFacts.aggregates())))
+        if flaws.get["flawed"]:
+            read.check()
+            raise Unsupported("a line out of bounds that the check did not find")
         return items, LineFacts.of(observed.get)
 
     items, facts = parsed(careful=False)
@@ -549,7 +558,6 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     reason = None if jvm else "the old path was asked for"
     if source == "ydb":
-        lines.check()  # UTF-8, bounded lines: before either path reads them
         if schema is None:
             reason = "unsupported: YDB without a table schema"
         elif not keys:
@@ -569,10 +577,9 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
         except Unsupported as why:
             reason = str(why)
     log.info("changefeed conversion on the Python path: %s", reason)
-    if source != "ydb":
-        # The Debezium path's own aggregate checks the bounds of a batch it converts; one it
-        # gives up on (for whatever reason, a bad line included) is checked here.
-        lines.check()
+    # The JVM path's parse checks the bounds of a batch it converts; one it gives up on (for
+    # whatever reason, a bad line included), or never reads, is checked here.
+    lines.check()
     from changelake.spark.changefeed.udf import changefeed_changes
 
     numbered = lines.numbered().select("value", "file", "line")
