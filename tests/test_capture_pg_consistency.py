@@ -79,6 +79,7 @@ def current_lsn(dsn: str) -> int:
     return parse_lsn(text)
 
 
+@pytest.mark.slow  # a minute or more on 2 cores; test_capture_pg_lake holds tables to one another
 def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_path) -> None:
     lake = Lake(spark, tmp_path / "lake")
     writer = Transfers(bank, seed=11, limit=300)  # bounded work, however slow the machine

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from changelake.demo import run_pipeline_demo, run_protocol_demo
 
 
@@ -19,6 +21,7 @@ def test_pipeline_demo_checks_pass(spark, tmp_path: Path) -> None:
     assert not failed and len(result.checks) >= 4
 
 
+@pytest.mark.slow  # the README's demo command runs it; the Kafka tests cover its parts
 def test_kafka_demo_checks_pass(spark, tmp_path: Path) -> None:
     from changelake.demo.kafka import run_kafka_demo
 

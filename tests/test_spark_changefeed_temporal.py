@@ -58,7 +58,7 @@ def test_edges(spark: Any) -> None:
     check(spark, EDGES)
 
 
-@settings(max_examples=5, deadline=None,
+@settings(max_examples=3, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.one_of(LONG, st.integers(-10**12, 10**12),
                                  st.integers(FIRST_DAY * 2, LAST_DAY * 2),
