@@ -295,8 +295,9 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     the project's jar on the session: `spark.jvm`), the lines Java reads (`JVM_LINE`) skip
     the Spark functions' reading; `jvm=False` is the Spark functions' way for every line.
 
-    The expressions are built once per JVM (`_steps`, `expressions.per_jvm`): they are
-    thousands of round trips to the JVM, which took two seconds of every batch's driver time."""
+    The expressions are built once per JVM (`_steps`, `expressions.per_jvm`): built per call,
+    they were about 8,000 round trips to the JVM, two seconds of driver time before any job
+    ran (`benchmarks/bench_fixed_cost.py`)."""
     java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
     carry: tuple[str, ...] = ()
     if java:
