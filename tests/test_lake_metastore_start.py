@@ -28,6 +28,7 @@ def _open(lake: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # a Spark process of its own (20 s on 2 cores), as the kill -9 cases
 def test_an_interrupted_creation_is_started_over(tmp_path):
     lake = tmp_path / "lake"
     half = lake / "metastore" / "metastore_db"
