@@ -486,8 +486,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         # they pass), not by a pass of their own: a flawed line never reaches the parse, and
         # `Lines.check` names it afterwards.
         observed, flaws = Observation(), Observation()
-        lines = read.bounded.observe(flaws, F.count(marked).alias("flawed")) \
-            .where(marked.isNull())
+        lines = read.bounded.select("*", marked.alias("_flaw")) \
+            .observe(flaws, F.count("_flaw").alias("flawed")) \
+            .where(F.col("_flaw").isNull()).drop("_flaw")
         items = _guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
                                       .observe(observed, *LineFacts.aggregates())))
         if flaws.get["flawed"]:
