@@ -369,7 +369,7 @@ def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
 
 
 # Each process test starts Spark twice (about a minute on CI's two cores): they run in the
-# slow tier, which CI runs too; the default run keeps the in-process crash windows above.
+# slow tier (`.ci/slow`); the default run keeps the in-process crash windows above.
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_sigkill_and_restart_nothing_lost_nothing_doubled(spark, tmp_path, seed):
