@@ -16,8 +16,11 @@ sessions; should it start another, they are built again there).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 T = TypeVar("T")
 
@@ -59,3 +62,11 @@ def per_jvm(build: Callable[..., T]) -> Callable[..., T]:
         return entry[1]
 
     return cached
+
+
+def selected(frame: DataFrame, steps: Sequence[Sequence[Column | str]]) -> DataFrame:
+    """`frame` through `steps`, one `select` each, in order: how a step applies the selects a
+    `per_jvm` builder gives it."""
+    for step in steps:
+        frame = frame.select(*step)
+    return frame

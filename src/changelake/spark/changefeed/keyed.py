@@ -45,7 +45,7 @@ from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decode, unchanged
-from changelake.spark.expressions import per_jvm
+from changelake.spark.expressions import per_jvm, selected
 from changelake.spark.jvm import register
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
@@ -159,9 +159,7 @@ def typed_images(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     (`_has_a`, `_has_b`), the images' typed values (`a`, `b`) and UNCHANGED flags (`ua`, `ub`).
     The expressions are built once per JVM (`expressions.per_jvm`)."""
     java = java_image_reader(changes.sparkSession, columns)
-    for step in _image_steps(tuple(columns), java):
-        changes = changes.select(*step)
-    return changes
+    return selected(changes, _image_steps(tuple(columns), java))
 
 
 @per_jvm
@@ -209,10 +207,7 @@ def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
     """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
     (UNCHANGED flags), `problem` (set when the key cannot be told the Python way). The
     expressions are built once per JVM (`expressions.per_jvm`)."""
-    frame = typed_images(changes, columns)
-    for step in _event_steps(tuple(columns), tuple(keys)):
-        frame = frame.select(*step)
-    return frame
+    return selected(typed_images(changes, columns), _event_steps(tuple(columns), tuple(keys)))
 
 
 @per_jvm

@@ -77,7 +77,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.read import flaw
-from changelake.spark.expressions import per_jvm
+from changelake.spark.expressions import per_jvm, selected
 from changelake.spark.jvm import register
 
 #: Jackson's leniencies that Spark's JSON functions turn on by default (single quotes, NaN
@@ -308,9 +308,7 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     else:
         lines = lines.select("file", "file_index", "block", "row", "value",
                              flaw(F.col("value")).alias("flaw"))
-    items = lines
-    for step in _steps(carry):
-        items = items.select(*step)
+    items = selected(lines, _steps(carry))
     return _read_by_java(items) if java else items
 
 

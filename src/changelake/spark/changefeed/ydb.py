@@ -65,7 +65,7 @@ from changelake.spark.changefeed.keyed import ColumnSpec
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
-from changelake.spark.expressions import per_jvm
+from changelake.spark.expressions import per_jvm, selected
 from changelake.spark.jvm import register
 
 #: The YDB types whose JSON values this path reads in the JVM.
@@ -174,9 +174,7 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     built once per JVM (`expressions.per_jvm`): they are thousands of round trips to the JVM."""
     ddl = line_struct(schema, columns)
     java = java_line_reader(lines.sparkSession, schema, columns, ddl)
-    for step in _typed_steps(schema, tuple(columns), all_simple, java):
-        lines = lines.select(*step)
-    return lines
+    return selected(lines, _typed_steps(schema, tuple(columns), all_simple, java))
 
 
 @per_jvm
