@@ -1,7 +1,8 @@
 """`changelake capture postgres` refuses what it cannot capture with exit status 2 and one line
 naming the object: a missing publication or slot, a slot dropped between two runs (the lake
-holds a capture, the slot is gone), a table without a primary key or replica identity. Each
-run is a Spark start-up, so only the first is in the default run."""
+holds a capture, the slot is gone), a table without a primary key or replica identity. What
+the database alone refuses is refused before the lake opens: no Spark, no lake directory.
+Other runs are a Spark start-up each, so only the first test is in the default run."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def sql(pg_dsn: str):
 def test_a_missing_publication_is_named(pg_dsn, sql, tmp_path) -> None:
     refused(run(pg_dsn, tmp_path / "lake", "--publication", "nope", "--slot", "s",
                 "--create-slot"), "publication 'nope' does not exist in database")
+    assert not (tmp_path / "lake").exists()  # refused before the lake (and Spark) started
 
 
 @pytest.mark.slow
@@ -46,8 +48,9 @@ def test_a_missing_slot_and_a_table_without_key_are_named(pg_dsn, sql, tmp_path)
             "replication slot 'nope' does not exist (pass --create-slot")
     sql.execute("CREATE TABLE loose (a int, b text)")
     sql.execute("ALTER PUBLICATION p ADD TABLE loose")
-    refused(run(pg_dsn, tmp_path / "lake", "--publication", "p", "--slot", "s",
+    refused(run(pg_dsn, tmp_path / "other", "--publication", "p", "--slot", "s",
                 "--create-slot"), "table public.loose has no primary key or replica identity")
+    assert not (tmp_path / "other").exists()
 
 
 @pytest.mark.slow

@@ -1234,6 +1234,7 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
     if out_dir is not None and metastore_uri is not None:
         raise click.UsageError("--metastore-uri is for --lake; --out writes files only")
     from changelake.capture.postgres.capture import Capture, CaptureOptions
+    from changelake.capture.postgres.source import Source
 
     options = CaptureOptions(dsn, publication, slot,
                              tables=tuple(tables.split(",")) if tables else None,
@@ -1248,6 +1249,9 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
         from changelake.capture.postgres.to_lake import LakeCapture
 
         assert lake_dir is not None
+        # The database's refusals (no connection, no publication, a table without a key)
+        # come before the lake's Spark and metastore start: seconds, not half a minute.
+        Source(options.dsn, options.publication, options.slot, tables=options.tables).close()
         lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
         try:
             result = LakeCapture(lake, options).run()
