@@ -190,3 +190,20 @@ def test_compaction_with_nothing_committed_past_since_is_a_no_op(spark, lake):
     assert compact(table).version is None  # nothing committed yet: nothing to do
     table.commit(to_df(spark, []), Antichain([0]), Antichain([1]))
     assert compact(table).version is None and table.state().since == 0
+
+
+def test_a_metastore_object_that_is_no_changelake_table_is_refused(spark, lake):
+    """A name the metastore holds as a plain table, or as a view without changelake's
+    version marker, is refused by name, never read as a table with no history."""
+    database = unique("x").split(".")[0]
+    spark.sql(f"CREATE DATABASE {database}")
+    spark.sql(f"CREATE TABLE {database}.plain (a INT) USING parquet")
+    spark.sql(f"CREATE VIEW {database}.foreign AS SELECT a FROM {database}.plain")
+    with pytest.raises(LakeError, match=rf"{database}\.plain exists in the metastore but is "
+                                        r"not a changelake table \(no view\)"):
+        lake.table(f"{database}.plain")
+    with pytest.raises(LakeError, match=rf"{database}\.foreign exists in the metastore but is "
+                                        "not a changelake table$"):
+        lake.table(f"{database}.foreign")
+    with pytest.raises(LakeError, match="does not exist"):
+        lake.table(f"{database}.missing")

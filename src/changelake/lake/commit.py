@@ -66,13 +66,19 @@ with a missing file, as on any lake format with vacuuming)."""
 
 
 def view_text(spark: SparkSession, ident: TableIdentifier) -> str | None:
-    """The committed view's SQL text, or None if there is no such table."""
-    if not spark.catalog.tableExists(ident.quoted):
+    """The committed view's SQL text, or None if there is no such table.
+
+    Asked of the metastore directly (Spark's external catalog), not through `DESCRIBE TABLE
+    EXTENDED`: every command and every streaming batch reads it, and the statement's analysis
+    cost 4x the two metastore calls (0.10 s against 0.023 s on embedded Derby)."""
+    catalog = spark._jsparkSession.sharedState().externalCatalog()  # type: ignore[union-attr]
+    if not catalog.tableExists(ident.database, ident.name):
         return None
-    for row in spark.sql(f"DESCRIBE TABLE EXTENDED {ident.quoted}").collect():
-        if row[0] == "View Text":
-            return str(row[1])
-    raise LakeError(f"{ident} exists in the metastore but is not a changelake table (no view)")
+    text = catalog.getTable(ident.database, ident.name).viewText()
+    if not text.isDefined():
+        raise LakeError(f"{ident} exists in the metastore but is not a changelake table "
+                        "(no view)")
+    return str(text.get())
 
 
 def committed_version(spark: SparkSession, ident: TableIdentifier) -> int | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.keyed import partitions_for
@@ -143,9 +143,10 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     partitions = None if size is None else partitions_for(items.sparkSession, size)
     chunks = _barrier_chunks(items, (*key, "_same"))
     last = {file: high for file, high in chunks.highest.items() if high is not None}
-    below = _below(items, keep=(*key, "_same"), partitions=partitions,
-                   chunks=chunks).localCheckpoint()
-    count = below.count()
+    counted = Observation()  # counted as they are checkpointed: no job of its own
+    below = _below(items, keep=(*key, "_same"), partitions=partitions, chunks=chunks) \
+        .observe(counted, F.count(F.lit(1)).alias("n")).localCheckpoint()
+    count = int(counted.get["n"])
     if count == 0:
         return Barriers(False, last)
     small: Callable[[DataFrame], DataFrame] = \

@@ -54,6 +54,7 @@ from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable
+from changelake.spark.driver_rows import driver_rows
 from changelake.spark.session import stored
 from changelake.spark.uris import FILE_SCHEME, local_path
 
@@ -104,7 +105,7 @@ class Lines:
             before = done.get(b["file_index"], 0)
             rows.append((b["file_index"], b["block"], b["_first"] - before))
             done[b["file_index"]] = before + b["_n"]
-        shift = self.spark.createDataFrame(rows, "file_index int, block long, _shift long")
+        shift = driver_rows(self.spark, rows, "file_index int, block long, _shift long")
         return (self.frame.join(F.broadcast(shift), ["file_index", "block"])
                 .withColumn("line", F.col("row") - F.col("_shift") + 1).drop("_shift"))
 
@@ -161,7 +162,7 @@ def _names(spark: SparkSession, listed: Sequence[str], files: Sequence[str]) -> 
             for uri in dict.fromkeys(listed)
             for name, i in places.get(local_path(uri), ())
             for scheme in ("file:", "file://")]
-    return spark.createDataFrame(rows, "_uri string, file string, file_index int")
+    return driver_rows(spark, rows, "_uri string, file string, file_index int")
 
 
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
@@ -206,8 +207,9 @@ def record_lines(spark: SparkSession, records: DataFrame,
     from changelake.kafka.source import location
 
     files = [str(location(topic, partition, 0).file) for topic, partition in partitions]
-    names = spark.createDataFrame(
-        [(topic, partition, files[i], i) for i, (topic, partition) in enumerate(partitions)],
+    names = driver_rows(
+        spark, [(topic, partition, files[i], i)
+                for i, (topic, partition) in enumerate(partitions)],
         "topic string, partition int, file string, file_index int")
     raw = (records.where(F.col("value").isNotNull())
            .join(F.broadcast(names), ["topic", "partition"])

@@ -38,6 +38,9 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from changelake.spark.driver_rows import driver_rows
 
 CHUNK_BITS = 16
 """Rows of a block are windowed in chunks of 2**CHUNK_BITS consecutive `row`s (see below)."""
@@ -145,10 +148,10 @@ def chunks_of(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], r
         if r["t"] is not None:
             high = r["t"] if high is None else max(high, r["t"])
         highest[r[stream[0]] if per_file else None] = high
-    types = {f.name: f.dataType.simpleString() for f in narrow.schema.fields}
-    earlier = spark.createDataFrame(
-        before, ", ".join([*(f"{c} {types[c]}" for c in place), f"_earlier {types['_moves']}",
-                           "_windowed boolean"]))
+    types = {f.name: f.dataType for f in narrow.schema.fields}
+    earlier = driver_rows(spark, before, T.StructType(
+        [*(T.StructField(c, types[c]) for c in place), T.StructField("_earlier", types["_moves"]),
+         T.StructField("_windowed", T.BooleanType())]))
     return Chunks(narrow, earlier, place, any(b[-1] for b in before), highest)
 
 
