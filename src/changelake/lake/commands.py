@@ -142,6 +142,7 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     from changelake.formats.materialize import OCF_MAGIC, expand_paths, load_schema
     from changelake.spark.decode_files import read_messages_frame
     from changelake.spark.decoder import split_messages
+    from changelake.spark.json_schema import infer_json_schema
 
     cdc = load_schema(Path(schema_file)) if schema_file else None
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
@@ -153,8 +154,7 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     updates, progress = split_messages(messages)
     if typed:
         return updates, progress
-    texts = updates.select("data").rdd.map(lambda row: row[0])
-    inferred = translate_errors(lambda: spark.read.json(texts).schema)
+    inferred = translate_errors(lambda: infer_json_schema(updates.select("data")))
     if not inferred.fields:
         raise InputError("no updates with columns in the input, and no --schema to type them")
     return updates.withColumn("data", F.from_json("data", inferred)), progress

@@ -77,6 +77,7 @@ from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ingest_key
 from changelake.protocol import Antichain
+from changelake.spark.json_schema import infer_json_schema
 from changelake.spark.stream import PENDING, StreamState, latest_state
 
 if TYPE_CHECKING:
@@ -366,8 +367,7 @@ class CommitBatches:
             if finished is not None:
                 data_type = updates.schema["data"].dataType
                 if data_type.typeName() == "string":  # JSON text: type it (module docstring)
-                    texts = updates.select("data").rdd.map(lambda row: row[0])
-                    inferred = translate_errors(lambda: spark.read.json(texts).schema)
+                    inferred = translate_errors(lambda: infer_json_schema(updates.select("data")))
                     if inferred.fields:
                         finished = finished.withColumn("data", F.from_json("data", inferred))
                     else:

@@ -19,7 +19,10 @@ DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka
 `kafka_records` (records of any Kafka reader into messages), `kafka_set_aside` (the records
 a lenient `kafka-cdc` read set aside: counted, named, sent to a dead-letter topic),
 `stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
-decode --engine spark`), `session`, `errors` (input errors from the executors), and
+decode --engine spark`), `session`, `errors` (input errors from the executors),
+`expressions` (column expressions built once per JVM), `driver_rows` (a few driver rows as a
+DataFrame the JVM reads, no Python worker), `json_schema` (Spark's JSON inference over a column,
+in the JVM), `jvm` (the project's Java classes), and
 `changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeed/udf/` is
 the older Python path it hands what it does not cover to).
 """

@@ -30,6 +30,7 @@ from pyspark.sql.types import StructType
 
 from changelake.formats.debezium import PLACEHOLDER, PLACEHOLDER_B64
 from changelake.spark.changefeed.temporal import date_text, time_text, timestamp_text
+from changelake.spark.json_schema import infer_json_schema
 
 #: Output types this path handles (what the old path's Arrow conversion handles too).
 SUPPORTED = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
@@ -129,13 +130,7 @@ def image_fields(schema_text: str | None) -> dict[str, Mapping[str, Any]] | None
 def infer_images(spark: SparkSession, texts: DataFrame) -> StructType:
     """Spark's JSON schema inference over every image text (column `value`), on the executors:
     the names of every column any image has, each with the type that holds all its values."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    dataset = getattr(texts._jdf, "as")(jvm.org.apache.spark.sql.Encoders.STRING())
-    inferred = spark._jsparkSession.read().option("mode", "FAILFAST").json(dataset).schema()
-    parsed = StructType.fromJson(json.loads(inferred.json()))
-    assert isinstance(parsed, StructType)
-    return parsed
+    return infer_json_schema(texts.select("value"), failfast=True)
 
 
 def inferred_from_shapes(shapes: Sequence[str | None]) -> dict[str, str] | None:
