@@ -166,3 +166,45 @@ def test_close_is_refused_for_a_materialize_log(lake, tmp_path):
 
     with pytest.raises(LakeError, match="closes itself"):
         commands.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)
+
+
+YDB_TABLE = {"columns": [{"name": "id", "type": "Uint64"}, {"name": "name", "type": "Utf8"},
+                         {"name": "amount", "type": "Int64"}],
+             "primary_key": ["id"]}
+
+
+def _ydb(body: dict, step: int) -> str:
+    return json.dumps({**body, "ts": [step, 0]})
+
+
+def test_a_ydb_changefeed_without_key_is_keyed_by_its_primary_key(spark, lake, tmp_path):
+    """A YDB update has no before-image: it retracts its key's previous row, which the ingest
+    takes from the table by the table's key. Ingested without --key, the table is keyed by
+    the table schema's primary key, so a second batch updating the first batch's keys
+    replaces their rows (an unkeyed table kept the old row beside the new one); a table
+    made unkeyed is refused rather than duplicated into."""
+    schema = tmp_path / "table.json"
+    schema.write_text(json.dumps(YDB_TABLE))
+    first = [_ydb({"key": [1], "update": {"name": "a", "amount": 1}}, 10),
+             _ydb({"key": [2], "update": {"name": "b", "amount": 2}}, 10),
+             json.dumps({"resolved": [11, 0]})]
+    second = [_ydb({"key": [1], "update": {"amount": 5}}, 12),  # name left UNCHANGED
+              _ydb({"key": [2], "erase": {}}, 12),
+              _ydb({"key": [3], "update": {"name": "c", "amount": 3}}, 13),
+              json.dumps({"resolved": [14, 0]})]
+    (tmp_path / "a.jsonl").write_text("\n".join(first) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(first + second) + "\n")  # re-delivered
+    name = f"ydbkey_{uuid.uuid4().hex[:8]}.items"
+    commands.ingest(lake, name, [tmp_path / "a.jsonl"], source="ydb", schema=schema)
+    assert lake.table(name).state().key == ("id",)
+    commands.ingest(lake, name, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
+    rows = sorted(tuple(r) for r in spark.table(name).collect())
+    assert rows == [(1, "a", 5), (3, "c", 3)]
+
+    unkeyed = f"ydbkey_{uuid.uuid4().hex[:8]}.items"
+    lake.create_table(unkeyed, spark.table(name).schema)
+    from changelake.errors import LakeError
+
+    with pytest.raises(LakeError, match=r"has no key, but the changefeed is converted by its "
+                                        r"table schema's primary key \(id\)"):
+        commands.ingest(lake, unkeyed, [tmp_path / "b.jsonl"], source="ydb", schema=schema)

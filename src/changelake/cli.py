@@ -575,7 +575,8 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
               help="NAME or DATABASE.NAME (letters, digits and _, case-insensitive); created "
                    "on first ingest.")
 @click.option("--key", default=None, help="Key columns, comma-separated: one row per key "
-              "(for a new table; an existing one keeps its own).")
+              "(for a new table, default with --from ydb: the schema's primary key; an "
+              "existing one keeps its own).")
 @click.option("--from", "source", type=click.Choice(["materialize", "debezium", "ydb"]),
               default="materialize", show_default=True)
 @click.option("--schema", "schema_path", type=click.Path(exists=True, dir_okay=False,

@@ -43,6 +43,7 @@ from pyspark.sql.types import (
 
 from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import InputError, LakeError, SchemaError
+from changelake.formats.tableschema import read_table_json
 from changelake.lake.arrow import LakeStatus, TableStatus, plain, status_of
 from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.commit import repair_pointer
@@ -205,7 +206,8 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
-        key = writer.ingest_key(key)
+        key = writer.ingest_key(key) if source == "materialize" else writer.changefeed_key(
+            key, read_table_json(schema) if schema is not None else None)
         existing = writer.state is not None
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)

@@ -143,7 +143,7 @@ def ingest_changefeed_topics(
     step = progress or (lambda _d, _i, _n: None)
     step("waiting for the table's writer lock", 0, 3)
     with handle.writer() as writer, ExitStack() as cleanup:
-        key = writer.ingest_key(key)
+        key = writer.changefeed_key(key, table_json)
         run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=source,
                               what=source, group=group, framed=False, config=config)
         state, committed, recorded, plans = run.state, run.committed, run.recorded, run.plans

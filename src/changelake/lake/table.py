@@ -27,12 +27,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
+from changelake.formats.tableschema import TableSchema
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import (
@@ -199,6 +201,25 @@ def ingest_key(name: str, state: TableState | None, key: Sequence[str]) -> tuple
     return own
 
 
+def changefeed_key(name: str, state: TableState | None, key: Sequence[str],
+                   table_json: dict[str, Any] | None) -> tuple[str, ...]:
+    """`ingest_key` for a changefeed whose conversion may take its key from a table schema
+    (YDB's `--schema`, `--table-schema`): the key given, else the schema's primary key, which
+    the conversion keys by anyway (`spark.changefeed.pipeline.convert_lines`). The table must
+    be keyed by the same key: an update without a before-image (YDB's always) retracts its
+    key's previous row, which the ingest takes from the table by the table's key, and a table
+    without one gives none, so the old row would stay beside the new one. Such a table (made
+    by an ingest that did not key it so) is refused, not silently duplicated into."""
+    primary = () if key or table_json is None else \
+        TableSchema.from_json(table_json).primary_key
+    if primary and state is not None and not state.key:
+        raise LakeError(f"table {name} has no key, but the changefeed is converted by its "
+                        f"table schema's primary key ({', '.join(primary)}): each update "
+                        "retracts its key's previous row, which only a table keyed by it "
+                        "holds; ingest into a new table (it is created keyed so)")
+    return ingest_key(name, state, key or primary)
+
+
 class TableWriter:
     """A table under its writer lock (see `Table.writer`); `state` is its committed state."""
 
@@ -226,6 +247,11 @@ class TableWriter:
     def ingest_key(self, key: Sequence[str]) -> tuple[str, ...]:
         """`ingest_key` for this table, as committed when the lock was taken."""
         return ingest_key(self.name, self.state, key)
+
+    def changefeed_key(self, key: Sequence[str],
+                       table_json: dict[str, Any] | None) -> tuple[str, ...]:
+        """`changefeed_key` for this table, as committed when the lock was taken."""
+        return changefeed_key(self.name, self.state, key, table_json)
 
     def current(self) -> DataFrame:
         """The table's rows at the committed state held under the lock."""
