@@ -204,20 +204,22 @@ def ingest_key(name: str, state: TableState | None, key: Sequence[str]) -> tuple
 def changefeed_key(name: str, state: TableState | None, key: Sequence[str],
                    table_json: dict[str, Any] | None) -> tuple[str, ...]:
     """`ingest_key` for a changefeed whose conversion may take its key from a table schema
-    (YDB's `--schema`, `--table-schema`): the key given, else the schema's primary key, which
-    the conversion keys by anyway (`spark.changefeed.pipeline.convert_lines`). The table must
+    (YDB's `--schema`, `--table-schema`): the key given, else the table's own, else (a new
+    table) the schema's primary key, which the conversion keys by anyway
+    (`spark.changefeed.pipeline.convert_lines`). The table must
     be keyed by the same key: an update without a before-image (YDB's always) retracts its
     key's previous row, which the ingest takes from the table by the table's key, and a table
     without one gives none, so the old row would stay beside the new one. Such a table (made
     by an ingest that did not key it so) is refused, not silently duplicated into."""
-    primary = () if key or table_json is None else \
-        TableSchema.from_json(table_json).primary_key
-    if primary and state is not None and not state.key:
+    if key or table_json is None or (state is not None and state.key):
+        return ingest_key(name, state, key)  # given, or the table's own
+    primary = TableSchema.from_json(table_json).primary_key
+    if primary and state is not None:  # an existing table without a key
         raise LakeError(f"table {name} has no key, but the changefeed is converted by its "
                         f"table schema's primary key ({', '.join(primary)}): each update "
                         "retracts its key's previous row, which only a table keyed by it "
                         "holds; ingest into a new table (it is created keyed so)")
-    return ingest_key(name, state, key or primary)
+    return ingest_key(name, state, primary)
 
 
 class TableWriter:
