@@ -17,7 +17,7 @@ is the same, only the way differs.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -60,7 +60,7 @@ def _json_value(value: Any, kind: DataType) -> Any:
     raise _NoJson
 
 
-def driver_rows(spark: SparkSession, rows: Iterable[Sequence[Any]],
+def driver_rows(spark: SparkSession, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
                 schema: str | StructType) -> DataFrame:
     """`rows` (tuples or Rows in `schema`'s field order, or dicts by field name) as a
     DataFrame of `schema` (a `StructType` or its DDL, `"a int, b string"`), read in the JVM
