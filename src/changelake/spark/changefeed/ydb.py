@@ -174,20 +174,22 @@ def _typed_items(lines: DataFrame, schema: TableSchema, columns: Sequence[Column
     built once per JVM (`expressions.per_jvm`): they are thousands of round trips to the JVM."""
     ddl = line_struct(schema, columns)
     java = java_line_reader(lines.sparkSession, schema, columns, ddl)
-    return selected(lines, _typed_steps(schema, tuple(columns), all_simple, java))
+    return selected(lines, _typed_steps(schema, tuple(columns), ddl, all_simple, java))
 
 
 @per_jvm
-def _typed_steps(schema: TableSchema, columns: tuple[ColumnSpec, ...], all_simple: bool,
-                 java: tuple[str, str] | None) -> tuple[list[Column | str], ...]:
-    """The selects of `_typed_items`, in order; `java` is `java_line_reader`'s."""
+def _typed_steps(schema: TableSchema, columns: tuple[ColumnSpec, ...], ddl: str,
+                 all_simple: bool, java: tuple[str, str] | None
+                 ) -> tuple[list[Column | str], ...]:
+    """The selects of `_typed_items`, in order; `ddl` is `line_struct`'s, `java` is
+    `java_line_reader`'s."""
     names = [c.name for c in columns]
     typed = {c.name: c.out_type for c in columns}
     bases = {c.name: _base_type(c.type) or "" for c in schema.columns}
     keys = list(schema.primary_key)
     non_key = [n for n in names if n not in keys]
     simple = F.lit(True) if all_simple else _simple(schema)
-    parsed = F.from_json("value", line_struct(schema, columns), _OPTIONS)
+    parsed = F.from_json("value", ddl, _OPTIONS)
     steps: list[list[Column | str]] = []
     if java is not None:  # Java reads the lines it can (`java_line_reader`); `from_json` the rest
         function, spec = java
