@@ -21,20 +21,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
 
 
 class _NoJson(Exception):
     """A value this module does not spell in JSON (the rows take `createDataFrame`)."""
 
 
-def _json_value(value: Any, kind: DataType) -> Any:
+def _json_value(value: Any, kind: T.DataType) -> Any:
     """`value` of Spark type `kind`, as orjson writes what `from_json` reads back exactly."""
-    from pyspark.sql import types as T
-
     if value is None:
         return None
     if isinstance(kind, T.StructType):
@@ -61,13 +60,10 @@ def _json_value(value: Any, kind: DataType) -> Any:
 
 
 def driver_rows(spark: SparkSession, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
-                schema: str | StructType) -> DataFrame:
+                schema: str | T.StructType) -> DataFrame:
     """`rows` (tuples or Rows in `schema`'s field order, or dicts by field name) as a
     DataFrame of `schema` (a `StructType` or its DDL, `"a int, b string"`), read in the JVM
     (see the module docstring). Every column is nullable, as `from_json` reads it."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     struct = schema if isinstance(schema, T.StructType) else T._parse_datatype_string(schema)
     assert isinstance(struct, T.StructType)
     listed = list(rows)
