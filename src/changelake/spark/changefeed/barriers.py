@@ -1,4 +1,4 @@
-"""Step 6 for YDB: the barrier rule by chunks of lines, and the frontier from aggregates.
+"""Step 6 for YDB: the barrier rule by a scan of each block of lines, and the frontier.
 
 One input file is one topic partition (`encode_changefeed`). The rules are
 `convert.progress.PartitionFrontiers`, as the old path applies them
@@ -8,15 +8,19 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   it in its file breaks the partition's guarantee (ydb#6985) and is a bad line, unless it
   repeats an earlier event of its file (`convert.images.event_identity`: position, op, key and
   images), a replay after a consumer restart. When the batch has barriers, the running
-  highest barrier of each file (`times.highest_before`: a window by chunk of lines over a few
-  columns of each line, the earlier chunks' highest carried by the driver; one window by file
-  held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records) finds
-  the records below it; only those, few in a good feed (the replays), are then looked up among
-  the earlier records of their file by their identity (`barrier_rule`: a join on the key,
-  the position and a 64-bit hash of the op and images, `_same`).
-* *Frontier*: each file's highest barrier (from the aggregate rows by chunk of lines that the
-  barrier rule reads anyway: `Barriers.last`); 0 while some file has none, else the least of
-  their steps.
+  highest barrier of each file finds the records below it: one pass of the project's Java
+  over the parsed lines in the order they were read (`scan_below`, `BarrierScan.java`: a
+  block of lines lies in one partition, so no shuffle; the barrier step of a YDB ingest of
+  1.1M records took 4.3 s instead of 8.8 s: benchmarks/README.md), or where that does not
+  apply (no jar, or a parse that split a block between partitions) `times.highest_before`, a
+  window by chunk of lines, the earlier chunks' highest carried by the driver (one window by
+  file held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records).
+  Only the records below, few in a good feed (the replays), are then looked up among the
+  earlier records of their file by their identity (`barrier_rule`: a join on the key, the
+  position and a 64-bit hash of the op and images, `_same`).
+* *Frontier*: each file's highest barrier (from what finds the records below: the scan's
+  summary rows, or the window's aggregate rows by chunk of lines: `Barriers.last`); 0 while
+  some file has none, else the least of their steps.
 
 What the steps need to know of the parsed lines as a whole (`LineFacts`) is observed while the
 parse's job checkpoints them, not read back from the checkpoint by a job of its own (one that
@@ -31,10 +35,13 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from changelake.spark.changefeed.keyed import partitions_for
+from changelake.spark.changefeed.keyed import JAVA_POSITIONS, partitions_for
 from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
+from changelake.spark.driver_rows import driver_rows
 from changelake.spark.expressions import per_jvm
+from changelake.spark.jvm import java_class
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
@@ -121,6 +128,87 @@ def _below(items: DataFrame, keep: Sequence[str], partitions: int | None = None,
         .select("file_index", "block", "row", "pos", *keep)
 
 
+JVM_SCAN_CLASS = "changelake.jvm.BarrierScan"
+
+
+@dataclass(frozen=True)
+class Below:
+    """The records below their file's running highest barrier, as `_below` finds them."""
+
+    frame: DataFrame  # file_index, block, row, pos, *keep; checkpointed
+    count: int
+    last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
+
+
+def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
+    """`_below` (and each file's highest barrier) by one pass of the project's Java over the
+    parsed lines in the order they were read (`BarrierScan.java`), with no shuffle: a block
+    of lines lies in one partition, its rows in `row` order (`read.py`), so the running
+    highest barrier within a block is a scan. What a block's records owe to the barriers of
+    the file's earlier blocks comes from the scan's one summary row per block: only a block
+    whose least position is below the earlier blocks' highest (none in a feed whose
+    barriers keep their promise) is read again, for its records below that.
+
+    None where the session has no jar, the positions are of a type it does not compare, or
+    the pass found a block's rows split between partitions or out of order (a parse that
+    reordered them: `ydb_items`' careful lines are a union): the window then does it."""
+    scanner = java_class(items.sparkSession, JVM_SCAN_CLASS)
+    position = items.schema["pos"].dataType
+    if scanner is None or not isinstance(position, T.ArrayType) \
+            or position.elementType.simpleString() not in JAVA_POSITIONS:
+        return None
+    spark = items.sparkSession
+    lines = _narrow(items, keep).where(F.col("kind").isin("change", "resolved")).select(
+        F.col("file_index").cast("int"), F.col("block").cast("bigint"),
+        F.col("row").cast("bigint"), "kind", "pos", F.col("_barrier").cast(position), *keep)
+    counted = Observation()
+    scanned = DataFrame(scanner.scan(lines._jdf), spark) \
+        .observe(counted, F.count(F.when(~F.col("_summary"), 1)).alias("n")).localCheckpoint()
+    count = int(counted.get["n"])
+    summaries = sorted(
+        (tuple(r) for r in scanned.where("_summary").select(
+            "file_index", "block", "_high", "_low", "_disorder").collect()),
+        key=lambda r: (r[0], r[1]))
+    places = [(file, block) for file, block, *_ in summaries]
+    if len(set(places)) < len(places) or any(disorder for *_, disorder in summaries) \
+            or any(None in array for _, _, *arrays, _ in summaries for array in arrays
+                   if array is not None):
+        return None
+    last: dict[int, Any] = {}
+    crossing = []  # (file_index, block, the earlier blocks' highest barrier)
+    for file, block, high, low, _ in summaries:
+        earlier = last.get(file)
+        if earlier is not None and low is not None and list(low) < list(earlier):
+            crossing.append((file, block, earlier))
+        if high is not None and (earlier is None or list(high) > list(earlier)):
+            last[file] = high
+    below = scanned.where(~F.col("_summary")).select("file_index", "block", "row", "pos",
+                                                     *keep)
+    if crossing:
+        bounds = driver_rows(spark, crossing, T.StructType([
+            T.StructField("file_index", T.IntegerType()), T.StructField("block", T.LongType()),
+            T.StructField("_bound", position)]))
+        late = lines.where(F.col("kind") == "change") \
+            .join(F.broadcast(bounds), ["file_index", "block"]) \
+            .where(F.col("pos") < F.col("_bound")).select(*below.columns)
+        counted = Observation()
+        below = below.unionByName(late).dropDuplicates(["file_index", "block", "row"]) \
+            .observe(counted, F.count(F.lit(1)).alias("n")).localCheckpoint()
+        count = int(counted.get["n"])
+    return Below(below, count, last)
+
+
+def _window_below(items: DataFrame, keep: Sequence[str], size: int | None) -> Below:
+    """`scan_below` by `_below`'s window, where the scan does not apply."""
+    partitions = None if size is None else partitions_for(items.sparkSession, size)
+    chunks = _barrier_chunks(items, keep)
+    last = {file: high for file, high in chunks.highest.items() if high is not None}
+    counted = Observation()  # counted as they are checkpointed: no job of its own
+    below = _below(items, keep=keep, partitions=partitions, chunks=chunks) \
+        .observe(counted, F.count(F.lit(1)).alias("n")).localCheckpoint()
+    return Below(below, int(counted.get["n"]), last)
+
+
 def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bool:
     """Whether some record below its file's barrier repeats no earlier record of its file."""
     return barrier_rule(items, keys, size).unrepeated
@@ -128,25 +216,21 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
 
 def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barriers:
     """Whether some record below its file's barrier repeats no earlier record of its file (a
-    bad line), and each file's highest barrier (from the aggregate rows by chunk that `_below`
-    reads: `_barrier_chunks`). The
-    records below are found with `_below`, each with its identity (the key, the position and
+    bad line), and each file's highest barrier. The records below are found by `scan_below`
+    (else `_below`'s window), each with its identity (the key, the position and
     `_same`), and kept; in a good feed they are few (the replays), and are then
     broadcast to the join that looks each one up among the earlier records of its file by its
     identity (many are joined without broadcasting). Only the identity's narrow columns are
     shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
     rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
     second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
-    spreads the window over partitions by it (`keyed.partitions_for`)."""
+    spreads a window over partitions by it (`keyed.partitions_for`)."""
     key = [f"k{i}" for i in range(keys)]
     items = items.withColumn("_same", _same())
-    partitions = None if size is None else partitions_for(items.sparkSession, size)
-    chunks = _barrier_chunks(items, (*key, "_same"))
-    last = {file: high for file, high in chunks.highest.items() if high is not None}
-    counted = Observation()  # counted as they are checkpointed: no job of its own
-    below = _below(items, keep=(*key, "_same"), partitions=partitions, chunks=chunks) \
-        .observe(counted, F.count(F.lit(1)).alias("n")).localCheckpoint()
-    count = int(counted.get["n"])
+    scanned = scan_below(items, (*key, "_same"))
+    if scanned is None:
+        scanned = _window_below(items, (*key, "_same"), size)
+    below, count, last = scanned.frame, scanned.count, scanned.last
     if count == 0:
         return Barriers(False, last)
     small: Callable[[DataFrame], DataFrame] = \

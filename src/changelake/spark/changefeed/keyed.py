@@ -317,7 +317,7 @@ JVM_CONVERSION_CLASS = "changelake.jvm.KeyedConversion"
 
 #: The element types of `pos` the Java conversion compares (Debezium's positions are longs,
 #: YDB's `ts` steps Uint64 decimals).
-_JAVA_POSITIONS = ("bigint", "decimal(20,0)")
+JAVA_POSITIONS = ("bigint", "decimal(20,0)")
 
 
 def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
@@ -340,7 +340,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
     position = events.schema["pos"].dataType
     if converter is None or not isinstance(position, ArrayType) \
-            or position.elementType.simpleString() not in _JAVA_POSITIONS:
+            or position.elementType.simpleString() not in JAVA_POSITIONS:
         return None
     kcols = [f"k{i}" for i in range(len(keys))]
     ordered = _with_state(events, columns, keys, state) \

@@ -45,7 +45,7 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumImage", "JsonBytes", "YdbLine",
-                             "SparkType", "KeyedConversion"))
+                             "SparkType", "KeyedConversion", "BarrierScan"))
 
 
 def enabled() -> bool:

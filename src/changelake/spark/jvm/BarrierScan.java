@@ -1,0 +1,234 @@
+package changelake.jvm;
+
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.NoSuchElementException;
+import java.util.Set;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.types.ArrayType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DecimalType;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * YDB's barrier rule within each block of lines, as one pass over the parsed lines in the
+ * order they were read (`barriers.scan_below`), where a window sorted every record by chunk
+ * of lines after a shuffle.
+ *
+ * The promise: for every block (`file_index`, `block`) whose rows all lie in one partition,
+ * in increasing `row` order, the rows returned are exactly its records (`kind` "change") whose
+ * `pos` is below the highest barrier (`_barrier`, non-null on a barrier) of the earlier rows of
+ * the same block, and one summary row per block says what the caller needs to reach across
+ * blocks: the block's highest barrier (`_high`) and the least position of its records
+ * (`_low`). The pass cannot see where Spark put a block's rows, so it checks what it relies on
+ * and says when it does not hold, rather than answering wrongly: `_disorder` marks a block
+ * whose rows were not in increasing `row` order or were not next to each other in the
+ * partition, and a block seen by two partitions has two summary rows. The caller then takes the
+ * window instead (`times.highest_before`).
+ *
+ * What is held is one block's highest barrier and least position at a time, and the blocks
+ * the partition has finished (a few), however many records a block has.
+ */
+public final class BarrierScan {
+    private BarrierScan() {}
+
+    private static final int FILE = 0;
+    private static final int BLOCK = 1;
+    private static final int ROW = 2;
+    private static final int KIND = 3;
+    private static final int POS = 4;
+    private static final int BARRIER = 5;
+
+    /**
+     * The records of `lines` (columns in this order: file_index int, block bigint, row bigint,
+     * kind string, pos array, _barrier array of the same type, then any others, returned as they
+     * are) below their block's running highest barrier, and one summary row per block, as
+     * `lines`' columns then `_summary boolean, _high array, _low array, _disorder boolean`
+     * (a summary row has only file_index and block besides these; a record's summary columns
+     * are null but `_summary`).
+     */
+    public static Dataset<Row> scan(Dataset<Row> lines) {
+        StructType in = lines.schema();
+        DataType position = in.fields()[POS].dataType();
+        DataType element = ((ArrayType) position).elementType();
+        // A summary row has no value but file_index and block: every column may be null.
+        StructType out = new StructType();
+        for (StructField field : in.fields()) {
+            out = out.add(field.name(), field.dataType(), true, field.metadata());
+        }
+        out = out
+            .add(DataTypes.createStructField("_summary", DataTypes.BooleanType, false))
+            .add(DataTypes.createStructField("_high", position, true))
+            .add(DataTypes.createStructField("_low", position, true))
+            .add(DataTypes.createStructField("_disorder", DataTypes.BooleanType, true));
+        DataType[] types = new DataType[in.fields().length];
+        for (int i = 0; i < types.length; i++) types[i] = in.fields()[i].dataType();
+        RDD<InternalRow> rows = lines.queryExecution().toRdd();
+        RDD<InternalRow> found = rows.toJavaRDD()
+            .mapPartitions(new Partition(types, element, out)).rdd();
+        return lines.sparkSession().internalCreateDataFrame(found, out, false);
+    }
+
+    /** The function each task runs over its partition. */
+    private static final class Partition
+            implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+        private static final long serialVersionUID = 1L;
+        private final DataType[] types;
+        private final DataType element;
+        private final StructType out;
+
+        Partition(DataType[] types, DataType element, StructType out) {
+            this.types = types;
+            this.element = element;
+            this.out = out;
+        }
+
+        @Override
+        public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
+            return new Below(rows, types, element, out);
+        }
+    }
+
+    /** The records below and the summaries of one partition, as the caller pulls them. */
+    private static final class Below implements Iterator<InternalRow> {
+        private static final UTF8String CHANGE = UTF8String.fromString("change");
+        private final Iterator<InternalRow> rows;
+        private final DataType[] types;
+        private final DataType element;
+        private final UnsafeProjection unsafe;
+        private final List<InternalRow> summaries = new ArrayList<>();
+        private final Set<List<Long>> finished = new HashSet<>();
+        private InternalRow pending;
+        private int nextSummary;
+        private boolean drained;
+
+        // The current block, and what its pass carries.
+        private boolean inBlock;
+        private int file;
+        private long block;
+        private long lastRow;
+        private ArrayData high;
+        private ArrayData low;
+        private boolean disorder;
+
+        Below(Iterator<InternalRow> rows, DataType[] types, DataType element, StructType out) {
+            this.rows = rows;
+            this.types = types;
+            this.element = element;
+            this.unsafe = UnsafeProjection.create(out);
+        }
+
+        @Override
+        public boolean hasNext() {
+            while (pending == null && !drained) {
+                if (!rows.hasNext()) {
+                    endBlock();
+                    drained = true;
+                    break;
+                }
+                pending = take(rows.next());
+            }
+            if (pending != null) return true;
+            return nextSummary < summaries.size();
+        }
+
+        @Override
+        public InternalRow next() {
+            if (!hasNext()) throw new NoSuchElementException();
+            if (pending != null) {
+                InternalRow row = pending;
+                pending = null;
+                return row;
+            }
+            return summaries.get(nextSummary++);
+        }
+
+        /** Apply one line; the record it is if below, else null. */
+        private InternalRow take(InternalRow row) {
+            int f = row.getInt(FILE);
+            long b = row.getLong(BLOCK);
+            long r = row.getLong(ROW);
+            if (!inBlock || f != file || b != block) {
+                endBlock();
+                inBlock = true;
+                file = f;
+                block = b;
+                high = null;
+                low = null;
+                disorder = !finished.add(List.of((long) f, b));
+            } else if (r <= lastRow) {
+                disorder = true;
+            }
+            lastRow = r;
+            InternalRow found = null;
+            if (!row.isNullAt(KIND) && CHANGE.equals(row.getUTF8String(KIND))
+                    && !row.isNullAt(POS)) {
+                ArrayData pos = row.getArray(POS);
+                if (high != null && compare(pos, high) < 0) found = record(row);
+                if (low == null || compare(pos, low) < 0) low = pos.copy();
+            }
+            if (!row.isNullAt(BARRIER)) {
+                ArrayData barrier = row.getArray(BARRIER);
+                if (high == null || compare(barrier, high) > 0) high = barrier.copy();
+            }
+            return found;
+        }
+
+        /** The record `row` with its summary columns null. */
+        private InternalRow record(InternalRow row) {
+            Object[] values = new Object[types.length + 4];
+            for (int i = 0; i < types.length; i++) {
+                values[i] = row.isNullAt(i) ? null : row.get(i, types[i]);
+            }
+            values[types.length] = false;
+            return unsafe.apply(new GenericInternalRow(values)).copy();
+        }
+
+        private void endBlock() {
+            if (!inBlock) return;
+            Object[] values = new Object[types.length + 4];
+            values[FILE] = file;
+            values[BLOCK] = block;
+            values[types.length] = true;
+            values[types.length + 1] = high;
+            values[types.length + 2] = low;
+            values[types.length + 3] = disorder;
+            summaries.add(unsafe.apply(new GenericInternalRow(values)).copy());
+            inBlock = false;
+        }
+
+        /** Spark's order of arrays (nulls first, element by element, then the shorter). */
+        private int compare(ArrayData x, ArrayData y) {
+            int common = Math.min(x.numElements(), y.numElements());
+            for (int i = 0; i < common; i++) {
+                boolean xn = x.isNullAt(i);
+                boolean yn = y.isNullAt(i);
+                if (xn || yn) {
+                    if (xn && yn) continue;
+                    return xn ? -1 : 1;
+                }
+                int c;
+                if (element instanceof DecimalType d) {
+                    c = x.getDecimal(i, d.precision(), d.scale())
+                        .compare(y.getDecimal(i, d.precision(), d.scale()));
+                } else {
+                    c = Long.compare(x.getLong(i), y.getLong(i));
+                }
+                if (c != 0) return c;
+            }
+            return Integer.compare(x.numElements(), y.numElements());
+        }
+    }
+}
