@@ -52,9 +52,9 @@ otherwise (`ydb.py`, which says what it covers: records with virtual timestamps 
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once by a job that also observes the checks' aggregates (the lines'
 bounds among them: a flawed line is counted, not parsed); the barrier
-rule with a window by chunk of lines and a join of the few records below a barrier, and the
-frontier from each file's highest barrier, found by the rule's aggregate rows by chunk
-(`barriers.py`), shuffled by key, converted and checked as the Debezium events are
+rule by one Java pass over each block of lines in read order (a window by chunk of lines where
+that does not apply) and a join of the few records below a barrier, and the frontier from
+each file's highest barrier, found by the same pass (`barriers.py`), shuffled by key, converted and checked as the Debezium events are
 (`checked_conversion`); its steps are logged as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
