@@ -6,9 +6,10 @@ The feed is `bench_ingest.py`'s YDB one (two partitions, a barrier every thousan
 restart that re-sends the last 2% of each partition: those are the records below a barrier,
 which `unrepeated_below` must find repeated). Each round times, for each version:
 
-* `below`: the records below their file's barrier found and checkpointed (the window);
-* `unrepeated`: the whole rule (the window again, and the joins that look the records below
-  up among the earlier ones).
+* `below`: the records below their file's barrier found and checkpointed (the Java scan,
+  `scan_below`, where that version has it, else the window);
+* `unrepeated`: the whole rule (finding them again, and the joins that look the records
+  below up among the earlier ones).
 
 `--against` names a `barriers.py` (another commit's, `git show REV:src/...`), imported as a
 module of its own; its `_below` may take the items alone (the older signature).
@@ -49,7 +50,14 @@ def _module(path: Path) -> ModuleType:
 
 
 def _below(module: ModuleType, items: Any) -> int:
-    """The records below a barrier, checkpointed and counted (`_below` of either signature)."""
+    """The records below a barrier, checkpointed and counted: by the scan where that version
+    has one and it applies (`scan_below`), else by the window (`_below` of either
+    signature)."""
+    scan = getattr(module, "scan_below", None)
+    if scan is not None:
+        scanned = scan(items, ())
+        if scanned is not None:
+            return scanned.count
     below = module._below
     if len(inspect.signature(below).parameters) > 1:
         return below(items, ()).localCheckpoint().count()

@@ -58,6 +58,7 @@ DEFAULT_CASES = {
     "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one":
         2,
     "test_spark_changefeed_ydb.py::test_two_partitions_with_barriers_and_a_restart": 1,
+    "test_spark_changefeed_barriers.py::test_the_scan_finds_what_the_window_finds": 2,
     "test_spark_changefeed_times.py::test_untimed_changes_take_the_highest_earlier_time": 3,
     "test_spark_changefeeds.py::test_debezium_on_spark_matches_the_encoder": 2,
     "test_convert_spark_rules.py::test_spark_times_are_the_encoders": 1,

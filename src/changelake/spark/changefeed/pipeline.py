@@ -54,8 +54,9 @@ as key), checkpointed once by a job that also observes the checks' aggregates (t
 bounds among them: a flawed line is counted, not parsed); the barrier
 rule by one Java pass over each block of lines in read order (a window by chunk of lines where
 that does not apply) and a join of the few records below a barrier, and the frontier from
-each file's highest barrier, found by the same pass (`barriers.py`), shuffled by key, converted and checked as the Debezium events are
-(`checked_conversion`); its steps are logged as the Debezium ones are.
+each file's highest barrier, found by the same pass (`barriers.py`), shuffled by key,
+converted and checked as the Debezium events are (`checked_conversion`); its steps are logged
+as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied). This path only: the repeat's op

@@ -1,12 +1,17 @@
 package changelake.jvm;
 
+import java.io.Serializable;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Map;
 import java.util.NoSuchElementException;
 import java.util.Set;
+import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.PartitionPruningRDD;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
@@ -21,6 +26,7 @@ import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
+import scala.runtime.AbstractFunction1;
 
 /**
  * YDB's barrier rule within each block of lines, as one pass over the parsed lines in the
@@ -31,8 +37,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * in increasing `row` order, the rows returned are exactly its records (`kind` "change") whose
  * `pos` is below the highest barrier (`_barrier`, non-null on a barrier) of the earlier rows of
  * the same block, and one summary row per block says what the caller needs to reach across
- * blocks: the block's highest barrier (`_high`) and the least position of its records
- * (`_low`). The pass cannot see where Spark put a block's rows, so it checks what it relies on
+ * blocks: the block's highest barrier (`_high`), the least position of its records (`_low`)
+ * and its partition. A block with a record below the highest barrier of its file's earlier
+ * blocks is read again (`rescan`), alone with the other blocks of its partition, with that
+ * barrier to start from. The pass cannot see where Spark put a block's rows, so it checks what it relies on
  * and says when it does not hold, rather than answering wrongly: `_disorder` marks a block
  * whose rows were not in increasing `row` order or were not next to each other in the
  * partition, and a block seen by two partitions has two summary rows. The caller then takes the
@@ -55,30 +63,68 @@ public final class BarrierScan {
      * The records of `lines` (columns in this order: file_index int, block bigint, row bigint,
      * kind string, pos array, _barrier array of the same type, then any others, returned as they
      * are) below their block's running highest barrier, and one summary row per block, as
-     * `lines`' columns then `_summary boolean, _high array, _low array, _disorder boolean`
-     * (a summary row has only file_index and block besides these; a record's summary columns
-     * are null but `_summary`).
+     * `lines`' columns then `_summary boolean, _high array, _low array, _disorder boolean,
+     * _partition int` (a summary row has only file_index and block besides these; a record's
+     * summary columns are null but `_summary`).
      */
     public static Dataset<Row> scan(Dataset<Row> lines) {
-        StructType in = lines.schema();
+        StructType out = output(lines.schema());
+        RDD<InternalRow> found = lines.queryExecution().toRdd().toJavaRDD()
+            .mapPartitions(new Partition(lines.schema(), out, null)).rdd();
+        return lines.sparkSession().internalCreateDataFrame(found, out, false);
+    }
+
+    /**
+     * Every record below a barrier in the blocks `bounds` names (file_index int, block bigint,
+     * _bound: the highest barrier of the file's earlier blocks), as `scan` returns records: those
+     * below the greater of the bound and the block's running highest. Only `partitions` of
+     * `lines` are read: where `scan` found those blocks (the same `lines`, so the same
+     * partitions).
+     */
+    public static Dataset<Row> rescan(Dataset<Row> lines, Dataset<Row> bounds,
+                                      List<Integer> partitions) {
+        Map<List<Long>, ArrayData> from = new HashMap<>();
+        for (InternalRow bound : bounds.queryExecution().executedPlan().executeCollect()) {
+            from.put(List.of((long) bound.getInt(0), bound.getLong(1)), bound.getArray(2).copy());
+        }
+        StructType out = output(lines.schema());
+        RDD<InternalRow> rows = PartitionPruningRDD.create(
+            lines.queryExecution().toRdd(), new Among(new HashSet<>(partitions)));
+        RDD<InternalRow> found = rows.toJavaRDD()
+            .mapPartitions(new Partition(lines.schema(), out, from)).rdd();
+        return lines.sparkSession().internalCreateDataFrame(found, out, false);
+    }
+
+    /** `lines`' columns, every one nullable (a summary row has no value but file_index and
+     * block), then the summary's. */
+    private static StructType output(StructType in) {
         DataType position = in.fields()[POS].dataType();
-        DataType element = ((ArrayType) position).elementType();
-        // A summary row has no value but file_index and block: every column may be null.
         StructType out = new StructType();
         for (StructField field : in.fields()) {
             out = out.add(field.name(), field.dataType(), true, field.metadata());
         }
-        out = out
+        return out
             .add(DataTypes.createStructField("_summary", DataTypes.BooleanType, false))
             .add(DataTypes.createStructField("_high", position, true))
             .add(DataTypes.createStructField("_low", position, true))
-            .add(DataTypes.createStructField("_disorder", DataTypes.BooleanType, true));
-        DataType[] types = new DataType[in.fields().length];
-        for (int i = 0; i < types.length; i++) types[i] = in.fields()[i].dataType();
-        RDD<InternalRow> rows = lines.queryExecution().toRdd();
-        RDD<InternalRow> found = rows.toJavaRDD()
-            .mapPartitions(new Partition(types, element, out)).rdd();
-        return lines.sparkSession().internalCreateDataFrame(found, out, false);
+            .add(DataTypes.createStructField("_disorder", DataTypes.BooleanType, true))
+            .add(DataTypes.createStructField("_partition", DataTypes.IntegerType, true));
+    }
+
+    /** The partitions `rescan` reads. */
+    private static final class Among extends AbstractFunction1<Object, Object>
+            implements Serializable {
+        private static final long serialVersionUID = 1L;
+        private final Set<Integer> partitions;
+
+        Among(Set<Integer> partitions) {
+            this.partitions = partitions;
+        }
+
+        @Override
+        public Object apply(Object index) {
+            return partitions.contains((Integer) index);
+        }
     }
 
     /** The function each task runs over its partition. */
@@ -88,16 +134,19 @@ public final class BarrierScan {
         private final DataType[] types;
         private final DataType element;
         private final StructType out;
+        private final Map<List<Long>, ArrayData> bounds;
 
-        Partition(DataType[] types, DataType element, StructType out) {
-            this.types = types;
-            this.element = element;
+        Partition(StructType in, StructType out, Map<List<Long>, ArrayData> bounds) {
+            this.types = new DataType[in.fields().length];
+            for (int i = 0; i < types.length; i++) types[i] = in.fields()[i].dataType();
+            this.element = ((ArrayType) in.fields()[POS].dataType()).elementType();
             this.out = out;
+            this.bounds = bounds;
         }
 
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
-            return new Below(rows, types, element, out);
+            return new Below(rows, types, element, out, bounds);
         }
     }
 
@@ -108,6 +157,7 @@ public final class BarrierScan {
         private final DataType[] types;
         private final DataType element;
         private final UnsafeProjection unsafe;
+        private final Map<List<Long>, ArrayData> bounds;  // `rescan`'s; null for `scan`
         private final List<InternalRow> summaries = new ArrayList<>();
         private final Set<List<Long>> finished = new HashSet<>();
         private InternalRow pending;
@@ -122,12 +172,15 @@ public final class BarrierScan {
         private ArrayData high;
         private ArrayData low;
         private boolean disorder;
+        private boolean wanted;  // the block's records are returned: always for `scan`
 
-        Below(Iterator<InternalRow> rows, DataType[] types, DataType element, StructType out) {
+        Below(Iterator<InternalRow> rows, DataType[] types, DataType element, StructType out,
+              Map<List<Long>, ArrayData> bounds) {
             this.rows = rows;
             this.types = types;
             this.element = element;
             this.unsafe = UnsafeProjection.create(out);
+            this.bounds = bounds;
         }
 
         @Override
@@ -168,10 +221,13 @@ public final class BarrierScan {
                 high = null;
                 low = null;
                 disorder = !finished.add(List.of((long) f, b));
+                wanted = bounds == null || bounds.containsKey(List.of((long) f, b));
+                if (bounds != null && wanted) high = bounds.get(List.of((long) f, b));
             } else if (r <= lastRow) {
                 disorder = true;
             }
             lastRow = r;
+            if (!wanted) return null;
             InternalRow found = null;
             if (!row.isNullAt(KIND) && CHANGE.equals(row.getUTF8String(KIND))
                     && !row.isNullAt(POS)) {
@@ -188,7 +244,7 @@ public final class BarrierScan {
 
         /** The record `row` with its summary columns null. */
         private InternalRow record(InternalRow row) {
-            Object[] values = new Object[types.length + 4];
+            Object[] values = new Object[types.length + 5];
             for (int i = 0; i < types.length; i++) {
                 values[i] = row.isNullAt(i) ? null : row.get(i, types[i]);
             }
@@ -198,15 +254,17 @@ public final class BarrierScan {
 
         private void endBlock() {
             if (!inBlock) return;
-            Object[] values = new Object[types.length + 4];
+            inBlock = false;
+            if (bounds != null) return;  // `rescan` returns records only
+            Object[] values = new Object[types.length + 5];
             values[FILE] = file;
             values[BLOCK] = block;
             values[types.length] = true;
             values[types.length + 1] = high;
             values[types.length + 2] = low;
             values[types.length + 3] = disorder;
+            values[types.length + 4] = TaskContext.getPartitionId();
             summaries.add(unsafe.apply(new GenericInternalRow(values)).copy());
-            inBlock = false;
         }
 
         /** Spark's order of arrays (nulls first, element by element, then the shorter). */
