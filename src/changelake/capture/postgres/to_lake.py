@@ -64,7 +64,13 @@ from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
+from changelake.spark.driver_rows import driver_rows
 from changelake.values import NAN
+
+#: Up to this many rows, a commit's rows or the keys a batch looks up travel in the plan as one
+#: JSON text (`driver_rows`), read by the JVM alone; more go through `createDataFrame`, whose
+#: jobs unpickle them in Python tasks.
+IN_PLAN_ROWS = 10_000
 
 
 def spark_schema(table: Table) -> T.StructType:
@@ -199,8 +205,14 @@ class LakeSink:
         schema = spark_schema(table).add("_time", T.LongType(), False) \
             .add("_diff", T.LongType(), False)
         data = [(*row, at, diff) for (row, at), diff in rows.items() if diff]
-        frame = self.spark.createDataFrame(data, schema)
-        handle.commit(frame, lower, upper)
+        handle.commit(self._frame(data, schema), lower, upper)
+
+    def _frame(self, rows: list[tuple], schema: T.StructType) -> DataFrame:
+        """`rows` as a DataFrame: in the plan where they are few (`driver_rows`: no Python
+        task in the jobs that read them, a commit's or a lookup's), else `createDataFrame`."""
+        if len(rows) <= IN_PLAN_ROWS:
+            return driver_rows(self.spark, rows, schema)
+        return self.spark.createDataFrame(rows, schema)
 
     def _fetch(self, handles: dict[str, LakeTable], table: Table,
                keys: set[Key] | None) -> list[Values]:
@@ -210,7 +222,7 @@ class LakeSink:
             if not keys:
                 return []
             key_fields = [spark_schema(table)[c] for c in table.key_columns]
-            wanted = self.spark.createDataFrame(list(keys), T.StructType(
+            wanted = self._frame(list(keys), T.StructType(
                 [T.StructField(f"_k{i}", f.dataType, True) for i, f in enumerate(key_fields)]))
             condition = None
             for i, column in enumerate(table.key_columns):
