@@ -138,6 +138,9 @@ class Below:
     frame: DataFrame  # file_index, block, row, pos, *keep; checkpointed
     count: int
     last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
+    # The lines among which a record below may repeat an earlier one (kind, file_index, block,
+    # row, pos, *keep), where the scan narrowed them down; None: every line.
+    earlier: DataFrame | None = None
 
 
 def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
@@ -165,20 +168,21 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
         F.col("row").cast("bigint"), "kind", "pos", F.col("_barrier").cast(position), *keep)
     counted = Observation()
     scanned = DataFrame(scanner.scan(lines._jdf), spark) \
-        .observe(counted, F.count(F.when(~F.col("_summary"), 1)).alias("n")).localCheckpoint()
-    count = int(counted.get["n"])
+        .observe(counted, *_counted(~F.col("_summary"))).localCheckpoint()
+    seen = counted.get
     summaries = sorted(
         (tuple(r) for r in scanned.where("_summary").select(
-            "file_index", "block", "_high", "_low", "_disorder", "_partition").collect()),
+            "file_index", "block", "_high", "_low", "_top", "_disorder", "_partition")
+         .collect()),
         key=lambda r: (r[0], r[1]))
     places = [(file, block) for file, block, *_ in summaries]
-    if len(set(places)) < len(places) or any(r[4] for r in summaries) \
-            or any(None in array for r in summaries for array in r[2:4] if array is not None):
+    if len(set(places)) < len(places) or any(r[5] for r in summaries) \
+            or any(None in array for r in summaries for array in r[2:5] if array is not None):
         return None
     last: dict[int, Any] = {}
     crossing = []  # (file_index, block, the earlier blocks' highest barrier)
     partitions = set()  # where the crossing blocks are
-    for file, block, high, low, _, partition in summaries:
+    for file, block, high, low, _, _, partition in summaries:
         earlier = last.get(file)
         if earlier is not None and low is not None and list(low) < list(earlier):
             crossing.append((file, block, earlier))
@@ -198,9 +202,27 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
         below = below.join(F.broadcast(bounds.select("file_index", "block")),
                            ["file_index", "block"], "left_anti") \
             .unionByName(again.select(*columns)) \
-            .observe(counted, F.count(F.lit(1)).alias("n")).localCheckpoint()
-        count = int(counted.get["n"])
-    return Below(below, count, last)
+            .observe(counted, *_counted(F.lit(True))).localCheckpoint()
+        seen = counted.get
+    count = int(seen["n"])
+    if not count:
+        return Below(below, 0, last)
+    # A record below repeats an earlier one only at its own position: only the partitions
+    # holding a block whose positions reach from the least to the greatest of theirs can hold
+    # one (in a good feed, the blocks the replayed records were first read in).
+    least, most = list(seen["least"]), list(seen["most"])
+    near = sorted({r[6] for r in summaries if r[3] is not None
+                   and list(r[3]) <= most and list(r[4]) >= least})
+    earlier = DataFrame(scanner.only(lines._jdf, near), spark)
+    return Below(below, count, last, earlier)
+
+
+def _counted(records: Column) -> list[Column]:
+    """What `scan_below` observes of the records below (`records` marks them among the rows):
+    how many, and the least and the greatest of their positions."""
+    return [F.count(F.when(records, 1)).alias("n"),
+            F.min(F.when(records, F.col("pos"))).alias("least"),
+            F.max(F.when(records, F.col("pos"))).alias("most")]
 
 
 def _window_below(items: DataFrame, keep: Sequence[str], size: int | None) -> Below:
@@ -241,7 +263,8 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     small: Callable[[DataFrame], DataFrame] = \
         F.broadcast if count <= BROADCAST_BELOW else lambda frame: frame
     identity = ["file_index", *key, "pos", "_same"]
-    earlier = items.where(F.col("kind") == "change").select(
+    lines = items if scanned.earlier is None else scanned.earlier
+    earlier = lines.where(F.col("kind") == "change").select(
         *[F.col(c).alias(f"_{c}") for c in ("block", "row", *identity)])
     same = F.lit(True)
     for c in identity:

@@ -37,8 +37,8 @@ import scala.runtime.AbstractFunction1;
  * in increasing `row` order, the rows returned are exactly its records (`kind` "change") whose
  * `pos` is below the highest barrier (`_barrier`, non-null on a barrier) of the earlier rows of
  * the same block, and one summary row per block says what the caller needs to reach across
- * blocks: the block's highest barrier (`_high`), the least position of its records (`_low`)
- * and its partition. A block with a record below the highest barrier of its file's earlier
+ * blocks: the block's highest barrier (`_high`), the least and the greatest position of its
+ * records (`_low`, `_top`) and its partition. A block with a record below the highest barrier of its file's earlier
  * blocks is read again (`rescan`), alone with the other blocks of its partition, with that
  * barrier to start from. The pass cannot see where Spark put a block's rows, so it checks what it relies on
  * and says when it does not hold, rather than answering wrongly: `_disorder` marks a block
@@ -63,8 +63,8 @@ public final class BarrierScan {
      * The records of `lines` (columns in this order: file_index int, block bigint, row bigint,
      * kind string, pos array, _barrier array of the same type, then any others, returned as they
      * are) below their block's running highest barrier, and one summary row per block, as
-     * `lines`' columns then `_summary boolean, _high array, _low array, _disorder boolean,
-     * _partition int` (a summary row has only file_index and block besides these; a record's
+     * `lines`' columns then `_summary boolean, _high array, _low array, _top array,
+     * _disorder boolean, _partition int` (a summary row has only file_index and block besides these; a record's
      * summary columns are null but `_summary`).
      */
     public static Dataset<Row> scan(Dataset<Row> lines) {
@@ -95,6 +95,13 @@ public final class BarrierScan {
         return lines.sparkSession().internalCreateDataFrame(found, out, false);
     }
 
+    /** `lines` with only its `partitions` (as `scan` numbered them), read. */
+    public static Dataset<Row> only(Dataset<Row> lines, List<Integer> partitions) {
+        RDD<InternalRow> rows = PartitionPruningRDD.create(
+            lines.queryExecution().toRdd(), new Among(new HashSet<>(partitions)));
+        return lines.sparkSession().internalCreateDataFrame(rows, lines.schema(), false);
+    }
+
     /** `lines`' columns, every one nullable (a summary row has no value but file_index and
      * block), then the summary's. */
     private static StructType output(StructType in) {
@@ -107,6 +114,7 @@ public final class BarrierScan {
             .add(DataTypes.createStructField("_summary", DataTypes.BooleanType, false))
             .add(DataTypes.createStructField("_high", position, true))
             .add(DataTypes.createStructField("_low", position, true))
+            .add(DataTypes.createStructField("_top", position, true))
             .add(DataTypes.createStructField("_disorder", DataTypes.BooleanType, true))
             .add(DataTypes.createStructField("_partition", DataTypes.IntegerType, true));
     }
@@ -171,6 +179,7 @@ public final class BarrierScan {
         private long lastRow;
         private ArrayData high;
         private ArrayData low;
+        private ArrayData top;
         private boolean disorder;
         private boolean wanted;  // the block's records are returned: always for `scan`
 
@@ -220,6 +229,7 @@ public final class BarrierScan {
                 block = b;
                 high = null;
                 low = null;
+                top = null;
                 disorder = !finished.add(List.of((long) f, b));
                 wanted = bounds == null || bounds.containsKey(List.of((long) f, b));
                 if (bounds != null && wanted) high = bounds.get(List.of((long) f, b));
@@ -234,6 +244,7 @@ public final class BarrierScan {
                 ArrayData pos = row.getArray(POS);
                 if (high != null && compare(pos, high) < 0) found = record(row);
                 if (low == null || compare(pos, low) < 0) low = pos.copy();
+                if (top == null || compare(pos, top) > 0) top = pos.copy();
             }
             if (!row.isNullAt(BARRIER)) {
                 ArrayData barrier = row.getArray(BARRIER);
@@ -244,7 +255,7 @@ public final class BarrierScan {
 
         /** The record `row` with its summary columns null. */
         private InternalRow record(InternalRow row) {
-            Object[] values = new Object[types.length + 5];
+            Object[] values = new Object[types.length + 6];
             for (int i = 0; i < types.length; i++) {
                 values[i] = row.isNullAt(i) ? null : row.get(i, types[i]);
             }
@@ -256,14 +267,15 @@ public final class BarrierScan {
             if (!inBlock) return;
             inBlock = false;
             if (bounds != null) return;  // `rescan` returns records only
-            Object[] values = new Object[types.length + 5];
+            Object[] values = new Object[types.length + 6];
             values[FILE] = file;
             values[BLOCK] = block;
             values[types.length] = true;
             values[types.length + 1] = high;
             values[types.length + 2] = low;
-            values[types.length + 3] = disorder;
-            values[types.length + 4] = TaskContext.getPartitionId();
+            values[types.length + 3] = top;
+            values[types.length + 4] = disorder;
+            values[types.length + 5] = TaskContext.getPartitionId();
             summaries.add(unsafe.apply(new GenericInternalRow(values)).copy());
         }
 
