@@ -211,6 +211,8 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     # holding a block whose positions reach from the least to the greatest of theirs can hold
     # one (in a good feed, the blocks the replayed records were first read in).
     least, most = list(seen["least"]), list(seen["most"])
+    if None in least or None in most:  # Python would not order them as Spark does
+        return Below(below, count, last)
     near = sorted({r[6] for r in summaries if r[3] is not None
                    and list(r[3]) <= most and list(r[4]) >= least})
     earlier = DataFrame(scanner.only(lines._jdf, near), spark)
