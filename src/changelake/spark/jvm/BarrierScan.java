@@ -38,16 +38,19 @@ import scala.runtime.AbstractFunction1;
  * `pos` is below the highest barrier (`_barrier`, non-null on a barrier) of the earlier rows of
  * the same block, and one summary row per block says what the caller needs to reach across
  * blocks: the block's highest barrier (`_high`), the least and the greatest position of its
- * records (`_low`, `_top`) and its partition. A block with a record below the highest barrier of its file's earlier
- * blocks is read again (`rescan`), alone with the other blocks of its partition, with that
- * barrier to start from. The pass cannot see where Spark put a block's rows, so it checks what it relies on
- * and says when it does not hold, rather than answering wrongly: `_disorder` marks a block
- * whose rows were not in increasing `row` order or were not next to each other in the
- * partition, and a block seen by two partitions has two summary rows. The caller then takes the
- * window instead (`times.highest_before`).
+ * records (`_low`, `_top`) and its partition. A block with a record below the highest barrier
+ * of its file's earlier blocks is read again (`rescan`), alone with the other blocks of its
+ * partition, with that barrier to start from; the records below are looked up only in the
+ * partitions whose blocks' positions reach theirs (`only`).
  *
- * What is held is one block's highest barrier and least position at a time, and the blocks
- * the partition has finished (a few), however many records a block has.
+ * The pass cannot see where Spark put a block's rows, so it checks what it relies on and says
+ * when it does not hold, rather than answering wrongly: `_disorder` marks a block whose rows
+ * were not in increasing `row` order or were not next to each other in the partition, and a
+ * block seen by two partitions has two summary rows. The caller then takes the window instead
+ * (`times.highest_before`).
+ *
+ * What is held is one block's highest barrier and least and greatest position at a time, and
+ * the blocks the partition has finished (a few), however many records a block has.
  */
 public final class BarrierScan {
     private BarrierScan() {}
