@@ -22,7 +22,6 @@ import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -282,26 +281,8 @@ public final class BarrierScan {
             summaries.add(unsafe.apply(new GenericInternalRow(values)).copy());
         }
 
-        /** Spark's order of arrays (nulls first, element by element, then the shorter). */
         private int compare(ArrayData x, ArrayData y) {
-            int common = Math.min(x.numElements(), y.numElements());
-            for (int i = 0; i < common; i++) {
-                boolean xn = x.isNullAt(i);
-                boolean yn = y.isNullAt(i);
-                if (xn || yn) {
-                    if (xn && yn) continue;
-                    return xn ? -1 : 1;
-                }
-                int c;
-                if (element instanceof DecimalType d) {
-                    c = x.getDecimal(i, d.precision(), d.scale())
-                        .compare(y.getDecimal(i, d.precision(), d.scale()));
-                } else {
-                    c = Long.compare(x.getLong(i), y.getLong(i));
-                }
-                if (c != 0) return c;
-            }
-            return Integer.compare(x.numElements(), y.numElements());
+            return Positions.compare(x, y, element);
         }
     }
 }

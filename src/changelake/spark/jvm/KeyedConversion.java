@@ -18,7 +18,6 @@ import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.Decimal;
-import org.apache.spark.sql.types.DecimalType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -319,27 +318,8 @@ public final class KeyedConversion {
             return content > seen.content();
         }
 
-        /** Spark's order of arrays (nulls first, element by element, then the shorter). */
         private int compare(ArrayData x, ArrayData y) {
-            if (x == null || y == null) return x == null ? (y == null ? 0 : -1) : 1;
-            int common = Math.min(x.numElements(), y.numElements());
-            for (int i = 0; i < common; i++) {
-                boolean xn = x.isNullAt(i);
-                boolean yn = y.isNullAt(i);
-                if (xn || yn) {
-                    if (xn && yn) continue;
-                    return xn ? -1 : 1;
-                }
-                int c;
-                if (position instanceof DecimalType d) {
-                    c = x.getDecimal(i, d.precision(), d.scale())
-                        .compare(y.getDecimal(i, d.precision(), d.scale()));
-                } else {
-                    c = Long.compare(x.getLong(i), y.getLong(i));
-                }
-                if (c != 0) return c;
-            }
-            return Integer.compare(x.numElements(), y.numElements());
+            return Positions.compare(x, y, position);
         }
     }
 

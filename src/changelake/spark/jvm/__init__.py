@@ -47,7 +47,7 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumImage", "JsonBytes", "YdbLine",
-                             "SparkType", "KeyedConversion", "BarrierScan"))
+                             "SparkType", "Positions", "KeyedConversion", "BarrierScan"))
 
 
 def enabled() -> bool:
