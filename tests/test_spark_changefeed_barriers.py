@@ -47,9 +47,10 @@ def generated(rng: random.Random) -> list[tuple[Any, ...]]:
 
 
 def by_block(spark: Any, rows: list[tuple[Any, ...]], partitions: int = 3) -> Any:
-    """Each block's rows in one partition, in row order: as `read.py` reads a block."""
+    """Each block's rows in one partition, in row order, as `read.py` reads a block; a
+    checkpoint, as the parse's is (`scan_below` reads its partitions by number)."""
     return spark.createDataFrame(rows, ITEMS).repartition(partitions, "file_index", "block") \
-        .sortWithinPartitions("file_index", "block", "row")
+        .sortWithinPartitions("file_index", "block", "row").localCheckpoint()
 
 
 def found(frame: Any) -> set[tuple[int, int, int]]:

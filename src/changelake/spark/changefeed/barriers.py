@@ -156,6 +156,10 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     (benchmarks/README.md). And the lookup of the records below reads only the partitions
     whose blocks' positions reach theirs (`Below.earlier`, `BarrierScan.only`).
 
+    `items` must be a checkpoint (the parse's, `stored`), or another plan whose partitions
+    hold the same rows each time it runs: the rescan and the lookup read partitions by the
+    numbers the scan saw.
+
     None where the session has no jar, the positions are of a type it does not compare, or
     the pass found a block's rows split between partitions or out of order (a parse that
     reordered them: `ydb_items`' careful lines are a union): the window then does it."""
