@@ -63,3 +63,13 @@ def test_values_without_a_json_spelling_take_create_dataframe(spark, schema, row
 def test_a_value_that_does_not_fit_its_column_fails_rather_than_turning_null(spark) -> None:
     with pytest.raises(Exception, match="MALFORMED_RECORD"):
         driver_rows(spark, [(2**40,)], "a int").collect()
+
+
+def test_more_text_than_max_bytes_takes_create_dataframe(spark) -> None:
+    """A caller's data (a capture's rows) may hold a large value: over `max_bytes` of JSON,
+    the rows do not go into the plan."""
+    rows = [(1, "x" * 1000), (2, "y")]
+    assert not _python_rdd(driver_rows(spark, rows, "a bigint, s string", max_bytes=2000))
+    frame = driver_rows(spark, rows, "a bigint, s string", max_bytes=1000)
+    assert _python_rdd(frame)
+    assert frame.collect() == spark.createDataFrame(rows, "a bigint, s string").collect()

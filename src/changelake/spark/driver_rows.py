@@ -60,19 +60,23 @@ def _json_value(value: Any, kind: T.DataType) -> Any:
 
 
 def driver_rows(spark: SparkSession, rows: Iterable[Sequence[Any] | Mapping[str, Any]],
-                schema: str | T.StructType) -> DataFrame:
+                schema: str | T.StructType, *, max_bytes: int | None = None) -> DataFrame:
     """`rows` (tuples or Rows in `schema`'s field order, or dicts by field name) as a
     DataFrame of `schema` (a `StructType` or its DDL, `"a int, b string"`), read in the JVM
-    (see the module docstring). Every column is nullable, as `from_json` reads it."""
+    (see the module docstring). Every column is nullable, as `from_json` reads it.
+    `max_bytes` bounds the JSON text the plan carries: longer (rows of a caller's data, a
+    large value among them), the rows take `createDataFrame`."""
     struct = schema if isinstance(schema, T.StructType) else T._parse_datatype_string(schema)
     assert isinstance(struct, T.StructType)
     listed = list(rows)
     try:
-        text = orjson.dumps([_json_value(r, struct) for r in listed]).decode()
+        encoded = orjson.dumps([_json_value(r, struct) for r in listed])
     except (_NoJson, TypeError, orjson.JSONEncodeError):
         return spark.createDataFrame(listed, struct)
-    if not struct.fields:  # no struct of no fields to read
+    if not struct.fields or (max_bytes is not None and len(encoded) > max_bytes):
+        # No struct of no fields to read; or too much text for a plan.
         return spark.createDataFrame(listed, struct)
+    text = encoded.decode()
     parsed = F.from_json(F.lit(text), T.ArrayType(struct, containsNull=False),
                          {"mode": "FAILFAST"})
     return spark.range(0, 1, numPartitions=1).select(F.inline(parsed))  # one task, not one per core

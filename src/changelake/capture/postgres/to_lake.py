@@ -67,10 +67,11 @@ from changelake.lake.table import clear_dir
 from changelake.spark.driver_rows import driver_rows
 from changelake.values import NAN
 
-#: Up to this many rows, a commit's rows or the keys a batch looks up travel in the plan as one
-#: JSON text (`driver_rows`), read by the JVM alone; more go through `createDataFrame`, whose
-#: jobs unpickle them in Python tasks.
+#: Up to this many rows and bytes of JSON, a commit's rows or the keys a batch looks up travel
+#: in the plan as one JSON text (`driver_rows`), read by the JVM alone; more (or a large value
+#: among them) go through `createDataFrame`, whose jobs unpickle them in Python tasks.
 IN_PLAN_ROWS = 10_000
+IN_PLAN_BYTES = 4 << 20
 
 
 def spark_schema(table: Table) -> T.StructType:
@@ -211,7 +212,7 @@ class LakeSink:
         """`rows` as a DataFrame: in the plan where they are few (`driver_rows`: no Python
         task in the jobs that read them, a commit's or a lookup's), else `createDataFrame`."""
         if len(rows) <= IN_PLAN_ROWS:
-            return driver_rows(self.spark, rows, schema)
+            return driver_rows(self.spark, rows, schema, max_bytes=IN_PLAN_BYTES)
         return self.spark.createDataFrame(rows, schema)
 
     def _fetch(self, handles: dict[str, LakeTable], table: Table,
