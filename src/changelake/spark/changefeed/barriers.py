@@ -176,23 +176,23 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     scanned = DataFrame(scanner.scan(lines._jdf), spark) \
         .observe(counted, *_counted(~F.col("_summary"))).localCheckpoint()
     seen = counted.get
-    summaries = sorted(
-        (tuple(r) for r in scanned.where("_summary").select(
-            "file_index", "block", "_high", "_low", "_top", "_disorder", "_partition")
-         .collect()),
-        key=lambda r: (r[0], r[1]))
-    places = [(file, block) for file, block, *_ in summaries]
-    if len(set(places)) < len(places) or any(r[5] for r in summaries) \
-            or any(None in array for r in summaries for array in r[2:5] if array is not None):
+    summaries = sorted(scanned.where("_summary").select(
+        "file_index", "block", "_high", "_low", "_top", "_disorder", "_partition").collect(),
+        key=lambda r: (r["file_index"], r["block"]))
+    places = [(r["file_index"], r["block"]) for r in summaries]
+    if len(set(places)) < len(places) or any(r["_disorder"] for r in summaries) \
+            or any(r[c] is not None and None in r[c] for r in summaries
+                   for c in ("_high", "_low", "_top")):
         return None
     last: dict[int, Any] = {}
     crossing = []  # (file_index, block, the earlier blocks' highest barrier)
     partitions = set()  # where the crossing blocks are
-    for file, block, high, low, _, _, partition in summaries:
+    for r in summaries:
+        file, high, low = r["file_index"], r["_high"], r["_low"]
         earlier = last.get(file)
         if earlier is not None and low is not None and list(low) < list(earlier):
-            crossing.append((file, block, earlier))
-            partitions.add(partition)
+            crossing.append((file, r["block"], earlier))
+            partitions.add(r["_partition"])
         if high is not None and (earlier is None or list(high) > list(earlier)):
             last[file] = high
     columns = ["file_index", "block", "row", "pos", *keep]
@@ -219,8 +219,8 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     least, most = list(seen["least"]), list(seen["most"])
     if None in least or None in most:  # Python would not order them as Spark does
         return Below(below, count, last)
-    near = sorted({r[6] for r in summaries if r[3] is not None
-                   and list(r[3]) <= most and list(r[4]) >= least})
+    near = sorted({r["_partition"] for r in summaries if r["_low"] is not None
+                   and list(r["_low"]) <= most and list(r["_top"]) >= least})
     earlier = DataFrame(scanner.only(lines._jdf, near), spark)
     return Below(below, count, last, earlier)
 

@@ -60,14 +60,16 @@ public final class BarrierScan {
     private static final int KIND = 3;
     private static final int POS = 4;
     private static final int BARRIER = 5;
+    /** The columns `scan` adds to `lines`' (`output`). */
+    private static final int SUMMARY = 6;
 
     /**
      * The records of `lines` (columns in this order: file_index int, block bigint, row bigint,
      * kind string, pos array, _barrier array of the same type, then any others, returned as they
      * are) below their block's running highest barrier, and one summary row per block, as
      * `lines`' columns then `_summary boolean, _high array, _low array, _top array,
-     * _disorder boolean, _partition int` (a summary row has only file_index and block besides these; a record's
-     * summary columns are null but `_summary`).
+     * _disorder boolean, _partition int` (`SUMMARY` columns: a summary row has only file_index
+     * and block besides these; a record's are null but `_summary`).
      */
     public static Dataset<Row> scan(Dataset<Row> lines) {
         StructType out = output(lines.schema());
@@ -90,18 +92,20 @@ public final class BarrierScan {
             from.put(List.of((long) bound.getInt(0), bound.getLong(1)), bound.getArray(2).copy());
         }
         StructType out = output(lines.schema());
-        RDD<InternalRow> rows = PartitionPruningRDD.create(
-            lines.queryExecution().toRdd(), new Among(new HashSet<>(partitions)));
-        RDD<InternalRow> found = rows.toJavaRDD()
+        RDD<InternalRow> found = pruned(lines, partitions).toJavaRDD()
             .mapPartitions(new Partition(lines.schema(), out, from)).rdd();
         return lines.sparkSession().internalCreateDataFrame(found, out, false);
     }
 
     /** `lines` with only its `partitions` (as `scan` numbered them), read. */
     public static Dataset<Row> only(Dataset<Row> lines, List<Integer> partitions) {
-        RDD<InternalRow> rows = PartitionPruningRDD.create(
+        return lines.sparkSession().internalCreateDataFrame(
+            pruned(lines, partitions), lines.schema(), false);
+    }
+
+    private static RDD<InternalRow> pruned(Dataset<Row> lines, List<Integer> partitions) {
+        return PartitionPruningRDD.create(
             lines.queryExecution().toRdd(), new Among(new HashSet<>(partitions)));
-        return lines.sparkSession().internalCreateDataFrame(rows, lines.schema(), false);
     }
 
     /** `lines`' columns, every one nullable (a summary row has no value but file_index and
@@ -121,7 +125,7 @@ public final class BarrierScan {
             .add(DataTypes.createStructField("_partition", DataTypes.IntegerType, true));
     }
 
-    /** The partitions `rescan` reads. */
+    /** The partitions `rescan` and `only` read. */
     private static final class Among extends AbstractFunction1<Object, Object>
             implements Serializable {
         private static final long serialVersionUID = 1L;
@@ -226,15 +230,16 @@ public final class BarrierScan {
             long r = row.getLong(ROW);
             if (!inBlock || f != file || b != block) {
                 endBlock();
+                List<Long> place = List.of((long) f, b);
                 inBlock = true;
                 file = f;
                 block = b;
-                high = null;
+                // `rescan` starts a block it names from its bound, and skips the others.
+                high = bounds == null ? null : bounds.get(place);
+                wanted = bounds == null || high != null;
                 low = null;
                 top = null;
-                disorder = !finished.add(List.of((long) f, b));
-                wanted = bounds == null || bounds.containsKey(List.of((long) f, b));
-                if (bounds != null && wanted) high = bounds.get(List.of((long) f, b));
+                disorder = !finished.add(place);
             } else if (r <= lastRow) {
                 disorder = true;
             }
@@ -257,7 +262,7 @@ public final class BarrierScan {
 
         /** The record `row` with its summary columns null. */
         private InternalRow record(InternalRow row) {
-            Object[] values = new Object[types.length + 6];
+            Object[] values = new Object[types.length + SUMMARY];
             for (int i = 0; i < types.length; i++) {
                 values[i] = row.isNullAt(i) ? null : row.get(i, types[i]);
             }
@@ -269,7 +274,7 @@ public final class BarrierScan {
             if (!inBlock) return;
             inBlock = false;
             if (bounds != null) return;  // `rescan` returns records only
-            Object[] values = new Object[types.length + 6];
+            Object[] values = new Object[types.length + SUMMARY];
             values[FILE] = file;
             values[BLOCK] = block;
             values[types.length] = true;
