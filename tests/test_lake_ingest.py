@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from changelake.errors import LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, commands
 from changelake.values import freeze
@@ -162,8 +163,6 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
 
 
 def test_close_is_refused_for_a_materialize_log(lake, tmp_path):
-    from changelake.errors import LakeError
-
     with pytest.raises(LakeError, match="closes itself"):
         commands.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)
 
@@ -203,8 +202,6 @@ def test_a_ydb_changefeed_without_key_is_keyed_by_its_primary_key(spark, lake, t
 
     unkeyed = f"ydbkey_{uuid.uuid4().hex[:8]}.items"
     lake.create_table(unkeyed, spark.table(name).schema)
-    from changelake.errors import LakeError
-
     with pytest.raises(LakeError, match=r"has no key, but the changefeed is converted by its "
                                         r"table schema's primary key \(id\)"):
         commands.ingest(lake, unkeyed, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
