@@ -33,8 +33,8 @@ written by a child process, so the Python figure is the ingest's; and, to tell h
 the JVM's is the heap its collector chose to keep, the sums of its memory pools' peak
 committed sizes, heap and non-heap: `jvm_pools_mb`), and the JVM path's
 steps (seconds and Spark jobs each, from `pipeline._Steps`' debug log; the lake's final job,
-which writes the table, and for Debezium also runs the conversion's windows, is the rest of
-the ingest's time: YDB converts into a checkpoint of its own step).
+which runs the keyed conversion and its checks and writes the table's files, is the rest of
+the ingest's time).
 
     python benchmarks/bench_ingest.py --events 110000 --old
     python benchmarks/bench_ingest.py --events 1100000 --floor --again
@@ -341,7 +341,7 @@ def main() -> None:
             converted = pipeline.convert_frames(*args, **kwargs)  # type: ignore[arg-type]
             taken.append(converted.path if converted.reason is None
                          else f"{converted.path}: {converted.reason}")
-            return converted.changes, converted.frontier
+            return converted
 
         commands.changefeed_frames = frames  # type: ignore[assignment]
         steps: list[str] = []  # the JVM path's step lines of the measured ingest

@@ -115,6 +115,71 @@ def test_ingest_debezium(spark, lake, tmp_path):
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne"), (3, "cyd")}
 
 
+def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, lake, tmp_path,
+                                                                    caplog, monkeypatch):
+    """The keyed conversion is checked by the commit's own write (`DeferredChecks`), not by
+    a checkpoint before it. Where the check fails (a key written twice at one position with
+    other rows: a tie the JVM path leaves to the old one), what that write made is not
+    committed, and the old path's updates are: the table is the old path's alone. The same
+    feed again (nothing new to write) has its check settled by a job of its own, and still
+    goes to the old path."""
+    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed.keyed import TIED
+
+    lines = [debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1),
+             debezium_line("c", None, {"id": 2, "name": "bob"}, 200, 2),
+             debezium_line("c", None, {"id": 2, "name": "bo"}, 200, 2),
+             debezium_line("u", None, {"id": 1, "name": "anne"}, 300, 3)]
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join(lines) + "\n")
+    name = f"tie_{uuid.uuid4().hex[:8]}.t"
+    with caplog.at_level("INFO", logger=pipeline.__name__):
+        report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+                                 close=True)
+    assert f"on the Python path: {TIED}" in caplog.text
+    table = lake.table(name)
+    assert report.commit.version == table.state().version
+    assert [f.rows for f in table.state().files if f.rows] == [report.commit.written]
+    got = sorted(tuple(r) for r in spark.table(name).collect())
+    old = f"old_{uuid.uuid4().hex[:8]}.t"
+    monkeypatch.setattr(commands, "changefeed_frames",
+                        lambda *a, **k: pipeline.convert_frames(*a, **{**k, "jvm": False}))
+    commands.ingest(lake, old, [feed], key=["id"], source="debezium", close=True)
+    monkeypatch.undo()
+    assert got == sorted(tuple(r) for r in spark.table(old).collect())
+    assert lake.table(name).schema == lake.table(old).schema
+    assert sorted(map(tuple, lake.table(name).updates().collect())) == \
+        sorted(map(tuple, lake.table(old).updates().collect()))
+    caplog.clear()
+    with caplog.at_level("INFO", logger=pipeline.__name__):
+        again = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+                                close=True)
+    assert again.commit.skipped and f"on the Python path: {TIED}" in caplog.text
+
+
+def test_a_write_that_raises_leaves_no_files_and_commits_nothing(spark, lake, tmp_path):
+    """`TableWriter.commit`'s `write` runs the write; where it raises (a deferred check that
+    failed), the files it made are removed and no version is committed."""
+    name = f"undo_{uuid.uuid4().hex[:8]}.t"
+    rows = spark.createDataFrame([(1, "a", 0, 1)], "id long, name string, _time long, "
+                                                   "_diff long")
+    lake.create_table(name, rows.drop("_time", "_diff").schema, key=["id"])
+    table = lake.table(name)
+    before = table.state()
+    written: list[Path] = []
+
+    def failing(action):
+        action()
+        written.extend(p for p in table.directory.rglob("*.parquet"))
+        raise RuntimeError("the check failed")
+
+    with table.writer() as writer, pytest.raises(RuntimeError, match="the check failed"):
+        writer.commit(rows, [0], [1], write=failing)
+    assert written and not any(p.exists() for p in written)
+    assert table.state().version == before.version
+    assert spark.table(name).count() == 0
+
+
 def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark, lake,
                                                                            tmp_path):
     """Heartbeats, tombstones and transaction boundaries carry no row: into a new table they

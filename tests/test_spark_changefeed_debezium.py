@@ -475,9 +475,10 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
                                table_schema=TableSchema.from_json(PG_TABLE))
         assert batch.size >= batch.changes.count() and batch.size > 2 * 3
-        converted = checked_conversion(
+        converted, deferred = checked_conversion(
             keyed.typed_events(batch.changes, batch.columns, ["id"]), batch.columns, ["id"],
             None, batch.size)
+        assert deferred is None  # settled: the updates are checkpointed
         assert converted.rdd.getNumPartitions() == -(-batch.size // 2)
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 

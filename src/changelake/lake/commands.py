@@ -12,14 +12,18 @@ data; printing belongs to the CLI (`report.py` has rich renderers for it).
 Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or converts it with
 the Spark changefeed converter (Debezium, YDB), and commits the updates between the table's
 committed frontier and the input's (see `Table.commit`), so running it again on the same or
-overlapping input changes nothing. `kafka_ingest.ingest_topics` is the same from Kafka
+overlapping input changes nothing. A changefeed's keyed conversion is checked by the commit's
+own write (`pipeline.DeferredChecks`), not by a checkpoint of its updates before it; where a
+check fails, that write's files are removed and the old path converts the batch and commits
+(a table the first attempt created keeps its columns: the two paths decide them alike).
+`kafka_ingest.ingest_topics` is the same from Kafka
 topics (`ingest --kafka`), through `decode_materialize` and `commit_input` here, with the
 topics' offsets recorded by the commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +67,8 @@ from changelake.lake.table import (
 )
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
-from changelake.spark.changefeed.pipeline import changefeed_frames
+from changelake.spark.changefeed.pipeline import Converted, changefeed_frames
+from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.errors import translate_errors
 
 
@@ -213,27 +218,36 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         step("reading input", 1, 3)
         if source == "materialize":
             updates_df, progress_df = materialize_frames(spark, inputs, schema)
-            since = Antichain([committed]) if committed is not None else Antichain([0])
-            decoded = decode_materialize(updates_df, progress_df, since, cleanup)
+            start = Antichain([committed]) if committed is not None else Antichain([0])
+            decoded = decode_materialize(updates_df, progress_df, start, cleanup)
+            step("committing", 2, 3)
+            result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
             # the state read under the lock.
             state = writer.current() if existing and key else None
-            changes, frontier = translate_errors(changefeed_frames, spark, inputs, source,
-                                                 key, schema, state=state,
-                                                 since=committed if existing else None,
-                                                 close=close)
-            check_columns(changes, existing, "--schema")
-            # Changefeed times are log positions (sparse), so no gap can be told from the
-            # times; the input is taken to continue the committed history (Debezium
-            # re-delivers from the committed offset), and what is before the committed
-            # frontier is skipped.
-            decoded = DecodedInput(
-                flatten(changes), Antichain([committed if committed is not None else 0]),
-                Antichain() if frontier is None else Antichain([frontier]),
-                None if frontier is None else changefeed_waiting_reason(source, frontier))
-        step("committing", 2, 3)
-        result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
+            since = committed if existing else None
+
+            def convert_and_commit(reason: str | None) -> tuple[DecodedInput, CommitResult]:
+                converted = translate_errors(changefeed_frames, spark, inputs, source, key,
+                                             schema, state=state, since=since, close=close,
+                                             defer=reason is None, reason=reason)
+                check_columns(converted.changes, existing, "--schema")
+                decoded = changefeed_input(converted, source, committed)
+                step("committing", 2, 3)
+                checks = converted.checks
+                result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2,
+                                      write=None if checks is None else checks.write)
+                if checks is not None and result.skipped:
+                    checks.settle(read=False)
+                return decoded, result
+
+            try:
+                decoded, result = convert_and_commit(None)
+            except Unsupported as why:
+                # A check the commit's write settled failed (its files are removed, nothing
+                # committed): the old path converts the batch, as it would have before.
+                decoded, result = convert_and_commit(str(why))
     step("done", 3, 3)
     return IngestReport(handle.name, not existing, result, decoded.upper.to_json(),
                         decoded.waiting)
@@ -249,6 +263,18 @@ class DecodedInput:
     lower: Antichain
     upper: Antichain
     waiting: str | None
+
+
+def changefeed_input(converted: Converted, source: str, committed: int | None) -> DecodedInput:
+    """A converted changefeed against a table committed through `committed` (None: closed).
+    Changefeed times are log positions (sparse), so no gap can be told from the times; the
+    input is taken to continue the committed history (Debezium re-delivers from the committed
+    offset), and what is before the committed frontier is skipped."""
+    frontier = converted.frontier
+    return DecodedInput(
+        flatten(converted.changes), Antichain([committed if committed is not None else 0]),
+        Antichain() if frontier is None else Antichain([frontier]),
+        None if frontier is None else changefeed_waiting_reason(source, frontier))
 
 
 def decode_materialize(updates: DataFrame, progress: DataFrame, since: Antichain,
@@ -275,9 +301,11 @@ def frontier_after(committed: int | None, upper: Antichain) -> int | None:
 
 def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[str] = (),
                  buckets: int = DEFAULT_BUCKETS, scd2: bool = False,
-                 offsets: SourceOffsets | None = None) -> CommitResult:
+                 offsets: SourceOffsets | None = None,
+                 write: Callable[[Callable[[], None]], None] | None = None) -> CommitResult:
     """Commit a decoded input under the writer lock, creating the table (with the input's
-    columns, keyed by `key`) if it does not exist; `offsets` are recorded by the same commit.
+    columns, keyed by `key`) if it does not exist; `offsets` are recorded by the same commit,
+    and `write` runs its write (`TableWriter.commit`).
     An existing table keeps its key: another is refused (`TableWriter.ingest_key`)."""
     key = writer.ingest_key(key)
     committed = writer.state.upper if writer.state is not None else 0
@@ -289,7 +317,7 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
         data = StructType([f for f in decoded.rows.schema.fields
                            if f.name not in ("_time", "_diff")])
         writer.create(data, key=key, buckets=buckets, scd2=scd2)
-    return writer.commit(decoded.rows, lower, upper, offsets=offsets)
+    return writer.commit(decoded.rows, lower, upper, offsets=offsets, write=write)
 
 
 # -------------------------------------------------------------------------------- snapshot

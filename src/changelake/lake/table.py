@@ -60,6 +60,11 @@ ProgressFn = Callable[[str, int, int], None]
 """progress(step description, steps done, steps total): the commands layer draws bars with it."""
 
 
+def _run(action: Callable[[], None]) -> None:
+    """`TableWriter.commit`'s write, where the caller gives none of its own."""
+    action()
+
+
 def frontier_int(value: FrontierLike, what: str) -> int | None:
     """A lake frontier as an integer (None: closed). Lake tables have integer times; the
     argument may be an `Antichain`, a time (`4`) or a list of times (`[4]`, `[]`)."""
@@ -296,13 +301,17 @@ class TableWriter:
         return state
 
     def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
-               retain: int = DEFAULT_RETAIN, offsets: SourceOffsets | None = None
-               ) -> CommitResult:
+               retain: int = DEFAULT_RETAIN, offsets: SourceOffsets | None = None,
+               write: Callable[[Callable[[], None]], None] | None = None) -> CommitResult:
         """Commit the updates of `[lower, upper)` exactly once (see the module docstring).
 
         `offsets`: the source positions these updates were read up to, recorded by the same
         commit (so a crash either keeps both or neither). When nothing in the input is new but
-        the offsets moved, a version that records only them is committed."""
+        the offsets moved, a version that records only them is committed.
+
+        `write` runs the job that writes the updates' files (for a changefeed conversion whose
+        checks that job settles: `pipeline.DeferredChecks.write`); where it raises, the files
+        are removed and nothing is committed."""
         name = self.name
         for column in ("_time", "_diff"):
             if column not in updates.columns:
@@ -339,7 +348,11 @@ class TableWriter:
         rel = segment_path(committed, up)
         target = self.table.directory / rel
         clear_dir(target)
-        rows.write.parquet(str(target))
+        try:
+            (write or _run)(lambda: rows.write.parquet(str(target)))
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
         count, size, t_min, t_max = parquet_stats(target)
         if up is not None and t_max is not None and t_max >= up:
             shutil.rmtree(target, ignore_errors=True)

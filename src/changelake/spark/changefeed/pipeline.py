@@ -15,8 +15,10 @@ each image read against them once (`keyed.typed_images`: in Java where the
 session has the jar and the image is plain, else `from_json`); keyed events are
 shuffled by key once and converted, joined with the table's rows (`keyed.py`: by the
 project's Java conversion, one pass over each key's events, where the session has the jar,
-else with windows by key), into a local checkpoint, by one job that also checks them for key
-problems and ties (`checked_conversion`); without keys,
+else with windows by key) and checked for key problems and ties by the job that reads them
+(`checked_conversion`): one that writes a local checkpoint, or, for `lake.commands.ingest`,
+the commit's write of the table's files, which are removed where a check fails
+(`DeferredChecks`); without keys,
 converted by their images (`unkeyed.py`); the frontier comes from aggregates
 (`progress.py`). The driver sees one row per chunk of 2**16 lines (only when snapshot rows
 need the current time: `times.py`), a handful of aggregate rows, and the images' distinct
@@ -24,7 +26,8 @@ shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed of one table).
 Each step's seconds and Spark jobs (Debezium and YDB) are logged at debug level (`_Steps`).
 
 What it does not cover raises `Unsupported` before anything is returned (checked by aggregates
-over the parsed batch, and by Spark refusing a value), and `convert_frames` then holds the lines
+over the parsed batch, and by Spark refusing a value; with `defer`, the keyed conversion's
+checks when its updates are written), and `convert_frames` then holds the lines
 to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
 hands the batch to the old path, `spark.changefeed.udf.changefeed_changes`, on the same
 executor-read lines, which names bad lines as `encode_changefeed` does (with the differences its
@@ -139,6 +142,9 @@ class Converted:
     # file_index, row, kind and time of every change (time: its CDCv2 time), of every
     # Debezium BEGIN/END (with its `tx`; time null), of every YDB barrier (time: its step).
     marks: DataFrame | None = None
+    # Not None: `changes` are not checked yet (`convert_lines`' `defer`); the job that reads
+    # them whole must be run by `checks.write`, and its result undone where that raises.
+    checks: DeferredChecks | None = None
 
 
 class _Steps:
@@ -341,33 +347,72 @@ def _by_key(events: DataFrame, keys: int, size: int) -> DataFrame:
 
 
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                       state: DataFrame | None, size: int) -> DataFrame:
+                       state: DataFrame | None, size: int, *, defer: bool = False
+                       ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
-    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`) into a
-    checkpoint by one job, which also checks them (`convert`'s `checks`: a key problem, or
-    two writes of one key at one position with different rows where the order would need
-    their text; the Java conversion's report rows, observed the same way): a problem is
-    `Unsupported`, raised once the job is done (its output then goes unused). Before, the
-    events were checkpointed, an aggregate by key and position read them back for the check,
-    and the lake's write converted them (benchmarks/README.md)."""
+    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`), and checked
+    (`convert`'s `checks`: a key problem, or two writes of one key at one position with
+    different rows where the order would need their text; the Java conversion's report rows,
+    observed the same way) by the job that reads them: a problem is `Unsupported`, once that
+    job is done.
+
+    That job writes a checkpoint, and its checks are settled here, unless `defer`: then the
+    updates come back unread, with the `DeferredChecks` the job that writes them must settle
+    (the lake commit's, which writes the table's files straight from the conversion, instead of
+    from a checkpoint written and read again for it: 0.9x the ingest's time at 1.1M events,
+    benchmarks/README.md). Before the checkpoint, the events were checkpointed, an aggregate
+    by key and position read them back for the check, and the lake's write converted them."""
     checks = Observation()
     shuffled = _by_key(events, len(keys), size)
 
-    def run() -> DataFrame:
+    def converted() -> DataFrame:
         with settings(events.sparkSession, NOT_ADAPTIVE):  # see `keyed.java_convert`
             java = java_convert(shuffled, columns, keys, state)
-        if java is None:
-            return checkpoint(convert(shuffled, columns, keys, state, checks=checks))
-        return checkpoint(java.observe(checks, F.min("problem").alias("problem"),
-                                       F.max("tied").alias("tied"))
-                          .where(F.col("diff") != 0).select("data", "time", "diff"))
+            if java is None:
+                return convert(shuffled, columns, keys, state, checks=checks)
+            return (java.observe(checks, F.min("problem").alias("problem"),
+                                 F.max("tied").alias("tied"))
+                    .where(F.col("diff") != 0).select("data", "time", "diff"))
 
-    converted = _guard(run)
-    problem = problem_of(checks.get["problem"], checks.get["tied"])
-    if problem is not None:
-        raise Unsupported(problem)
-    return converted
+    updates = converted()
+    deferred = DeferredChecks(checks, updates)
+    if defer:
+        return updates, deferred
+    stored_updates = _guard(lambda: checkpoint(updates))
+    deferred.settle()
+    return stored_updates, None
+
+
+@dataclass(frozen=True)
+class DeferredChecks:
+    """The checks of a conversion whose updates no job has read yet (`checked_conversion`'s
+    `defer`): Spark observes them (`DataFrame.observe`) in the job that reads the updates
+    whole, and `settle` says how they came out. A caller that relies on the updates before
+    they are settled must be able to undo that: the lake commit writes the table's files, and
+    removes them again where `write` raises."""
+
+    observation: Observation
+    updates: DataFrame
+
+    def write(self, action: Any) -> None:
+        """Run `action`, the job that reads the updates whole (a write of them, filtered or
+        cast above the observation), then `settle`. A value Spark refuses in that job is
+        `Unsupported`, as in the steps before it (`_guard`)."""
+        _guard(action)
+        self.settle()
+
+    def settle(self, *, read: bool = True) -> None:
+        """Raise `Unsupported` where the checks found a problem. Without `read` (no job has
+        read the updates: a commit with nothing new to write), a job reads them first, to
+        Spark's `noop` sink: an observation is only made by a job that runs it, and is waited
+        for forever otherwise."""
+        if not read:
+            _guard(lambda: self.updates.write.format("noop").mode("overwrite").save())
+        found = self.observation.get
+        problem = problem_of(found["problem"], found["tied"])
+        if problem is not None:
+            raise Unsupported(problem)
 
 
 @dataclass(frozen=True)
@@ -425,27 +470,27 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
 
 def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
                      table_schema: TableSchema | None = None, close: bool = False,
-                     state: DataFrame | None = None, since: int | None = None
-                     ) -> tuple[DataFrame, int | None, DataFrame]:
-    """A Debezium batch on the JVM path: (updates, frontier, marks), or `Unsupported`.
-    Without `keys`, the images are converted as they are (`unkeyed.py`)."""
+                     state: DataFrame | None = None, since: int | None = None,
+                     defer: bool = False) -> Converted:
+    """A Debezium batch on the JVM path, or `Unsupported`. Without `keys`, the images are
+    converted as they are (`unkeyed.py`). `defer`: see `checked_conversion`."""
     steps = _Steps(spark)
     batch = debezium_timed(spark, lines, table_schema=table_schema, close=close, state=state,
                            since=since, steps=steps)
     if not batch.size:
-        return _no_updates(spark, table_schema), batch.frontier, batch.marks
+        return Converted(_no_updates(spark, table_schema), batch.frontier, "jvm",
+                         marks=batch.marks)
     if not keys:
         events = _guard(lambda: stored(image_events(batch.changes, batch.columns)))
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
-        return (convert_images(events.where(F.col("problem").isNull())), batch.frontier,
-                batch.marks)
-    # Converted into a checkpoint, which the lake commit's write reads, and checked, by one job
-    converted = checked_conversion(typed_events(batch.changes, batch.columns, keys),
-                                   batch.columns, keys, state, batch.size)
+        return Converted(convert_images(events.where(F.col("problem").isNull())),
+                         batch.frontier, "jvm", marks=batch.marks)
+    converted, checks = checked_conversion(typed_events(batch.changes, batch.columns, keys),
+                                           batch.columns, keys, state, batch.size, defer=defer)
     steps.done("events, ties, conversion")
-    return converted, batch.frontier, batch.marks
+    return Converted(converted, batch.frontier, "jvm", marks=batch.marks, checks=checks)
 
 
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
@@ -473,11 +518,11 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
 
 def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
                 table_schema: TableSchema, close: bool = False,
-                state: DataFrame | None = None, since: int | None = None
-                ) -> tuple[DataFrame, int | None, DataFrame]:
-    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`): (updates, frontier,
-    marks), or `Unsupported` (see `ydb.py` for what is covered). Every file of `read` is a
-    partition stream, a file without lines too."""
+                state: DataFrame | None = None, since: int | None = None,
+                defer: bool = False) -> Converted:
+    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`), or `Unsupported` (see
+    `ydb.py` for what is covered). Every file of `read` is a partition stream, a file without
+    lines too. `defer`: see `checked_conversion`."""
     steps = _Steps(spark)
     columns = ydb_columns(table_schema, keys)
     marked = flaw(F.col("value"))
@@ -526,39 +571,45 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         events = events.where(F.col("time") < frontier)
     if since is not None:
         events = events.where(F.col("time") >= since)
-    events = with_content(events)
-    # Converted into a checkpoint, which the lake commit's write reads, and checked, by one job
-    converted = checked_conversion(events, columns, keys, state, size)
+    converted, checks = checked_conversion(with_content(events), columns, keys, state, size,
+                                           defer=defer)
     steps.done("events, ties, conversion")
-    return converted, frontier, marks
+    return Converted(converted, frontier, "jvm", marks=marks, checks=checks)
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                    key: Sequence[str], schema_file: Path | None, *,
                    state: DataFrame | None = None, since: int | None = None,
-                   close: bool = False, jvm: bool = True) -> Converted:
+                   close: bool = False, jvm: bool = True, defer: bool = False,
+                   reason: str | None = None) -> Converted:
     """The JVM path where it applies, else the old path on the same lines (see above).
-    `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks)."""
+    `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks), and so
+    does a `reason` (why: a deferred check failed, `defer`, see `checked_conversion`)."""
     from changelake.formats.materialize import expand_paths
 
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     table_json = read_table_json(schema_file) if schema_file else None
     return convert_lines(spark, read_lines(spark, files), source, key, table_json,
-                         state=state, since=since, close=close, jvm=jvm)
+                         state=state, since=since, close=close, jvm=jvm, defer=defer,
+                         reason=reason)
 
 
 def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[str],
                   table_json: dict[str, Any] | None, *, state: DataFrame | None = None,
                   since: int | None = None, close: bool = False,
-                  old_path: bool = True, jvm: bool = True) -> Converted:
+                  old_path: bool = True, jvm: bool = True, defer: bool = False,
+                  reason: str | None = None) -> Converted:
     """`convert_frames` on lines already read. Without `old_path`, a batch the JVM path does
     not cover is only read by the old path to name its first bad line (`ChangefeedError`);
     one without a bad line raises `Unsupported`: for Kafka partitions (`read.record_lines`),
     whose order across partitions the old path, reading file after file, does not keep.
-    Without `jvm`, the old path converts the batch, whatever it holds."""
+    Without `jvm`, or with a `reason`, the old path converts the batch, whatever it holds.
+    `defer`: the JVM path's keyed conversion is checked by the job that reads it
+    (`Converted.checks`), not before it is returned."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
-    reason = None if jvm else "the old path was asked for"
+    if reason is None and not jvm:
+        reason = "the old path was asked for"
     if source == "ydb":
         if schema is None:
             reason = "unsupported: YDB without a table schema"
@@ -568,14 +619,10 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
         try:
             if source == "ydb":
                 assert schema is not None
-                changes, frontier, marks = ydb_changes(spark, lines, keys=keys,
-                                                       table_schema=schema, close=close,
-                                                       state=state, since=since)
-            else:
-                changes, frontier, marks = debezium_changes(spark, lines, keys=keys,
-                                                            table_schema=schema, close=close,
-                                                            state=state, since=since)
-            return Converted(changes, frontier, "jvm", marks=marks)
+                return ydb_changes(spark, lines, keys=keys, table_schema=schema, close=close,
+                                   state=state, since=since, defer=defer)
+            return debezium_changes(spark, lines, keys=keys, table_schema=schema, close=close,
+                                    state=state, since=since, defer=defer)
         except Unsupported as why:
             reason = str(why)
     log.info("changefeed conversion on the Python path: %s", reason)
@@ -639,15 +686,16 @@ def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,
 def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                       key: Sequence[str], schema_file: Path | None, *,
                       state: DataFrame | None = None, since: int | None = None,
-                      close: bool = False) -> tuple[DataFrame, int | None]:
+                      close: bool = False, defer: bool = False, reason: str | None = None
+                      ) -> Converted:
     """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier
-    (what `lake.commands.ingest` commits).
+    (what `lake.commands.ingest` commits; it writes them with `defer`, the checks settled by
+    its commit's write, and converts again with the `reason` they give where they fail).
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's
     previous row from it, so an update or delete of a row committed earlier retracts it.
     `since` is the table's committed frontier: changes before it are already in `state`.
     `close`: the input is the whole feed, so every time in it is finished (the frontier is
     None); without it, the times the feed cannot show complete stay open."""
-    converted = convert_frames(spark, inputs, source, key, schema_file, state=state,
-                               since=since, close=close)
-    return converted.changes, converted.frontier
+    return convert_frames(spark, inputs, source, key, schema_file, state=state, since=since,
+                          close=close, defer=defer, reason=reason)
