@@ -332,7 +332,8 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it
     without adaptive execution (`session.NOT_ADAPTIVE`), so that the shuffle runs in the job
-    that reads the result (`checkpoint`) rather than here."""
+    that reads the result (`checkpoint`, or the lake commit's write:
+    `pipeline.checked_conversion`) rather than here."""
     from pyspark.sql.types import ArrayType
 
     from changelake.spark.jvm import java_class
