@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -377,7 +377,7 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
                                  F.max("tied").alias("tied"))
                     .where(F.col("diff") != 0).select("data", "time", "diff"))
 
-    updates = converted()
+    updates = _guard(converted)  # planned here (`keyed.java_convert`): a failure is a refusal
     deferred = DeferredChecks(checks, updates)
     if defer:
         return updates, deferred
@@ -397,7 +397,7 @@ class DeferredChecks:
     observation: Observation
     updates: DataFrame
 
-    def write(self, action: Any) -> None:
+    def write(self, action: Callable[[], None]) -> None:
         """Run `action`, the job that reads the updates whole (a write of them, filtered or
         cast above the observation), then `settle`. A value Spark refuses in that job is
         `Unsupported`, as in the steps before it (`_guard`)."""
