@@ -9,7 +9,7 @@ The same lines are
 
 * ingested with `changelake.lake.commands.ingest` into a fresh keyed table, once on the JVM path
   (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
-  group, `changelake.spark.changefeed.udf`): the benchmark points `commands.changefeed_frames`
+  group, `changelake.spark.changefeed.udf`): the benchmark points `commands.convert_frames`
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines;
@@ -316,7 +316,7 @@ def main() -> None:
     from changelake.spark.changefeed import pipeline
 
     assert changefeed is not None
-    old_frames = commands.changefeed_frames
+    old_frames = commands.convert_frames
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
         ydb = args.source == "ydb"
@@ -343,7 +343,7 @@ def main() -> None:
                          else f"{converted.path}: {converted.reason}")
             return converted
 
-        commands.changefeed_frames = frames  # type: ignore[assignment]
+        commands.convert_frames = frames  # type: ignore[assignment]
         steps: list[str] = []  # the JVM path's step lines of the measured ingest
 
         class Steps(logging.Handler):
@@ -384,7 +384,7 @@ def main() -> None:
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
-            commands.changefeed_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
+            commands.convert_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
             start = time.perf_counter()
             old = commands.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]
@@ -422,7 +422,7 @@ def main() -> None:
                 print(f"  JVM path {line}")
         spark.stop()
     finally:
-        commands.changefeed_frames = old_frames
+        commands.convert_frames = old_frames
         shutil.rmtree(work, ignore_errors=True)
 
 

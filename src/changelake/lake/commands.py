@@ -67,7 +67,7 @@ from changelake.lake.table import (
 )
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
-from changelake.spark.changefeed.pipeline import Converted, changefeed_frames
+from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.errors import translate_errors
 
@@ -229,7 +229,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
             since = committed if existing else None
 
             def convert_and_commit(reason: str | None) -> tuple[DecodedInput, CommitResult]:
-                converted = translate_errors(changefeed_frames, spark, inputs, source, key,
+                converted = translate_errors(convert_frames, spark, inputs, source, key,
                                              schema, state=state, since=since, close=close,
                                              defer=reason is None, reason=reason)
                 check_columns(converted.changes, existing, "--schema")

@@ -66,7 +66,7 @@ also skips one older than what its key already has applied). This path only: the
 and images are compared by a 64-bit hash (`barriers._same`), as two rows of a key at a
 position are.
 
-`changefeed_frames` is what `lake.commands.ingest` converts a changefeed with.
+`convert_frames` is what `lake.commands.ingest` converts a changefeed with.
 """
 
 from __future__ import annotations
@@ -584,9 +584,18 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
                    state: DataFrame | None = None, since: int | None = None,
                    close: bool = False, jvm: bool = True, defer: bool = False,
                    reason: str | None = None) -> Converted:
-    """The JVM path where it applies, else the old path on the same lines (see above).
+    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier,
+    by the JVM path where it applies, else the old path on the same lines (see above).
     `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks), and so
-    does a `reason` (why: a deferred check failed, `defer`, see `checked_conversion`)."""
+    does a `reason` (why: a deferred check failed, `defer`, see `checked_conversion`).
+    `lake.commands.ingest` converts with `defer`, the checks settled by its commit's write,
+    and again with the `reason` they give where they fail.
+
+    `state` holds the table's current rows (one per key): a keyed conversion takes a key's
+    previous row from it, so an update or delete of a row committed earlier retracts it.
+    `since` is the table's committed frontier: changes before it are already in `state`.
+    `close`: the input is the whole feed, so every time in it is finished (the frontier is
+    None); without it, the times the feed cannot show complete stay open."""
     from changelake.formats.materialize import expand_paths
 
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
@@ -684,20 +693,3 @@ def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,
         .select("file", "file_index", "row", F.col("problem").alias("reason"))
     return _guard(lambda: first.unionByName(parsed).localCheckpoint())
 
-
-def changefeed_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
-                      key: Sequence[str], schema_file: Path | None, *,
-                      state: DataFrame | None = None, since: int | None = None,
-                      close: bool = False, defer: bool = False, reason: str | None = None
-                      ) -> Converted:
-    """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier
-    (what `lake.commands.ingest` commits; it writes them with `defer`, the checks settled by
-    its commit's write, and converts again with the `reason` they give where they fail).
-
-    `state` holds the table's current rows (one per key): a keyed conversion takes a key's
-    previous row from it, so an update or delete of a row committed earlier retracts it.
-    `since` is the table's committed frontier: changes before it are already in `state`.
-    `close`: the input is the whole feed, so every time in it is finished (the frontier is
-    None); without it, the times the feed cannot show complete stay open."""
-    return convert_frames(spark, inputs, source, key, schema_file, state=state, since=since,
-                          close=close, defer=defer, reason=reason)
