@@ -3,6 +3,7 @@ converted on Spark, committed exactly once; snapshot and status as the CLI print
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import uuid
@@ -13,7 +14,7 @@ import pytest
 
 from changefeed_cases import python_updates
 from changelake.convert import encode_changefeed
-from changelake.errors import LakeError
+from changelake.errors import ChangefeedError, LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, commands
 from changelake.values import freeze
@@ -179,6 +180,64 @@ def test_a_write_that_raises_leaves_no_files_and_commits_nothing(spark, lake, tm
     assert written and not any(p.exists() for p in written)
     assert table.state().version == before.version
     assert spark.table(name).count() == 0
+
+
+PRICE = {"field": "price", "type": "bytes", "optional": True,
+         "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}}
+
+
+def priced_line(op: str, key: int, price: str, lsn: int) -> str:
+    """A Debezium event with its Connect schema: `price` a Decimal, base64 two's complement."""
+    image = {"type": "struct", "optional": True,
+             "fields": [{"field": "id", "type": "int64"}, PRICE]}
+    line = json.loads(debezium_line(op, None, {"id": key, "price": price}, lsn, lsn))
+    schema = {"type": "struct", "fields": [{**image, "field": "before"},
+                                            {**image, "field": "after"}]}
+    return json.dumps({"schema": schema, "payload": line})
+
+
+def _cents(unscaled: int, width: int) -> str:
+    return base64.b64encode(unscaled.to_bytes(width, "big", signed=True)).decode()
+
+
+@pytest.mark.parametrize("bad", ["wide", "not base64"])
+def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
+        spark, lake, tmp_path, caplog, bad):
+    """A value the deferred conversion's own job refuses (read against the columns' types in
+    the commit's write): a decimal wider than 8 bytes, which the old path reads exactly, or
+    text that is no base64, which it refuses naming the line. Either way no file of the
+    refused write remains, and the old path commits its updates (the encoder's) or nothing."""
+    from changelake.spark.changefeed import pipeline
+
+    odd = _cents(10**20 + 7, 9) if bad == "wide" else "not base64!"
+    lines = [priced_line("c", 1, _cents(499, 2), 100), priced_line("c", 2, odd, 200),
+             priced_line("u", 1, _cents(2499, 2), 300)]
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join(lines) + "\n")
+    name = f"refused_{uuid.uuid4().hex[:8]}.t"
+    files_before = set(lake.root.rglob("*.parquet"))
+    with caplog.at_level("INFO", logger=pipeline.__name__):
+        if bad == "wide":
+            report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+                                     close=True)
+        else:
+            with pytest.raises(ChangefeedError, match=r"feed\.jsonl, line 2: after\.price: "):
+                commands.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
+    assert "on the Python path: bad: a value Spark refuses" in caplog.text
+    if bad == "not base64":
+        assert set(lake.root.rglob("*.parquet")) == files_before
+        assert not lake.exists(name) or not lake.table(name).state().files
+        return
+    table = lake.table(name)
+    assert [f.rows for f in table.state().files if f.rows] == [report.commit.written]
+    committed = {p for f in table.state().files for p in (table.directory / f.path).rglob("*")}
+    assert set(table.directory.rglob("*.parquet")) <= committed  # the refused write's: gone
+    got: Counter = Counter()
+    for row in table.updates().collect():
+        got[(("id", row["id"]), ("price", row["price"])), row["_time"]] += row["_diff"]
+    assert got == python_updates(encode_changefeed([feed], source="debezium", keys=["id"],
+                                                   table_schema=None, close=True,
+                                                   lenient=False))
 
 
 def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark, lake,
