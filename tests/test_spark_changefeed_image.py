@@ -42,7 +42,8 @@ DEFERRED = [
     '{"flag":"true"}', '{"flag":1}',
     '{"big":18446744073709551616}', '{"big":-9223372036854775809}', '{"big":1.0}',
     '{"big":"1"}',
-    '{"id":1,"id":2}', '{"other":1,"other":2}', '{"id":1} x', '{"id":1}{"id":2}', "[1]",
+    '{"id":1,"id":2}', '{"other":1,"other":2}', '{"other":{"a":1,"a":2}}',
+    '{"other":[{"a":1},{"a":1,"a":2}]}', '{"id":1} x', '{"id":1}{"id":2}', "[1]",
     "null", '{"id":01}', '{"id":1', "", ' {"id":1}', "{'id':1}", '{"id":NaN}',
     # UTF-16 text of an image Java reads: Jackson would take its bytes for UTF-16.
     '{"id":1}'.encode("utf-16-le").decode(),

@@ -207,6 +207,52 @@ def test_a_field_of_another_kind_reads_the_same(spark: Any, java: None, tmp_path
     _agree(spark, _write(tmp_path / "bad.jsonl", [_change(PG_SOURCE), bad]))
 
 
+def _twice(line: dict[str, Any], opening: bytes, name: bytes = b'"dup":1',
+           times: int = 2) -> bytes:
+    """`line` with `name` written `times` times right after `opening` (text that ends where
+    an object's keys begin, or with a key's value, and is unique on the line)."""
+    text = orjson.dumps(line)
+    assert text.count(opening) == 1, (text, opening)
+    pair = b",".join([name] * times)
+    return text.replace(opening, opening + (pair + b"," if opening.endswith(b"{")
+                                            else b"," + pair))
+
+
+_WIDE = {f"c{i}": i for i in range(40)}  # more keys than `UniqueKeys` compares one by one
+
+
+def test_a_key_twice_in_any_object_is_left_by_java(spark: Any, java: None,
+                                                    tmp_path: Path) -> None:
+    """Jackson's duplicate detection is `UniqueKeys` now: every object Java walks, or skips,
+    or copies, holding a key twice, leaves its line to the Spark functions, and the two
+    readings agree on the batch; the same lines without the second key are Java's."""
+    change = _change(PG_SOURCE)
+    tx_end = {"status": "END", "id": "600:5000", "event_count": 1, "ts_ms": 1,
+              "data_collections": [{"data_collection": "public.t", "event_count": 1}]}
+    nested = {**change, "after": {"id": 1, "name": "x", "blob": {"k": [{"v": 1}]}},
+              "extra": {"e": {"f": 1}}}
+    wrapped = {"schema": {"type": "struct", "fields": []}, "payload": change}
+    wide = {**change, "after": {"id": 1, **_WIDE}}
+    twice = [
+        _twice(change, b'"ts_ms":2'),  # the envelope
+        _twice(change, b'"source":{'),
+        _twice(change, b'"transaction":{'),
+        _twice(change, b'"after":{'),
+        _twice(nested, b'"blob":{'),  # an image's value, copied
+        _twice(nested, b'[{', b'"w":1'),  # an object in an array in it
+        _twice(nested, b'"e":{'),  # a field Java skips
+        _twice(wrapped, b'"payload":{'),
+        _twice(wrapped, b'"schema":{'),  # the schema, copied as text
+        _twice(tx_end, b'"data_collections":[{'),
+        _twice(wide, b'"after":{', b'"c39":0', times=1),  # the second past the linear scan
+        _twice(wide, b'"c39":39', b'"new":0'),
+    ]
+    once = [change, tx_end, nested, wrapped, wide]
+    assert _java_reads(spark, [_write(tmp_path / "once.jsonl", once)]) == len(once)
+    # Java reads `change` and leaves every other line
+    assert _agree(spark, _write(tmp_path / "twice.jsonl", [change, *twice])) == 1
+
+
 _NUMBERS = ("lsn", "txId", "pos", "row")
 _TEXTS = ("connector", "snapshot", "sequence", "file", "gtid", "step", "table", "schema", "db")
 _TEXT_VALUES = st.one_of(st.none(), st.booleans(), st.sampled_from([

@@ -433,7 +433,9 @@ def test_the_java_line_reader_reads_as_the_typed_parse(spark: Any) -> None:
     assert java is not None, "the test session has the project's jar"
     function, spec = java
     plain = _plain_lines(400)
-    lines = plain + REFUSED + ACCEPTED + CAREFUL
+    twice = [b'{"key":[1],"key":[2],"update":{}}', b'{"key":[1],"update":{"v":1,"v":2}}',
+             b'{"key":[1],"reset":{"s":"a","v":1,"s":null}}']
+    lines = plain + REFUSED + ACCEPTED + CAREFUL + twice
     frame = spark.createDataFrame([(i, t.decode(errors="replace")) for i, t in enumerate(lines)],
                                   "i int, value string")
     got = frame.select("i", F.call_function(function, "value", F.lit(spec)).alias("j"),
@@ -447,6 +449,7 @@ def test_the_java_line_reader_reads_as_the_typed_parse(spark: Any) -> None:
     assert set(plain) <= read
     assert not any(b"\\" in line for line in read)
     assert b'{"key":[1],"reset":{},"erase":{}}' in read  # what the typed parse then refuses
+    assert not read & set(twice)  # a name twice in one object is left to `from_json`
 
 
 def test_no_java_line_reader_for_key_columns_of_two_types(spark: Any) -> None:

@@ -3,7 +3,6 @@ package changelake.jvm;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
 import java.math.BigInteger;
 import java.util.ArrayList;
@@ -49,8 +48,8 @@ import org.apache.spark.sql.api.java.UDF2;
 public final class DebeziumImage implements UDF2<byte[], String, Row> {
     private static final long serialVersionUID = 1L;
 
-    private static final JsonFactory READ = JsonFactory.builder()
-        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    /** Duplicate keys are refused (`UniqueKeys`: the image and every object within it). */
+    private static final JsonFactory READ = new JsonFactory();
     /** The integers the encoder reads for a decimal(20,0) (outside, orjson reads a float). */
     private static final BigInteger LEAST = BigInteger.valueOf(Long.MIN_VALUE);
     private static final BigInteger GREATEST = BigInteger.ONE.shiftLeft(64).subtract(BigInteger.ONE);
@@ -103,11 +102,14 @@ public final class DebeziumImage implements UDF2<byte[], String, Row> {
         try (JsonParser p = READ.createParser(image)) {
             p.nextToken();
             JsonToken t;
+            UniqueKeys keys = new UniqueKeys();
             while ((t = p.nextToken()) == JsonToken.FIELD_NAME) {
-                Integer at = c.place.get(p.currentName());
+                String name = p.currentName();
+                keys.add(name);
+                Integer at = c.place.get(name);
                 JsonToken v = p.nextToken();
                 if (at == null) {
-                    p.skipChildren();
+                    UniqueKeys.skip(p, v);
                     continue;
                 }
                 if (v == JsonToken.VALUE_NULL) continue;

@@ -5,7 +5,6 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonGenerator;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.core.io.JsonStringEncoder;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -33,8 +32,8 @@ import org.apache.spark.sql.api.java.UDF1;
  * rather than deciding wherever the Spark functions' reading is subtle:
  * <ul>
  * <li>a line that is not one JSON object opening at its first byte and alone on the line, or
- * that Jackson refuses, or with a duplicate key (Spark and orjson each keep one, maybe not
- * the same);</li>
+ * that Jackson refuses, or with a duplicate key in any object (Spark and orjson each keep
+ * one, maybe not the same: `UniqueKeys`);</li>
  * <li>a field of another JSON kind than its type, where `from_json` either fails the job
  * (FAILFAST) or takes any value as a string's text; the one exception is a boolean source
  * `snapshot`, which it reads as `true`/`false`;</li>
@@ -50,17 +49,16 @@ import org.apache.spark.sql.api.java.UDF1;
  * transaction id) of more than 18 digits.</li>
  * </ul>
  * An object or array read into a string field (the images, the envelope's `schema`) is
- * re-written by Jackson's `copyCurrentStructure`, as Spark's JSON reader re-writes it, so the
- * texts agree byte for byte (floats through a double, white space dropped). The regular
+ * re-written as Jackson's `copyCurrentStructure` re-writes it (`UniqueKeys.copy`, which also
+ * holds it to the duplicate rule), as Spark's JSON reader does, so the texts agree byte for byte (floats through a double, white space dropped). The regular
  * expressions are `_classify`'s, used as Spark uses them (`find`); the text searches for a
  * key followed by a string (`parse._key_then`) are made by `keyThenString`.
  */
 public final class DebeziumLine implements UDF1<byte[], Row> {
     private static final long serialVersionUID = 1L;
 
-    /** Duplicate keys are refused: Spark and orjson each keep one of them, maybe not the same. */
-    private static final JsonFactory READ = JsonFactory.builder()
-        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    /** Duplicate keys are refused (`UniqueKeys`: every object the reading walks). */
+    private static final JsonFactory READ = new JsonFactory();
     private static final JsonFactory WRITE = new JsonFactory();
     private static final JsonStringEncoder QUOTE = JsonStringEncoder.getInstance();
     /** `parse._SNAPSHOT_TRUE`, and with them `_SNAPSHOT_KNOWN`. */
@@ -140,8 +138,27 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
 
     private static final byte[] NULL_LINE = ascii("null");
     // The keys whose value `parse` must find not to be a string (`keyThenString`).
-    private static final byte[] AFTER = ascii("\"after\""), BEFORE = ascii("\"before\""),
-        COLLECTIONS = ascii("\"data_collections\"");
+    private static final Key AFTER = new Key("\"after\""), BEFORE = new Key("\"before\""),
+        COLLECTIONS = new Key("\"data_collections\"");
+
+    /**
+     * A quoted key to search lines for, with its Horspool shifts: where the line's byte under
+     * the key's last place is `b`, the key can next end `shift[b]` places on. A search so
+     * looks at a few bytes in each key's length; comparing at every quote was a fifth of the
+     * time Java took to read a line (a Flight Recorder profile, benchmarks/README.md).
+     */
+    private static final class Key {
+        final byte[] bytes;
+        final int[] shift = new int[256];
+
+        Key(String quoted) {
+            bytes = ascii(quoted);
+            Arrays.fill(shift, bytes.length);
+            for (int i = 0; i < bytes.length - 1; i++) {
+                shift[bytes[i] & 0xff] = bytes.length - 1 - i;
+            }
+        }
+    }
 
     private static byte[] ascii(String text) {
         return text.getBytes(StandardCharsets.US_ASCII);
@@ -155,7 +172,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         Long eventCount, txOrder;
         Src src;
         List<Row> collections;
-        final Set<String> keys = new HashSet<>();
+        final UniqueKeys keys = new UniqueKeys();
 
         boolean envelopeFieldsNull() {
             return op == null && before == null && after == null && status == null
@@ -167,7 +184,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     private static final class Src {
         String connector, snapshot, sequence, file, gtid, step, table, schema, db;
         Long lsn, txId, pos, row;
-        final Set<String> keys = new HashSet<>();
+        final UniqueKeys keys = new UniqueKeys();
 
         boolean present(String name) {
             return keys.contains(name);
@@ -202,7 +219,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
                         payload = body(p);
                         break;
                     default:
-                        if (!bodyField(top, name, p, t)) p.skipChildren();
+                        if (!bodyField(top, name, p, t)) UniqueKeys.skip(p, t);
                 }
             }
             if (p.currentToken() != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
@@ -234,7 +251,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
      */
     private static Row skipped(Body b, String schema) throws Defer {
         boolean ddl = b.keys.contains("ddl") || b.keys.contains("tableChanges");
-        if (!ddl && (b.keys.isEmpty() || !HEARTBEAT.containsAll(b.keys))) throw DEFER;
+        if (!ddl && (b.keys.isEmpty() || !b.keys.allIn(HEARTBEAT))) throw DEFER;
         return RowFactory.create(schema, "skipped", null, null, false, null, b.txOrder, null,
                                  null, null, null, false, null, null, null);
     }
@@ -334,7 +351,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
             String name = p.currentName();
             b.keys.add(name);
             JsonToken t = p.nextToken();
-            if (!bodyField(b, name, p, t)) p.skipChildren();
+            if (!bodyField(b, name, p, t)) UniqueKeys.skip(p, t);
         }
         return b;
     }
@@ -387,7 +404,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
                 case "txId": s.txId = number(p, v); break;
                 case "pos": s.pos = number(p, v); break;
                 case "row": s.row = number(p, v); break;
-                default: p.skipChildren();
+                default: UniqueKeys.skip(p, v);
             }
         }
         if (s.snapshot != null && !SNAPSHOT_KNOWN.contains(s.snapshot)) throw DEFER;
@@ -402,13 +419,15 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         b.txOrder = null;
         if (t == JsonToken.VALUE_NULL) return;
         if (t != JsonToken.START_OBJECT) throw DEFER;
+        UniqueKeys keys = new UniqueKeys();
         while (p.nextToken() == JsonToken.FIELD_NAME) {
             String name = p.currentName();
+            keys.add(name);
             JsonToken v = p.nextToken();
             switch (name) {
                 case "id": b.txRawId = string(p, v); break;
                 case "total_order": b.txOrder = number(p, v); break;
-                default: p.skipChildren();
+                default: UniqueKeys.skip(p, v);
             }
         }
     }
@@ -421,13 +440,15 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         while (p.nextToken() == JsonToken.START_OBJECT) {
             String collection = null;
             Long count = null;
+            UniqueKeys keys = new UniqueKeys();
             while (p.nextToken() == JsonToken.FIELD_NAME) {
                 String name = p.currentName();
+                keys.add(name);
                 JsonToken v = p.nextToken();
                 switch (name) {
                     case "data_collection": collection = string(p, v); break;
                     case "event_count": count = number(p, v); break;
-                    default: p.skipChildren();
+                    default: UniqueKeys.skip(p, v);
                 }
             }
             out.add(RowFactory.create(collection, count));
@@ -465,16 +486,18 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         if (t == JsonToken.VALUE_NULL) return null;
         if (t != JsonToken.START_OBJECT) throw DEFER;
         ByteArrayOutputStream out = new ByteArrayOutputStream();
+        UniqueKeys keys = new UniqueKeys();
         try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
             g.writeStartObject();
             JsonToken v;
             while (p.nextToken() == JsonToken.FIELD_NAME) {
                 String name = p.currentName();
+                keys.add(name);
                 g.writeFieldName(name);
                 v = p.nextToken();
                 shape.add(name);
                 shape.add(kind(p, v));
-                g.copyCurrentStructure(p);
+                UniqueKeys.copy(p, v, g);
             }
             g.writeEndObject();
         }
@@ -527,7 +550,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     private static String rewrite(JsonParser p) throws IOException {
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
-            g.copyCurrentStructure(p);
+            UniqueKeys.copy(p, p.currentToken(), g);
         }
         return out.toString(StandardCharsets.UTF_8);
     }
@@ -538,11 +561,14 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
      * the UTF-8 bytes, which give the same answer as the text: the key and the white space are
      * ASCII, and no byte of a multi-byte character is.
      */
-    static boolean keyThenString(byte[] line, byte[] key) {
-        for (int at = 0; at + key.length <= line.length; at++) {
-            if (line[at] != key[0] || !Arrays.equals(line, at, at + key.length, key, 0, key.length))
-                continue;
-            int i = skipSpace(line, at + key.length);
+    static boolean keyThenString(byte[] line, Key key) {
+        byte[] k = key.bytes;
+        int m = k.length;
+        for (int at = 0; at <= line.length - m; at += key.shift[line[at + m - 1] & 0xff]) {
+            int j = m - 1;
+            while (j >= 0 && line[at + j] == k[j]) j--;
+            if (j >= 0) continue;
+            int i = skipSpace(line, at + m);
             if (i < line.length && line[i] == ':') {
                 i = skipSpace(line, i + 1);
                 if (i < line.length && line[i] == '"') return true;

@@ -3,7 +3,6 @@ package changelake.jvm;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
-import com.fasterxml.jackson.core.StreamReadFeature;
 import java.io.IOException;
 import java.math.BigInteger;
 import java.util.ArrayList;
@@ -54,8 +53,8 @@ import org.apache.spark.sql.api.java.UDF2;
 public final class YdbLine implements UDF2<String, String, Row> {
     private static final long serialVersionUID = 1L;
 
-    private static final JsonFactory READ = JsonFactory.builder()
-        .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+    /** Names twice in one object are refused (`UniqueKeys`; no object nests in another). */
+    private static final JsonFactory READ = new JsonFactory();
     /** The integers `from_json` reads into a decimal(20,0): at most 20 digits. */
     private static final BigInteger GREATEST = BigInteger.TEN.pow(20).subtract(BigInteger.ONE);
     private static final BigInteger LEAST = GREATEST.negate();
@@ -154,8 +153,10 @@ public final class YdbLine implements UDF2<String, String, Row> {
         try (JsonParser p = READ.createParser(line)) {
             if (p.nextToken() != JsonToken.START_OBJECT) throw DEFER;
             JsonToken token;
+            UniqueKeys names = new UniqueKeys();
             while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
                 String name = p.currentName();
+                names.add(name);
                 JsonToken v = p.nextToken();
                 members++;
                 switch (name) {
@@ -198,8 +199,11 @@ public final class YdbLine implements UDF2<String, String, Row> {
             throws IOException, Defer {
         if (v != JsonToken.START_OBJECT) throw DEFER;
         Object[] values = new Object[t.others.size()];
+        UniqueKeys names = new UniqueKeys();
         while (p.nextToken() == JsonToken.FIELD_NAME) {
-            Integer at = t.place.get(p.currentName());
+            String name = p.currentName();
+            names.add(name);
+            Integer at = t.place.get(name);
             if (at == null) throw DEFER;
             JsonToken e = p.nextToken();
             if (e == JsonToken.VALUE_NULL) {
