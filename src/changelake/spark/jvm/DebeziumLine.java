@@ -50,9 +50,10 @@ import org.apache.spark.sql.api.java.UDF1;
  * </ul>
  * An object or array read into a string field (the images, the envelope's `schema`) is
  * re-written as Jackson's `copyCurrentStructure` re-writes it (`UniqueKeys.copy`, which also
- * holds it to the duplicate rule), as Spark's JSON reader does, so the texts agree byte for byte (floats through a double, white space dropped). The regular
- * expressions are `_classify`'s, used as Spark uses them (`find`); the text searches for a
- * key followed by a string (`parse._key_then`) are made by `keyThenString`.
+ * holds it to the duplicate rule), as Spark's JSON reader does, so the texts agree byte for
+ * byte (floats through a double, white space dropped). The regular expressions are
+ * `_classify`'s, used as Spark uses them (`find`); the text searches for a key followed by a
+ * string (`parse._key_then`) are made by `keyThenString`.
  */
 public final class DebeziumLine implements UDF1<byte[], Row> {
     private static final long serialVersionUID = 1L;

@@ -13,27 +13,32 @@ import java.util.Set;
  * the values, maybe not the same one, so such a line is left to the other paths), without
  * Jackson's `STRICT_DUPLICATE_DETECTION`, which gives every object of three keys or more a
  * `HashSet` of its own: that was a fifth of the time Java took to read a Debezium line (a
- * Flight Recorder profile, benchmarks/README.md). An object's keys are few, so they are kept in an array with their
- * hashes (Jackson's names are canonical strings, whose hash is computed once) and compared one
- * by one, hash first (a set beyond `LINEAR` of them).
+ * Flight Recorder profile, benchmarks/README.md). An object's keys are few, so they are kept
+ * in an array with their hashes (Jackson's names are canonical strings, whose hash is
+ * computed once) and compared one by one, hash first (a set beyond `LINEAR` of them).
  *
  * A reader `add`s each key of an object it walks itself, and hands each value it does not
  * read to `skip` or `copy`, which hold every object within it to the same rule. A key seen
- * twice throws `DUPLICATE`, an `IOException`, which the readers treat as they treat any line
+ * twice throws `Duplicate`, an `IOException`, which the readers treat as they treat any line
  * Jackson refuses.
  */
 final class UniqueKeys {
-    /** Thrown for a key seen twice in one object (no stack trace: it is a verdict). */
+    /**
+     * Thrown for a key seen twice in one object. A new one each time (a shared one could
+     * gather the exceptions a `close` adds to it), without a stack trace: it is a verdict.
+     */
     static final class Duplicate extends IOException {
         private static final long serialVersionUID = 1L;
 
         Duplicate() {
-            super("a key twice in one object", null);
-            setStackTrace(new StackTraceElement[0]);
+            super("a key twice in one object");
+        }
+
+        @Override
+        public synchronized Throwable fillInStackTrace() {
+            return this;
         }
     }
-
-    static final Duplicate DUPLICATE = new Duplicate();
 
     /** Up to this many keys, a new one is compared with each; beyond, a set holds them. */
     private static final int LINEAR = 32;
@@ -43,15 +48,15 @@ final class UniqueKeys {
     private int size;
     private Set<String> many;
 
-    /** Another key of the object; `DUPLICATE` where it has one of that name already. */
+    /** Another key of the object; `Duplicate` where it has one of that name already. */
     void add(String name) throws Duplicate {
         if (many != null) {
-            if (!many.add(name)) throw DUPLICATE;
+            if (!many.add(name)) throw new Duplicate();
             return;
         }
         int hash = name.hashCode();
         for (int i = 0; i < size; i++) {
-            if (hashes[i] == hash && names[i].equals(name)) throw DUPLICATE;
+            if (hashes[i] == hash && names[i].equals(name)) throw new Duplicate();
         }
         if (size == LINEAR) {
             many = new HashSet<>(Arrays.asList(names));
