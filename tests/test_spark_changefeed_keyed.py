@@ -55,8 +55,8 @@ def _events(rng: random.Random, keys: int, decimal_pos: bool) -> list[tuple[Any,
         for _ in range(rng.randint(1, 9)):
             delete = rng.random() < 0.25
             pos = [rng.randint(0, 3) for _ in range(rng.choice([1, 2]))]
-            if decimal_pos:
-                pos = [Decimal(p + 2**63) for p in pos]
+            if decimal_pos:  # Uint64s of 1, 8 and 9 bytes (`Positions.compareSigned`)
+                pos = [Decimal([0, 2**62, 2**63, 2**64 - 1][p]) for p in pos]
             a = None if delete else (id_, tag, *[_value(rng, n) for n in NAMES[2:]])
             ua = (False, False, *[rng.random() < 0.3 for _ in NAMES[2:]])
             b = rng.choice([None, (id_, tag, *[_value(rng, n) for n in NAMES[2:]])])
