@@ -50,13 +50,10 @@ final class UniqueKeys {
 
     /** Another key of the object; `Duplicate` where it has one of that name already. */
     void add(String name) throws Duplicate {
+        if (contains(name)) throw new Duplicate();
         if (many != null) {
-            if (!many.add(name)) throw new Duplicate();
+            many.add(name);
             return;
-        }
-        int hash = name.hashCode();
-        for (int i = 0; i < size; i++) {
-            if (hashes[i] == hash && names[i].equals(name)) throw new Duplicate();
         }
         if (size == LINEAR) {
             many = new HashSet<>(Arrays.asList(names));
@@ -67,7 +64,7 @@ final class UniqueKeys {
             names = Arrays.copyOf(names, Math.min(LINEAR, size * 2));
             hashes = Arrays.copyOf(hashes, names.length);
         }
-        hashes[size] = hash;
+        hashes[size] = name.hashCode();  // a canonical name's: computed once
         names[size++] = name;
     }
 
