@@ -10,7 +10,10 @@ rest):
 * `text`: the lines as `read.read_lines` reads them, nothing parsed (the I/O floor);
 * `reader`: Spark's JSON reader with the image's schema, as `bench_ingest.plain_write` reads;
 * `parse, java alone`: `parse.java_items`, Java's reading with none of the Spark functions'
-  (the ingest's parse where Java reads every line of the batch: `pipeline._parsed`);
+  (the ingest's parse where Java reads every line of the batch: `pipeline._parsed`): Java's
+  own pass over each task's lines (`DebeziumLines.java`);
+* `java alone, as a UDF`: the same rows by `java_items(udf=True)`, the UDF's plan (the line
+  cast to binary, `is_valid_utf8`, `DebeziumLine` returning a `Row`);
 * `parse, java`: `parse_items` with the jar (Java's lines and the Spark functions' for the
   rest: the ingest's parse where Java leaves a line);
 * `parse, spark functions`: `parse_items(jvm=False)`.
@@ -42,6 +45,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=110_000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--only", action="append", default=[],
+                        help="time only this step (repeatable; the ratios are then to the "
+                             "first one named)")
     args = parser.parse_args()
 
     from pyspark.sql import DataFrame
@@ -78,8 +84,11 @@ def main() -> None:
         steps: dict[str, Callable[[], DataFrame]] = {
             "text": lines, "reader": reader,
             "parse, java alone": lambda: java_items(lines()),
+            "java alone, as a UDF": lambda: java_items(lines(), udf=True),
             "parse, java": lambda: parse_items(lines()),
             "parse, spark functions": lambda: parse_items(lines(), jvm=False)}
+        if args.only:
+            steps = {name: steps[name] for name in args.only}
         taken: dict[str, list[float]] = {name: [] for name in steps}
         for n in range(args.rounds):
             for name, frame in steps.items():
@@ -89,13 +98,15 @@ def main() -> None:
                     taken[name].append(time.perf_counter() - start)
         print(f"{events:,} Debezium lines, {feed.stat().st_size / 2**20:.0f} MiB, master "
               f"{args.master}; medians of rounds 2-{args.rounds}")
-        base = statistics.median(taken["parse, spark functions"])
+        first = args.only[0] if args.only else "parse, spark functions"
+        base = statistics.median(taken[first])
         for name, seconds in taken.items():
             median = statistics.median(seconds)
-            print(f"{name:24} {median:7.2f} s  {median / base:5.2f}x the Spark functions' "
-                  f"parse   rounds: {', '.join(f'{s:.2f}' for s in seconds)}")
+            print(f"{name:24} {median:7.2f} s  {median / base:5.2f}x {first}   rounds: "
+                  f"{', '.join(f'{s:.2f}' for s in seconds)}")
 
-        read = lines().where(F.call_function(JVM_LINE, F.col("value")).isNotNull()).count()
+        read = lines().where(F.call_function(JVM_LINE, F.col("value").cast("binary"))
+                            .isNotNull()).count()
         alone = java_items(lines())
         assert alone is not None
         alone = alone.drop("_deferred").localCheckpoint()
@@ -103,8 +114,13 @@ def main() -> None:
         functions = parse_items(lines(), jvm=False).localCheckpoint()
         same = java.exceptAll(functions).count() == 0 == functions.exceptAll(java).count()
         if read == lines().count():  # Java read every line: its reading alone is the parse
-            same = same and alone.exceptAll(functions).count() == 0 \
-                == functions.exceptAll(alone).count()
+            bare = alone.drop("shape")  # the images' shapes: Java's reading alone has them
+            same = same and bare.exceptAll(functions).count() == 0 \
+                == functions.exceptAll(bare).count()
+        as_udf = java_items(lines(), udf=True)
+        assert as_udf is not None
+        as_udf = as_udf.drop("_deferred").localCheckpoint()
+        same = same and alone.exceptAll(as_udf).count() == 0 == as_udf.exceptAll(alone).count()
         print(f"lines Java read: {read:,} of {lines().count():,}; the parses "
               f"{'give the same rows' if same else 'DIFFER'} (Java alone too, where it read "
               "every line)")

@@ -59,15 +59,30 @@ def _parse_both(spark: Any, paths: list[Path]) -> tuple[Any, Any]:
 
 
 def _java_reads(spark: Any, paths: list[Path]) -> int:
-    """How many of the files' lines Java reads (does not leave to the Spark functions)."""
+    """How many of the files' lines Java reads (does not leave to the Spark functions), once
+    `_tasks_read_as_the_udf`."""
     from pyspark.sql import functions as F
 
     from changelake.spark.changefeed.parse import JVM_LINE
     from changelake.spark.changefeed.read import read_lines
 
-    lines = read_lines(spark, list(map(str, paths))).frame
+    read_from = read_lines(spark, list(map(str, paths)))
+    _tasks_read_as_the_udf(read_from.bounded)
     read = F.call_function(JVM_LINE, F.col("value").cast("binary"))
-    return lines.where(read.isNotNull()).count()
+    return read_from.frame.where(read.isNotNull()).count()
+
+
+def _tasks_read_as_the_udf(lines: Any) -> list[Any]:
+    """`java_items` (Java's pass over each task's lines, `DebeziumLines`) gives exactly the
+    rows and schema of the UDF's plan (`udf=True`) over `lines`; its rows."""
+    from changelake.spark.changefeed.parse import java_items
+
+    tasks, planned = java_items(lines), java_items(lines, udf=True)
+    assert tasks is not None and planned is not None
+    assert tasks.schema == planned.schema
+    rows = tasks.collect()
+    assert sorted(rows, key=repr) == sorted(planned.collect(), key=repr)
+    return rows
 
 
 def _agree(spark: Any, *paths: Path, refused: bool = True) -> int:
@@ -299,6 +314,27 @@ def test_mutated_connector_lines_read_the_same(spark: Any, java: None,
                                                tmp_path_factory: Any, lines: list[bytes]) -> None:
     directory = tmp_path_factory.mktemp("mutated")
     _agree(spark, _write(directory / "feed.jsonl", lines), refused=False)
+
+
+def test_the_tasks_hold_the_lines_to_the_bounds_as_spark_does(spark: Any, java: None,
+                                                              tmp_path: Path) -> None:
+    """`DebeziumLines.flaw` is `read.flaw`: a line at the bound (its newline counted) is 1,
+    bytes that are not UTF-8 are 2 wherever they sit (in the word-at-a-time part of the ASCII
+    test or in its tail), and UTF-8 beyond ASCII is no flaw (Java reads the line)."""
+    from changelake.formats.lines import MAX_LINE_BYTES
+    from changelake.spark.changefeed.read import read_lines
+
+    good = orjson.dumps(_change(PG_SOURCE, after={"id": 1, "name": "é"}))
+    lines = [good, orjson.dumps(_change(PG_SOURCE)),
+             *(b'{"op":"c","a":12}'[:at] + bad + b'{"op":"c","a":12}'[at + 1:]
+               for at in (0, 7, 8, 16) for bad in (b"\xff", b"\xc3")),  # 16: the tail
+             b'{"x": "' + b"y" * (MAX_LINE_BYTES - 9) + b'"}',  # its newline reaches the bound
+             b'{"x": "' + b"y" * (MAX_LINE_BYTES - 10) + b'"}']  # one byte below it
+    rows = _tasks_read_as_the_udf(read_lines(spark, [str(_write(tmp_path / "b.jsonl",
+                                                                lines))]).bounded)
+    flaws = [r["flaw"] for r in sorted(rows, key=lambda r: r["row"])]
+    assert flaws == [None, None, *[2] * 8, 1, None]
+    assert [r["_deferred"] for r in sorted(rows, key=lambda r: r["row"])][:2] == [False, False]
 
 
 def test_without_the_jar_nothing_is_registered_or_built(spark: Any, monkeypatch: Any) -> None:

@@ -20,7 +20,9 @@ every other line to the Spark functions. The two give the same columns on every 
 (`tests/test_spark_changefeed_jvm.py`). Two ways to use it:
 
 * `java_items`: Java's reading alone, with a flag on the lines it leaves. The ingest's parse
-  step takes it where Java read every line of the batch (`pipeline._parsed`).
+  step takes it where Java read every line of the batch (`pipeline._parsed`). Java reads each
+  task's lines itself (`JVM_LINES_CLASS`, `DebeziumLines.java`), into Spark's internal rows:
+  the same rows as the UDF's plan (`_java_read`), without its conversions.
 * `parse_items` (with `jvm`): Java's lines, and the Spark functions for the rest, which read
   Java's lines as null. A null costs each of their expressions little, but they are many, so
   this takes longer than Java alone (benchmarks/README.md). `jvm=False`: the Spark functions
@@ -76,9 +78,9 @@ import re
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from changelake.spark.changefeed.read import flaw
+from changelake.spark.changefeed.read import MAX_LINE_BYTES, flaw
 from changelake.spark.expressions import per_jvm, selected
-from changelake.spark.jvm import register
+from changelake.spark.jvm import java_class, register
 
 #: Jackson's leniencies that Spark's JSON functions turn on by default (single quotes, NaN
 #: and Infinity) or that an option could (comments, leading zeros, ...), all off: `from_json`
@@ -107,6 +109,8 @@ COLLECTIONS = "array<struct<data_collection: string, event_count: bigint>>"
 #: leaves are in that file; `_read_by_java` puts its columns in place of theirs.
 JVM_LINE = "changelake_debezium_line"
 JVM_LINE_CLASS = "changelake.jvm.DebeziumLine"
+#: `changelake.jvm.DebeziumLines`: `DebeziumLine` over each task's lines, as `java_items`.
+JVM_LINES_CLASS = "changelake.jvm.DebeziumLines"
 _JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "end_count",
                 "end_collections", "pos", "table", "snapshot", "before_raw", "after_raw")
 _JVM_TYPES = ("string", "string", "string", "bigint", "boolean", "string", "bigint", "bigint",
@@ -358,15 +362,26 @@ def _steps(carry: tuple[str, ...]) -> tuple[list[Column | str], ...]:
     return (read, envelope, top, bodies, items, *_classify(carry))
 
 
-def java_items(lines: DataFrame) -> DataFrame | None:
+def java_items(lines: DataFrame, *, udf: bool = False) -> DataFrame | None:
     """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), `shape` (see
     `JVM_LINE_TYPE`), and `_deferred`,
     true on the lines Java leaves (their columns are then null and `problem` too): the parse
     without any of the Spark functions' expressions, for a caller that takes it only where
-    Java read every line (`pipeline._parsed`). None where the session has no jar."""
-    if not register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
+    Java read every line (`pipeline._parsed`). None where the session has no jar.
+
+    The rows come from Java's own pass over each task's lines (`JVM_LINES_CLASS`), in the
+    layout of the UDF's plan (`_java_read`, `_java_columns`), whose schema it is given: the
+    two are compared in `tests/test_spark_changefeed_jvm.py`. `udf`: that plan instead."""
+    spark = lines.sparkSession
+    if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
         return None
-    return _java_read(lines).select(*_java_columns())
+    planned = _java_read(lines).select(*_java_columns())
+    reader = None if udf else java_class(spark, JVM_LINES_CLASS)
+    if reader is None:
+        return planned
+    places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
+                          F.col("row").cast("bigint"), "value")
+    return DataFrame(reader.read(places._jdf, planned.schema.json(), MAX_LINE_BYTES), spark)
 
 
 @per_jvm

@@ -98,7 +98,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
      * last change's: a feed's changes mostly repeat the shape before them, whose text is then
      * not made again.
      */
-    private static final class Shapes {
+    static final class Shapes {
         final Set<String> seen = new HashSet<>();
         List<String> lastAfter, lastBefore;
         String last;
@@ -126,16 +126,33 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     /** The line's UTF-8 bytes (the caller casts its text to binary: `JsonBytes`). */
     @Override
     public Row call(byte[] line) {
+        if (shapes == null) shapes = new Shapes();
+        Object[] values = read(line, shapes);
+        if (values == null) return null;
+        for (int i : IMAGES) {
+            if (values[i] != null) values[i] = new String((byte[]) values[i], StandardCharsets.UTF_8);
+        }
+        return RowFactory.create(values);
+    }
+
+    /**
+     * The line's item values in `JVM_LINE_TYPE`'s order (the images as their UTF-8 bytes, at
+     * `IMAGES`), or null where it is left to the Spark functions.
+     */
+    static Object[] read(byte[] line, Shapes shapes) {
         if (line == null) return null;
         if (Arrays.equals(line, NULL_LINE)) return tombstone(null);
         if (!JsonBytes.opensObject(line)) return null;
-        if (shapes == null) shapes = new Shapes();
         try {
             return parse(line, shapes);
         } catch (Defer | IOException | RuntimeException e) {
             return null;
         }
     }
+
+    /** Where `read`'s values hold the images (before, after) and the collections. */
+    static final int[] IMAGES = {12, 13};
+    static final int COLLECTIONS_AT = 8, POSITION_AT = 9, SHAPE_AT = 14;
 
     private static final byte[] NULL_LINE = ascii("null");
     // The keys whose value `parse` must find not to be a string (`keyThenString`).
@@ -148,7 +165,8 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
 
     /** The body fields of an envelope or of its payload (`parse.BODY`). */
     private static final class Body {
-        String op, before, after, status, id, txRawId;
+        String op, status, id, txRawId;
+        byte[] before, after;
         /** The images' fields and their JSON kinds (see `image`). */
         List<String> beforeShape, afterShape;
         Long eventCount, txOrder;
@@ -181,7 +199,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         }
     }
 
-    private static Row parse(byte[] line, Shapes shapes) throws IOException, Defer {
+    private static Object[] parse(byte[] line, Shapes shapes) throws IOException, Defer {
         Body top = new Body();
         Body payload = null;
         boolean hasPayload = false;
@@ -223,9 +241,9 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /** A tombstone: a line `null`, or a wrapped line whose payload is null. */
-    private static Row tombstone(String schema) {
-        return RowFactory.create(schema, "tombstone", null, null, false, null, null, null, null,
-                                 null, null, false, null, null, null);
+    private static Object[] tombstone(String schema) {
+        return new Object[] {schema, "tombstone", null, null, false, null, null, null, null,
+                             null, null, false, null, null, null};
     }
 
     /**
@@ -233,15 +251,15 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
      * `tableChanges` key) or a heartbeat (only `ts_*` keys), which the parser skips; any other
      * is no Debezium event, left to the Spark functions.
      */
-    private static Row skipped(Body b, String schema) throws Defer {
+    private static Object[] skipped(Body b, String schema) throws Defer {
         boolean ddl = b.keys.contains("ddl") || b.keys.contains("tableChanges");
         if (!ddl && (b.keys.isEmpty() || !b.keys.allIn(HEARTBEAT))) throw DEFER;
-        return RowFactory.create(schema, "skipped", null, null, false, null, b.txOrder, null,
-                                 null, null, null, false, null, null, null);
+        return new Object[] {schema, "skipped", null, null, false, null, b.txOrder, null,
+                             null, null, null, false, null, null, null};
     }
 
     /** `parse._classify` for a change line it finds no problem on. */
-    private static Row change(Body b, String schema, Shapes shapes) throws Defer {
+    private static Object[] change(Body b, String schema, Shapes shapes) throws Defer {
         Src s = b.src;
         if (s == null) throw DEFER;  // bad: no source block
         if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")))
@@ -296,13 +314,13 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         } else {
             throw DEFER;  // a change without a position
         }
-        return RowFactory.create(schema, "change", op, time, txMin, tx, b.txOrder, null, null,
-                                 pos, s.tableName(), snapshot, b.before, b.after,
-                                 shapes.of(b.afterShape, b.beforeShape));
+        return new Object[] {schema, "change", op, time, txMin, tx, b.txOrder, null, null,
+                             pos, s.tableName(), snapshot, b.before, b.after,
+                             shapes.of(b.afterShape, b.beforeShape)};
     }
 
     /** `parse._classify` for a BEGIN or END line it finds no problem on. */
-    private static Row boundary(Body b, String schema) throws Defer {
+    private static Object[] boundary(Body b, String schema) throws Defer {
         if (b.src != null) throw DEFER;  // a source on a boundary: rare
         if (b.collections != null) {
             for (Row entry : b.collections) if (entry.isNullAt(1)) throw DEFER;  // bad entry
@@ -310,9 +328,9 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         if (!(b.status.equals("BEGIN") || b.status.equals("END")) || b.id == null) throw DEFER;
         boolean end = b.status.equals("END");
         if (end && b.eventCount == null) throw DEFER;
-        return RowFactory.create(schema, b.status, null, null, false, txId(b.id), b.txOrder,
-                                 end ? b.eventCount : null, end ? b.collections : null, null,
-                                 null, false, b.before, b.after, null);
+        return new Object[] {schema, b.status, null, null, false, txId(b.id), b.txOrder,
+                             end ? b.eventCount : null, end ? b.collections : null, null,
+                             null, false, b.before, b.after, null};
     }
 
     private static boolean negative(Long value) {
@@ -458,14 +476,14 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /**
-     * An image: an object, re-written as `rewrite` re-writes it, or null. `shape` gets each
+     * An image: an object, re-written as `rewrite` re-writes it (its UTF-8 bytes), or null. `shape` gets each
      * field's name and the kind of JSON value that Spark's schema inference reads it as
      * (`JsonInferSchema.inferField`): `s` a string, `n` null or the empty string (which
      * inference takes for null), `i` an integer within a long, `f` any other number but an
      * integer (a double), `b` a boolean, `x` anything else (an object, an array, a larger
      * integer), which the caller leaves to the inference itself.
      */
-    private static String image(JsonParser p, JsonToken t, List<String> shape)
+    private static byte[] image(JsonParser p, JsonToken t, List<String> shape)
             throws IOException, Defer {
         if (t == JsonToken.VALUE_NULL) return null;
         if (t != JsonToken.START_OBJECT) throw DEFER;
@@ -485,7 +503,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
             }
             g.writeEndObject();
         }
-        return out.toString(StandardCharsets.UTF_8);
+        return out.toByteArray();
     }
 
     private static String kind(JsonParser p, JsonToken v) throws IOException {

@@ -46,8 +46,8 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 """`off` (or `0`, `false`, `no`): build no jar, register nothing; the Spark functions run."""
 
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
-                for name in ("DebeziumLine", "DebeziumImage", "JsonBytes", "UniqueKeys",
-                             "YdbLine", "SparkType", "Positions", "KeyedConversion",
+                for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
+                             "UniqueKeys", "YdbLine", "SparkType", "Positions", "KeyedConversion",
                              "BarrierScan"))
 
 

@@ -1,0 +1,158 @@
+package changelake.jvm;
+
+import java.util.Iterator;
+import java.util.List;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * A batch's lines read by `DebeziumLine` in the tasks, as Spark's internal rows: what
+ * `parse._java_read` and `parse._java_columns` make of them (the line's place, its `flaw`, the
+ * item columns, `shape`, `_deferred`), without the work around a UDF that returns a `Row`.
+ *
+ * The promise: the rows are exactly those of the UDF's plan over the same lines
+ * (`tests/test_spark_changefeed_jvm.py` compares the two on every batch it reads). Why it
+ * pays: the UDF path decodes each line's bytes to Spark's text, casts it to binary (a copy),
+ * runs `is_valid_utf8` over every byte, and has each returned `Row` converted field by field
+ * (the images, the largest fields, decoded from UTF-8 into Java strings and encoded again).
+ * Here the line's bytes go to Jackson once, an ASCII line (most are) is known to be UTF-8 by
+ * a word-at-a-time test, and the images go into the row as the bytes Jackson wrote
+ * (benchmarks/README.md).
+ */
+public final class DebeziumLines {
+    private DebeziumLines() {}
+
+    /** The output's columns, by name, as `parse._java_columns` orders them. */
+    static final String[] COLUMNS = {
+        "file", "file_index", "block", "row", "flaw", "schema", "kind", "problem", "op",
+        "ptime", "tx_min", "tx", "tx_order", "end_count", "end_collections", "pos", "table",
+        "snapshot", "before_raw", "after_raw", "shape", "_deferred"};
+
+    /**
+     * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
+     * order) read, as `schema` (the UDF plan's, given as JSON: its names must be `COLUMNS`).
+     * `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines to.
+     */
+    public static Dataset<Row> read(Dataset<Row> lines, String schema, int maxLineBytes) {
+        StructType out = (StructType) DataType.fromJson(schema);
+        if (!java.util.Arrays.equals(out.fieldNames(), COLUMNS))
+            throw new IllegalArgumentException("DebeziumLines: columns " + schema);
+        RDD<InternalRow> rows = lines.queryExecution().toRdd().toJavaRDD()
+            .mapPartitions(new Partition(maxLineBytes)).rdd();
+        return lines.sparkSession().internalCreateDataFrame(rows, out, false);
+    }
+
+    /** The function each task runs over its partition. */
+    private static final class Partition
+            implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+        private static final long serialVersionUID = 1L;
+        private final int maxLineBytes;
+
+        Partition(int maxLineBytes) {
+            this.maxLineBytes = maxLineBytes;
+        }
+
+        @Override
+        public Iterator<InternalRow> call(Iterator<InternalRow> lines) {
+            DebeziumLine.Shapes shapes = new DebeziumLine.Shapes();
+            return new Iterator<>() {
+                private String lastShape;
+                private UTF8String lastShapeText;
+
+                @Override
+                public boolean hasNext() {
+                    return lines.hasNext();
+                }
+
+                @Override
+                public InternalRow next() {
+                    InternalRow line = lines.next();
+                    Object[] out = new Object[COLUMNS.length];
+                    out[0] = line.isNullAt(0) ? null : line.getUTF8String(0).clone();
+                    out[1] = line.isNullAt(1) ? null : line.getInt(1);
+                    out[2] = line.isNullAt(2) ? null : line.getLong(2);
+                    out[3] = line.isNullAt(3) ? null : line.getLong(3);
+                    out[17] = Boolean.FALSE;  // snapshot: false on a line Java leaves
+                    UTF8String value = line.isNullAt(4) ? null : line.getUTF8String(4);
+                    Integer flaw = value == null ? null : flaw(value, maxLineBytes);
+                    out[4] = flaw;
+                    Object[] item = flaw != null || value == null ? null
+                        : DebeziumLine.read(value.getBytes(), shapes);
+                    out[21] = item == null;
+                    if (item != null) {
+                        for (int i = 0; i < 2; i++) out[5 + i] = text(item[i]);
+                        for (int i = 2; i < item.length - 1; i++) out[6 + i] = internal(i, item[i]);
+                        out[20] = shape((String) item[DebeziumLine.SHAPE_AT]);
+                    }
+                    return new GenericInternalRow(out);
+                }
+
+                /** A change's shape mostly repeats the one before it (`Shapes.of`). */
+                private UTF8String shape(String shape) {
+                    if (shape == null) return null;
+                    if (shape != lastShape) {
+                        lastShape = shape;
+                        lastShapeText = UTF8String.fromString(shape);
+                    }
+                    return lastShapeText;
+                }
+            };
+        }
+    }
+
+    /** `read.flaw`: 1 over the bound, else 2 where not UTF-8, else null. */
+    static Integer flaw(UTF8String value, int maxLineBytes) {
+        if (value.numBytes() >= maxLineBytes) return 1;
+        return ascii(value) || value.isValid() ? null : 2;
+    }
+
+    /** Whether every byte is below 0x80: ASCII, so UTF-8 (`isValid` tests byte by byte). */
+    static boolean ascii(UTF8String value) {
+        Object base = value.getBaseObject();
+        long offset = value.getBaseOffset();
+        int n = value.numBytes(), i = 0;
+        long high = 0;
+        for (; i + 8 <= n; i += 8) high |= Platform.getLong(base, offset + i);
+        for (; i < n; i++) high |= Platform.getByte(base, offset + i);
+        return (high & 0x8080808080808080L) == 0;
+    }
+
+    private static UTF8String text(Object value) {
+        return value == null ? null : UTF8String.fromString((String) value);
+    }
+
+    /** `DebeziumLine.read`'s value at `i` as Spark holds it. */
+    private static Object internal(int i, Object value) {
+        if (value == null) return null;
+        if (value instanceof String text) return UTF8String.fromString(text);
+        if (value instanceof byte[] bytes) return UTF8String.fromBytes(bytes);
+        if (i == DebeziumLine.POSITION_AT) {
+            Long[] pos = (Long[]) value;
+            long[] longs = new long[pos.length];
+            for (int k = 0; k < pos.length; k++) longs[k] = pos[k];
+            return UnsafeArrayData.fromPrimitiveArray(longs);
+        }
+        if (i == DebeziumLine.COLLECTIONS_AT) {
+            @SuppressWarnings("unchecked")
+            List<Row> entries = (List<Row>) value;
+            Object[] rows = new Object[entries.size()];
+            for (int k = 0; k < rows.length; k++) {
+                Row e = entries.get(k);
+                rows[k] = new GenericInternalRow(new Object[] {
+                    e.isNullAt(0) ? null : UTF8String.fromString(e.getString(0)), e.get(1)});
+            }
+            return new GenericArrayData(rows);
+        }
+        return value;  // Long, Boolean
+    }
+}
