@@ -406,10 +406,63 @@ def test_the_parse_step_is_java_alone_where_java_reads_every_line(
         expected = real(lines.bounded)
         shapes = facts.pop("shapes", None)  # the images' shapes: Java's reading alone has them
         assert (shapes is not None) == (parses == 0)
+        facts.pop("chunks", None)  # `test_the_parse_step_collects_the_chunks_rows`
         assert facts == expected.agg(*pipeline._facts()).first().asDict()
         kept = expected.drop(*pipeline._FACTS_ONLY)
         assert items.columns == kept.columns
         assert items.exceptAll(kept).count() == 0 == kept.exceptAll(items).count()
+
+
+@pytest.mark.parametrize("bits", [1, 3, 16])
+def test_the_parse_step_collects_the_chunks_rows(spark: Any, java: None, tmp_path: Path,
+                                                 monkeypatch: Any, bits: int) -> None:
+    """The `chunks` Java's parse job collects (`_chunk`, `DebeziumLines`) are the rows
+    `times.chunks_of` aggregates over the changes at their `ptime`: the same earlier highs,
+    windowed chunks and files' highest, over files of snapshot rows, streamed changes (some
+    in one chunk with a snapshot row after them), tombstones, heartbeats and boundaries."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed import pipeline, times
+    from changelake.spark.changefeed.read import read_lines
+    from conftest import seeded
+
+    monkeypatch.setattr(times, "CHUNK_BITS", bits)
+    rng = seeded(20261128 + bits)
+    files = []
+    for n in range(3):
+        lines: list[Any] = []
+        for i in range(rng.randint(0, 40)):
+            pick = rng.random()
+            lsn = rng.randint(1, 10_000)
+            source = {**PG_SOURCE, "lsn": lsn, "sequence": f'[null,"{lsn}"]'}
+            if pick < 0.35:
+                lines.append(_change({**source, "snapshot": "true"}, "r"))
+            elif pick < 0.8:
+                op = rng.choice("cud")
+                lines.append(_change(source, op, transaction=None,
+                                     **({"after": None, "before": {"id": i}}
+                                        if op == "d" else {})))
+            else:
+                lines.append(rng.choice([b"null", b'{"ts_ms": 5}',
+                                         b'{"status": "BEGIN", "id": "7", "event_count": null}']))
+        files.append(_write(tmp_path / f"f{n}.jsonl", lines) if lines
+                     else tmp_path / f"f{n}.jsonl")
+        files[-1].touch()
+    read_from = read_lines(spark, list(map(str, files)))
+    items, facts = pipeline._parsed(read_from)
+    assert "chunks" in facts  # Java read every line
+    changes = items.where(F.col("kind") == "change").withColumn("time", F.col("ptime"))
+    narrow = changes.select("file_index", "block", "row", "time", F.col("time").alias("_m"))
+
+    def chunks(rows: Any) -> Any:
+        return times.chunks_of(spark, narrow, stream=("file_index", "block"), row="row",
+                               moves=F.col("_m"), per_file=False,
+                               wanted=F.col("time").isNull(), rows=rows)
+
+    aggregated, collected = chunks(None), chunks(facts["chunks"])
+    assert sorted(aggregated.earlier.collect()) == sorted(collected.earlier.collect())
+    assert (aggregated.windowed, aggregated.highest) == (collected.windowed, collected.highest)
+    assert len(facts["chunks"]) == aggregated.earlier.count() > (bits < 16)
 
 
 # --------------------------------------------------------------------------- image shapes

@@ -77,6 +77,7 @@ import re
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from changelake.spark.changefeed.read import MAX_LINE_BYTES, flaw
 from changelake.spark.expressions import per_jvm, selected
@@ -111,6 +112,10 @@ JVM_LINE = "changelake_debezium_line"
 JVM_LINE_CLASS = "changelake.jvm.DebeziumLine"
 #: `changelake.jvm.DebeziumLines`: `DebeziumLine` over each task's lines, as `java_items`.
 JVM_LINES_CLASS = "changelake.jvm.DebeziumLines"
+#: `java_items`' `_chunk`: a row of `times.chunks_of`'s aggregate.
+CHUNK = T.StructType([T.StructField("file_index", T.IntegerType()),
+                      *(T.StructField(n, T.LongType())
+                        for n in ("block", "chunk", "t", "last_wanted", "first_moving"))])
 _JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "end_count",
                 "end_collections", "pos", "table", "snapshot", "before_raw", "after_raw")
 _JVM_TYPES = ("string", "string", "string", "bigint", "boolean", "string", "bigint", "bigint",
@@ -362,7 +367,8 @@ def _steps(carry: tuple[str, ...]) -> tuple[list[Column | str], ...]:
     return (read, envelope, top, bodies, items, *_classify(carry))
 
 
-def java_items(lines: DataFrame, *, udf: bool = False) -> DataFrame | None:
+def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = None
+               ) -> DataFrame | None:
     """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), `shape` (see
     `JVM_LINE_TYPE`), and `_deferred`,
     true on the lines Java leaves (their columns are then null and `problem` too): the parse
@@ -371,7 +377,12 @@ def java_items(lines: DataFrame, *, udf: bool = False) -> DataFrame | None:
 
     The rows come from Java's own pass over each task's lines (`JVM_LINES_CLASS`), in the
     layout of the UDF's plan (`_java_read`, `_java_columns`), whose schema it is given: the
-    two are compared in `tests/test_spark_changefeed_jvm.py`. `udf`: that plan instead."""
+    two are compared in `tests/test_spark_changefeed_jvm.py`. `udf`: that plan instead.
+
+    With `chunk_bits` (`times.CHUNK_BITS`, not with `udf`), also `_chunk`: on the last line of
+    each chunk of lines that has a change, the row `times.chunks_of` aggregates for the chunk
+    where no change takes its transaction's time (`DebeziumLines.read`), which the parse's job
+    collects instead of a pass of its own."""
     spark = lines.sparkSession
     if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
         return None
@@ -381,7 +392,10 @@ def java_items(lines: DataFrame, *, udf: bool = False) -> DataFrame | None:
         return planned
     places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
                           F.col("row").cast("bigint"), "value")
-    return DataFrame(reader.read(places._jdf, planned.schema.json(), MAX_LINE_BYTES), spark)
+    schema = T.StructType([*planned.schema.fields, T.StructField("_chunk", CHUNK)])
+    read = DataFrame(reader.read(places._jdf, schema.json(), MAX_LINE_BYTES,
+                                 -1 if chunk_bits is None else chunk_bits), spark)
+    return read if chunk_bits is not None else read.drop("_chunk")
 
 
 @per_jvm

@@ -87,6 +87,7 @@ from pyspark.sql import functions as F
 from changelake.errors import ChangelakeError
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
+from changelake.spark.changefeed import times
 from changelake.spark.changefeed.barriers import LineFacts, barrier_frontier, barrier_rule
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
@@ -255,14 +256,17 @@ def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     tombstones, heartbeats), that is the parse, without any of the Spark functions'
     expressions (which cost even over the lines Java read: `parse_items`). Where it left some,
     that job's work is dropped and `parse_items` reads the batch again, Java's lines and the
-    rest."""
-    java = java_items(lines.bounded)
+    rest. Java's job also collects the rows `times.chunks_of` would aggregate (`chunks`, one
+    per chunk of lines that has a change), so that placing snapshot rows in time reads the
+    checkpoint no more (`times.assign_times`' `chunk_rows`)."""
+    java = java_items(lines.bounded, chunk_bits=times.CHUNK_BITS)
     if java is not None:
         observed = Observation()
         left = F.count_if(F.col("_deferred")).alias("_deferred")
         shapes = F.collect_set("shape").alias("shapes")  # at most `SHAPES` a task
-        items = _guard(lambda: stored(java.observe(observed, *_facts(), left, shapes)
-                                      .drop("_deferred", "shape", *_FACTS_ONLY)))
+        chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
+        items = _guard(lambda: stored(java.observe(observed, *_facts(), left, shapes, chunks)
+                                      .drop("_deferred", "shape", "_chunk", *_FACTS_ONLY)))
         found = dict(observed.get)
         if not found.pop("_deferred"):
             return items, found
@@ -450,7 +454,8 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         raise Unsupported("unsupported: a source table, schema or db that may not be text")
     changes = items.where(F.col("kind") == "change")
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
-                         untimed=int(facts["untimed"]), per_file=lines.per_file)
+                         untimed=int(facts["untimed"]), per_file=lines.per_file,
+                         chunk_rows=facts.get("chunks"))
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
                                                     bool(facts["metadata"]), facts["table"])
     if frontier is not None and lines.per_file and not facts["metadata"]:

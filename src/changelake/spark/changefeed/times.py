@@ -51,12 +51,16 @@ broadcast to the changes rather than joined by a shuffle of every change."""
 
 
 def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
-                 untimed: int, per_file: bool = False) -> DataFrame:
+                 untimed: int, per_file: bool = False,
+                 chunk_rows: Sequence[Any] | None = None) -> DataFrame:
     """`changes` (kind change, with `ptime`, `tx_min`, `tx`, `file_index`, `block`, `row`)
     with `time`.
     `by_tx`: some change takes its transaction's time; `untimed`: how many changes have no
     time of their own (both known from the parse aggregates, so that no window runs for
-    nothing, and so that a few untimed changes are placed without shuffling the others)."""
+    nothing, and so that a few untimed changes are placed without shuffling the others).
+    `chunk_rows`: `chunks_of`'s aggregate rows where each change's time is its `ptime`, as
+    the parse's job collected them (`parse.java_items`); used only without `by_tx`, where
+    that is so."""
     if by_tx:
         # Only the marked changes are windowed by transaction: the rest (snapshot rows, which
         # have none) each make a partition of their own, not one of all of them.
@@ -66,26 +70,28 @@ def assign_times(spark: SparkSession, changes: DataFrame, *, by_tx: bool,
         changes = changes.withColumn("time", F.when(marked, first).otherwise(F.col("ptime")))
     else:
         changes = changes.withColumn("time", F.col("ptime"))
-    return current_times(spark, changes, untimed=untimed, per_file=per_file)
+    return current_times(spark, changes, untimed=untimed, per_file=per_file,
+                         chunk_rows=None if by_tx else chunk_rows)
 
 
 def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
                   stream: tuple[str, ...] = ("file_index", "block"), row: str = "row",
                   per_file: bool = False, moves: Column | None = None,
-                  one_per_row: bool = True) -> DataFrame:
+                  one_per_row: bool = True, chunk_rows: Sequence[Any] | None = None
+                  ) -> DataFrame:
     """`changes` with each null `time` replaced by the stream's current time there: the
     highest time that `moves` (default: `time`) gives the changes before it, in the order of
     `stream` and then `row` (with `per_file`, only those of the same `stream[0]`), or 0.
     `untimed`: how many times are null (0 runs nothing). `(*stream, row)` names one change,
     unless not `one_per_row`: the old path (`udf/`) names its changes by `("file",)` and
     `line`, where an update that moves its key is two changes of one line (alike in time),
-    and moves nothing by a logical message."""
+    and moves nothing by a logical message. `chunk_rows`: see `chunks_of`'s `rows`."""
     if not untimed:
         return changes
     narrow = changes.select(*stream, row, "time",
                             (F.col("time") if moves is None else moves).alias("_m"))
     chunks = chunks_of(spark, narrow, stream=stream, row=row, per_file=per_file,
-                       moves=F.col("_m"), wanted=F.col("time").isNull())
+                       moves=F.col("_m"), wanted=F.col("time").isNull(), rows=chunk_rows)
     if not chunks.windowed:
         # No change that moves the time comes before an untimed one in its chunk (a batch's
         # snapshot rows come first): each takes the earlier chunks' highest, a column of the
@@ -107,6 +113,22 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
             .withColumn("time", F.coalesce("time", "_now")).drop("_now"))
 
 
+def _merged(rows: Sequence[Any], place: Sequence[str]) -> list[dict[str, Any]]:
+    """`chunks_of`'s aggregate over rows that may name a chunk more than once."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        key = tuple(r[c] for c in place)
+        seen = out.get(key)
+        if seen is None:
+            out[key] = {**{c: r[c] for c in place}, "t": r["t"], "last_wanted": r["last_wanted"],
+                        "first_moving": r["first_moving"]}
+            continue
+        for name, pick in (("t", max), ("last_wanted", max), ("first_moving", min)):
+            values = [v for v in (seen[name], r[name]) if v is not None]
+            seen[name] = pick(values) if values else None
+    return list(out.values())
+
+
 @dataclass(frozen=True)
 class Chunks:
     """One row per chunk of `highest_before`'s order, as its window needs them."""
@@ -121,10 +143,15 @@ class Chunks:
 
 
 def chunks_of(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], row: str,
-              moves: Column, per_file: bool, wanted: Column | None = None) -> Chunks:
+              moves: Column, per_file: bool, wanted: Column | None = None,
+              rows: Sequence[Any] | None = None) -> Chunks:
     """The aggregate row per chunk that `highest_before` carries on the driver: the highest
     value `moves` takes in the earlier chunks (`_earlier`), and whether the chunk needs the
-    window (`_windowed`: without `wanted`, every chunk)."""
+    window (`_windowed`: without `wanted`, every chunk).
+
+    `rows`: the aggregate's rows (the stream's columns, `chunk`, `t`, `last_wanted`,
+    `first_moving`; a chunk may come in more than one), where a job that read `frame`'s rows
+    already found them (`parse.java_items`): then nothing runs for them here."""
     place = [*stream, "chunk"]
     narrow = frame.withColumns({"chunk": F.shiftright(row, CHUNK_BITS), "_moves": moves})
     aggregates = [F.max("_moves").alias("t")]
@@ -133,8 +160,9 @@ def chunks_of(spark: SparkSession, frame: DataFrame, *, stream: Sequence[str], r
         aggregates += [F.max(F.when(F.col("_wanted"), F.col(row))).alias("last_wanted"),
                        F.min(F.when(F.col("_moves").isNotNull(), F.col(row)))
                        .alias("first_moving")]
-    chunks = sorted(narrow.groupBy(*place).agg(*aggregates).collect(),
-                    key=lambda r: tuple(r[c] for c in place))
+    found = narrow.groupBy(*place).agg(*aggregates).collect() if rows is None \
+        else _merged(rows, place)
+    chunks = sorted(found, key=lambda r: tuple(r[c] for c in place))
     before: list[tuple[Any, ...]] = []
     highest: dict[Any, Any] = {}
     high: Any = None

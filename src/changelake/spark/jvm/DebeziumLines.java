@@ -36,30 +36,78 @@ public final class DebeziumLines {
     static final String[] COLUMNS = {
         "file", "file_index", "block", "row", "flaw", "schema", "kind", "problem", "op",
         "ptime", "tx_min", "tx", "tx_order", "end_count", "end_collections", "pos", "table",
-        "snapshot", "before_raw", "after_raw", "shape", "_deferred"};
+        "snapshot", "before_raw", "after_raw", "shape", "_deferred", "_chunk"};
+    private static final int CHUNK = 22;
 
     /**
      * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
-     * order) read, as `schema` (the UDF plan's, given as JSON: its names must be `COLUMNS`).
-     * `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines to.
+     * order) read, as `schema` (the UDF plan's and `_chunk`, given as JSON: its names must be
+     * `COLUMNS`). `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines
+     * to; `chunkBits`: `times.CHUNK_BITS` (negative: `_chunk` is null on every line).
+     *
+     * `_chunk` is null but on the last line of each chunk (`times.chunks_of`: the lines of one
+     * file and block whose `row`s agree but for their last `chunkBits` bits) that has a change
+     * read: there it is the row `chunks_of` aggregates for it where a change's time is its
+     * `ptime` (no transaction's time taken), `(file_index, block, chunk, t, last_wanted,
+     * first_moving)`, so that the parse's job can collect those few rows instead of a pass of
+     * their own (`pipeline._parsed`). A task's lines are read in order, so a chunk's lines are
+     * one run of them (a chunk never spans two tasks: `row` is
+     * `monotonically_increasing_id`).
      */
-    public static Dataset<Row> read(Dataset<Row> lines, String schema, int maxLineBytes) {
+    public static Dataset<Row> read(Dataset<Row> lines, String schema, int maxLineBytes,
+                                    int chunkBits) {
         StructType out = (StructType) DataType.fromJson(schema);
         if (!java.util.Arrays.equals(out.fieldNames(), COLUMNS))
             throw new IllegalArgumentException("DebeziumLines: columns " + schema);
         RDD<InternalRow> rows = lines.queryExecution().toRdd().toJavaRDD()
-            .mapPartitions(new Partition(maxLineBytes)).rdd();
+            .mapPartitions(new Partition(maxLineBytes, chunkBits)).rdd();
         return lines.sparkSession().internalCreateDataFrame(rows, out, false);
+    }
+
+    /** One chunk's `chunks_of` row, as its changes are read. */
+    private static final class Chunk {
+        final Object fileIndex, block;
+        final long chunk;
+        Long t, lastWanted, firstMoving;
+        boolean changes;
+
+        Chunk(Object fileIndex, Object block, long chunk) {
+            this.fileIndex = fileIndex;
+            this.block = block;
+            this.chunk = chunk;
+        }
+
+        boolean holds(Object fileIndex, Object block, long chunk) {
+            return this.chunk == chunk && java.util.Objects.equals(this.fileIndex, fileIndex)
+                && java.util.Objects.equals(this.block, block);
+        }
+
+        /** A change at `row` with parser time `time` (null: a snapshot row's). */
+        void change(long row, Long time) {
+            changes = true;
+            if (time == null) {
+                lastWanted = lastWanted == null ? row : Math.max(lastWanted, row);
+            } else {
+                t = t == null ? time : Math.max(t, time);
+                firstMoving = firstMoving == null ? row : Math.min(firstMoving, row);
+            }
+        }
+
+        InternalRow summary() {
+            return changes ? new GenericInternalRow(new Object[] {
+                fileIndex, block, chunk, t, lastWanted, firstMoving}) : null;
+        }
     }
 
     /** The function each task runs over its partition. */
     private static final class Partition
             implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
         private static final long serialVersionUID = 1L;
-        private final int maxLineBytes;
+        private final int maxLineBytes, chunkBits;
 
-        Partition(int maxLineBytes) {
+        Partition(int maxLineBytes, int chunkBits) {
             this.maxLineBytes = maxLineBytes;
+            this.chunkBits = chunkBits;
         }
 
         @Override
@@ -68,15 +116,34 @@ public final class DebeziumLines {
             return new Iterator<>() {
                 private String lastShape;
                 private UTF8String lastShapeText;
+                // A line is handed on once the next is read: then it is known whether it
+                // ends its chunk. `ended`: the summary of the chunk the line just read ended.
+                private GenericInternalRow held;
+                private Chunk chunk;
+                private InternalRow ended;
 
                 @Override
                 public boolean hasNext() {
-                    return lines.hasNext();
+                    return held != null || lines.hasNext();
                 }
 
                 @Override
                 public InternalRow next() {
-                    InternalRow line = lines.next();
+                    if (held == null) held = read(lines.next());
+                    GenericInternalRow out = held;
+                    if (lines.hasNext()) {
+                        held = read(lines.next());
+                        out.update(CHUNK, ended);
+                        ended = null;
+                    } else {
+                        held = null;
+                        out.update(CHUNK, chunk == null ? null : chunk.summary());
+                        chunk = null;
+                    }
+                    return out;
+                }
+
+                private GenericInternalRow read(InternalRow line) {
                     Object[] out = new Object[COLUMNS.length];
                     out[0] = line.isNullAt(0) ? null : line.getUTF8String(0).clone();
                     out[1] = line.isNullAt(1) ? null : line.getInt(1);
@@ -93,6 +160,16 @@ public final class DebeziumLines {
                         for (int i = 0; i < 2; i++) out[5 + i] = text(item[i]);
                         for (int i = 2; i < item.length - 1; i++) out[6 + i] = internal(i, item[i]);
                         out[20] = shape((String) item[DebeziumLine.SHAPE_AT]);
+                    }
+                    if (chunkBits >= 0 && out[3] != null) {
+                        long row = (Long) out[3];
+                        long at = row >> chunkBits;
+                        if (chunk == null || !chunk.holds(out[1], out[2], at)) {
+                            ended = chunk == null ? null : chunk.summary();
+                            chunk = new Chunk(out[1], out[2], at);
+                        }
+                        if (item != null && "change".equals(item[1]))
+                            chunk.change(row, (Long) item[3]);
                     }
                     return new GenericInternalRow(out);
                 }
