@@ -116,6 +116,18 @@ JVM_LINES_CLASS = "changelake.jvm.DebeziumLines"
 CHUNK = T.StructType([T.StructField("file_index", T.IntegerType()),
                       *(T.StructField(n, T.LongType())
                         for n in ("block", "chunk", "t", "last_wanted", "first_moving"))])
+#: `java_items`' `_facts`: what `pipeline._facts` aggregates over one task's lines (`first`
+#: as its place and its three fields), the lines Java left and the shapes.
+TASK_FACTS = T.StructType([
+    *(T.StructField(n, T.LongType()) for n in ("flawed", "changes", "untimed", "by_tx",
+                                               "metadata", "schemaless", "_deferred")),
+    *(T.StructField(n, T.StringType()) for n in ("table", "other_table", "schema",
+                                                 "other_schema")),
+    T.StructField("high", T.LongType()), T.StructField("first_file_index", T.IntegerType()),
+    T.StructField("first_block", T.LongType()), T.StructField("first_row", T.LongType()),
+    *(T.StructField(n, T.StringType()) for n in ("first_after", "first_before",
+                                                 "first_schema")),
+    T.StructField("shapes", T.ArrayType(T.StringType()))])
 _JVM_COLUMNS = ("schema", "kind", "op", "ptime", "tx_min", "tx", "tx_order", "end_count",
                 "end_collections", "pos", "table", "snapshot", "before_raw", "after_raw")
 _JVM_TYPES = ("string", "string", "string", "bigint", "boolean", "string", "bigint", "bigint",
@@ -382,7 +394,8 @@ def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = 
     With `chunk_bits` (`times.CHUNK_BITS`, not with `udf`), also `_chunk`: on the last line of
     each chunk of lines that has a change, the row `times.chunks_of` aggregates for the chunk
     where no change takes its transaction's time (`DebeziumLines.read`), which the parse's job
-    collects instead of a pass of its own."""
+    collects instead of a pass of its own; and `_facts` (`TASK_FACTS`), on each task's last
+    line, which that job observes instead of aggregating every line."""
     spark = lines.sparkSession
     if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
         return None
@@ -392,10 +405,11 @@ def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = 
         return planned
     places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
                           F.col("row").cast("bigint"), "value")
-    schema = T.StructType([*planned.schema.fields, T.StructField("_chunk", CHUNK)])
+    schema = T.StructType([*planned.schema.fields, T.StructField("_chunk", CHUNK),
+                           T.StructField("_facts", TASK_FACTS)])
     read = DataFrame(reader.read(places._jdf, schema.json(), MAX_LINE_BYTES,
                                  -1 if chunk_bits is None else chunk_bits), spark)
-    return read if chunk_bits is not None else read.drop("_chunk")
+    return read if chunk_bits is not None else read.drop("_chunk", "_facts")
 
 
 @per_jvm

@@ -81,7 +81,7 @@ from typing import Any
 import orjson
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.errors import ChangelakeError
@@ -218,7 +218,12 @@ def _first_problem(frame: DataFrame) -> str | None:
 def _facts() -> list[Column]:
     """What the later steps need to know about the batch: aggregates over the parsed lines,
     observed while they are checkpointed (`DataFrame.observe`), so that no pass of its own
-    reads them again for it. Built once per JVM (`expressions.per_jvm`)."""
+    reads them again for it. Built once per JVM (`expressions.per_jvm`). Where Java reads the
+    lines in the tasks (`parse.java_items`), each task counts them itself and the
+    observation gathers one row a task (`_merged_facts`): Spark's aggregates, evaluated for
+    every line, were about 6% of a warm ingest's executor time (a profile,
+    benchmarks/README.md). The two give the same facts (`tests/test_spark_changefeed_jvm.py`,
+    `tests/test_spark_changefeed_debezium.py`)."""
     change = F.col("kind") == "change"
     return [
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
@@ -238,6 +243,30 @@ def _facts() -> list[Column]:
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
                         F.struct("file_index", "block", "row"))).alias("first")]
+
+
+def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
+    """`_facts` (and `_deferred`, `shapes`) from the tasks' `parse.TASK_FACTS` rows: what the
+    aggregates give over all of their lines."""
+    def pick(choose: Callable[..., Any], name: str) -> Any:
+        values = [t[name] for t in tasks if t[name] is not None]
+        return choose(values) if values else None
+
+    first = min((t for t in tasks if t["first_row"] is not None), default=None,
+                key=lambda t: (t["first_file_index"], t["first_block"], t["first_row"]))
+    counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred")
+    total = {n: sum(t[n] for t in tasks) for n in counts}
+    return {
+        "flawed": total["flawed"], "problem": None, "changes": total["changes"],
+        "table": pick(min, "table"), "other_table": pick(max, "other_table"),
+        "untimed": total["untimed"], "by_tx": total["by_tx"], "metadata": total["metadata"],
+        "high": pick(max, "high"), "schema": pick(min, "schema"),
+        "other_schema": pick(max, "other_schema"), "schemaless": total["schemaless"],
+        "first": None if first is None else Row(after_raw=first["first_after"],
+                                                 before_raw=first["first_before"],
+                                                 schema=first["first_schema"]),
+        "_deferred": total["_deferred"],
+        "shapes": sorted({s for t in tasks for s in t["shapes"]})}
 
 
 #: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint (the
@@ -262,14 +291,13 @@ def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     java = java_items(lines.bounded, chunk_bits=times.CHUNK_BITS)
     if java is not None:
         observed = Observation()
-        left = F.count_if(F.col("_deferred")).alias("_deferred")
-        shapes = F.collect_set("shape").alias("shapes")  # at most `SHAPES` a task
+        tasks = F.collect_list("_facts").alias("tasks")  # one a task
         chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
-        items = _guard(lambda: stored(java.observe(observed, *_facts(), left, shapes, chunks)
-                                      .drop("_deferred", "shape", "_chunk", *_FACTS_ONLY)))
-        found = dict(observed.get)
+        items = _guard(lambda: stored(java.observe(observed, tasks, chunks).drop(
+            "_deferred", "shape", "_chunk", "_facts", *_FACTS_ONLY)))
+        found = _merged_facts(observed.get["tasks"])
         if not found.pop("_deferred"):
-            return items, found
+            return items, {**found, "chunks": observed.get["chunks"]}
     facts = Observation()
     items = _guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
                                   .drop(*_FACTS_ONLY)))

@@ -36,8 +36,8 @@ public final class DebeziumLines {
     static final String[] COLUMNS = {
         "file", "file_index", "block", "row", "flaw", "schema", "kind", "problem", "op",
         "ptime", "tx_min", "tx", "tx_order", "end_count", "end_collections", "pos", "table",
-        "snapshot", "before_raw", "after_raw", "shape", "_deferred", "_chunk"};
-    private static final int CHUNK = 22;
+        "snapshot", "before_raw", "after_raw", "shape", "_deferred", "_chunk", "_facts"};
+    private static final int CHUNK = 22, FACTS = 23;
 
     /**
      * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
@@ -53,6 +53,11 @@ public final class DebeziumLines {
      * their own (`pipeline._parsed`). A task's lines are read in order, so a chunk's lines are
      * one run of them (a chunk never spans two tasks: `row` is
      * `monotonically_increasing_id`).
+     *
+     * `_facts` is null but on each task's last line, where it is what `pipeline._facts`
+     * aggregates over the task's lines (and the count of lines left, and the shapes:
+     * `Facts`), so that the parse's job observes one row a task, not every line through
+     * Spark's aggregates (`pipeline._merged_facts` merges them).
      */
     public static Dataset<Row> read(Dataset<Row> lines, String schema, int maxLineBytes,
                                     int chunkBits) {
@@ -63,6 +68,68 @@ public final class DebeziumLines {
             .mapPartitions(new Partition(maxLineBytes, chunkBits)).rdd();
         return lines.sparkSession().internalCreateDataFrame(rows, out, false);
     }
+
+    /**
+     * `pipeline._facts` over one task's rows, as they are made: counts, least and greatest
+     * texts (compared as Spark compares them, by their UTF-8 bytes), the greatest parser
+     * time, the first change with an image (by place) and its images and schema; and the
+     * lines left (`_deferred`) and the shapes. Its row is `parse.TASK_FACTS`.
+     */
+    private static final class Facts {
+        long flawed, changes, untimed, byTx, metadata, schemaless, deferred;
+        UTF8String table, otherTable, schema, otherSchema;
+        Long high;
+        Object[] first;  // file_index, block, row, after_raw, before_raw, schema
+        final java.util.Set<UTF8String> shapes = new java.util.HashSet<>();
+
+        void add(Object[] out) {
+            if (out[4] != null) flawed++;
+            if (Boolean.TRUE.equals(out[21])) deferred++;
+            UTF8String kind = (UTF8String) out[6], schemaText = (UTF8String) out[5];
+            schema = least(schema, schemaText);
+            otherSchema = greatest(otherSchema, schemaText);
+            if (out[12] != null || BEGIN.equals(kind) || END.equals(kind)) metadata++;
+            if (out[20] != null) shapes.add((UTF8String) out[20]);
+            if (!CHANGE.equals(kind)) return;
+            changes++;
+            table = least(table, (UTF8String) out[16]);
+            otherTable = greatest(otherTable, (UTF8String) out[16]);
+            Long ptime = (Long) out[9];
+            if (ptime == null) untimed++;
+            else high = high == null ? ptime : Math.max(high, ptime);
+            if (Boolean.TRUE.equals(out[10])) byTx++;
+            if (schemaText == null) schemaless++;
+            if ((out[18] != null || out[19] != null) && (first == null || before(out, first)))
+                first = new Object[] {out[1], out[2], out[3], out[19], out[18], out[5]};
+        }
+
+        /** Whether `out`'s place `(file_index, block, row)` comes before `first`'s. */
+        private static boolean before(Object[] out, Object[] first) {
+            int c = Integer.compare((Integer) out[1], (Integer) first[0]);
+            if (c == 0) c = Long.compare((Long) out[2], (Long) first[1]);
+            if (c == 0) c = Long.compare((Long) out[3], (Long) first[2]);
+            return c < 0;
+        }
+
+        private static UTF8String least(UTF8String a, UTF8String b) {
+            return a == null ? b : b == null || a.binaryCompare(b) <= 0 ? a : b;
+        }
+
+        private static UTF8String greatest(UTF8String a, UTF8String b) {
+            return a == null ? b : b == null || a.binaryCompare(b) >= 0 ? a : b;
+        }
+
+        InternalRow summary() {
+            Object[] f = first == null ? new Object[6] : first;
+            return new GenericInternalRow(new Object[] {
+                flawed, changes, untimed, byTx, metadata, schemaless, deferred, table,
+                otherTable, schema, otherSchema, high, f[0], f[1], f[2], f[3], f[4], f[5],
+                new GenericArrayData(shapes.toArray())});
+        }
+    }
+
+    private static final UTF8String CHANGE = UTF8String.fromString("change"),
+        BEGIN = UTF8String.fromString("BEGIN"), END = UTF8String.fromString("END");
 
     /** One chunk's `chunks_of` row, as its changes are read. */
     private static final class Chunk {
@@ -121,6 +188,7 @@ public final class DebeziumLines {
                 private GenericInternalRow held;
                 private Chunk chunk;
                 private InternalRow ended;
+                private final Facts facts = new Facts();
 
                 @Override
                 public boolean hasNext() {
@@ -138,6 +206,7 @@ public final class DebeziumLines {
                     } else {
                         held = null;
                         out.update(CHUNK, chunk == null ? null : chunk.summary());
+                        out.update(FACTS, facts.summary());
                         chunk = null;
                     }
                     return out;
@@ -171,6 +240,7 @@ public final class DebeziumLines {
                         if (item != null && "change".equals(item[1]))
                             chunk.change(row, (Long) item[3]);
                     }
+                    facts.add(out);
                     return new GenericInternalRow(out);
                 }
 
