@@ -14,6 +14,11 @@ rest):
   own pass over each task's lines (`DebeziumLines.java`);
 * `java alone, as a UDF`: the same rows by `java_items(udf=True)`, the UDF's plan (the line
   cast to binary, `is_valid_utf8`, `DebeziumLine` returning a `Row`);
+* `parse step`: the ingest's whole parse step, `pipeline._parsed`: Java's reading in the
+  tasks, each task's facts and chunk rows, checkpointed (`session.stored`);
+* `parse step, UDF and aggregates`: the same step as it was before Java read the tasks'
+  lines itself: the UDF's plan (`java_items(udf=True)`) with `pipeline._facts` observed over
+  every line, checkpointed;
 * `parse, java`: `parse_items` with the jar (Java's lines and the Spark functions' for the
   rest: the ingest's parse where Java leaves a line);
 * `parse, spark functions`: `parse_items(jvm=False)`.
@@ -50,9 +55,10 @@ def main() -> None:
                              "first one named)")
     args = parser.parse_args()
 
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, Observation
     from pyspark.sql import functions as F
 
+    from changelake.spark.changefeed import pipeline
     from changelake.spark.changefeed.parse import (
         JVM_LINE,
         JVM_LINE_CLASS,
@@ -62,7 +68,7 @@ def main() -> None:
     )
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.jvm import register
-    from changelake.spark.session import build_session
+    from changelake.spark.session import build_session, stored
 
     work = Path(tempfile.mkdtemp(prefix="bench-jvm-parse-"))
     try:
@@ -81,10 +87,26 @@ def main() -> None:
                 "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
             ).json(str(feed)).where("after IS NOT NULL").selectExpr("after.*")
 
+        def parse_step() -> DataFrame:
+            pipeline._parsed(read_lines(spark, [str(feed)]))
+            return spark.range(0)
+
+        def parse_step_before() -> DataFrame:
+            observed = Observation()
+            java = java_items(lines(), udf=True)
+            assert java is not None
+            left = F.count_if(F.col("_deferred")).alias("_deferred")
+            stored(java.observe(observed, *pipeline._facts(), left,
+                                F.collect_set("shape").alias("shapes"))
+                   .drop("_deferred", "shape", *pipeline._FACTS_ONLY))
+            assert not observed.get["_deferred"]
+            return spark.range(0)
+
         steps: dict[str, Callable[[], DataFrame]] = {
             "text": lines, "reader": reader,
             "parse, java alone": lambda: java_items(lines()),
             "java alone, as a UDF": lambda: java_items(lines(), udf=True),
+            "parse step": parse_step, "parse step, UDF and aggregates": parse_step_before,
             "parse, java": lambda: parse_items(lines()),
             "parse, spark functions": lambda: parse_items(lines(), jvm=False)}
         if args.only:
@@ -94,6 +116,8 @@ def main() -> None:
             for name, frame in steps.items():
                 start = time.perf_counter()
                 frame().write.format("noop").mode("overwrite").save()
+                # The checkpoints of the parse steps: removed once the JVM collects them.
+                spark.sparkContext._jvm.System.gc()  # type: ignore[union-attr]
                 if n:
                     taken[name].append(time.perf_counter() - start)
         print(f"{events:,} Debezium lines, {feed.stat().st_size / 2**20:.0f} MiB, master "

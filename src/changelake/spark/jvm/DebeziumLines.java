@@ -20,8 +20,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * `parse._java_read` and `parse._java_columns` make of them (the line's place, its `flaw`, the
  * item columns, `shape`, `_deferred`), without the work around a UDF that returns a `Row`.
  *
- * The promise: the rows are exactly those of the UDF's plan over the same lines
- * (`tests/test_spark_changefeed_jvm.py` compares the two on every batch it reads). Why it
+ * The promise: the rows are exactly those of the UDF's plan over the same lines, and the two
+ * summaries (`_chunk`, `_facts`, see `read`) are exactly the aggregates they stand for
+ * (`tests/test_spark_changefeed_jvm.py` compares each with its counterpart). Why it
  * pays: the UDF path decodes each line's bytes to Spark's text, casts it to binary (a copy),
  * runs `is_valid_utf8` over every byte, and has each returned `Row` converted field by field
  * (the images, the largest fields, decoded from UTF-8 into Java strings and encoded again).
@@ -41,8 +42,8 @@ public final class DebeziumLines {
 
     /**
      * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
-     * order) read, as `schema` (the UDF plan's and `_chunk`, given as JSON: its names must be
-     * `COLUMNS`). `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines
+     * order) read, as `schema` (the UDF plan's, `_chunk` and `_facts`, given as JSON: its names
+     * must be `COLUMNS`). `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines
      * to; `chunkBits`: `times.CHUNK_BITS` (negative: `_chunk` is null on every line).
      *
      * `_chunk` is null but on the last line of each chunk (`times.chunks_of`: the lines of one
@@ -50,9 +51,9 @@ public final class DebeziumLines {
      * read: there it is the row `chunks_of` aggregates for it where a change's time is its
      * `ptime` (no transaction's time taken), `(file_index, block, chunk, t, last_wanted,
      * first_moving)`, so that the parse's job can collect those few rows instead of a pass of
-     * their own (`pipeline._parsed`). A task's lines are read in order, so a chunk's lines are
-     * one run of them (a chunk never spans two tasks: `row` is
-     * `monotonically_increasing_id`).
+     * their own (`pipeline._parsed`). A chunk's lines are one run of a task's lines where `row`
+     * is `monotonically_increasing_id` (files); a chunk that comes in more than one run (a
+     * Kafka partition's offsets) has a row for each, which `chunks_of` merges.
      *
      * `_facts` is null but on each task's last line, where it is what `pipeline._facts`
      * aggregates over the task's lines (and the count of lines left, and the shapes:
