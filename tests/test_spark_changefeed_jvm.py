@@ -469,9 +469,10 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
                                                              tmp_path: Path) -> None:
     """Where Java reads every line, the facts the parse's job gathers from the tasks
     (`DebeziumLines.Facts`, `pipeline._merged_facts`) are `_facts` aggregated over the parsed
-    lines: over each Debezium sample Java reads whole (wrapped in a Connect schema or not,
-    PostgreSQL and MySQL, with transaction metadata), over all of them at once in one task and
-    in several, and over batches of changes of two tables."""
+    lines: over each Debezium sample Java reads whole, over all of them at once, and over
+    changes of two tables, each in one task and in several. Among the batches read whole are
+    some wrapped in a Connect schema, some with transaction metadata, some whose changes take
+    their transaction's time, and one of two tables."""
     from changelake.spark.changefeed import pipeline
     from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
@@ -479,10 +480,11 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
     two = _write(tmp_path / "two.jsonl", [
         _change({**PG_SOURCE, "table": "b"}), _change({**PG_SOURCE, "table": "a", "lsn": 7}),
         _change({**PG_SOURCE, "snapshot": "true"}, "r", after={"id": 3}),
-        _change({**PG_SOURCE, "schema": "é"}, "d", after=None, before={"id": 2})])
+        _change({**PG_SOURCE, "schema": "é"}, "d", after=None, before={"id": 2}),
+        _change({**PG_SOURCE, "sequence": None}, "c")])  # at its transaction's time
     samples = sorted(SAMPLES.glob("*dbz*.jsonl"))
     batches = [[p] for p in samples] + [samples, [two], [two, *samples]]
-    whole = 0
+    whole: list[dict[str, Any]] = []
     for batch in batches:
         lines = read_lines(spark, list(map(str, batch)))
         for bounded in (lines.bounded, lines.bounded.coalesce(1)):
@@ -491,13 +493,16 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
                  .where("_facts IS NOT NULL").select("_facts").collect()])
             if tasks.pop("_deferred"):
                 continue  # a line Java leaves: `parse_items` reads the batch (and its facts)
-            whole += 1
+            whole.append(tasks)
             expected = parse_items(bounded).agg(*pipeline._facts()).first().asDict()
             shapes = tasks.pop("shapes")
             assert tasks == expected, batch
             assert shapes == sorted({r["shape"] for r in pipeline.java_items(bounded).collect()
                                      if r["shape"] is not None})
-    assert whole >= 12
+    assert len(whole) >= 12
+    assert any(f["schema"] is not None for f in whole) and any(f["metadata"] for f in whole)
+    assert any(f["by_tx"] for f in whole)
+    assert any(f["table"] != f["other_table"] for f in whole)
 
 
 # --------------------------------------------------------------------------- image shapes
