@@ -2,7 +2,7 @@
 in one JVM, alternating.
 
 The ingest's parse (`parse.java_items`) calls `DebeziumLine` once per line, inside a Spark job
-whose other work (reading the text, the facts' aggregates, the checkpoint) hides a change of
+whose other work (reading the text, the facts, the checkpoint) hides a change of
 the reader's own speed in the machine's noise. This times the reader alone: both versions'
 classes (compiled with `javac` against PySpark's jars, each in a class loader of its own) read
 the same lines held in memory, in turns, `--rounds` rounds each (the first `--warm` not
