@@ -469,10 +469,9 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
                                                              tmp_path: Path) -> None:
     """Where Java reads every line, the facts the parse's job gathers from the tasks
     (`DebeziumLines.Facts`, `pipeline._merged_facts`) are `_facts` aggregated over the parsed
-    lines: over each Debezium sample Java reads whole, over all of them at once, and over
-    changes of two tables, each in one task and in several. Among the batches read whole are
-    some wrapped in a Connect schema, some with transaction metadata, some whose changes take
-    their transaction's time, and one of two tables."""
+    lines: over each Debezium sample Java reads whole, and over those samples and changes of
+    two tables together, in one task and in several. Among them are lines wrapped in a Connect
+    schema, transaction metadata, a change at its transaction's time and two tables."""
     from changelake.spark.changefeed import pipeline
     from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
@@ -482,27 +481,29 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
         _change({**PG_SOURCE, "snapshot": "true"}, "r", after={"id": 3}),
         _change({**PG_SOURCE, "schema": "é"}, "d", after=None, before={"id": 2}),
         _change({**PG_SOURCE, "sequence": None}, "c")])  # at its transaction's time
-    samples = sorted(SAMPLES.glob("*dbz*.jsonl"))
-    batches = [[p] for p in samples] + [samples, [two], [two, *samples]]
-    whole: list[dict[str, Any]] = []
-    for batch in batches:
-        lines = read_lines(spark, list(map(str, batch)))
-        for bounded in (lines.bounded, lines.bounded.coalesce(1)):
-            tasks = pipeline._merged_facts(
-                [r["_facts"] for r in pipeline.java_items(bounded, chunk_bits=16)
-                 .where("_facts IS NOT NULL").select("_facts").collect()])
-            if tasks.pop("_deferred"):
-                continue  # a line Java leaves: `parse_items` reads the batch (and its facts)
-            whole.append(tasks)
-            expected = parse_items(bounded).agg(*pipeline._facts()).first().asDict()
-            shapes = tasks.pop("shapes")
-            assert tasks == expected, batch
-            assert shapes == sorted({r["shape"] for r in pipeline.java_items(bounded).collect()
-                                     if r["shape"] is not None})
-    assert len(whole) >= 12
-    assert any(f["schema"] is not None for f in whole) and any(f["metadata"] for f in whole)
-    assert any(f["by_tx"] for f in whole)
-    assert any(f["table"] != f["other_table"] for f in whole)
+
+    def facts(bounded: Any) -> tuple[dict[str, Any], int]:
+        """The merged facts, or `{}` where Java left a line; and how many tasks gave them."""
+        rows = [r["_facts"] for r in pipeline.java_items(bounded, chunk_bits=16)
+                .where("_facts IS NOT NULL").select("_facts").collect()]
+        found = pipeline._merged_facts(rows)
+        if found.pop("_deferred"):
+            return {}, len(rows)  # `parse_items` reads such a batch (and its facts)
+        expected = parse_items(bounded).agg(*pipeline._facts()).first().asDict()
+        shapes = found.pop("shapes")
+        assert found == expected
+        assert shapes == sorted({r["shape"] for r in pipeline.java_items(bounded).collect()
+                                 if r["shape"] is not None})
+        return found, len(rows)
+
+    whole = [p for p in sorted(SAMPLES.glob("*dbz*.jsonl"))
+             if facts(read_lines(spark, [str(p)]).bounded)[0]]
+    assert len(whole) >= 4
+    lines = read_lines(spark, list(map(str, [*whole, two]))).bounded
+    (several, tasks), (one, _) = facts(lines), facts(lines.coalesce(1))
+    assert tasks > 1 and several == one
+    assert several["schema"] is not None and several["metadata"] and several["by_tx"]
+    assert several["table"] != several["other_table"]
 
 
 # --------------------------------------------------------------------------- image shapes
