@@ -130,7 +130,8 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         Object[] values = read(line, shapes);
         if (values == null) return null;
         for (int i : IMAGES) {
-            if (values[i] != null) values[i] = new String((byte[]) values[i], StandardCharsets.UTF_8);
+            if (values[i] != null)
+                values[i] = new String((byte[]) values[i], StandardCharsets.UTF_8);
         }
         return RowFactory.create(values);
     }
@@ -476,11 +477,11 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /**
-     * An image: an object, re-written as `rewrite` re-writes it (its UTF-8 bytes), or null. `shape` gets each
-     * field's name and the kind of JSON value that Spark's schema inference reads it as
-     * (`JsonInferSchema.inferField`): `s` a string, `n` null or the empty string (which
-     * inference takes for null), `i` an integer within a long, `f` any other number but an
-     * integer (a double), `b` a boolean, `x` anything else (an object, an array, a larger
+     * An image: an object, re-written as `rewrite` re-writes it (its UTF-8 bytes), or null.
+     * `shape` gets each field's name and the kind of JSON value that Spark's schema inference
+     * reads it as (`JsonInferSchema.inferField`): `s` a string, `n` null or the empty string
+     * (which inference takes for null), `i` an integer within a long, `f` any other number but
+     * an integer (a double), `b` a boolean, `x` anything else (an object, an array, a larger
      * integer), which the caller leaves to the inference itself.
      */
     private static byte[] image(JsonParser p, JsonToken t, List<String> shape)

@@ -43,8 +43,9 @@ public final class DebeziumLines {
     /**
      * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
      * order) read, as `schema` (the UDF plan's, `_chunk` and `_facts`, given as JSON: its names
-     * must be `COLUMNS`). `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds the lines
-     * to; `chunkBits`: `times.CHUNK_BITS` (negative: `_chunk` is null on every line).
+     * must be `COLUMNS`). `maxLineBytes`: `read.MAX_LINE_BYTES`, the bound `read.flaw` holds
+     * the lines to; `chunkBits`: `times.CHUNK_BITS` (negative: `_chunk` is null on every
+     * line).
      *
      * `_chunk` is null but on the last line of each chunk (`times.chunks_of`: the lines of one
      * file and block whose `row`s agree but for their last `chunkBits` bits) that has a change
@@ -83,7 +84,8 @@ public final class DebeziumLines {
         Object[] first;  // file_index, block, row, after_raw, before_raw, schema
         final java.util.Set<UTF8String> shapes = new java.util.HashSet<>();
 
-        void add(Object[] out) {
+        /** A row made; `change`: it is a change (its kind). */
+        void add(Object[] out, boolean change) {
             if (out[4] != null) flawed++;
             if (Boolean.TRUE.equals(out[21])) deferred++;
             UTF8String kind = (UTF8String) out[6], schemaText = (UTF8String) out[5];
@@ -91,7 +93,7 @@ public final class DebeziumLines {
             otherSchema = greatest(otherSchema, schemaText);
             if (out[12] != null || BEGIN.equals(kind) || END.equals(kind)) metadata++;
             if (out[20] != null) shapes.add((UTF8String) out[20]);
-            if (!CHANGE.equals(kind)) return;
+            if (!change) return;
             changes++;
             table = least(table, (UTF8String) out[16]);
             otherTable = greatest(otherTable, (UTF8String) out[16]);
@@ -129,8 +131,8 @@ public final class DebeziumLines {
         }
     }
 
-    private static final UTF8String CHANGE = UTF8String.fromString("change"),
-        BEGIN = UTF8String.fromString("BEGIN"), END = UTF8String.fromString("END");
+    private static final UTF8String BEGIN = UTF8String.fromString("BEGIN"),
+        END = UTF8String.fromString("END");
 
     /** One chunk's `chunks_of` row, as its changes are read. */
     private static final class Chunk {
@@ -226,6 +228,7 @@ public final class DebeziumLines {
                     Object[] item = flaw != null || value == null ? null
                         : DebeziumLine.read(value.getBytes(), shapes);
                     out[21] = item == null;
+                    boolean change = item != null && "change".equals(item[1]);
                     if (item != null) {
                         for (int i = 0; i < 2; i++) out[5 + i] = text(item[i]);
                         for (int i = 2; i < item.length - 1; i++) out[6 + i] = internal(i, item[i]);
@@ -238,10 +241,9 @@ public final class DebeziumLines {
                             ended = chunk == null ? null : chunk.summary();
                             chunk = new Chunk(out[1], out[2], at);
                         }
-                        if (item != null && "change".equals(item[1]))
-                            chunk.change(row, (Long) item[3]);
+                        if (change) chunk.change(row, (Long) item[3]);
                     }
-                    facts.add(out);
+                    facts.add(out, change);
                     return new GenericInternalRow(out);
                 }
 
