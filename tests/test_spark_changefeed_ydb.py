@@ -469,3 +469,115 @@ def test_lines_the_typed_parse_reads_as_orjson(spark: Any, tmp_path: Path) -> No
     path.write_bytes(b"\n".join(TYPED_AS_ORJSON) + b"\n")
     got, _ = compare(spark, [path], tmp_path, LINE_TABLE, close=True)
     assert got is not None and got.path == "jvm", got and got.reason
+
+
+#: A key of two columns, not in the table's order, of two YDB types with different ranges.
+TWO_KEY_TABLE = {"columns": [{"name": "a", "type": "Int32"}, {"name": "v", "type": "Utf8"},
+                             {"name": "b", "type": "Uint32"}], "primary_key": ["b", "a"]}
+TWO_KEY_LINES = [b'{"key":[5,-1],"update":{"v":"x"},"ts":[3,1]}',
+                 b'{"key":[-1,5],"update":{"v":"x"},"ts":[3,1]}',
+                 b'{"key":[4294967295,-2147483648],"erase":{},"oldImage":{"v":"y"}}',
+                 b'{"key":[1,2147483648],"reset":{}}', b'{"key":[1,2],"newImage":null,'
+                 b'"reset":{"v":null},"oldImage":{"v":"z"}}', b'{"resolved":[7,0]}']
+
+
+@pytest.mark.parametrize("table, lines, partitions", [
+    (LINE_TABLE, "all", 1), (LINE_TABLE, "all", 3), (TWO_KEY_TABLE, TWO_KEY_LINES, 2)],
+    ids=["one-task", "three-tasks", "two-column-key"])
+def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, table: Any,
+                                                  lines: Any, partitions: int) -> None:
+    """`YdbLines.java` against the typed parse (`YdbLine` and `_typed_steps`' expressions):
+    the same schema; on every line it reads, the same row (by `repr`: -0.0 is not 0.0); it
+    leaves exactly the lines `YdbLine` leaves and those the typed parse finds a problem on,
+    and counts a flawed line; its tasks' facts are the aggregates over the rows it read."""
+    from pyspark.sql import functions as F
+
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed import ydb
+    from changelake.spark.changefeed.read import flaw, read_lines
+
+    if lines == "all":
+        plain = _plain_lines(300)
+        lines = plain + REFUSED + ACCEPTED + CAREFUL + [b'{"key":[1],"update":{"s":"\xff"}}']
+    schema = TableSchema.from_json(table)
+    columns = ydb.ydb_columns(schema, list(schema.primary_key))
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    bounded = read_lines(spark, [str(path)]).bounded.repartition(partitions)
+    java = ydb.java_items(bounded, schema, columns)
+    assert java is not None, "the test session has the project's jar"
+    clean = bounded.where(flaw(F.col("value")).isNull())
+    typed = ydb._typed_items(clean, schema, columns, all_simple=False)
+    assert java.drop("_deferred", "_facts").schema == typed.schema
+    function, spec = ydb.java_line_reader(spark, schema, columns,
+                                          ydb.line_struct(schema, columns)) or ("", "")
+    udf = clean.select("row", F.call_function(function, "value", F.lit(spec)).isNotNull())
+    udf_reads = dict(udf.collect())
+    problems = dict(typed.select("row", "problem").collect())
+    # (A line with a problem may fail the other columns: a step beyond a long, cast to one.)
+    by_row = {r["row"]: r for r in typed.where(F.col("problem").isNull()).collect()}
+    got = java.collect()
+    assert len(got) == len(lines)
+    tasks = [r["_facts"] for r in got if r["_facts"] is not None]
+    assert len(tasks) == min(partitions, len(lines))
+    read = [r for r in got if not r["_deferred"]]
+    for r in got:
+        if r["row"] not in problems:  # the flawed line
+            assert r["_deferred"]
+            continue
+        want = by_row.get(r["row"])
+        expect_read = udf_reads[r["row"]] and problems[r["row"]] is None
+        assert r["_deferred"] == (not expect_read), (r, want)
+        if expect_read:
+            assert repr(r.asDict() | {"_deferred": None, "_facts": None}) \
+                == repr(want.asDict() | {"_deferred": None, "_facts": None}), (r, want)
+    assert read and len(read) < len(lines)
+    facts = {n: sum(t[n] for t in tasks) for n in ydb.TASK_FACTS.names}
+    assert facts == {
+        "flawed": len(lines) - len(problems), "deferred": len(lines) - len(read),
+        "timed": sum(r["kind"] == "change" and r["has_ts"] for r in read),
+        "untimed": sum(r["kind"] == "change" and not r["has_ts"] for r in read),
+        "barriers": sum(r["kind"] == "resolved" for r in read)}
+    assert facts["timed"] and facts["barriers"] and (facts["untimed"] or table is TWO_KEY_TABLE)
+
+
+def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path: Path) -> None:
+    """`pipeline._ydb_parsed_by_java` on each sample the JVM path converts: where Java read
+    every line, the checkpointed rows and the facts are the typed parse's (`ydb_items`,
+    `LineFacts`); where it left one (NaN written as a string), None, and the typed parse reads
+    the batch. Then a batch with a flawed line is named by the check."""
+    from pyspark.sql import Observation
+
+    from changelake.errors import InputError
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.barriers import LineFacts
+    from changelake.spark.changefeed.pipeline import _ydb_parsed_by_java
+    from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
+
+    whole = []
+    for name in sorted(JVM_SAMPLES):
+        schema = TableSchema.from_json(EXPECTED[name][0])
+        columns = ydb_columns(schema, list(schema.primary_key))
+        lines = read_lines(spark, [str(SAMPLES / name)])
+        got = _ydb_parsed_by_java(lines, schema, columns)
+        observed = Observation()
+        typed = ydb_items(lines.frame, schema, columns, careful=True) \
+            .observe(observed, *LineFacts.aggregates())
+        want = sorted(map(repr, typed.collect()))
+        if got is None:
+            assert any(r.startswith("Row(file=") and "kind='careful'" in r
+                       for r in map(repr, ydb_items(lines.frame, schema, columns).collect()))
+            continue
+        whole.append(name)
+        items, facts = got
+        assert sorted(map(repr, items.collect())) == want, name
+        assert facts == LineFacts.of(observed.get), name
+    assert len(whole) >= len(JVM_SAMPLES) - 2, whole
+    name = sorted(JVM_SAMPLES)[0]
+    schema = TableSchema.from_json(EXPECTED[name][0])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes((SAMPLES / name).read_bytes() + b'{"key":[1],"update":{"s":"\xff"}}\n')
+    with pytest.raises(InputError, match="bad.jsonl"):
+        _ydb_parsed_by_java(read_lines(spark, [str(bad)]), schema,
+                            ydb_columns(schema, list(schema.primary_key)))

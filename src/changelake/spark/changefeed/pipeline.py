@@ -87,7 +87,7 @@ from pyspark.sql import functions as F
 from changelake.errors import ChangelakeError
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
-from changelake.spark.changefeed import times
+from changelake.spark.changefeed import times, ydb
 from changelake.spark.changefeed.barriers import LineFacts, barrier_frontier, barrier_rule
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
@@ -551,6 +551,30 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
     return frontier if row is None or row[0] is None else min(frontier, int(row[0]))
 
 
+def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
+                        ) -> tuple[DataFrame, LineFacts] | None:
+    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed,
+    and their facts, counted by the tasks and observed by the same job: where Java read every
+    line (the records YDB writes, without a problem), that is the typed parse's result
+    without its expressions over every line. None where it left a line (or has no jar):
+    the caller parses the batch the typed way, which reads the lines Java leaves and names
+    the problems. A flawed line is named by `Lines.check`."""
+    java = ydb.java_items(read.bounded, schema, columns)
+    if java is None:
+        return None
+    observed = Observation()
+    items = _guard(lambda: stored(java.observe(observed, F.collect_list("_facts").alias("tasks"))
+                                  .drop("_deferred", "_facts")))
+    tasks = observed.get["tasks"]
+    count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_FACTS.names}
+    if count["flawed"]:
+        read.check()
+        raise Unsupported("a line out of bounds that the check did not find")
+    if count["deferred"]:
+        return None
+    return items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"])
+
+
 def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
                 table_schema: TableSchema, close: bool = False,
                 state: DataFrame | None = None, since: int | None = None,
@@ -577,9 +601,13 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
             raise Unsupported("a line out of bounds that the check did not find")
         return items, LineFacts.of(observed.get)
 
-    items, facts = parsed(careful=False)
-    if facts.careful:
-        items, facts = parsed(careful=True)
+    by_java = _ydb_parsed_by_java(read, table_schema, columns)
+    if by_java is not None:
+        items, facts = by_java
+    else:
+        items, facts = parsed(careful=False)
+        if facts.careful:
+            items, facts = parsed(careful=True)
     steps.done("read + parse + facts")
     if facts.problem is not None:
         raise Unsupported(facts.problem)

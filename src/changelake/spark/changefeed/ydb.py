@@ -53,9 +53,11 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.formats.tableschema import TableSchema
@@ -66,7 +68,7 @@ from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
 from changelake.spark.expressions import per_jvm, selected
-from changelake.spark.jvm import register
+from changelake.spark.jvm import java_class, register
 
 #: The YDB types whose JSON values this path reads in the JVM.
 COVERED = frozenset({"Bool", "Uint64", "Float", "Double", "Utf8", "Uuid", *INTS})
@@ -138,11 +140,15 @@ def _simple(schema: TableSchema) -> Column:
         & F.col("value").rlike(rf"^{_WS}\{{{_WS}{record}{_WS}\}}{_WS}$")
 
 
+#: The YDB integer types as wide as a long: a value `from_json` reads is in their range.
+_LONG_RANGED = frozenset({"Int64", "Interval", "Interval64"})
+
+
 def _in_range(value: Column, base: str) -> Column:
     """A value the typed parse read is in its YDB type's range (null: yes). Uint64 is read
     non-negative (`_KINDS`); a Float/Double infinite here was a finite number beyond a double,
     which orjson refuses."""
-    if base in INTS and base not in ("Int64", "Interval", "Interval64"):
+    if base in INTS and base not in _LONG_RANGED:
         low, high = INTS[base]
         ok = value.between(low, high)
     elif base == "Uint64":
@@ -289,9 +295,55 @@ def java_line_reader(spark: SparkSession, schema: TableSchema, columns: Sequence
     name = "changelake_ydb_line_" + hashlib.sha256(ddl.encode()).hexdigest()[:16]
     if not register(spark, name, JVM_LINE_CLASS, ddl):
         return None
-    table = [[c.name, typed[c.name], _JAVA_KINDS[_base_type(c.type) or ""], c.name in keys]
-             for c in schema.columns]
-    return name, json.dumps(table, ensure_ascii=False)
+    return name, java_table(schema, columns)
+
+
+def java_table(schema: TableSchema, columns: Sequence[ColumnSpec]) -> str:
+    """The table as the Java readers take it (`YdbLine.Table`): per column in table order its
+    name, Spark type, JSON kind, key index (-1: not a key), and its YDB type's range where
+    that is narrower than a long (else nulls)."""
+    typed = {c.name: c.out_type for c in columns}
+    keys = list(schema.primary_key)
+
+    def entry(name: str, base: str) -> list[Any]:
+        low, high = INTS.get(base, (None, None)) if base not in _LONG_RANGED else (None, None)
+        return [name, typed[name], _JAVA_KINDS[base], keys.index(name) if name in keys else -1,
+                low, high]
+
+    return json.dumps([entry(c.name, _base_type(c.type) or "") for c in schema.columns],
+                      ensure_ascii=False)
+
+
+JVM_LINES_CLASS = "changelake.jvm.YdbLines"
+
+#: `_facts` of `java_items`: one task's counts.
+TASK_FACTS = T.StructType([T.StructField(n, T.LongType()) for n in (
+    "flawed", "deferred", "timed", "untimed", "barriers")])
+
+
+def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
+               ) -> DataFrame | None:
+    """`ydb_items`' rows as Java alone reads `lines` (`Lines.bounded`: every line `flaw` can
+    mark) in the tasks (`YdbLines.java`), with `_deferred`, true on the lines it leaves (a
+    flaw, a line `YdbLine` leaves, one the typed parse finds a problem on: their other
+    columns are null), and `_facts` (`TASK_FACTS`, on each task's last line): for a caller
+    that takes the rows only where Java read every line (`pipeline.ydb_changes`). None where
+    `java_line_reader` is None or the session has no jar.
+
+    The layout is the typed parse's, whose plan is made (not run) for its schema: the two are
+    compared in `tests/test_spark_changefeed_ydb.py`."""
+    spark = lines.sparkSession
+    reader = java_class(spark, JVM_LINES_CLASS)
+    if reader is None or java_line_reader(spark, schema, columns,
+                                          line_struct(schema, columns)) is None:
+        return None
+    planned = _typed_items(lines, schema, columns, all_simple=False)
+    out = T.StructType([*planned.schema.fields, T.StructField("_deferred", T.BooleanType()),
+                        T.StructField("_facts", TASK_FACTS)])
+    places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
+                          F.col("row").cast("bigint"), "value")
+    return DataFrame(reader.read(places._jdf, out.json(), java_table(schema, columns),
+                                 MAX_LINE_BYTES), spark)
 
 
 def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec], *,

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
 import java.io.IOException;
+import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -12,6 +13,7 @@ import java.util.Map;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * One YDB changefeed JSON line read in one streaming pass into the struct the typed parse's
@@ -46,9 +48,9 @@ import org.apache.spark.sql.api.java.UDF2;
  * </ul>
  * The caller holds the line to the length bound before calling (null is deferred).
  *
- * The table comes as the second argument, a JSON array of `[name, spark type, JSON kind,
- * key]` entries in the table's column order (read once and kept); the struct the caller
- * registers this with must be `ydb._typed_items`' `from_json` schema.
+ * The table comes as the second argument (`Table`, read once and kept); the struct the caller
+ * registers this with must be `ydb._typed_items`' `from_json` schema. `YdbLines` reads the
+ * lines the same way (`values`) in its own pass over a task's lines.
  */
 public final class YdbLine implements UDF2<String, String, Row> {
     private static final long serialVersionUID = 1L;
@@ -61,29 +63,48 @@ public final class YdbLine implements UDF2<String, String, Row> {
 
     private static final byte BOOL = 0, UINT = 1, INT = 2, NUMBER = 3, STRING = 4;
 
-    /** A column: the JSON kind its YDB type is written as, and its Spark type. */
-    private static final class Column {
+    /** A column: the JSON kind its YDB type is written as, its Spark type, and the range of
+     * its YDB type where that is narrower than its Spark type's (`ranged`: `[low, high]`). */
+    static final class Column {
         final byte kind;
         final SparkType type;
+        final boolean ranged;
+        final long low, high;
 
         Column(byte kind, SparkType type) {
+            this(kind, type, false, 0, 0);
+        }
+
+        Column(byte kind, SparkType type, boolean ranged, long low, long high) {
             this.kind = kind;
             this.type = type;
+            this.ranged = ranged;
+            this.low = low;
+            this.high = high;
         }
     }
 
     /** A ts or resolved member's two values. */
     private static final Column PAIR = new Column(UINT, SparkType.DECIMAL);
 
-    /** The table: its key columns in key order and its other columns in table order. */
-    private static final class Table {
+    /**
+     * The table, as `ydb.java_line_reader` writes it: a JSON array of `[name, spark type, JSON
+     * kind, key index (-1: not a key), low, high]` entries in the table's column order, low
+     * and high null but for a YDB integer type narrower than a long. Kept: its key columns in
+     * key order, its other columns in table order, and where each column of the table is.
+     */
+    static final class Table {
         final String text;
         final List<Column> keys = new ArrayList<>();
         final Map<String, Integer> place = new HashMap<>();  // non-key name -> index
         final List<Column> others = new ArrayList<>();
+        /** Per table column in order: its key index, or -1 - its index among the others. */
+        final int[] order;
 
         Table(String text) throws IOException {
             this.text = text;
+            Map<Integer, Column> byKey = new HashMap<>();
+            List<Integer> places = new ArrayList<>();
             try (JsonParser p = READ.createParser(text)) {
                 if (p.nextToken() != JsonToken.START_ARRAY) throw new IOException("table");
                 while (p.nextToken() == JsonToken.START_ARRAY) {
@@ -93,16 +114,30 @@ public final class YdbLine implements UDF2<String, String, Row> {
                     SparkType type = SparkType.named(p.getText());
                     p.nextToken();
                     byte kind = kind(p.getText());
-                    boolean key = p.nextToken() == JsonToken.VALUE_TRUE;
+                    p.nextToken();
+                    int key = p.getIntValue();
+                    boolean ranged = p.nextToken() != JsonToken.VALUE_NULL;
+                    long low = ranged ? p.getLongValue() : 0;
+                    p.nextToken();
+                    long high = ranged ? p.getLongValue() : 0;
                     if (p.nextToken() != JsonToken.END_ARRAY) throw new IOException("table");
-                    if (key) {
-                        keys.add(new Column(kind, type));
+                    Column column = new Column(kind, type, ranged, low, high);
+                    if (key >= 0) {
+                        byKey.put(key, column);
+                        places.add(key);
                     } else {
+                        places.add(-1 - others.size());
                         place.put(name, others.size());
-                        others.add(new Column(kind, type));
+                        others.add(column);
                     }
                 }
             }
+            for (int i = 0; i < byKey.size(); i++) {
+                Column key = byKey.get(i);
+                if (key == null) throw new IOException("table: key " + i);
+                keys.add(key);
+            }
+            order = places.stream().mapToInt(Integer::intValue).toArray();
         }
 
         private static byte kind(String name) throws IOException {
@@ -114,6 +149,11 @@ public final class YdbLine implements UDF2<String, String, Row> {
                 case "string": return STRING;
                 default: throw new IOException("no kind " + name);
             }
+        }
+
+        /** The table `text` names: `last` if it is that one, else read. */
+        static Table of(String text, Table last) throws IOException {
+            return last != null && last.text.equals(text) ? last : new Table(text);
         }
     }
 
@@ -135,52 +175,87 @@ public final class YdbLine implements UDF2<String, String, Row> {
             if (c == '\\' || c == '\ufeff' || c == '\ufffd') return null;
         }
         try {
-            Table t = table;
-            if (t == null || !t.text.equals(spec)) {
-                t = new Table(spec);
-                table = t;
+            Table t = Table.of(spec, table);
+            table = t;
+            Object[] v;
+            try (JsonParser p = READ.createParser(line)) {
+                v = read(p, t);
             }
-            return read(line, t);
+            for (int i = 1; i <= 5; i++) {  // the bodies and images
+                if (v[i] != null) v[i] = RowFactory.create((Object[]) v[i]);
+            }
+            return RowFactory.create(v);
         } catch (Defer | IOException | RuntimeException e) {
             return null;
         }
     }
 
-    private static Row read(String line, Table t) throws IOException, Defer {
+    /**
+     * `call`'s reading of a line (valid UTF-8, held to the bound) as values: the key's
+     * (`Object[]`, key order), update's, reset's, erase's, newImage's and oldImage's (each an
+     * `Object[]` of the non-key columns, in table order; null where the member is absent or
+     * null), ts and resolved (`BigDecimal[2]`), and null (`_corrupt`); or null where the line
+     * is left. Values are Java's: String, Long, Double, Boolean, BigDecimal.
+     */
+    static Object[] values(UTF8String value, Table t) {
+        try {
+            JsonParser p;
+            if (DebeziumLines.ascii(value)) {
+                byte[] bytes = value.getBytes();
+                for (byte b : bytes) if (b == '\\') return null;
+                p = READ.createParser(bytes);
+            } else {
+                String line = value.toString();
+                for (int i = 0, n = line.length(); i < n; i++) {
+                    char c = line.charAt(i);
+                    if (c == '\\' || c == '\ufeff' || c == '\ufffd') return null;
+                }
+                p = READ.createParser(line);
+            }
+            try (p) {
+                return read(p, t);
+            }
+        } catch (Defer | IOException | RuntimeException e) {
+            return null;
+        }
+    }
+
+    private static Object[] read(JsonParser p, Table t) throws IOException, Defer {
         Object key = null, update = null, reset = null, erase = null, newImage = null,
             oldImage = null, ts = null, resolved = null;
         int members = 0;
-        try (JsonParser p = READ.createParser(line)) {
-            if (p.nextToken() != JsonToken.START_OBJECT) throw DEFER;
-            JsonToken token;
-            UniqueKeys names = new UniqueKeys();
-            while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
-                String name = p.currentName();
-                names.add(name);
-                JsonToken v = p.nextToken();
-                members++;
-                switch (name) {
-                    case "key": key = key(p, v, t); break;
-                    case "update": update = image(p, v, t, false); break;
-                    case "reset": reset = image(p, v, t, true); break;
-                    case "erase":
-                        if (v != JsonToken.START_OBJECT || p.nextToken() != JsonToken.END_OBJECT) {
-                            throw DEFER;
-                        }
-                        erase = RowFactory.create(new Object[t.others.size()]);
-                        break;
-                    case "newImage": newImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true); break;
-                    case "oldImage": oldImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true); break;
-                    case "ts": ts = pair(p, v); break;
-                    case "resolved": resolved = pair(p, v); break;
-                    default: throw DEFER;
-                }
+        if (p.nextToken() != JsonToken.START_OBJECT) throw DEFER;
+        JsonToken token;
+        UniqueKeys names = new UniqueKeys();
+        while ((token = p.nextToken()) == JsonToken.FIELD_NAME) {
+            String name = p.currentName();
+            names.add(name);
+            JsonToken v = p.nextToken();
+            members++;
+            switch (name) {
+                case "key": key = key(p, v, t); break;
+                case "update": update = image(p, v, t, false); break;
+                case "reset": reset = image(p, v, t, true); break;
+                case "erase":
+                    if (v != JsonToken.START_OBJECT || p.nextToken() != JsonToken.END_OBJECT) {
+                        throw DEFER;
+                    }
+                    erase = new Object[t.others.size()];
+                    break;
+                case "newImage":
+                    newImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true);
+                    break;
+                case "oldImage":
+                    oldImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true);
+                    break;
+                case "ts": ts = pair(p, v); break;
+                case "resolved": resolved = pair(p, v); break;
+                default: throw DEFER;
             }
-            if (token != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
         }
+        if (token != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
         if (members == 0 || (resolved != null && members != 1)) throw DEFER;
-        return RowFactory.create(key, update, reset, erase, newImage, oldImage, ts, resolved,
-                                 null);
+        return new Object[] {key, update, reset, erase, newImage, oldImage, ts, resolved, null};
     }
 
     private static Object key(JsonParser p, JsonToken v, Table t) throws IOException, Defer {
@@ -195,7 +270,7 @@ public final class YdbLine implements UDF2<String, String, Row> {
         return values;
     }
 
-    private static Row image(JsonParser p, JsonToken v, Table t, boolean nulls)
+    private static Object[] image(JsonParser p, JsonToken v, Table t, boolean nulls)
             throws IOException, Defer {
         if (v != JsonToken.START_OBJECT) throw DEFER;
         Object[] values = new Object[t.others.size()];
@@ -212,12 +287,12 @@ public final class YdbLine implements UDF2<String, String, Row> {
             }
             values[at] = value(p, e, t.others.get(at));
         }
-        return RowFactory.create(values);
+        return values;
     }
 
     private static Object pair(JsonParser p, JsonToken v) throws IOException, Defer {
         if (v != JsonToken.START_ARRAY) throw DEFER;
-        Object[] values = new Object[2];
+        Object[] values = new BigDecimal[2];
         for (int i = 0; i < 2; i++) {
             values[i] = value(p, p.nextToken(), PAIR);
         }

@@ -47,8 +47,8 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
-                             "UniqueKeys", "YdbLine", "SparkType", "Positions", "KeyedConversion",
-                             "BarrierScan"))
+                             "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
+                             "KeyedConversion", "BarrierScan"))
 
 
 def enabled() -> bool:

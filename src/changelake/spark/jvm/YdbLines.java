@@ -1,0 +1,276 @@
+package changelake.jvm;
+
+import java.math.BigDecimal;
+import java.math.BigInteger;
+import java.util.Iterator;
+import org.apache.spark.api.java.function.FlatMapFunction;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
+import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * A YDB batch's lines read in the tasks into the rows of `ydb.ydb_items` (the typed parse:
+ * `YdbLine` and then the expressions of `ydb._typed_steps`), as Spark's internal rows, for the
+ * lines that read without a problem: the rows of a batch of the records YDB writes, without
+ * the UDF's `Row`s, their conversion, or the expressions over every line.
+ *
+ * The promise: on every line it does not leave (`_deferred` false), the row is exactly the
+ * typed parse's (`tests/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
+ * what `barriers.LineFacts.aggregates` and the flaw count give over the task's lines. It
+ * keeps it by reading a line only where `YdbLine` reads it (so the typed parse's expression
+ * holds and `from_json` gives `YdbLine`'s struct) and leaving every line the typed parse finds
+ * a problem on (`problems`): the caller then parses the batch the typed way, which names it.
+ * A line with a `flaw` (`read.flaw`) is never read; it is counted.
+ *
+ * Why: the typed parse's expressions (a struct built per line from the parsed one, each field
+ * checked against its type's range) and the conversion of the UDF's `Row` were most of the
+ * parse step's executor time, and the parse the largest step of a YDB ingest
+ * (benchmarks/README.md).
+ */
+public final class YdbLines {
+    private YdbLines() {}
+
+    /** The output's columns before the key columns (`k0`, `k1`, ...) and after them. */
+    static final String[] HEAD = {
+        "file", "file_index", "block", "row", "kind", "problem", "rpos", "has_ts", "pos",
+        "time"};
+    static final String[] TAIL = {
+        "is_delete", "rank", "op", "a", "ua", "b", "ub", "_deferred", "_facts"};
+
+    private static final UTF8String CHANGE = UTF8String.fromString("change"),
+        RESOLVED = UTF8String.fromString("resolved"),
+        CAREFUL = UTF8String.fromString("careful"), DELETE = UTF8String.fromString("d"),
+        UPDATE = UTF8String.fromString("u"), WRITE = UTF8String.fromString("w");
+    /** The greatest Uint64, and the greatest step (`protocol.time.MAX_TIME`). */
+    private static final BigDecimal UINT64_MAX =
+        new BigDecimal(BigInteger.ONE.shiftLeft(64).subtract(BigInteger.ONE));
+    private static final BigDecimal MAX_TIME = BigDecimal.valueOf(Long.MAX_VALUE);
+
+    /**
+     * `lines` (file string, file_index, block, row, value string: in this order) read, as
+     * `schema` (`ydb_items`' columns, `_deferred` and `_facts`, as JSON; its names must be
+     * `HEAD`, the key columns, `TAIL`). `table`: `ydb.java_table`'s. `maxLineBytes`:
+     * `read.MAX_LINE_BYTES`. `_facts` is null but on each task's last line, where it is the
+     * task's counts: flawed, deferred, timed and untimed changes, barriers.
+     */
+    public static Dataset<Row> read(Dataset<Row> lines, String schema, String table,
+                                    int maxLineBytes) {
+        StructType out = (StructType) DataType.fromJson(schema);
+        String[] names = out.fieldNames();
+        int keys = names.length - HEAD.length - TAIL.length;
+        boolean named = keys >= 1;
+        for (int i = 0; named && i < names.length; i++) {
+            String want = i < HEAD.length ? HEAD[i] : i < HEAD.length + keys
+                ? "k" + (i - HEAD.length) : TAIL[i - HEAD.length - keys];
+            named = want.equals(names[i]);
+        }
+        if (!named) throw new IllegalArgumentException("YdbLines: columns " + schema);
+        RDD<InternalRow> rows = lines.queryExecution().toRdd().toJavaRDD()
+            .mapPartitions(new Partition(table, keys, maxLineBytes)).rdd();
+        return lines.sparkSession().internalCreateDataFrame(rows, out, false);
+    }
+
+    /** The function each task runs over its partition. */
+    private static final class Partition
+            implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+        private static final long serialVersionUID = 1L;
+        private final String table;
+        private final int keys, maxLineBytes;
+
+        Partition(String table, int keys, int maxLineBytes) {
+            this.table = table;
+            this.keys = keys;
+            this.maxLineBytes = maxLineBytes;
+        }
+
+        @Override
+        public Iterator<InternalRow> call(Iterator<InternalRow> lines) throws Exception {
+            YdbLine.Table t = new YdbLine.Table(table);
+            int width = HEAD.length + keys + TAIL.length, facts = width - 1;
+            return new Iterator<>() {
+                private long flawed, deferred, timed, untimed, barriers;
+
+                @Override
+                public boolean hasNext() {
+                    return lines.hasNext();
+                }
+
+                @Override
+                public InternalRow next() {
+                    Object[] out = new Object[width];
+                    read(lines.next(), out);
+                    if (!lines.hasNext()) {
+                        out[facts] = new GenericInternalRow(new Object[] {
+                            flawed, deferred, timed, untimed, barriers});
+                    }
+                    return new GenericInternalRow(out);
+                }
+
+                private void read(InternalRow line, Object[] out) {
+                    out[0] = line.isNullAt(0) ? null : line.getUTF8String(0).clone();
+                    out[1] = line.isNullAt(1) ? null : line.getInt(1);
+                    out[2] = line.isNullAt(2) ? null : line.getLong(2);
+                    out[3] = line.isNullAt(3) ? null : line.getLong(3);
+                    UTF8String value = line.isNullAt(4) ? null : line.getUTF8String(4);
+                    boolean flaw = value != null
+                        && DebeziumLines.flaw(value, maxLineBytes) != null;
+                    // Held to the typed parse's bound too (`ydb._simple`).
+                    Object[] p = flaw || value == null || value.numBytes() >= maxLineBytes - 1
+                        ? null : YdbLine.values(value, t);
+                    boolean read = p != null && !problems(p, t);
+                    if (read) {
+                        item(p, t, out);
+                    } else {
+                        left(t, out);
+                    }
+                    out[width - 2] = !read;
+                    if (flaw) flawed++;
+                    if (!read) {
+                        deferred++;
+                    } else if (p[7] != null) {
+                        barriers++;
+                    } else if (p[6] != null) {
+                        timed++;
+                    } else {
+                        untimed++;
+                    }
+                }
+
+                /** A line left: the columns the typed parse never makes null, as it makes
+                 * them for a line it leaves to the careful parse (`ydb_items`). */
+                private void left(YdbLine.Table t, Object[] out) {
+                    out[4] = CAREFUL;
+                    out[7] = false;
+                    int at = HEAD.length + keys;
+                    out[at] = false;
+                    out[at + 1] = 1;
+                    out[at + 2] = WRITE;
+                    out[at + 4] = unchanged(t, null);
+                    out[at + 6] = unchanged(t, null);
+                }
+
+                /** The item columns of a line read without a problem. */
+                private void item(Object[] p, YdbLine.Table t, Object[] out) {
+                    Object[] key = (Object[]) p[0], update = (Object[]) p[1],
+                        reset = (Object[]) p[2], erase = (Object[]) p[3],
+                        newImage = (Object[]) p[4], oldImage = (Object[]) p[5];
+                    BigDecimal[] ts = (BigDecimal[]) p[6], resolved = (BigDecimal[]) p[7];
+                    out[4] = resolved != null ? RESOLVED : CHANGE;
+                    out[6] = resolved == null ? null : pair(resolved);
+                    out[7] = ts != null;
+                    out[8] = ts == null ? null : pair(ts);
+                    out[9] = ts == null ? null : (Object) ts[0].longValueExact();
+                    for (int i = 0; i < keys; i++) {
+                        out[HEAD.length + i] = key == null ? null : internal(key[i]);
+                    }
+                    int at = HEAD.length + keys;
+                    out[at] = erase != null;
+                    out[at + 1] = erase != null ? 0 : 1;
+                    out[at + 2] = erase != null ? DELETE
+                        : newImage != null && oldImage != null ? UPDATE : WRITE;
+                    Object[] written = update != null ? update : reset;
+                    out[at + 3] = erase != null ? null
+                        : row(t, key, newImage != null ? newImage : written);
+                    out[at + 4] = unchanged(t, newImage != null || erase != null ? null : update);
+                    out[at + 5] = oldImage == null ? null : row(t, key, oldImage);
+                    out[at + 6] = unchanged(t, null);
+                }
+            };
+        }
+    }
+
+    /**
+     * Whether the typed parse finds a problem on a line `YdbLine` read (`p`: its `values`),
+     * as `ydb._typed_steps`' `data_problem` and `resolved_problem` decide: not exactly one
+     * body, no key, a value beyond its YDB type's range, a ts or resolved beyond a Uint64, a
+     * step beyond a long, an erase with a newImage, an oldImage alone.
+     */
+    static boolean problems(Object[] p, YdbLine.Table t) {
+        Object[] key = (Object[]) p[0], update = (Object[]) p[1], reset = (Object[]) p[2],
+            erase = (Object[]) p[3], newImage = (Object[]) p[4], oldImage = (Object[]) p[5];
+        BigDecimal[] ts = (BigDecimal[]) p[6], resolved = (BigDecimal[]) p[7];
+        if (resolved != null) return !within(resolved);
+        int bodies = (update != null ? 1 : 0) + (reset != null ? 1 : 0) + (erase != null ? 1 : 0);
+        if (bodies != 1 || key == null) return true;
+        for (int i = 0; i < key.length; i++) {
+            if (!inRange(key[i], t.keys.get(i))) return true;
+        }
+        if (ts != null && !within(ts)) return true;
+        if (newImage != null && !inRange(newImage, t)) return true;
+        if (oldImage != null && !inRange(oldImage, t)) return true;
+        if (erase != null && newImage != null) return true;
+        if (erase == null && newImage == null) {
+            if (oldImage != null) return true;
+            return !inRange(update != null ? update : reset, t);
+        }
+        return false;
+    }
+
+    /** A ts or resolved pair without a problem: both within a Uint64, the step a long. */
+    private static boolean within(BigDecimal[] pair) {
+        return pair[0].compareTo(MAX_TIME) <= 0 && pair[1].compareTo(UINT64_MAX) <= 0;
+    }
+
+    private static boolean inRange(Object[] image, YdbLine.Table t) {
+        for (int i = 0; i < image.length; i++) {
+            if (!inRange(image[i], t.others.get(i))) return false;
+        }
+        return true;
+    }
+
+    /** `ydb._in_range`: a small integer within its YDB type, a Uint64 within 64 bits (the
+     * reader gives no infinite double). Null is in range. */
+    private static boolean inRange(Object value, YdbLine.Column column) {
+        if (value instanceof Long v) return !column.ranged || (v >= column.low && v <= column.high);
+        if (value instanceof BigDecimal v) return v.compareTo(UINT64_MAX) <= 0;
+        return true;
+    }
+
+    private static GenericArrayData pair(BigDecimal[] pair) {
+        return new GenericArrayData(new Object[] {decimal(pair[0]), decimal(pair[1])});
+    }
+
+    private static Decimal decimal(BigDecimal value) {
+        return Decimal.apply(value, 20, 0);
+    }
+
+    /** A value of `YdbLine.values` as Spark holds it. */
+    private static Object internal(Object value) {
+        if (value instanceof String text) return UTF8String.fromString(text);
+        if (value instanceof BigDecimal d) return decimal(d);
+        return value;  // null, Long, Double, Boolean
+    }
+
+    /** `ydb._typed_steps`' `row`: the table's columns in order, the key's from `key`, the
+     * others from `image` (null: all null). */
+    private static GenericInternalRow row(YdbLine.Table t, Object[] key, Object[] image) {
+        Object[] out = new Object[t.order.length];
+        for (int i = 0; i < out.length; i++) {
+            int at = t.order[i];
+            if (at >= 0) {
+                out[i] = key == null ? null : internal(key[at]);
+            } else if (image != null) {
+                out[i] = internal(image[-1 - at]);
+            }
+        }
+        return new GenericInternalRow(out);
+    }
+
+    /** `ydb._typed_steps`' `flags`: per column, whether `update` (null: none) leaves it
+     * unchanged (names it not); false for the key's columns. */
+    private static GenericInternalRow unchanged(YdbLine.Table t, Object[] update) {
+        Object[] out = new Object[t.order.length];
+        for (int i = 0; i < out.length; i++) {
+            int at = t.order[i];
+            out[i] = at < 0 && update != null && update[-1 - at] == null;
+        }
+        return new GenericInternalRow(out);
+    }
+}
