@@ -48,9 +48,11 @@ old path checks). This path only: a number beyond a double in a field no step re
 column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
 path (`keyed._refused`), which holds the first value's kind to be the column's.
 
-`ydb_changes` converts a keyed YDB JSON batch the same way: parsed with one typed `from_json`
-against the table schema's types where a line is provably simple (in Java where the session has
-the jar and the line is plainly so), with the VARIANT parse
+`ydb_changes` converts a keyed YDB JSON batch the same way: parsed by the project's Java in
+the tasks where the session has the jar and Java reads every line of the batch (the records
+YDB writes, with nothing the typed parse would find a problem in: `ydb.java_items`,
+`_ydb_parsed_by_java`), else with one typed `from_json` against the table schema's types
+where a line is provably simple (in Java where the line is plainly so), with the VARIANT parse
 otherwise (`ydb.py`, which says what it covers: records with virtual timestamps and barriers,
 or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary key
 as key), checkpointed once by a job that also observes the checks' aggregates (the lines'

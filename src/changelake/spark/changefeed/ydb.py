@@ -29,6 +29,9 @@ schema (`_simple`), so that the expensive one is paid only by the lines that nee
   (`java_line_reader`, `YdbLine.java`: no escape anywhere, one JSON object of these shapes,
   every value of its column's kind and within what `from_json` reads it as) into the same
   struct in one pass, and the expression and `from_json` run only on the lines it leaves.
+  And where Java reads every line of a batch without a problem, it reads them in the tasks
+  into these rows itself (`java_items`, `YdbLines.java`), so that the batch takes none of the
+  expressions: the caller keeps that only where no line was left (`pipeline.ydb_changes`).
 * *Careful* (`ydb_variant.py`): every other line is read as a VARIANT and the JSON kind of each
   of its values asked (`"nan"` and `"inf"` floats, nulls in `update`, DEBEZIUM_JSON, bad lines).
 

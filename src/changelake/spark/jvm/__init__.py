@@ -9,8 +9,10 @@ takes 0.65-0.7x the time at 1.1M lines (benchmarks/README.md). The same goes for
 images the conversion reads against the columns' types (`DebeziumImage.java`), which
 `from_json` read through a char reader made for every image, and for the YDB lines the typed
 parse reads (`YdbLine.java`), which a regular expression proved simple before `from_json` read
-them. And the keyed conversion (`KeyedConversion.java`, called through Py4J, not a UDF) makes
-one pass over each key's events where Spark's windows copied every event through four window
+them; a YDB batch whose every line Java reads is read in the tasks into the parsed rows
+(`YdbLines.java`, as `DebeziumLines.java` does for Debezium), with none of the expressions.
+And the keyed conversion (`KeyedConversion.java`, called through Py4J, not a UDF) makes one
+pass over each key's events where Spark's windows copied every event through four window
 operators, an explode and an aggregate: the conversion step took 0.59-0.66x the time at
 1.1M events (benchmarks/README.md). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
 is one pass over each block of lines in read order where a window shuffled and sorted every
