@@ -553,20 +553,25 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
     return frontier if row is None or row[0] is None else min(frontier, int(row[0]))
 
 
+#: A YDB batch's parsed columns that no step after the parse reads, not checkpointed (as
+#: `_FACTS_ONLY`): the file's path is `Lines.files[file_index]`.
+_YDB_FACTS_ONLY = ("file",)
+
+
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
                         ) -> tuple[DataFrame, LineFacts] | None:
-    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed,
-    and their facts, counted by the tasks and observed by the same job: where Java read every
-    line (the records YDB writes, without a problem), that is the typed parse's result
-    without its expressions over every line. None where it left a line (or has no jar):
-    the caller parses the batch the typed way, which reads the lines Java leaves and names
-    the problems. A flawed line is named by `Lines.check`."""
+    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
+    (without `_YDB_FACTS_ONLY`), and their facts, counted by the tasks and observed by the
+    same job: where Java read every line (the records YDB writes, without a problem), that
+    is the typed parse's result without its expressions over every line. None where it left
+    a line (or has no jar): the caller parses the batch the typed way, which reads the lines
+    Java leaves and names the problems. A flawed line is named by `Lines.check`."""
     java = ydb.java_items(read.bounded, schema, columns)
     if java is None:
         return None
     observed = Observation()
     items = _guard(lambda: stored(java.observe(observed, F.collect_list("_facts").alias("tasks"))
-                                  .drop("_deferred", "_facts")))
+                                  .drop("_deferred", "_facts", *_YDB_FACTS_ONLY)))
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_FACTS.names}
     if count["flawed"]:
@@ -597,7 +602,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
             .observe(flaws, F.count("_flaw").alias("flawed")) \
             .where(F.col("_flaw").isNull()).drop("_flaw")
         items = _guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
-                                      .observe(observed, *LineFacts.aggregates())))
+                                      .observe(observed, *LineFacts.aggregates())
+                                      .drop(*_YDB_FACTS_ONLY)))
         if flaws.get["flawed"]:
             read.check()
             raise Unsupported("a line out of bounds that the check did not find")
