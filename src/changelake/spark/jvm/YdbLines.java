@@ -43,6 +43,10 @@ public final class YdbLines {
         "time"};
     static final String[] TAIL = {
         "is_delete", "rank", "op", "a", "ua", "b", "ub", "_deferred", "_facts"};
+    /** Where `HEAD`'s columns are in a row, and `TAIL`'s after the key columns'. */
+    private static final int KIND = 4, RPOS = 6, HAS_TS = 7, POS = 8, TIME = 9;
+    private static final int IS_DELETE = 0, RANK = 1, OP = 2, A = 3, UA = 4, B = 5, UB = 6,
+        DEFERRED = 7, FACTS = 8;
 
     private static final UTF8String CHANGE = UTF8String.fromString("change"),
         RESOLVED = UTF8String.fromString("resolved"),
@@ -93,7 +97,7 @@ public final class YdbLines {
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> lines) throws Exception {
             YdbLine.Table t = new YdbLine.Table(table);
-            int width = HEAD.length + keys + TAIL.length, facts = width - 1;
+            int tail = HEAD.length + keys, width = tail + TAIL.length;
             return new Iterator<>() {
                 private long flawed, deferred, timed, untimed, barriers;
 
@@ -107,7 +111,7 @@ public final class YdbLines {
                     Object[] out = new Object[width];
                     read(lines.next(), out);
                     if (!lines.hasNext()) {
-                        out[facts] = new GenericInternalRow(new Object[] {
+                        out[tail + FACTS] = new GenericInternalRow(new Object[] {
                             flawed, deferred, timed, untimed, barriers});
                     }
                     return new GenericInternalRow(out);
@@ -130,7 +134,7 @@ public final class YdbLines {
                     } else {
                         left(t, out);
                     }
-                    out[width - 2] = !read;
+                    out[tail + DEFERRED] = !read;
                     if (flaw) flawed++;
                     if (!read) {
                         deferred++;
@@ -146,14 +150,13 @@ public final class YdbLines {
                 /** A line left: the columns the typed parse never makes null, as it makes
                  * them for a line it leaves to the careful parse (`ydb_items`). */
                 private void left(YdbLine.Table t, Object[] out) {
-                    out[4] = CAREFUL;
-                    out[7] = false;
-                    int at = HEAD.length + keys;
-                    out[at] = false;
-                    out[at + 1] = 1;
-                    out[at + 2] = WRITE;
-                    out[at + 4] = unchanged(t, null);
-                    out[at + 6] = unchanged(t, null);
+                    out[KIND] = CAREFUL;
+                    out[HAS_TS] = false;
+                    out[tail + IS_DELETE] = false;
+                    out[tail + RANK] = 1;
+                    out[tail + OP] = WRITE;
+                    out[tail + UA] = unchanged(t, null);
+                    out[tail + UB] = unchanged(t, null);
                 }
 
                 /** The item columns of a line read without a problem. */
@@ -162,25 +165,24 @@ public final class YdbLines {
                         reset = (Object[]) p[2], erase = (Object[]) p[3],
                         newImage = (Object[]) p[4], oldImage = (Object[]) p[5];
                     BigDecimal[] ts = (BigDecimal[]) p[6], resolved = (BigDecimal[]) p[7];
-                    out[4] = resolved != null ? RESOLVED : CHANGE;
-                    out[6] = resolved == null ? null : pair(resolved);
-                    out[7] = ts != null;
-                    out[8] = ts == null ? null : pair(ts);
-                    out[9] = ts == null ? null : (Object) ts[0].longValueExact();
+                    out[KIND] = resolved != null ? RESOLVED : CHANGE;
+                    out[RPOS] = resolved == null ? null : pair(resolved);
+                    out[HAS_TS] = ts != null;
+                    out[POS] = ts == null ? null : pair(ts);
+                    out[TIME] = ts == null ? null : (Object) ts[0].longValueExact();
                     for (int i = 0; i < keys; i++) {
                         out[HEAD.length + i] = key == null ? null : internal(key[i]);
                     }
-                    int at = HEAD.length + keys;
-                    out[at] = erase != null;
-                    out[at + 1] = erase != null ? 0 : 1;
-                    out[at + 2] = erase != null ? DELETE
+                    out[tail + IS_DELETE] = erase != null;
+                    out[tail + RANK] = erase != null ? 0 : 1;
+                    out[tail + OP] = erase != null ? DELETE
                         : newImage != null && oldImage != null ? UPDATE : WRITE;
                     Object[] written = update != null ? update : reset;
-                    out[at + 3] = erase != null ? null
+                    out[tail + A] = erase != null ? null
                         : row(t, key, newImage != null ? newImage : written);
-                    out[at + 4] = unchanged(t, newImage != null || erase != null ? null : update);
-                    out[at + 5] = oldImage == null ? null : row(t, key, oldImage);
-                    out[at + 6] = unchanged(t, null);
+                    out[tail + UA] = unchanged(t, newImage != null || erase != null ? null : update);
+                    out[tail + B] = oldImage == null ? null : row(t, key, oldImage);
+                    out[tail + UB] = unchanged(t, null);
                 }
             };
         }
