@@ -328,10 +328,12 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
                ) -> DataFrame | None:
     """`ydb_items`' rows as Java alone reads `lines` (`Lines.bounded`: every line `flaw` can
     mark) in the tasks (`YdbLines.java`), with `_deferred`, true on the lines it leaves (a
-    flaw, a line `YdbLine` leaves, one the typed parse finds a problem on: their other
-    columns are null), and `_facts` (`TASK_FACTS`, on each task's last line): for a caller
-    that takes the rows only where Java read every line (`pipeline.ydb_changes`). None where
-    `java_line_reader` is None or the session has no jar.
+    flaw, a line `YdbLine` leaves, one the typed parse finds a problem on: their columns are
+    null but those the typed parse never makes null, which are as it makes them for a line
+    it leaves to the careful parse, of kind "careful"), and `_facts` (`TASK_FACTS`, on each
+    task's last line): for a caller that takes the rows only where Java read every line
+    (`pipeline.ydb_changes`). None where `java_line_reader` is None or the session has no
+    jar.
 
     The layout is the typed parse's, whose plan is made (not run) for its schema: the two are
     compared in `tests/test_spark_changefeed_ydb.py`."""
