@@ -38,7 +38,22 @@ public final class DebeziumLines {
         "file", "file_index", "block", "row", "flaw", "schema", "kind", "problem", "op",
         "ptime", "tx_min", "tx", "tx_order", "end_count", "end_collections", "pos", "table",
         "snapshot", "before_raw", "after_raw", "shape", "_deferred", "_chunk", "_facts"};
-    private static final int CHUNK = 22, FACTS = 23;
+    /** Where the columns are in a row (`at` checks each name against `COLUMNS`). */
+    private static final int FILE = at("file"), FILE_INDEX = at("file_index"),
+        BLOCK = at("block"), ROW = at("row"), FLAW = at("flaw"), SCHEMA = at("schema"),
+        KIND = at("kind"), OP = at("op"), PTIME = at("ptime"), TX_MIN = at("tx_min"),
+        TX_ORDER = at("tx_order"), TABLE = at("table"), SNAPSHOT = at("snapshot"),
+        BEFORE_RAW = at("before_raw"), AFTER_RAW = at("after_raw"), SHAPE = at("shape"),
+        DEFERRED = at("_deferred"), CHUNK = at("_chunk"), FACTS = at("_facts");
+    /** `DebeziumLine.read`'s values from its third on (op, ptime, ..., after_raw) are the
+     * columns from `OP` on, in the same order: value `i` is column `OP - 2 + i`. */
+    private static final int ITEM_AT = OP - 2;
+
+    private static int at(String name) {
+        int i = java.util.Arrays.asList(COLUMNS).indexOf(name);
+        if (i < 0) throw new IllegalStateException("DebeziumLines: no column " + name);
+        return i;
+    }
 
     /**
      * `lines` (file string, file_index int, block bigint, row bigint, value string: in this
@@ -86,31 +101,34 @@ public final class DebeziumLines {
 
         /** A row made; `change`: it is a change (its kind). */
         void add(Object[] out, boolean change) {
-            if (out[4] != null) flawed++;
-            if (Boolean.TRUE.equals(out[21])) deferred++;
-            UTF8String kind = (UTF8String) out[6], schemaText = (UTF8String) out[5];
+            if (out[FLAW] != null) flawed++;
+            if (Boolean.TRUE.equals(out[DEFERRED])) deferred++;
+            UTF8String kind = (UTF8String) out[KIND], schemaText = (UTF8String) out[SCHEMA];
             schema = least(schema, schemaText);
             otherSchema = greatest(otherSchema, schemaText);
-            if (out[12] != null || BEGIN.equals(kind) || END.equals(kind)) metadata++;
-            if (out[20] != null) shapes.add((UTF8String) out[20]);
+            if (out[TX_ORDER] != null || BEGIN.equals(kind) || END.equals(kind)) metadata++;
+            if (out[SHAPE] != null) shapes.add((UTF8String) out[SHAPE]);
             if (!change) return;
             changes++;
-            table = least(table, (UTF8String) out[16]);
-            otherTable = greatest(otherTable, (UTF8String) out[16]);
-            Long ptime = (Long) out[9];
+            table = least(table, (UTF8String) out[TABLE]);
+            otherTable = greatest(otherTable, (UTF8String) out[TABLE]);
+            Long ptime = (Long) out[PTIME];
             if (ptime == null) untimed++;
             else high = high == null ? ptime : Math.max(high, ptime);
-            if (Boolean.TRUE.equals(out[10])) byTx++;
+            if (Boolean.TRUE.equals(out[TX_MIN])) byTx++;
             if (schemaText == null) schemaless++;
-            if ((out[18] != null || out[19] != null) && (first == null || before(out, first)))
-                first = new Object[] {out[1], out[2], out[3], out[19], out[18], out[5]};
+            if ((out[BEFORE_RAW] != null || out[AFTER_RAW] != null)
+                    && (first == null || before(out, first))) {
+                first = new Object[] {out[FILE_INDEX], out[BLOCK], out[ROW], out[AFTER_RAW],
+                                      out[BEFORE_RAW], out[SCHEMA]};
+            }
         }
 
         /** Whether `out`'s place `(file_index, block, row)` comes before `first`'s. */
         private static boolean before(Object[] out, Object[] first) {
-            int c = Integer.compare((Integer) out[1], (Integer) first[0]);
-            if (c == 0) c = Long.compare((Long) out[2], (Long) first[1]);
-            if (c == 0) c = Long.compare((Long) out[3], (Long) first[2]);
+            int c = Integer.compare((Integer) out[FILE_INDEX], (Integer) first[0]);
+            if (c == 0) c = Long.compare((Long) out[BLOCK], (Long) first[1]);
+            if (c == 0) c = Long.compare((Long) out[ROW], (Long) first[2]);
             return c < 0;
         }
 
@@ -217,29 +235,32 @@ public final class DebeziumLines {
 
                 private GenericInternalRow read(InternalRow line) {
                     Object[] out = new Object[COLUMNS.length];
-                    out[0] = line.isNullAt(0) ? null : line.getUTF8String(0).clone();
-                    out[1] = line.isNullAt(1) ? null : line.getInt(1);
-                    out[2] = line.isNullAt(2) ? null : line.getLong(2);
-                    out[3] = line.isNullAt(3) ? null : line.getLong(3);
-                    out[17] = Boolean.FALSE;  // snapshot: false on a line Java leaves
+                    out[FILE] = line.isNullAt(0) ? null : line.getUTF8String(0).clone();
+                    out[FILE_INDEX] = line.isNullAt(1) ? null : line.getInt(1);
+                    out[BLOCK] = line.isNullAt(2) ? null : line.getLong(2);
+                    out[ROW] = line.isNullAt(3) ? null : line.getLong(3);
+                    out[SNAPSHOT] = Boolean.FALSE;  // false on a line Java leaves
                     UTF8String value = line.isNullAt(4) ? null : line.getUTF8String(4);
                     Integer flaw = value == null ? null : flaw(value, maxLineBytes);
-                    out[4] = flaw;
+                    out[FLAW] = flaw;
                     Object[] item = flaw != null || value == null ? null
                         : DebeziumLine.read(value.getBytes(), shapes);
-                    out[21] = item == null;
+                    out[DEFERRED] = item == null;
                     boolean change = item != null && "change".equals(item[1]);
                     if (item != null) {
-                        for (int i = 0; i < 2; i++) out[5 + i] = text(item[i]);
-                        for (int i = 2; i < item.length - 1; i++) out[6 + i] = internal(i, item[i]);
-                        out[20] = shape((String) item[DebeziumLine.SHAPE_AT]);
+                        out[SCHEMA] = text(item[0]);
+                        out[KIND] = text(item[1]);
+                        for (int i = 2; i < item.length - 1; i++) {
+                            out[ITEM_AT + i] = internal(i, item[i]);
+                        }
+                        out[SHAPE] = shape((String) item[DebeziumLine.SHAPE_AT]);
                     }
-                    if (chunkBits >= 0 && out[3] != null) {
-                        long row = (Long) out[3];
+                    if (chunkBits >= 0 && out[ROW] != null) {
+                        long row = (Long) out[ROW];
                         long at = row >> chunkBits;
-                        if (chunk == null || !chunk.holds(out[1], out[2], at)) {
+                        if (chunk == null || !chunk.holds(out[FILE_INDEX], out[BLOCK], at)) {
                             ended = chunk == null ? null : chunk.summary();
-                            chunk = new Chunk(out[1], out[2], at);
+                            chunk = new Chunk(out[FILE_INDEX], out[BLOCK], at);
                         }
                         if (change) chunk.change(row, (Long) item[3]);
                     }

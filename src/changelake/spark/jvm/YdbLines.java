@@ -180,7 +180,8 @@ public final class YdbLines {
                     Object[] written = update != null ? update : reset;
                     out[tail + A] = erase != null ? null
                         : row(t, key, newImage != null ? newImage : written);
-                    out[tail + UA] = unchanged(t, newImage != null || erase != null ? null : update);
+                    out[tail + UA] =
+                        unchanged(t, newImage != null || erase != null ? null : update);
                     out[tail + B] = oldImage == null ? null : row(t, key, oldImage);
                     out[tail + UB] = unchanged(t, null);
                 }
