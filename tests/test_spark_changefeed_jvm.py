@@ -547,16 +547,23 @@ def test_the_image_shapes_infer_as_spark_infers(spark: Any, tmp_path: Path) -> N
         [{"a": "1"}, {"a": 1}], [{"a": "2026-11-27"}], [{"a": False}, {"a": None}],
     ]
     said = 0
-    for n, batch in enumerate(edges + _shape_batches(30)):
-        path = tmp_path / f"b{n}.jsonl"
+    batches = edges + _shape_batches(30)
+    paths = []
+    for n, batch in enumerate(batches):
+        paths.append(tmp_path / f"b{n}.jsonl")
         lines = [orjson.dumps(_change(PG_SOURCE, op="c", after=image or {"id": 0},
                                       before=(batch[i - 1] if i else None)))
                  for i, image in enumerate(batch)]
-        path.write_bytes(b"\n".join(lines) + b"\n")
-        items = java_items(read_lines(spark, [str(path)]).bounded)
-        assert items is not None
-        rows = items.select("shape", "after_raw", "before_raw", "_deferred").collect()
-        assert not any(r["_deferred"] for r in rows)
+        paths[-1].write_bytes(b"\n".join(lines) + b"\n")
+    # Every batch read by Java in one job, a file each; each batch's shapes are its file's.
+    items = java_items(read_lines(spark, [str(p) for p in paths]).bounded)
+    assert items is not None
+    read = items.select("file_index", "shape", "after_raw", "before_raw", "_deferred").collect()
+    assert not any(r["_deferred"] for r in read)
+    assert "*" not in {r["shape"] for r in read}  # no task passed on its bound of shapes
+    for n, batch in enumerate(batches):
+        rows = [r for r in read if r["file_index"] == n]
+        assert len(rows) == len(batch)
         shapes = inferred_from_shapes([r["shape"] for r in rows])
         texts = [r[c] for r in rows for c in ("after_raw", "before_raw") if r[c] is not None]
         frame = spark.createDataFrame([(t,) for t in texts], "value string")
