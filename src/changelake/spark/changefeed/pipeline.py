@@ -78,7 +78,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from py4j.protocol import Py4JJavaError
@@ -558,6 +558,13 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
 _YDB_FACTS_ONLY = ("file",)
 
 
+def _named_flaw(read: Lines) -> NoReturn:
+    """A line of `read` was counted out of its bounds (`read.flaw`): `Lines.check` names the
+    first one as the encoder does."""
+    read.check()
+    raise Unsupported("a line out of bounds that the check did not find")
+
+
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
                         ) -> tuple[DataFrame, LineFacts] | None:
     """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
@@ -575,8 +582,7 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_FACTS.names}
     if count["flawed"]:
-        read.check()
-        raise Unsupported("a line out of bounds that the check did not find")
+        _named_flaw(read)
     if count["deferred"]:
         return None
     return items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"])
@@ -605,8 +611,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
                                       .observe(observed, *LineFacts.aggregates())
                                       .drop(*_YDB_FACTS_ONLY)))
         if flaws.get["flawed"]:
-            read.check()
-            raise Unsupported("a line out of bounds that the check did not find")
+            _named_flaw(read)
         return items, LineFacts.of(observed.get)
 
     by_java = _ydb_parsed_by_java(read, table_schema, columns)

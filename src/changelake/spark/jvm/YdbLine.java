@@ -169,11 +169,7 @@ public final class YdbLine implements UDF2<String, String, Row> {
 
     @Override
     public Row call(String line, String spec) {
-        if (line == null || spec == null) return null;
-        for (int i = 0, n = line.length(); i < n; i++) {
-            char c = line.charAt(i);
-            if (c == '\\' || c == '\ufeff' || c == '\ufffd') return null;
-        }
+        if (line == null || spec == null || !plain(line)) return null;
         try {
             Table t = Table.of(spec, table);
             table = t;
@@ -206,10 +202,7 @@ public final class YdbLine implements UDF2<String, String, Row> {
                 p = READ.createParser(bytes);
             } else {
                 String line = value.toString();
-                for (int i = 0, n = line.length(); i < n; i++) {
-                    char c = line.charAt(i);
-                    if (c == '\\' || c == '\ufeff' || c == '\ufffd') return null;
-                }
+                if (!plain(line)) return null;
                 p = READ.createParser(line);
             }
             try (p) {
@@ -218,6 +211,16 @@ public final class YdbLine implements UDF2<String, String, Row> {
         } catch (Defer | IOException | RuntimeException e) {
             return null;
         }
+    }
+
+    /** No backslash, byte-order mark or replacement character anywhere (see the class
+     * comment: such a line is left). */
+    private static boolean plain(String line) {
+        for (int i = 0, n = line.length(); i < n; i++) {
+            char c = line.charAt(i);
+            if (c == '\\' || c == '\ufeff' || c == '\ufffd') return false;
+        }
+        return true;
     }
 
     private static Object[] read(JsonParser p, Table t) throws IOException, Defer {
