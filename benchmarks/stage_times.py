@@ -3,11 +3,10 @@
 Wall time on these 2-core machines moves with the load; what the tasks of each stage took,
 summed, moves less, and says which step of a run to work on: a stage's task time against
 the baseline's (the plain write's) in the same log. Run a benchmark with Spark's event log on
-and uncompressed, then read it here:
+(uncompressed, or compressed with Spark's default zstd), then read it here:
 
     python benchmarks/bench_ingest.py --source ydb --events 11000000 \\
-        --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/events \\
-        --conf spark.eventLog.compress=false
+        --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/events
     python benchmarks/stage_times.py /tmp/events/*/events_1_*
 
 Printed per job, in order: the driver's gap before it (planning, Python), its wall time, and
@@ -71,21 +70,39 @@ class Log:
     stages: dict[int, Stage] = field(default_factory=lambda: defaultdict(Stage))
 
 
+def _lines(path: Path) -> list[bytes]:
+    """The event log's lines: the file's, or those of its zstd frames (`.zstd`, Spark's
+    default codec for event logs). Spark's lz4 and snappy framings are its own: refused."""
+    if path.suffix in (".lz4", ".lzf", ".snappy"):
+        raise SystemExit(f"{path}: compressed with {path.suffix[1:]}, which this reader does "
+                         "not read: run with spark.eventLog.compress=false, or the zstd codec")
+    if path.suffix in (".zstd", ".zst"):
+        import pyarrow as pa
+
+        with pa.CompressedInputStream(pa.OSFile(str(path)), "zstd") as stream:
+            return stream.read().splitlines()
+    return path.read_bytes().splitlines()
+
+
 def read_log(path: Path) -> Log:
-    """The jobs and the stages' summed tasks of one uncompressed event log (JSON lines)."""
+    """The jobs and the stages' summed tasks of one event log (JSON lines)."""
     log = Log()
-    with path.open("rb") as lines:
-        for line in lines:
+    for number, line in enumerate(_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
             event = orjson.loads(line)
-            kind = event["Event"]
-            if kind == "SparkListenerJobStart":
-                log.jobs[event["Job ID"]] = Job(event["Submission Time"] / 1000,
-                                                list(event["Stage IDs"]))
-            elif kind == "SparkListenerJobEnd":
-                log.jobs[event["Job ID"]].end = event["Completion Time"] / 1000
-            elif kind == "SparkListenerTaskEnd":
-                log.stages[event["Stage ID"]].add(event["Task Info"],
-                                                  event.get("Task Metrics") or {})
+        except orjson.JSONDecodeError as error:
+            raise SystemExit(f"{path}: line {number}: not a Spark event ({error})") from None
+        kind = event["Event"]
+        if kind == "SparkListenerJobStart":
+            log.jobs[event["Job ID"]] = Job(event["Submission Time"] / 1000,
+                                            list(event["Stage IDs"]))
+        elif kind == "SparkListenerJobEnd":
+            log.jobs[event["Job ID"]].end = event["Completion Time"] / 1000
+        elif kind == "SparkListenerTaskEnd":
+            log.stages[event["Stage ID"]].add(event["Task Info"],
+                                              event.get("Task Metrics") or {})
     return log
 
 
