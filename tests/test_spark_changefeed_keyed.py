@@ -63,16 +63,25 @@ def _events(rng: random.Random, keys: int, decimal_pos: bool) -> list[tuple[Any,
             ub = (False, False, *[rng.random() < 0.2 for _ in NAMES[2:]])
             problem = rng.choice([None] * 30 + ["bad: cannot tell the key",
                                                 "unsupported: a null key"])
-            out.append((id_, tag, rng.randint(0, 4), pos, 0 if delete else 1, delete, a, ua,
+            key = _decimal_key(id_) if decimal_pos else id_
+            out.append((key, tag, rng.randint(0, 4), pos, 0 if delete else 1, delete, a, ua,
                         b, ub, problem))
     return out
+
+
+def _decimal_key(id_: int) -> Decimal:
+    """A decimal(20,0) key (YDB's Uint64, a Debezium decimal) for `id_`, from -2^63 to
+    2^64-1: ids `6n + 1` and `6n + 5` are -1-n and 2^63-1-n, one long apart only by sign
+    (`keyed._as_longs`)."""
+    n = id_ // 6
+    return Decimal([-(2**63) + n, -1 - n, n, 2**63 + n, 2**64 - 1 - n, 2**63 - 1 - n][id_ % 6])
 
 
 def _schema(decimal_pos: bool) -> str:
     row = "struct<id: bigint, tag: double, name: string, x: double, flag: boolean>"
     flags = "struct<id: boolean, tag: boolean, name: boolean, x: boolean, flag: boolean>"
     element = "decimal(20,0)" if decimal_pos else "bigint"
-    return (f"k0 bigint, k1 double, time bigint, pos array<{element}>, rank int, "
+    return (f"k0 {element}, k1 double, time bigint, pos array<{element}>, rank int, "
             f"is_delete boolean, a {row}, ua {flags}, b {row}, ub {flags}, problem string")
 
 

@@ -39,6 +39,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
@@ -343,13 +344,55 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     if converter is None or not isinstance(position, ArrayType) \
             or position.elementType.simpleString() not in JAVA_POSITIONS:
         return None
-    kcols = [f"k{i}" for i in range(len(keys))]
-    ordered = _with_state(events, columns, keys, state) \
-        .sortWithinPartitions(*kcols, "time", "pos", "rank") \
-        .select(*kcols, F.col("time").cast("bigint"), "pos", F.col("rank").cast("int"),
-                F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
-                F.col("content").cast("bigint"), F.col("problem").cast("string"), "st")
-    return DataFrame(converter.convert(ordered._jdf, len(keys)), events.sparkSession)
+    with_state = _with_state(events, columns, keys, state)
+    kcols = [long for i in range(len(keys))
+             for long in _as_longs(f"k{i}", with_state.schema[f"k{i}"].dataType)]
+    ordered = with_state.select(
+        *kcols, F.col("time").cast("bigint"), _positions_as_longs(position.elementType),
+        F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
+        F.col("content").cast("bigint"), F.col("problem").cast("string"), "st")
+    sorted_ = ordered.sortWithinPartitions(*ordered.columns[:len(kcols) + 3])
+    return DataFrame(converter.convert(sorted_._jdf, len(kcols)), events.sparkSession)
+
+
+#: A decimal(20,0) holds what the encoder reads as an integer: from -2^63 to 2^64-1.
+_LEAST, _GREATEST = -(2**63), 2**64 - 1
+
+
+def _decimal(n: int) -> Column:
+    return F.lit(str(n)).cast("decimal(20,0)")
+
+
+def _as_longs(name: str, kind: Any) -> list[Column]:
+    """A key column as the Java conversion reads it: as it is, or, a decimal(20,0), as two
+    columns, a long and whether the decimal is negative, equal exactly when the decimals are
+    (the long: a negative decimal's value, `_flipped` of one in [0, 2^64)). Spark sorts and
+    compares a decimal wider than a long as a `BigDecimal` built from its bytes, a long as a
+    long; the conversion only needs each key's events together, not the keys in order."""
+    column = F.col(name)
+    if kind.simpleString() != "decimal(20,0)":
+        return [column.alias(name)]
+    negative = column < 0
+    return [F.when(column.between(_decimal(_LEAST), _decimal(-1)), column.cast("bigint"))
+            .otherwise(_flipped(column, name))
+            .alias(f"{name}_long"), negative.alias(f"{name}_negative")]
+
+
+def _flipped(value: Column, what: str) -> Column:
+    """A decimal(20,0) in [0, 2^64) as the long of its 64 bits with the sign bit flipped:
+    longs in the decimals' order. Outside: an error (no caller passes one: a Uint64 is read
+    within its range, a decimal(20,0) within `_LEAST` and `_GREATEST`)."""
+    return F.when(value.between(_decimal(0), _decimal(_GREATEST)),
+                  (value - _decimal(2**63)).cast("bigint")) \
+        .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
+
+
+def _positions_as_longs(element: Any) -> Column:
+    """`pos` as the Java conversion sorts and compares it: longs as they are, Uint64s (YDB's
+    `[step, txId]`, or a line's place) `_flipped`, each to one long (see `_as_longs`)."""
+    if element.simpleString() != "decimal(20,0)":
+        return F.col("pos")
+    return F.transform("pos", lambda x: _flipped(x, "a position")).alias("pos")
 
 
 def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
