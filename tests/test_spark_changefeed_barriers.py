@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from changelake.spark.changefeed import barriers
+from changelake.spark.changefeed import barriers, pipeline
 from test_convert_history import write_ydb
 from test_spark_changefeed_ydb import HISTORY, YDB_TABLE, compare, restarted
 
@@ -116,15 +116,21 @@ SIMPLE = {"scan": {1: ("a", 0.5), 2: ("b", 1.0)},
           "seed": 11}
 
 
-@pytest.mark.parametrize("history", [SIMPLE, HISTORY], ids=["typed", "careful"])
+@pytest.mark.parametrize("history, rule", [(SIMPLE, "conversion"), (SIMPLE, "scan"),
+                                           (HISTORY, "window")],
+                         ids=["typed", "typed-scan", "careful"])
 def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                   history: dict[str, Any]) -> None:
+                                   history: dict[str, Any], rule: str) -> None:
     """Files cut into blocks of a few lines each (`spark.sql.files.maxPartitionBytes`), with
-    a restart's replays below a barrier: the result is the encoder's. The typed lines take the
-    scan, which finds the replays; with careful lines (a union of two parses, so a block's rows
-    are in two partitions) the scan declines and the window decides."""
+    a restart's replays below a barrier: the result is the encoder's. The typed lines, which
+    Java reads whole, have the rule checked by the conversion, the parse's tasks marking the
+    records below their block's barriers and the driver those below an earlier block's
+    (`barriers.Blocks`, `marked_below`); where that is not told (here made so), the scan
+    finds the replays. With careful lines (a union of two parses, so a block's rows are in
+    two partitions) the scan declines and the window decides."""
     scans: list[barriers.Below | None] = []
     windows: list[barriers.Below] = []
+    marked: list[Any] = []
 
     def scan(*args: Any) -> barriers.Below | None:
         scans.append(scan_below(*args))
@@ -134,19 +140,70 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
         windows.append(window_below(*args))
         return windows[-1]
 
+    def mark(items: Any, blocks: barriers.Blocks) -> Any:
+        assert blocks.prior  # a barrier reaches later blocks
+        marked.append(barriers.marked_below(items, blocks))
+        return marked[-1]
+
     scan_below, window_below = barriers.scan_below, barriers._window_below
     monkeypatch.setattr(barriers, "scan_below", scan)
     monkeypatch.setattr(barriers, "_window_below", window)
+    monkeypatch.setattr(pipeline, "marked_below", mark)
+    if rule == "scan":
+        monkeypatch.setattr(barriers.Blocks, "of", staticmethod(lambda tasks: None))
     paths, _, last = write_ydb(history, tmp_path)
     restarted(paths, 5)
     before = spark.conf.get("spark.sql.files.maxPartitionBytes")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "200")
     try:
         got, _ = compare(spark, paths, tmp_path, YDB_TABLE, close=False)
+        below = [m.where("_below").count() for m in marked]
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", before)
     assert got is not None and got.path == "jvm", got and got.reason
     assert got.frontier == last
-    (found_below,) = windows if history is HISTORY else scans
-    assert found_below is not None and found_below.count > 0
-    assert len(windows) == (history is HISTORY)
+    assert (len(marked), len(scans), len(windows)) == {
+        "conversion": (1, 0, 0), "scan": (0, 1, 0), "window": (0, 1, 1)}[rule]
+    if rule == "conversion":
+        assert below[0] > 0
+    else:
+        (found_below,) = windows or scans
+        assert found_below is not None and found_below.count > 0
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_the_blocks_mark_what_the_window_finds(spark: Any, tmp_path: Path, seed: int) -> None:
+    """The records below their file's running highest barrier, as the parse's tasks mark them
+    within their blocks and the driver across them (`Blocks`, `marked_below`), are exactly
+    those the window finds (`_below`), with each file's highest barrier, on files cut into
+    blocks of a few lines, replayed from some line on, with a late record or two."""
+    from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.pipeline import _ydb_parsed_by_java
+    from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.ydb import ydb_columns
+    from test_spark_changefeed_ydb import late_record
+
+    paths, _, _ = write_ydb(SIMPLE, tmp_path)
+    restarted(paths, seed)
+    assert late_record(paths, seed)
+    schema = TableSchema.from_json(YDB_TABLE)
+    before = spark.conf.get("spark.sql.files.maxPartitionBytes")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "200")
+    try:
+        parsed = _ydb_parsed_by_java(read_lines(spark, [str(p) for p in paths]), schema,
+                                     ydb_columns(schema, list(schema.primary_key)))
+        assert parsed is not None
+        items, _, blocks = parsed
+        assert blocks is not None and blocks.prior
+        place = ("file_index", "block", "row")
+        marked = sorted(tuple(r) for r in barriers.marked_below(items, blocks)
+                        .where("_below").select(*place).collect())
+        found = sorted(tuple(r) for r in barriers._below(items, keep=()).select(*place)
+                       .collect())
+        within = items.where("_below").count()
+        chunks = barriers._barrier_chunks(items, ())
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", before)
+    assert marked == found
+    assert 0 < within < len(found)  # below a barrier of its own block, and of an earlier one
+    assert blocks.last == {f: h for f, h in chunks.highest.items() if h is not None}

@@ -17,7 +17,7 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   file held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records).
   Only the records below, few in a good feed (the replays), are then looked up among the
   earlier records of their file by their identity (`barrier_rule`: a join on the key, the
-  position and a 64-bit hash of the op and images, `_same`).
+  position and a 64-bit hash of the op and images, `identity`).
 * *Frontier*: each file's highest barrier (from what finds the records below: the scan's
   summary rows, or the window's aggregate rows by chunk of lines: `Barriers.last`); 0 while
   some file has none, else the least of their steps.
@@ -94,7 +94,7 @@ def barrier_frontier(last: dict[int, Any], files: int) -> int:
     return int(min(position[0] for position in last.values()))
 
 
-def _same() -> Column:
+def identity() -> Column:
     """What makes two records of one key at one position one event (`event_identity`): their
     op and images, compared by a 64-bit hash (as `keyed.convert`'s `checks` tell two rows of a
     key at a position apart), so that the joins that look the records below a barrier up shuffle a
@@ -253,7 +253,7 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     """Whether some record below its file's barrier repeats no earlier record of its file (a
     bad line), and each file's highest barrier. The records below are found by `scan_below`
     (else `_below`'s window), each with its identity (the key, the position and
-    `_same`), and kept; in a good feed they are few (the replays), and are then
+    `identity`), and kept; in a good feed they are few (the replays), and are then
     broadcast to the join that looks each one up among the earlier records of its file by its
     identity (many are joined without broadcasting). Only the identity's narrow columns are
     shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
@@ -261,24 +261,93 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
     spreads a window over partitions by it (`keyed.partitions_for`)."""
     key = [f"k{i}" for i in range(keys)]
-    items = items.withColumn("_same", _same())
+    items = items.withColumn("_same", identity())
     scanned = scan_below(items, (*key, "_same"))
     if scanned is None:
         scanned = _window_below(items, (*key, "_same"), size)
     below, count, last = scanned.frame, scanned.count, scanned.last
     if count == 0:
         return Barriers(False, last)
+    lines = items if scanned.earlier is None else scanned.earlier
+    return Barriers(_unrepeated(lines, below, count, keys), last)
+
+
+def _unrepeated(lines: DataFrame, below: DataFrame, count: int, keys: int) -> bool:
+    """Whether one of the `count` records `below` (file_index, block, row, pos, the key's
+    columns, `_same`: `identity`) repeats no earlier record of its file among `lines` (with
+    `_same`)."""
+    key = [f"k{i}" for i in range(keys)]
     small: Callable[[DataFrame], DataFrame] = \
         F.broadcast if count <= BROADCAST_BELOW else lambda frame: frame
-    identity = ["file_index", *key, "pos", "_same"]
-    lines = items if scanned.earlier is None else scanned.earlier
+    identical = ["file_index", *key, "pos", "_same"]
     earlier = lines.where(F.col("kind") == "change").select(
-        *[F.col(c).alias(f"_{c}") for c in ("block", "row", *identity)])
+        *[F.col(c).alias(f"_{c}") for c in ("block", "row", *identical)])
     same = F.lit(True)
-    for c in identity:
+    for c in identical:
         same = same & F.col(c).eqNullSafe(F.col(f"_{c}"))
     before = (F.col("_block") < F.col("block")) \
         | ((F.col("_block") == F.col("block")) & (F.col("_row") < F.col("row")))
     repeats = earlier.join(small(below), same & before).select("file_index", "block", "row") \
         .distinct().count()
-    return Barriers(repeats < count, last)
+    return repeats < count
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The barrier rule across a YDB batch's blocks of lines, from what the parse's tasks
+    found within each (`ydb.TASK_FACTS`, `YdbLines.Blocks`): each record already says
+    whether it lies below the barriers of its block's earlier lines (`_below`); here each
+    block gets the highest barrier of its file's earlier blocks (`prior`), which
+    `marked_below` compares the block's records with."""
+
+    prior: list[tuple[int, int, Any]]  # (file_index, block, earlier blocks' highest barrier)
+    last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
+
+    @staticmethod
+    def of(tasks: Sequence[Any]) -> Blocks | None:
+        """From the tasks' facts; None where a block's rows were out of order or split
+        between tasks (the caller takes `barrier_rule`)."""
+        if any(t["disorder"] for t in tasks):
+            return None
+        blocks = sorted(((b["file_index"], b["block"], b["high"]) for t in tasks
+                         for b in t["blocks"]), key=lambda b: (b[0], b[1]))
+        places = [(file, block) for file, block, _ in blocks]
+        if len(set(places)) < len(places) \
+                or any(high is not None and None in high for _, _, high in blocks):
+            return None
+        last: dict[int, Any] = {}
+        prior = []
+        for file, block, high in blocks:
+            earlier = last.get(file)
+            if earlier is not None:
+                prior.append((file, block, earlier))
+            if high is not None and (earlier is None or list(high) > list(earlier)):
+                last[file] = high
+        return Blocks(prior, last)
+
+
+def marked_below(items: DataFrame, blocks: Blocks) -> DataFrame:
+    """`items` (with `_below` from the parse: below a barrier of its block's earlier lines)
+    with `_below` true also on each record below its file's earlier blocks' highest barrier:
+    on every record below the highest barrier read before it in its file."""
+    if not blocks.prior:
+        return items
+    position = items.schema["pos"].dataType
+    prior = driver_rows(items.sparkSession, blocks.prior, T.StructType([
+        T.StructField("file_index", T.IntegerType()), T.StructField("block", T.LongType()),
+        T.StructField("_prior", position)]))
+    below = F.col("_below") | F.coalesce((F.col("kind") == "change")
+                                         & (F.col("pos") < F.col("_prior")), F.lit(False))
+    return items.join(F.broadcast(prior), ["file_index", "block"], "left") \
+        .withColumn("_below", below).drop("_prior").select(*items.columns)
+
+
+def unrepeated_outside(items: DataFrame, outside: Column, count: int, keys: int) -> bool:
+    """Whether one of the `count` records below (`marked_below`'s `items`) that `outside`
+    marks (those the conversion does not see, which checks the others: `keyed.java_convert`'s
+    `barriers`) repeats no earlier record of its file."""
+    items = items.withColumn("_same", identity())
+    below = items.where((F.col("kind") == "change") & F.col("_below") & outside).select(
+        "file_index", "block", "row", "pos", *[f"k{i}" for i in range(keys)], "_same")
+    return _unrepeated(items, below, count, keys)
+

@@ -322,13 +322,21 @@ JAVA_POSITIONS = ("bigint", "decimal(20,0)")
 
 
 def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                 state: DataFrame | None) -> DataFrame | None:
+                 state: DataFrame | None, *, barriers: bool = False) -> DataFrame | None:
     """`convert` by the project's Java (`KeyedConversion.java`: one pass over each key's
     events, in the tasks, instead of four windows, an explode and an aggregate), as
-    `(data, time, diff, problem, tied)`: the updates (`problem` and `tied` null), and in a
-    partition whose events had a problem or a tie, one row with no data and diff 0 that holds
-    what `convert`'s `checks` observe. None where the session has no jar or the positions are
-    of a type it does not compare.
+    `(data, time, diff, problem, tied, unrepeated, outside)`: the updates (the last four
+    null), and
+    in a partition whose events had a problem or a tie, one row with no data and diff 0 that
+    holds what `convert`'s `checks` observe. None where the session has no jar or the
+    positions are of a type it does not compare.
+
+    With `barriers`, YDB's barrier rule is checked too, for the events given: each has
+    `_below` (it lies below the highest barrier read before it in its file), `_same` (its
+    identity's hash: `barriers.identity`), its place (file_index, block, row), and `_outside`:
+    a record below that lies outside the times converted, which is only counted (`outside`;
+    the caller looks it up). `unrepeated` says that one below repeats no earlier record of its
+    file (`KeyedConversion.java`).
 
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it
@@ -347,12 +355,17 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     with_state = _with_state(events, columns, keys, state)
     kcols = [long for i in range(len(keys))
              for long in _as_longs(f"k{i}", with_state.schema[f"k{i}"].dataType)]
+    rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
+            F.col("file_index").cast("int"), F.col("_outside").cast("boolean"),
+            F.col("block").cast("bigint"), F.col("row").cast("bigint")] if barriers else []
     ordered = with_state.select(
         *kcols, F.col("time").cast("bigint"), _positions_as_longs(position.elementType),
         F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
-        F.col("content").cast("bigint"), F.col("problem").cast("string"), "st")
-    sorted_ = ordered.sortWithinPartitions(*ordered.columns[:len(kcols) + 3])
-    return DataFrame(converter.convert(sorted_._jdf, len(kcols)), events.sparkSession)
+        F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
+    order = [*ordered.columns[:len(kcols) + 3], *(("file_index", "block", "row") if barriers
+                                                   else ())]
+    return DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf, len(kcols),
+                                       barriers), events.sparkSession)
 
 
 #: A decimal(20,0) holds what the encoder reads as an integer: from -2^63 to 2^64-1.

@@ -65,7 +65,7 @@ as the Debezium ones are.
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied). This path only: the repeat's op
-and images are compared by a 64-bit hash (`barriers._same`), as two rows of a key at a
+and images are compared by a 64-bit hash (`barriers.identity`), as two rows of a key at a
 position are.
 
 `convert_frames` is what `lake.commands.ingest` converts a changefeed with.
@@ -90,8 +90,17 @@ from changelake.errors import ChangelakeError
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed import times, ydb
-from changelake.spark.changefeed.barriers import LineFacts, barrier_frontier, barrier_rule
+from changelake.spark.changefeed.barriers import (
+    Blocks,
+    LineFacts,
+    barrier_frontier,
+    barrier_rule,
+    identity,
+    marked_below,
+    unrepeated_outside,
+)
 from changelake.spark.changefeed.keyed import (
+    JVM_CONVERSION_CLASS,
     ColumnSpec,
     by_key,
     checkpoint,
@@ -130,6 +139,7 @@ from changelake.spark.changefeed.ydb import (
 )
 from changelake.spark.errors import input_error
 from changelake.spark.expressions import per_jvm
+from changelake.spark.jvm import java_class
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
 log = logging.getLogger(__name__)
@@ -373,15 +383,23 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 _WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem")
 
 
-def _by_key(events: DataFrame, keys: int, size: int) -> DataFrame:
-    """The keyed events' key and `_WANTED` columns, shuffled by key (`by_key`) into
-    partitions for about `size` events (`partitions_for`)."""
-    return by_key(events.select(*(f"k{i}" for i in range(keys)), *_WANTED), keys,
+#: The columns the barrier rule in the conversion reads besides (`keyed.java_convert`).
+_BARRIERS_WANTED = ("_below", "_same", "file_index", "_outside", "block", "row")
+
+
+def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) -> DataFrame:
+    """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
+    `barriers`), shuffled by key (`by_key`) into partitions for about `size` events
+    (`partitions_for`)."""
+    wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
+    return by_key(events.select(*(f"k{i}" for i in range(keys)), *wanted), keys,
                   partitions_for(events.sparkSession, size))
 
 
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                       state: DataFrame | None, size: int, *, defer: bool = False
+                       state: DataFrame | None, size: int, *, defer: bool = False,
+                       barriers: bool = False,
+                       after: Callable[[dict[str, Any]], str | None] | None = None
                        ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
@@ -398,21 +416,29 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     and 11M events, Debezium's no measurable difference; one copy of the updates on disk
     fewer for both: benchmarks/README.md). Before the checkpoint, the events were
     checkpointed, an aggregate by key and position read them back for the check, and the
-    lake's write converted them."""
+    lake's write converted them.
+
+    `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have
+    `_below`, `_same` and their places: `keyed.java_convert`); `after`, a check of the job's
+    settling that follows its own (`DeferredChecks.after`)."""
     checks = Observation()
-    shuffled = _by_key(events, len(keys), size)
+    shuffled = _by_key(events, len(keys), size, barriers=barriers)
 
     def converted() -> DataFrame:
         with settings(events.sparkSession, NOT_ADAPTIVE):  # see `keyed.java_convert`
-            java = java_convert(shuffled, columns, keys, state)
+            java = java_convert(shuffled, columns, keys, state, barriers=barriers)
             if java is None:
+                if barriers:
+                    raise Unsupported("the barrier rule in a conversion without Java")
                 return convert(shuffled, columns, keys, state, checks=checks)
             return (java.observe(checks, F.min("problem").alias("problem"),
-                                 F.max("tied").alias("tied"))
+                                 F.max("tied").alias("tied"),
+                                 F.max("unrepeated").alias("unrepeated"),
+                                 F.sum("outside").alias("outside"))
                     .where(F.col("diff") != 0).select("data", "time", "diff"))
 
     updates = _guard(converted)  # planned here (`keyed.java_convert`): a failure is a refusal
-    deferred = DeferredChecks(checks, updates)
+    deferred = DeferredChecks(checks, updates, after)
     if defer:
         return updates, deferred
     stored_updates = _guard(lambda: checkpoint(updates))
@@ -430,6 +456,9 @@ class DeferredChecks:
 
     observation: Observation
     updates: DataFrame
+    # A check that needs the job's observation first (and may run jobs of its own): given
+    # what was observed, the problem it finds, or None.
+    after: Callable[[dict[str, Any]], str | None] | None = None
 
     def write(self, action: Callable[[], None]) -> None:
         """Run `action`, the job that reads the updates whole (a write of them, filtered or
@@ -447,6 +476,11 @@ class DeferredChecks:
             _guard(lambda: self.updates.write.format("noop").mode("overwrite").save())
         found = self.observation.get
         problem = problem_of(found["problem"], found["tied"])
+        if problem is None and found.get("unrepeated"):
+            problem = BELOW_UNREPEATED
+        if problem is None and self.after is not None:
+            after = self.after
+            problem = _guard(lambda: after(found))
         if problem is not None:
             raise Unsupported(problem)
 
@@ -558,6 +592,10 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
 _YDB_FACTS_ONLY = ("file",)
 
 
+#: YDB's barrier rule broken (`barriers.py`): the old path names the line.
+BELOW_UNREPEATED = "bad: a record below its partition's barrier"
+
+
 def _named_flaw(read: Lines) -> NoReturn:
     """A line of `read` was counted out of its bounds (`read.flaw`): `Lines.check` names the
     first one as the encoder does."""
@@ -566,11 +604,13 @@ def _named_flaw(read: Lines) -> NoReturn:
 
 
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
-                        ) -> tuple[DataFrame, LineFacts] | None:
+                        ) -> tuple[DataFrame, LineFacts, Blocks | None] | None:
     """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
     (without `_YDB_FACTS_ONLY`), and their facts, counted by the tasks and observed by the
     same job: where Java read every line (the records YDB writes, without a problem), that
-    is the typed parse's result without its expressions over every line. None where it left
+    is the typed parse's result without its expressions over every line, with `_below` (see
+    `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`: None where
+    the tasks could not tell it). None where it left
     a line (or has no jar): the caller parses the batch the typed way, which reads the lines
     Java leaves and names the problems. A flawed line is named by `Lines.check`."""
     java = ydb.java_items(read.bounded, schema, columns)
@@ -580,12 +620,13 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     items = _guard(lambda: stored(java.observe(observed, F.collect_list("_facts").alias("tasks"))
                                   .drop("_deferred", "_facts", *_YDB_FACTS_ONLY)))
     tasks = observed.get["tasks"]
-    count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_FACTS.names}
+    count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_COUNTS}
     if count["flawed"]:
         _named_flaw(read)
     if count["deferred"]:
         return None
-    return items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"])
+    return (items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"]),
+            Blocks.of(tasks))
 
 
 def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
@@ -615,8 +656,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         return items, LineFacts.of(observed.get)
 
     by_java = _ydb_parsed_by_java(read, table_schema, columns)
+    blocks: Blocks | None = None
     if by_java is not None:
-        items, facts = by_java
+        items, facts, blocks = by_java
     else:
         items, facts = parsed(careful=False)
         if facts.careful:
@@ -624,18 +666,25 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     steps.done("read + parse + facts")
     if facts.problem is not None:
         raise Unsupported(facts.problem)
+    if facts.untimed and (facts.timed or facts.barriers):
+        raise Unsupported("records without ts beside records with ts or barriers")
     size = facts.timed + facts.untimed
+    # The barrier rule: checked by the conversion where the parse's tasks found it within
+    # their blocks (the records it does not see, by a lookup after it), else on its own.
+    in_conversion = bool(facts.barriers) and blocks is not None \
+        and java_class(spark, JVM_CONVERSION_CLASS) is not None
     last: dict[int, Any] = {}  # each file's highest barrier: none without barriers
-    if facts.barriers:
+    if in_conversion:
+        assert blocks is not None
+        items, last = marked_below(items, blocks), blocks.last
+    elif facts.barriers:
         rule = _guard(lambda: barrier_rule(items, len(keys), size + facts.barriers))
         if rule.unrepeated:
-            raise Unsupported("bad: a record below its partition's barrier")
+            raise Unsupported(BELOW_UNREPEATED)
         last = rule.last
     steps.done("barriers")
     events = items.where(F.col("kind") == "change")
     if facts.untimed:
-        if facts.timed or facts.barriers:
-            raise Unsupported("records without ts beside records with ts or barriers")
         events = untimed_positions(events)
     frontier = None if close else barrier_frontier(last, len(read.files))
     marks = events.select("file_index", "row", "kind", "time",
@@ -643,12 +692,28 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         items.where(F.col("kind") == "resolved").select(
             "file_index", "row", "kind", F.col("rpos")[0].cast("long").alias("time"),
             F.lit(None).cast("string").alias("tx")))
+    window = F.lit(True)
     if frontier is not None:
-        events = events.where(F.col("time") < frontier)
+        window = window & (F.col("time") < frontier)
     if since is not None:
-        events = events.where(F.col("time") >= since)
-    converted, checks = checked_conversion(with_content(events), columns, keys, state, size,
-                                           defer=defer)
+        window = window & (F.col("time") >= since)
+    after: Callable[[dict[str, Any]], str | None] | None = None
+    if in_conversion:
+        # The records below outside the window go to the conversion too, only to be counted
+        # there (`KeyedConversion.java`), and looked up after it, as `barrier_rule` does.
+        inside = window
+        events = events.withColumns({"_same": identity(), "_outside": ~inside})
+        window = inside | F.col("_below")
+
+        def looked_up(found: dict[str, Any]) -> str | None:
+            count = int(found.get("outside") or 0)
+            if count and unrepeated_outside(items, ~inside, count, len(keys)):
+                return BELOW_UNREPEATED
+            return None
+        after = looked_up
+    converted, checks = checked_conversion(
+        with_content(events.where(window)), columns, keys, state, size, defer=defer,
+        barriers=in_conversion, after=after)
     steps.done("events, ties, conversion")
     return Converted(converted, frontier, "jvm", marks=marks, checks=checks)
 

@@ -319,9 +319,18 @@ def java_table(schema: TableSchema, columns: Sequence[ColumnSpec]) -> str:
 
 JVM_LINES_CLASS = "changelake.jvm.YdbLines"
 
-#: `_facts` of `java_items`: one task's counts.
-TASK_FACTS = T.StructType([T.StructField(n, T.LongType()) for n in (
-    "flawed", "deferred", "timed", "untimed", "barriers")])
+#: The counts among `_facts` of `java_items`: one task's.
+TASK_COUNTS = ("flawed", "deferred", "timed", "untimed", "barriers")
+
+#: `_facts` of `java_items`: one task's counts, then what it found of the barrier rule within
+#: its blocks (`YdbLines.Blocks`): whether their rows were out of order, and each block's
+#: highest barrier.
+TASK_FACTS = T.StructType([
+    *[T.StructField(n, T.LongType()) for n in TASK_COUNTS],
+    T.StructField("disorder", T.BooleanType()),
+    T.StructField("blocks", T.ArrayType(T.StructType([
+        T.StructField("file_index", T.IntegerType()), T.StructField("block", T.LongType()),
+        T.StructField("high", T.ArrayType(T.DecimalType(20, 0)))])))])
 
 
 def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
@@ -343,7 +352,8 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
                                           line_struct(schema, columns)) is None:
         return None
     planned = _typed_items(lines, schema, columns, all_simple=False)
-    out = T.StructType([*planned.schema.fields, T.StructField("_deferred", T.BooleanType()),
+    out = T.StructType([*planned.schema.fields, T.StructField("_below", T.BooleanType()),
+                        T.StructField("_deferred", T.BooleanType()),
                         T.StructField("_facts", TASK_FACTS)])
     places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
                           F.col("row").cast("bigint"), "value")

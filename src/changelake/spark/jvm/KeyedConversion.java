@@ -2,10 +2,12 @@ package changelake.jvm;
 
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NoSuchElementException;
+import java.util.Set;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
@@ -51,10 +53,22 @@ import org.apache.spark.unsafe.types.UTF8String;
  * made one value first).</li>
  * </ul>
  *
- * Nothing is held beyond one key's updates at one time (`Updates`). A partition whose events
- * had a problem or a tie
- * ends with one more row, with no data, that says so (`problem`, `tied`): the caller observes
- * those two columns and drops it.
+ * With `barriers` (YDB's barrier rule, `barriers.py`), each event also says whether it lies
+ * below the highest barrier read before it in its file (`_below`), and carries its identity's
+ * hash (`_same`: op and images) and its file: a record below must repeat an earlier record of
+ * its file, of its key, at its position, with its identity (a replay after a consumer
+ * restart), or the feed broke its partition's guarantee (`unrepeated`). The caller sorts each
+ * key's events at one `(time, pos, rank)` by their file and line too, so that such a repeat is
+ * among the events just before it, in a run of one key, time, position, rank and file. (The
+ * extra order changes no update: events tied in `(time, pos, rank)` whose rows differ are a
+ * `tied` problem whatever their order, and equal ones give the same updates in any order.)
+ * A record below that lies outside the times converted (`_outside`) is only counted
+ * (`outside`): its repeat may lie there too, where the caller looks it up.
+ *
+ * Nothing is held beyond one key's updates at one time (`Updates`), and the identities of one
+ * run. A partition whose events had a problem, a tie or a record below its barrier unrepeated
+ * ends with one more row, with no data, that says so (`problem`, `tied`, `unrepeated`): the
+ * caller observes those columns and drops it.
  */
 public final class KeyedConversion {
     private KeyedConversion() {}
@@ -62,9 +76,19 @@ public final class KeyedConversion {
     /**
      * The updates of `events` (columns in this order: the `keys` key columns, then time
      * bigint, pos array, rank int, is_delete boolean, a, ua, b, ub, content bigint, problem
-     * string, st), as `data struct, time bigint, diff bigint, problem string, tied boolean`.
+     * string, st), as `data struct, time bigint, diff bigint, problem string, tied boolean,
+     * unrepeated boolean, outside bigint`.
      */
     public static Dataset<Row> convert(Dataset<Row> events, int keys) {
+        return convert(events, keys, false);
+    }
+
+    /**
+     * `convert`, with `barriers`: the events have four columns more after `st`, `_below`
+     * boolean, `_same` bigint, file_index int and `_outside` boolean, and are sorted by file
+     * and line after `(time, pos, rank)` (see the class comment).
+     */
+    public static Dataset<Row> convert(Dataset<Row> events, int keys, boolean barriers) {
         StructType in = events.schema();
         StructType data = (StructType) in.fields()[keys + 4].dataType();
         StructType out = new StructType(new StructField[] {
@@ -72,14 +96,16 @@ public final class KeyedConversion {
             DataTypes.createStructField("time", DataTypes.LongType, true),
             DataTypes.createStructField("diff", DataTypes.LongType, false),
             DataTypes.createStructField("problem", DataTypes.StringType, true),
-            DataTypes.createStructField("tied", DataTypes.BooleanType, true)});
+            DataTypes.createStructField("tied", DataTypes.BooleanType, true),
+            DataTypes.createStructField("unrepeated", DataTypes.BooleanType, true),
+            DataTypes.createStructField("outside", DataTypes.LongType, true)});
         DataType[] keyTypes = new DataType[keys];
         for (int i = 0; i < keys; i++) keyTypes[i] = in.fields()[i].dataType();
         DataType position = ((org.apache.spark.sql.types.ArrayType) in.fields()[keys + 1]
             .dataType()).elementType();
         RDD<InternalRow> rows = events.queryExecution().toRdd();
         RDD<InternalRow> updates = rows.toJavaRDD()
-            .mapPartitions(new Partition(keyTypes, position, data)).rdd();
+            .mapPartitions(new Partition(keyTypes, position, data, barriers)).rdd();
         return events.sparkSession().internalCreateDataFrame(updates, out, false);
     }
 
@@ -90,16 +116,18 @@ public final class KeyedConversion {
         private final DataType[] keyTypes;
         private final DataType position;
         private final StructType data;
+        private final boolean barriers;
 
-        Partition(DataType[] keyTypes, DataType position, StructType data) {
+        Partition(DataType[] keyTypes, DataType position, StructType data, boolean barriers) {
             this.keyTypes = keyTypes;
             this.position = position;
             this.data = data;
+            this.barriers = barriers;
         }
 
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
-            return new Updates(rows, keyTypes, position, data);
+            return new Updates(rows, keyTypes, position, data, barriers);
         }
     }
 
@@ -128,7 +156,17 @@ public final class KeyedConversion {
         private int next;
         private UTF8String problem;
         private boolean tied;
+        private boolean unrepeated;
+        private long outside;
         private boolean reported;
+        private final boolean barriers;
+        // The current run of one key, time, position, rank and file: its identities so far.
+        private boolean inRun;
+        private long runTime;
+        private ArrayData runPos;
+        private int runRank;
+        private int runFile;
+        private final Set<Long> identities = new HashSet<>();
 
         // The current key: its columns, the table's row, and what its windows carry.
         private Object[] key;
@@ -146,8 +184,9 @@ public final class KeyedConversion {
         private long sumsTime;
 
         Updates(Iterator<InternalRow> rows, DataType[] keyTypes, DataType position,
-                StructType data) {
+                StructType data, boolean barriers) {
             this.rows = rows;
+            this.barriers = barriers;
             this.keyTypes = keyTypes;
             this.position = position;
             this.keys = keyTypes.length;
@@ -165,10 +204,13 @@ public final class KeyedConversion {
                 if (!rows.hasNext()) {
                     flush();
                     if (!ready.isEmpty()) break;
-                    if (reported || (problem == null && !tied)) return false;
+                    if (reported || (problem == null && !tied && !unrepeated && outside == 0)) {
+                        return false;
+                    }
                     reported = true;
                     ready.add(new GenericInternalRow(new Object[] {
-                        null, null, 0L, problem, tied ? Boolean.TRUE : null}));
+                        null, null, 0L, problem, tied ? Boolean.TRUE : null,
+                        unrepeated ? Boolean.TRUE : null, outside == 0 ? null : outside}));
                     break;
                 }
                 // The input's rows may be one buffer, read again: what outlives `row` is copied.
@@ -198,7 +240,7 @@ public final class KeyedConversion {
                 long diff = e.getValue();
                 if (diff != 0) {
                     ready.add(new GenericInternalRow(new Object[] {
-                        e.getKey(), sumsTime, diff, null, null}));
+                        e.getKey(), sumsTime, diff, null, null, null, null}));
                 }
             }
             sums.clear();
@@ -218,10 +260,36 @@ public final class KeyedConversion {
             firstBefore = null;
             firstUnchanged = null;
             previous = stateValues == null ? null : row(stateValues);
+            inRun = false;
+        }
+
+        /** The barrier rule for one event (`barriers`): a record below must repeat an
+         * identity of its run's earlier events. */
+        private void barrier(InternalRow row, long time, ArrayData pos, int rank) {
+            int file = row.getInt(ordinal(13));
+            if (!inRun || time != runTime || rank != runRank || file != runFile
+                    || compare(pos, runPos) != 0) {
+                inRun = true;
+                runTime = time;
+                runPos = pos == null ? null : pos.copy();
+                runRank = rank;
+                runFile = file;
+                identities.clear();
+            }
+            long same = row.getLong(ordinal(12));
+            if (!row.isNullAt(ordinal(11)) && row.getBoolean(ordinal(11))
+                    && !identities.contains(same)) {
+                unrepeated = true;
+            }
+            identities.add(same);
         }
 
         /** One event of the current key (see the class comment for the rules). */
         private void event(InternalRow row) {
+            if (barriers && row.getBoolean(ordinal(14))) {  // outside: a record below, counted
+                outside++;
+                return;
+            }
             if (!row.isNullAt(ordinal(9))) {
                 UTF8String p = row.getUTF8String(ordinal(9));
                 if (problem == null || p.compareTo(problem) < 0) problem = p.clone();
@@ -230,6 +298,7 @@ public final class KeyedConversion {
             int rank = row.getInt(ordinal(2));
             long content = row.getLong(ordinal(8));
             boolean delete = row.getBoolean(ordinal(3));
+            if (barriers) barrier(row, row.getLong(ordinal(0)), pos, rank);
             boolean write = !delete;
             boolean apply;
             if (seen == null) {

@@ -44,11 +44,11 @@ public final class YdbLines {
         "file", "file_index", "block", "row", "kind", "problem", "rpos", "has_ts", "pos",
         "time"};
     static final String[] TAIL = {
-        "is_delete", "rank", "op", "a", "ua", "b", "ub", "_deferred", "_facts"};
+        "is_delete", "rank", "op", "a", "ua", "b", "ub", "_below", "_deferred", "_facts"};
     /** Where `HEAD`'s columns are in a row, and `TAIL`'s after the key columns'. */
     private static final int KIND = 4, RPOS = 6, HAS_TS = 7, POS = 8, TIME = 9;
     private static final int IS_DELETE = 0, RANK = 1, OP = 2, A = 3, UA = 4, B = 5, UB = 6,
-        DEFERRED = 7, FACTS = 8;
+        BELOW = 7, DEFERRED = 8, FACTS = 9;
 
     private static final UTF8String CHANGE = UTF8String.fromString("change"),
         RESOLVED = UTF8String.fromString("resolved"),
@@ -64,7 +64,9 @@ public final class YdbLines {
      * `schema` (`ydb_items`' columns, `_deferred` and `_facts`, as JSON; its names must be
      * `HEAD`, the key columns, `TAIL`). `table`: `ydb.java_table`'s. `maxLineBytes`:
      * `read.MAX_LINE_BYTES`. `_facts` is null but on each task's last line, where it is the
-     * task's counts: flawed, deferred, timed and untimed changes, barriers.
+     * task's counts: flawed, deferred, timed and untimed changes, barriers; then `disorder`
+     * and `blocks` (see `Blocks`). `_below`: a record (of kind "change", with `ts`) below the
+     * highest barrier of its block's earlier lines.
      */
     public static Dataset<Row> read(Dataset<Row> lines, String schema, String table,
                                     int maxLineBytes) {
@@ -102,6 +104,7 @@ public final class YdbLines {
             int tail = HEAD.length + keys, width = tail + TAIL.length;
             return new Iterator<>() {
                 private long flawed, deferred, timed, untimed, barriers;
+                private final Blocks blocks = new Blocks();
 
                 @Override
                 public boolean hasNext() {
@@ -113,8 +116,10 @@ public final class YdbLines {
                     Object[] out = new Object[width];
                     read(lines.next(), out);
                     if (!lines.hasNext()) {
+                        blocks.finish();
                         out[tail + FACTS] = new GenericInternalRow(new Object[] {
-                            flawed, deferred, timed, untimed, barriers});
+                            flawed, deferred, timed, untimed, barriers, blocks.disorder,
+                            new GenericArrayData(blocks.done.toArray())});
                     }
                     return new GenericInternalRow(out);
                 }
@@ -124,6 +129,7 @@ public final class YdbLines {
                     out[1] = line.isNullAt(1) ? null : line.getInt(1);
                     out[2] = line.isNullAt(2) ? null : line.getLong(2);
                     out[3] = line.isNullAt(3) ? null : line.getLong(3);
+                    blocks.at(line);
                     UTF8String value = line.isNullAt(4) ? null : line.getUTF8String(4);
                     boolean flaw = value != null
                         && DebeziumLines.flaw(value, maxLineBytes) != null;
@@ -133,6 +139,7 @@ public final class YdbLines {
                     boolean read = p != null && !problems(p, t);
                     if (read) {
                         item(p, t, out);
+                        out[tail + BELOW] = blocks.below((BigDecimal[]) p[6], (BigDecimal[]) p[7]);
                     } else {
                         left(t, out);
                     }
@@ -153,6 +160,7 @@ public final class YdbLines {
                  * them for a line it leaves to the careful parse (`ydb_items`). */
                 private void left(YdbLine.Table t, Object[] out) {
                     out[KIND] = CAREFUL;
+                    out[tail + BELOW] = false;
                     out[HAS_TS] = false;
                     out[tail + IS_DELETE] = false;
                     out[tail + RANK] = 1;
@@ -188,6 +196,67 @@ public final class YdbLines {
                     out[tail + UB] = unchanged(t, null);
                 }
             };
+        }
+    }
+
+    /**
+     * YDB's barrier rule within each block of lines, kept as the task reads them (the rule
+     * across blocks: `barriers.Blocks`). A block (`file_index`, `block`) lies in one
+     * partition, its rows in increasing `row` order (`read.py`), so the highest barrier of a
+     * line's earlier lines in its block is a running maximum. Where the rows are not so (a
+     * block met twice, a row not above the one before it), `disorder` says so, and the caller
+     * takes the rule its own way. `done`: each block the task read, in order, as
+     * `(file_index, block, high)`: its highest barrier, or null.
+     */
+    static final class Blocks {
+        final java.util.List<GenericInternalRow> done = new java.util.ArrayList<>();
+        private final java.util.Set<java.util.List<Long>> seen = new java.util.HashSet<>();
+        boolean disorder;
+        private Integer file;
+        private long block, row;
+        private BigDecimal[] high;
+
+        /** The next line's place (file string, file_index, block, row: `read`'s input). */
+        void at(InternalRow line) {
+            if (line.isNullAt(1) || line.isNullAt(2) || line.isNullAt(3)) {
+                disorder = true;
+                return;
+            }
+            int f = line.getInt(1);
+            long b = line.getLong(2), r = line.getLong(3);
+            if (file == null || file != f || block != b) {
+                finish();
+                if (!seen.add(java.util.List.of((long) f, b))) disorder = true;
+                file = f;
+                block = b;
+                high = null;
+            } else if (r <= row) {
+                disorder = true;
+            }
+            row = r;
+        }
+
+        /** Whether a record at `ts` lies below the block's barriers so far; then `resolved`
+         * (a barrier's position, or null) raises them. */
+        boolean below(BigDecimal[] ts, BigDecimal[] resolved) {
+            boolean under = ts != null && high != null && compare(ts, high) < 0;
+            if (resolved != null && (high == null || compare(resolved, high) > 0)) {
+                high = resolved;
+            }
+            return under;
+        }
+
+        /** The current block is read: its summary to `done`. */
+        void finish() {
+            if (file == null) return;
+            done.add(new GenericInternalRow(new Object[] {
+                file, block, high == null ? null : pair(high)}));
+            file = null;
+        }
+
+        private static int compare(BigDecimal[] x, BigDecimal[] y) {
+            int c = x[0].compareTo(y[0]);
+            return c != 0 ? c : x[1].compareTo(y[1]);
         }
     }
 
