@@ -2,12 +2,11 @@ package changelake.jvm;
 
 import java.util.ArrayList;
 import java.util.HashMap;
-import java.util.HashSet;
+import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NoSuchElementException;
-import java.util.Set;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
@@ -160,13 +159,17 @@ public final class KeyedConversion {
         private long outside;
         private boolean reported;
         private final boolean barriers;
-        // The current run of one key, time, position, rank and file: its identities so far.
+        // The current run of one key, time, position, rank and file: its identities so far
+        // (`identities[0, identityCount)`). Positions are YDB's, longs (`keyed._positions_as_longs`),
+        // held in a buffer of their own: nothing is allocated per event.
         private boolean inRun;
         private long runTime;
-        private ArrayData runPos;
+        private long[] runPos = new long[2];
+        private int runLength;
         private int runRank;
         private int runFile;
-        private final Set<Long> identities = new HashSet<>();
+        private long[] identities = new long[4];
+        private int identityCount;
 
         // The current key: its columns, the table's row, and what its windows carry.
         private Object[] key;
@@ -267,21 +270,45 @@ public final class KeyedConversion {
          * identity of its run's earlier events. */
         private void barrier(InternalRow row, long time, ArrayData pos, int rank) {
             int file = row.getInt(ordinal(13));
-            if (!inRun || time != runTime || rank != runRank || file != runFile
-                    || compare(pos, runPos) != 0) {
-                inRun = true;
+            boolean plain = pos != null;  // no null in it: a run starts at any other
+            for (int i = 0; plain && i < pos.numElements(); i++) plain = !pos.isNullAt(i);
+            if (!plain || !inRun || time != runTime || rank != runRank || file != runFile
+                    || !runAt(pos)) {
+                inRun = plain;
                 runTime = time;
-                runPos = pos == null ? null : pos.copy();
                 runRank = rank;
                 runFile = file;
-                identities.clear();
+                identityCount = 0;
+                if (plain) {
+                    runLength = pos.numElements();
+                    if (runPos.length < runLength) runPos = new long[runLength];
+                    for (int i = 0; i < runLength; i++) runPos[i] = pos.getLong(i);
+                }
             }
             long same = row.getLong(ordinal(12));
-            if (!row.isNullAt(ordinal(11)) && row.getBoolean(ordinal(11))
-                    && !identities.contains(same)) {
+            if (!row.isNullAt(ordinal(11)) && row.getBoolean(ordinal(11)) && !known(same)) {
                 unrepeated = true;
             }
-            identities.add(same);
+            if (identityCount == identities.length) {
+                identities = Arrays.copyOf(identities, 2 * identityCount);
+            }
+            identities[identityCount++] = same;
+        }
+
+        /** Whether `pos` (no null in it) is the run's position. */
+        private boolean runAt(ArrayData pos) {
+            if (pos.numElements() != runLength) return false;
+            for (int i = 0; i < runLength; i++) {
+                if (pos.getLong(i) != runPos[i]) return false;
+            }
+            return true;
+        }
+
+        private boolean known(long same) {
+            for (int i = 0; i < identityCount; i++) {
+                if (identities[i] == same) return true;
+            }
+            return false;
         }
 
         /** One event of the current key (see the class comment for the rules). */

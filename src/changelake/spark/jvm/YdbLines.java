@@ -27,7 +27,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * keeps it by reading a line only where `YdbLine` reads it (so the typed parse's expression
  * holds and `from_json` gives `YdbLine`'s struct) and leaving every line the typed parse finds
  * a problem on (`problems`): the caller then parses the batch the typed way, which names it.
- * A line with a `flaw` (`read.flaw`) is never read; it is counted.
+ * A line with a `flaw` (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's
+ * barrier rule within each block as it reads (`Blocks`): `_below` is exactly the records the
+ * scan (`BarrierScan`) finds below their block's earlier barriers, and the block's highest
+ * barrier is reported (`tests/test_spark_changefeed_barriers.py`).
  *
  * Why: in a profile of YDB ingests of 1.1M lines, `YdbLine` itself was a quarter of the parse
  * job's executor samples; most of the rest was the typed parse's expressions over its struct
