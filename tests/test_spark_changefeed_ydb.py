@@ -218,6 +218,21 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
         convert_frames(spark, paths, "ydb", [], schema_file, close=True)
 
 
+def test_a_late_record_read_twice_is_no_replay(spark: Any, tmp_path: Path) -> None:
+    """A record below its barrier, then the same record again: the second repeats the
+    first, but the first repeats nothing (`KeyedConversion.java`: every record of that
+    identity lies below). The old path names the first."""
+    lines = [{"update": {"name": "c"}, "key": [2], "ts": [11, 1]}, {"resolved": [20, 0]},
+             {"update": {"name": "a"}, "key": [1], "ts": [10, 1]},
+             {"update": {"name": "a"}, "key": [1], "ts": [10, 1]}]
+    paths = [tmp_path / "partition-0.jsonl", tmp_path / "partition-1.jsonl"]
+    paths[0].write_bytes(b"\n".join(map(orjson.dumps, lines)) + b"\n")
+    paths[1].write_bytes(orjson.dumps({"resolved": [20, 0]}) + b"\n")
+    got, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
+    assert got is None and error is not None and error.startswith(
+        f"{paths[0]}, line 3: record at ts [10, 1] arrives after resolved [20, 0]")
+
+
 @pytest.mark.parametrize("repeat", [True, False], ids=["replay", "late"])
 @pytest.mark.parametrize("outside", ["frontier", "since"])
 def test_a_record_below_a_barrier_outside_the_converted_times(

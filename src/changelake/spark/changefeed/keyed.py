@@ -332,10 +332,10 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     positions are of a type it does not compare.
 
     With `barriers`, YDB's barrier rule is checked too, for the events given: each has
-    `_below` (it lies below the highest barrier read before it in its file), `_same` (its
-    identity's hash: `barriers.identity`), its place (file_index, block, row), and `_outside`:
-    a record below that lies outside the times converted, which is only counted (`outside`;
-    the caller looks it up). `unrepeated` says that one below repeats no earlier record of its
+    `_below` (it lies below the highest barrier read before it in its file), `_same` (a hash
+    of its identity, `barriers.identity`, and its file), and `_outside`: a record below that
+    lies outside the times converted, which is only counted (`outside`; the caller looks it
+    up). `unrepeated` says that one below repeats no earlier record of its
     file (`KeyedConversion.java`).
 
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
@@ -356,14 +356,12 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     kcols = [long for i in range(len(keys))
              for long in _as_longs(f"k{i}", with_state.schema[f"k{i}"].dataType)]
     rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
-            F.col("file_index").cast("int"), F.col("_outside").cast("boolean"),
-            F.col("block").cast("bigint"), F.col("row").cast("bigint")] if barriers else []
+            F.col("_outside").cast("boolean")] if barriers else []
     ordered = with_state.select(
         *kcols, F.col("time").cast("bigint"), _positions_as_longs(position.elementType),
         F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
         F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
-    order = [*ordered.columns[:len(kcols) + 3], *(("file_index", "block", "row") if barriers
-                                                   else ())]
+    order = ordered.columns[:len(kcols) + 3]
     return DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf, len(kcols),
                                        barriers), events.sparkSession)
 

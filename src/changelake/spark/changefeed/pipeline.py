@@ -389,8 +389,9 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
 _WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", "problem")
 
 
-#: The columns the barrier rule in the conversion reads besides (`keyed.java_convert`).
-_BARRIERS_WANTED = ("_below", "_same", "file_index", "_outside", "block", "row")
+#: The columns the barrier rule in the conversion reads, besides `_WANTED`
+#: (`keyed.java_convert`'s `barriers`).
+_BARRIERS_WANTED = ("_below", "_same", "_outside")
 
 
 def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) -> DataFrame:
@@ -425,7 +426,7 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     lake's write converted them.
 
     `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have
-    `_below`, `_same` and their places: `keyed.java_convert`); `after`, a check of the job's
+    `_below`, `_same` and `_outside`: `keyed.java_convert`); `after`, a check of the job's
     settling that follows its own (`DeferredChecks.after`)."""
     checks = Observation()
     shuffled = _by_key(events, len(keys), size, barriers=barriers)
@@ -709,7 +710,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         # The records below outside the window go to the conversion too, only to be counted
         # there (`KeyedConversion.java`), and looked up after it, as `barrier_rule` does.
         inside = window
-        events = events.withColumns({"_same": identity(F.col("content")), "_outside": ~inside})
+        events = events.withColumns({"_same": F.xxhash64(identity(F.col("content")), "file_index"),
+                                     "_outside": ~inside})
         window = inside | F.col("_below")
 
         def looked_up(found: dict[str, Any]) -> str | None:

@@ -53,14 +53,14 @@ import org.apache.spark.unsafe.types.UTF8String;
  * </ul>
  *
  * With `barriers` (YDB's barrier rule, `barriers.py`), each event also says whether it lies
- * below the highest barrier read before it in its file (`_below`), and carries its identity's
- * hash (`_same`: op and images) and its file: a record below must repeat an earlier record of
- * its file, of its key, at its position, with its identity (a replay after a consumer
- * restart), or the feed broke its partition's guarantee (`unrepeated`). The caller sorts each
- * key's events at one `(time, pos, rank)` by their file and line too, so that such a repeat is
- * among the events just before it, in a run of one key, time, position, rank and file. (The
- * extra order changes no update: events tied in `(time, pos, rank)` whose rows differ are a
- * `tied` problem whatever their order, and equal ones give the same updates in any order.)
+ * below the highest barrier read before it in its file (`_below`), and carries the hash of its
+ * identity and file (`_same`: op, images and file_index): a record below must repeat an
+ * earlier record of its file, of its key, at its position, with its identity (a replay after
+ * a consumer restart), or the feed broke its partition's guarantee (`unrepeated`). Such a
+ * repeat is in the record's run of one key, time, position and rank, and no line order is
+ * needed to find it: within a file the highest barrier read so far only rises, so of the
+ * records of one identity at one position, those below are the later ones. The rule is broken
+ * exactly where all the records of an identity in a run lie below.
  * A record below that lies outside the times converted (`_outside`) is only counted
  * (`outside`): its repeat may lie there too, where the caller looks it up.
  *
@@ -83,9 +83,8 @@ public final class KeyedConversion {
     }
 
     /**
-     * `convert`, with `barriers`: the events have four columns more after `st`, `_below`
-     * boolean, `_same` bigint, file_index int and `_outside` boolean, and are sorted by file
-     * and line after `(time, pos, rank)` (see the class comment).
+     * `convert`, with `barriers`: the events have three columns more after `st`, `_below`
+     * boolean, `_same` bigint and `_outside` boolean (see the class comment).
      */
     public static Dataset<Row> convert(Dataset<Row> events, int keys, boolean barriers) {
         StructType in = events.schema();
@@ -159,16 +158,17 @@ public final class KeyedConversion {
         private long outside;
         private boolean reported;
         private final boolean barriers;
-        // The current run of one key, time, position, rank and file: its identities so far
-        // (`identities[0, identityCount)`). Positions are YDB's, longs (`keyed._positions_as_longs`),
+        // The current run of one key, time, position and rank: its identities so far
+        // (`identities[0, identityCount)`), and whether one of their records lies above its
+        // barrier (`answered`). Positions are YDB's, longs (`keyed._positions_as_longs`),
         // held in a buffer of their own: nothing is allocated per event.
         private boolean inRun;
         private long runTime;
         private long[] runPos = new long[2];
         private int runLength;
         private int runRank;
-        private int runFile;
         private long[] identities = new long[4];
+        private boolean[] answered = new boolean[4];
         private int identityCount;
 
         // The current key: its columns, the table's row, and what its windows carry.
@@ -206,6 +206,7 @@ public final class KeyedConversion {
                 next = 0;
                 if (!rows.hasNext()) {
                     flush();
+                    if (barriers) closeRun();
                     if (!ready.isEmpty()) break;
                     if (reported || (problem == null && !tied && !unrepeated && outside == 0)) {
                         return false;
@@ -263,22 +264,18 @@ public final class KeyedConversion {
             firstBefore = null;
             firstUnchanged = null;
             previous = stateValues == null ? null : row(stateValues);
-            inRun = false;
+            if (barriers) closeRun();
         }
 
-        /** The barrier rule for one event (`barriers`): a record below must repeat an
-         * identity of its run's earlier events. */
+        /** The barrier rule for one event (`barriers`): see the class comment. */
         private void barrier(InternalRow row, long time, ArrayData pos, int rank) {
-            int file = row.getInt(ordinal(13));
             boolean plain = pos != null;  // no null in it: a run starts at any other
             for (int i = 0; plain && i < pos.numElements(); i++) plain = !pos.isNullAt(i);
-            if (!plain || !inRun || time != runTime || rank != runRank || file != runFile
-                    || !runAt(pos)) {
+            if (!plain || !inRun || time != runTime || rank != runRank || !runAt(pos)) {
+                closeRun();
                 inRun = plain;
                 runTime = time;
                 runRank = rank;
-                runFile = file;
-                identityCount = 0;
                 if (plain) {
                     runLength = pos.numElements();
                     if (runPos.length < runLength) runPos = new long[runLength];
@@ -286,13 +283,28 @@ public final class KeyedConversion {
                 }
             }
             long same = row.getLong(ordinal(12));
-            if (!row.isNullAt(ordinal(11)) && row.getBoolean(ordinal(11)) && !known(same)) {
-                unrepeated = true;
+            boolean below = !row.isNullAt(ordinal(11)) && row.getBoolean(ordinal(11));
+            for (int i = 0; i < identityCount; i++) {
+                if (identities[i] == same) {
+                    if (!below) answered[i] = true;
+                    return;
+                }
             }
             if (identityCount == identities.length) {
                 identities = Arrays.copyOf(identities, 2 * identityCount);
+                answered = Arrays.copyOf(answered, 2 * identityCount);
             }
-            identities[identityCount++] = same;
+            identities[identityCount] = same;
+            answered[identityCount++] = !below;
+        }
+
+        /** The run is over: an identity all of whose records lie below breaks the rule. */
+        private void closeRun() {
+            for (int i = 0; i < identityCount; i++) {
+                if (!answered[i]) unrepeated = true;
+            }
+            identityCount = 0;
+            inRun = false;
         }
 
         /** Whether `pos` (no null in it) is the run's position. */
@@ -304,16 +316,9 @@ public final class KeyedConversion {
             return true;
         }
 
-        private boolean known(long same) {
-            for (int i = 0; i < identityCount; i++) {
-                if (identities[i] == same) return true;
-            }
-            return false;
-        }
-
         /** One event of the current key (see the class comment for the rules). */
         private void event(InternalRow row) {
-            if (barriers && row.getBoolean(ordinal(14))) {  // outside: a record below, counted
+            if (barriers && row.getBoolean(ordinal(13))) {  // outside: a record below, counted
                 outside++;
                 return;
             }
