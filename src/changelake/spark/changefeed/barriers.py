@@ -23,8 +23,8 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   already mark each record below a barrier of its block's earlier lines (`_below`) and report
   each block's highest barrier; the driver gives each block its file's earlier blocks' highest
   (`Blocks`), which marks the rest (`marked_below`), and the keyed conversion, which reads each
-  key's events in order anyway, finds each record below repeated among the events just before
-  it (`keyed.java_convert`'s `barriers`). Records below at times it does not convert it only
+  key's events in order anyway, finds each record below repeated among its key's events at its
+  position (`keyed.java_convert`'s `barriers`). Records below at times it does not convert it only
   counts, and they are looked up as above (`unrepeated_outside`). No scan, rescan or lookup of
   every record: that was a quarter of a YDB ingest's time at 1.1M records.
 * *Frontier*: each file's highest barrier (from what finds the records below: the blocks'
