@@ -23,10 +23,11 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   already mark each record below a barrier of its block's earlier lines (`_below`) and report
   each block's highest barrier; the driver gives each block its file's earlier blocks' highest
   (`Blocks`), which marks the rest (`marked_below`), and the keyed conversion, which reads each
-  key's events in order anyway, finds each record below repeated among its key's events at its
-  position (`keyed.java_convert`'s `barriers`). Records below at times it does not convert it only
-  counts, and they are looked up as above (`unrepeated_outside`). No scan, rescan or lookup of
-  every record (5.4 s of task time at 1.1M records, 21 s at 11M: benchmarks/README.md).
+  key's events in order anyway, finds each record below repeated among its key's events at
+  its position (`keyed.java_convert`'s `barriers`). The records below at times it does not
+  convert, it only counts, and they are looked up as above (`unrepeated_outside`). No scan,
+  rescan or lookup of every record (5.4 s of task time at 1.1M records, 21 s at 11M:
+  benchmarks/README.md).
 * *Frontier*: each file's highest barrier (from what finds the records below: the blocks'
   reports, the scan's summary rows, or the window's aggregate rows by chunk of lines:
   `Barriers.last`); 0 while some file has none, else the least of their steps.

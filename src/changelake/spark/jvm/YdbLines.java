@@ -2,7 +2,11 @@ package changelake.jvm;
 
 import java.math.BigDecimal;
 import java.math.BigInteger;
+import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
+import java.util.List;
+import java.util.Set;
 import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
@@ -212,8 +216,8 @@ public final class YdbLines {
      * `(file_index, block, high)`: its highest barrier, or null.
      */
     static final class Blocks {
-        final java.util.List<GenericInternalRow> done = new java.util.ArrayList<>();
-        private final java.util.Set<java.util.List<Long>> seen = new java.util.HashSet<>();
+        final List<GenericInternalRow> done = new ArrayList<>();
+        private final Set<List<Long>> seen = new HashSet<>();
         boolean disorder;
         private Integer file;
         private long block, row;
@@ -229,7 +233,7 @@ public final class YdbLines {
             long b = line.getLong(2), r = line.getLong(3);
             if (file == null || file != f || block != b) {
                 finish();
-                if (!seen.add(java.util.List.of((long) f, b))) disorder = true;
+                if (!seen.add(List.of((long) f, b))) disorder = true;
                 file = f;
                 block = b;
                 high = null;
