@@ -45,7 +45,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.parse import FAILFAST
-from changelake.spark.changefeed.types import Decoder, decode, unchanged
+from changelake.spark.changefeed.types import Decoder, decimal_literal, decode, unchanged
 from changelake.spark.expressions import per_jvm, selected
 from changelake.spark.jvm import register
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
@@ -70,6 +70,10 @@ def _raw_struct(columns: Sequence[ColumnSpec]) -> str:
 
 
 JVM_IMAGE_CLASS = "changelake.jvm.DebeziumImage"
+
+#: A decimal(20,0) holds what the encoder reads as an integer: from -2^63 to 2^64-1 (outside,
+#: orjson reads a float).
+_LEAST, _GREATEST = -(2**63), 2**64 - 1
 
 
 def java_image_reader(spark: SparkSession, columns: Sequence[ColumnSpec]
@@ -118,8 +122,7 @@ def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
         return F.when(infinite & (_first_char(raw, c.name) != '"'),
                       f"column {c.name}: a number beyond a double")
     if c.raw_type == "decimal(20,0)":  # orjson reads an integer outside these as a float
-        outside = (value < F.lit(str(-(2**63))).cast("decimal(20,0)")) \
-            | (value > F.lit(str(2**64 - 1)).cast("decimal(20,0)"))
+        outside = (value < decimal_literal(_LEAST)) | (value > decimal_literal(_GREATEST))
         return F.when(outside, f"column {c.name}: an integer beyond 64 bits")
     return None
 
@@ -366,14 +369,6 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
                                        barriers), events.sparkSession)
 
 
-#: A decimal(20,0) holds what the encoder reads as an integer: from -2^63 to 2^64-1.
-_LEAST, _GREATEST = -(2**63), 2**64 - 1
-
-
-def _decimal(n: int) -> Column:
-    return F.lit(str(n)).cast("decimal(20,0)")
-
-
 def _as_longs(name: str, kind: Any) -> list[Column]:
     """A key column as the Java conversion reads it: as it is, or, a decimal(20,0), as two
     columns, a long and whether the decimal is negative, equal exactly when the decimals are
@@ -383,18 +378,17 @@ def _as_longs(name: str, kind: Any) -> list[Column]:
     column = F.col(name)
     if kind.simpleString() != "decimal(20,0)":
         return [column.alias(name)]
-    negative = column < 0
-    return [F.when(column.between(_decimal(_LEAST), _decimal(-1)), column.cast("bigint"))
-            .otherwise(_flipped(column, name))
-            .alias(f"{name}_long"), negative.alias(f"{name}_negative")]
+    negative = column.between(decimal_literal(_LEAST), decimal_literal(-1))
+    return [F.when(negative, column.cast("bigint")).otherwise(_flipped(column, name))
+            .alias(f"{name}_long"), (column < 0).alias(f"{name}_negative")]
 
 
 def _flipped(value: Column, what: str) -> Column:
     """A decimal(20,0) in [0, 2^64) as the long of its 64 bits with the sign bit flipped:
     longs in the decimals' order. Outside: an error (no caller passes one: a Uint64 is read
     within its range, a decimal(20,0) within `_LEAST` and `_GREATEST`)."""
-    return F.when(value.between(_decimal(0), _decimal(_GREATEST)),
-                  (value - _decimal(2**63)).cast("bigint")) \
+    return F.when(value.between(decimal_literal(0), decimal_literal(_GREATEST)),
+                  (value - decimal_literal(2**63)).cast("bigint")) \
         .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
 
 

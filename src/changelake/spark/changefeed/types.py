@@ -43,6 +43,12 @@ _CONNECT = {"int8": "bigint", "int16": "bigint", "int32": "bigint", "int64": "bi
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
+def decimal_literal(n: int) -> Column:
+    """`n` as a decimal(20,0) literal: Uint64 values and the bounds of what the encoder reads
+    as an integer, beyond a long."""
+    return F.lit(str(n)).cast("decimal(20,0)")
+
+
 class Unsupported(Exception):
     """The feed needs something this path does not do yet; the old path converts it."""
 

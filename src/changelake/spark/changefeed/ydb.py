@@ -68,7 +68,12 @@ from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
 from changelake.spark.changefeed.keyed import ColumnSpec
 from changelake.spark.changefeed.parse import STRICT
-from changelake.spark.changefeed.types import Decoder, Unsupported, spark_type
+from changelake.spark.changefeed.types import (
+    Decoder,
+    Unsupported,
+    decimal_literal,
+    spark_type,
+)
 from changelake.spark.changefeed.ydb_variant import INTS, problems, variant_items
 from changelake.spark.expressions import per_jvm, selected
 from changelake.spark.jvm import java_class, register
@@ -155,7 +160,7 @@ def _in_range(value: Column, base: str) -> Column:
         low, high = INTS[base]
         ok = value.between(low, high)
     elif base == "Uint64":
-        ok = value <= F.lit(str(_UINT64_MAX)).cast("decimal(20,0)")
+        ok = value <= decimal_literal(_UINT64_MAX)
     elif base in ("Float", "Double"):
         ok = F.abs(value) < float("inf")
     else:
@@ -228,7 +233,7 @@ def _typed_steps(schema: TableSchema, columns: tuple[ColumnSpec, ...], ddl: str,
     for k in keys:
         keys_in_range = keys_in_range & _in_range(key_values[k], bases[k])
     bodies = sum((present[f].cast("int") for f in ("update", "reset", "erase")), F.lit(0))
-    uint64_max = F.lit(str(_UINT64_MAX)).cast("decimal(20,0)")
+    uint64_max = decimal_literal(_UINT64_MAX)
     ts_ok = (p["ts"][0] <= uint64_max) & (p["ts"][1] <= uint64_max)
     data_problem = problems(
         (bodies != 1, "bad: not exactly one of update, reset, erase"),

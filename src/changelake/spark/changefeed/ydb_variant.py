@@ -40,6 +40,7 @@ from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
 from changelake.spark.changefeed.keyed import ColumnSpec
+from changelake.spark.changefeed.types import decimal_literal
 from changelake.spark.expressions import per_jvm
 
 #: The integer types' ranges (Uint64 aside: beyond a long).
@@ -57,17 +58,13 @@ def _kind(v: Column, path: str) -> Column:
     return F.schema_of_variant(F.try_variant_get(v, path, "variant"))
 
 
-def _decimal(n: int) -> Column:
-    return F.lit(str(n)).cast("decimal(20,0)")
-
-
 def _unsigned(v: Column, path: str) -> tuple[Column, Column, Column]:
     """(value as decimal(20,0), ok, big): a JSON integer in [0, 2^64); `big` when it is beyond
     a long, where the variant would read a float with a zero fraction the same way."""
     kind = _kind(v, path)
     value = F.try_variant_get(v, path, "decimal(20,0)")
-    big = kind.rlike(r"^DECIMAL\(\d+,0\)$") & (value >= _decimal(1 << 63)) \
-        & (value <= _decimal((1 << 64) - 1))
+    big = kind.rlike(r"^DECIMAL\(\d+,0\)$") & (value >= decimal_literal(1 << 63)) \
+        & (value <= decimal_literal((1 << 64) - 1))
     ok = F.coalesce(((kind == "BIGINT") & (value >= 0)) | big, F.lit(False))
     return value, ok, F.coalesce(big, F.lit(False))
 
@@ -230,7 +227,7 @@ def _item_columns(schema: TableSchema, columns: tuple[ColumnSpec, ...]) -> list[
          "bad: key"),
         (~all_of([ok for _, ok, _ in key_values]), "bad: a key value"),
         (present["ts"] & ~ts_ok, "bad: ts"),
-        (present["ts"] & (ts[0] > _decimal(MAX_TIME)), "bad: a step beyond a long"),
+        (present["ts"] & (ts[0] > decimal_literal(MAX_TIME)), "bad: a step beyond a long"),
         (new_on & (~new_object | ~_only(new_names, non_key)
                    | ~all_of([ok for _, ok, _ in new])), "bad: newImage"),
         (old_on & (~old_object | ~_only(old_names, non_key)
