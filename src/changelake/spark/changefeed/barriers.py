@@ -192,22 +192,18 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     summaries = sorted(scanned.where("_summary").select(
         "file_index", "block", "_high", "_low", "_top", "_disorder", "_partition").collect(),
         key=lambda r: (r["file_index"], r["block"]))
-    places = [(r["file_index"], r["block"]) for r in summaries]
-    if len(set(places)) < len(places) or any(r["_disorder"] for r in summaries) \
-            or any(r[c] is not None and None in r[c] for r in summaries
-                   for c in ("_high", "_low", "_top")):
+    across = _across_blocks([(r["file_index"], r["block"], r["_high"]) for r in summaries])
+    if across is None or any(r["_disorder"] for r in summaries) \
+            or any(r[c] is not None and None in r[c] for r in summaries for c in ("_low", "_top")):
         return None
-    last: dict[int, Any] = {}
+    earlier_highest, last = across
     crossing = []  # (file_index, block, the earlier blocks' highest barrier)
     partitions = set()  # where the crossing blocks are
-    for r in summaries:
-        file, high, low = r["file_index"], r["_high"], r["_low"]
-        earlier = last.get(file)
+    for r, earlier in zip(summaries, earlier_highest, strict=True):
+        low = r["_low"]
         if earlier is not None and low is not None and list(low) < list(earlier):
-            crossing.append((file, r["block"], earlier))
+            crossing.append((r["file_index"], r["block"], earlier))
             partitions.add(r["_partition"])
-        if high is not None and (earlier is None or list(high) > list(earlier)):
-            last[file] = high
     columns = ["file_index", "block", "row", "pos", *keep]
     below = scanned.where(~F.col("_summary")).select(*columns)
     if crossing:
@@ -324,19 +320,34 @@ class Blocks:
             return None
         blocks = sorted(((b["file_index"], b["block"], b["high"]) for t in tasks
                          for b in t["blocks"]), key=lambda b: (b[0], b[1]))
-        places = [(file, block) for file, block, _ in blocks]
-        if len(set(places)) < len(places) \
-                or any(high is not None and None in high for _, _, high in blocks):
+        across = _across_blocks(blocks)
+        if across is None:
             return None
-        last: dict[int, Any] = {}
-        prior = []
-        for file, block, high in blocks:
-            earlier = last.get(file)
-            if earlier is not None:
-                prior.append((file, block, earlier))
-            if high is not None and (earlier is None or list(high) > list(earlier)):
-                last[file] = high
-        return Blocks(prior, last)
+        earlier_highest, last = across
+        return Blocks([(file, block, earlier) for (file, block, _), earlier
+                       in zip(blocks, earlier_highest, strict=True) if earlier is not None],
+                      last)
+
+
+def _across_blocks(blocks: Sequence[tuple[int, int, Any]]
+                   ) -> tuple[list[Any], dict[int, Any]] | None:
+    """What each block owes to its file's earlier ones, for blocks `(file_index, block, its
+    highest barrier or None)` sorted by file and block: the highest barrier of each one's
+    file's earlier blocks (None: none has one), and each file's highest barrier (for files
+    with one). None where a block is listed twice (its rows were split between tasks) or a
+    barrier holds a null (Python would not order it as Spark does)."""
+    places = [(file, block) for file, block, _ in blocks]
+    if len(set(places)) < len(places) \
+            or any(high is not None and None in high for _, _, high in blocks):
+        return None
+    last: dict[int, Any] = {}
+    earlier_highest = []
+    for file, _, high in blocks:
+        earlier = last.get(file)
+        earlier_highest.append(earlier)
+        if high is not None and (earlier is None or list(high) > list(earlier)):
+            last[file] = high
+    return earlier_highest, last
 
 
 def marked_below(items: DataFrame, blocks: Blocks) -> DataFrame:
