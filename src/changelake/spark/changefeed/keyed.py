@@ -329,17 +329,16 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     """`convert` by the project's Java (`KeyedConversion.java`: one pass over each key's
     events, in the tasks, instead of four windows, an explode and an aggregate), as
     `(data, time, diff, problem, tied, unrepeated, outside)`: the updates (the last four
-    null), and
-    in a partition whose events had a problem or a tie, one row with no data and diff 0 that
-    holds what `convert`'s `checks` observe. None where the session has no jar or the
-    positions are of a type it does not compare.
+    null), and in a partition whose events had a problem or a tie, one row with no data and
+    diff 0 that holds what `convert`'s `checks` observe. None where the session has no jar or
+    the positions are of a type it does not compare.
 
     With `barriers`, YDB's barrier rule is checked too, for the events given: each has
     `_below` (it lies below the highest barrier read before it in its file), `_same` (a hash
     of its identity, `barriers.identity`, and its file), and `_outside`: a record below that
     lies outside the times converted, which is only counted (`outside`; the caller looks it
-    up). `unrepeated` says that one below repeats no earlier record of its
-    file (`KeyedConversion.java`).
+    up). `unrepeated` says that one below repeats no earlier record of its file
+    (`KeyedConversion.java`).
 
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it

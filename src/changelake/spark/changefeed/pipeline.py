@@ -107,7 +107,6 @@ from changelake.spark.changefeed.barriers import (
     unrepeated_outside,
 )
 from changelake.spark.changefeed.keyed import (
-    JVM_CONVERSION_CLASS,
     ColumnSpec,
     by_key,
     checkpoint,
@@ -146,7 +145,6 @@ from changelake.spark.changefeed.ydb import (
 )
 from changelake.spark.errors import input_error
 from changelake.spark.expressions import per_jvm
-from changelake.spark.jvm import java_class
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
 log = logging.getLogger(__name__)
@@ -618,9 +616,9 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     same job: where Java read every line (the records YDB writes, without a problem), that
     is the typed parse's result without its expressions over every line, with `_below` (see
     `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`: None where
-    the tasks could not tell it). None where it left
-    a line (or has no jar): the caller parses the batch the typed way, which reads the lines
-    Java leaves and names the problems. A flawed line is named by `Lines.check`."""
+    the tasks could not tell it). None where it left a line (or has no jar): the caller
+    parses the batch the typed way, which reads the lines Java leaves and names the problems.
+    A flawed line is named by `Lines.check`."""
     java = ydb.java_items(read.bounded, schema, columns)
     if java is None:
         return None
@@ -678,9 +676,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         raise Unsupported("records without ts beside records with ts or barriers")
     size = facts.timed + facts.untimed
     # The barrier rule: checked by the conversion where the parse's tasks found it within
-    # their blocks (the records it does not see, by a lookup after it), else on its own.
-    in_conversion = bool(facts.barriers) and blocks is not None \
-        and java_class(spark, JVM_CONVERSION_CLASS) is not None
+    # their blocks (the records it does not see, by a lookup after it), else on its own. The
+    # tasks are the project's Java, whose jar holds the conversion too.
+    in_conversion = bool(facts.barriers) and blocks is not None
     last: dict[int, Any] = {}  # each file's highest barrier: none without barriers
     if in_conversion:
         assert blocks is not None
