@@ -92,6 +92,28 @@ def test_a_barrier_reaches_the_later_blocks_of_its_file_only(spark: Any) -> None
     assert scanned.count == 3 and scanned.last == {0: at(70)}
 
 
+def test_the_blocks_mark_by_step_then_by_position(spark: Any) -> None:
+    """`marked_below` decides by the step (`time`, a long) and compares the positions only at
+    the prior barrier's own step, where the transaction decides: below it at a lesser one,
+    not at an equal or greater one; a barrier whose step no long holds is compared as a
+    position. A barrier row is never marked, and a block with no prior keeps its marks."""
+    rows = [(0, 0, 0, "change", [5, 1], 5, False), (0, 0, 1, "change", [9, 9], 9, True),
+            (0, 10, 0, "change", [5, 3], 5, False), (0, 10, 1, "change", [5, 7], 5, False),
+            (0, 10, 2, "change", [5, 9], 5, False), (0, 10, 3, "change", [4, 99], 4, False),
+            (0, 10, 4, "change", [6, 0], 6, False), (0, 10, 5, "resolved", None, None, False),
+            (1, 0, 0, "change", [2**63 + 1, 0], None, False),
+            (1, 0, 1, "change", [2**63 + 3, 0], None, False)]
+    items = spark.createDataFrame(
+        [(*r[:4], None if r[4] is None else [Decimal(v) for v in r[4]], *r[5:])
+         for r in rows], "file_index int, block bigint, row bigint, kind string, "
+        "pos array<decimal(20,0)>, time bigint, _below boolean")
+    blocks = barriers.Blocks([(0, 10, [Decimal(5), Decimal(7)]),
+                              (1, 0, [Decimal(2**63 + 2), Decimal(0)])], {})
+    marked = barriers.marked_below(items, blocks)
+    assert marked.columns == items.columns
+    assert found(marked.where("_below")) == {(0, 0, 1), (0, 10, 0), (0, 10, 3), (1, 0, 0)}
+
+
 def test_a_block_split_between_partitions_or_out_of_order_is_left_to_the_window(
         spark: Any) -> None:
     rows = [(0, 0, r, "change", [Decimal(r), Decimal(0)], None, r) for r in range(20)]

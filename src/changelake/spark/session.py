@@ -35,6 +35,18 @@ time in a profile of a 1.1M-event Debezium ingest. With Kryo the parse and conve
 about a tenth less executor CPU time (`bench_ingest.py` with Spark's event log,
 benchmarks/README.md)."""
 
+LOCAL_CONF: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+}
+"""A local session's defaults besides `DEFAULT_CONF`: loopback only, and no row checksums
+of the shuffles' map output. Spark 4.3 sums a checksum of every row a shuffle writes, to tell
+a retried map task that wrote other rows (a nondeterministic stage) and retry the stages
+after it; a local session's one executor is the driver, whose shuffle files no other
+executor fetches, so it loses none to retry. The checksums were a twentieth of the task
+time of a YDB conversion's map side (a Flight Recorder profile, benchmarks/README.md)."""
+
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",
     "spark.default.parallelism": "4",
@@ -88,8 +100,7 @@ def build_session(
     settings = dict(DEFAULT_CONF)
     derby_home = ""
     if master.startswith("local"):
-        settings["spark.driver.host"] = "127.0.0.1"
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings.update(LOCAL_CONF)
     if warehouse_dir is not None:
         settings["spark.sql.warehouse.dir"] = str(Path(warehouse_dir).resolve())
     if metastore_uri is not None:
