@@ -27,6 +27,7 @@ from changelake.spark.changefeed.keyed import (
     by_key,
     convert,
     java_convert,
+    java_ready,
 )
 from changelake.spark.changefeed.types import Decoder
 from changelake.spark.session import NOT_ADAPTIVE, settings
@@ -97,9 +98,12 @@ def _both(spark: Any, rows: list[tuple[Any, ...]], decimal_pos: bool,
     shuffled = by_key(events, 2, 5)
     checks = Observation()
     windows = convert(shuffled, COLUMNS, keys, state, checks=checks).collect()
+    ready = java_ready(events, 2)  # the keys and positions as longs, before the shuffle
+    assert ready is not None, "the test session has the project's jar"
+    assert ("k0_long" in ready.columns) == decimal_pos
     with settings(spark, NOT_ADAPTIVE):
-        java = java_convert(shuffled, COLUMNS, keys, state)
-    assert java is not None, "the test session has the project's jar"
+        java = java_convert(by_key(ready, 2, 5), COLUMNS, keys, state)
+    assert java is not None
     converted = java.collect()
     report = [r for r in converted if r["diff"] == 0]
     assert all(r["data"] is None and r["time"] is None for r in report)

@@ -279,12 +279,19 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 
 
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
-    """`events` hash-partitioned by their key columns `k0..` into `partitions` (see
-    `partitions_for`). `convert` groups them by key (its windows) and by key, row and time
-    (its consolidation), and `java_convert` reads each key's events in one partition, which
-    this partitioning serves, so they are shuffled once, here, when the conversion runs in
-    the same job (`pipeline.checked_conversion`)."""
-    return events.repartition(partitions, *[f"k{i}" for i in range(keys)])
+    """`events` hash-partitioned by their key columns `k0..` (or their longs, `java_ready`)
+    into `partitions` (see `partitions_for`). `convert` groups them by key (its windows) and
+    by key, row and time (its consolidation), and `java_convert` reads each key's events in
+    one partition, which this partitioning serves, so they are shuffled once, here, when the
+    conversion runs in the same job (`pipeline.checked_conversion`)."""
+    return events.repartition(partitions, *_key_names(events.columns, keys))
+
+
+def _key_names(columns: Sequence[str], keys: int) -> list[str]:
+    """The key columns of a frame with these `columns`: `k0..`, each as it is or as its two
+    longs (`_as_longs`, `java_ready`)."""
+    return [name for i in range(keys) for name in
+            ((f"k{i}_long", f"k{i}_negative") if f"k{i}_long" in columns else (f"k{i}",))]
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
@@ -305,7 +312,8 @@ def problem_of(least: str | None, tied: bool | None) -> str | None:
 def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                 state: DataFrame | None) -> DataFrame:
     """`events` with `st`, their key's row in `state` (the table's current rows, one per key:
-    its columns cast to the output types), or null."""
+    its columns cast to the output types), or null. Joined by the events' key columns as
+    they are (`_key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
     if state is None:
         return events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
@@ -314,7 +322,10 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
                                 for i, k in enumerate(keys)],
                               F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
                                          for c in columns]).alias("st"))
-    return events.join(table_rows, [f"k{i}" for i in range(len(keys))], "left")
+    names = _key_names(events.columns, len(keys))
+    if names != [f"k{i}" for i in range(len(keys))]:
+        table_rows = table_rows.select(*_longs_of_keys(table_rows, len(keys)), "st")
+    return events.join(table_rows, names, "left")
 
 
 JVM_CONVERSION_CLASS = "changelake.jvm.KeyedConversion"
@@ -331,7 +342,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     `(data, time, diff, problem, tied, unrepeated, outside)`: the updates (the last four
     null), and in a partition whose events had a problem or a tie, one row with no data and
     diff 0 that holds what `convert`'s `checks` observe. None where the session has no jar or
-    the positions are of a type it does not compare.
+    the positions are of a type it does not compare. `events` may come `java_ready`.
 
     With `barriers`, YDB's barrier rule is checked too, for the events given: each has
     `_below` (it lies below the highest barrier read before it in its file), `_same` (a hash
@@ -345,27 +356,58 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     without adaptive execution (`session.NOT_ADAPTIVE`), so that the shuffle runs in the job
     that reads the result (`checkpoint`, or the lake commit's write:
     `pipeline.checked_conversion`) rather than here."""
-    from pyspark.sql.types import ArrayType
-
     from changelake.spark.jvm import java_class
 
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
-    position = events.schema["pos"].dataType
-    if converter is None or not isinstance(position, ArrayType) \
-            or position.elementType.simpleString() not in JAVA_POSITIONS:
+    ready = java_ready(events, len(keys))
+    if converter is None or ready is None:
         return None
-    with_state = _with_state(events, columns, keys, state)
-    kcols = [long for i in range(len(keys))
-             for long in _as_longs(f"k{i}", with_state.schema[f"k{i}"].dataType)]
+    with_state = _with_state(ready, columns, keys, state)
+    kcols = [F.col(name) for name in _key_names(ready.columns, len(keys))]
     rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
             F.col("_outside").cast("boolean")] if barriers else []
     ordered = with_state.select(
-        *kcols, F.col("time").cast("bigint"), _positions_as_longs(position.elementType),
+        *kcols, F.col("time").cast("bigint"), "pos",
         F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
         F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
     order = ordered.columns[:len(kcols) + 3]
     return DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf, len(kcols),
                                        barriers), events.sparkSession)
+
+
+def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
+    """`events` with their key columns and positions as the Java conversion sorts and
+    compares them: each decimal(20,0) key as its two longs (`_as_longs`), the positions as
+    longs (`_positions_as_longs`), the other columns as they are; as they come where they are
+    so already. None where the session has no jar or the positions are of a type Java does
+    not compare.
+
+    Made before the shuffle by key (`pipeline.checked_conversion`), so that a decimal(20,0),
+    which Spark reads through a `BigDecimal` wherever it hashes, compares or converts one, is
+    read once: the shuffle then hashes, moves and sorts longs (the decimals' hashing was a
+    fourteenth of the map side at 11M YDB events, their conversion before the sort a twelfth
+    of the reduce side: benchmarks/README.md)."""
+    from pyspark.sql.types import ArrayType
+
+    from changelake.spark.jvm import java_class
+
+    position = events.schema["pos"].dataType
+    if java_class(events.sparkSession, JVM_CONVERSION_CLASS) is None \
+            or not isinstance(position, ArrayType) \
+            or position.elementType.simpleString() not in JAVA_POSITIONS:
+        return None
+    longs = _longs_of_keys(events, keys)
+    taken = {f"k{i}" for i in range(keys)} | {"pos"} | set(_key_names(events.columns, keys))
+    return events.select(*longs, _positions_as_longs(position.elementType),
+                         *[c for c in events.columns if c not in taken])
+
+
+def _longs_of_keys(frame: DataFrame, keys: int) -> list[Column]:
+    """`frame`'s key columns as `java_ready` makes them (`_as_longs`; as they are where they
+    are so already)."""
+    return [long for i in range(keys) for long in (
+        [F.col(f"k{i}_long"), F.col(f"k{i}_negative")] if f"k{i}_long" in frame.columns
+        else _as_longs(f"k{i}", frame.schema[f"k{i}"].dataType))]
 
 
 def _as_longs(name: str, kind: Any) -> list[Column]:
@@ -377,17 +419,22 @@ def _as_longs(name: str, kind: Any) -> list[Column]:
     column = F.col(name)
     if kind.simpleString() != "decimal(20,0)":
         return [column.alias(name)]
-    negative = column.between(decimal_literal(_LEAST), decimal_literal(-1))
-    return [F.when(negative, column.cast("bigint")).otherwise(_flipped(column, name))
-            .alias(f"{name}_long"), (column < 0).alias(f"{name}_negative")]
+    negative = column < decimal_literal(0)
+    return [F.when(negative & (column >= decimal_literal(_LEAST)), column.cast("bigint"))
+            .otherwise(_flipped(column, name)).alias(f"{name}_long"),
+            negative.alias(f"{name}_negative")]
 
 
 def _flipped(value: Column, what: str) -> Column:
     """A decimal(20,0) in [0, 2^64) as the long of its 64 bits with the sign bit flipped:
     longs in the decimals' order. Outside: an error (no caller passes one: a Uint64 is read
-    within its range, a decimal(20,0) within `_LEAST` and `_GREATEST`)."""
-    return F.when(value.between(decimal_literal(0), decimal_literal(_GREATEST)),
-                  (value - decimal_literal(2**63)).cast("bigint")) \
+    within its range, a decimal(20,0) within `_LEAST` and `_GREATEST`). Below 2^63 (every
+    step and key of a real feed) that is the value cast to a long with its sign bit flipped;
+    only above it does Spark subtract as decimals, a `BigDecimal` each."""
+    half = decimal_literal(2**63)
+    return F.when((value >= decimal_literal(0)) & (value < half),
+                  value.cast("bigint").bitwiseXOR(F.lit(_LEAST))) \
+        .when(value.between(half, decimal_literal(_GREATEST)), (value - half).cast("bigint")) \
         .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
 
 

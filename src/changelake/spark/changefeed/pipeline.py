@@ -112,6 +112,7 @@ from changelake.spark.changefeed.keyed import (
     checkpoint,
     convert,
     java_convert,
+    java_ready,
     partitions_for,
     problem_of,
     typed_events,
@@ -396,9 +397,12 @@ _BARRIERS_WANTED = ("_below", "_same", "_outside")
 def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) -> DataFrame:
     """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
     `barriers`), shuffled by key (`by_key`) into partitions for about `size` events
-    (`partitions_for`)."""
+    (`partitions_for`); where the session has the Java conversion, with the keys and
+    positions it reads (`java_ready`) made before the shuffle."""
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
-    return by_key(events.select(*(f"k{i}" for i in range(keys)), *wanted), keys,
+    events = events.select(*(f"k{i}" for i in range(keys)), *wanted)
+    ready = java_ready(events, keys)
+    return by_key(events if ready is None else ready, keys,
                   partitions_for(events.sparkSession, size))
 
 
