@@ -20,6 +20,14 @@ def test_the_local_test_session_runs_the_parallel_collector_and_keeps_the_derby_
     assert home is not None and Path(home).name == "metastore"
 
 
+def test_the_local_test_session_writes_no_row_checksums(spark):
+    """Spark 4.3 sums a checksum of every row a shuffle writes where either setting is on
+    (`session.LOCAL_CONF`): a local session has both off, as Spark's SQL conf reads them."""
+    conf = spark.sparkContext._jvm.org.apache.spark.sql.internal.SQLConf.get()
+    assert not conf.shuffleOrderIndependentChecksumEnabled()
+    assert not conf.shuffleChecksumMismatchFullRetryEnabled()
+
+
 def test_the_collector_is_a_local_sessions_own_and_yields_to_the_callers(monkeypatch):
     for variable in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
         monkeypatch.delenv(variable, raising=False)

@@ -38,7 +38,9 @@ benchmarks/README.md)."""
 LOCAL_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
+    # Spark sums the checksums where either is on (`ShuffleExchangeExec`): both off.
     "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+    "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false",
 }
 """A local session's defaults besides `DEFAULT_CONF`: loopback only, and no row checksums
 of the shuffles' map output. Spark 4.3 sums a checksum of every row a shuffle writes, to tell
