@@ -328,6 +328,15 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
     return events.join(table_rows, names, "left")
 
 
+def unchanged_before(events: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame:
+    """`events` with `ub` (which columns the before image leaves UNCHANGED) all false where
+    they come without it (YDB's events: `pipeline._YDB_NOT_STORED`), as they are where they
+    come with it."""
+    if "ub" in events.columns:
+        return events
+    return events.withColumn("ub", F.struct(*[F.lit(False).alias(c.name) for c in columns]))
+
+
 JVM_CONVERSION_CLASS = "changelake.jvm.KeyedConversion"
 
 #: The element types of `pos` the Java conversion compares (Debezium's positions are longs,
@@ -362,7 +371,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     ready = java_ready(events, len(keys))
     if converter is None or ready is None:
         return None
-    with_state = _with_state(ready, columns, keys, state)
+    with_state = unchanged_before(_with_state(ready, columns, keys, state), columns)
     kcols = [F.col(name) for name in _key_names(ready.columns, len(keys))]
     rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
             F.col("_outside").cast("boolean")] if barriers else []
@@ -472,7 +481,7 @@ def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str
     neighbours in the window's order)."""
     names = [c.name for c in columns]
     kcols = [f"k{i}" for i in range(len(keys))]
-    events = _with_state(events, columns, keys, state)
+    events = unchanged_before(_with_state(events, columns, keys, state), columns)
     order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
     # The greatest (position, rank) of the key's earlier events, and of those the greatest
     # content: while no tie is found, the content of the write applied at that place.

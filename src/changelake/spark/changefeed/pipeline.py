@@ -400,6 +400,8 @@ def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) 
     (`partitions_for`); where the session has the Java conversion, with the keys and
     positions it reads (`java_ready`) made before the shuffle."""
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
+    if "ub" not in events.columns:  # all false (YDB's): made again after the shuffle
+        wanted = tuple(c for c in wanted if c != "ub")
     events = events.select(*(f"k{i}" for i in range(keys)), *wanted)
     ready = java_ready(events, keys)
     return by_key(events if ready is None else ready, keys,
@@ -597,9 +599,11 @@ def _partition_cap(timed: DataFrame, frontier: int) -> int:
     return frontier if row is None or row[0] is None else min(frontier, int(row[0]))
 
 
-#: A YDB batch's parsed columns that no step after the parse reads, not checkpointed (as
-#: `_FACTS_ONLY`): the file's path is `Lines.files[file_index]`.
-_YDB_FACTS_ONLY = ("file",)
+#: A YDB batch's parsed columns not checkpointed (as `_FACTS_ONLY`): `file`, which no step
+#: after the parse reads (the file's path is `Lines.files[file_index]`), and `ub`, all false
+#: on every YDB record (no before image leaves a column UNCHANGED), which the conversion
+#: makes again after its shuffle (`keyed.unchanged_before`) rather than store and move it.
+_YDB_NOT_STORED = ("file", "ub")
 
 
 #: YDB's barrier rule broken (`barriers.py`): the old path names the line.
@@ -616,7 +620,7 @@ def _named_flaw(read: Lines) -> NoReturn:
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
                         ) -> tuple[DataFrame, LineFacts, Blocks | None] | None:
     """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
-    (without `_YDB_FACTS_ONLY`), and their facts, counted by the tasks and observed by the
+    (without `_YDB_NOT_STORED`), and their facts, counted by the tasks and observed by the
     same job: where Java read every line (the records YDB writes, without a problem), that
     is the typed parse's result without its expressions over every line, with `_below` (see
     `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`: None where
@@ -628,7 +632,7 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
         return None
     observed = Observation()
     items = _guard(lambda: stored(java.observe(observed, F.collect_list("_facts").alias("tasks"))
-                                  .drop("_deferred", "_facts", *_YDB_FACTS_ONLY)))
+                                  .drop("_deferred", "_facts", *_YDB_NOT_STORED)))
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_COUNTS}
     if count["flawed"]:
@@ -660,7 +664,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
             .where(F.col("_flaw").isNull()).drop("_flaw")
         items = _guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
                                       .observe(observed, *LineFacts.aggregates())
-                                      .drop(*_YDB_FACTS_ONLY)))
+                                      .drop(*_YDB_NOT_STORED)))
         if flaws.get["flawed"]:
             _named_flaw(read)
         return items, LineFacts.of(observed.get)

@@ -340,14 +340,14 @@ TASK_FACTS = T.StructType([
 
 def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
                ) -> DataFrame | None:
-    """`ydb_items`' rows as Java alone reads `lines` (`Lines.bounded`: every line `flaw` can
-    mark) in the tasks (`YdbLines.java`), with `_deferred`, true on the lines it leaves (a
-    flaw, a line `YdbLine` leaves, one the typed parse finds a problem on: their columns are
-    null but those the typed parse never makes null, which are as it makes them for a line
-    it leaves to the careful parse, of kind "careful"), and `_facts` (`TASK_FACTS`, on each
-    task's last line): for a caller that takes the rows only where Java read every line
-    (`pipeline.ydb_changes`). None where `java_line_reader` is None or the session has no
-    jar.
+    """`ydb_items`' rows as Java alone reads `lines` (`Lines.bounded`: every line `flaw` can mark)
+    in the tasks (`YdbLines.java`), but for `file`, null, with `_deferred`, true on the
+    lines it leaves (a flaw, a line `YdbLine` leaves, one the typed parse finds a problem
+    on: their columns are null but those the typed parse never makes null, which are as it
+    makes them for a line it leaves to the careful parse, of kind "careful"), and `_facts`
+    (`TASK_FACTS`, on each task's last line): for a caller that takes the rows only where
+    Java read every line (`pipeline.ydb_changes`). None where `java_line_reader` is None or
+    the session has no jar.
 
     The layout is the typed parse's, whose plan is made (not run) for its schema: the two are
     compared in `tests/test_spark_changefeed_ydb.py`."""
@@ -360,7 +360,10 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
     out = T.StructType([*planned.schema.fields, T.StructField("_below", T.BooleanType()),
                         T.StructField("_deferred", T.BooleanType()),
                         T.StructField("_facts", TASK_FACTS)])
-    places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
+    # `file` left null: the caller names a file by its `file_index` (`Lines.files`), and a
+    # name per line would be copied through each row for nothing.
+    places = lines.select(F.lit(None).cast("string").alias("file"),
+                          F.col("file_index").cast("int"), F.col("block").cast("bigint"),
                           F.col("row").cast("bigint"), "value")
     return DataFrame(reader.read(places._jdf, out.json(), java_table(schema, columns),
                                  MAX_LINE_BYTES), spark)
