@@ -9,6 +9,10 @@ the baseline's (the plain write's) in the same log. Run a benchmark with Spark's
         --conf spark.eventLog.enabled=true --conf spark.eventLog.dir=/tmp/events
     python benchmarks/stage_times.py /tmp/events/*/events_1_*
 
+`--from-job` and `--to-job` keep one step's jobs (in a cold `bench_ingest.py` run, job 5 is
+the plain write and the jobs after it the ingest), and `--sum` adds their tasks' time and CPU
+time summed: a step's cost as one figure, to set against the plain write's.
+
 Printed per job, in order: the driver's gap before it (planning, Python), its wall time, and
 per stage the tasks, their summed time (and CPU and GC), the bytes read and written (input,
 shuffle, output) and any spill. The jobs are Spark's numbers; which step of the run each is,
@@ -106,13 +110,14 @@ def read_log(path: Path) -> Log:
     return log
 
 
-def report(log: Log, first_job: int = 0) -> list[str]:
-    """One line per job from `first_job` on, and one per stage of it that ran tasks."""
+def report(log: Log, first_job: int = 0, last_job: int | None = None) -> list[str]:
+    """One line per job from `first_job` on (to `last_job`), and one per stage of it that ran
+    tasks."""
     out: list[str] = []
     previous: float | None = None
     for number in sorted(log.jobs):
         job = log.jobs[number]
-        if number < first_job:
+        if number < first_job or (last_job is not None and number > last_job):
             continue
         gap = 0.0 if previous is None else job.start - previous
         took = (job.end or job.start) - job.start
@@ -131,12 +136,29 @@ def report(log: Log, first_job: int = 0) -> list[str]:
     return out
 
 
+def summed(log: Log, first_job: int, last_job: int | None) -> tuple[float, float]:
+    """The task time and CPU time of the jobs `first_job` to `last_job` (None: the last),
+    summed over their stages' tasks: a step of several jobs (the ingest's) as one figure."""
+    stages = {s for number, job in log.jobs.items() if number >= first_job
+              and (last_job is None or number <= last_job) for s in job.stages}
+    ran = [log.stages[s] for s in stages if s in log.stages]
+    return sum(s.seconds for s in ran), sum(s.cpu for s in ran)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("log", type=Path, help="an uncompressed Spark event log file")
     parser.add_argument("--from-job", type=int, default=0, help="leave out the jobs before")
+    parser.add_argument("--to-job", type=int, default=None, help="and the jobs after")
+    parser.add_argument("--sum", action="store_true",
+                        help="then the task and CPU time of those jobs, summed")
     args = parser.parse_args()
-    print("\n".join(report(read_log(args.log), args.from_job)))
+    log = read_log(args.log)
+    print("\n".join(report(log, args.from_job, args.to_job)))
+    if args.sum:
+        seconds, cpu = summed(log, args.from_job, args.to_job)
+        print(f"jobs {args.from_job}..{'' if args.to_job is None else args.to_job}: "
+              f"tasks {seconds:.2f} s, cpu {cpu:.2f} s")
 
 
 if __name__ == "__main__":
