@@ -75,6 +75,9 @@ JVM_IMAGE_CLASS = "changelake.jvm.DebeziumImage"
 #: orjson reads a float).
 _LEAST, _GREATEST = -(2**63), 2**64 - 1
 
+#: A long with only its sign bit set (`_flipped`'s mask).
+_SIGN_BIT = -(2**63)
+
 
 def java_image_reader(spark: SparkSession, columns: Sequence[ColumnSpec]
                       ) -> tuple[str, str] | None:
@@ -442,7 +445,7 @@ def _flipped(value: Column, what: str) -> Column:
     only above it does Spark subtract as decimals, a `BigDecimal` each."""
     half = decimal_literal(2**63)
     return F.when((value >= decimal_literal(0)) & (value < half),
-                  value.cast("bigint").bitwiseXOR(F.lit(_LEAST))) \
+                  value.cast("bigint").bitwiseXOR(F.lit(_SIGN_BIT))) \
         .when(value.between(half, decimal_literal(_GREATEST)), (value - half).cast("bigint")) \
         .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
 
