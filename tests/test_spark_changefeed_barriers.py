@@ -92,11 +92,19 @@ def test_a_barrier_reaches_the_later_blocks_of_its_file_only(spark: Any) -> None
     assert scanned.count == 3 and scanned.last == {0: at(70)}
 
 
-def test_the_blocks_mark_by_step_then_by_position(spark: Any) -> None:
+@pytest.mark.parametrize("form", ["uint64", "longs"])
+def test_the_blocks_mark_by_step_then_by_position(spark: Any, form: str) -> None:
     """`marked_below` decides by the step (`time`, a long) and compares the positions only at
     the prior barrier's own step, where the transaction decides: below it at a lesser one,
     not at an equal or greater one; a barrier whose step no long holds is compared as a
-    position. A barrier row is never marked, and a block with no prior keeps its marks."""
+    position. A barrier row is never marked, and a block with no prior keeps its marks. The
+    same with the positions as the Java conversion reads them (`keyed.java_ready_schema`, as
+    YDB's Java parse makes them), the barriers Uint64s as ever."""
+    from changelake.spark.changefeed.keyed import flipped
+
+    def position(v: int) -> Any:
+        return Decimal(v) if form == "uint64" else flipped(v)
+    kind = "decimal(20,0)" if form == "uint64" else "bigint"
     rows = [(0, 0, 0, "change", [5, 1], 5, False), (0, 0, 1, "change", [9, 9], 9, True),
             (0, 10, 0, "change", [5, 3], 5, False), (0, 10, 1, "change", [5, 7], 5, False),
             (0, 10, 2, "change", [5, 9], 5, False), (0, 10, 3, "change", [4, 99], 4, False),
@@ -104,9 +112,9 @@ def test_the_blocks_mark_by_step_then_by_position(spark: Any) -> None:
             (1, 0, 0, "change", [2**63 + 1, 0], None, False),
             (1, 0, 1, "change", [2**63 + 3, 0], None, False)]
     items = spark.createDataFrame(
-        [(*r[:4], None if r[4] is None else [Decimal(v) for v in r[4]], *r[5:])
+        [(*r[:4], None if r[4] is None else [position(v) for v in r[4]], *r[5:])
          for r in rows], "file_index int, block bigint, row bigint, kind string, "
-        "pos array<decimal(20,0)>, time bigint, _below boolean")
+        f"pos array<{kind}>, time bigint, _below boolean")
     blocks = barriers.Blocks([(0, 10, [Decimal(5), Decimal(7)]),
                               (1, 0, [Decimal(2**63 + 2), Decimal(0)])], {})
     marked = barriers.marked_below(items, blocks)
@@ -200,6 +208,7 @@ def test_the_blocks_mark_what_the_window_finds(spark: Any, tmp_path: Path, seed:
     those the window finds (`_below`), with each file's highest barrier, on files cut into
     blocks of a few lines, replayed from some line on, with a late record or two."""
     from changelake.formats.tableschema import TableSchema
+    from changelake.spark.changefeed.keyed import uint64_positions
     from changelake.spark.changefeed.pipeline import _ydb_parsed_by_java
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import ydb_columns
@@ -220,10 +229,12 @@ def test_the_blocks_mark_what_the_window_finds(spark: Any, tmp_path: Path, seed:
         place = ("file_index", "block", "row")
         marked = sorted(tuple(r) for r in barriers.marked_below(items, blocks)
                         .where("_below").select(*place).collect())
-        found = sorted(tuple(r) for r in barriers._below(items, keep=()).select(*place)
+        # the window compares the records' positions with the barriers as Uint64s
+        uint64 = uint64_positions(items)
+        found = sorted(tuple(r) for r in barriers._below(uint64, keep=()).select(*place)
                        .collect())
         within = items.where("_below").count()
-        chunks = barriers._barrier_chunks(items, ())
+        chunks = barriers._barrier_chunks(uint64, ())
     finally:
         spark.conf.set("spark.sql.files.maxPartitionBytes", before)
     assert marked == found

@@ -146,3 +146,28 @@ def test_java_conversion_with_the_table_rows(spark: Any) -> None:
 def test_no_java_conversion_for_positions_it_does_not_compare(spark: Any) -> None:
     events = spark.createDataFrame([], _schema(False).replace("array<bigint>", "array<string>"))
     assert java_convert(events, COLUMNS, ["id", "tag"], None) is None
+
+
+def test_uint64s_flipped_on_the_driver_and_in_spark_agree(spark: Any) -> None:
+    """A Uint64 flipped on the driver (`flipped`: a barrier's, `barriers.marked_below`), by
+    `java_ready`'s expression, and a non-negative long by `flipped_long` (a line's place,
+    `ydb.untimed_positions`) are one long, in the Uint64s' order; `uint64_positions` gives the
+    Uint64s back. A value outside a Uint64 is refused on the driver."""
+    from pyspark.sql import functions as F
+
+    from changelake.spark.changefeed.keyed import flipped, flipped_long, uint64_positions
+
+    values = [0, 1, 2**62, 2**63 - 1, 2**63, 2**63 + 5, 2**64 - 1]
+    frame = spark.createDataFrame([([Decimal(v), Decimal(v)], v if v < 2**63 else None)
+                                   for v in values], "pos array<decimal(20,0)>, v bigint")
+    ready = java_ready(frame.withColumn("k0", F.lit(1)), 1)
+    assert ready is not None and ready.schema["pos"].dataType.simpleString() == "array<bigint>"
+    got = ready.select("pos", flipped_long(F.col("v")).alias("f")).collect()
+    longs = [r["pos"][0] for r in got]
+    assert longs == [flipped(v) for v in values] == sorted(longs)
+    assert [r["f"] for r in got if r["f"] is not None] == longs[:4]
+    back = uint64_positions(ready).select("pos").collect()
+    assert [r["pos"] for r in back] == [[Decimal(v), Decimal(v)] for v in values]
+    for outside in (-1, 2**64):
+        with pytest.raises(ValueError, match="not a Uint64"):
+            flipped(outside)

@@ -560,13 +560,15 @@ TWO_KEY_LINES = [b'{"key":[5,-1],"update":{"v":"x"},"ts":[3,1]}',
 def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, table: Any,
                                                   lines: Any, partitions: int) -> None:
     """`YdbLines.java` against the typed parse (`YdbLine` and `_typed_steps`' expressions):
-    the same schema; on every line it reads, the same row (by `repr`: -0.0 is not 0.0); it
+    the same schema, but for the keys and positions it makes as the Java conversion reads
+    them (`keyed.java_ready_schema`); on every line it reads, the same row (by `repr`: -0.0
+    is not 0.0), the typed parse's keys and positions made so by `keyed.java_ready`; it
     leaves exactly the lines `YdbLine` leaves and those the typed parse finds a problem on,
     and counts a flawed line; its tasks' facts are the aggregates over the rows it read."""
     from pyspark.sql import functions as F
 
     from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed import ydb
+    from changelake.spark.changefeed import keyed, ydb
     from changelake.spark.changefeed.read import flaw, read_lines
 
     if lines == "all":
@@ -581,14 +583,18 @@ def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, ta
     assert java is not None, "the test session has the project's jar"
     clean = bounded.where(flaw(F.col("value")).isNull())
     typed = ydb._typed_items(clean, schema, columns, all_simple=False)
-    assert java.drop("_below", "_deferred", "_facts").schema == typed.schema
+    keys = len(schema.primary_key)
+    assert java.drop("_below", "_deferred", "_facts").schema \
+        == keyed.java_ready_schema(typed.schema, keys)
     function, spec = ydb.java_line_reader(spark, schema, columns,
                                           ydb.line_struct(schema, columns)) or ("", "")
     udf = clean.select("row", F.call_function(function, "value", F.lit(spec)).isNotNull())
     udf_reads = dict(udf.collect())
     problems = dict(typed.select("row", "problem").collect())
     # (A line with a problem may fail the other columns: a step beyond a long, cast to one.)
-    by_row = {r["row"]: r for r in typed.where(F.col("problem").isNull()).collect()}
+    # (A line left to the careful parse has columns that mean nothing: not made into longs.)
+    by_row = {r["row"]: r for r in keyed.java_ready(
+        typed.where(F.col("problem").isNull() & (F.col("kind") != "careful")), keys).collect()}
     got = java.collect()
     assert len(got) == len(lines)
     tasks = [r["_facts"] for r in got if r["_facts"] is not None]
@@ -604,7 +610,8 @@ def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, ta
         if expect_read:
             assert r["file"] is None  # the caller names files by `file_index`
             java_only = {"file": None, "_below": None, "_deferred": None, "_facts": None}
-            assert repr(r.asDict() | java_only) == repr(want.asDict() | java_only), (r, want)
+            assert repr(sorted((r.asDict() | java_only).items())) \
+                == repr(sorted((want.asDict() | java_only).items())), (r, want)
     assert read and len(read) < len(lines)
     facts = {n: sum(t[n] for t in tasks) for n in ydb.TASK_COUNTS}
     assert facts == {
@@ -620,6 +627,12 @@ WHOLE_OR_NOT = ["ydb-test-json-new-and-old-images.jsonl", "ydb-test-json-keys-on
                 "ydb-test-json-updates.jsonl", "ydb-test-json-nan-inf.jsonl"]
 
 
+def _by_name(rows: list[Any]) -> list[str]:
+    """Rows as sorted `repr`s of their columns by name (-0.0 is not 0.0), whatever their
+    columns' order."""
+    return sorted(repr(sorted(r.asDict().items())) for r in rows)
+
+
 def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path: Path) -> None:
     """`pipeline._ydb_parsed_by_java` on samples the JVM path converts (`WHOLE_OR_NOT`): where
     Java read every line, the checkpointed rows and the facts are the typed parse's
@@ -630,6 +643,7 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
     from changelake.errors import InputError
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed.barriers import LineFacts
+    from changelake.spark.changefeed.keyed import java_ready
     from changelake.spark.changefeed.pipeline import _YDB_NOT_STORED, _ydb_parsed_by_java
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
@@ -646,13 +660,15 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
             .observe(observed, *LineFacts.aggregates())
         # `ub` is all false on every record, so it is not stored (`_YDB_NOT_STORED`)
         assert not any(any(r["ub"]) for r in typed.collect()), name
-        want = sorted(map(repr, typed.drop(*_YDB_NOT_STORED).collect()))
+        # Java makes the keys and positions as the Java conversion reads them
+        keys = len(schema.primary_key)
+        want = _by_name(java_ready(typed.drop(*_YDB_NOT_STORED), keys).collect())
         if got is None:
             assert ydb_items(lines.frame, schema, columns).where("kind = 'careful'").count()
             continue
         whole.append(name)
         items, facts, blocks = got
-        assert sorted(map(repr, items.drop("_below").collect())) == want, name
+        assert _by_name(items.drop("_below").collect()) == want, name
         assert facts == LineFacts.of(observed.get), name
         assert blocks is not None and not any(r["_below"] for r in items.collect()), name
     assert whole == WHOLE_OR_NOT[:-1]

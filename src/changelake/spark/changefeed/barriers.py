@@ -47,7 +47,13 @@ from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from changelake.spark.changefeed.keyed import JAVA_POSITIONS, partitions_for
+from changelake.spark.changefeed.keyed import (
+    JAVA_POSITIONS,
+    flipped,
+    key_names,
+    partitions_for,
+    uint64_positions,
+)
 from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
 from changelake.spark.driver_rows import driver_rows
 from changelake.spark.expressions import per_jvm
@@ -116,7 +122,11 @@ def identity(content: Column | None = None) -> Column:
 
 
 def _narrow(items: DataFrame, keep: Sequence[str]) -> DataFrame:
-    """The columns the barrier window reads, `keep`, and `_barrier`: a barrier's position."""
+    """The columns the barrier window reads, `keep`, and `_barrier`: a barrier's position.
+    The records' positions must be Uint64s as the barriers' are (`keyed.uint64_positions`)."""
+    kinds = [items.schema[c].dataType.simpleString() for c in ("pos", "rpos")]
+    if kinds[0] != kinds[1]:
+        raise TypeError(f"records' positions and barriers of two types: {kinds}")
     return items.select("file_index", "block", "row", "kind", "pos", *keep,
                         F.when(F.col("kind") == "resolved", F.col("rpos")).alias("_barrier"))
 
@@ -269,8 +279,8 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
     second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
     spreads a window over partitions by it (`keyed.partitions_for`)."""
-    key = [f"k{i}" for i in range(keys)]
-    items = items.withColumn("_same", identity())
+    key = key_names(items.columns, keys)
+    items = uint64_positions(items).withColumn("_same", identity())
     scanned = scan_below(items, (*key, "_same"))
     if scanned is None:
         scanned = _window_below(items, (*key, "_same"), size)
@@ -285,7 +295,7 @@ def _unrepeated(lines: DataFrame, below: DataFrame, count: int, keys: int) -> bo
     """Whether one of the `count` records `below` (file_index, block, row, pos, the key's
     columns, `_same`: `identity`) repeats no earlier record of its file among `lines` (with
     `_same`)."""
-    key = [f"k{i}" for i in range(keys)]
+    key = key_names(lines.columns, keys)
     small: Callable[[DataFrame], DataFrame] = \
         F.broadcast if count <= BROADCAST_BELOW else lambda frame: frame
     identical = ["file_index", *key, "pos", "_same"]
@@ -356,12 +366,19 @@ def marked_below(items: DataFrame, blocks: Blocks) -> DataFrame:
     on every record below the highest barrier read before it in its file.
 
     A record's `time` is its position's step (`ydb.py`), so the step decides, as a long, and
-    the positions (Uint64 decimals, each read through a `BigDecimal`) are compared only where
-    the steps are equal: the whole comparison was a seventh of the conversion's map side."""
+    the positions are compared only where the steps are equal: the whole comparison, of
+    positions read as Uint64 decimals (each through a `BigDecimal`), was a seventh of the
+    conversion's map side. The positions come as the parse made them: Uint64s, or as the Java
+    conversion reads them (`keyed.java_ready_schema`), longs, the barriers' made so here."""
     if not blocks.prior:
         return items
     position = items.schema["pos"].dataType
-    prior = driver_rows(items.sparkSession, [(*b, _step(b[2])) for b in blocks.prior],
+    if position.simpleString() == "array<bigint>":  # as the Java conversion reads them
+        rows = [(f, b, [flipped(int(p)) for p in high], _step(high))
+                for f, b, high in blocks.prior]
+    else:
+        rows = [(*b, _step(b[2])) for b in blocks.prior]
+    prior = driver_rows(items.sparkSession, rows,
                         T.StructType([
                             T.StructField("file_index", T.IntegerType()),
                             T.StructField("block", T.LongType()),
@@ -388,6 +405,6 @@ def unrepeated_outside(items: DataFrame, outside: Column, count: int, keys: int)
     `barriers`) repeats no earlier record of its file."""
     items = items.withColumn("_same", identity())
     below = items.where((F.col("kind") == "change") & F.col("_below") & outside).select(
-        "file_index", "block", "row", "pos", *[f"k{i}" for i in range(keys)], "_same")
+        "file_index", "block", "row", "pos", *key_names(items.columns, keys), "_same")
     return _unrepeated(items, below, count, keys)
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decimal_literal, decode, unchanged
@@ -287,12 +288,12 @@ def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     by key, row and time (its consolidation), and `java_convert` reads each key's events in
     one partition, which this partitioning serves, so they are shuffled once, here, when the
     conversion runs in the same job (`pipeline.checked_conversion`)."""
-    return events.repartition(partitions, *_key_names(events.columns, keys))
+    return events.repartition(partitions, *key_names(events.columns, keys))
 
 
-def _key_names(columns: Sequence[str], keys: int) -> list[str]:
+def key_names(columns: Sequence[str], keys: int) -> list[str]:
     """The key columns of a frame with these `columns`: `k0..`, each as it is or as its two
-    longs (`_as_longs`, `java_ready`)."""
+    longs (`_as_longs`: `java_ready`, or YDB's Java parse, `java_ready_schema`)."""
     return [name for i in range(keys) for name in
             ((f"k{i}_long", f"k{i}_negative") if f"k{i}_long" in columns else (f"k{i}",))]
 
@@ -316,7 +317,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
                 state: DataFrame | None) -> DataFrame:
     """`events` with `st`, their key's row in `state` (the table's current rows, one per key:
     its columns cast to the output types), or null. Joined by the events' key columns as
-    they are (`_key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
+    they are (`key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
     if state is None:
         return events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
@@ -325,7 +326,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
                                 for i, k in enumerate(keys)],
                               F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
                                          for c in columns]).alias("st"))
-    names = _key_names(events.columns, len(keys))
+    names = key_names(events.columns, len(keys))
     if names != [f"k{i}" for i in range(len(keys))]:
         table_rows = table_rows.select(*_longs_of_keys(table_rows, len(keys)), "st")
     return events.join(table_rows, names, "left")
@@ -375,7 +376,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     if converter is None or ready is None:
         return None
     with_state = unchanged_before(_with_state(ready, columns, keys, state), columns)
-    kcols = [F.col(name) for name in _key_names(ready.columns, len(keys))]
+    kcols = [F.col(name) for name in key_names(ready.columns, len(keys))]
     rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
             F.col("_outside").cast("boolean")] if barriers else []
     ordered = with_state.select(
@@ -398,7 +399,8 @@ def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
     which Spark reads through a `BigDecimal` wherever it hashes, compares or converts one, is
     read once: the shuffle then hashes, moves and sorts longs (the decimals' hashing was a
     fourteenth of the map side at 11M YDB events, their conversion before the sort a twelfth
-    of the reduce side: benchmarks/README.md)."""
+    of the reduce side: benchmarks/README.md). YDB's Java parse makes its rows so itself
+    (`java_ready_schema`), and they pass here as they are."""
     from pyspark.sql.types import ArrayType
 
     from changelake.spark.jvm import java_class
@@ -409,9 +411,30 @@ def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
             or position.elementType.simpleString() not in JAVA_POSITIONS:
         return None
     longs = _longs_of_keys(events, keys)
-    taken = {f"k{i}" for i in range(keys)} | {"pos"} | set(_key_names(events.columns, keys))
+    taken = {f"k{i}" for i in range(keys)} | {"pos"} | set(key_names(events.columns, keys))
     return events.select(*longs, _positions_as_longs(position.elementType),
                          *[c for c in events.columns if c not in taken])
+
+
+def java_ready_schema(schema: T.StructType, keys: int) -> T.StructType:
+    """`schema` (a frame's with key columns `k0..` and `pos`) as `java_ready` makes it, each
+    column in its place: each decimal(20,0) key as `k<i>_long` and `k<i>_negative`, positions
+    of Uint64s as longs. A reader that makes its rows in this form itself (YDB's Java parse,
+    `ydb.java_items`) spares the decimals from the parse to the conversion: each is read
+    through a `BigDecimal` wherever Spark converts or compares one (a quarter of the
+    conversion's map side at 11M YDB events: benchmarks/README.md)."""
+    decimals = {f"k{i}" for i in range(keys)
+                if schema[f"k{i}"].dataType.simpleString() == "decimal(20,0)"}
+    fields: list[T.StructField] = []
+    for field in schema.fields:
+        if field.name in decimals:
+            fields += [T.StructField(f"{field.name}_long", T.LongType()),
+                       T.StructField(f"{field.name}_negative", T.BooleanType())]
+        elif field.name == "pos" and field.dataType.simpleString() == "array<decimal(20,0)>":
+            fields.append(T.StructField("pos", T.ArrayType(T.LongType())))
+        else:
+            fields.append(field)
+    return T.StructType(fields)
 
 
 def _longs_of_keys(frame: DataFrame, keys: int) -> list[Column]:
@@ -448,6 +471,29 @@ def _flipped(value: Column, what: str) -> Column:
                   value.cast("bigint").bitwiseXOR(F.lit(_SIGN_BIT))) \
         .when(value.between(half, decimal_literal(_GREATEST)), (value - half).cast("bigint")) \
         .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
+
+
+def flipped(value: int) -> int:
+    """A Uint64 as `_flipped` makes it: the long of its 64 bits with the sign bit flipped."""
+    if not 0 <= value < 2**64:
+        raise ValueError(f"not a Uint64: {value}")
+    return value + _SIGN_BIT
+
+
+def flipped_long(value: Column) -> Column:
+    """A non-negative long as `_flipped` makes a Uint64 of its value (its sign bit flipped)."""
+    return value.bitwiseXOR(F.lit(_SIGN_BIT))
+
+
+def uint64_positions(frame: DataFrame) -> DataFrame:
+    """`frame` with its positions as Uint64s (decimal(20,0)) again where they come as the Java
+    conversion reads them (`java_ready_schema`), for a step that compares them with YDB's
+    barriers, which are Uint64s (`barriers.barrier_rule`)."""
+    if frame.schema["pos"].dataType.simpleString() != "array<bigint>":
+        return frame
+    return frame.withColumn("pos", F.transform(
+        "pos", lambda x: (x.cast("decimal(20,0)") - decimal_literal(_SIGN_BIT))
+        .cast("decimal(20,0)")))
 
 
 def _positions_as_longs(element: Any) -> Column:

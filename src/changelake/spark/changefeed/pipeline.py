@@ -113,6 +113,7 @@ from changelake.spark.changefeed.keyed import (
     convert,
     java_convert,
     java_ready,
+    key_names,
     partitions_for,
     problem_of,
     typed_events,
@@ -402,7 +403,7 @@ def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) 
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
     if "ub" not in events.columns:  # all false (YDB's): made again after the shuffle
         wanted = tuple(c for c in wanted if c != "ub")
-    events = events.select(*(f"k{i}" for i in range(keys)), *wanted)
+    events = events.select(*key_names(events.columns, keys), *wanted)
     ready = java_ready(events, keys)
     return by_key(events if ready is None else ready, keys,
                   partitions_for(events.sparkSession, size))

@@ -66,7 +66,7 @@ from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
-from changelake.spark.changefeed.keyed import ColumnSpec
+from changelake.spark.changefeed.keyed import ColumnSpec, flipped_long, java_ready_schema
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import (
     Decoder,
@@ -349,15 +349,18 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
     Java read every line (`pipeline.ydb_changes`). None where `java_line_reader` is None or
     the session has no jar.
 
-    The layout is the typed parse's, whose plan is made (not run) for its schema: the two are
-    compared in `tests/test_spark_changefeed_ydb.py`."""
+    The layout is the typed parse's, whose plan is made (not run) for its schema, with the
+    Uint64 key columns and the positions as the Java conversion reads them
+    (`keyed.java_ready_schema`): made as longs here, they are never decimals on their way to
+    it. The two are compared in `tests/test_spark_changefeed_ydb.py`."""
     spark = lines.sparkSession
     reader = java_class(spark, JVM_LINES_CLASS)
     if reader is None or java_line_reader(spark, schema, columns,
                                           line_struct(schema, columns)) is None:
         return None
     planned = _typed_items(lines, schema, columns, all_simple=False)
-    out = T.StructType([*planned.schema.fields, T.StructField("_below", T.BooleanType()),
+    ready = java_ready_schema(planned.schema, len(schema.primary_key))
+    out = T.StructType([*ready.fields, T.StructField("_below", T.BooleanType()),
                         T.StructField("_deferred", T.BooleanType()),
                         T.StructField("_facts", TASK_FACTS)])
     # `file` left null: the caller names a file by its `file_index` (`Lines.files`), and a
@@ -389,9 +392,12 @@ def ydb_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpe
 
 def untimed_positions(events: DataFrame) -> DataFrame:
     """Records without `ts` in a batch that has none (see the module docstring): time 0, in
-    the order of files and lines."""
-    return events.withColumn("time", F.lit(0).cast("bigint")).withColumn(
-        "pos", F.array(*[F.col(c).cast("decimal(20,0)") for c in ("file_index", "block", "row")]))
+    the order of files and lines; the positions in the form `events` has them (Uint64s, or
+    as the Java conversion reads them: `keyed.java_ready_schema`)."""
+    places = [F.col(c).cast("decimal(20,0)") for c in ("file_index", "block", "row")]
+    if events.schema["pos"].dataType.simpleString() == "array<bigint>":
+        places = [flipped_long(F.col(c).cast("bigint")) for c in ("file_index", "block", "row")]
+    return events.withColumn("time", F.lit(0).cast("bigint")).withColumn("pos", F.array(*places))
 
 
 def with_content(events: DataFrame) -> DataFrame:

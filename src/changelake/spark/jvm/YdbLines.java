@@ -14,8 +14,10 @@ import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.classic.Dataset;
+import org.apache.spark.sql.types.ArrayType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.Decimal;
+import org.apache.spark.sql.types.LongType;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
@@ -79,16 +81,29 @@ public final class YdbLines {
                                     int maxLineBytes) {
         StructType out = (StructType) DataType.fromJson(schema);
         String[] names = out.fieldNames();
-        int keys = names.length - HEAD.length - TAIL.length;
-        boolean named = keys >= 1;
+        // The key columns: each `k<i>`, or, a Uint64's, `k<i>_long` and `k<i>_negative`.
+        List<Boolean> longs = new ArrayList<>();
+        int at = HEAD.length;
+        while (at < names.length && names[at].equals("k" + longs.size() + "_long")
+                   && at + 1 < names.length
+                   && names[at + 1].equals("k" + longs.size() + "_negative")
+               || at < names.length && names[at].equals("k" + longs.size())) {
+            boolean pair = names[at].endsWith("_long");
+            longs.add(pair);
+            at += pair ? 2 : 1;
+        }
+        boolean named = !longs.isEmpty() && names.length == at + TAIL.length;
         for (int i = 0; named && i < names.length; i++) {
-            String want = i < HEAD.length ? HEAD[i] : i < HEAD.length + keys
-                ? "k" + (i - HEAD.length) : TAIL[i - HEAD.length - keys];
+            String want = i < HEAD.length ? HEAD[i] : i < at ? names[i] : TAIL[i - at];
             named = want.equals(names[i]);
         }
         if (!named) throw new IllegalArgumentException("YdbLines: columns " + schema);
+        boolean[] pairs = new boolean[longs.size()];
+        for (int i = 0; i < pairs.length; i++) pairs[i] = longs.get(i);
+        DataType position = ((ArrayType) out.apply("pos").dataType()).elementType();
         RDD<InternalRow> rows = lines.queryExecution().toRdd().toJavaRDD()
-            .mapPartitions(new Partition(table, keys, maxLineBytes)).rdd();
+            .mapPartitions(new Partition(table, pairs, position instanceof LongType,
+                                         maxLineBytes)).rdd();
         return lines.sparkSession().internalCreateDataFrame(rows, out, false);
     }
 
@@ -97,18 +112,23 @@ public final class YdbLines {
             implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
         private static final long serialVersionUID = 1L;
         private final String table;
-        private final int keys, maxLineBytes;
+        private final boolean[] pairs;
+        private final boolean flipped;
+        private final int maxLineBytes;
 
-        Partition(String table, int keys, int maxLineBytes) {
+        Partition(String table, boolean[] pairs, boolean flipped, int maxLineBytes) {
             this.table = table;
-            this.keys = keys;
+            this.pairs = pairs;
+            this.flipped = flipped;
             this.maxLineBytes = maxLineBytes;
         }
 
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> lines) throws Exception {
             YdbLine.Table t = new YdbLine.Table(table);
-            int tail = HEAD.length + keys, width = tail + TAIL.length;
+            int keyColumns = 0;
+            for (boolean pair : pairs) keyColumns += pair ? 2 : 1;
+            int tail = HEAD.length + keyColumns, width = tail + TAIL.length;
             return new Iterator<>() {
                 private long flawed, deferred, timed, untimed, barriers;
                 private final Blocks blocks = new Blocks();
@@ -185,10 +205,15 @@ public final class YdbLines {
                     out[KIND] = resolved != null ? RESOLVED : CHANGE;
                     out[RPOS] = resolved == null ? null : pair(resolved);
                     out[HAS_TS] = ts != null;
-                    out[POS] = ts == null ? null : pair(ts);
+                    out[POS] = ts == null ? null : flipped ? flippedPair(ts) : pair(ts);
                     out[TIME] = ts == null ? null : (Object) ts[0].longValueExact();
-                    for (int i = 0; i < keys; i++) {
-                        out[HEAD.length + i] = key == null ? null : internal(key[i]);
+                    for (int i = 0, at = HEAD.length; i < pairs.length; i++) {
+                        if (!pairs[i]) {
+                            out[at++] = key == null ? null : internal(key[i]);
+                        } else {
+                            out[at++] = key == null ? null : (Object) flip((BigDecimal) key[i]);
+                            out[at++] = key == null ? null : (Object) false;
+                        }
                     }
                     out[tail + IS_DELETE] = erase != null;
                     out[tail + RANK] = erase != null ? 0 : 1;
@@ -316,6 +341,21 @@ public final class YdbLines {
 
     private static GenericArrayData pair(BigDecimal[] pair) {
         return new GenericArrayData(new Object[] {decimal(pair[0]), decimal(pair[1])});
+    }
+
+    /**
+     * A Uint64 as `keyed.java_ready` makes it for the Java conversion, without a decimal: the
+     * long of its 64 bits with the sign bit flipped (`keyed._flipped`), so that longs order as
+     * the Uint64s do. A key's (`k<i>_long`) is never negative (`k<i>_negative` false): the
+     * reader takes a Uint64 written without a minus only, and `problems` leaves one beyond 64
+     * bits.
+     */
+    static long flip(BigDecimal uint64) {
+        return uint64.longValue() ^ Long.MIN_VALUE;
+    }
+
+    private static GenericArrayData flippedPair(BigDecimal[] pair) {
+        return new GenericArrayData(new long[] {flip(pair[0]), flip(pair[1])});
     }
 
     private static Decimal decimal(BigDecimal value) {
