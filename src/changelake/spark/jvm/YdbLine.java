@@ -310,7 +310,11 @@ public final class YdbLine implements UDF2<String, String, Row> {
         switch (column.kind) {
             case BOOL: ofKind = e == JsonToken.VALUE_TRUE || e == JsonToken.VALUE_FALSE; break;
             case STRING: ofKind = e == JsonToken.VALUE_STRING; break;
-            case UINT: ofKind = e == JsonToken.VALUE_NUMBER_INT && !p.getText().startsWith("-");
+            case UINT:
+                // written without a minus (`-0` too): read in Jackson's buffer, not as a
+                // String made for each Uint64 (a key and a ts pair on every line)
+                ofKind = e == JsonToken.VALUE_NUMBER_INT
+                    && p.getTextCharacters()[p.getTextOffset()] != '-';
                 break;
             case INT: ofKind = e == JsonToken.VALUE_NUMBER_INT; break;
             case NUMBER:

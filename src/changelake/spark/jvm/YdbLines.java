@@ -28,7 +28,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * the UDF's `Row`s, their conversion, or the expressions over every line.
  *
  * The promise: on every line it does not leave (`_deferred` false), the row is exactly the
- * typed parse's (`tests/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
+ * typed parse's, its Uint64 keys and positions made as `keyed.java_ready` makes them where the
+ * schema asks so (`k<i>_long` and `k<i>_negative` for `k<i>`, `pos` of longs: the sign bit
+ * flipped, `flip`), so that no decimal is read between the parse and the Java conversion
+ * (`tests/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
  * what `barriers.LineFacts.aggregates` and the flaw count give over the task's lines. It
  * keeps it by reading a line only where `YdbLine` reads it (so the typed parse's expression
  * holds and `from_json` gives `YdbLine`'s struct) and leaving every line the typed parse finds
@@ -71,7 +74,8 @@ public final class YdbLines {
     /**
      * `lines` (file string, file_index, block, row, value string: in this order) read, as
      * `schema` (`ydb_items`' columns, `_deferred` and `_facts`, as JSON; its names must be
-     * `HEAD`, the key columns, `TAIL`). `table`: `ydb.java_table`'s. `maxLineBytes`:
+     * `HEAD`, the key columns, `TAIL`; a key column `k<i>` may come as `k<i>_long` and
+     * `k<i>_negative`, a Uint64's only, and `pos` as an array of longs). `table`: `ydb.java_table`'s. `maxLineBytes`:
      * `read.MAX_LINE_BYTES`. `_facts` is null but on each task's last line, where it is the
      * task's counts: flawed, deferred, timed and untimed changes, barriers; then `disorder`
      * and `blocks` (see `Blocks`). `_below`: a record (of kind "change", with `ts`) below the
