@@ -12,6 +12,7 @@ import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.ArrayType;
@@ -75,11 +76,12 @@ public final class YdbLines {
      * `lines` (file string, file_index, block, row, value string: in this order) read, as
      * `schema` (`ydb_items`' columns, `_deferred` and `_facts`, as JSON; its names must be
      * `HEAD`, the key columns, `TAIL`; a key column `k<i>` may come as `k<i>_long` and
-     * `k<i>_negative`, a Uint64's only, and `pos` as an array of longs). `table`: `ydb.java_table`'s. `maxLineBytes`:
-     * `read.MAX_LINE_BYTES`. `_facts` is null but on each task's last line, where it is the
-     * task's counts: flawed, deferred, timed and untimed changes, barriers; then `disorder`
-     * and `blocks` (see `Blocks`). `_below`: a record (of kind "change", with `ts`) below the
-     * highest barrier of its block's earlier lines.
+     * `k<i>_negative`, a Uint64's only, and `pos` as an array of longs). `table`:
+     * `ydb.java_table`'s. `maxLineBytes`: `read.MAX_LINE_BYTES`. `_facts` is null but on
+     * each task's last line, where it is the task's counts: flawed, deferred, timed and
+     * untimed changes, barriers; then `disorder` and `blocks` (see `Blocks`). `_below`: a
+     * record (of kind "change", with `ts`) below the highest barrier of its block's earlier
+     * lines.
      */
     public static Dataset<Row> read(Dataset<Row> lines, String schema, String table,
                                     int maxLineBytes) {
@@ -88,13 +90,18 @@ public final class YdbLines {
         // The key columns: each `k<i>`, or, a Uint64's, `k<i>_long` and `k<i>_negative`.
         List<Boolean> longs = new ArrayList<>();
         int at = HEAD.length;
-        while (at < names.length && names[at].equals("k" + longs.size() + "_long")
-                   && at + 1 < names.length
-                   && names[at + 1].equals("k" + longs.size() + "_negative")
-               || at < names.length && names[at].equals("k" + longs.size())) {
-            boolean pair = names[at].endsWith("_long");
-            longs.add(pair);
-            at += pair ? 2 : 1;
+        while (at < names.length) {
+            String key = "k" + longs.size();
+            if (names[at].equals(key)) {
+                longs.add(false);
+                at += 1;
+            } else if (names[at].equals(key + "_long") && at + 1 < names.length
+                       && names[at + 1].equals(key + "_negative")) {
+                longs.add(true);
+                at += 2;
+            } else {
+                break;
+            }
         }
         boolean named = !longs.isEmpty() && names.length == at + TAIL.length;
         for (int i = 0; named && i < names.length; i++) {
@@ -358,8 +365,9 @@ public final class YdbLines {
         return uint64.longValue() ^ Long.MIN_VALUE;
     }
 
-    private static GenericArrayData flippedPair(BigDecimal[] pair) {
-        return new GenericArrayData(new long[] {flip(pair[0]), flip(pair[1])});
+    /** A ts pair `flip`ped, as an array Spark copies as it is (no boxed longs). */
+    private static UnsafeArrayData flippedPair(BigDecimal[] pair) {
+        return UnsafeArrayData.fromPrimitiveArray(new long[] {flip(pair[0]), flip(pair[1])});
     }
 
     private static Decimal decimal(BigDecimal value) {
