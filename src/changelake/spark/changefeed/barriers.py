@@ -51,6 +51,7 @@ from changelake.spark.changefeed.keyed import (
     JAVA_POSITIONS,
     flipped,
     key_names,
+    long_positions,
     partitions_for,
     uint64_positions,
 )
@@ -373,7 +374,7 @@ def marked_below(items: DataFrame, blocks: Blocks) -> DataFrame:
     if not blocks.prior:
         return items
     position = items.schema["pos"].dataType
-    if position.simpleString() == "array<bigint>":  # as the Java conversion reads them
+    if long_positions(items):
         rows = [(f, b, [flipped(int(p)) for p in high], _step(high))
                 for f, b, high in blocks.prior]
     else:

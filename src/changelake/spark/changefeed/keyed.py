@@ -468,7 +468,7 @@ def _flipped(value: Column, what: str) -> Column:
     only above it does Spark subtract as decimals, a `BigDecimal` each."""
     half = decimal_literal(2**63)
     return F.when((value >= decimal_literal(0)) & (value < half),
-                  value.cast("bigint").bitwiseXOR(F.lit(_SIGN_BIT))) \
+                  flipped_long(value.cast("bigint"))) \
         .when(value.between(half, decimal_literal(_GREATEST)), (value - half).cast("bigint")) \
         .when(value.isNotNull(), F.raise_error(F.lit(f"{what}: beyond a decimal(20,0)")))
 
@@ -485,11 +485,17 @@ def flipped_long(value: Column) -> Column:
     return value.bitwiseXOR(F.lit(_SIGN_BIT))
 
 
+def long_positions(frame: DataFrame) -> bool:
+    """Whether `frame`'s positions come as longs, as the Java conversion reads them (YDB's
+    Uint64s `_flipped`: `java_ready_schema`), rather than as Uint64s (decimal(20,0))."""
+    return frame.schema["pos"].dataType.simpleString() == "array<bigint>"
+
+
 def uint64_positions(frame: DataFrame) -> DataFrame:
     """`frame` with its positions as Uint64s (decimal(20,0)) again where they come as the Java
     conversion reads them (`java_ready_schema`), for a step that compares them with YDB's
     barriers, which are Uint64s (`barriers.barrier_rule`)."""
-    if frame.schema["pos"].dataType.simpleString() != "array<bigint>":
+    if not long_positions(frame):
         return frame
     return frame.withColumn("pos", F.transform(
         "pos", lambda x: (x.cast("decimal(20,0)") - decimal_literal(_SIGN_BIT))

@@ -66,7 +66,12 @@ from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
-from changelake.spark.changefeed.keyed import ColumnSpec, flipped_long, java_ready_schema
+from changelake.spark.changefeed.keyed import (
+    ColumnSpec,
+    flipped_long,
+    java_ready_schema,
+    long_positions,
+)
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import (
     Decoder,
@@ -395,7 +400,7 @@ def untimed_positions(events: DataFrame) -> DataFrame:
     the order of files and lines; the positions in the form `events` has them (Uint64s, or
     as the Java conversion reads them: `keyed.java_ready_schema`)."""
     places = [F.col(c).cast("decimal(20,0)") for c in ("file_index", "block", "row")]
-    if events.schema["pos"].dataType.simpleString() == "array<bigint>":
+    if long_positions(events):
         places = [flipped_long(F.col(c).cast("bigint")) for c in ("file_index", "block", "row")]
     return events.withColumn("time", F.lit(0).cast("bigint")).withColumn("pos", F.array(*places))
 
