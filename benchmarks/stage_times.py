@@ -110,6 +110,11 @@ def read_log(path: Path) -> Log:
     return log
 
 
+def _within(number: int, first_job: int, last_job: int | None) -> bool:
+    """Whether job `number` is among `first_job` to `last_job` (None: the last)."""
+    return number >= first_job and (last_job is None or number <= last_job)
+
+
 def report(log: Log, first_job: int = 0, last_job: int | None = None) -> list[str]:
     """One line per job from `first_job` on (to `last_job`), and one per stage of it that ran
     tasks."""
@@ -117,7 +122,7 @@ def report(log: Log, first_job: int = 0, last_job: int | None = None) -> list[st
     previous: float | None = None
     for number in sorted(log.jobs):
         job = log.jobs[number]
-        if number < first_job or (last_job is not None and number > last_job):
+        if not _within(number, first_job, last_job):
             continue
         gap = 0.0 if previous is None else job.start - previous
         took = (job.end or job.start) - job.start
@@ -139,8 +144,8 @@ def report(log: Log, first_job: int = 0, last_job: int | None = None) -> list[st
 def summed(log: Log, first_job: int, last_job: int | None) -> tuple[float, float]:
     """The task time and CPU time of the jobs `first_job` to `last_job` (None: the last),
     summed over their stages' tasks: a step of several jobs (the ingest's) as one figure."""
-    stages = {s for number, job in log.jobs.items() if number >= first_job
-              and (last_job is None or number <= last_job) for s in job.stages}
+    stages = {s for number, job in log.jobs.items() if _within(number, first_job, last_job)
+              for s in job.stages}
     ran = [log.stages[s] for s in stages if s in log.stages]
     return sum(s.seconds for s in ran), sum(s.cpu for s in ran)
 
