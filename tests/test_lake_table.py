@@ -38,7 +38,7 @@ def lake(spark, tmp_path: Path) -> Lake:
     return Lake(spark, tmp_path / "lake")
 
 
-def deliver_and_check(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 24,
+def deliver_and_check(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 18,
                       compact_every: int = 3, buckets: int = 4) -> None:
     rng = random.Random(seed)
     history = (keyed_history(rng, times, 30, 6) if keyed
