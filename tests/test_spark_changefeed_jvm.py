@@ -195,6 +195,16 @@ def _edges() -> list[Any]:
         b'{"op" : "u", "before":null, "after" : { "id" : 1, "f" : 1.50, "e": 1E+2, "u":'
         b' "\\u00e9\\/", "n": [1, 2.0e0] }, "source": ' + orjson.dumps(pg) + b"}",
         b'{"op":"u","after":{"id":1},"after":{"id":2},"source":' + orjson.dumps(pg) + b"}",
+        # An image or schema is the line's own text only where Jackson would write it so:
+        # each of these differs from that by one thing (or by none: the last three).
+        *(b'{"op":"u","before":null,"after":' + image + b',"source":' + orjson.dumps(pg) + b"}"
+          for image in [b'{"id":1,"n":-0}', b'{"id":1,"e":1E2}', b'{"id":1,"e":2e-1}',
+                        b'{"id":1,"f":0.5}', b'{"id":1,"s":"a\\"b"}', b'{"id":1,"a\\u0062":1}',
+                        b'{"id":1,"o":{"a":[1 ,true]}}', b'{"id":1,"o":{"a":[1,\ttrue]}}',
+                        b'{"id":-5,"t":true,"f":false,"z":null,"s":"","o":{"a":[1,"x"]}}',
+                        '{"id":1,"s":"é ü","neg":-10}'.encode(), b'{"id":1}']),
+        b'{"schema": {"type": "struct", "fields": []}, "payload":' + orjson.dumps(_change(pg))
+        + b"}",
         b'{"op":"u","after":{"id":1},"source":' + orjson.dumps(pg) + b'},{"op":"c"}',
     ]
 
