@@ -49,10 +49,9 @@ import org.apache.spark.sql.api.java.UDF1;
  * transaction id) of more than 18 digits.</li>
  * </ul>
  * An object or array read into a string field (the images, the envelope's `schema`) is
- * the text Jackson's `copyCurrentStructure` would re-write it as, as Spark's JSON reader does,
- * so the texts agree byte for byte (floats through a double, white space dropped): the line's
- * own bytes where they already read so, else re-written (`structure`); every object within it
- * is held to the duplicate rule (`UniqueKeys`). The regular expressions are
+ * re-written as Jackson's `copyCurrentStructure` re-writes it (`UniqueKeys.copy`, which also
+ * holds it to the duplicate rule), as Spark's JSON reader does, so the texts agree byte for
+ * byte (floats through a double, white space dropped). The regular expressions are
  * `_classify`'s, used as Spark uses them (`find`); the text searches for a key followed by a
  * string (`parse._key_then`) are made by `keyThenString`.
  */
@@ -213,15 +212,15 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
                 top.keys.add(name);
                 JsonToken t = p.nextToken();
                 switch (name) {
-                    case "schema": schema = textOrStructure(p, t, line); break;
+                    case "schema": schema = textOrStructure(p, t); break;
                     case "payload":
                         hasPayload = true;
                         if (t == JsonToken.VALUE_NULL) break;  // a tombstone, if wrapped
                         if (t != JsonToken.START_OBJECT) throw DEFER;
-                        payload = body(p, line);
+                        payload = body(p);
                         break;
                     default:
-                        if (!bodyField(top, name, p, t, line)) UniqueKeys.skip(p, t);
+                        if (!bodyField(top, name, p, t)) UniqueKeys.skip(p, t);
                 }
             }
             if (p.currentToken() != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
@@ -349,20 +348,20 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         return PG_TX.matcher(raw).find() ? raw.substring(0, raw.indexOf(':')) : raw;
     }
 
-    private static Body body(JsonParser p, byte[] line) throws IOException, Defer {
+    private static Body body(JsonParser p) throws IOException, Defer {
         Body b = new Body();
         while (p.nextToken() == JsonToken.FIELD_NAME) {
             String name = p.currentName();
             b.keys.add(name);
             JsonToken t = p.nextToken();
-            if (!bodyField(b, name, p, t, line)) UniqueKeys.skip(p, t);
+            if (!bodyField(b, name, p, t)) UniqueKeys.skip(p, t);
         }
         return b;
     }
 
     /** Reads field `name` into `b` if it is one of `parse.BODY`'s; false for any other. */
-    private static boolean bodyField(Body b, String name, JsonParser p, JsonToken t,
-                                     byte[] line) throws IOException, Defer {
+    private static boolean bodyField(Body b, String name, JsonParser p, JsonToken t)
+            throws IOException, Defer {
         switch (name) {
             case "op": b.op = string(p, t); return true;
             case "status": b.status = string(p, t); return true;
@@ -370,11 +369,11 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
             case "event_count": b.eventCount = number(p, t); return true;
             case "before":
                 b.beforeShape = new ArrayList<>();
-                b.before = image(p, t, b.beforeShape, line);
+                b.before = image(p, t, b.beforeShape);
                 return true;
             case "after":
                 b.afterShape = new ArrayList<>();
-                b.after = image(p, t, b.afterShape, line);
+                b.after = image(p, t, b.afterShape);
                 return true;
             case "data_collections": b.collections = collections(p, t); return true;
             case "source": b.src = source(p, t); return true;
@@ -478,28 +477,34 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /**
-     * An image: an object, as `rewritten` re-writes it (its UTF-8 bytes), or null.
+     * An image: an object, re-written as `rewrite` re-writes it (its UTF-8 bytes), or null.
      * `shape` gets each field's name and the kind of JSON value that Spark's schema inference
      * reads it as (`JsonInferSchema.inferField`): `s` a string, `n` null or the empty string
      * (which inference takes for null), `i` an integer within a long, `f` any other number but
      * an integer (a double), `b` a boolean, `x` anything else (an object, an array, a larger
      * integer), which the caller leaves to the inference itself.
      */
-    private static byte[] image(JsonParser p, JsonToken t, List<String> shape, byte[] line)
+    private static byte[] image(JsonParser p, JsonToken t, List<String> shape)
             throws IOException, Defer {
         if (t == JsonToken.VALUE_NULL) return null;
         if (t != JsonToken.START_OBJECT) throw DEFER;
-        int start = (int) p.currentTokenLocation().getByteOffset();
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
         UniqueKeys keys = new UniqueKeys();
-        while (p.nextToken() == JsonToken.FIELD_NAME) {
-            String name = p.currentName();
-            keys.add(name);
-            JsonToken v = p.nextToken();
-            shape.add(name);
-            shape.add(kind(p, v));
-            UniqueKeys.skip(p, v);
+        try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
+            g.writeStartObject();
+            JsonToken v;
+            while (p.nextToken() == JsonToken.FIELD_NAME) {
+                String name = p.currentName();
+                keys.add(name);
+                g.writeFieldName(name);
+                v = p.nextToken();
+                shape.add(name);
+                shape.add(kind(p, v));
+                UniqueKeys.copy(p, v, g);
+            }
+            g.writeEndObject();
         }
-        return structure(p, line, start);
+        return out.toByteArray();
     }
 
     private static String kind(JsonParser p, JsonToken v) throws IOException {
@@ -539,69 +544,18 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     }
 
     /** The envelope's `schema`: a string's content, an object or array re-written, or null. */
-    private static String textOrStructure(JsonParser p, JsonToken t, byte[] line)
-            throws IOException, Defer {
-        if (t != JsonToken.START_OBJECT && t != JsonToken.START_ARRAY) return string(p, t);
-        int start = (int) p.currentTokenLocation().getByteOffset();
-        UniqueKeys.skip(p, t);
-        return new String(structure(p, line, start), StandardCharsets.UTF_8);
+    private static String textOrStructure(JsonParser p, JsonToken t) throws IOException, Defer {
+        if (t == JsonToken.START_OBJECT || t == JsonToken.START_ARRAY) return rewrite(p);
+        return string(p, t);
     }
 
-    /**
-     * The object or array of `line` from `start` to `p`'s place (just past its closing
-     * token), as Spark's JSON reader makes it when it reads it into a string field: Jackson's
-     * `copyCurrentStructure` re-writes it, with floats through a double, `-0` as `0`, escapes
-     * as Jackson writes them and white space dropped. Most such text already reads as it
-     * would be written (a connector writes compact JSON), and is then taken as it stands
-     * (`asWritten`): writing it out again was most of Java's JSON work on a Debezium line
-     * beyond the plain reading of it (benchmarks/README.md). Any other is re-read and written
-     * out as Spark would.
-     */
-    private static byte[] structure(JsonParser p, byte[] line, int start) throws IOException {
-        int end = (int) p.currentLocation().getByteOffset();
-        if (asWritten(line, start, end)) return Arrays.copyOfRange(line, start, end);
-        try (JsonParser again = READ.createParser(line, start, end - start)) {
-            return rewritten(again, again.nextToken());
-        }
-    }
-
-    /**
-     * Whether `copyCurrentStructure` would write the JSON of `text[from, to)` (valid JSON,
-     * its strings valid UTF-8, as the reading has found) byte for byte as it stands: no white
-     * space between tokens; no backslash (an escape, which Jackson may write another way);
-     * no number with a fraction or an exponent (re-written through a double) or written `-0`.
-     * Jackson escapes only `"`, `\` and control characters, which a string without a
-     * backslash holds none of, and writes an integer's digits as they stand.
-     */
-    static boolean asWritten(byte[] text, int from, int to) {
-        boolean inString = false;
-        for (int i = from; i < to; i++) {
-            byte c = text[i];
-            if (inString) {
-                if (c == '"') inString = false;
-                else if (c == '\\') return false;
-                continue;
-            }
-            switch (c) {
-                case '"': inString = true; break;
-                case ' ': case '\t': case '\n': case '\r': case '.': return false;
-                case '-': if (i + 1 < to && text[i + 1] == '0') return false; break;
-                case 'e': case 'E':  // an exponent follows a digit; true and false do not
-                    if (text[i - 1] >= '0' && text[i - 1] <= '9') return false;
-                    break;
-                default: break;
-            }
-        }
-        return true;
-    }
-
-    /** What Spark's JSON reader makes of the object or array at `p`'s token `t`. */
-    private static byte[] rewritten(JsonParser p, JsonToken t) throws IOException {
+    /** What Spark's JSON reader makes of an object or array read into a string field. */
+    private static String rewrite(JsonParser p) throws IOException {
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         try (JsonGenerator g = WRITE.createGenerator(out, JsonEncoding.UTF8)) {
-            UniqueKeys.copy(p, t, g);
+            UniqueKeys.copy(p, p.currentToken(), g);
         }
-        return out.toByteArray();
+        return out.toString(StandardCharsets.UTF_8);
     }
 
     /**
