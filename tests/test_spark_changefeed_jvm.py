@@ -195,8 +195,8 @@ def _edges() -> list[Any]:
         b'{"op" : "u", "before":null, "after" : { "id" : 1, "f" : 1.50, "e": 1E+2, "u":'
         b' "\\u00e9\\/", "n": [1, 2.0e0] }, "source": ' + orjson.dumps(pg) + b"}",
         b'{"op":"u","after":{"id":1},"after":{"id":2},"source":' + orjson.dumps(pg) + b"}",
-        # An image or schema is the line's own text only where Jackson would write it so:
-        # each of these differs from that by one thing (or by none: the last three).
+        # Images (and a schema) whose text Jackson writes otherwise than the line holds it,
+        # one way each, and three it writes as they stand: Java's text must be Spark's.
         *(b'{"op":"u","before":null,"after":' + image + b',"source":' + orjson.dumps(pg) + b"}"
           for image in [b'{"id":1,"n":-0}', b'{"id":1,"e":1E2}', b'{"id":1,"e":2e-1}',
                         b'{"id":1,"f":0.5}', b'{"id":1,"s":"a\\"b"}', b'{"id":1,"a\\u0062":1}',
