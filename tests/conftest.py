@@ -52,23 +52,23 @@ DEFAULT_CASES = {
     "test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text": 1,
     "test_spark_changefeed_debezium.py::"
     "test_numbers_at_the_edges_convert_as_the_encoder_converts_them": 1,
+    "test_spark_changefeed_debezium.py::"
+    "test_a_write_at_a_position_its_key_has_passed_is_no_tie": 1,
     "test_spark_changefeed_jvm.py::test_a_field_of_another_kind_reads_the_same": 3,
     "test_spark_changefeed_ydb.py::test_two_rows_for_one_key_at_one_position_go_to_the_old_path":
         1,
     "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one":
         2,
     "test_spark_changefeed_ydb.py::test_two_partitions_with_barriers_and_a_restart": 1,
+    "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_outside_the_converted_times": 2,
     "test_spark_changefeed_barriers.py::test_the_scan_finds_what_the_window_finds": 2,
     "test_spark_changefeed_times.py::test_untimed_changes_take_the_highest_earlier_time": 2,
     "test_spark_changefeeds.py::test_debezium_on_spark_matches_the_encoder": 1,
+    "test_spark_changefeeds_state.py::"
+    "test_state_on_spark_matches_the_encoder_with_a_memory_state": 1,
     "test_convert_spark_rules.py::test_spark_times_are_the_encoders": 1,
     "test_lake_follow.py::test_follow_equals_one_shot_ingest": 1,
     "test_lake_arrow_read.py::test_arrow_and_spark_read_the_same_rows": 1,
-    "test_spark_changefeed_debezium.py::"
-    "test_a_write_at_a_position_its_key_has_passed_is_no_tie": 1,
-    "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_outside_the_converted_times": 2,
-    "test_spark_changefeeds_state.py::"
-    "test_state_on_spark_matches_the_encoder_with_a_memory_state": 1,
     "test_lake_ingest.py::test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path": 1,
     # The name rules are checked in-process on every bad name (test_parse_refuses, the API
     # test); the CLI's own processes need only show that it asks them first.
