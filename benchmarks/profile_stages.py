@@ -29,7 +29,7 @@ from pathlib import Path
 
 import orjson
 
-from stage_times import _lines
+from stage_times import event_lines
 
 #: Kinds of work, each by the substrings of the frames it claims; the first kind whose
 #: pattern a frame holds, from the top of the stack down, names the sample.
@@ -71,7 +71,7 @@ def kind_of(frames: list[str]) -> str:
 def stage_windows(event_log: Path) -> dict[int, tuple[float, float]]:
     """Each completed stage's (submission, completion) in epoch milliseconds."""
     windows = {}
-    for line in _lines(event_log):
+    for line in event_lines(event_log):
         event = orjson.loads(line)
         if event["Event"] == "SparkListenerStageCompleted":
             info = event["Stage Info"]

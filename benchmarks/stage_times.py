@@ -74,7 +74,7 @@ class Log:
     stages: dict[int, Stage] = field(default_factory=lambda: defaultdict(Stage))
 
 
-def _lines(path: Path) -> list[bytes]:
+def event_lines(path: Path) -> list[bytes]:
     """The event log's lines: the file's, or those of its zstd frames (`.zstd`, Spark's
     default codec for event logs). Spark's lz4 and snappy framings are its own: refused."""
     if path.suffix in (".lz4", ".lzf", ".snappy"):
@@ -91,7 +91,7 @@ def _lines(path: Path) -> list[bytes]:
 def read_log(path: Path) -> Log:
     """The jobs and the stages' summed tasks of one event log (JSON lines)."""
     log = Log()
-    for number, line in enumerate(_lines(path), 1):
+    for number, line in enumerate(event_lines(path), 1):
         if not line.strip():
             continue
         try:

@@ -45,3 +45,42 @@ def test_the_collector_is_a_local_sessions_own_and_yields_to_the_callers(monkeyp
 def test_a_collector_named_in_the_jvms_environment_is_left_alone(monkeypatch, variable):
     monkeypatch.setenv(variable, "-XX:+UseSerialGC")
     assert driver_java_options("local[2]", "", "") == ""
+
+
+def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_path):
+    """`stored` (the project's `StoredRows.java` on the test session): every row and value
+    back as it went in, rows of all sizes across the chunks (one bigger than a chunk, which
+    starts one of its own), empty partitions, nulls, nested values and wide decimals; the
+    observations of the stored plan made by its one job; and the plan never run again (its
+    input files are gone when the rows are read the second time)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from changelake.spark.jvm import java_class
+    from changelake.spark.session import STORED_ROWS_CLASS, stored
+
+    assert java_class(spark, STORED_ROWS_CLASS) is not None  # the jar's path is the one tested
+    source = tmp_path / "rows"
+    rows = 60_000
+    spark.range(rows).selectExpr(
+        "id",
+        "CASE WHEN id % 7 = 0 THEN NULL ELSE concat('n', id) END AS name",
+        # A row bigger than a chunk (1 MiB), and rows that fill chunks unevenly.
+        "CASE WHEN id = 123 THEN repeat('x', 1500000) ELSE repeat('y', CAST(id % 300 AS INT)) "
+        "END AS text",
+        "named_struct('a', id * 2, 'b', CASE WHEN id % 3 = 0 THEN NULL ELSE array(id, -id) END)"
+        " AS nested",
+        "CAST(id AS DECIMAL(20,0)) * CAST(1000000000000 AS DECIMAL(20,0)) AS wide",
+    ).repartition(7).write.parquet(str(source))
+    frame = spark.read.parquet(str(source)).where("id % 5 != 1")
+    # Partitions that hold no row: the filter above leaves none in them.
+    frame = frame.union(spark.read.parquet(str(source)).where("false"))
+    observed = Observation()
+    kept = stored(frame.observe(observed, F.count("*").alias("n"), F.max("id").alias("top")))
+    expected = sorted(frame.collect())
+    assert observed.get == {"n": len(expected), "top": rows - 1}
+    for path in source.glob("*.parquet"):
+        path.unlink()
+    assert sorted(kept.collect()) == expected
+    assert kept.schema == frame.schema
+    assert kept.where("id = 123").select(F.length("text")).first()[0] == 1500000

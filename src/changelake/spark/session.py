@@ -180,15 +180,29 @@ def java_property(name: str, value: str) -> str:
 
 
 def stored(frame: DataFrame) -> DataFrame:
-    """`frame.localCheckpoint()` on the executors' local disk (DISK_ONLY), not in the heap.
+    """`frame` checkpointed on the executors' local disk (DISK_ONLY), not in the heap: its
+    plan runs once, in one job that also makes its observations, and never again.
 
     A changefeed batch is checkpointed more than once (its parsed lines, its keyed events, its
     updates), each as big as the batch. Held in the heap, they leave less of it to the sorts,
     which then spill more. On disk (mostly the page cache) they took no more time at 1.1M
-    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md)."""
-    from pyspark import StorageLevel
+    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md).
 
+    With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`);
+    `localCheckpoint` stores each row as an object of its own, serialized one by one, which
+    was most of what a checkpoint cost (benchmarks/README.md). Without it, `localCheckpoint`."""
+    from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
+
+    from changelake.spark.jvm import java_class
+
+    chunks = java_class(frame.sparkSession, STORED_ROWS_CLASS)
+    if chunks is not None:
+        return DataFrame(chunks.store(frame._jdf), frame.sparkSession)
     return frame.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+
+
+STORED_ROWS_CLASS = "changelake.jvm.StoredRows"
 
 
 LAUNCH_ENVIRONMENT = {
