@@ -47,19 +47,24 @@ def test_a_collector_named_in_the_jvms_environment_is_left_alone(monkeypatch, va
     assert driver_java_options("local[2]", "", "") == ""
 
 
-def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_path):
-    """`stored` (the project's `StoredRows.java` on the test session): every row and value
-    back as it went in, rows of all sizes across the chunks (one bigger than a chunk, which
-    starts one of its own), empty partitions, nulls, nested values and wide decimals; the
-    observations of the stored plan made by its one job; and the plan never run again (its
-    input files are gone when the rows are read the second time)."""
+@pytest.mark.parametrize("java", [True, False], ids=["chunks", "localCheckpoint"])
+def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_path,
+                                                                      monkeypatch, java):
+    """`stored`, by the project's `StoredRows.java` (the test session has the jar) and, with
+    the Java code off, by `localCheckpoint`: every row and value back as it went in, rows of
+    all sizes across the chunks (one bigger than a chunk, which starts one of its own), empty
+    partitions, nulls, nested values and wide decimals; the observations of the stored plan
+    made by its one job; and the plan never run again (its input files are gone when the rows
+    are read the second time)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from changelake.spark.jvm import java_class
+    from changelake.spark import jvm
     from changelake.spark.session import STORED_ROWS_CLASS, stored
 
-    assert java_class(spark, STORED_ROWS_CLASS) is not None  # the jar's path is the one tested
+    if not java:
+        monkeypatch.setenv(jvm.SWITCH_ENV, "off")
+    assert (jvm.java_class(spark, STORED_ROWS_CLASS) is not None) == java
     source = tmp_path / "rows"
     rows = 60_000
     spark.range(rows).selectExpr(

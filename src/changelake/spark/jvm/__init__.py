@@ -16,7 +16,9 @@ pass over each key's events where Spark's windows copied every event through fou
 operators, an explode and an aggregate: the conversion step took 0.59-0.66x the time at
 1.1M events (benchmarks/README.md). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
 is one pass over each block of lines in read order where a window shuffled and sorted every
-record: the step took 4.3 s instead of 8.8 s at 1.1M records.
+record: the step took 4.3 s instead of 8.8 s at 1.1M records. And a batch's checkpoints
+(`session.stored`) are kept as chunks of their rows' bytes (`StoredRows.java`), where
+Spark's `localCheckpoint` serialized each row as an object of its own.
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
 `spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
