@@ -191,7 +191,8 @@ def stored(frame: DataFrame) -> DataFrame:
     With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`),
     where `localCheckpoint` (without it) stores each row as an object of its own, serialized
     one by one: measured apart, 0.78x the time to store and 0.73x to read back
-    (`benchmarks/bench_stored.py`)."""
+    (`benchmarks/bench_stored.py`). The stored frame keeps none of the plan's partitioning,
+    ordering or size estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
 

@@ -26,7 +26,9 @@ import scala.Option;
  * of the same schema and rows that never runs that plan again (its lineage ends at the stored
  * chunks, as `Dataset.localCheckpoint` does) and is read without copying a row. Its job is a
  * SQL execution of `frame`'s own plan, so the observations in that plan (`DataFrame.observe`)
- * are reported as an action's are.
+ * are reported as an action's are. Unlike `localCheckpoint`'s, the frame keeps none of the
+ * plan's partitioning, ordering or size estimate: a later step that needs one gets a shuffle
+ * or a sort of its own (the parses' rows, Java's or a text scan's, have none to keep).
  *
  * Why not `localCheckpoint` itself: it stores each row as an object of its own, which the
  * block store serializes one by one (Kryo: a class, a length, a fresh copy of the row's bytes
