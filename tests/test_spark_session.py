@@ -78,7 +78,7 @@ def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_
         "CAST(id AS DECIMAL(20,0)) * CAST(1000000000000 AS DECIMAL(20,0)) AS wide",
     ).repartition(7).write.parquet(str(source))
     frame = spark.read.parquet(str(source)).where("id % 5 != 1")
-    # Partitions that hold no row: the filter above leaves none in them.
+    # Partitions that hold no row: the second frame's, whose every row is filtered out.
     frame = frame.union(spark.read.parquet(str(source)).where("false"))
     observed = Observation()
     kept = stored(frame.observe(observed, F.count("*").alias("n"), F.max("id").alias("top")))
