@@ -146,18 +146,20 @@ SIMPLE = {"scan": {1: ("a", 0.5), 2: ("b", 1.0)},
           "seed": 11}
 
 
-@pytest.mark.parametrize("history, rule", [(SIMPLE, "conversion"), (SIMPLE, "scan"),
+@pytest.mark.parametrize("history, rule", [(SIMPLE, "conversion"), (SIMPLE, "untold"),
                                            (HISTORY, "window")],
-                         ids=["typed", "typed-scan", "careful"])
+                         ids=["typed", "typed-untold", "careful"])
 def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    history: dict[str, Any], rule: str) -> None:
     """Files cut into blocks of a few lines each (`spark.sql.files.maxPartitionBytes`), with
     a restart's replays below a barrier: the result is the encoder's. The typed lines, which
     Java reads whole, have the rule checked by the conversion, the parse's tasks marking the
     records below their block's barriers and the driver those below an earlier block's
-    (`barriers.Blocks`, `marked_below`); where that is not told (here made so), the scan
-    finds the replays. With careful lines (a union of two parses, so a block's rows are in
-    two partitions) the scan declines and the window decides."""
+    (`barriers.Blocks`, `marked_below`); where that is not told (here made so), the window
+    finds the replays, with no scan first: the parse's job shuffled the records by key
+    (`session.kept_shuffle`), so no partition holds a block in read order. With careful
+    lines (a union of two parses, so a block's rows are in two partitions) the scan declines
+    and the window decides."""
     scans: list[barriers.Below | None] = []
     windows: list[barriers.Below] = []
     marked: list[Any] = []
@@ -179,7 +181,7 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(barriers, "scan_below", scan)
     monkeypatch.setattr(barriers, "_window_below", window)
     monkeypatch.setattr(pipeline, "marked_below", mark)
-    if rule == "scan":
+    if rule == "untold":
         monkeypatch.setattr(barriers.Blocks, "of", staticmethod(lambda tasks: None))
     paths, _, last = write_ydb(history, tmp_path)
     restarted(paths, 5)
@@ -193,7 +195,7 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
     assert got is not None and got.path == "jvm", got and got.reason
     assert got.frontier == last
     assert (len(marked), len(scans), len(windows)) == {
-        "conversion": (1, 0, 0), "scan": (0, 1, 0), "window": (0, 1, 1)}[rule]
+        "conversion": (1, 0, 0), "untold": (0, 0, 1), "window": (0, 1, 1)}[rule]
     if rule == "conversion":
         assert below[0] > 0
     else:
@@ -224,7 +226,7 @@ def test_the_blocks_mark_what_the_window_finds(spark: Any, tmp_path: Path, seed:
         parsed = _ydb_parsed_by_java(read_lines(spark, [str(p) for p in paths]), schema,
                                      ydb_columns(schema, list(schema.primary_key)))
         assert parsed is not None
-        items, _, blocks = parsed
+        items, _, blocks, _ = parsed
         assert blocks is not None and blocks.prior
         place = ("file_index", "block", "row")
         marked = sorted(tuple(r) for r in barriers.marked_below(items, blocks)

@@ -639,14 +639,17 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
     (`ydb_items`, `LineFacts`); where it left one (NaN written as a string), None, and the
     typed parse reads the batch. Then a batch with a flawed line is named by the check."""
     from pyspark.sql import Observation
+    from pyspark.sql import functions as F
 
     from changelake.errors import InputError
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed.barriers import LineFacts
-    from changelake.spark.changefeed.keyed import java_ready
+    from changelake.spark.changefeed.keyed import java_ready, key_names
     from changelake.spark.changefeed.pipeline import _YDB_NOT_STORED, _ydb_parsed_by_java
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
+    from changelake.spark.changefeed.ydb import with_content, ydb_columns, ydb_items
+    from changelake.spark.session import NOT_ADAPTIVE
+    from changelake.spark.session import settings as spark_settings
 
     assert set(WHOLE_OR_NOT) <= JVM_SAMPLES
     whole = []
@@ -667,8 +670,19 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
             assert ydb_items(lines.frame, schema, columns).where("kind = 'careful'").count()
             continue
         whole.append(name)
-        items, facts, blocks = got
+        items, facts, blocks, partitions = got
         assert _by_name(items.drop("_below").collect()) == want, name
+        # shuffled by key by the parse's job: each key's records in one partition of those
+        assert partitions is not None and items.rdd.getNumPartitions() == partitions, name
+        placed = items.select(*key_names(items.columns, keys),
+                              F.spark_partition_id().alias("p")).distinct().collect()
+        assert len(placed) == len({tuple(r)[:-1] for r in placed}), name
+        # so the conversion's shuffle by key is planned away: it reads the parse's
+        events = with_content(items.where("kind = 'change'"))
+        with spark_settings(spark, NOT_ADAPTIVE):
+            by_key = pipeline._by_key(events, keys, 1, partitions=partitions)
+            plan = by_key._jdf.queryExecution().executedPlan().toString()
+        assert "Exchange" not in plan, plan
         assert facts == LineFacts.of(observed.get), name
         assert blocks is not None and not any(r["_below"] for r in items.collect()), name
     assert whole == WHOLE_OR_NOT[:-1]

@@ -89,3 +89,56 @@ def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_
     assert sorted(kept.collect()) == expected
     assert kept.schema == frame.schema
     assert kept.where("id = 123").select(F.length("text")).first()[0] == 1500000
+
+
+def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_columns(spark,
+                                                                                 tmp_path):
+    """`kept_shuffle`, by the project's `KeptShuffle.java`: its one job makes the plan's
+    observations; the rows come back whole, each key in one of the partitions asked for,
+    from the shuffle's files (the input is gone when they are read); a later `repartition`
+    by the same columns into as many partitions and an aggregate by them plan no shuffle; a
+    plan that does not end in a shuffle is refused, and a failing map side fails the call as
+    an action would. Without a jar it is None (the caller stores the frame instead)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from changelake.spark import jvm
+    from changelake.spark.session import NOT_ADAPTIVE, kept_shuffle, settings
+
+    refused = (Py4JJavaError, PySparkException)  # what the changefeed steps' `_guard` takes
+
+    source = tmp_path / "rows"
+    spark.range(20_000).selectExpr("id % 997 AS k", "id", "repeat('v', CAST(id % 50 AS INT)) AS t"
+                                   ).repartition(5).write.parquet(str(source))
+    frame = spark.read.parquet(str(source))
+    expected = sorted(frame.collect())
+    observed = Observation()
+    kept = kept_shuffle(frame.observe(observed, F.count("*").alias("n")).repartition(6, "k"))
+    assert kept is not None and observed.get == {"n": len(expected)}
+    for path in source.glob("*.parquet"):
+        path.unlink()
+    assert sorted(kept.collect()) == expected
+    assert kept.rdd.getNumPartitions() == 6
+    placed = kept.select("k", F.spark_partition_id().alias("p")).distinct()
+    assert placed.count() == placed.select("k").distinct().count() == 997
+    with settings(spark, NOT_ADAPTIVE):
+        later = kept.where("id > 3").select("k", "id").repartition(6, "k") \
+            .groupBy("k").agg(F.sum("id").alias("s"))
+        plan = later._jdf.queryExecution().executedPlan().toString()
+    assert "Exchange" not in plan, plan
+    assert later.count() == 997
+
+    with pytest.raises(refused, match="does not end in one shuffle"):
+        kept_shuffle(spark.range(10).union(spark.range(10)))
+    failing = spark.range(100).selectExpr(
+        "id", "CASE WHEN id = 42 THEN raise_error('boom at 42') END AS x").repartition(3, "id")
+    with pytest.raises(refused, match="boom at 42"):
+        kept_shuffle(failing)
+    jvm_off = pytest.MonkeyPatch()
+    try:
+        jvm_off.setenv(jvm.SWITCH_ENV, "off")
+        assert kept_shuffle(frame) is None
+    finally:
+        jvm_off.undo()

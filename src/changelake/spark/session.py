@@ -207,6 +207,28 @@ def stored(frame: DataFrame) -> DataFrame:
 STORED_ROWS_CLASS = "changelake.jvm.StoredRows"
 
 
+def kept_shuffle(frame: DataFrame) -> DataFrame | None:
+    """`frame`, whose plan ends in a shuffle (a `repartition` by columns), with the shuffle's
+    map side run once, by one job that also makes the plan's observations; the frame returned
+    reads the shuffle's files and says it is partitioned as the shuffle made it, so a later
+    step that needs those partitions shuffles nothing (`KeptShuffle.java`). Planned without
+    adaptive execution, so that the shuffle keeps the partitions asked for.
+
+    None where the session has no project jar: the caller stores the frame (`stored`)."""
+    from pyspark.sql import DataFrame
+
+    from changelake.spark.jvm import java_class
+
+    keeper = java_class(frame.sparkSession, KEPT_SHUFFLE_CLASS)
+    if keeper is None:
+        return None
+    with settings(frame.sparkSession, NOT_ADAPTIVE):
+        return DataFrame(keeper.keep(frame._jdf), frame.sparkSession)
+
+
+KEPT_SHUFFLE_CLASS = "changelake.jvm.KeptShuffle"
+
+
 LAUNCH_ENVIRONMENT = {
     "SPARK_LOCAL_IP": "127.0.0.1",  # halves start-up; loopback only
     # Python workers must run this interpreter (the one with changelake and pyspark), not

@@ -269,7 +269,8 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
     return barrier_rule(items, keys, size).unrepeated
 
 
-def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barriers:
+def barrier_rule(items: DataFrame, keys: int, size: int | None = None, *,
+                 read_order: bool = True) -> Barriers:
     """Whether some record below its file's barrier repeats no earlier record of its file (a
     bad line), and each file's highest barrier. The records below are found by `scan_below`
     (else `_below`'s window), each with its identity (the key, the position and
@@ -279,10 +280,12 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barrie
     shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
     rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
     second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
-    spreads a window over partitions by it (`keyed.partitions_for`)."""
+    spreads a window over partitions by it (`keyed.partitions_for`). Without `read_order`
+    (items shuffled by key: `session.kept_shuffle`), no partition holds a block in read
+    order, and the window does it without a scan first."""
     key = key_names(items.columns, keys)
     items = uint64_positions(items).withColumn("_same", identity())
-    scanned = scan_below(items, (*key, "_same"))
+    scanned = scan_below(items, (*key, "_same")) if read_order else None
     if scanned is None:
         scanned = _window_below(items, (*key, "_same"), size)
     below, count, last = scanned.frame, scanned.count, scanned.last

@@ -147,7 +147,7 @@ from changelake.spark.changefeed.ydb import (
 )
 from changelake.spark.errors import input_error
 from changelake.spark.expressions import per_jvm
-from changelake.spark.session import NOT_ADAPTIVE, settings, stored
+from changelake.spark.session import NOT_ADAPTIVE, kept_shuffle, settings, stored
 
 log = logging.getLogger(__name__)
 
@@ -395,24 +395,30 @@ _WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", 
 _BARRIERS_WANTED = ("_below", "_same", "_outside")
 
 
-def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False) -> DataFrame:
+def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False,
+            partitions: int | None = None) -> DataFrame:
     """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
     `barriers`), shuffled by key (`by_key`) into partitions for about `size` events
     (`partitions_for`); where the session has the Java conversion, with the keys and
-    positions it reads (`java_ready`) made before the shuffle."""
+    positions it reads (`java_ready`) made before the shuffle. `partitions`: those the
+    events already come in by key (`_ydb_parsed_by_java`), kept where they are at least as
+    many: Spark then plans no shuffle here (the one asked for is the partitioning they have)."""
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
     if "ub" not in events.columns:  # all false (YDB's): made again after the shuffle
         wanted = tuple(c for c in wanted if c != "ub")
     events = events.select(*key_names(events.columns, keys), *wanted)
     ready = java_ready(events, keys)
-    return by_key(events if ready is None else ready, keys,
-                  partitions_for(events.sparkSession, size))
+    needed = partitions_for(events.sparkSession, size)
+    if partitions is not None and partitions >= needed:
+        needed = partitions
+    return by_key(events if ready is None else ready, keys, needed)
 
 
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
                        state: DataFrame | None, size: int, *, defer: bool = False,
                        barriers: bool = False,
-                       after: Callable[[dict[str, Any]], str | None] | None = None
+                       after: Callable[[dict[str, Any]], str | None] | None = None,
+                       partitions: int | None = None
                        ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
@@ -433,9 +439,10 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
 
     `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have
     `_below`, `_same` and `_outside`: `keyed.java_convert`); `after`, a check of the job's
-    settling that follows its own (`DeferredChecks.after`)."""
+    settling that follows its own (`DeferredChecks.after`); `partitions`, those the events
+    already come in by key (see `_by_key`)."""
     checks = Observation()
-    shuffled = _by_key(events, len(keys), size, barriers=barriers)
+    shuffled = _by_key(events, len(keys), size, barriers=barriers, partitions=partitions)
 
     def converted() -> DataFrame:
         with settings(events.sparkSession, NOT_ADAPTIVE):  # see `keyed.java_convert`
@@ -619,7 +626,7 @@ def _named_flaw(read: Lines) -> NoReturn:
 
 
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
-                        ) -> tuple[DataFrame, LineFacts, Blocks | None] | None:
+                        ) -> tuple[DataFrame, LineFacts, Blocks | None, int | None] | None:
     """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
     (without `_YDB_NOT_STORED`), and their facts, counted by the tasks and observed by the
     same job: where Java read every line (the records YDB writes, without a problem), that
@@ -627,13 +634,23 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`: None where
     the tasks could not tell it). None where it left a line (or has no jar): the caller
     parses the batch the typed way, which reads the lines Java leaves and names the problems.
-    A flawed line is named by `Lines.check`."""
+    A flawed line is named by `Lines.check`.
+
+    The parse's job also shuffles the rows by key (`session.kept_shuffle`), into the
+    partitions `_parse_partitions` foresees (the last item returned; None where the rows are
+    stored instead), so the conversion reads them as its reduce side: they are written and
+    read once, as the shuffle's files, not also as a checkpoint of their own."""
     java = ydb.java_items(read.bounded, schema, columns)
     if java is None:
         return None
     observed = Observation()
-    items = _guard(lambda: stored(java.observe(observed, F.collect_list("_facts").alias("tasks"))
-                                  .drop("_deferred", "_facts", *_YDB_NOT_STORED)))
+    parsed = java.observe(observed, F.collect_list("_facts").alias("tasks")) \
+        .drop("_deferred", "_facts", *_YDB_NOT_STORED)
+    partitions = _parse_partitions(read)
+    keys = len(schema.primary_key)
+    items = _guard(lambda: kept_shuffle(by_key(parsed, keys, partitions)))
+    if items is None:
+        partitions, items = None, _guard(lambda: stored(parsed))
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_COUNTS}
     if count["flawed"]:
@@ -641,7 +658,28 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     if count["deferred"]:
         return None
     return (items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"]),
-            Blocks.of(tasks))
+            Blocks.of(tasks), partitions)
+
+
+#: The fewest bytes of input one YDB record takes (its JSON line, about, at the least), for
+#: foreseeing a batch's records from its files' size before they are parsed
+#: (`_parse_partitions`): an overestimate of the records makes partitions smaller than
+#: `keyed.EVENTS_PER_PARTITION`, never larger.
+BYTES_PER_RECORD = 48
+
+
+def _parse_partitions(read: Lines) -> int:
+    """The partitions a YDB batch's parsed rows are shuffled into by key: as `partitions_for`
+    makes them for the records the files' size (Spark's estimate) allows at most
+    (`BYTES_PER_RECORD`), the session's shuffle partitions where Spark has no estimate. The
+    conversion takes them where they hold its batch (`checked_conversion`'s `partitions`)."""
+    size = read.bounded._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+    records = 0 if size >= _UNKNOWN_SIZE else int(size) // BYTES_PER_RECORD
+    return partitions_for(read.spark, records)
+
+
+_UNKNOWN_SIZE = 2**50
+"""A plan estimate this large means no estimate (Spark's default is the largest long)."""
 
 
 def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
@@ -672,8 +710,9 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
 
     by_java = _ydb_parsed_by_java(read, table_schema, columns)
     blocks: Blocks | None = None
+    partitions: int | None = None  # the parse's shuffle's, where the parse shuffled by key
     if by_java is not None:
-        items, facts, blocks = by_java
+        items, facts, blocks, partitions = by_java
     else:
         items, facts = parsed(careful=False)
         if facts.careful:
@@ -693,7 +732,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         assert blocks is not None
         items, last = marked_below(items, blocks), blocks.last
     elif facts.barriers:
-        rule = _guard(lambda: barrier_rule(items, len(keys), size + facts.barriers))
+        rule = _guard(lambda: barrier_rule(items, len(keys), size + facts.barriers,
+                                           read_order=partitions is None))
         if rule.unrepeated:
             raise Unsupported(BELOW_UNREPEATED)
         last = rule.last
@@ -730,7 +770,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         after = looked_up
     converted, checks = checked_conversion(
         events.where(window), columns, keys, state, size, defer=defer,
-        barriers=in_conversion, after=after)
+        barriers=in_conversion, after=after, partitions=partitions)
     steps.done("events, ties, conversion")
     return Converted(converted, frontier, "jvm", marks=marks, checks=checks)
 

@@ -52,7 +52,7 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
                              "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
-                             "KeyedConversion", "BarrierScan", "StoredRows"))
+                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle"))
 
 
 def enabled() -> bool:
