@@ -58,7 +58,11 @@ or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; t
 as key), checkpointed once by a job that also observes the checks' aggregates (the lines'
 bounds among them: a flawed line is counted, not parsed); shuffled by key, converted and
 checked as the Debezium events are (`checked_conversion`); its steps are logged as the
-Debezium ones are. The barrier rule (`barriers.py`): where Java parsed the batch, its tasks
+Debezium ones are. Where Java parsed the batch, the parse's job shuffles the rows by key
+instead of checkpointing them (`session.kept_shuffle`, into partitions foreseen from the
+files' size: `_parse_partitions`), and the conversion is that shuffle's reduce side: the
+rows are written and read once, not stored and read back and then shuffled.
+The barrier rule (`barriers.py`): where Java parsed the batch, its tasks
 mark each record below a barrier of its block's earlier lines and report each block's highest
 barrier, the driver marks those below an earlier block's (`barriers.Blocks`), and the
 conversion checks that each record below repeats an earlier one (the few outside the times it
@@ -670,12 +674,18 @@ BYTES_PER_RECORD = 48
 
 def _parse_partitions(read: Lines) -> int:
     """The partitions a YDB batch's parsed rows are shuffled into by key: as `partitions_for`
-    makes them for the records the files' size (Spark's estimate) allows at most
-    (`BYTES_PER_RECORD`), the session's shuffle partitions where Spark has no estimate. The
-    conversion takes them where they hold its batch (`checked_conversion`'s `partitions`)."""
-    size = read.bounded._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
-    records = 0 if size >= _UNKNOWN_SIZE else int(size) // BYTES_PER_RECORD
-    return partitions_for(read.spark, records)
+    makes them for the records the files' size allows at most (`BYTES_PER_RECORD`), the
+    session's shuffle partitions where Spark has no size (Kafka's records, stored). The
+    conversion takes them where they hold its batch (`checked_conversion`'s `partitions`).
+
+    The size is the sum of the plan's leaves' (for files, their lengths), not the plan's own
+    estimate, which the lines' columns and the join with their names inflate threefold: more
+    partitions than Spark writes without sorting (`spark.shuffle.sort.bypassMergeThreshold`,
+    200) made the parse's map side sort and spill its whole output at 11M records."""
+    leaves = read.bounded._jdf.queryExecution().optimizedPlan().collectLeaves()
+    sizes = [int(leaves.apply(i).stats().sizeInBytes().longValue()) for i in range(leaves.size())]
+    known = all(size < _UNKNOWN_SIZE for size in sizes)
+    return partitions_for(read.spark, sum(sizes) // BYTES_PER_RECORD if known else 0)
 
 
 _UNKNOWN_SIZE = 2**50
