@@ -693,3 +693,33 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
     with pytest.raises(InputError, match=r"bad\.jsonl"):
         _ydb_parsed_by_java(read_lines(spark, [str(bad)]), schema,
                             ydb_columns(schema, list(schema.primary_key)))
+
+
+def test_the_parse_shuffles_into_partitions_foreseen_from_the_files_lengths(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pipeline._parse_partitions`: the files' lengths over `BYTES_PER_RECORD`, spread as
+    `keyed.partitions_for` spreads events (here 10 a partition), not Spark's estimate of the
+    lines' plan (which their columns and names inflate); where Spark has no size (lines
+    stored, as Kafka's records are), the session's shuffle partitions."""
+    from changelake.spark.changefeed import keyed
+    from changelake.spark.changefeed.pipeline import BYTES_PER_RECORD, _parse_partitions
+    from changelake.spark.changefeed.read import Lines, read_lines
+    from changelake.spark.session import settings as spark_settings
+    from changelake.spark.session import stored
+
+    monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 10)
+    paths = []
+    for i, count in enumerate((300, 180)):
+        path = tmp_path / f"part{i}.jsonl"
+        path.write_text("".join(f'{{"key":[{j}],"update":{{"v":"x"}},"ts":[1,{j}]}}\n'
+                                for j in range(count)))
+        paths.append(path)
+    total = sum(p.stat().st_size for p in paths)
+    with spark_settings(spark, {"spark.sql.shuffle.partitions": "3"}):
+        lines = read_lines(spark, [str(p) for p in paths])
+        # the files' lengths, and the few bytes of the files' names the lines are joined with
+        least = -(-(total // BYTES_PER_RECORD) // 10)
+        assert 3 < least <= _parse_partitions(lines) <= least + 2
+        planned = lines.bounded._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
+        assert int(planned) > 2 * total  # what the leaves' sum is taken instead of
+        assert _parse_partitions(Lines(spark, stored(lines.raw), lines.files)) == 3

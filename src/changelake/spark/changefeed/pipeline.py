@@ -683,7 +683,7 @@ def _parse_partitions(read: Lines) -> int:
     partitions than Spark writes without sorting (`spark.shuffle.sort.bypassMergeThreshold`,
     200) made the parse's map side sort and spill its whole output at 11M records."""
     leaves = read.bounded._jdf.queryExecution().optimizedPlan().collectLeaves()
-    sizes = [int(leaves.apply(i).stats().sizeInBytes().longValue()) for i in range(leaves.size())]
+    sizes = [int(leaves.apply(i).stats().sizeInBytes()) for i in range(leaves.size())]
     known = all(size < _UNKNOWN_SIZE for size in sizes)
     return partitions_for(read.spark, sum(sizes) // BYTES_PER_RECORD if known else 0)
 
