@@ -630,20 +630,20 @@ def _named_flaw(read: Lines) -> NoReturn:
 
 
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
-                        ) -> tuple[DataFrame, LineFacts, Blocks | None, int | None] | None:
-    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), checkpointed
-    (without `_YDB_NOT_STORED`), and their facts, counted by the tasks and observed by the
-    same job: where Java read every line (the records YDB writes, without a problem), that
-    is the typed parse's result without its expressions over every line, with `_below` (see
-    `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`: None where
-    the tasks could not tell it). None where it left a line (or has no jar): the caller
+                        ) -> tuple[DataFrame, LineFacts, Blocks | None, int] | None:
+    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), shuffled by
+    key (without `_YDB_NOT_STORED`; see below), and their facts, counted by the tasks and
+    observed by the same job: where Java read every line (the records YDB writes, without a
+    problem), that is the typed parse's result without its expressions over every line, with
+    `_below` (see `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`:
+    None where the tasks could not tell it). None where it left a line (or has no jar): the caller
     parses the batch the typed way, which reads the lines Java leaves and names the problems.
     A flawed line is named by `Lines.check`.
 
-    The parse's job also shuffles the rows by key (`session.kept_shuffle`), into the
-    partitions `_parse_partitions` foresees (the last item returned; None where the rows are
-    stored instead), so the conversion reads them as its reduce side: they are written and
-    read once, as the shuffle's files, not also as a checkpoint of their own."""
+    The parse's job shuffles the rows by key (`session.kept_shuffle`), into the partitions
+    `_parse_partitions` foresees (the last item returned), so the conversion reads them as
+    its reduce side: they are written and read once, as the shuffle's files, not also as a
+    checkpoint of their own."""
     java = ydb.java_items(read.bounded, schema, columns)
     if java is None:
         return None
@@ -653,8 +653,8 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     partitions = _parse_partitions(read)
     keys = len(schema.primary_key)
     items = _guard(lambda: kept_shuffle(by_key(parsed, keys, partitions)))
-    if items is None:
-        partitions, items = None, _guard(lambda: stored(parsed))
+    if items is None:  # no jar: `java_items` was None already
+        return None
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_COUNTS}
     if count["flawed"]:

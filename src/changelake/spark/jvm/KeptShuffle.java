@@ -20,8 +20,8 @@ import scala.Option;
  * A DataFrame whose plan ends in a shuffle, run as far as the shuffle's map side once, and
  * read from the map side's output by every later job.
  *
- * The promise: `keep(frame)` runs the map side of `frame`'s last shuffle (its rows hashed,
- * sorted by partition and written as shuffle files, nothing more) in one job, and returns a
+ * The promise: `keep(frame)` runs the map side of `frame`'s last shuffle (its rows hashed
+ * and written as shuffle files by partition, nothing more) in one job, and returns a
  * DataFrame of the same schema and rows whose plan starts at those files: no later job runs
  * the plan below the shuffle again, and each reads the partitions it needs. The frame says
  * it is partitioned as the shuffle made it (its `HashPartitioning`), so a later step that
