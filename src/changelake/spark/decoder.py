@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
-from changelake.spark.session import NOT_ADAPTIVE, settings
+from changelake.spark.session import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -264,9 +264,6 @@ aggregate gets, at least two per core and at most `spark.sql.shuffle.partitions`
 (`_partitions_for`). About 64 MiB of shuffle, adaptive execution's target, for the Parquet of
 benchmarks/README.md."""
 
-_UNKNOWN_SIZE = 2**50
-"""A plan estimate this large means no estimate (Spark's default is the largest long)."""
-
 
 def _partitions_for(relevant: DataFrame) -> int | None:
     """How many partitions the aggregate gets: from the input's estimated size, or None where
@@ -280,7 +277,7 @@ def _partitions_for(relevant: DataFrame) -> int | None:
     1.08x and 1.25x (1.32x and 1.46x under adaptive execution), 4M 1.10x and 1.07x (1.13x,
     1.18x), 20M 0.89x (benchmarks/README.md)."""
     size = relevant._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
-    if size >= _UNKNOWN_SIZE:
+    if size >= UNKNOWN_SIZE:
         return None
     spark = relevant.sparkSession
     configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)

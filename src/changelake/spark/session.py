@@ -252,6 +252,11 @@ def _launch_environment() -> Iterator[None]:
             os.environ.pop(key, None)
 
 
+UNKNOWN_SIZE = 2**50
+"""A plan's size estimate this large means no estimate (Spark's default is the largest long):
+the input's size is not known before it is read."""
+
+
 NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
 """The `settings` a plan is made with where adaptive execution must not run it: its shuffles
 then keep the partitions asked for, the plan reports its partitioning, and each stage is not

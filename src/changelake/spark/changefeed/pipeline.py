@@ -151,7 +151,7 @@ from changelake.spark.changefeed.ydb import (
 )
 from changelake.spark.errors import input_error
 from changelake.spark.expressions import per_jvm
-from changelake.spark.session import NOT_ADAPTIVE, kept_shuffle, settings, stored
+from changelake.spark.session import NOT_ADAPTIVE, UNKNOWN_SIZE, kept_shuffle, settings, stored
 
 log = logging.getLogger(__name__)
 
@@ -684,12 +684,8 @@ def _parse_partitions(read: Lines) -> int:
     200) made the parse's map side sort and spill its whole output at 11M records."""
     leaves = read.bounded._jdf.queryExecution().optimizedPlan().collectLeaves()
     sizes = [int(leaves.apply(i).stats().sizeInBytes()) for i in range(leaves.size())]
-    known = all(size < _UNKNOWN_SIZE for size in sizes)
+    known = all(size < UNKNOWN_SIZE for size in sizes)
     return partitions_for(read.spark, sum(sizes) // BYTES_PER_RECORD if known else 0)
-
-
-_UNKNOWN_SIZE = 2**50
-"""A plan estimate this large means no estimate (Spark's default is the largest long)."""
 
 
 def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
