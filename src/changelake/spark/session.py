@@ -214,7 +214,8 @@ def kept_shuffle(frame: DataFrame) -> DataFrame | None:
     step that needs those partitions shuffles nothing (`KeptShuffle.java`). Planned without
     adaptive execution, so that the shuffle keeps the partitions asked for.
 
-    None where the session has no project jar: the caller stores the frame (`stored`)."""
+    None where the session has no project jar: the caller takes a way without it (YDB's
+    parse, whose Java needs the jar too, then parses the batch the typed way)."""
     from pyspark.sql import DataFrame
 
     from changelake.spark.jvm import java_class

@@ -25,10 +25,10 @@ import scala.Option;
  * DataFrame of the same schema and rows whose plan starts at those files: no later job runs
  * the plan below the shuffle again, and each reads the partitions it needs. The frame says
  * it is partitioned as the shuffle made it (its `HashPartitioning`), so a later step that
- * needs those partitions (a `repartition` by the same columns into as many partitions, a
- * join or a window by them) takes them as they are, with no shuffle of its own. The job is a
- * SQL execution of `frame`'s own plan, so its observations (`DataFrame.observe`, below the
- * shuffle) are reported as an action's are.
+ * needs those partitions (a `repartition` by the same columns into as many partitions, an
+ * aggregate by them: both tested) takes them as they are, with no shuffle of its own. The
+ * job is a SQL execution of `frame`'s own plan, so its observations (`DataFrame.observe`,
+ * below the shuffle) are reported as an action's are.
  *
  * Why: a changefeed batch's parsed rows used to be stored (`StoredRows`) by one job, and read
  * back by the conversion's, whose map side shuffled them by key. Here the parse's job is
