@@ -91,14 +91,14 @@ def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_
     assert kept.where("id = 123").select(F.length("text")).first()[0] == 1500000
 
 
-def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_columns(spark,
-                                                                                 tmp_path):
+def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_columns(
+        spark, tmp_path, monkeypatch):
     """`kept_shuffle`, by the project's `KeptShuffle.java`: its one job makes the plan's
     observations; the rows come back whole, each key in one of the partitions asked for,
     from the shuffle's files (the input is gone when they are read); a later `repartition`
     by the same columns into as many partitions and an aggregate by them plan no shuffle; a
     plan that does not end in a shuffle is refused, and a failing map side fails the call as
-    an action would. Without a jar it is None (the caller stores the frame instead)."""
+    an action would. Without a jar it is None (the caller takes a way without it)."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import Observation
@@ -136,9 +136,5 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
         "id", "CASE WHEN id = 42 THEN raise_error('boom at 42') END AS x").repartition(3, "id")
     with pytest.raises(refused, match="boom at 42"):
         kept_shuffle(failing)
-    jvm_off = pytest.MonkeyPatch()
-    try:
-        jvm_off.setenv(jvm.SWITCH_ENV, "off")
-        assert kept_shuffle(frame) is None
-    finally:
-        jvm_off.undo()
+    monkeypatch.setenv(jvm.SWITCH_ENV, "off")
+    assert kept_shuffle(frame) is None
