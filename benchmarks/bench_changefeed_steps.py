@@ -8,12 +8,12 @@ seconds and its ratio to the plain write of that round:
 * `plain write`: `bench_ingest.plain_write`, Spark's JSON reader with an explicit schema, the
   `after` images to Parquet;
 * `parse`: `parse.parse_items` over the lines, to Spark's `noop` sink (nothing stored);
-* `parse + facts, stored`: `pipeline._parsed`, the parse checkpointed with its facts
+* `parse + facts, stored`: `debezium_path._parsed`, the parse checkpointed with its facts
   observed (what the ingest's first step does);
 * `convert`: `keyed.convert` of the events, already typed, shuffled by key and checkpointed
-  (`pipeline.debezium_timed`, `keyed.typed_events`, `keyed.by_key`), to the `noop` sink:
+  (`debezium_path.debezium_timed`, `keyed.typed_events`, `keyed.by_key`), to the `noop` sink:
   the windows and the consolidation of the ingest's conversion step
-  (`pipeline.checked_conversion`), without the image parse, the shuffle and the checkpoint
+  (`conversion.checked_conversion`), without the image parse, the shuffle and the checkpoint
   written.
 
 And the one-parse alternative for the images (`--images`), on the line text cached: the
@@ -52,7 +52,7 @@ def main() -> None:
 
     from pyspark.sql import DataFrame
 
-    from changelake.spark.changefeed import keyed, pipeline
+    from changelake.spark.changefeed import debezium_path, keyed
     from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import build_session
@@ -72,7 +72,7 @@ def main() -> None:
             plain_write(spark, [feed], "debezium", work / "plain.parquet")
 
         # The events `convert` reads, made once, by the ingest's own steps.
-        batch = pipeline.debezium_timed(spark, read_lines(spark, [str(feed)]))
+        batch = debezium_path.debezium_timed(spark, read_lines(spark, [str(feed)]))
         events_frame = keyed.checkpoint(keyed.by_key(
             keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
             keyed.partitions_for(spark, batch.size)))
@@ -80,7 +80,7 @@ def main() -> None:
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("parse", lambda: noop(parse_items(read_lines(spark, [str(feed)]).bounded))),
-            ("parse + facts, stored", lambda: pipeline._parsed(read_lines(spark,
+            ("parse + facts, stored", lambda: debezium_path._parsed(read_lines(spark,
                                                                          [str(feed)]))),
             ("convert", lambda: noop(keyed.convert(events_frame, columns, ["id"], None))),
         ]

@@ -32,7 +32,7 @@ driver (the Python process and the JVM, from the kernel's high-water marks; the 
 written by a child process, so the Python figure is the ingest's; and, to tell how much of
 the JVM's is the heap its collector chose to keep, the sums of its memory pools' peak
 committed sizes, heap and non-heap: `jvm_pools_mb`), and the JVM path's
-steps (seconds and Spark jobs each, from `pipeline._Steps`' debug log; the lake's final job,
+steps (seconds and Spark jobs each, from `steps.Steps`' debug log; the lake's final job,
 which runs the keyed conversion and its checks and writes the table's files, is the rest of
 the ingest's time).
 
@@ -314,6 +314,7 @@ def main() -> None:
     from changelake.lake import Lake, commands, lake_session
     from changelake.spark import changefeed
     from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import steps as changefeed_steps
 
     assert changefeed is not None
     old_frames = commands.convert_frames
@@ -350,8 +351,8 @@ def main() -> None:
             def emit(self, record: logging.LogRecord) -> None:
                 steps.append(record.getMessage())
 
-        logging.getLogger(pipeline.__name__).addHandler(Steps())
-        logging.getLogger(pipeline.__name__).setLevel(logging.DEBUG)
+        logging.getLogger(changefeed_steps.__name__).addHandler(Steps())
+        logging.getLogger(changefeed_steps.__name__).setLevel(logging.DEBUG)
         commands.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
         plain_write(spark, small, args.source, work / "warm.parquet")
 

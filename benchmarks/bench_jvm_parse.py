@@ -10,14 +10,14 @@ rest):
 * `text`: the lines as `read.read_lines` reads them, nothing parsed (the I/O floor);
 * `reader`: Spark's JSON reader with the image's schema, as `bench_ingest.plain_write` reads;
 * `parse, java alone`: `parse.java_items`, Java's reading with none of the Spark functions'
-  (the ingest's parse where Java reads every line of the batch: `pipeline._parsed`): Java's
+  (the ingest's parse where Java reads every line of the batch: `debezium_path._parsed`): Java's
   own pass over each task's lines (`DebeziumLines.java`);
 * `java alone, as a UDF`: the same rows by `java_items(udf=True)`, the UDF's plan (the line
   cast to binary, `is_valid_utf8`, `DebeziumLine` returning a `Row`);
-* `parse step`: the ingest's whole parse step, `pipeline._parsed`: Java's reading in the
+* `parse step`: the ingest's whole parse step, `debezium_path._parsed`: Java's reading in the
   tasks, each task's facts and chunk rows, checkpointed (`session.stored`);
 * `parse step, UDF and aggregates`: the same step as it was before Java read the tasks'
-  lines itself: the UDF's plan (`java_items(udf=True)`) with `pipeline._facts` observed over
+  lines itself: the UDF's plan (`java_items(udf=True)`) with `debezium_path._facts` observed over
   every line, checkpointed;
 * `parse, java`: `parse_items` with the jar (Java's lines and the Spark functions' for the
   rest: the ingest's parse where Java leaves a line);
@@ -58,7 +58,7 @@ def main() -> None:
     from pyspark.sql import DataFrame, Observation
     from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import debezium_path
     from changelake.spark.changefeed.parse import (
         JVM_LINE,
         JVM_LINE_CLASS,
@@ -88,7 +88,7 @@ def main() -> None:
             ).json(str(feed)).where("after IS NOT NULL").selectExpr("after.*")
 
         def parse_step() -> DataFrame:
-            pipeline._parsed(read_lines(spark, [str(feed)]))
+            debezium_path._parsed(read_lines(spark, [str(feed)]))
             return spark.range(0)
 
         def parse_step_before() -> DataFrame:
@@ -96,9 +96,9 @@ def main() -> None:
             java = java_items(lines(), udf=True)
             assert java is not None
             left = F.count_if(F.col("_deferred")).alias("_deferred")
-            stored(java.observe(observed, *pipeline._facts(), left,
+            stored(java.observe(observed, *debezium_path._facts(), left,
                                 F.collect_set("shape").alias("shapes"))
-                   .drop("_deferred", "shape", *pipeline._FACTS_ONLY))
+                   .drop("_deferred", "shape", *debezium_path._FACTS_ONLY))
             assert not observed.get["_deferred"]
             return spark.range(0)
 

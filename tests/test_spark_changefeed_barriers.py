@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from pyspark.sql import functions as F
 
-from changelake.spark.changefeed import barriers, pipeline
+from changelake.spark.changefeed import barriers, ydb_path
 from test_convert_history import write_ydb
 from test_spark_changefeed_ydb import HISTORY, YDB_TABLE, compare, restarted
 
@@ -180,7 +180,7 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
     scan_below, window_below = barriers.scan_below, barriers._window_below
     monkeypatch.setattr(barriers, "scan_below", scan)
     monkeypatch.setattr(barriers, "_window_below", window)
-    monkeypatch.setattr(pipeline, "marked_below", mark)
+    monkeypatch.setattr(ydb_path, "marked_below", mark)
     if rule == "untold":
         monkeypatch.setattr(barriers.Blocks, "of", staticmethod(lambda tasks: None))
     paths, _, last = write_ydb(history, tmp_path)
@@ -211,9 +211,9 @@ def test_the_blocks_mark_what_the_window_finds(spark: Any, tmp_path: Path, seed:
     blocks of a few lines, replayed from some line on, with a late record or two."""
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed.keyed import uint64_positions
-    from changelake.spark.changefeed.pipeline import _ydb_parsed_by_java
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import ydb_columns
+    from changelake.spark.changefeed.ydb_path import _ydb_parsed_by_java
     from test_spark_changefeed_ydb import late_record
 
     paths, _, _ = write_ydb(SIMPLE, tmp_path)

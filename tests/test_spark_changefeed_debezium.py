@@ -400,20 +400,21 @@ def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) ->
     from pyspark.sql import functions as F
 
     from changelake.errors import ChangelakeError
-    from changelake.spark.changefeed.pipeline import Unsupported, _guard
+    from changelake.spark.changefeed.steps import guard
+    from changelake.spark.changefeed.types import Unsupported
 
     def failing(message: str) -> Any:
         return lambda: spark.range(1).select(F.raise_error(F.lit(message))).collect()
 
     with pytest.raises(Unsupported, match=r"^bad: a value Spark refuses"):
-        _guard(lambda: spark.range(1).select(F.lit("x").cast("int")).collect())
+        guard(lambda: spark.range(1).select(F.lit("x").cast("int")).collect())
     with pytest.raises(Unsupported, match=r"^bad: a value Spark refuses"):
-        _guard(failing("not a number: 12x"))
+        guard(failing("not a number: 12x"))
     with pytest.raises(ChangelakeError, match=r"Spark ran short converting the changefeed "
                        r"\(.*java.lang.OutOfMemoryError: Java heap space.*spark.driver.memory"):
-        _guard(failing("java.lang.OutOfMemoryError: Java heap space"))
+        guard(failing("java.lang.OutOfMemoryError: Java heap space"))
     with pytest.raises(ChangelakeError, match="No space left on device"):
-        _guard(failing("java.io.IOException: No space left on device"))
+        guard(failing("java.io.IOException: No space left on device"))
 
 
 def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any,
@@ -424,8 +425,8 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
     holds every parsed line, without the columns only the facts read."""
     from pyspark.sql import functions as F
 
+    from changelake.spark.changefeed.debezium_path import _FACTS_ONLY, _facts, _parsed
     from changelake.spark.changefeed.parse import parse_items
-    from changelake.spark.changefeed.pipeline import _FACTS_ONLY, _facts, _parsed
     from changelake.spark.changefeed.read import read_lines
 
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
@@ -463,7 +464,8 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     thin, they still convert to the encoder's updates."""
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed import keyed
-    from changelake.spark.changefeed.pipeline import checked_conversion, debezium_timed
+    from changelake.spark.changefeed.conversion import checked_conversion
+    from changelake.spark.changefeed.debezium_path import debezium_timed
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import settings
 

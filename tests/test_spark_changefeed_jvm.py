@@ -388,20 +388,20 @@ def test_the_jar_is_built_once_per_source_and_spark(tmp_path: Path, monkeypatch:
 
 def test_the_parse_step_is_java_alone_where_java_reads_every_line(
         spark: Any, java: None, tmp_path: Path, monkeypatch: Any) -> None:
-    """`pipeline._parsed` takes Java's reading alone for a batch of connector lines, and reads
+    """`debezium_path._parsed` takes Java's reading alone for a batch of connector lines, and reads
     a batch with one line Java leaves again with `parse_items`: either way the checkpoint and
     the observed facts are what `parse_items` gives."""
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import debezium_path
     from changelake.spark.changefeed.read import read_lines
 
-    real = pipeline.parse_items
+    real = debezium_path.parse_items
     calls: list[int] = []
 
     def counted(frame: Any) -> Any:
         calls.append(1)
         return real(frame)
 
-    monkeypatch.setattr(pipeline, "parse_items", counted)
+    monkeypatch.setattr(debezium_path, "parse_items", counted)
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:  # a tombstone, a heartbeat, a boundary
         fh.write(b'null\n{"ts_ms": 5}\n{"status": "BEGIN", "id": "7", "event_count": null}\n')
@@ -411,14 +411,14 @@ def test_the_parse_step_is_java_alone_where_java_reads_every_line(
     for files, parses in (([*paths], 0), ([*paths, odd], 1)):
         calls.clear()
         lines = read_lines(spark, list(map(str, files)))
-        items, facts = pipeline._parsed(lines)
+        items, facts = debezium_path._parsed(lines)
         assert len(calls) == parses
         expected = real(lines.bounded)
         shapes = facts.pop("shapes", None)  # the images' shapes: Java's reading alone has them
         assert (shapes is not None) == (parses == 0)
         facts.pop("chunks", None)  # `test_the_parse_step_collects_the_chunks_rows`
-        assert facts == expected.agg(*pipeline._facts()).first().asDict()
-        kept = expected.drop(*pipeline._FACTS_ONLY)
+        assert facts == expected.agg(*debezium_path._facts()).first().asDict()
+        kept = expected.drop(*debezium_path._FACTS_ONLY)
         assert items.columns == kept.columns
         assert items.exceptAll(kept).count() == 0 == kept.exceptAll(items).count()
 
@@ -432,7 +432,7 @@ def test_the_parse_step_collects_the_chunks_rows(spark: Any, java: None, tmp_pat
     in one chunk with a snapshot row after them), tombstones, heartbeats and boundaries."""
     from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed import pipeline, times
+    from changelake.spark.changefeed import debezium_path, times
     from changelake.spark.changefeed.read import read_lines
     from conftest import seeded
 
@@ -459,7 +459,7 @@ def test_the_parse_step_collects_the_chunks_rows(spark: Any, java: None, tmp_pat
                      else tmp_path / f"f{n}.jsonl")
         files[-1].touch()
     read_from = read_lines(spark, list(map(str, files)))
-    items, facts = pipeline._parsed(read_from)
+    items, facts = debezium_path._parsed(read_from)
     assert "chunks" in facts  # Java read every line
     changes = items.where(F.col("kind") == "change").withColumn("time", F.col("ptime"))
     narrow = changes.select("file_index", "block", "row", "time", F.col("time").alias("_m"))
@@ -478,11 +478,11 @@ def test_the_parse_step_collects_the_chunks_rows(spark: Any, java: None, tmp_pat
 def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: None,
                                                              tmp_path: Path) -> None:
     """Where Java reads every line, the facts the parse's job gathers from the tasks
-    (`DebeziumLines.Facts`, `pipeline._merged_facts`) are `_facts` aggregated over the parsed
+    (`DebeziumLines.Facts`, `debezium_path._merged_facts`) are `_facts` aggregated over the parsed
     lines: over each Debezium sample Java reads whole, and over those samples and changes of
     two tables together, in one task and in several. Among them are lines wrapped in a Connect
     schema, transaction metadata, a change at its transaction's time and two tables."""
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import debezium_path
     from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
 
@@ -494,15 +494,15 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
 
     def facts(bounded: Any) -> tuple[dict[str, Any], int]:
         """The merged facts, or `{}` where Java left a line; and how many tasks gave them."""
-        rows = [r["_facts"] for r in pipeline.java_items(bounded, chunk_bits=16)
+        rows = [r["_facts"] for r in debezium_path.java_items(bounded, chunk_bits=16)
                 .where("_facts IS NOT NULL").select("_facts").collect()]
-        found = pipeline._merged_facts(rows)
+        found = debezium_path._merged_facts(rows)
         if found.pop("_deferred"):
             return {}, len(rows)  # `parse_items` reads such a batch (and its facts)
-        expected = parse_items(bounded).agg(*pipeline._facts()).first().asDict()
+        expected = parse_items(bounded).agg(*debezium_path._facts()).first().asDict()
         shapes = found.pop("shapes")
         assert found == expected
-        assert shapes == sorted({r["shape"] for r in pipeline.java_items(bounded).collect()
+        assert shapes == sorted({r["shape"] for r in debezium_path.java_items(bounded).collect()
                                  if r["shape"] is not None})
         return found, len(rows)
 

@@ -22,7 +22,7 @@ from changelake.convert import MemoryState, encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.protocol import collect
-from changelake.spark.changefeed import barriers, pipeline, times
+from changelake.spark.changefeed import barriers, conversion, times, ydb_path
 from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from conftest import SAMPLES, seeded
@@ -196,7 +196,7 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
     between them: a replay (converted on the JVM path) when its op and images are the earlier
     one's, otherwise a bad line (the old path names it). The encoder skips the latter too, as
     no newer than what its key has applied: the Spark paths' known difference
-    (`spark/changefeed/pipeline.py`). Two writes of other images are two rows at one position,
+    (`spark/changefeed/ydb_path.py`). Two writes of other images are two rows at one position,
     which the JVM path leaves to the old one as well. With chunks of one line
     (`times.CHUNK_BITS` 0), the barrier reaches the records after it only through the
     earlier chunks' highest (`times.highest_before`)."""
@@ -250,8 +250,8 @@ def test_a_record_below_a_barrier_outside_the_converted_times(
         looked_up.append(unrepeated_outside(*args))
         return looked_up[-1]
 
-    unrepeated_outside = pipeline.unrepeated_outside
-    monkeypatch.setattr(pipeline, "unrepeated_outside", lookup)
+    unrepeated_outside = ydb_path.unrepeated_outside
+    monkeypatch.setattr(ydb_path, "unrepeated_outside", lookup)
     again = {"update": {"name": "a" if repeat else "b"}}
     lines = [{"update": {"name": "a"}, "key": [1], "ts": [10, 1]},
              {"update": {"name": "c"}, "key": [2], "ts": [31, 1]}, {"resolved": [30, 0]},
@@ -264,7 +264,7 @@ def test_a_record_below_a_barrier_outside_the_converted_times(
     since = 20 if outside == "since" else None
     if repeat and outside == "frontier":
         # The encoder refuses a repeat of a record it has not applied yet (one past the
-        # frontier: `pipeline.py`'s known differences); the JVM path gives what the barrier
+        # frontier: `ydb_path.py`'s known differences); the JVM path gives what the barrier
         # rule on its own gives (`barrier_rule`, as where the parse's tasks cannot tell it).
         schema_file = tmp_path / "table.json"
         schema_file.write_text(json.dumps(YDB_TABLE))
@@ -634,7 +634,7 @@ def _by_name(rows: list[Any]) -> list[str]:
 
 
 def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path: Path) -> None:
-    """`pipeline._ydb_parsed_by_java` on samples the JVM path converts (`WHOLE_OR_NOT`): where
+    """`ydb_path._ydb_parsed_by_java` on samples the JVM path converts (`WHOLE_OR_NOT`): where
     Java read every line, the checkpointed rows and the facts are the typed parse's
     (`ydb_items`, `LineFacts`); where it left one (NaN written as a string), None, and the
     typed parse reads the batch. Then a batch with a flawed line is named by the check."""
@@ -645,9 +645,9 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed.barriers import LineFacts
     from changelake.spark.changefeed.keyed import java_ready, key_names
-    from changelake.spark.changefeed.pipeline import _YDB_NOT_STORED, _ydb_parsed_by_java
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import with_content, ydb_columns, ydb_items
+    from changelake.spark.changefeed.ydb_path import _YDB_NOT_STORED, _ydb_parsed_by_java
     from changelake.spark.session import NOT_ADAPTIVE
     from changelake.spark.session import settings as spark_settings
 
@@ -680,7 +680,7 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
         # so the conversion's shuffle by key is planned away: it reads the parse's
         events = with_content(items.where("kind = 'change'"))
         with spark_settings(spark, NOT_ADAPTIVE):
-            by_key = pipeline._by_key(events, keys, 1, partitions=partitions)
+            by_key = conversion._by_key(events, keys, 1, partitions=partitions)
             plan = by_key._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
         assert facts == LineFacts.of(observed.get), name
@@ -697,13 +697,13 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
 
 def test_the_parse_shuffles_into_partitions_foreseen_from_the_files_lengths(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`pipeline._parse_partitions`: the files' lengths over `BYTES_PER_RECORD`, spread as
+    """`ydb_path._parse_partitions`: the files' lengths over `BYTES_PER_RECORD`, spread as
     `keyed.partitions_for` spreads events (here 10 a partition), not Spark's estimate of the
     lines' plan (which their columns and names inflate); where Spark has no size (lines
     stored, as Kafka's records are), the session's shuffle partitions."""
     from changelake.spark.changefeed import keyed
-    from changelake.spark.changefeed.pipeline import BYTES_PER_RECORD, _parse_partitions
     from changelake.spark.changefeed.read import Lines, read_lines
+    from changelake.spark.changefeed.ydb_path import BYTES_PER_RECORD, _parse_partitions
     from changelake.spark.session import settings as spark_settings
     from changelake.spark.session import stored
 

@@ -107,7 +107,7 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
     from changelake.spark import jvm
     from changelake.spark.session import NOT_ADAPTIVE, kept_shuffle, settings
 
-    refused = (Py4JJavaError, PySparkException)  # what the changefeed steps' `_guard` takes
+    refused = (Py4JJavaError, PySparkException)  # what the changefeed steps' `steps.guard` takes
 
     source = tmp_path / "rows"
     spark.range(20_000).selectExpr("id % 997 AS k", "id", "repeat('v', CAST(id % 50 AS INT)) AS t"

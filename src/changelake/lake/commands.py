@@ -13,7 +13,7 @@ Ingest reads the input, decodes it with the Spark decoder (Materialize CDC) or c
 the Spark changefeed converter (Debezium, YDB), and commits the updates between the table's
 committed frontier and the input's (see `Table.commit`), so running it again on the same or
 overlapping input changes nothing. A changefeed's keyed conversion is checked by the commit's
-own write (`pipeline.DeferredChecks`), not by a checkpoint of its updates before it; where a
+own write (`conversion.DeferredChecks`), not by a checkpoint of its updates before it; where a
 check fails, that write's files are removed and the old path converts the batch and commits
 (a table the first attempt created keeps its columns: the two paths decide them alike).
 `kafka_ingest.ingest_topics` is the same from Kafka

@@ -37,7 +37,7 @@ point can do that; it is the one case where the re-read is not exact.
 
 Partitions and the frontier. Debezium writes one partition in log order, but partitions
 independently: without transaction metadata, a run's frontier is at most the least of the
-highest times of the partitions it read records from (`pipeline._partition_cap`), so an event
+highest times of the partitions it read records from (`debezium_path._partition_cap`), so an event
 still on its way to one partition is not put below the frontier by another partition's later
 events. With the transaction topic, the ENDs count each transaction's events wherever they are.
 YDB partitions carry their own barriers (`convert.progress`). Each partition's highest time
@@ -48,7 +48,7 @@ The records are read on the executors (`kafka-cdc` with `output=records`, one ta
 partition's range) into lines (`changefeed.read.record_lines`: tombstones are no lines) and
 converted by the JVM path of `spark.changefeed.pipeline`. A batch that path does not cover is
 refused with its reason (truncates, a Debezium schema that changes inside the read, ...: see
-`pipeline.py`), after the old path has named its first bad record, if it has one, by topic,
+`debezium_path.py`), after the old path has named its first bad record, if it has one, by topic,
 partition and offset; nothing is committed then.
 
 Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, not a JSON

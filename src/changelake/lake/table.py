@@ -310,7 +310,7 @@ class TableWriter:
         the offsets moved, a version that records only them is committed.
 
         `write` runs the job that writes the updates' files (for a changefeed conversion whose
-        checks that job settles: `pipeline.DeferredChecks.write`); where it raises, the files
+        checks that job settles: `conversion.DeferredChecks.write`); where it raises, the files
         are removed and nothing is committed."""
         name = self.name
         for column in ("_time", "_diff"):

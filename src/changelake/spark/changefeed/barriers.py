@@ -412,3 +412,7 @@ def unrepeated_outside(items: DataFrame, outside: Column, count: int, keys: int)
         "file_index", "block", "row", "pos", *key_names(items.columns, keys), "_same")
     return _unrepeated(items, below, count, keys)
 
+
+
+#: YDB's barrier rule broken: the old path names the line.
+BELOW_UNREPEATED = "bad: a record below its partition's barrier"

@@ -28,7 +28,7 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
 The rules are stated twice, the same way: `convert` with windows by key (what a session without
 the project's jar runs, and the statement the Java is tested against), and `java_convert`,
 one pass of `KeyedConversion.java` over each key's events, sorted, in the tasks (what a session
-with the jar runs: `pipeline.checked_conversion`). Four window operators, each copying every
+with the jar runs: `conversion.checked_conversion`). Four window operators, each copying every
 event into its buffer, an explode and an aggregate were most of the conversion's time; the
 pass holds nothing but one key's updates at one time (benchmarks/README.md).
 """
@@ -287,7 +287,7 @@ def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     into `partitions` (see `partitions_for`). `convert` groups them by key (its windows) and
     by key, row and time (its consolidation), and `java_convert` reads each key's events in
     one partition, which this partitioning serves, so they are shuffled once, here, when the
-    conversion runs in the same job (`pipeline.checked_conversion`)."""
+    conversion runs in the same job (`conversion.checked_conversion`)."""
     return events.repartition(partitions, *key_names(events.columns, keys))
 
 
@@ -334,7 +334,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
 
 def unchanged_before(events: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame:
     """`events` with `ub` (which columns the before image leaves UNCHANGED) all false where
-    they come without it (YDB's events: `pipeline._YDB_NOT_STORED`), as they are where they
+    they come without it (YDB's events: `ydb_path._YDB_NOT_STORED`), as they are where they
     come with it."""
     if "ub" in events.columns:
         return events
@@ -368,7 +368,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it
     without adaptive execution (`session.NOT_ADAPTIVE`), so that the shuffle runs in the job
     that reads the result (`checkpoint`, or the lake commit's write:
-    `pipeline.checked_conversion`) rather than here."""
+    `conversion.checked_conversion`) rather than here."""
     from changelake.spark.jvm import java_class
 
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
@@ -395,7 +395,7 @@ def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
     so already. None where the session has no jar or the positions are of a type Java does
     not compare.
 
-    Made before the shuffle by key (`pipeline.checked_conversion`), so that a decimal(20,0),
+    Made before the shuffle by key (`conversion.checked_conversion`), so that a decimal(20,0),
     which Spark reads through a `BigDecimal` wherever it hashes, compares or converts one, is
     read once: the shuffle then hashes, moves and sorts longs (the decimals' hashing was a
     fourteenth of the map side at 11M YDB events, their conversion before the sort a twelfth

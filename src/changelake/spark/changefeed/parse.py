@@ -20,7 +20,7 @@ every other line to the Spark functions. The two give the same columns on every 
 (`tests/test_spark_changefeed_jvm.py`). Two ways to use it:
 
 * `java_items`: Java's reading alone, with a flag on the lines it leaves. The ingest's parse
-  step takes it where Java read every line of the batch (`pipeline._parsed`). Java reads each
+  step takes it where Java read every line of the batch (`debezium_path._parsed`). Java reads each
   task's lines itself (`JVM_LINES_CLASS`, `DebeziumLines.java`), into Spark's internal rows:
   the same rows as the UDF's plan (`_java_read`), without its conversions.
 * `parse_items` (with `jvm`): Java's lines, and the Spark functions for the rest, which read
@@ -116,7 +116,7 @@ JVM_LINES_CLASS = "changelake.jvm.DebeziumLines"
 CHUNK = T.StructType([T.StructField("file_index", T.IntegerType()),
                       *(T.StructField(n, T.LongType())
                         for n in ("block", "chunk", "t", "last_wanted", "first_moving"))])
-#: `java_items`' `_facts`: what `pipeline._facts` aggregates over one task's lines (`first`
+#: `java_items`' `_facts`: what `debezium_path._facts` aggregates over one task's lines (`first`
 #: as its place and its three fields), the lines Java left and the shapes.
 TASK_FACTS = T.StructType([
     *(T.StructField(n, T.LongType()) for n in ("flawed", "changes", "untimed", "by_tx",
@@ -385,7 +385,7 @@ def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = 
     `JVM_LINE_TYPE`), and `_deferred`,
     true on the lines Java leaves (their columns are then null and `problem` too): the parse
     without any of the Spark functions' expressions, for a caller that takes it only where
-    Java read every line (`pipeline._parsed`). None where the session has no jar.
+    Java read every line (`debezium_path._parsed`). None where the session has no jar.
 
     The rows come from Java's own pass over each task's lines (`JVM_LINES_CLASS`), in the
     layout of the UDF's plan (`_java_read`, `_java_columns`), whose schema it is given: the

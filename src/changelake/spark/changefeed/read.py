@@ -36,7 +36,7 @@ breaks one (in reading order); only then do two small jobs name its line and its
 step that reads every line anyway can spare that pass: it reads `bounded` (the non-blank lines
 and any line over the bound: no blank line is ever invalid UTF-8, `\\s` being ASCII), counts the
 lines `flaw` marks in an aggregate of its own, and has `check` name the line only when there
-is one (the pipeline's Debezium path: `pipeline.py`). A
+is one (the Debezium and YDB paths: `debezium_path.py`, `ydb_path.py`). A
 line over the bound is read whole on an executor before it is refused (the reader here cannot
 skip it in chunks as `numbered_lines` does), so a line beyond the executor's memory fails the
 job rather than being named.

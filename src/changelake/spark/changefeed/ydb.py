@@ -31,7 +31,7 @@ schema (`_simple`), so that the expensive one is paid only by the lines that nee
   struct in one pass, and the expression and `from_json` run only on the lines it leaves.
   And where Java reads every line of a batch without a problem, it reads them in the tasks
   into these rows itself (`java_items`, `YdbLines.java`), so that the batch takes none of the
-  expressions: the caller keeps that only where no line was left (`pipeline.ydb_changes`).
+  expressions: the caller keeps that only where no line was left (`ydb_path.ydb_changes`).
 * *Careful* (`ydb_variant.py`): every other line is read as a VARIANT and the JSON kind of each
   of its values asked (`"nan"` and `"inf"` floats, nulls in `update`, DEBEZIUM_JSON, bad lines).
 
@@ -351,7 +351,7 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
     on: their columns are null but those the typed parse never makes null, which are as it
     makes them for a line it leaves to the careful parse, of kind "careful"), and `_facts`
     (`TASK_FACTS`, on each task's last line): for a caller that takes the rows only where
-    Java read every line (`pipeline.ydb_changes`). None where `java_line_reader` is None or
+    Java read every line (`ydb_path.ydb_changes`). None where `java_line_reader` is None or
     the session has no jar.
 
     The layout is the typed parse's, whose plan is made (not run) for its schema, with the

@@ -1,0 +1,332 @@
+"""A Debezium batch on the JVM path (PostgreSQL or MySQL payloads, with or without the schema
+wrapper): read, parse, facts, times, frontier, types, keyed conversion.
+
+The files are read on the executors (`read.py`) and parsed (`parse.py`: by the project's Java
+line reader where the session has its jar, else with one `from_json` per line; `_parsed`)
+into a checkpoint on the executors' disk (`session.stored`), and aggregates observed by the
+same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
+(`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
+with windows by transaction and by file block (`times.py`); the columns' types are decided
+(`types.py`: the table schema, the state, the Debezium schema, else what Spark's JSON inference
+over every image finds; that is found in any case, as it also finds image columns beyond the
+table's: from the images' shapes, which the Java line reader gives and the parse's job
+collects, `types.inferred_from_shapes`, else by the inference itself, one more pass) and
+each image read against them once (`keyed.typed_images`: in Java where the session has the
+jar and the image is plain, else `from_json`); the keyed events are converted and checked by
+`conversion.checked_conversion`; without keys, converted by their images (`unkeyed.py`); the
+frontier comes from aggregates (`progress.py`). The driver sees one row per chunk of 2**16
+lines (only when snapshot rows need the current time: `times.py`), a handful of aggregate
+rows, and the images' distinct shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed
+of one table).
+
+Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`):
+non-default `UpsertOptions`, any bad line, truncates, logical messages, Kafka record dumps,
+Debezium key records, changes without a position (incremental snapshots), two writes of one
+key with different rows at the greatest position it has reached (told apart by a 64-bit hash
+of the row: `keyed.convert`), null keys, nested Connect types and logical types other than
+Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs between lines,
+and the lenient mode (`strict=False`).
+
+Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
+unless said): a snapshot row read after a transaction that metadata finished is placed at that
+transaction's time, not one above (`times.py`); a change arriving after a later time was
+finished is converted, not refused; the table's rows are not checked for one row per key (the
+old path checks). This path only: a number beyond a double in a field no step reads
+(`ts_ms`) is accepted, which orjson refuses. An image value of another JSON kind than its
+column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
+path (`keyed._refused`), which holds the first value's kind to be the column's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import functions as F
+
+from changelake.formats.tableschema import TableSchema
+from changelake.spark.changefeed import times
+from changelake.spark.changefeed.conversion import Converted, checked_conversion
+from changelake.spark.changefeed.keyed import ColumnSpec, typed_events
+from changelake.spark.changefeed.parse import java_items, odd_name_lines, odd_names, parse_items
+from changelake.spark.changefeed.progress import debezium_frontier
+from changelake.spark.changefeed.read import Lines
+from changelake.spark.changefeed.steps import Steps, guard
+from changelake.spark.changefeed.times import assign_times
+from changelake.spark.changefeed.types import (
+    SUPPORTED,
+    Decoder,
+    Unsupported,
+    connect_decoder,
+    image_fields,
+    infer_images,
+    inferred_from_shapes,
+    spark_type,
+)
+from changelake.spark.changefeed.unkeyed import convert_images, image_events
+from changelake.spark.expressions import per_jvm
+from changelake.spark.session import stored
+
+
+def _first_problem(frame: DataFrame) -> str | None:
+    row = guard(lambda: frame.where(F.col("problem").isNotNull())
+                 .agg(F.min("problem")).first())
+    return row[0] if row is not None else None
+
+
+@per_jvm
+def _facts() -> list[Column]:
+    """What the later steps need to know about the batch: aggregates over the parsed lines,
+    observed while they are checkpointed (`DataFrame.observe`), so that no pass of its own
+    reads them again for it. Built once per JVM (`expressions.per_jvm`). Where Java reads the
+    lines in the tasks (`parse.java_items`), each task counts them itself and the
+    observation gathers one row a task (`_merged_facts`): Spark's aggregates, evaluated for
+    every line, were about 6% of a warm ingest's executor time (a profile,
+    benchmarks/README.md). The two give the same facts (`tests/test_spark_changefeed_jvm.py`,
+    `tests/test_spark_changefeed_debezium.py`)."""
+    change = F.col("kind") == "change"
+    return [
+        F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
+        F.count(F.when(change, 1)).alias("changes"),
+        # Two tables or one: the least and the greatest name differ or not (a distinct count
+        # is no aggregate an observation can run).
+        F.min(F.when(change, F.col("table"))).alias("table"),
+        F.max(F.when(change, F.col("table"))).alias("other_table"),
+        F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
+        F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
+        F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
+        .alias("metadata"),
+        F.max(F.when(change, F.col("ptime"))).alias("high"),
+        F.min("schema").alias("schema"), F.max("schema").alias("other_schema"),
+        F.count(F.when(change & F.col("schema").isNull(), 1)).alias("schemaless"),
+        F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
+                 F.when(change & (F.col("after_raw").isNotNull()
+                                  | F.col("before_raw").isNotNull()),
+                        F.struct("file_index", "block", "row"))).alias("first")]
+
+
+def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
+    """`_facts` (and `_deferred`, `shapes`) from the tasks' `parse.TASK_FACTS` rows: what the
+    aggregates give over all of their lines."""
+    def pick(choose: Callable[..., Any], name: str) -> Any:
+        values = [t[name] for t in tasks if t[name] is not None]
+        return choose(values) if values else None
+
+    first = min((t for t in tasks if t["first_row"] is not None), default=None,
+                key=lambda t: (t["first_file_index"], t["first_block"], t["first_row"]))
+    counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred")
+    total = {n: sum(t[n] for t in tasks) for n in counts}
+    return {
+        "flawed": total["flawed"], "problem": None, "changes": total["changes"],
+        "table": pick(min, "table"), "other_table": pick(max, "other_table"),
+        "untimed": total["untimed"], "by_tx": total["by_tx"], "metadata": total["metadata"],
+        "high": pick(max, "high"), "schema": pick(min, "schema"),
+        "other_schema": pick(max, "other_schema"), "schemaless": total["schemaless"],
+        "first": None if first is None else Row(after_raw=first["first_after"],
+                                                 before_raw=first["first_before"],
+                                                 schema=first["first_schema"]),
+        "_deferred": total["_deferred"],
+        "shapes": sorted({s for t in tasks for s in t["shapes"]})}
+
+
+#: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint (the
+#: file's name is `Lines.files[file_index]`), which is then a line's path and three fields
+#: smaller on the executors' disk. The parse's job alone, warm, at 1.1M lines: about 4% less
+#: time; end to end within the noise (benchmarks/README.md).
+_FACTS_ONLY = ("file", "flaw", "problem", "table")
+
+
+def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
+    """The parsed lines, checkpointed (`session.stored`) without `_FACTS_ONLY`, and their
+    `_facts`, observed by the same job.
+
+    With the project's jar, Java alone reads the lines first (`parse.java_items`); where it
+    read every one (a batch of the shapes connectors write: changes, transaction boundaries,
+    tombstones, heartbeats), that is the parse, without any of the Spark functions'
+    expressions (which cost even over the lines Java read: `parse_items`). Where it left some,
+    that job's work is dropped and `parse_items` reads the batch again, Java's lines and the
+    rest. Java's job also collects the rows `times.chunks_of` would aggregate (`chunks`, one
+    per chunk of lines that has a change), so that placing snapshot rows in time reads the
+    checkpoint no more (`times.assign_times`' `chunk_rows`)."""
+    java = java_items(lines.bounded, chunk_bits=times.CHUNK_BITS)
+    if java is not None:
+        observed = Observation()
+        tasks = F.collect_list("_facts").alias("tasks")  # one a task
+        chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
+        items = guard(lambda: stored(java.observe(observed, tasks, chunks).drop(
+            "_deferred", "shape", "_chunk", "_facts", *_FACTS_ONLY)))
+        found = _merged_facts(observed.get["tasks"])
+        if not found.pop("_deferred"):
+            return items, {**found, "chunks": observed.get["chunks"]}
+    facts = Observation()
+    items = guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
+                                  .drop(*_FACTS_ONLY)))
+    return items, facts.get
+
+
+def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
+    if schema is not None:
+        return list(schema.names)
+    image = first["after_raw"] if first["after_raw"] is not None else first["before_raw"]
+    raw = list(orjson.loads(image))
+    fields = image_fields(first["schema"]) or {}
+    return [*(n for n in fields if n in raw), *(n for n in raw if n not in fields)]
+
+
+def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
+             state: DataFrame | None) -> list[ColumnSpec]:
+    """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
+    if facts["first"] is None:  # changes, none with an image (a batch of none returns before)
+        raise Unsupported("no row images in the batch")
+    names = _column_names(facts["first"], schema)
+    if facts["schema"] != facts["other_schema"] and \
+            image_fields(facts["schema"]) != image_fields(facts["other_schema"]):
+        raise Unsupported("Debezium schemas that differ between lines")
+    connect = image_fields(facts["schema"])
+    inferred = inferred_from_shapes(facts["shapes"]) if "shapes" in facts else None
+    if inferred is None:
+        images = changes.select(F.col("after_raw").alias("value")).where("value IS NOT NULL") \
+            .unionByName(changes.select(F.col("before_raw").alias("value"))
+                         .where("value IS NOT NULL"))
+        inferred = {f.name: f.dataType.simpleString() for f in
+                    guard(lambda: infer_images(spark, images)).fields}
+    drift = [n for n in inferred if n not in names]
+    if drift:
+        raise Unsupported(f"bad: columns {drift} beyond the table's (schema drift)")
+    stated = {f.name: f.dataType.simpleString() for f in state.schema.fields} \
+        if state is not None else {}
+    out = []
+    for n in names:
+        column = schema.column(n) if schema is not None else None
+        with_schema, t1 = connect_decoder((connect or {}).get(n))
+        without, t2 = connect_decoder(column.debezium if column is not None else None)
+        if not facts["schemaless"] and column is None:
+            without = with_schema  # every change carries its schema: nothing reads without
+        if column is not None and column.type:
+            kind = spark_type(column.type)
+        elif stated.get(n) in SUPPORTED:
+            kind = stated[n]
+        elif connect is not None and t1 is not None and (t2 is None or t1 == t2):
+            kind = t1
+        elif t2 is not None and connect is None:
+            kind = t2
+        else:
+            kind = inferred.get(n, "string")
+        if kind not in SUPPORTED:
+            raise Unsupported(f"column {n} of type {kind}")
+        decoders = {d.kind for d in (with_schema, without)}
+        raws = {d.raw_type for d in (with_schema, without)} - {None}
+        if len(raws) > 1:
+            raise Unsupported(f"column {n}: decoded two ways")
+        raw = raws.pop() if raws else kind
+        if raw != kind and kind != "string":
+            raise Unsupported(f"column {n}: a {kind} decoded from text")
+        if decoders != {"plain"} and Decoder() in (with_schema, without):
+            raise Unsupported(f"column {n}: decoded on some lines only")
+        out.append(ColumnSpec(n, kind, raw, with_schema, without))
+    return out
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A Debezium batch up to its conversion: what `debezium_changes` converts."""
+
+    changes: DataFrame  # the changes with their times, below the frontier, from `since` on
+    columns: list[ColumnSpec]  # the table's columns and how each image value is read
+    frontier: int | None  # None: closed
+    marks: DataFrame  # see `Converted.marks`
+    size: int  # the changes parsed: the most `changes` can hold, before keys move
+
+
+def debezium_timed(spark: SparkSession, lines: Lines, *,
+                   table_schema: TableSchema | None = None, close: bool = False,
+                   state: DataFrame | None = None, since: int | None = None,
+                   steps: Steps | None = None) -> Timed:
+    """Read, parse, facts, times, frontier and columns of a Debezium batch (see the module
+    docstring), or `Unsupported`. Where the files are Kafka partitions (`lines.per_file`) and
+    no transaction metadata is read, the high-water rule holds per partition: see
+    `_partition_cap`."""
+    steps = steps or Steps(spark)
+    items, facts = _parsed(lines)
+    steps.done("read + parse + facts")
+    if facts["flawed"]:
+        raise Unsupported("a line over the bound or not UTF-8")  # `convert_frames` names it
+    if facts["problem"] is not None:
+        raise Unsupported(facts["problem"])
+    if facts["table"] != facts["other_table"]:
+        raise Unsupported("bad: events of two tables")
+    if odd_names(facts["table"]) and \
+            guard(lambda: odd_name_lines(lines.bounded).first()) is not None:
+        raise Unsupported("unsupported: a source table, schema or db that may not be text")
+    changes = items.where(F.col("kind") == "change")
+    timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
+                         untimed=int(facts["untimed"]), per_file=lines.per_file,
+                         chunk_rows=facts.get("chunks"))
+    frontier = None if close else debezium_frontier(timed, items, facts["high"],
+                                                    bool(facts["metadata"]), facts["table"])
+    if frontier is not None and lines.per_file and not facts["metadata"]:
+        frontier = _partition_cap(timed, frontier)
+    marks = timed.select("file_index", "row", "kind", "time", "tx").unionByName(
+        items.where(F.col("kind").isin("BEGIN", "END"))
+        .select("file_index", "row", "kind", F.lit(None).cast("long").alias("time"), "tx"))
+    steps.done("times + frontier")
+    if not facts["changes"]:  # nothing to read columns from, nor to convert
+        return Timed(timed, [], frontier, marks, 0)
+    columns = _columns(spark, changes, facts, table_schema, state)
+    steps.done("columns")
+    if frontier is not None:
+        timed = timed.where(F.col("time") < frontier)
+    if since is not None:
+        timed = timed.where(F.col("time") >= since)
+    return Timed(timed, columns, frontier, marks, int(facts["changes"]))
+
+
+def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
+                     table_schema: TableSchema | None = None, close: bool = False,
+                     state: DataFrame | None = None, since: int | None = None,
+                     defer: bool = False) -> Converted:
+    """A Debezium batch on the JVM path, or `Unsupported`. Without `keys`, the images are
+    converted as they are (`unkeyed.py`). `defer`: see `checked_conversion`."""
+    steps = Steps(spark)
+    batch = debezium_timed(spark, lines, table_schema=table_schema, close=close, state=state,
+                           since=since, steps=steps)
+    if not batch.size:
+        return Converted(_no_updates(spark, table_schema), batch.frontier, "jvm",
+                         marks=batch.marks)
+    if not keys:
+        events = guard(lambda: stored(image_events(batch.changes, batch.columns)))
+        problem = _first_problem(events)
+        if problem is not None:
+            raise Unsupported(problem)
+        return Converted(convert_images(events.where(F.col("problem").isNull())),
+                         batch.frontier, "jvm", marks=batch.marks)
+    converted, checks = checked_conversion(typed_events(batch.changes, batch.columns, keys),
+                                           batch.columns, keys, state, batch.size, defer=defer)
+    steps.done("events, ties, conversion")
+    return Converted(converted, batch.frontier, "jvm", marks=batch.marks, checks=checks)
+
+
+def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
+    """The updates of a batch without changes (heartbeats, tombstones, transaction lines), as
+    the old path gives them: none, of the table schema's columns (each of its stated type,
+    else text), or of none without it (`lake.commands.check_columns` then makes no table of
+    it)."""
+    fields = [] if table_schema is None else [
+        f"`{c.name}`: {spark_type(c.type)}" for c in table_schema.columns]
+    return spark.createDataFrame([], f"data struct<{', '.join(fields)}>, time bigint, "
+                                     "diff bigint")
+
+
+def _partition_cap(timed: DataFrame, frontier: int) -> int:
+    """The high-water rule per Kafka partition. Debezium writes each partition in log order,
+    so a partition whose highest time read is `h` has delivered everything it will hold below
+    `h`; but the partitions are written independently, so an event below another partition's
+    highest may still be on its way to this one. The batch's frontier is therefore at most the
+    least of the partitions' highest times (of the partitions read from: one that brought
+    nothing holds nothing back). With transaction metadata the ENDs count each transaction's
+    events, wherever they are, and no cap is needed."""
+    row = timed.groupBy("file_index").agg(F.max("time").alias("h")).agg(F.min("h")).first()
+    return frontier if row is None or row[0] is None else min(frontier, int(row[0]))
