@@ -66,6 +66,10 @@ from changelake.spark.jvm import java_class
 #: broadcast join took half the time of the shuffled one (benchmarks/README.md).
 BROADCAST_BELOW = 500_000
 
+#: The problem of a batch that breaks the rule (a record below its partition's barrier that
+#: repeats no earlier record of its file): the old path then names the line.
+BELOW_UNREPEATED = "bad: a record below its partition's barrier"
+
 
 @dataclass(frozen=True)
 class LineFacts:
@@ -412,7 +416,3 @@ def unrepeated_outside(items: DataFrame, outside: Column, count: int, keys: int)
         "file_index", "block", "row", "pos", *key_names(items.columns, keys), "_same")
     return _unrepeated(items, below, count, keys)
 
-
-
-#: YDB's barrier rule broken: the old path names the line.
-BELOW_UNREPEATED = "bad: a record below its partition's barrier"
