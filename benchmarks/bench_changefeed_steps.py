@@ -80,8 +80,8 @@ def main() -> None:
 
         steps: list[tuple[str, Callable[[], object]]] = [
             ("parse", lambda: noop(parse_items(read_lines(spark, [str(feed)]).bounded))),
-            ("parse + facts, stored", lambda: debezium_path._parsed(read_lines(spark,
-                                                                         [str(feed)]))),
+            ("parse + facts, stored",
+             lambda: debezium_path._parsed(read_lines(spark, [str(feed)]))),
             ("convert", lambda: noop(keyed.convert(events_frame, columns, ["id"], None))),
         ]
         if args.images:
