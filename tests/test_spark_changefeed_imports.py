@@ -11,25 +11,13 @@ import ast
 from pathlib import Path
 
 import changelake.spark.changefeed
+from package_imports import package_imports
 
 CHANGEFEED = Path(changelake.spark.changefeed.__file__).parent
 PACKAGE = "changelake.spark.changefeed"
 ORDER = ["read", "temporal", "times", "progress", "types", "parse", "keyed", "unkeyed",
          "ydb_variant", "ydb", "barriers", "steps", "conversion", "debezium_path", "ydb_path",
          "udf", "pipeline"]
-
-
-def changefeed_imports(tree: ast.AST) -> set[str]:
-    """The modules of the package that `tree` imports (a subpackage, `udf`, as one)."""
-    found = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.ImportFrom) or not node.module:
-            continue
-        if node.module.startswith(PACKAGE + "."):
-            found.add(node.module.split(".")[3])
-        elif node.module == PACKAGE:
-            found |= {alias.name for alias in node.names}
-    return found
 
 
 def test_every_module_is_placed_in_the_order():
@@ -43,6 +31,7 @@ def test_imports_point_down():
         path = CHANGEFEED / module
         files = sorted(path.glob("*.py")) if path.is_dir() else [path.with_suffix(".py")]
         for file in files:
-            for target in changefeed_imports(ast.parse(file.read_text())) - {module}:
+            imported = package_imports(ast.parse(file.read_text()), PACKAGE)
+            for target in {target for target, _ in imported} - {module}:
                 assert ORDER.index(target) < ORDER.index(module), \
                     f"{file.name} ({module}) imports {target}, a module above it"
