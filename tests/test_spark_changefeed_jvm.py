@@ -145,6 +145,13 @@ def _edges() -> list[Any]:
         _change({**pg, "sequence": '[null,"5000"]'}), _change({**pg, "sequence": None}),
         _change({**pg, "sequence": '["4000","5000"]\n'}), _change({**pg, "sequence": "[1,2]"}),
         _change({**pg, "sequence": '["12345678901234567890","1"]'}),
+        # `DebeziumLine.sequence` reads by hand what `parse._SEQUENCE` matches: its edges.
+        *(_change({**pg, "sequence": text}) for text in (
+            '[null,null]', '["4000",null]', '["123456789012345678","1"]',
+            '["1234567890123456789","1"]', '["1","1234567890123456789"]', '["","1"]',
+            '["1",""]', '[ "1","2"]', '["1","2"] ', '["1","2"]x', '["1","2"', '"1","2"]',
+            '["1";"2"]', '["1","2","3"]', '[nul,"2"]', '[nullx,"2"]', '["1",null ]',
+            '["-1","2"]', '["1.0","2"]', '["\uff11","2"]', '["1","2"]]', '[]', '[', '')),
         {**_change({k: v for k, v in pg.items() if k not in ("lsn", "sequence")}),
          "transaction": None},
         _change({k: v for k, v in pg.items() if k != "sequence"}),
