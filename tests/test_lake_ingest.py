@@ -128,6 +128,32 @@ def assert_the_encoders(table, feed: Path, columns: list[str]) -> None:
                                                    lenient=False))
 
 
+def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, lake, tmp_path):
+    """The keyed conversion's partitions are many and small (at least the session's), and the
+    commit writes the updates as they come: coalesced (`conversion.files_for`), a batch this
+    small is as many files as the session's default parallelism, not a file per key
+    partition."""
+    from changelake.spark.changefeed.conversion import files_for
+    from changelake.spark.session import settings
+
+    lines = [debezium_line("c", None, {"id": k, "name": f"n{k}"}, 100 + k, k)
+             for k in range(1, 65)]
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join(lines) + "\n")
+    name = f"files_{uuid.uuid4().hex[:8]}.t"
+    partitions = 4 * spark.sparkContext.defaultParallelism
+    with settings(spark, {"spark.sql.shuffle.partitions": str(partitions)}):
+        report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+                                 close=True)
+    assert report.commit.written == 64
+    table = lake.table(name)
+    written = [p for f in table.state().files for p in (table.directory / f.path).rglob(
+        "*.parquet")]
+    assert len(written) == files_for(spark, 64, partitions) == \
+        spark.sparkContext.defaultParallelism
+    assert_the_encoders(table, feed, ["id", "name"])
+
+
 def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, lake, tmp_path,
                                                                     caplog):
     """The keyed conversion is checked by the commit's own write (`DeferredChecks`), not by

@@ -461,28 +461,40 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
                                                           monkeypatch: Any) -> None:
     """The keyed events go into as many partitions as keep each near `EVENTS_PER_PARTITION`
     (else the windows' sorts grow with the batch), never fewer than the session's; spread
-    thin, they still convert to the encoder's updates."""
+    thin, they still convert to the encoder's updates. Those come in fewer partitions, the
+    files the lake's write makes of them (`files_for`: one per `EVENTS_PER_FILE` events, at
+    least the session's default parallelism)."""
     from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed import keyed
-    from changelake.spark.changefeed.conversion import checked_conversion
+    from changelake.spark.changefeed import conversion, keyed
     from changelake.spark.changefeed.debezium_path import debezium_timed
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.session import settings
+    from changelake.spark.session import NOT_ADAPTIVE, settings
 
+    cores = spark.sparkContext.defaultParallelism
+    per_file = conversion.EVENTS_PER_FILE
+    assert conversion.files_for(spark, 0, 8) == min(8, cores)
+    assert conversion.files_for(spark, per_file * 5, 8) == max(5, cores)
+    assert conversion.files_for(spark, per_file * 5 + 1, 8) == max(6, cores)
+    assert conversion.files_for(spark, per_file * 50, 8) == 8
+    assert conversion.files_for(spark, per_file * 50, 1) == 1
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with settings(spark, {"spark.sql.shuffle.partitions": "3"}):
         assert keyed.partitions_for(spark, 0) == 3
         assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * 3) == 3
         assert keyed.partitions_for(spark, keyed.EVENTS_PER_PARTITION * 3 + 1) == 4
-        monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 2)
+        monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 1)
+        monkeypatch.setattr(conversion, "EVENTS_PER_FILE", 2)
         batch = debezium_timed(spark, read_lines(spark, [str(p) for p in paths]),
                                table_schema=TableSchema.from_json(PG_TABLE))
-        assert batch.size >= batch.changes.count() and batch.size > 2 * 3
-        converted, deferred = checked_conversion(
-            keyed.typed_events(batch.changes, batch.columns, ["id"]), batch.columns, ["id"],
-            None, batch.size)
+        assert batch.size >= batch.changes.count() and batch.size > 2 * cores
+        events = keyed.typed_events(batch.changes, batch.columns, ["id"])
+        with settings(spark, NOT_ADAPTIVE):
+            shuffled = conversion._by_key(events, 1, batch.size)
+            assert shuffled.rdd.getNumPartitions() == batch.size
+        converted, deferred = conversion.checked_conversion(events, batch.columns, ["id"],
+                                                            None, batch.size)
         assert deferred is None  # settled: the updates are checkpointed
-        assert converted.rdd.getNumPartitions() == -(-batch.size // 2)
+        assert converted.rdd.getNumPartitions() == -(-batch.size // 2) < batch.size
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.barriers import BELOW_UNREPEATED
@@ -79,10 +79,40 @@ def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False,
         wanted = tuple(c for c in wanted if c != "ub")
     events = events.select(*key_names(events.columns, keys), *wanted)
     ready = java_ready(events, keys)
-    needed = partitions_for(events.sparkSession, size)
-    if partitions is not None and partitions >= needed:
-        needed = partitions
-    return by_key(events if ready is None else ready, keys, needed)
+    return by_key(events if ready is None else ready, keys,
+                  _partitions(events.sparkSession, size, partitions))
+
+
+def _partitions(spark: SparkSession, size: int, partitions: int | None) -> int:
+    """The partitions `_by_key` shuffles `size` events into: `partitions_for`'s, or the
+    `partitions` they come in where those are at least as many."""
+    needed = partitions_for(spark, size)
+    return partitions if partitions is not None and partitions >= needed else needed
+
+
+#: The keyed events whose updates one task of the job that reads them converts, and so one
+#: file of the lake commit's write holds, about, at most (`files_for`).
+EVENTS_PER_FILE = 1_000_000
+
+
+def files_for(spark: SparkSession, events: int, partitions: int) -> int:
+    """How many partitions the updates of `events` keyed events, converted in `partitions`,
+    are coalesced into: one per `EVENTS_PER_FILE` events, at least the session's default
+    parallelism (its cores, or `spark.default.parallelism`: 4 in `session.DEFAULT_CONF`), at
+    most `partitions`.
+
+    The conversion's partitions are small (`keyed.EVENTS_PER_PARTITION`: its sorts' memory;
+    and at least the session's shuffle partitions), and the job that reads the updates (the
+    lake commit's write) writes a file per task. Each Parquet file starts its columns'
+    dictionaries afresh, and a column of distinct values (the key, `_time`) fills its
+    dictionary before Parquet drops it: with a file per conversion partition, Parquet's
+    dictionary writer was 19-21% of the samples of the conversion's reduce side, against 6%
+    of the plain Parquet write's, whose files are larger. Coalesced, a task converts several
+    partitions one after another (each sort's memory is freed as it is read out) and writes
+    one file. `bench_commit_files.py`: the 1.74M updates of 1.1M Debezium events written as
+    4 files took 0.81x the time of 8 (benchmarks/README.md)."""
+    cores = spark.sparkContext.defaultParallelism
+    return min(partitions, max(cores, -(-events // EVENTS_PER_FILE)))
 
 
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
@@ -93,7 +123,8 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
                        ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
-    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`), and checked
+    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`) into fewer,
+    larger partitions (`files_for`), and checked
     (`convert`'s `checks`: a key problem, or two writes of one key at one position with
     different rows where the order would need their text; the Java conversion's report rows,
     observed the same way) by the job that reads them: a problem is `Unsupported`, once that
@@ -113,20 +144,22 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     settling that follows its own (`DeferredChecks.after`); `partitions`, those the events
     already come in by key (see `_by_key`)."""
     checks = Observation()
+    spark = events.sparkSession
     shuffled = _by_key(events, len(keys), size, barriers=barriers, partitions=partitions)
+    files = files_for(spark, size, _partitions(spark, size, partitions))
 
     def converted() -> DataFrame:
-        with settings(events.sparkSession, NOT_ADAPTIVE):  # see `keyed.java_convert`
+        with settings(spark, NOT_ADAPTIVE):  # see `keyed.java_convert`
             java = java_convert(shuffled, columns, keys, state, barriers=barriers)
             if java is None:
                 if barriers:
                     raise Unsupported("the barrier rule in a conversion without Java")
-                return convert(shuffled, columns, keys, state, checks=checks)
+                return convert(shuffled, columns, keys, state, checks=checks).coalesce(files)
             return (java.observe(checks, F.min("problem").alias("problem"),
                                  F.max("tied").alias("tied"),
                                  F.max("unrepeated").alias("unrepeated"),
                                  F.sum("outside").alias("outside"))
-                    .where(F.col("diff") != 0).select("data", "time", "diff"))
+                    .where(F.col("diff") != 0).select("data", "time", "diff").coalesce(files))
 
     updates = guard(converted)  # planned here (`keyed.java_convert`): a failure is a refusal
     deferred = DeferredChecks(checks, updates, after)
