@@ -4,7 +4,9 @@ A batch's keyed events (`keyed.typed_events` for Debezium's, `ydb.py`'s for YDB'
 shuffled by key once (or come shuffled by YDB's parse: `ydb_path.py`), only the columns the
 conversion reads (`_WANTED`), and converted in the tasks, joined with the table's rows: by
 the project's Java (`keyed.java_convert`, one pass over each key's events) where the session
-has the jar, else by `keyed.convert`'s windows.
+has the jar, else by `keyed.convert`'s windows. The updates come in fewer partitions than the
+conversion's, each of them several of its partitions converted one after another
+(`files_for`): the lake commit writes a file per partition.
 The checks (a key problem; two writes of one key at one position with different rows; with
 YDB's barriers, a record below its partition's barrier that repeats no earlier one) are
 aggregates that the job reading the updates observes (`DataFrame.observe`), not a pass of
