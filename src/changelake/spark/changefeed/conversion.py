@@ -112,7 +112,8 @@ def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     of the plain Parquet write's, whose files are larger. Coalesced, a task converts several
     partitions one after another (each sort's memory is freed as it is read out) and writes
     one file. `bench_commit_files.py`: the 1.74M updates of 1.1M Debezium events written as
-    4 files took 0.81x the time of 8 (benchmarks/README.md)."""
+    4 files took 0.79x the time of 8; in a cold ingest of those events the conversion's job
+    took 0.90x its wall time (benchmarks/README.md)."""
     cores = spark.sparkContext.defaultParallelism
     return min(partitions, max(cores, -(-events // EVENTS_PER_FILE)))
 
