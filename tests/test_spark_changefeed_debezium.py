@@ -489,7 +489,8 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         assert batch.size >= batch.changes.count() and batch.size > 2 * cores
         events = keyed.typed_events(batch.changes, batch.columns, ["id"])
         with settings(spark, NOT_ADAPTIVE):
-            shuffled = conversion._by_key(events, 1, batch.size)
+            shuffled = conversion._by_key(
+                events, 1, conversion._partitions(spark, batch.size, None))
             assert shuffled.rdd.getNumPartitions() == batch.size
         converted, deferred = conversion.checked_conversion(events, batch.columns, ["id"],
                                                             None, batch.size)

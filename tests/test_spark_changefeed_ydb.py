@@ -680,7 +680,8 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
         # so the conversion's shuffle by key is planned away: it reads the parse's
         events = with_content(items.where("kind = 'change'"))
         with spark_settings(spark, NOT_ADAPTIVE):
-            by_key = conversion._by_key(events, keys, 1, partitions=partitions)
+            by_key = conversion._by_key(
+                events, keys, conversion._partitions(spark, 1, partitions))
             plan = by_key._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
         assert facts == LineFacts.of(observed.get), name

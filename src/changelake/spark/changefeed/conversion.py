@@ -68,26 +68,25 @@ _WANTED = ("time", "pos", "rank", "is_delete", "a", "ua", "b", "ub", "content", 
 _BARRIERS_WANTED = ("_below", "_same", "_outside")
 
 
-def _by_key(events: DataFrame, keys: int, size: int, *, barriers: bool = False,
-            partitions: int | None = None) -> DataFrame:
+def _by_key(events: DataFrame, keys: int, partitions: int, *,
+            barriers: bool = False) -> DataFrame:
     """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
-    `barriers`), shuffled by key (`by_key`) into partitions for about `size` events
-    (`partitions_for`); where the session has the Java conversion, with the keys and
-    positions it reads (`java_ready`) made before the shuffle. `partitions`: those the
-    events already come in by key (`_ydb_parsed_by_java`), kept where they are at least as
-    many: Spark then plans no shuffle here (the one asked for is the partitioning they have)."""
+    `barriers`), shuffled by key (`by_key`) into `partitions` (`_partitions`'); where the
+    session has the Java conversion, with the keys and positions it reads (`java_ready`)
+    made before the shuffle. Where the events already come in that many partitions by key
+    (`_ydb_parsed_by_java`), Spark plans no shuffle here (the one asked for is the
+    partitioning they have)."""
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
     if "ub" not in events.columns:  # all false (YDB's): made again after the shuffle
         wanted = tuple(c for c in wanted if c != "ub")
     events = events.select(*key_names(events.columns, keys), *wanted)
     ready = java_ready(events, keys)
-    return by_key(events if ready is None else ready, keys,
-                  _partitions(events.sparkSession, size, partitions))
+    return by_key(events if ready is None else ready, keys, partitions)
 
 
 def _partitions(spark: SparkSession, size: int, partitions: int | None) -> int:
     """The partitions `_by_key` shuffles `size` events into: `partitions_for`'s, or the
-    `partitions` they come in where those are at least as many."""
+    `partitions` they already come in by key where those are at least as many."""
     needed = partitions_for(spark, size)
     return partitions if partitions is not None and partitions >= needed else needed
 
@@ -145,11 +144,12 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have
     `_below`, `_same` and `_outside`: `keyed.java_convert`); `after`, a check of the job's
     settling that follows its own (`DeferredChecks.after`); `partitions`, those the events
-    already come in by key (see `_by_key`)."""
+    already come in by key (see `_partitions`)."""
     checks = Observation()
     spark = events.sparkSession
-    shuffled = _by_key(events, len(keys), size, barriers=barriers, partitions=partitions)
-    files = files_for(spark, size, _partitions(spark, size, partitions))
+    into = _partitions(spark, size, partitions)
+    shuffled = _by_key(events, len(keys), into, barriers=barriers)
+    files = files_for(spark, size, into)
 
     def converted() -> DataFrame:
         with settings(spark, NOT_ADAPTIVE):  # see `keyed.java_convert`
@@ -157,14 +157,15 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
             if java is None:
                 if barriers:
                     raise Unsupported("the barrier rule in a conversion without Java")
-                return convert(shuffled, columns, keys, state, checks=checks).coalesce(files)
+                return convert(shuffled, columns, keys, state, checks=checks)
             return (java.observe(checks, F.min("problem").alias("problem"),
                                  F.max("tied").alias("tied"),
                                  F.max("unrepeated").alias("unrepeated"),
                                  F.sum("outside").alias("outside"))
-                    .where(F.col("diff") != 0).select("data", "time", "diff").coalesce(files))
+                    .where(F.col("diff") != 0).select("data", "time", "diff"))
 
-    updates = guard(converted)  # planned here (`keyed.java_convert`): a failure is a refusal
+    # planned here (`keyed.java_convert`): a failure is a refusal
+    updates = guard(lambda: converted().coalesce(files))
     deferred = DeferredChecks(checks, updates, after)
     if defer:
         return updates, deferred
