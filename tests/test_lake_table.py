@@ -207,3 +207,46 @@ def test_a_metastore_object_that_is_no_changelake_table_is_refused(spark, lake):
         lake.table(f"{database}.foreign")
     with pytest.raises(LakeError, match="does not exist"):
         lake.table(f"{database}.missing")
+
+
+def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
+    """`table.SEGMENT_DICTIONARY_BYTES`: a commit stops a column's Parquet dictionary at that
+    size, where Parquet's default (1 MiB) holds every distinct value; a column of few values
+    keeps its dictionary. The files are written uncompressed here, so that a dictionary
+    page's length in the file is its entries' bytes."""
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from changelake.lake.table import SEGMENT_DICTIONARY_BYTES
+    from changelake.spark.session import settings
+
+    distinct = SEGMENT_DICTIONARY_BYTES // 8 + 8_000  # longs past it, within 1 MiB
+    # Each value four times in a row: a dictionary that pays for itself on the first page.
+    updates = spark.range(4 * distinct).select(
+        "id", (F.col("id") % 3).cast("string").alias("name"),
+        (F.col("id") / 4).cast("long").alias("amount"),
+        F.lit(0).cast("long").alias("_time"), F.lit(1).cast("long").alias("_diff"),
+    ).coalesce(1)
+
+    def dictionary_bytes(files: list[Path]) -> dict[str, int]:
+        """Each column's dictionary page's length (header included), 0 without one."""
+        (file,) = files
+        group = pq.ParquetFile(file).metadata.row_group(0)
+        return {c.path_in_schema: c.data_page_offset - c.dictionary_page_offset
+                if c.has_dictionary_page else 0
+                for c in map(group.column, range(group.num_columns))}
+
+    with settings(spark, {"spark.sql.parquet.compression.codec": "uncompressed"}):
+        updates.write.parquet(str(tmp_path / "default"))
+        name = unique("dictionary")
+        table = lake.create_table(name, SCHEMA, key=["id"])
+        assert table.commit(updates, Antichain([0]), Antichain([1])).written == 4 * distinct
+    default = dictionary_bytes(list((tmp_path / "default").glob("*.parquet")))
+    committed = dictionary_bytes([p for f in table.state().files if f.rows
+                                  for p in (table.directory / f.path).rglob("*.parquet")])
+    assert default["amount"] >= 8 * distinct > SEGMENT_DICTIONARY_BYTES
+    assert 0 < committed["amount"] <= SEGMENT_DICTIONARY_BYTES + 256
+    assert default["id"] == committed["id"] == 0  # distinct values: Parquet drops it anyway
+    for few in ("name", "_time", "_diff"):
+        assert 0 < committed[few] == default[few] < 256, few
+    assert spark.table(name).count() == 4 * distinct
