@@ -12,7 +12,8 @@ dictionary size, and as each count of `--files` with the commit's. Printed: each
 seconds, the files' bytes, and the ratio to the conversion's partition count with the default.
 
 What it isolates: the write a task does per file (Parquet's per-file column dictionaries,
-which a column of distinct values fills and then drops, and the file's own costs), not the
+which a column of many distinct values, sorted by key, fills up to the dictionary size before
+Parquet drops it, and the file's own costs), not the
 conversion, which coalescing leaves as it is (each task converts its partitions one after
 another). The whole ingest's figure is `bench_ingest.py`'s.
 

@@ -71,7 +71,7 @@ _BARRIERS_WANTED = ("_below", "_same", "_outside")
 def _by_key(events: DataFrame, keys: int, partitions: int, *,
             barriers: bool = False) -> DataFrame:
     """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
-    `barriers`), shuffled by key (`by_key`) into `partitions` (`_partitions`'); where the
+    `barriers`), shuffled by key (`by_key`) into `partitions` (`_partitions`' count); where the
     session has the Java conversion, with the keys and positions it reads (`java_ready`)
     made before the shuffle. Where the events already come in that many partitions by key
     (`_ydb_parsed_by_java`), Spark plans no shuffle here (the one asked for is the
@@ -105,9 +105,11 @@ def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     The conversion's partitions are small (`keyed.EVENTS_PER_PARTITION`: its sorts' memory;
     and at least the session's shuffle partitions), and the job that reads the updates (the
     lake commit's write) writes a file per task. Each Parquet file starts its columns'
-    dictionaries afresh, and a column of distinct values (the key, `_time`) fills its
-    dictionary before Parquet drops it: with a file per conversion partition, Parquet's
-    dictionary writer was 19-21% of the samples of the conversion's reduce side, against 6%
+    dictionaries afresh, and a column of many distinct values that repeat within a key (the
+    key, the values a key's updates share) fills its dictionary (up to
+    `lake.table.SEGMENT_DICTIONARY_BYTES`) before Parquet drops it: with a file per
+    conversion partition and Parquet's default 1 MiB dictionaries, Parquet's dictionary
+    writer was 19-21% of the samples of the conversion's reduce side, against 6%
     of the plain Parquet write's, whose files are larger. Coalesced, a task converts several
     partitions one after another (each sort's memory is freed as it is read out) and writes
     one file. `bench_commit_files.py`: the 1.74M updates of 1.1M Debezium events written as
