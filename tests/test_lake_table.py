@@ -250,3 +250,16 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     for few in ("name", "_time", "_diff"):
         assert 0 < committed[few] == default[few] < 256, few
     assert spark.table(name).count() == 4 * distinct
+
+    # The part of a segment that compaction keeps beyond `since` is a segment again, written
+    # the same way (`table.write_segment`).
+    split = lake.create_table(unique("dictionary_split"), SCHEMA, key=["id"])
+    earlier = updates.limit(1).selectExpr("-1 AS id", "name", "amount", "_time", "_diff")
+    later = updates.withColumn("_time", F.lit(1).cast("long"))
+    with settings(spark, {"spark.sql.parquet.compression.codec": "uncompressed"}):
+        split.commit(earlier.unionByName(later).coalesce(1), Antichain([0]), Antichain([2]))
+        compact(split, 0)
+    (kept,) = [f for f in split.state().files if f.lower == 1]
+    assert kept.rows == 4 * distinct
+    assert 0 < dictionary_bytes(list((split.directory / kept.path).rglob("*.parquet")))[
+        "amount"] <= SEGMENT_DICTIONARY_BYTES + 256

@@ -44,7 +44,7 @@ from changelake.lake.layout import (
 )
 from changelake.lake.schema import logical_schema, struct_json
 from changelake.lake.sql import quote, union_sql
-from changelake.lake.table import ProgressFn, Table, TableWriter, clear_dir
+from changelake.lake.table import ProgressFn, Table, TableWriter, clear_dir, write_segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +174,8 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
             rel = segment_path(since + 1, seg.upper, version)
             target = directory / rel
             clear_dir(target)
-            spark.sql(union_sql(state, directory, [seg], logical)).where(
-                F.col("_time") > since).write.parquet(str(target))
+            write_segment(spark.sql(union_sql(state, directory, [seg], logical)).where(
+                F.col("_time") > since), target)
             rows, size, t_min, t_max = parquet_stats(target)
             written += rows
             files.append(FileSet(rel, SEGMENT, struct, rows, size, lower=since + 1,

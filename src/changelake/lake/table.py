@@ -57,7 +57,7 @@ from changelake.protocol.antichain import FrontierLike, as_frontier
 DEFAULT_BUCKETS = 8
 
 SEGMENT_DICTIONARY_BYTES = 256 * 1024
-"""The most a column's Parquet dictionary holds in a commit's segment file: past it, the rest
+"""The most a column's Parquet dictionary holds in a segment file: past it, the rest
 of the column is written plain (`parquet.dictionary.page.size`; Parquet's default is 1 MiB).
 
 Parquet keeps a column's dictionary where the column's first page comes out smaller with it,
@@ -67,10 +67,18 @@ together), so the key and the columns a key's updates repeat (a retraction and t
 after it share most values) keep their dictionaries past the first page, and fill them with
 every distinct value of the file: up to 128k longs hashed, per column and file, at 1 MiB. At
 256 KiB that stops four times sooner, and a column of few distinct values (`_diff`, a status)
-still keeps its whole dictionary. Compaction folds the segments into runs, deltas and bases
-(`compact.py`), written with Parquet's defaults. `bench_commit_files.py` at 1.1M events, 4 files:
-Debezium's updates written in 0.67x the time, YDB's in 0.88x, with 1.02x and 1.01x the bytes
-(benchmarks/README.md)."""
+still keeps its whole dictionary. Every segment is written so (`write_segment`: a commit's,
+and the part of a segment compaction keeps beyond `since`); compaction's runs, deltas and
+bases (`compact.py`) are written with Parquet's defaults. `bench_commit_files.py` at 1.1M
+events, 4 files: Debezium's updates written in 0.67x the time, YDB's in 0.88x, with 1.02x
+and 1.01x the bytes (benchmarks/README.md)."""
+
+
+def write_segment(rows: DataFrame, target: Path) -> None:
+    """Write `rows` as a segment's Parquet files in `target` (`SEGMENT_DICTIONARY_BYTES`)."""
+    rows.write.option("parquet.dictionary.page.size", SEGMENT_DICTIONARY_BYTES) \
+        .parquet(str(target))
+
 
 ProgressFn = Callable[[str, int, int], None]
 """progress(step description, steps done, steps total): the commands layer draws bars with it."""
@@ -365,8 +373,7 @@ class TableWriter:
         target = self.table.directory / rel
         clear_dir(target)
         try:
-            (write or _run)(lambda: rows.write.option(
-                "parquet.dictionary.page.size", SEGMENT_DICTIONARY_BYTES).parquet(str(target)))
+            (write or _run)(lambda: write_segment(rows, target))
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
