@@ -4,12 +4,12 @@ before a compaction, in one process on the embedded metastore.
 The committed view reads each file set as a `parquet.`dir`` source of its own (`lake/sql.py`),
 and Spark infers each source's schema with a job of its own whenever it resolves the view:
 at every commit (`ALTER VIEW`) and every read. This measures how that grows: a keyed table
-takes `--segments` commits of `--rows` rows each, and at each count in `--at` the next
+takes commits of `--rows` rows each, one segment each, and at each count in `--at` the next
 commit and a `spark.table(...).count()` are timed (medians of `--repeat` runs, the Spark
 jobs each ran counted; each timed commit adds a segment, so a count's figures are over that
 many to `--repeat` - 1 more), as ratios to the first count's figures in the same run.
 
-    python benchmarks/bench_segments.py --segments 41 --at 1,11,21,41
+    python benchmarks/bench_segments.py --at 1,11,21,41
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--segments", type=int, default=41)
     parser.add_argument("--at", default="1,11,21,41", help="segment counts to time at")
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
@@ -66,8 +65,6 @@ def main() -> None:
     spark.table("bench.items").count()
     committed += 1
     for count in at:
-        if count > args.segments:
-            break
         while committed < count:
             commit(committed)
             committed += 1
