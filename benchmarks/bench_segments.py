@@ -1,13 +1,17 @@
 """What a lake table's segments cost the commit after them and a read, as they accumulate
 before a compaction, in one process on the embedded metastore.
 
-The committed view reads each file set as a `parquet.`dir`` source of its own (`lake/sql.py`),
-and Spark infers each source's schema with a job of its own whenever it resolves the view:
-at every commit (`ALTER VIEW`) and every read. This measures how that grows: a keyed table
-takes commits of `--rows` rows each, one segment each, and at each count in `--at` the next
-commit and a `spark.table(...).count()` are timed (medians of `--repeat` runs, the Spark
-jobs each ran counted; each timed commit adds a segment, so a count's figures are over that
-many to `--repeat` - 1 more), as ratios to the first count's figures in the same run.
+Spark resolves each `parquet.`path`` source of the committed view with a listing, a footer
+read and a schema-inference job of its own, whenever it resolves the view: at every commit
+(`ALTER VIEW`) and every read. The view reads the segments of one physical schema as one
+source, a glob of their names (`lake/sql.py`, `group_sources`); until 2026-11-29 it read
+each segment as a source of its own, a job each. This measures how a commit and a read grow
+with the segments: a keyed table takes commits of `--rows` rows each, one segment each, and
+at each count in `--at` the next commit and a `spark.table(...).count()` are timed (medians
+of `--repeat` runs, the Spark jobs each ran counted; each timed commit adds a segment, so a
+count's figures are over that many to `--repeat` - 1 more), as ratios to the first count's
+figures in the same run, and both ways alternated: the glob against a source per segment
+(the view as it was, `--at` segments each).
 
     python benchmarks/bench_segments.py --at 1,11,21,41
 """
@@ -30,6 +34,7 @@ def main() -> None:
 
     from pyspark.sql import functions as F
 
+    from changelake.lake import sql
     from changelake.lake.catalog import Lake, lake_session
     from changelake.protocol import Antichain
 
@@ -37,51 +42,75 @@ def main() -> None:
     spark = lake_session(root, "local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     lake = Lake(spark, root)
-    schema = "id bigint, name string"
-    table = lake.create_table("bench.items", spark.createDataFrame([], schema).schema,
-                              key=["id"])
+    schema = spark.createDataFrame([], "id bigint, name string").schema
     # The next job's id: jobs are numbered in order (the UI's job list keeps only the last
     # thousand).
     scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[union-attr]
+    grouped_segments = sql._segments
+
+    def apart(files: object) -> object:  # the view as it was: a source per segment
+        return list(files)  # type: ignore[call-overload]
+
+    ways = {"glob": grouped_segments, "apart": apart}
+    tables = {way: lake.create_table(f"bench.items_{way}", schema, key=["id"])
+              for way in ways}
+    committed = dict.fromkeys(ways, 0)
 
     def batch(time_: int) -> object:
         return spark.range(time_ * args.rows, (time_ + 1) * args.rows).select(
             "id", F.lit("x").alias("name"), F.lit(time_).cast("long").alias("_time"),
             F.lit(1).cast("long").alias("_diff"))
 
-    def commit(time_: int) -> None:
-        table.commit(batch(time_), Antichain([time_]), Antichain([time_ + 1]))  # type: ignore[arg-type]
+    def commit(way: str) -> None:
+        sql._segments = ways[way]  # type: ignore[assignment]
+        try:
+            at = committed[way]
+            tables[way].commit(batch(at), Antichain([at]), Antichain([at + 1]))  # type: ignore[arg-type]
+            committed[way] += 1
+        finally:
+            sql._segments = grouped_segments
 
-    def timed(action) -> tuple[float, int]:  # type: ignore[no-untyped-def]
+    def read(way: str) -> None:
+        spark.table(f"bench.items_{way}").count()
+
+    def timed(action, way: str) -> tuple[float, int]:  # type: ignore[no-untyped-def]
         jobs = scheduler.nextJobId()
         start = time.perf_counter()
-        action()
+        action(way)
         return time.perf_counter() - start, scheduler.nextJobId() - jobs
 
+    for way in ways:  # the JVM's first commit and read are not measured
+        commit(way)
+        read(way)
     at = sorted(int(n) for n in args.at.split(","))
-    figures: dict[int, tuple[float, int, float, int]] = {}
-    committed = 0
-    commit(committed)  # the JVM's first commit and read are not measured
-    spark.table("bench.items").count()
-    committed += 1
+    figures: dict[tuple[int, str], tuple[float, int, float, int]] = {}
     for count in at:
-        while committed < count:
-            commit(committed)
-            committed += 1
-        commits, reads = [], []
-        for _ in range(args.repeat):
-            commits.append(timed(lambda at_=committed: commit(at_)))
-            committed += 1
-            reads.append(timed(lambda: spark.table("bench.items").count()))
-        figures[count] = (statistics.median(s for s, _ in commits), commits[-1][1],
-                          statistics.median(s for s, _ in reads), reads[-1][1])
-        print(f"at {count:4} segments: commit {figures[count][0]:6.3f} s "
-              f"({figures[count][1]} jobs), read {figures[count][2]:6.3f} s "
-              f"({figures[count][3]} jobs)", flush=True)
-    first = figures[min(figures)]
-    print(f"\nRatios to {min(figures)} segment(s) (commit, read):")
-    for count, (c, _, r, _) in figures.items():
-        print(f"  {count:4} segments   {c / first[0]:5.2f}x   {r / first[2]:5.2f}x")
+        for way in ways:
+            while committed[way] < count:
+                commit(way)
+        commits: dict[str, list[tuple[float, int]]] = {way: [] for way in ways}
+        reads: dict[str, list[tuple[float, int]]] = {way: [] for way in ways}
+        for _ in range(args.repeat):  # the two ways alternated
+            for way in ways:
+                commits[way].append(timed(commit, way))
+                reads[way].append(timed(read, way))
+        for way in ways:
+            figures[count, way] = (statistics.median(s for s, _ in commits[way]),
+                                   commits[way][-1][1],
+                                   statistics.median(s for s, _ in reads[way]),
+                                   reads[way][-1][1])
+            c, cj, r, rj = figures[count, way]
+            print(f"at {count:4} segments, {way:5}: commit {c:6.3f} s ({cj} jobs), "
+                  f"read {r:6.3f} s ({rj} jobs)", flush=True)
+    first = min(at)
+    print(f"\nRatios (commit, read): to {first} segment(s) the same way; glob to apart")
+    for count in at:
+        glob, apart_ = figures[count, "glob"], figures[count, "apart"]
+        line = "  ".join(
+            f"{way} {figures[count, way][0] / figures[first, way][0]:5.2f}x "
+            f"{figures[count, way][2] / figures[first, way][2]:5.2f}x" for way in ways)
+        print(f"  {count:4} segments   {line}   glob/apart {glob[0] / apart_[0]:5.2f}x "
+              f"{glob[2] / apart_[2]:5.2f}x")
     spark.stop()
 
 

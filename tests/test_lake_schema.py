@@ -136,3 +136,53 @@ def test_incompatible_changes_are_errors_that_lose_nothing(spark, lake, bad, mat
     assert table.state() == before
     assert rows(spark.table(n)) == Counter({(1, "ann"): 1})
     assert not any(p.name.startswith("1-") for p in (table.directory / "seg").iterdir())
+
+
+def test_segments_of_one_schema_are_read_as_one_source(spark, lake):
+    """`sql.group_sources`: the committed view reads the segments of one physical schema as
+    one `parquet.` source (a glob of their names), so Spark's per-source schema inference
+    runs once per schema, not once per segment; a schema change starts another source, and
+    every row is read, now and as of each time."""
+    from changelake.lake.commit import view_text
+    from changelake.lake.identifier import TableIdentifier
+    from changelake.lake.sql import SEGMENT_GLOB
+
+    n = name()
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    for t in range(3):
+        commit(table, spark, V1, [(t, f"v{t}", t, 1)], t, t + 1)
+    commit(table, spark, V2, [(0, "v0", None, 3, -1), (0, "v0", "e", 3, 1)], 3, 4)
+    commit(table, spark, V2, [(9, "v9", "f", 4, 1)], 4, 5)
+
+    def sources() -> list[str]:
+        text = view_text(spark, TableIdentifier.parse(n))
+        assert text is not None
+        return [part.split("`", 1)[0] for part in text.split("FROM parquet.`")[1:]]
+
+    paths = sources()
+    assert [p.rsplit("/seg/", 1)[1] for p in paths] == ["{0-1,1-2,2-3}", "{3-4,4-5}"]
+    assert all(SEGMENT_GLOB.fullmatch("seg/" + p.rsplit("/seg/", 1)[1]) for p in paths)
+    assert rows(spark.table(n)) == Counter({
+        (0, "v0", "e"): 1, (1, "v1", None): 1, (2, "v2", None): 1, (9, "v9", "f"): 1})
+    assert rows(table.as_of(2)) == Counter({(t, f"v{t}", None): 1 for t in range(3)})
+    # compaction splits a segment at `since`: its later part joins the glob of its schema
+    commit(table, spark, V2, [(7, "v7", "g", 5, 1), (7, "v7", "g", 7, -1)], 5, 8)
+    compact(table, 6)
+    commit(table, spark, V2, [(8, "v8", "h", 8, 1)], 8, 9)
+    segments = [p.rsplit("/seg/", 1)[1] for p in sources() if "/seg/" in p]
+    version = table.state().version - 1
+    assert segments == [f"{{7-8.v{version},8-9}}"]
+    assert rows(spark.table(n)) == Counter({
+        (0, "v0", "e"): 1, (1, "v1", None): 1, (2, "v2", None): 1, (9, "v9", "f"): 1,
+        (8, "v8", "h"): 1})
+    assert rows(table.as_of(6))[(7, "v7", "g")] == 1
+
+
+def test_a_glob_reaches_the_sql_only_as_the_segments_make_it(tmp_path):
+    from changelake.errors import LakeError
+    from changelake.lake.sql import source_literal
+
+    assert source_literal(tmp_path, "seg/{0-1,1-inf.v2}") == f"{tmp_path}/seg/{{0-1,1-inf.v2}}"
+    for hostile in ("seg/{0-1}", "seg/{0-1,*}", "seg/{0-1,../x}", "base/{v1,v2}", "seg/*"):
+        with pytest.raises(LakeError, match="glob characters"):
+            source_literal(tmp_path, hostile)

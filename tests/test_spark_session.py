@@ -138,3 +138,13 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
         kept_shuffle(failing)
     monkeypatch.setenv(jvm.SWITCH_ENV, "off")
     assert kept_shuffle(frame) is None
+
+
+def test_a_session_built_here_logs_no_warning_for_a_glob_it_reads(spark):
+    """`session.GLOB_METADATA_CHECK`: Spark's check for a streaming sink's metadata takes a
+    glob literally and warns, stack trace and all, at each query over a lake table whose
+    segments are read as one glob; sessions built here log that check's errors only."""
+    from changelake.spark.session import GLOB_METADATA_CHECK
+
+    logger = spark._jvm.org.apache.logging.log4j.LogManager.getLogger(GLOB_METADATA_CHECK)
+    assert logger.getLevel().toString() == "ERROR"

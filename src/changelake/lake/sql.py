@@ -28,7 +28,7 @@ from pathlib import Path
 from pyspark.sql.types import DataType, StructType
 
 from changelake.errors import LakeError
-from changelake.lake.layout import FileSet, TableState
+from changelake.lake.layout import SEGMENT, FileSet, TableState
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
 
 # Views committed before the marker lost its table name still carry `table=NAME`.
@@ -74,7 +74,15 @@ def project_file_set(fs: FileSet, state: TableState, table_dir: Path,
     items += ["_time", "_diff"]
     if with_bucket:
         items.append(f"{int(fs.bucket or 0)} AS _bucket")
-    return f"SELECT {', '.join(items)} FROM parquet.`{path_literal(table_dir / fs.path)}`"
+    return f"SELECT {', '.join(items)} FROM parquet.`{source_literal(table_dir, fs.path)}`"
+
+
+def source_literal(table_dir: Path, path: str) -> str:
+    """The path of a source in the SQL: a file set's directory, or the glob of segments that
+    `group_sources` makes (the only glob syntax allowed through)."""
+    if SEGMENT_GLOB.fullmatch(path):
+        return f"{path_literal(table_dir)}/{path}"
+    return path_literal(table_dir / path)
 
 
 def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | None = None,
@@ -92,16 +100,34 @@ def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | Non
     if with_bucket:
         parts = [project_file_set(fs, state, table_dir, logical, True) for fs in chosen]
     else:
-        parts = [project_file_set(fs, state, table_dir, logical) for fs in group_runs(
+        parts = [project_file_set(fs, state, table_dir, logical) for fs in group_sources(
             chosen, table_dir)]
     return "\nUNION ALL ".join(parts)
 
 
-def group_runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
-    """Read a whole `base/vN` or `delta/vN` directory as one source when every bucket in it
-    is one of `files` (the usual case right after it is written), instead of one source per
-    bucket: each source costs the read path a listing and a footer read when the view is
-    resolved. A directory also holding superseded buckets is read bucket by bucket."""
+def group_sources(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
+    """The file sets as few `parquet.`dir`` sources as they can be read as, each a `FileSet`
+    whose `path` may be a directory of several or a glob.
+
+    Spark resolves each source with a listing and a footer read, and infers its schema with
+    a Spark job of its own, every time it resolves the view: at each commit (`ALTER VIEW`)
+    and each read. So a table read one source per file set pays a job per segment until it
+    compacts (`benchmarks/bench_segments.py`). Here:
+
+    * a whole `base/vN` or `delta/vN` directory is one source when every bucket in it is one
+      of `files` (the usual case right after it is written); a directory also holding
+      superseded buckets is read bucket by bucket (`_runs`);
+    * the segments of one physical schema are one source, a glob naming each of them
+      (`seg/{0-5,5-9}`) (`_segments`).
+
+    A glob skips a name that matches no directory, where a source of its own fails the read;
+    a source that is a directory skips a missing file the same way, so this is the grain at
+    which a file set deleted from under the manifest goes unnoticed either way.
+    """
+    return _segments(_runs(files, table_dir))
+
+
+def _runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
     by_root: dict[str, list[FileSet]] = {}
     out: list[FileSet] = []
     for fs in files:
@@ -119,6 +145,32 @@ def group_runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
                                bytes=sum(f.bytes for f in members), bucket=None))
         else:
             out.extend(members)
+    return out
+
+
+_NAME = r"\d+-(?:\d+|inf)(?:\.v\d+)?"
+SEGMENT_NAME = re.compile(rf"seg/{_NAME}")
+"""A segment's path as `layout.segment_path` makes it: nothing a glob would read as syntax."""
+SEGMENT_GLOB = re.compile(rf"seg/\{{{_NAME}(?:,{_NAME})+\}}")
+
+
+def _segments(files: Sequence[FileSet]) -> list[FileSet]:
+    by_struct: dict[int, list[FileSet]] = {}
+    out: list[FileSet] = []
+    for fs in files:
+        if fs.kind == SEGMENT and SEGMENT_NAME.fullmatch(fs.path):
+            by_struct.setdefault(fs.struct, []).append(fs)
+        else:
+            out.append(fs)
+    for members in by_struct.values():
+        if len(members) == 1:
+            out.extend(members)
+            continue
+        names = ",".join(fs.path.removeprefix("seg/") for fs in members)
+        out.append(replace(members[0], path=f"seg/{{{names}}}",
+                           rows=sum(f.rows for f in members),
+                           bytes=sum(f.bytes for f in members),
+                           lower=None, upper=None, min_time=None, max_time=None))
     return out
 
 

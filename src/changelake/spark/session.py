@@ -125,9 +125,26 @@ def build_session(
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
     with _launch_environment():
-        if not log:
-            return builder.getOrCreate()
-        return _with_stderr_to(Path(log), builder.getOrCreate)
+        spark = builder.getOrCreate() if not log else _with_stderr_to(
+            Path(log), builder.getOrCreate)
+    quiet_glob_metadata_check(spark)
+    return spark
+
+
+GLOB_METADATA_CHECK = "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink"
+"""The logger of Spark's check, when it reads a path, for a streaming sink's `_spark_metadata`
+beneath it. The check takes the path literally, so a glob (a lake table's segments are read as
+one: `lake/sql.py`, `group_sources`) is a file that does not exist, and it logs a warning with
+the exception's stack trace each time a query over the table is resolved, then reads the path
+as it would have. Sessions built here log that logger's errors only; a session built elsewhere
+can do the same with `quiet_glob_metadata_check`."""
+
+
+def quiet_glob_metadata_check(spark: SparkSession) -> None:
+    """Set `GLOB_METADATA_CHECK`'s level to ERROR in the session's JVM (log4j 2)."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(GLOB_METADATA_CHECK, log4j.Level.ERROR)
 
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
