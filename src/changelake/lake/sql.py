@@ -1,9 +1,10 @@
 """The SQL that reads a table's state: the text of the committed view, and of `AS OF` reads.
 
 The view is plain Spark SQL over `parquet.`dir`` sources, so `spark.table("db.name")` needs no
-changelake code. Each committed file set is projected onto the table's logical schema (absent
-columns as typed nulls, narrower types cast up: see `schema.py`), the projections are unioned,
-and the union is merged on read:
+changelake code. The committed file sets are read as few sources as they can be (a run's
+buckets as their directory, the segments of one physical schema as one glob: `group_sources`),
+each projected onto the table's logical schema (absent columns as typed nulls, narrower types
+cast up: see `schema.py`); the projections are unioned, and the union is merged on read:
 
 * keyed tables: per key, the update at the latest time wins (an insertion over a retraction at
   the same time); the key exists if that update inserts. Taking the latest version of a key
