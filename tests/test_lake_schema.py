@@ -186,3 +186,26 @@ def test_a_glob_reaches_the_sql_only_as_the_segments_make_it(tmp_path):
     for hostile in ("seg/{0-1}", "seg/{0-1,*}", "seg/{0-1,../x}", "base/{v1,v2}", "seg/*"):
         with pytest.raises(LakeError, match="glob characters"):
             source_literal(tmp_path, hostile)
+
+
+def test_a_segment_removed_from_under_the_manifest_is_named_not_skipped(spark, lake):
+    """A glob of segments would skip a directory that is gone (`sql.group_sources`), so the
+    SQL is made only when every segment is there: a read whose SQL the table makes (`as_of`,
+    `updates`) and the next commit name the missing one, and the commit leaves the table as
+    it was. (The committed view, read by `current()` and plain Spark, stays as it was made.)"""
+    import shutil
+
+    from changelake.errors import LakeError
+
+    n = name()
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    for t in range(3):
+        commit(table, spark, V1, [(t, f"v{t}", t, 1)], t, t + 1)
+    version = table.state().version
+    shutil.rmtree(table.directory / "seg" / "1-2")
+    for read in (lambda: table.as_of(2), table.updates):
+        with pytest.raises(LakeError, match=r"missing seg/1-2, which the manifest names"):
+            read()
+    with pytest.raises(LakeError, match=r"missing seg/1-2, which the manifest names"):
+        commit(table, spark, V1, [(3, "v3", 3, 1)], 3, 4)
+    assert table.state().version == version and table.state().frontier == (3,)

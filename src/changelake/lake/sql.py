@@ -121,11 +121,15 @@ def group_sources(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
     * the segments of one physical schema are one source, a glob naming each of them
       (`seg/{0-5,5-9}`) (`_segments`).
 
-    A glob skips a name that matches no directory, where a source of its own fails the read;
-    a source that is a directory skips a missing file the same way, so this is the grain at
-    which a file set deleted from under the manifest goes unnoticed either way.
+    A glob skips a name that matches no directory, where a source of its own fails Spark's
+    read. So every segment is checked to be there first, and a missing one is a `LakeError`
+    naming it, wherever this SQL is made: at each commit (which then fails, committing
+    nothing), compaction, export, and the reads whose SQL `Table` makes (`as_of`, `updates`,
+    `history`). The committed view (`Table.current()`, a plain `spark.table(...)`) is read as
+    it was made at the last commit. (A source that is a directory skips a missing file
+    alone, as before.)
     """
-    return _segments(_runs(files, table_dir))
+    return _segments(_runs(files, table_dir), table_dir)
 
 
 def _runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
@@ -155,7 +159,7 @@ SEGMENT_NAME = re.compile(rf"seg/{_NAME}")
 SEGMENT_GLOB = re.compile(rf"seg/\{{{_NAME}(?:,{_NAME})+\}}")
 
 
-def _segments(files: Sequence[FileSet]) -> list[FileSet]:
+def _segments(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
     by_struct: dict[int, list[FileSet]] = {}
     out: list[FileSet] = []
     for fs in files:
@@ -163,6 +167,12 @@ def _segments(files: Sequence[FileSet]) -> list[FileSet]:
             by_struct.setdefault(fs.struct, []).append(fs)
         else:
             out.append(fs)
+    missing = [fs.path for group in by_struct.values() for fs in group
+               if not (table_dir / fs.path).is_dir()]
+    if missing:
+        raise LakeError(f"table directory {table_dir}: missing {', '.join(missing)}, which "
+                        "the manifest names (removed outside changelake?); the table cannot "
+                        "be read whole")
     for members in by_struct.values():
         if len(members) == 1:
             out.extend(members)
