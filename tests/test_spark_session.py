@@ -148,3 +148,15 @@ def test_a_session_built_here_logs_no_warning_for_a_glob_it_reads(spark):
 
     logger = spark._jvm.org.apache.logging.log4j.LogManager.getLogger(GLOB_METADATA_CHECK)
     assert logger.getLevel().toString() == "ERROR"
+
+
+def test_a_lake_opened_on_a_session_built_elsewhere_quiets_the_check(spark, tmp_path):
+    from changelake.lake import Lake
+    from changelake.spark.session import GLOB_METADATA_CHECK
+
+    log4j = spark._jvm.org.apache.logging.log4j
+    logger = log4j.LogManager.getLogger(GLOB_METADATA_CHECK)
+    log4j.core.config.Configurator.setLevel(GLOB_METADATA_CHECK, log4j.Level.WARN)
+    assert logger.getLevel().toString() == "WARN"  # as in a session Spark's defaults built
+    Lake(spark, tmp_path / "lake")
+    assert logger.getLevel().toString() == "ERROR"

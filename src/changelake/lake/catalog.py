@@ -83,9 +83,13 @@ class Lake:
     `TableIdentifier.parse`) or a `TableIdentifier`."""
 
     def __init__(self, spark: SparkSession, root: Path | str) -> None:
+        from changelake.spark.session import quiet_glob_metadata_check
+
         self.spark = spark
         self.root = Path(root).resolve()
         path_literal(self.root)  # refuse glob characters early, with a clear message
+        # The tables' views read their segments as globs, at which Spark warns for nothing.
+        quiet_glob_metadata_check(spark)
 
     @property
     def tables_dir(self) -> Path:

@@ -136,8 +136,8 @@ GLOB_METADATA_CHECK = "org.apache.spark.sql.execution.streaming.sinks.FileStream
 beneath it. The check takes the path literally, so a glob (a lake table's segments are read as
 one: `lake/sql.py`, `group_sources`) is a file that does not exist, and it logs a warning with
 the exception's stack trace each time a query over the table is resolved, then reads the path
-as it would have. Sessions built here log that logger's errors only; a session built elsewhere
-can do the same with `quiet_glob_metadata_check`."""
+as it would have. Sessions built here, and any session a `Lake` is opened on, log that
+logger's errors only; another session can do the same with `quiet_glob_metadata_check`."""
 
 
 def quiet_glob_metadata_check(spark: SparkSession) -> None:
