@@ -180,8 +180,11 @@ def test_segments_of_one_schema_are_read_as_one_source(spark, lake):
 
 def test_a_glob_reaches_the_sql_only_as_the_segments_make_it(tmp_path):
     from changelake.errors import LakeError
-    from changelake.lake.sql import source_literal
+    from changelake.lake.layout import segment_path
+    from changelake.lake.sql import SEGMENT_PATH, source_literal
 
+    for made in (segment_path(0, 5), segment_path(5, None), segment_path(7, 9, 12)):
+        assert SEGMENT_PATH.fullmatch(made), made  # every name the layout makes is grouped
     assert source_literal(tmp_path, "seg/{0-1,1-inf.v2}") == f"{tmp_path}/seg/{{0-1,1-inf.v2}}"
     for hostile in ("seg/{0-1}", "seg/{0-1,*}", "seg/{0-1,../x}", "base/{v1,v2}", "seg/*"):
         with pytest.raises(LakeError, match="glob characters"):

@@ -251,6 +251,10 @@ def segment_path(lower: int, upper: int | None, version: int | None = None) -> s
     return f"seg/{interval_name(lower, upper)}{suffix}"
 
 
+SEGMENT_NAME = r"\d+-(?:\d+|inf)(?:\.v\d+)?"
+"""The name (after `seg/`) that `segment_path` gives a segment, as a regular expression."""
+
+
 def bucket_path(kind: str, version: int, bucket: int, merged: bool = False) -> str:
     return f"{kind}/v{version}{'.m' if merged else ''}/_bucket={bucket}"
 

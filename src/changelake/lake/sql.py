@@ -29,7 +29,7 @@ from pathlib import Path
 from pyspark.sql.types import DataType, StructType
 
 from changelake.errors import LakeError
-from changelake.lake.layout import SEGMENT, FileSet, TableState
+from changelake.lake.layout import SEGMENT, SEGMENT_NAME, FileSet, TableState
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
 
 # Views committed before the marker lost its table name still carry `table=NAME`.
@@ -153,17 +153,16 @@ def _runs(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
     return out
 
 
-_NAME = r"\d+-(?:\d+|inf)(?:\.v\d+)?"
-SEGMENT_NAME = re.compile(rf"seg/{_NAME}")
+SEGMENT_PATH = re.compile(rf"seg/{SEGMENT_NAME}")
 """A segment's path as `layout.segment_path` makes it: nothing a glob would read as syntax."""
-SEGMENT_GLOB = re.compile(rf"seg/\{{{_NAME}(?:,{_NAME})+\}}")
+SEGMENT_GLOB = re.compile(rf"seg/\{{{SEGMENT_NAME}(?:,{SEGMENT_NAME})+\}}")
 
 
 def _segments(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
     by_struct: dict[int, list[FileSet]] = {}
     out: list[FileSet] = []
     for fs in files:
-        if fs.kind == SEGMENT and SEGMENT_NAME.fullmatch(fs.path):
+        if fs.kind == SEGMENT and SEGMENT_PATH.fullmatch(fs.path):
             by_struct.setdefault(fs.struct, []).append(fs)
         else:
             out.append(fs)
