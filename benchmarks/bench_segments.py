@@ -48,8 +48,8 @@ def main() -> None:
     scheduler = spark.sparkContext._jsc.sc().dagScheduler()  # type: ignore[union-attr]
     grouped_segments = sql._segments
 
-    def apart(files: object) -> object:  # the view as it was: a source per segment
-        return list(files)  # type: ignore[call-overload]
+    def apart(files: object, table_dir: object) -> object:  # the view as it was: a source
+        return list(files)  # type: ignore[call-overload]                    # per segment
 
     ways = {"glob": grouped_segments, "apart": apart}
     tables = {way: lake.create_table(f"bench.items_{way}", schema, key=["id"])
