@@ -28,6 +28,7 @@ from changelake.protocol import collect
 from changelake.spark.changefeed import times
 from changelake.spark.changefeed.keyed import TIED
 from changelake.spark.changefeed.pipeline import convert_frames
+from conftest import SAMPLES
 from test_convert_history import (
     PG_COLUMNS,
     PG_TABLE,
@@ -207,6 +208,23 @@ def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
     # The Spark path looks at the whole batch, so it adds how many more lines are bad.
     assert str(spark_error.value).startswith(str(encoder.value))
     assert "without a before-image" in str(encoder.value)
+
+
+@pytest.mark.parametrize("keys", [["id"], ["ORDER_ID"], ["order_id", "nope"]])
+def test_a_key_no_image_has_is_the_encoders_error(spark: Any, keys: list[str]) -> None:
+    """`--key` naming a column the images do not have (a typo, the wrong table): the JVM path
+    hands the batch over, and the error names the encoder's line and rule, not Spark's
+    missing struct field. A column of the same name in another case is not the key either
+    (the encoder's names are exact; Spark's struct fields are found in any case)."""
+    paths = [SAMPLES / "derived-rw-debezium-postgres-values.jsonl"]
+    with pytest.raises(ChangefeedError) as encoder:
+        list(encode_changefeed(paths, source="debezium", keys=keys, table_schema=None,
+                               close=True, lenient=False))
+    with pytest.raises(ChangefeedError) as spark_error:
+        convert_frames(spark, paths, "debezium", keys, None, close=True)
+    # The old path looks at the whole batch, so it adds how many more lines are bad.
+    assert str(spark_error.value).startswith(str(encoder.value))
+    assert f"line 1: cannot tell the key {keys}" in str(encoder.value)
 
 
 def _with_source_fields(path: Path, fields: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from changefeed_cases import python_updates, spark_updates
 from changelake.convert import MemoryState, encode_changefeed
-from changelake.errors import ChangefeedError
+from changelake.errors import ChangefeedError, SchemaError
 from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.protocol import collect
 from changelake.spark.changefeed import barriers, conversion, times, ydb_path
@@ -183,6 +183,26 @@ def test_a_line_out_of_bounds_is_named_as_the_encoder_names_it(spark: Any, tmp_p
         assert str(on_spark.value).startswith(place + "not UTF-8 text: ")
     else:
         assert str(on_spark.value) == str(encoder.value)
+
+
+@pytest.mark.parametrize("source", ["ydb", "debezium"])
+def test_a_key_the_table_schema_lacks_is_the_encoders_error(spark: Any, tmp_path: Path,
+                                                            source: str) -> None:
+    """`--key` against a table schema is checked before a line is read, by the same rule and
+    words as the encoder's: names are exact (`ID` is not `id`), where Spark would find a
+    struct field in any case, and no line is blamed for the user's key."""
+    paths, _, _ = write_ydb(HISTORY, tmp_path)
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(YDB_TABLE))
+    (key,) = YDB_TABLE["primary_key"]
+    for keys in ([key.upper()], [key, "nope"]):
+        with pytest.raises(SchemaError) as encoder:
+            list(encode_changefeed(paths, source=source, keys=keys, table_schema=YDB_TABLE,
+                                   close=True, lenient=False))
+        with pytest.raises(SchemaError) as on_spark:
+            convert_frames(spark, paths, source, keys, table, close=True)
+        assert str(on_spark.value) == str(encoder.value)
+        assert str(encoder.value).startswith(f"key columns {keys[-1:]} are not in the table")
 
 
 @pytest.mark.parametrize("again, repeat, chunk_bits", [

@@ -113,10 +113,7 @@ class ChangefeedEncoder:
             key_columns = tuple(keys) if keys else (schema.primary_key if schema else ())
             options = UpsertOptions(keys=key_columns) if key_columns else None
         if options is not None and schema is not None:
-            unknown = [k for k in options.keys if k not in schema.names]
-            if unknown:
-                raise SchemaError(f"key columns {unknown} are not in the table schema "
-                                  f"{list(schema.names)}")
+            schema.check_keys(options.keys)
         columns = schema.names if schema is not None else None
         self.converter: WindowedConverter = (
             KeyedConverter(options, columns=columns, state=state) if options is not None

@@ -14,7 +14,7 @@ e.g. `{"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,14 @@ class TableSchema:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    def check_keys(self, keys: Sequence[str]) -> None:
+        """Key columns must be columns of the schema, named exactly: a SchemaError before any
+        record is read, whichever path converts the feed (the encoder, Spark)."""
+        unknown = [k for k in keys if k not in self.names]
+        if unknown:
+            raise SchemaError(f"key columns {unknown} are not in the table schema "
+                              f"{list(self.names)}")
 
     def column(self, name: str) -> Column | None:
         for c in self.columns:

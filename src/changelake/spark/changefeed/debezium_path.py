@@ -19,13 +19,13 @@ lines (only when snapshot rows need the current time: `times.py`), a handful of 
 rows, and the images' distinct shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed
 of one table).
 
-Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`):
-non-default `UpsertOptions`, any bad line, truncates, logical messages, Kafka record dumps,
-Debezium key records, changes without a position (incremental snapshots), two writes of one
-key with different rows at the greatest position it has reached (told apart by a 64-bit hash
-of the row: `keyed.convert`), null keys, nested Connect types and logical types other than
-Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs between lines,
-and the lenient mode (`strict=False`).
+Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`): non-default
+`UpsertOptions`, any bad line, a key column that no image has, truncates, logical messages,
+Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
+two writes of one key with different rows at the greatest position it has reached (told apart
+by a 64-bit hash of the row: `keyed.convert`), null keys, nested Connect types and logical
+types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs
+between lines, and the lenient mode (`strict=False`).
 
 Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
 unless said): a snapshot row read after a transaction that metadata finished is placed at that
@@ -303,6 +303,9 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
             raise Unsupported(problem)
         return Converted(convert_images(events.where(F.col("problem").isNull())),
                          batch.frontier, "jvm", marks=batch.marks)
+    absent = [k for k in keys if k not in {c.name for c in batch.columns}]
+    if absent:  # the encoder may still tell them from the key records, or names the line
+        raise Unsupported(f"key columns {absent} that no image has")
     converted, checks = checked_conversion(typed_events(batch.changes, batch.columns, keys),
                                            batch.columns, keys, state, batch.size, defer=defer)
     steps.done("events, ties, conversion")

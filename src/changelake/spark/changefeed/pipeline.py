@@ -86,6 +86,8 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
     (`Converted.checks`), not before it is returned."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
+    if schema is not None:
+        schema.check_keys(keys)  # as the encoder does, before a line is read
     if reason is None and not jvm:
         reason = "the old path was asked for"
     if source == "ydb":
