@@ -287,6 +287,27 @@ def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "ann")}
 
 
+def test_a_key_or_columns_a_table_cannot_have_are_refused_in_one_line(spark, lake, tmp_path):
+    """A `--key` that no image has, and columns whose names differ only in case (one column
+    to Spark and the metastore), are each refused in one line: the encoder's for the key, the
+    lake's for the names; no table is made of either."""
+    from changelake.errors import SchemaError
+
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text(debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1) + "\n")
+    name = f"dbz_{uuid.uuid4().hex[:8]}.t"
+    with pytest.raises(ChangefeedError, match=r"feed.jsonl, line 1: cannot tell the key "
+                                              r"\['ident'\]"):
+        commands.ingest(lake, name, [feed], key=["ident"], source="debezium")
+    cased = tmp_path / "cased.jsonl"
+    cased.write_text(debezium_line("c", None, {"id": 1, "ID": 2, "name": "ann"}, 100, 1)
+                     + "\n")
+    with pytest.raises(SchemaError, match=r"column names differ only in case: "
+                                          r"\['id', 'ID', 'name'\]"):
+        commands.ingest(lake, name, [cased], key=["id"], source="debezium", close=True)
+    assert not spark.catalog.tableExists(name)
+
+
 def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     """A Debezium file's last transaction cannot be known complete: ingest leaves it out and
     says why; with close (the input is the whole feed) it is committed, exactly once."""

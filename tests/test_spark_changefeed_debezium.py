@@ -227,6 +227,28 @@ def test_a_key_no_image_has_is_the_encoders_error(spark: Any, keys: list[str]) -
     assert f"line 1: cannot tell the key {keys}" in str(encoder.value)
 
 
+def test_columns_that_differ_only_in_case_are_the_encoders_rows(spark: Any,
+                                                                tmp_path: Path) -> None:
+    """Images with `id` and `ID`: two columns to the encoder, one ambiguous field to Spark's
+    resolver. The JVM path hands the batch over (it was an internal error), and the old path
+    gives the encoder's updates; a lake table refuses such columns with its own error."""
+    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "db": "db",
+              "schema": "public", "table": "t", "xmin": None, "snapshot": "false"}
+    lines = []
+    for lsn, (op, key, other) in enumerate([("c", 1, 10), ("c", 2, 20), ("u", 1, 11)], 1):
+        lines.append(orjson.dumps({
+            "before": None, "after": {"id": key, "ID": other, "name": f"n{other}"}, "op": op,
+            "source": {**source, "lsn": 100 * lsn, "txId": lsn,
+                       "sequence": f'[null,"{100 * lsn}"]'}}))
+    path = tmp_path / "case.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert got.path != "jvm" and "differ only in case" in str(got.reason)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages)
+
+
 def _with_source_fields(path: Path, fields: dict[str, Any]) -> None:
     """Rewrite a feed file with `fields` added to every line's source block."""
     out = []

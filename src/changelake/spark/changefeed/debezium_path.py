@@ -182,6 +182,8 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
     if facts["first"] is None:  # changes, none with an image (a batch of none returns before)
         raise Unsupported("no row images in the batch")
     names = _column_names(facts["first"], schema)
+    if len({n.lower() for n in names}) != len(names):  # Spark finds fields in any case
+        raise Unsupported("column names that differ only in case")
     if facts["schema"] != facts["other_schema"] and \
             image_fields(facts["schema"]) != image_fields(facts["other_schema"]):
         raise Unsupported("Debezium schemas that differ between lines")
