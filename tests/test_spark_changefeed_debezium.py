@@ -227,23 +227,43 @@ def test_a_key_no_image_has_is_the_encoders_error(spark: Any, keys: list[str]) -
     assert f"line 1: cannot tell the key {keys}" in str(encoder.value)
 
 
+def _feed_of(tmp_path: Path, images: list[tuple[str, dict[str, Any]]]) -> Path:
+    """A PostgreSQL feed of one change per transaction: `(op, after image)` each."""
+    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "db": "db",
+              "schema": "public", "table": "t", "xmin": None, "snapshot": "false"}
+    lines = [orjson.dumps({"before": None, "after": after, "op": op,
+                           "source": {**source, "lsn": 100 * n, "txId": n,
+                                      "sequence": f'[null,"{100 * n}"]'}})
+             for n, (op, after) in enumerate(images, 1)]
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
 def test_columns_that_differ_only_in_case_are_the_encoders_rows(spark: Any,
                                                                 tmp_path: Path) -> None:
     """Images with `id` and `ID`: two columns to the encoder, one ambiguous field to Spark's
     resolver. The JVM path hands the batch over (it was an internal error), and the old path
     gives the encoder's updates; a lake table refuses such columns with its own error."""
-    source = {"version": "2.7.0.Final", "connector": "postgresql", "name": "pg", "db": "db",
-              "schema": "public", "table": "t", "xmin": None, "snapshot": "false"}
-    lines = []
-    for lsn, (op, key, other) in enumerate([("c", 1, 10), ("c", 2, 20), ("u", 1, 11)], 1):
-        lines.append(orjson.dumps({
-            "before": None, "after": {"id": key, "ID": other, "name": f"n{other}"}, "op": op,
-            "source": {**source, "lsn": 100 * lsn, "txId": lsn,
-                       "sequence": f'[null,"{100 * lsn}"]'}}))
-    path = tmp_path / "case.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
+    path = _feed_of(tmp_path, [("c", {"id": 1, "ID": 10, "name": "a"}),
+                               ("c", {"id": 2, "ID": 20, "name": "b"}),
+                               ("u", {"id": 1, "ID": 11, "name": "c"})])
     got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
     assert got.path != "jvm" and "differ only in case" in str(got.reason)
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    assert spark_updates(got.changes) == python_updates(messages)
+
+
+@pytest.mark.parametrize("name", ["a`b", "a.b", "my col", "имя", "`"])
+def test_a_column_name_spark_must_quote_is_converted_on_the_jvm(spark: Any, tmp_path: Path,
+                                                                name: str) -> None:
+    """A column name is quoted wherever it reaches a type's text (`expressions.quote`): a
+    backtick in it was a syntax error in the images' struct (an internal error)."""
+    path = _feed_of(tmp_path, [("c", {"id": 1, name: "x"}), ("c", {"id": 2, name: "y"}),
+                               ("u", {"id": 1, name: "z"})])
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert got.path == "jvm", got.reason
     messages = list(encode_changefeed([path], source="debezium", keys=["id"],
                                       table_schema=None, close=True, lenient=False))
     assert spark_updates(got.changes) == python_updates(messages)

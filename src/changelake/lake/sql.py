@@ -31,13 +31,10 @@ from pyspark.sql.types import DataType, StructType
 from changelake.errors import LakeError
 from changelake.lake.layout import SEGMENT, SEGMENT_NAME, FileSet, TableState
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
+from changelake.spark.expressions import quote
 
 # Views committed before the marker lost its table name still carry `table=NAME`.
 MARKER = re.compile(r"/\* changelake (?:table=\S+ )?version=(\d+) \*/")
-
-
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def string_literal(text: str) -> str:

@@ -70,3 +70,9 @@ def selected(frame: DataFrame, steps: Sequence[Sequence[Column | str]]) -> DataF
     for step in steps:
         frame = frame.select(*step)
     return frame
+
+
+def quote(name: str) -> str:
+    """`name` as Spark SQL quotes an identifier, in SQL text and in a type's text (a struct's
+    field names): any name, a backtick in it too, is that name and nothing more."""
+    return "`" + name.replace("`", "``") + "`"

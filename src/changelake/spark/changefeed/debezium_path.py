@@ -67,7 +67,7 @@ from changelake.spark.changefeed.types import (
     spark_type,
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
-from changelake.spark.expressions import per_jvm
+from changelake.spark.expressions import per_jvm, quote
 from changelake.spark.session import stored
 
 
@@ -320,7 +320,7 @@ def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFr
     else text), or of none without it (`lake.commands.check_columns` then makes no table of
     it)."""
     fields = [] if table_schema is None else [
-        f"`{c.name}`: {spark_type(c.type)}" for c in table_schema.columns]
+        f"{quote(c.name)}: {spark_type(c.type)}" for c in table_schema.columns]
     return spark.createDataFrame([], f"data struct<{', '.join(fields)}>, time bigint, "
                                      "diff bigint")
 

@@ -47,7 +47,7 @@ from pyspark.sql import types as T
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import Decoder, decimal_literal, decode, unchanged
-from changelake.spark.expressions import per_jvm, selected
+from changelake.spark.expressions import per_jvm, quote, selected
 from changelake.spark.jvm import register
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
 
@@ -67,7 +67,7 @@ def _parsed(raw: Column, columns: Sequence[ColumnSpec]) -> Column:
 
 
 def _raw_struct(columns: Sequence[ColumnSpec]) -> str:
-    return ", ".join(f"`{c.name}` {c.raw_type}" for c in columns)
+    return ", ".join(f"{quote(c.name)} {c.raw_type}" for c in columns)
 
 
 JVM_IMAGE_CLASS = "changelake.jvm.DebeziumImage"
@@ -320,7 +320,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
     they are (`key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
     if state is None:
         return events.withColumn("st", F.lit(None).cast(
-            "struct<" + ", ".join(f"`{c.name}`: {c.out_type}" for c in columns) + ">"))
+            "struct<" + ", ".join(f"{quote(c.name)}: {c.out_type}" for c in columns) + ">"))
     types = {c.name: c.out_type for c in columns}
     table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
                                 for i, k in enumerate(keys)],
