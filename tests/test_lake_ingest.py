@@ -287,6 +287,36 @@ def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "ann")}
 
 
+def test_a_column_the_source_adds_joins_a_keyed_table(spark, lake, tmp_path):
+    """A Debezium feed whose rows gain a column (`ALTER TABLE ... ADD COLUMN` at the source):
+    the batch that brings it retracts a key's previous row with the column null, as the
+    table reads its rows written before the column (the schema evolves at that commit); the
+    rows it does not touch read null. It was refused (the state has no such column)."""
+    from changelake.lake.report import ingest_line
+
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join([
+        debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1),
+        debezium_line("c", None, {"id": 2, "name": "bob"}, 200, 2),
+        debezium_line("c", None, {"id": 3, "name": "cy"}, 250, 3)]) + "\n")
+    name = f"dbz_{uuid.uuid4().hex[:8]}.t"
+    first = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
+    assert first.frontier == [250]  # 250 is not known complete: the next batch brings it
+    later = tmp_path / "later.jsonl"  # from 250 on, the rows have the new column
+    later.write_text("\n".join([
+        debezium_line("c", None, {"id": 3, "name": "cy", "vip": False}, 250, 3),
+        debezium_line("u", None, {"id": 1, "name": "anne", "vip": True}, 300, 4)]) + "\n")
+    report = commands.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
+    assert report.commit.schema_changed
+    assert {tuple(r) for r in spark.table(name).collect()} == {
+        (1, "anne", True), (2, "bob", None), (3, "cy", False)}
+    assert {tuple(r) for r in lake.table(name).as_of(200).collect()} == {
+        (1, "ann", None), (2, "bob", None)}
+    again = commands.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
+    assert again.commit.skipped
+    assert "nothing new (committed through the end: the table is closed" in ingest_line(again)
+
+
 def test_a_key_or_columns_a_table_cannot_have_are_refused_in_one_line(spark, lake, tmp_path):
     """A `--key` that no image has, and columns whose names differ only in case (one column
     to Spark and the metastore), are each refused in one line: the encoder's for the key, the

@@ -74,6 +74,36 @@ def test_state_on_spark_matches_the_encoder_with_a_memory_state(
     assert frames.frontier == (None if close else collect(messages).frontier.elements[0])
 
 
+def test_a_column_the_table_lacks_is_null_in_its_rows_on_both_paths(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    """The feed brings a column (`note`) the table does not have yet, a column the source
+    added: the table's rows read it as null (`lake/schema.py`), as the encoder reads a state
+    row without the field. Both Spark paths retract a key's previous row with it null; they
+    refused the batch before (the old path's "the state has no columns", the JVM path's
+    unresolved column)."""
+    from changelake.spark.changefeed.pipeline import convert_frames
+
+    paths, _, _ = write_pg(PG_CASES[0], tmp_path)
+    full = list(encode_changefeed(paths, source="debezium", keys=["id"], table_schema=PG_TABLE,
+                                  close=True, lenient=False))
+    snapshot = [thaw(data) for data, time, _ in collect(full).updates if time == 0]
+    _without_snapshot(paths)
+    rows = [{k: v for k, v in row.items() if k != "note"} for row in snapshot]
+    messages = list(encode_changefeed(
+        paths, source="debezium", keys=["id"], table_schema=PG_TABLE, close=True, lenient=False,
+        state=MemoryState.from_rows(rows, ["id"], PG_COLUMNS)))
+    expected = python_updates(messages)
+    assert any(diff < 0 and ("note", None) in data for (data, _), diff in expected.items())
+    state = spark.createDataFrame(rows, "id bigint, name string, amount string")
+    table = tmp_path / "table.json"
+    table.write_text(orjson.dumps(PG_TABLE).decode())
+    for jvm in (True, False):
+        got = convert_frames(spark, paths, "debezium", ["id"], table, close=True, state=state,
+                             jvm=jvm)
+        assert (got.path == "jvm") == jvm, got.reason
+        assert spark_updates(got.changes) == expected, jvm
+
+
 def test_ydb_state_with_uint64_keys_nan_and_partial_updates(spark: Any, tmp_path: Path) -> None:
     big = 2**63 + 1
     history = {"scan": {},

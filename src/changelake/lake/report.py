@@ -151,7 +151,8 @@ def sources_table(sources: Sequence[SourceStatus]) -> RichTable:
 def ingest_line(report: IngestReport) -> str:
     c = report.commit
     if c.skipped:
-        return (f"{report.table}: nothing new (committed through {c.lower}; input frontier "
+        through = "the end: the table is closed" if c.lower is None else c.lower
+        return (f"{report.table}: nothing new (committed through {through}; input frontier "
                 f"{report.frontier})")
     made = "created, " if report.created else ""
     return (f"{report.table}: {made}committed {c.written:,} updates at times [{c.lower}, "

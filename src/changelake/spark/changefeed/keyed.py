@@ -46,7 +46,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from changelake.spark.changefeed.parse import FAILFAST
-from changelake.spark.changefeed.types import Decoder, decimal_literal, decode, unchanged
+from changelake.spark.changefeed.types import (
+    Decoder,
+    decimal_literal,
+    decode,
+    state_column,
+    unchanged,
+)
 from changelake.spark.expressions import per_jvm, quote, selected
 from changelake.spark.jvm import register
 from changelake.spark.session import NOT_ADAPTIVE, settings, stored
@@ -322,10 +328,11 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
         return events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"{quote(c.name)}: {c.out_type}" for c in columns) + ">"))
     types = {c.name: c.out_type for c in columns}
+    present = set(state.columns)
     table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
                                 for i, k in enumerate(keys)],
-                              F.struct(*[F.col(c.name).cast(c.out_type).alias(c.name)
-                                         for c in columns]).alias("st"))
+                              F.struct(*[state_column(present, c.name, c.out_type)
+                                         .alias(c.name) for c in columns]).alias("st"))
     names = key_names(events.columns, len(keys))
     if names != [f"k{i}" for i in range(len(keys))]:
         table_rows = table_rows.select(*_longs_of_keys(table_rows, len(keys)), "st")

@@ -19,7 +19,7 @@ logical types, nested structs, arrays) raise `Unsupported`: the old path convert
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,15 @@ def decimal_literal(n: int) -> Column:
 
 class Unsupported(Exception):
     """The feed needs something this path does not do yet; the old path converts it."""
+
+
+def state_column(present: Collection[str], name: str, kind: str) -> Column:
+    """Column `name` of the table's current rows (whose columns are `present`) at type
+    `kind`; null where the table has no such column yet. A column the source added reads as
+    null in the rows written before it (`lake/schema.py`), and a state row without a field is
+    a row whose field is null to the encoder (`MemoryState`, `values.freeze`): so a batch
+    that brings a new column retracts a key's previous row with the column null."""
+    return F.col(name).cast(kind) if name in present else F.lit(None).cast(kind)
 
 
 def spark_type(kind: str | None) -> str:

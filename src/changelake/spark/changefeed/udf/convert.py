@@ -16,6 +16,7 @@ from changelake.convert.images import ImageConverter
 from changelake.convert.upsert import KeyedConverter, MemoryState, UpsertOptions
 from changelake.errors import ChangefeedError, Location, SchemaError
 from changelake.formats.change import Change, Op
+from changelake.spark.changefeed.types import state_column
 from changelake.spark.changefeed.udf.values import (
     arrow_type,
     change_at,
@@ -171,10 +172,12 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
                                                  output_ddl(columns))
 
     kinds = dict(columns)
-    missing = [n for n in stored if n not in state.columns]
+    present = set(state.columns)
+    missing = [k for k in options.keys if k not in present]
     if missing:
-        raise SchemaError(f"the state has no columns {missing} (it has {state.columns})")
-    rows = state.select(*[F.col(n).cast(kinds[n]).alias(f"s{i}") for i, n in enumerate(stored)])
+        raise SchemaError(f"the state has no key columns {missing} (it has {state.columns})")
+    rows = state.select(*[state_column(present, n, kinds[n]).alias(f"s{i}")
+                          for i, n in enumerate(stored)])
     # The batch's keys, typed like the state's columns, so the state is joined in Spark and
     # only the rows of keys the batch touches go through Python (unless there is a truncate).
     key_kinds = [kinds[k] for k in options.keys]
