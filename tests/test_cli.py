@@ -224,3 +224,37 @@ def test_decode_with_state_resumes_without_rereading(tmp_path: Path) -> None:
     state.write_text("{nope")
     bad = run("decode", "--state", str(state), str(second))
     assert bad.returncode == 2 and "not a reader state file" in bad.stderr.decode()
+
+
+@pytest.mark.spark
+def test_a_command_keeps_pysparks_exception_log_off_stderr(spark, capfd, monkeypatch) -> None:
+    """PySpark writes each exception it raises, as JSON with its Java stack trace, to stderr
+    when it raises it, caught or not: a command's Spark session turns that log off (its
+    errors are one line), unless CHANGELAKE_DEBUG asks for everything."""
+    import logging
+
+    from pyspark.errors import AnalysisException
+    from pyspark.logger import PySparkLogger
+
+    from changelake import cli
+
+    loggers = [PySparkLogger.getLogger(n) for n in cli.SPARK_ERROR_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
+    spark_level = log4j.getLevel().toString()
+    try:
+        for debug in (True, False):
+            if debug:
+                monkeypatch.setenv("CHANGELAKE_DEBUG", "1")
+            else:
+                monkeypatch.delenv("CHANGELAKE_DEBUG", raising=False)
+            cli._quiet_spark(spark)
+            capfd.readouterr()
+            with pytest.raises(AnalysisException):
+                spark.range(1).select("no_such_column")
+            logged = "DataFrameQueryContextLogger" in capfd.readouterr().err
+            assert logged == debug
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level if level else logging.NOTSET)
+        spark.sparkContext.setLogLevel(spark_level)

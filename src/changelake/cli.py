@@ -485,7 +485,7 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
 
         with console.status("starting Spark (local, embedded Hive metastore) ..."):
             spark = lake_session(lake_dir, master, conf=spark_conf)
-            spark.sparkContext.setLogLevel("ERROR")
+            _quiet_spark(spark)
         try:
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
@@ -565,8 +565,28 @@ def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dic
     from changelake.lake.commands import open_lake
 
     lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf)
-    lake.spark.sparkContext.setLogLevel("ERROR")
+    _quiet_spark(lake.spark)
     return lake
+
+
+SPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+"""PySpark's loggers that write every exception PySpark raises, with its query context and
+Java stack trace, as JSON to stderr when it is raised: also the ones changelake catches and
+handles (a batch handed to the old path), and before the one line `user_errors` prints."""
+
+
+def _quiet_spark(spark: Any) -> None:
+    """A command says what went wrong in one line (`user_errors`): Spark's log below ERROR,
+    and PySpark's exception log (`SPARK_ERROR_LOGGERS`), are off unless CHANGELAKE_DEBUG."""
+    import logging
+    import os
+
+    spark.sparkContext.setLogLevel("ERROR")
+    if not os.environ.get("CHANGELAKE_DEBUG"):
+        from pyspark.logger import PySparkLogger
+
+        for name in SPARK_ERROR_LOGGERS:
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 @main.command()
