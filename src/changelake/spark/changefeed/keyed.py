@@ -328,7 +328,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
         return events.withColumn("st", F.lit(None).cast(
             "struct<" + ", ".join(f"{quote(c.name)}: {c.out_type}" for c in columns) + ">"))
     types = {c.name: c.out_type for c in columns}
-    present = set(state.columns)
+    present = {c.lower() for c in state.columns}
     table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
                                 for i, k in enumerate(keys)],
                               F.struct(*[state_column(present, c.name, c.out_type)

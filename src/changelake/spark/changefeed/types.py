@@ -54,12 +54,13 @@ class Unsupported(Exception):
 
 
 def state_column(present: Collection[str], name: str, kind: str) -> Column:
-    """Column `name` of the table's current rows (whose columns are `present`) at type
-    `kind`; null where the table has no such column yet. A column the source added reads as
-    null in the rows written before it (`lake/schema.py`), and a state row without a field is
-    a row whose field is null to the encoder (`MemoryState`, `values.freeze`): so a batch
-    that brings a new column retracts a key's previous row with the column null."""
-    return F.col(name).cast(kind) if name in present else F.lit(None).cast(kind)
+    """Column `name` of the table's current rows at type `kind`; null where the table has no
+    such column yet. `present`: the rows' column names in lower case (Spark's resolver finds
+    a column in any case, and so does this). A column the source added reads as null in the
+    rows written before it (`lake/schema.py`), and a state row without a field is a row whose
+    field is null to the encoder (`MemoryState`, `values.freeze`): so a batch that brings a
+    new column retracts a key's previous row with the column null."""
+    return F.col(name).cast(kind) if name.lower() in present else F.lit(None).cast(kind)
 
 
 def spark_type(kind: str | None) -> str:

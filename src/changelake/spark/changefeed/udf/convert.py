@@ -172,8 +172,8 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
                                                  output_ddl(columns))
 
     kinds = dict(columns)
-    present = set(state.columns)
-    missing = [k for k in options.keys if k not in present]
+    present = {c.lower() for c in state.columns}
+    missing = [k for k in options.keys if k.lower() not in present]
     if missing:
         raise SchemaError(f"the state has no key columns {missing} (it has {state.columns})")
     rows = state.select(*[state_column(present, n, kinds[n]).alias(f"s{i}")
