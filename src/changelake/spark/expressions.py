@@ -11,6 +11,9 @@ An unresolved expression names its columns and holds no DataFrame and no session
 objects serve every batch: `per_jvm` builds them at the first call and keeps them for as long
 as the JVM they were built in (PySpark starts one per Python process and keeps it across
 sessions; should it start another, they are built again there).
+
+`quote` is the one way a column name reaches the text Spark parses (SQL, a struct type's
+text): the lake's SQL and the changefeed path's types both go through it.
 """
 
 from __future__ import annotations
