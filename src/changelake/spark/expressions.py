@@ -12,8 +12,10 @@ objects serve every batch: `per_jvm` builds them at the first call and keeps the
 as the JVM they were built in (PySpark starts one per Python process and keeps it across
 sessions; should it start another, they are built again there).
 
-`quote` is the one way a column name reaches the text Spark parses (SQL, a struct type's
-text): the lake's SQL and the changefeed path's types both go through it.
+`quote` quotes a name for the text Spark parses (SQL, a struct type's text), whatever the name
+holds: a Debezium image's column names reach the changefeed path's types through it (they are
+not checked to be identifiers first, as YDB's and a lake table's are), and the lake's SQL
+uses it too.
 """
 
 from __future__ import annotations
