@@ -161,6 +161,7 @@ def test_changes_of_a_compacted_keyed_table(spark, lake, tmp_path):
         (dict(since=COMPACT_TO), "use --snapshot"),
         (dict(since=6, until=TIMES + 1), f"beyond the table's frontier ([{TIMES}])"),
         (dict(since=8, until=7), "--until 7 is before --since 8"),
+        (dict(since=TIMES + 1), f"--since {TIMES + 1} is beyond the table's frontier"),
         (dict(since=TIMES, snapshot=True), "needs --until after it"),
     ]
     for options, message in rules:

@@ -91,6 +91,9 @@ def plan_changes(table: Table, since: int, until: int | None = None, *,
                         f"compaction folded the history before {s} into {s}, so the changes "
                         f"at earlier times are gone; use --since {s} or later")
     if until is None:
+        if f is not None and since > f:
+            raise LakeError(f"table {name}: --since {since} is beyond the table's frontier "
+                            f"({where}): times from {f} on are not final yet")
         until = f
     elif f is not None and until > f:
         raise LakeError(f"table {name}: --until {until} is beyond the table's frontier "
