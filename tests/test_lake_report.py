@@ -32,3 +32,18 @@ def test_no_progress_bar_off_a_terminal():
     with progress_bar(console, "compact") as update:
         assert update is not None
         update("folding", 1, 3)
+
+
+def test_a_table_off_a_terminal_is_not_cut_to_80_columns(capsys, monkeypatch):
+    wide = {"id": 1, "name": "x" * 70, "last_commit": "2026-11-29T16:26:56+00:00"}
+    monkeypatch.delenv("COLUMNS", raising=False)
+    write_snapshot([wide], list(wide), "table", io.BytesIO())  # the table goes to stdout
+    printed = capsys.readouterr().out
+    assert "x" * 70 in printed and wide["last_commit"] in printed
+    assert max(len(line) for line in printed.splitlines()) > 80
+
+    monkeypatch.setenv("COLUMNS", "60")  # a width asked for is kept
+    write_snapshot([wide], list(wide), "table", io.BytesIO())
+    printed = capsys.readouterr().out
+    assert "x" * 70 not in printed
+    assert max(len(line) for line in printed.splitlines()) <= 60

@@ -1136,7 +1136,6 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
     jsonl: a line per table (with "name"), then a line per source database (with "database")."""
     import orjson
-    from rich.console import Console
 
     from changelake.lake import report
 
@@ -1154,15 +1153,16 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         for item in [*result.tables, *result.sources]:
             sys.stdout.buffer.write(orjson.dumps(item.to_json()) + b"\n")
     else:
-        Console().print(report.status_table(result.tables))
+        console = report.table_console()
+        console.print(report.status_table(result.tables))
         offsets = report.offsets_table(result.tables)
         if offsets is not None:
-            Console().print(offsets)
+            console.print(offsets)
         followed = report.follow_table(result.tables)
         if followed is not None:
-            Console().print(followed)
+            console.print(followed)
         if result.sources:
-            Console().print(report.sources_table(result.sources))
+            console.print(report.sources_table(result.sources))
 
 
 def _kafka_lag(state: Any) -> list[dict] | None:

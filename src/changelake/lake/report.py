@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, TYPE_CHECKING, Any
@@ -25,6 +26,21 @@ if TYPE_CHECKING:  # types only: `status` and `snapshot` render here without Spa
     from changelake.lake.kafka_ingest import KafkaIngestReport
     from changelake.lake.sources import SlotStatus, SourceStatus
     from changelake.lake.table import ProgressFn
+
+
+UNCUT_WIDTH = 100_000
+"""The width of a console whose output is not a terminal: wider than any table's content,
+so rich sizes each table to its content and cuts no cell (it pads nothing beyond it)."""
+
+
+def table_console() -> Console:
+    """A console for tables on stdout. On a terminal (or with `COLUMNS` set), the terminal's
+    width, as rich chooses; otherwise (a file, a pipe) rich would take 80 columns and cut cells
+    (`fron…`, `2026-…`) that whoever reads the file has no way to widen, so no width limit."""
+    console = Console()
+    if console.is_terminal or "COLUMNS" in os.environ:
+        return console
+    return Console(width=UNCUT_WIDTH)
 
 
 @contextmanager
@@ -67,7 +83,7 @@ def write_snapshot(rows: Iterable[dict[str, Any]], columns: Sequence[str], fmt: 
         for row in rows:
             table.add_row(*["∅" if row.get(c) is None else str(row.get(c)) for c in columns])
             n += 1
-        (console or Console()).print(table)
+        (console or table_console()).print(table)
     else:
         raise ValueError(f"unknown format {fmt!r}: jsonl, csv or table")
     return n
