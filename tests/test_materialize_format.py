@@ -336,3 +336,40 @@ def test_nan_and_infinities_survive_every_carrier_and_deduplicate() -> None:
         assert got.frontier.is_closed and len(got.updates) == 4  # NaN rows deduplicate
         values = sorted(str(d.get("x")) for d, _, _ in got.updates)
         assert values == ["-inf", "1.5", "inf", "nan"]
+
+
+def test_a_schema_file_may_hold_the_rows_record_alone(tmp_path: Path) -> None:
+    """`--schema FILE` takes the union, or the record of the rows that the union would hold:
+    both read seed 000's changefeed to the same history."""
+    import orjson
+
+    from changelake.formats.materialize import load_schema
+
+    union = seed000_schema()
+    record = union[0]["items"]["fields"][0]["type"]
+    assert record["type"] == "record"
+    files = {}
+    for name, value in (("union", union), ("record", record)):
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_bytes(orjson.dumps(value))
+    histories = []
+    for name in files:
+        schema = load_schema(files[name])
+        assert schema.data_fields == ("id", "price")
+        messages = read_json_lines(io.BytesIO(seed000_changefeed().replace("{{", "{", 1).encode()),
+                                   name="feed", schema=schema)
+        histories.append(sorted(collect(messages).updates, key=repr))
+    assert histories[0] == histories[1] and len(histories[0]) == len(SEED000_HISTORY)
+
+    # its names resolve as they did: a named type defined in one field, referred to in another
+    nested = {"type": "record", "name": "Row", "namespace": "com.example", "fields": [
+        {"name": "home", "type": {"type": "record", "name": "Addr",
+                                  "fields": [{"name": "city", "type": "string"}]}},
+        {"name": "work", "type": ["null", "com.example.Addr"]}]}
+    path = tmp_path / "nested.json"
+    path.write_bytes(orjson.dumps(nested))
+    assert load_schema(path).data_fields == ("home", "work")
+
+    path.write_bytes(orjson.dumps({"type": "record", "name": "Row"}))
+    with pytest.raises(SchemaError, match=r"nested\.json: not a valid Avro schema: a record needs"):
+        load_schema(path)

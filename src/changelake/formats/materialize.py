@@ -62,6 +62,12 @@ def cdc_schema(fields: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     `fields` are Avro field definitions, e.g. `{"name": "price", "type": ["null", "int"]}`.
     """
+    return cdc_schema_of({"type": "record", "name": "data", "fields": [dict(f) for f in fields]})
+
+
+def cdc_schema_of(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Materialize CDC union schema whose updates' `data` is the Avro record `data`, as it
+    is (its name and namespace kept, so the names it refers to resolve as they did)."""
     return [
         {
             "type": "array",
@@ -70,11 +76,7 @@ def cdc_schema(fields: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "name": "update",
                 "namespace": NAMESPACE,
                 "fields": [
-                    {
-                        "name": "data",
-                        "type": {"type": "record", "name": "data",
-                                 "fields": [dict(f) for f in fields]},
-                    },
+                    {"name": "data", "type": dict(data)},
                     {"name": "time", "type": "long"},
                     {"name": "diff", "type": "long"},
                 ],
@@ -169,6 +171,10 @@ class CdcSchema:
 
 
 def load_schema(path: Path) -> CdcSchema:
+    """The schema of a `--schema FILE`: the Materialize CDC union, or the Avro record of the
+    rows alone (a record cannot be the union, so it is taken as its `data`: writing the union
+    around one's rows by hand is the `encode` user's chore, not information). A schema from a
+    registry or an Avro file's header is always the union (`CdcSchema.from_json`)."""
     try:
         text = Path(path).read_bytes()
     except OSError as error:
@@ -177,6 +183,10 @@ def load_schema(path: Path) -> CdcSchema:
         avro = orjson.loads(text)
     except orjson.JSONDecodeError as error:
         raise SchemaError(f"{path}: not JSON: {error}") from None
+    if isinstance(avro, dict) and avro.get("type") == "record":
+        if not isinstance(avro.get("fields"), list):
+            raise SchemaError(f"{path}: not a valid Avro schema: a record needs a list of fields")
+        avro = cdc_schema_of(avro)
     return CdcSchema.from_json(avro, str(path))
 
 
