@@ -80,6 +80,24 @@ def test_directory_of_mixed_files_decodes_like_the_reader(spark, log_dir: Path) 
         got.unpersist()
 
 
+def test_the_schema_option_takes_a_file_of_the_union_or_of_the_rows_record(
+        spark, log_dir: Path, tmp_path: Path) -> None:
+    register(spark)
+    record = tmp_path / "record.json"
+    record.write_text(_schema_text())
+    union_rows = spark.read.format("materialize-cdc").option("schema", str(record)).load(
+        str(log_dir)).collect()
+    import orjson
+
+    record.write_bytes(orjson.dumps(SCHEMA.avro[0]["items"]["fields"][0]["type"]))
+    record_rows = spark.read.format("materialize-cdc").option("schema", str(record)).load(
+        str(log_dir)).collect()
+    def plain(rows: list) -> list[str]:
+        return sorted(str(r.asDict(recursive=True)) for r in rows)
+
+    assert plain(record_rows) == plain(union_rows) and len(union_rows) > 10
+
+
 def test_ocf_schema_is_taken_from_the_file_when_no_option(spark, tmp_path: Path) -> None:
     register(spark)
     with (tmp_path / "a.avro").open("wb") as fo:

@@ -190,6 +190,12 @@ def load_schema(path: Path) -> CdcSchema:
     return CdcSchema.from_json(avro, str(path))
 
 
+def load_schema_text(path: Path | str) -> str:
+    """`load_schema(path)` as the union's JSON text: what a Spark data source option carries
+    (options are strings) for a schema given as a file."""
+    return orjson.dumps(load_schema(Path(path)).avro).decode()
+
+
 # ------------------------------------------------------------------- messages <-> values
 
 

@@ -47,7 +47,6 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -211,7 +210,9 @@ class Options:
             raise ValueError(f"{NAME}: give a path (load(path)) or the paths option")
         avro = raw.get("avroschema")
         if avro is None and raw.get("schema"):
-            avro = Path(raw["schema"]).read_text()
+            from changelake.formats.materialize import load_schema_text
+
+            avro = load_schema_text(raw["schema"])
         data_as = raw.get("dataas", "struct").lower()
         if data_as not in ("struct", "json"):
             raise ValueError(f"{NAME}: dataAs must be struct or json, not {data_as!r}")
@@ -439,7 +440,9 @@ class MaterializeCdcWriter(DataSourceWriter):
             raise ValueError(f"{NAME}: format must be json or avro, not {self.format!r}")
         avro = raw.get("avroschema")
         if avro is None and raw.get("schema"):
-            avro = Path(raw["schema"]).read_text()
+            from changelake.formats.materialize import load_schema_text
+
+            avro = load_schema_text(raw["schema"])
         if self.format == "avro" and avro is None:
             raise ValueError(f"{NAME}: writing Avro needs the schema or avroSchema option")
         self.avro_schema = avro

@@ -261,13 +261,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args(argv)
 
+    from changelake.formats.materialize import load_schema_text
     from changelake.spark.session import build_session
 
     spark = build_session(args.master, app_name="changelake-stream")
     try:
         query = start(
             spark, args.input, args.output, args.checkpoint,
-            avro_schema=args.schema.read_text() if args.schema else None,
+            avro_schema=load_schema_text(args.schema) if args.schema else None,
             strict=not args.lenient, available_now=args.available_now,
             interval=args.interval, max_files_per_trigger=args.max_files_per_trigger,
         )
