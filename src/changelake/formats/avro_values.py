@@ -7,7 +7,7 @@
   datetime, UUID ...).
 * **Plain JSON**: what changelake hands to users and stores in rows: unions unwrapped, bytes as
   the same 0-255 strings as Avro JSON (so the plain form is lossless and printable), logical
-  types as their ISO/decimal strings.
+  types as their ISO/decimal strings, from any carrier (`avro_logical.py`).
 
 Conversions validate as they go and raise `ValueError` with a path such as `data.price`, so the
 caller can name file, line and field.
@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from changelake.formats.avro_logical import Logical, logical
 from changelake.values import NAN, NONFINITE_TEXT, nonfinite_text
 
 PRIMITIVES = frozenset(
@@ -143,7 +144,11 @@ def _wrap_union(value: Any, union: list, named: Named, path: str) -> Any:
 
 
 def _convert(value: Any, schema: Schema, named: Named, path: str, *, wrap: bool) -> Any:
-    """The one schema walk behind both directions; only unions differ between them."""
+    """The one schema walk behind both directions; only unions and logical types differ
+    between them."""
+    annotated = logical(schema, named)
+    if annotated is not None:
+        return _convert_logical(value, annotated, named, path, wrap=wrap)
     schema = _resolve(schema, named)
     if isinstance(schema, list):
         return (_wrap_union if wrap else _unwrap_union)(value, schema, named, path)
@@ -192,6 +197,28 @@ def _convert(value: Any, schema: Schema, named: Named, path: str, *, wrap: bool)
     raise ValueError(f"{path or 'value'}: unsupported Avro type {kind!r}")
 
 
+def _convert_logical(value: Any, kind: Logical, named: Named, path: str, *, wrap: bool) -> Any:
+    """A logical value: plain text <-> the underlying value of the JSON encoding."""
+    if value is None:  # not a value of any logical type: the underlying type says so
+        return _convert(value, kind.underlying, named, path, wrap=wrap)
+    if wrap:
+        try:
+            raw = kind.to_underlying(value)
+        except ValueError as error:
+            raise ValueError(f"{path or 'value'}: {error}") from None
+        return _convert(raw, kind.underlying, named, path, wrap=True)
+    raw = _convert(value, kind.underlying, named, path, wrap=False)
+    try:
+        return kind.to_plain(raw)
+    except _READ_ERRORS:
+        raise _fail(path, kind.name, value) from None
+
+
+_READ_ERRORS = (ValueError, OverflowError, ArithmeticError, TypeError, KeyError)
+"""What fastavro's logical readers raise for an underlying value that is no such value (a
+day count beyond year 9999, say)."""
+
+
 def _primitive(value: Any, kind: str, path: str) -> Any:
     if kind == "null":
         if value is not None:
@@ -228,7 +255,11 @@ def _matches(value: Any, schema: Schema, named: Named) -> bool:
 
 def _branch_for(value: Any, union: list, named: Named, path: str) -> Schema:
     for branch in union:
-        if _matches(_wrap_all(value, branch, named), branch, named):
+        annotated = logical(branch, named)
+        if annotated is not None:  # a plain value is its text: does the type take it?
+            if annotated.takes(value):
+                return branch
+        elif _matches(_wrap_all(value, branch, named), branch, named):
             return branch
     names = ", ".join(type_name(b, named) for b in union)
     raise _fail(path, f"a value of one of {names}", value)
@@ -243,10 +274,14 @@ def _wrap_all(value: Any, schema: Schema, named: Named) -> Any:
 
 
 def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
-    """Plain JSON -> fastavro's Python values (bytes and fixed become `bytes`)."""
-    schema = _resolve(schema, named)
+    """Plain JSON -> fastavro's Python values (bytes and fixed become `bytes`, logical types'
+    text their Python values). Raises ValueError for text no logical value has."""
     if value is None:
         return None
+    annotated = logical(schema, named)
+    if annotated is not None:
+        return annotated.to_python(value)
+    schema = _resolve(schema, named)
     if isinstance(schema, list):
         branch = _branch_for(value, [b for b in schema if _resolve(b, named) != "null"],
                              named, "")
@@ -382,6 +417,20 @@ def compile_avro_json(schema: Schema, named: Named) -> Converter:
     """Avro JSON -> frozen plain JSON, validating; raises `Invalid` on any mismatch."""
     from changelake.values import Record
 
+    annotated = logical(schema, named)
+    if annotated is not None:
+        base = compile_avro_json(annotated.underlying, named)
+        to_plain = annotated.to_plain
+
+        def logical_value(v: Any) -> Any:
+            raw = base(v)
+            if raw is None:
+                return None
+            try:
+                return to_plain(raw)
+            except _READ_ERRORS:
+                raise Invalid from None
+        return logical_value
     s = _resolve(schema, named)
     if isinstance(s, list):
         has_null = any(_resolve(b, named) == "null" for b in s)

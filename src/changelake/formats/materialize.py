@@ -389,8 +389,10 @@ def message_to_plain(message: Message, *, json_safe: bool = False) -> Any:
 
 def message_to_avro_json(message: Message, schema: CdcSchema | None) -> dict[str, Any]:
     branch = "array" if isinstance(message, Updates) else PROGRESS_BRANCH
-    if schema is not None:
-        return av.to_avro_json(message_to_plain(message), schema.avro, schema.named)
+    if schema is not None:  # the message's kind is its branch: a bad value is named as such
+        branch_schema = schema.avro[0 if isinstance(message, Updates) else 1]
+        return {branch: av.to_avro_json(message_to_plain(message), branch_schema,
+                                        schema.named)}
     return {branch: message_to_plain(message, json_safe=True)}
 
 
