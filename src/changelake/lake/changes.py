@@ -27,8 +27,12 @@ Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed 
 * The updates are the table's committed updates (a keyed table's are consistent, each new
   version retracting the one before, when its commits were, as `ingest`'s are), on the table's
   current columns (a column added later is null in earlier rows, as every read shows them).
-  Columns of logical types (decimal, date, timestamps) and structs are refused, naming the
-  column, before anything is written: the Materialize CDC writers carry primitives and arrays.
+  Decimals, dates and timestamps are Avro logical types, as the capture writes them
+  (`capture/postgres/avro.py`): a `decode` prints them as their text (`12.50`, `2024-01-02`,
+  a timestamp in UTC with its offset, a timestamp without a time zone without one). A
+  timestamp's instant is taken in the JVM (`unix_micros`), never from PySpark's local-time
+  datetime, so no time zone of the driver can shift it. Structs, maps and other types are
+  refused, naming the column, before anything is written.
 * Progress: statements tile `[lower, U)` (or `[lower, end of time)` when closed) with the
   exact number of distinct updates at each time, so a reader reports frontier U (or `[]`).
 
@@ -44,6 +48,7 @@ statement never claims what was not written.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +65,7 @@ from changelake.formats.materialize import CdcSchema
 from changelake.lake.layout import SEGMENT
 from changelake.lake.table import Table
 from changelake.protocol import Antichain, Message, Progress, Updates
+from changelake.spark.expressions import quote
 from changelake.values import freeze
 
 DEFAULT_BATCH = 1024
@@ -132,20 +138,45 @@ def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
     return state.unionByName(changed.select(*columns, "_time", "_diff"))
 
 
-_PLAIN_TYPES = (T.BooleanType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
-                T.DoubleType, T.StringType, T.BinaryType)
+_CARRIED_TYPES = (T.BooleanType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+                  T.DoubleType, T.StringType, T.BinaryType, T.DecimalType, T.DateType,
+                  T.TimestampType, T.TimestampNTZType)
 
 
 def _check_type(kind: T.DataType, where: str) -> None:
-    """The column types the CDC writers carry as they are (`encode`'s): Avro primitives and
-    arrays of them. Logical types (decimal, date, timestamps) and structs are refused before
-    anything is written: the writers have no conversion for them yet."""
+    """The column types the CDC writers carry: Avro primitives, the logical types of decimals,
+    dates and timestamps, and arrays of them. Anything else is refused before anything is
+    written."""
     if isinstance(kind, T.ArrayType):
         _check_type(kind.elementType, where)
-    elif not isinstance(kind, _PLAIN_TYPES):
+    elif not isinstance(kind, _CARRIED_TYPES):
         raise SchemaError(f"{where}: type {kind.simpleString()} cannot be written as "
-                          "Materialize CDC yet (boolean, integers, float, double, string, "
-                          "binary and arrays of them can)")
+                          "Materialize CDC (boolean, integers, float, double, string, binary, "
+                          "decimal, date, timestamps and arrays of them can)")
+
+
+def _micros_sql(kind: T.DataType, expr: str, depth: int = 0) -> str | None:
+    """`expr` with every timestamp in it (an array's too) as its microseconds since the epoch,
+    in the JVM; None when it holds no timestamp."""
+    if isinstance(kind, T.TimestampType):
+        return f"unix_micros({expr})"
+    if isinstance(kind, T.ArrayType):
+        inner = _micros_sql(kind.elementType, f"x{depth}", depth + 1)
+        return None if inner is None else f"transform({expr}, x{depth} -> {inner})"
+    return None
+
+
+def _instant_text(value: Any) -> Any:
+    """Microseconds since the epoch (or a list of them) as the text of the UTC instant, as a
+    `timestamp-micros` reads back (fastavro's reader, then `isoformat`)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [_instant_text(v) for v in value]
+    return (_EPOCH + dt.timedelta(microseconds=value)).isoformat()
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def cdc_schema_of(table: Table) -> CdcSchema:
@@ -175,7 +206,12 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
     try:
         expected = {row["_time"]: row["count"]
                     for row in frame.groupBy("_time").count().collect()}
-        ordered = frame.orderBy("_time")
+        # timestamps leave the JVM as microseconds (see the module docstring)
+        instants = {f.name: sql for f in table.schema.fields
+                    if (sql := _micros_sql(f.dataType, quote(f.name))) is not None}
+        ordered = frame.orderBy("_time").selectExpr(*[
+            f"{instants[c]} AS {quote(c)}" if c in instants else quote(c)
+            for c in frame.columns])
         lower = plan.lower
         batch: list[tuple[Any, int, int]] = []
         counts: dict[int, int] = {}
@@ -200,6 +236,8 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
                 yield progress(time)
                 lower, counts, sent = time, {}, 0
             values = row.asDict(recursive=True)
+            for name in instants:
+                values[name] = _instant_text(values[name])
             data = freeze(python_to_plain({n: values[n] for n in names}), names)
             batch.append((data, time, row["_diff"]))
             counts[time] = counts.get(time, 0) + 1
