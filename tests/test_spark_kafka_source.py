@@ -124,6 +124,12 @@ def test_rows_equal_what_the_topic_reader_reads(cluster: MockCluster, registry: 
     assert df.schema == message_type(data_type)
     assert df.rdd.getNumPartitions() == 4  # one task per topic-partition
     assert rows_by_place(df.collect()) == expected
+    # the file may hold the rows' record alone, as any --schema FILE may
+    schema_file.write_bytes(orjson.dumps(row_schema().avro[0]["items"]["fields"][0]["type"]))
+    by_record = (source().option("kafka.bootstrap.servers", cluster.bootstrap)
+                 .option("topics", topic).option("schema", str(schema_file))
+                 .option("schemaRegistry", registry.url).load())
+    assert rows_by_place(by_record.collect()) == expected
 
     # registry only: typed by the subject's latest schema; id 0 frames are unknown to it
     only = (source().option("bootstrap", cluster.bootstrap).option("topics", topic)

@@ -86,7 +86,6 @@ import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -178,7 +177,9 @@ class KafkaOptions:
             raise _fail("give the topics option (a comma list)")
         avro = raw.get("avroschema")
         if avro is None and raw.get("schema"):
-            avro = Path(raw["schema"]).read_text()
+            from changelake.formats.materialize import load_schema_text
+
+            avro = load_schema_text(raw["schema"])
         registry = raw.get("schemaregistry") or None
         output = raw.get("output", "messages").lower()
         if output not in ("messages", "records"):
