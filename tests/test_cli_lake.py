@@ -86,3 +86,17 @@ def test_scd2_history_from_the_cli(tmp_path: Path) -> None:
                 for r in map(orjson.loads, history.stdout.splitlines())]
     assert versions == [(1, 1, 0, 23911952), (1, 3, 23911952, None), (2, 2, 0, None),
                         (3, 2, 0, None)]
+
+
+def test_a_command_that_reads_a_lake_refuses_a_path_that_holds_none(tmp_path: Path) -> None:
+    """A mistyped --lake is an error naming it, not an empty lake (status printed nothing,
+    rc 0), and no command but ingest makes the directory (compact and snapshot did)."""
+    missing = tmp_path / "no-such-lake"
+    for command in (["status"], ["snapshot", "--table", "t"], ["compact", "--table", "t"],
+                    ["changes", "--table", "t", "--since", "0"],
+                    ["export", "--table", "t", "--to", "delta", str(tmp_path / "d")],
+                    ["sql"]):
+        done = run(*command, "--lake", str(missing))
+        assert done.returncode == 2, (command, done.stderr)
+        assert f"no lake at {missing}" in done.stderr.decode(), command
+        assert not missing.exists(), command

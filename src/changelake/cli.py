@@ -549,6 +549,15 @@ def lake_options(func: F) -> F:
                         help="The lake directory (data files and the embedded metastore).")(func)
 
 
+def _existing_lake(lake_dir: Path) -> None:
+    """Every lake command but `ingest` (whose first run makes the lake) reads a lake that
+    exists: a mistyped --lake is an error naming it, not an empty lake, and is not made."""
+    from changelake.errors import LakeError
+
+    if not lake_dir.is_dir():
+        raise LakeError(f"no lake at {lake_dir} (a lake is made by the first ingest into it)")
+
+
 def _table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, ...]]:
     """The table name and key columns checked before Spark starts (see lake/identifier.py):
     a bad name is one line and exit 2 at once, with nothing created."""
@@ -1002,6 +1011,7 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     ident, _ = _table_and_key(table)
     as_of = _time(as_of, "--as-of")
+    _existing_lake(lake_dir)
     if engine != "spark":
         read = _arrow_snapshot(lake_dir, ident, as_of, history, engine)
         if read is not None:
@@ -1036,6 +1046,7 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 
     ident, _ = _table_and_key(table)
     since = _time(since, "--since")
+    _existing_lake(lake_dir)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
@@ -1074,6 +1085,7 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     ident, _ = _table_and_key(table)
     since = _time(since, "--since")
     until = _time(until, "--until")
+    _existing_lake(lake_dir)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         result = write_changes(lake.table(ident), sys.stdout.buffer, since=since,
@@ -1114,6 +1126,7 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if kind == "delta" and options:
         raise click.UsageError(f"--{', --'.join(options)}: for --to iceberg only")
     ident, _ = _table_and_key(table)
+    _existing_lake(lake_dir)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         result = export_table(lake, ident, kind, target, **options)
@@ -1140,6 +1153,7 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     from changelake.lake import report
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
+    _existing_lake(lake_dir)
     result = _arrow_status(lake_dir, engine) if engine != "spark" else None
     if result is None:
         from changelake.lake import commands
@@ -1309,6 +1323,7 @@ def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_c
     ingested with --scd2 also have their NAME_history view."""
     from changelake.lake.sql_endpoint import serve_lake
 
+    _existing_lake(lake_dir)
     sys.exit(serve_lake(lake_dir, port, master=master, metastore_uri=metastore_uri,
                         conf=spark_conf, out=sys.stdout, err=sys.stderr))
 
