@@ -1,8 +1,10 @@
-"""Materialize CDC decode rates: Avro OCF and Avro-JSON lines, to protocol messages.
+"""Materialize CDC codec rates: Avro OCF and Avro-JSON lines, to and from protocol messages.
 
 Baselines in the same run, on the same files: fastavro's own reader iterating the OCF (no
 conversion to rows), and `orjson.loads` of every JSON line (no validation). The ratios show
-what our validation and row freezing cost on top of the raw parsers.
+what our validation and row freezing cost on top of the raw parsers. Writing likewise:
+`write_ocf` against fastavro's writer of the same records made beforehand, and
+`write_json_lines` against `orjson.dumps` of the same Avro-JSON values made beforehand.
 
     .venv/bin/python benchmarks/bench_codecs.py [--updates N]
 """
@@ -74,6 +76,38 @@ def main() -> None:
             ("JSON lines, orjson.loads (baseline)", jsonl, raw_json),
             ("JSON lines -> messages, schema-checked", jsonl, lambda: count_updates(jsonl, True)),
             ("JSON lines -> messages, no schema", jsonl, lambda: count_updates(jsonl, False)),
+        ]
+        from changelake.formats.materialize import _python_datum, message_to_avro_json
+
+        datums = [_python_datum(m, schema) for m in log]
+        avro_json = [message_to_avro_json(m, schema) for m in log]
+
+        def write_raw_avro() -> int:
+            with open(Path(tmp) / "w.avro", "wb") as fo:
+                fastavro.writer(fo, schema.parsed, datums)
+            return args.updates
+
+        def write_avro() -> int:
+            with open(Path(tmp) / "w.avro", "wb") as fo:
+                write_ocf(fo, log, schema)
+            return args.updates
+
+        def write_raw_json() -> int:
+            with open(Path(tmp) / "w.jsonl", "wb") as fo:
+                for value in avro_json:
+                    fo.write(orjson.dumps(value) + b"\n")
+            return args.updates
+
+        def write_json() -> int:
+            with open(Path(tmp) / "w.jsonl", "wb") as fo:
+                write_json_lines(fo, log, schema)
+            return args.updates
+
+        rows += [
+            ("write: fastavro writer (baseline)", ocf, write_raw_avro),
+            ("write: messages -> Avro OCF", ocf, write_avro),
+            ("write: orjson.dumps (baseline)", jsonl, write_raw_json),
+            ("write: messages -> JSON lines", jsonl, write_json),
         ]
         print(f"{args.updates:,} updates in {len(log):,} messages")
         baseline = 0.0

@@ -301,6 +301,48 @@ def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
     return value
 
 
+def compile_plain_python(schema: Schema, named: Named) -> Converter | None:
+    """`plain_to_python` compiled once per schema, with no schema walk per value (a writer
+    converts every row); None where a plain value is fastavro's already. Values are not
+    validated here: fastavro's writer checks them. A union of more than null and one branch
+    picks its branch per value, as `plain_to_python` does."""
+    annotated = logical(schema, named)
+    if annotated is not None:
+        to_python = annotated.to_python
+        return lambda v: None if v is None else to_python(v)
+    s = _resolve(schema, named)
+    if isinstance(s, list):
+        branches = [b for b in s if _resolve(b, named) != "null"]
+        if len(branches) != 1:
+            return lambda v: plain_to_python(v, s, named)
+        inner = compile_plain_python(branches[0], named)
+        if inner is None:
+            return None
+        return lambda v: None if v is None else inner(v)
+    if isinstance(s, str):
+        if s == "bytes":
+            return lambda v: None if v is None else v.encode("latin-1")
+        return None
+    kind = s["type"]
+    if kind in ("record", "error"):
+        fields = [(f["name"], compile_plain_python(f["type"], named)) for f in s["fields"]]
+        if all(convert is None for _, convert in fields):
+            return None
+        return lambda v: None if v is None else {
+            name: v.get(name) if convert is None else convert(v.get(name))
+            for name, convert in fields}
+    if kind == "array":
+        item = compile_plain_python(s["items"], named)
+        return None if item is None else (lambda v: None if v is None else [item(x) for x in v])
+    if kind == "map":
+        value = compile_plain_python(s["values"], named)
+        return None if value is None else (
+            lambda v: None if v is None else {k: value(x) for k, x in v.items()})
+    if kind == "fixed":
+        return lambda v: None if v is None else v.encode("latin-1")
+    return None  # enum
+
+
 def python_to_plain(value: Any) -> Any:
     """fastavro's Python values -> plain JSON (schema-free: the Python types say enough)."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -501,6 +543,100 @@ def compile_avro_json(schema: Schema, named: Named) -> Converter:
             return v
         return fixed
     raise ValueError(f"unsupported Avro type {kind!r}")
+
+
+def compile_to_avro_json(schema: Schema, named: Named) -> Converter:
+    """`to_avro_json` compiled once per schema (plain JSON -> Avro JSON, validating; a writer
+    converts every row); raises `Invalid` on any mismatch, and the generic `to_avro_json`
+    then names what is wrong. A union takes the first branch whose converter accepts the
+    value, as `to_avro_json` takes the first branch that matches it."""
+    annotated = logical(schema, named)
+    if annotated is not None:
+        underlying = compile_to_avro_json(annotated.underlying, named)
+        to_underlying = annotated.to_underlying
+
+        def logical_value(v: Any) -> Any:
+            if v is None:
+                raise Invalid
+            try:
+                raw = to_underlying(v)
+            except ValueError:
+                raise Invalid from None
+            return underlying(raw)
+        return logical_value
+    s = _resolve(schema, named)
+    if isinstance(s, list):
+        has_null = any(_resolve(b, named) == "null" for b in s)
+        branches = [(type_name(b, named), compile_to_avro_json(b, named))
+                    for b in s if _resolve(b, named) != "null"]
+
+        def union(v: Any) -> Any:
+            if v is None:
+                if has_null:
+                    return None
+                raise Invalid
+            for name, convert in branches:
+                try:
+                    return {name: convert(v)}
+                except Invalid:
+                    continue
+            raise Invalid
+        return union
+    if isinstance(s, str):
+        check = _primitive_checker(s)
+        if s not in ("float", "double"):
+            return check
+
+        def real(v: Any) -> Any:
+            if type(v) is bool:
+                raise Invalid
+            x = check(v)
+            return x if math.isfinite(x) else nonfinite_text(x)  # JSON has no NaN
+        return real
+    kind = s["type"]
+    if kind in ("record", "error"):
+        fields = [(f["name"], compile_to_avro_json(f["type"], named), "default" in f,
+                   f.get("default")) for f in s["fields"]]
+        names = frozenset(name for name, _, _, _ in fields)
+
+        def record(v: Any) -> dict[str, Any]:
+            if not isinstance(v, dict) or not names.issuperset(v):
+                raise Invalid
+            out: dict[str, Any] = {}
+            for name, convert, has_default, default in fields:
+                if name in v:
+                    out[name] = convert(v[name])
+                elif has_default:
+                    out[name] = default
+                else:
+                    raise Invalid
+            return out
+        return record
+    if kind == "array":
+        item = compile_to_avro_json(s["items"], named)
+
+        def array(v: Any) -> list:
+            if not isinstance(v, list):
+                raise Invalid
+            return [item(x) for x in v]
+        return array
+    if kind == "map":
+        value = compile_to_avro_json(s["values"], named)
+
+        def mapping(v: Any) -> dict[str, Any]:
+            if not isinstance(v, dict):
+                raise Invalid
+            return {k: value(x) for k, x in v.items()}
+        return mapping
+    if kind == "enum":
+        symbols = frozenset(s["symbols"])
+
+        def enum(v: Any) -> str:
+            if type(v) is not str or v not in symbols:
+                raise Invalid
+            return v
+        return enum
+    return compile_avro_json(s, named)  # fixed: the same check both ways
 
 
 def _canonical_nan(v: Any) -> Any:

@@ -110,6 +110,8 @@ class CdcSchema:
     python_data: Any = None  # compiled fastavro value -> frozen row converter
     parsed_avro: Any = None  # fastavro's parsed schema, parsed once: framed messages
     # (Kafka) are encoded and decoded one by one, and parsing per message would dominate
+    plain_python: Any = None  # compiled plain row -> fastavro value converter
+    updates_avro_json: Any = None  # compiled plain updates -> Avro JSON (raises av.Invalid)
 
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
@@ -152,7 +154,9 @@ class CdcSchema:
             raise SchemaError(f"{source}: the data field must be a record")
         fields = tuple(f["name"] for f in data_type["fields"])
         return cls(avro, data_type, fields, named, av.compile_avro_json(data_type, named),
-                   av.compile_python(data_type, named), fastavro.parse_schema(avro))
+                   av.compile_python(data_type, named), fastavro.parse_schema(avro),
+                   av.compile_plain_python(data_type, named) or _same,
+                   av.compile_to_avro_json(avro[0], named))
 
     @classmethod
     def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
@@ -168,6 +172,10 @@ class CdcSchema:
         """CRC-64-AVRO fingerprint (little-endian bytes), for single-object encoding."""
         canonical = to_parsing_canonical_form(self.avro)
         return bytes.fromhex(fingerprint(canonical, "CRC-64-AVRO"))  # hex of the LE bytes
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def load_schema(path: Path) -> CdcSchema:
@@ -390,9 +398,14 @@ def message_to_plain(message: Message, *, json_safe: bool = False) -> Any:
 def message_to_avro_json(message: Message, schema: CdcSchema | None) -> dict[str, Any]:
     branch = "array" if isinstance(message, Updates) else PROGRESS_BRANCH
     if schema is not None:  # the message's kind is its branch: a bad value is named as such
+        plain = message_to_plain(message)
+        if isinstance(message, Updates):
+            try:
+                return {branch: schema.updates_avro_json(plain)}
+            except av.Invalid:
+                pass  # the generic conversion below says what is wrong
         branch_schema = schema.avro[0 if isinstance(message, Updates) else 1]
-        return {branch: av.to_avro_json(message_to_plain(message), branch_schema,
-                                        schema.named)}
+        return {branch: av.to_avro_json(plain, branch_schema, schema.named)}
     return {branch: message_to_plain(message, json_safe=True)}
 
 
@@ -603,8 +616,9 @@ def write_json_lines(
 def _python_datum(message: Message, schema: CdcSchema) -> Any:
     plain = message_to_plain(message)
     if isinstance(message, Updates):
-        return [{"data": av.plain_to_python(u["data"], schema.data_type, schema.named),
-                 "time": u["time"], "diff": u["diff"]} for u in plain]
+        convert = schema.plain_python
+        return [{"data": convert(u["data"]), "time": u["time"], "diff": u["diff"]}
+                for u in plain]
     return plain
 
 
