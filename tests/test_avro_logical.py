@@ -165,3 +165,32 @@ def test_other_annotations_are_their_underlying_type():
             b'"counts":[{"time":1,"count":1}]}}\n')
     ((data, _, _),) = _history(read_json_lines(io.BytesIO(line), name="j", schema=schema))
     assert dict(data) == {"a": 5, "b": "\x01", "c": "x"}
+
+
+def test_a_value_for_a_nullable_type_is_refused_with_that_types_reason():
+    schema = CdcSchema.for_fields([{"name": "p", "type": ["null", TYPES["decimal"][0]]}])
+    messages = _messages([(Record((("p", "1.234"),)), 1, 1)])
+    with pytest.raises(ValueError, match=r"data\.p: '1\.234' has more digits after the point"):
+        write_json_lines(io.BytesIO(), messages, schema)
+
+
+def test_an_instant_without_an_offset_is_utc_whatever_the_local_time_zone(monkeypatch):
+    """fastavro's writer takes a naive datetime for a `timestamp-*` in the local time zone;
+    the text of an instant without an offset is UTC's, on every machine."""
+    from time import tzset
+
+    schema = CdcSchema.for_fields([{"name": "at", "type": TYPES["timestamp_micros"][0]}])
+    messages = _messages([(Record((("at", "2024-01-01T00:00:00"),)), 1, 1)])
+    monkeypatch.setenv("TZ", "America/New_York")
+    tzset()
+    try:
+        container, text = io.BytesIO(), io.BytesIO()
+        write_ocf(container, messages, schema)
+        write_json_lines(text, messages, schema)
+    finally:
+        monkeypatch.undo()
+        tzset()
+    for got in (read_ocf(io.BytesIO(container.getvalue()), name="o"),
+                read_json_lines(io.BytesIO(text.getvalue()), name="j", schema=schema)):
+        ((data, _, _),) = _history(got)
+        assert data.get("at") == "2024-01-01T00:00:00+00:00"

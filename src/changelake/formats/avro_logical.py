@@ -93,6 +93,9 @@ class Logical:
             raise ValueError(f"{value!r} is not a {self.name}") from None
         if self.name == "decimal":
             return self._exact_decimal(value, parsed)
+        if self.name in ("timestamp-millis", "timestamp-micros") and parsed.tzinfo is None:
+            return parsed.replace(tzinfo=dt.UTC)  # an instant without an offset is UTC's,
+            # not the local time fastavro's writer would take it for
         return parsed
 
     def _exact_decimal(self, text: str, value: decimal.Decimal) -> decimal.Decimal:
@@ -126,8 +129,9 @@ class Logical:
         """The plain text as the underlying value of the JSON encoding (bytes as code points
         0-255). Raises ValueError where the type cannot hold it (a decimal of more digits
         than its scale, say)."""
+        python = self.to_python(value)
         try:
-            raw = LOGICAL_WRITERS[self.key](self.to_python(value), self.schema)
+            raw = LOGICAL_WRITERS[self.key](python, self.schema)
         except (ValueError, TypeError, OverflowError, ArithmeticError) as error:
             raise ValueError(f"{value!r} does not fit {self.name}: {error}") from None
         return raw.decode("latin-1") if isinstance(raw, bytes | bytearray) else raw

@@ -139,7 +139,9 @@ def _wrap_union(value: Any, union: list, named: Named, path: str) -> Any:
         if any(_resolve(b, named) == "null" for b in union):
             return None
         raise _fail(path, "a non-null value", value)
-    branch = _branch_for(value, [b for b in union if _resolve(b, named) != "null"], named, path)
+    branches = [b for b in union if _resolve(b, named) != "null"]
+    # one branch besides null: the value is that branch's, and its own error says why not
+    branch = branches[0] if len(branches) == 1 else _branch_for(value, branches, named, path)
     return {type_name(branch, named): _convert(value, branch, named, path, wrap=True)}
 
 
