@@ -16,6 +16,8 @@ container file decode to the same rows, and every writer takes the rows a reader
 The logical types are the ones fastavro converts (its keys, `bytes-decimal`, `int-date`, ...).
 Any other annotation (an unknown name, a decimal without a precision, `date` on a long) is
 ignored, as the Avro specification says a reader must: the value is its underlying type.
+(fastavro's container reader instead fails on a decimal without a precision, a `KeyError`
+that `read_ocf` reports as a block that does not decode; JSON lines give its bytes.)
 """
 
 from __future__ import annotations
