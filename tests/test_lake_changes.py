@@ -33,6 +33,7 @@ from pyspark.sql.types import (
 )
 
 from changelake.errors import LakeError, SchemaError
+from changelake.formats.materialize import load_schema
 from changelake.lake import Lake, Table
 from changelake.lake.changes import cdc_schema_of, write_changes
 from changelake.lake.commands import ingest
@@ -258,10 +259,11 @@ def test_changes_carry_decimals_dates_and_timestamps_exactly(spark, lake, tmp_pa
     expected = [({**row, "price": "12.50"}, 1, 1), ({**row, "price": "12.50"}, 2, -1),
                 ({**row, "price": "-0.05"}, 2, 1)]
     for avro in (False, True):
-        path = changes_file(table, tmp_path, avro=avro, since=0)
-        out = io.BytesIO()  # JSON lines carry no schema: the reader brings the table's
+        schema_file = tmp_path / f"schema-{avro}.json"
+        path = changes_file(table, tmp_path, avro=avro, since=0, schema_out=schema_file)
+        out = io.BytesIO()  # JSON lines carry no schema: the reader brings the one written
         decode_local([str(path)], out, since=Antichain([0]),
-                     schema=None if avro else cdc_schema_of(table))
+                     schema=None if avro else load_schema(schema_file))
         lines = [orjson.loads(x) for x in out.getvalue().splitlines()]
         assert lines[-1] == {"frontier": [3]}
         got = sorted(((x["data"], x["time"], x["diff"]) for x in lines if "data" in x),

@@ -1072,10 +1072,13 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
 @click.option("--history", is_flag=True,
               help="Print the history decoded, as `decode` prints it, instead of messages.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1024, show_default=True)
+@click.option("--schema-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the stream's Materialize CDC schema here (JSON lines carry "
+                   "none: `decode --schema FILE` reads them with it).")
 @user_errors
 def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
             table: str, since: int, until: int | None, snapshot: bool, avro: Path | None,
-            history: bool, batch_size: int) -> None:
+            history: bool, batch_size: int, schema_out: Path | None) -> None:
     """Print a lake table's changes in [--since, --until) as Materialize CDC messages (JSON
     lines like `encode`'s, or --avro FILE) with exact progress statements: a change feed."""
     if history and avro is not None:
@@ -1090,7 +1093,7 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     try:
         result = write_changes(lake.table(ident), sys.stdout.buffer, since=since,
                                until=until, snapshot=snapshot, avro=avro, history=history,
-                               batch_size=batch_size)
+                               batch_size=batch_size, schema_out=schema_out)
     finally:
         lake.spark.stop()
     click.echo(result.line(), err=True)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -281,15 +282,24 @@ class ChangesReport:
 
 def write_changes(table: Table, out: IO[bytes], *, since: int, until: int | None = None,
                   snapshot: bool = False, avro: Path | None = None, history: bool = False,
-                  batch_size: int = DEFAULT_BATCH) -> ChangesReport:
+                  batch_size: int = DEFAULT_BATCH, schema_out: Path | None = None
+                  ) -> ChangesReport:
     """What `changelake changes` runs: the plan's messages as Materialize CDC Avro-JSON lines on
     `out` (`encode`'s output), an Avro container file `avro` (`encode --avro`), or (`history`)
-    decoded, as `decode` prints a history. Every check of the plan happens before any output."""
+    decoded, as `decode` prints a history. Every check of the plan happens before any output.
+    `schema_out` also gets the stream's schema (JSON): JSON lines carry none, and without it
+    a reader sees neither the columns' order nor the logical types' values."""
     from changelake.local import decode_messages, write_messages
     from changelake.protocol import Reader
 
     plan = plan_changes(table, since, until, snapshot=snapshot)
     schema = cdc_schema_of(table)  # unsupported column types: refused before any output
+    if schema_out is not None:
+        try:
+            schema_out.write_bytes(orjson.dumps(schema.avro, option=orjson.OPT_INDENT_2))
+        except OSError as error:
+            raise LakeError(f"{schema_out}: cannot write the schema: {error.strerror}") \
+                from None
     messages = change_messages(table, plan, batch_size=batch_size)
     frontier = Antichain() if plan.until is None else Antichain([plan.until])
     if history:
