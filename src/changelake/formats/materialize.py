@@ -62,10 +62,11 @@ def cdc_schema(fields: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     `fields` are Avro field definitions, e.g. `{"name": "price", "type": ["null", "int"]}`.
     """
-    return cdc_schema_of({"type": "record", "name": "data", "fields": [dict(f) for f in fields]})
+    return cdc_schema_around({"type": "record", "name": "data",
+                              "fields": [dict(f) for f in fields]})
 
 
-def cdc_schema_of(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+def cdc_schema_around(data: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The Materialize CDC union schema whose updates' `data` is the Avro record `data`, as it
     is (its name and namespace kept, so the names it refers to resolve as they did)."""
     return [
@@ -194,7 +195,7 @@ def load_schema(path: Path) -> CdcSchema:
     if isinstance(avro, dict) and avro.get("type") == "record":
         if not isinstance(avro.get("fields"), list):
             raise SchemaError(f"{path}: not a valid Avro schema: a record needs a list of fields")
-        avro = cdc_schema_of(avro)
+        avro = cdc_schema_around(avro)
     return CdcSchema.from_json(avro, str(path))
 
 
