@@ -175,11 +175,9 @@ class KafkaOptions:
                        if t.strip())
         if not topics:
             raise _fail("give the topics option (a comma list)")
-        avro = raw.get("avroschema")
-        if avro is None and raw.get("schema"):
-            from changelake.formats.materialize import load_schema_text
+        from changelake.spark.source import schema_option
 
-            avro = load_schema_text(raw["schema"])
+        avro = schema_option(raw)
         registry = raw.get("schemaregistry") or None
         output = raw.get("output", "messages").lower()
         if output not in ("messages", "records"):

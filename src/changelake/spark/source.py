@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +184,18 @@ def message_type(data_type: DataType) -> StructType:
 # ----------------------------------------------------------------------------- options
 
 
+def schema_option(raw: Mapping[str, str]) -> str | None:
+    """The Avro schema text a data source's options (keys in lower case) give: `avroSchema`
+    as it is, else the file `schema` names (the union or the rows' record, as any
+    `--schema FILE`: `load_schema_text`); None without either."""
+    avro = raw.get("avroschema")
+    if avro is None and raw.get("schema"):
+        from changelake.formats.materialize import load_schema_text
+
+        avro = load_schema_text(raw["schema"])
+    return avro
+
+
 @dataclass(frozen=True)
 class Options:
     """What every reader task needs, resolved once on the driver (plain, picklable values)."""
@@ -208,11 +220,7 @@ class Options:
             paths.extend(json.loads(value) if value.startswith("[") else value.split(","))
         if not paths:
             raise ValueError(f"{NAME}: give a path (load(path)) or the paths option")
-        avro = raw.get("avroschema")
-        if avro is None and raw.get("schema"):
-            from changelake.formats.materialize import load_schema_text
-
-            avro = load_schema_text(raw["schema"])
+        avro = schema_option(raw)
         data_as = raw.get("dataas", "struct").lower()
         if data_as not in ("struct", "json"):
             raise ValueError(f"{NAME}: dataAs must be struct or json, not {data_as!r}")
@@ -438,11 +446,7 @@ class MaterializeCdcWriter(DataSourceWriter):
         self.format = raw.get("format", "json").lower()
         if self.format not in ("json", "avro"):
             raise ValueError(f"{NAME}: format must be json or avro, not {self.format!r}")
-        avro = raw.get("avroschema")
-        if avro is None and raw.get("schema"):
-            from changelake.formats.materialize import load_schema_text
-
-            avro = load_schema_text(raw["schema"])
+        avro = schema_option(raw)
         if self.format == "avro" and avro is None:
             raise ValueError(f"{NAME}: writing Avro needs the schema or avroSchema option")
         self.avro_schema = avro
