@@ -306,8 +306,9 @@ def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
 def compile_plain_python(schema: Schema, named: Named) -> Converter | None:
     """`plain_to_python` compiled once per schema, with no schema walk per value (a writer
     converts every row); None where a plain value is fastavro's already. Values are not
-    validated here: fastavro's writer checks them. A union of more than null and one branch
-    picks its branch per value, as `plain_to_python` does."""
+    validated here, fastavro's writer checks them, except a logical type's text, which must
+    parse (ValueError otherwise). A union of more than null and one branch picks its branch
+    per value, as `plain_to_python` does."""
     annotated = logical(schema, named)
     if annotated is not None:
         to_python = annotated.to_python
