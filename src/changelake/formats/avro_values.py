@@ -591,9 +591,7 @@ def compile_to_avro_json(schema: Schema, named: Named) -> Converter:
             return check
 
         def real(v: Any) -> Any:
-            if type(v) is bool:
-                raise Invalid
-            x = check(v)
+            x = check(v)  # refuses a bool: its type is not int
             return x if math.isfinite(x) else nonfinite_text(x)  # JSON has no NaN
         return real
     kind = s["type"]
