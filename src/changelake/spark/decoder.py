@@ -29,7 +29,9 @@ read from it without a second shuffle; adaptive execution may coalesce its parti
 `CACHED_PLAN_COALESCING`), and its columns are not compressed (`CACHE_COMPRESSION`). The counts
 are taken by the job that builds the cache (`_plan_over_cache`).
 `Decoded.unpersist()` releases it; nothing else is cached. Spark jobs, then: one collects the
-statements (none with `decode_statements`, which takes them as they are) and one aggregates,
+statements (none with `decode_statements`, which takes them as they are), in a thread of its
+own while the driver plans the aggregate, which depends on `since` alone (`_Collecting`), and
+one aggregates,
 builds the cache and takes the counts, its partitions fixed from the input's estimated size
 (`_partitions_for`); where Spark has no estimate, adaptive execution decides them and runs
 the aggregate's map side as a job of its own first. Actions on the result read the cache.
@@ -59,7 +61,7 @@ Only integer times exist on the wire (`time: long`), so frontiers here have at m
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -308,9 +310,12 @@ def decode(
     """
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
-    return decode_statements(
-        updates, collect_statements(progress), since=start, strict=strict, cache=cache
-    )
+    # The statements' job runs while this thread plans the aggregate (see `_decode`).
+    collecting = _Collecting(progress)
+    try:
+        return _decode(updates, collecting.result, start, strict=strict, cache=cache)
+    finally:
+        collecting.join()
 
 
 def decode_statements(
@@ -333,11 +338,55 @@ def decode_statements(
     """
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
+    given = list(statements)
+    return _decode(updates, lambda: given, start, strict=strict, cache=cache,
+                   partitions=partitions)
 
-    resolution = resolve_progress(statements, start, strict=strict)
-    covered_until = _single(resolution.progress_frontier)  # None: everything covered
-    covers_anything = resolution.progress_frontier != start
 
+class _Collecting:
+    """`collect_statements(progress)` in a thread of its own, started at once.
+
+    The statements' job is small and mostly fixed cost (planning the read, scheduling one
+    job); the aggregate's driver-side planning, which needs only `since`, is about as long,
+    and the two overlap. `InheritableThread` gives the job the caller's job group and
+    description, and pins one JVM thread to it.
+    """
+
+    def __init__(self, progress: DataFrame) -> None:
+        from pyspark import InheritableThread
+
+        self._statements: list[Progress] = []
+        self._error: BaseException | None = None
+        self._thread = InheritableThread(target=self._run, args=(progress,), daemon=True)
+        self._thread.start()
+
+    def _run(self, progress: DataFrame) -> None:
+        try:
+            self._statements = collect_statements(progress)
+        except BaseException as error:  # re-raised in the caller's thread by `result`
+            self._error = error
+
+    def result(self) -> list[Progress]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._statements
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def _decode(
+    updates: DataFrame,
+    statements: Callable[[], Iterable[Progress]],
+    start: Antichain,
+    *,
+    strict: bool,
+    cache: bool,
+    partitions: int | None = None,
+) -> Decoded:
+    """`decode_statements`, asking for the statements only once the aggregate, which
+    depends on `start` alone, is planned (and registered for caching)."""
     spark = updates.sparkSession
     in_range = rules.is_beyond_sql(start)
     valid = rules.is_settled_sql()
@@ -353,12 +402,23 @@ def decode_statements(
         f"SELECT data, time, {rules.summarize_sql()} FROM {rows} GROUP BY data, time",
         relevant=relevant,
     )
+    if cache:  # released below if nothing reads it, or on any error
+        grouped = _persist_for_decode(grouped, adaptive=partitions is None)
+    try:
+        resolution = resolve_progress(statements(), start, strict=strict)
+    except BaseException:
+        if cache:
+            grouped.unpersist()
+        raise
+    covered_until = _single(resolution.progress_frontier)  # None: everything covered
+    covers_anything = resolution.progress_frontier != start
 
     distinct: dict[int, int] = {}
     zeros = conflicts = 0
+    if cache and not (strict or covers_anything):
+        grouped.unpersist()  # never built: no count is taken from it
+        cache = False
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
-        if cache:
-            grouped = _persist_for_decode(grouped, adaptive=partitions is None)
         covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
         # One row per covered time, plus one row (time null) for everything else.
         # Never `grouped` itself: its view would be dropped, and the cache with it (see _sql).
