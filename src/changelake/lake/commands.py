@@ -31,22 +31,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DataType,
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql.types import StructType
 
 from changelake.convert.progress import changefeed_waiting_reason
-from changelake.errors import InputError, LakeError, SchemaError
+from changelake.errors import InputError, LakeError
 from changelake.formats.tableschema import read_table_json
 from changelake.lake.arrow import LakeStatus, TableStatus, plain, status_of
 from changelake.lake.catalog import Lake, lake_session
@@ -95,40 +83,6 @@ class IngestReport:
     """Why the input's frontier stops where it does (None: the input closed the stream):
     updates at and beyond it stay uncommitted until more input, or `close`, finishes them."""
     rejected: int = 0
-
-
-_AVRO_PRIMITIVES: dict[str, DataType] = {
-    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
-    "double": DoubleType(), "string": StringType(), "bytes": BinaryType(),
-}
-
-
-def avro_to_spark(schema: Any, named: dict[str, Any] | None = None) -> DataType:
-    """Spark type of an Avro type (records, arrays, nullable unions, primitives; logical types
-    by their underlying type)."""
-    named = named or {}
-    if isinstance(schema, str):
-        if schema in _AVRO_PRIMITIVES:
-            return _AVRO_PRIMITIVES[schema]
-        if schema in named:
-            return avro_to_spark(named[schema], named)
-        raise SchemaError(f"Avro type {schema!r} has no lake column type")
-    if isinstance(schema, list):
-        branches = [b for b in schema if b != "null"]
-        if len(branches) != 1:
-            raise SchemaError(f"Avro union {schema!r} has no lake column type (only [null, T])")
-        return avro_to_spark(branches[0], named)
-    kind = schema.get("type")
-    if kind == "record":
-        return StructType([StructField(f["name"], avro_to_spark(f["type"], named), True)
-                           for f in schema["fields"]])
-    if kind == "array":
-        return ArrayType(avro_to_spark(schema["items"], named), True)
-    if kind == "enum":
-        return StringType()
-    if kind == "fixed":
-        return BinaryType()
-    return avro_to_spark(kind, named)
 
 
 def _starts_with(path: str, magic: bytes) -> bool:
