@@ -56,6 +56,10 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
+    # Python workers hand a Python writer (the materialize-cdc and kafka-cdc sinks) each
+    # timestamp as a datetime in their local time without an offset: in UTC, which has no
+    # hour that happens twice, it is the instant exactly (not so in New York's November).
+    "spark.executorEnv.TZ": "UTC",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.driver.memory": "2g",
