@@ -22,10 +22,14 @@ Options:
 * `maxFilesPerTrigger` (streaming): at most this many new files per micro-batch.
 
 Avro to Spark in `struct` mode: null/boolean/int/long/float/double/string as themselves;
-records, arrays and maps as struct, array and map; `["null", T]` as nullable `T`. Values whose
-plain JSON form (see `formats.avro_values`) is a string map to string: bytes and fixed (0-255
-code points), enums, and logical types. A union of several non-null types maps to a string
-holding the value's JSON.
+records, arrays and maps as struct, array and map; `["null", T]` as nullable `T`. Logical
+types as the Spark types the capture writes them from (`capture/postgres/avro.py`), so that a
+captured log ingests as the table `capture --lake` lands: `decimal` of precision up to 38 as
+`DecimalType`, `date` as `DateType`, `timestamp-millis`/`-micros` as `TimestampType` (the
+instant), `local-timestamp-millis`/`-micros` as `TimestampNTZType`. Other values whose plain
+JSON form (see `formats.avro_values`) is a string map to string: bytes and fixed (0-255 code
+points), enums, times, uuids and wider decimals. A union of several non-null types maps to a
+string holding the value's JSON.
 
 Streaming offsets are the sorted list of file names seen, not modification times (which tie at
 millisecond resolution). Files must appear atomically (written under a name starting with `.`
@@ -59,6 +63,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from changelake.formats.avro_logical import Logical, logical
 from changelake.spark.errors import INPUT_ERROR_MARK
 
 if TYPE_CHECKING:
@@ -104,8 +109,14 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
     def as_text(v: Any) -> Any:
         return v if v is None or isinstance(v, str) else str(v)
 
-    if isinstance(schema, dict) and "logicalType" in schema:
-        return StringType(), as_text
+    annotated = logical(schema, named)
+    if annotated is not None:
+        return _logical_spark_type(annotated)
+    if isinstance(schema, dict) and "logicalType" in schema:  # one a reader ignores (see
+        # formats.avro_logical): the value is its underlying type's
+        base = schema["type"]
+        plain = {k: v for k, v in schema.items() if k != "logicalType"}
+        return _spark_type(base if isinstance(base, str) else plain, named)
     schema = av._resolve(schema, named)
     if isinstance(schema, list):
         branches = [b for b in schema if av._resolve(b, named) != "null"]
@@ -156,6 +167,39 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
             lambda v: None if v is None else {k: value(x) for k, x in v}
         )
     return StringType(), as_text  # enum, fixed
+
+
+SPARK_DECIMAL_DIGITS = 38
+"""The most digits a Spark `DecimalType` holds (Spark's `DecimalType.MAX_PRECISION`)."""
+
+
+def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:
+    """A logical type's Spark type where Spark has one that holds every value (decimals of
+    precision up to 38, dates, instants, local date-times), and its plain text converted by
+    the logical type's own parser (`Logical.to_python`: an instant without an offset is UTC);
+    text otherwise (times, uuids, wider decimals)."""
+    from pyspark.sql.types import (
+        DateType,
+        DecimalType,
+        StringType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    name = annotated.name
+    spark_type: DataType
+    if name == "decimal" and annotated.schema["precision"] <= SPARK_DECIMAL_DIGITS:
+        spark_type = DecimalType(annotated.schema["precision"], annotated.schema.get("scale", 0))
+    elif name == "date":
+        spark_type = DateType()
+    elif name in ("timestamp-millis", "timestamp-micros"):
+        spark_type = TimestampType()
+    elif name in ("local-timestamp-millis", "local-timestamp-micros"):
+        spark_type = TimestampNTZType()
+    else:
+        return StringType(), lambda v: v if v is None or isinstance(v, str) else str(v)
+    to_python = annotated.to_python
+    return spark_type, lambda v: None if v is None else to_python(v)
 
 
 def data_type_of(schema: Any) -> tuple[DataType, Converter]:
