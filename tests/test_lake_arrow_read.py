@@ -212,7 +212,12 @@ def test_types_read_as_spark_reads_them(spark, lake):
     fields = [*schema.fields, StructField("_time", LongType()), StructField("_diff", LongType())]
     table.commit(spark.createDataFrame([(*r, t, d) for r, t, d in rows], StructType(fields)),
                  0, 2)
-    assert_same(lake, name, [0], flat=False)
+    now = assert_same(lake, name, [0], flat=False)
+    # A timestamp prints as the instant, in UTC with its offset (PySpark took the naive
+    # datetimes above in the driver's local time).
+    instant = dt.datetime(2024, 3, 1, 12, 30, 5, 123456).astimezone(dt.UTC).isoformat()
+    assert instant.endswith("+00:00")
+    assert any(f'"ts":"{instant}"'.encode() in line for line in now), now
 
 
 def test_a_manifest_without_a_commit_is_never_read(spark, lake):

@@ -450,8 +450,9 @@ def plain(value: Any) -> Any:
 
 
 def _as_pyspark(value: Any, kind: pa.DataType) -> Any:
-    """A value from Arrow's `to_pylist` as PySpark's `Row.asDict(recursive=True)` has it:
-    timestamps as naive local datetimes (PySpark's conversion), maps as dicts."""
+    """A value from Arrow's `to_pylist` as the Spark path's snapshot has it
+    (`commands.snapshot`): a timestamp as the UTC instant, a timestamp without a time zone
+    as its wall-clock time, maps as dicts."""
     if value is None:
         return None
     if pa.types.is_timestamp(kind):
@@ -459,8 +460,7 @@ def _as_pyspark(value: Any, kind: pa.DataType) -> Any:
             microseconds=1)
         if kind.tz is None:  # TimestampNTZ: the wall-clock time as written
             return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
-        return dt.datetime.fromtimestamp(micros // 1_000_000).replace(
-            microsecond=micros % 1_000_000)
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
     if pa.types.is_struct(kind):
         return {kind.field(i).name: _as_pyspark(value[kind.field(i).name],
                                                 kind.field(i).type)
