@@ -222,12 +222,36 @@ def test_split_messages_leaves_a_cached_messages_frame_cached(spark) -> None:
     messages.unpersist()
 
 
-def test_a_failing_decode_leaves_nothing_cached(spark) -> None:
-    log = [Updates([(R(1), 1, 1)]), Updates([(R(1), 1, -1)]), Progress.make([0], [5])]
+@pytest.mark.parametrize("log", [
+    [Updates([(R(1), 1, 1)]), Updates([(R(1), 1, -1)]), Progress.make([0], [5])],
+    # A statement refused while the aggregate is already registered for caching (it is
+    # planned while the statements are collected): it is released too.
+    [Updates([(R(1), 1, 1)]), Progress.make([5], [2])],
+], ids=["conflicting-diff", "inverted-interval"])
+def test_a_failing_decode_leaves_nothing_cached(spark, log) -> None:
+    spark.catalog.clearCache()
+    cache_manager = spark._jsparkSession.sharedState().cacheManager()
     before = len(spark.sparkContext._jsc.getPersistentRDDs())
     with pytest.raises(ProtocolError):
         decode(*frames(spark, log))
     assert len(spark.sparkContext._jsc.getPersistentRDDs()) == before
+    assert cache_manager.isEmpty()
+
+
+def test_a_statements_job_that_fails_fails_the_decode(spark) -> None:
+    """The statements are collected in a thread of their own: its error is the decode's."""
+    from pyspark.errors import PythonException
+    from pyspark.sql import functions as F
+
+    def fail(value: object) -> object:  # (a closure: pickled whole, not by module name)
+        raise RuntimeError("no statements today")
+
+    updates, progress = frames(spark, [Updates([(R(1), 1, 1)]), Progress.make([0], [5])])
+    spark.catalog.clearCache()
+    broken = progress.withColumn("lower", F.udf(fail, "array<bigint>")("lower"))
+    with pytest.raises(PythonException, match="no statements today"):
+        decode(updates, broken)
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
 
 
 def _reader_rule(log) -> str:
