@@ -243,7 +243,8 @@ def test_a_statements_job_that_fails_fails_the_decode(spark) -> None:
     from pyspark.errors import PythonException
     from pyspark.sql import functions as F
 
-    def fail(value: object) -> object:  # (a closure: pickled whole, not by module name)
+    def fail(value):  # a closure (pickled whole, not by module name), without type hints
+        # (PySpark reads them to choose between a plain and a pandas UDF, and warns)
         raise RuntimeError("no statements today")
 
     updates, progress = frames(spark, [Updates([(R(1), 1, 1)]), Progress.make([0], [5])])
