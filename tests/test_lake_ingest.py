@@ -14,7 +14,7 @@ import pytest
 
 from changefeed_cases import python_updates
 from changelake.convert import encode_changefeed
-from changelake.errors import ChangefeedError, LakeError
+from changelake.errors import ChangefeedError, LakeError, SchemaError
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, commands
 from changelake.values import freeze
@@ -407,3 +407,32 @@ def test_a_ydb_changefeed_without_key_is_keyed_by_its_primary_key(spark, lake, t
     with pytest.raises(LakeError, match=r"has no key, but the changefeed is converted by its "
                                         r"table schema's primary key \(id\)"):
         commands.ingest(lake, unkeyed, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
+
+
+def test_a_log_typed_now_into_a_table_of_its_text_is_refused_writing_nothing(spark, lake,
+                                                                            tmp_path):
+    """Logical types used to land as text. A table made so, fed more of its log (now typed),
+    refuses the type change in one line and keeps what it held."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from changelake.formats.materialize import cdc_schema_around, write_ocf
+    from changelake.protocol import Progress, Updates
+
+    record = {"type": "record", "name": "row", "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "price", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+                                            "precision": 10, "scale": 2}]}]}
+    old = StructType([StructField("k", LongType()), StructField("price", StringType())])
+    table = lake.create_table("shop.priced", old, key=["k"])
+    table.commit(spark.createDataFrame([(1, "12.50", 0, 1)],
+                                       "k long, price string, _time long, _diff long"), 0, 5)
+    log = tmp_path / "more.avro"
+    with log.open("wb") as fo:
+        write_ocf(fo, [Updates([(freeze({"k": 2, "price": "1.25"}, ("k", "price")), 5, 1)]),
+                       Progress.make([5], [6], [(5, 1)])],
+                  CdcSchema.from_json(cdc_schema_around(record)))
+    with pytest.raises(SchemaError, match=r"column 'price' changes type from string to "
+                                        r"decimal\(10,2\).*nothing was written"):
+        commands.ingest(lake, "shop.priced", [log])
+    assert lake.table("shop.priced").state().upper == 5
+    assert [tuple(r) for r in lake.table("shop.priced").current().collect()] == [(1, "12.50")]
