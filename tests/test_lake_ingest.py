@@ -321,8 +321,6 @@ def test_a_key_or_columns_a_table_cannot_have_are_refused_in_one_line(spark, lak
     """A `--key` that no image has, and columns whose names differ only in case (one column
     to Spark and the metastore), are each refused in one line: the encoder's for the key, the
     lake's for the names; no table is made of either."""
-    from changelake.errors import SchemaError
-
     feed = tmp_path / "feed.jsonl"
     feed.write_text(debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1) + "\n")
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
