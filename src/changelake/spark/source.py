@@ -176,7 +176,7 @@ SPARK_DECIMAL_DIGITS = 38
 def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:
     """A logical type's Spark type where Spark has one that holds every value (decimals of
     precision up to 38, dates, instants, local date-times), and its plain text converted by
-    the logical type's own parser (`Logical.to_python`: an instant without an offset is UTC);
+    the logical type's own parser (`Logical.from_plain`: an instant without an offset is UTC);
     text otherwise (times, uuids, wider decimals)."""
     from pyspark.sql.types import (
         DateType,
@@ -198,8 +198,8 @@ def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:
         spark_type = TimestampNTZType()
     else:
         return StringType(), lambda v: v if v is None or isinstance(v, str) else str(v)
-    to_python = annotated.to_python
-    return spark_type, lambda v: None if v is None else to_python(v)
+    from_plain = annotated.from_plain
+    return spark_type, lambda v: v if v is None or not isinstance(v, str) else from_plain(v)
 
 
 def data_type_of(schema: Any) -> tuple[DataType, Converter]:
