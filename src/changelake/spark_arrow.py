@@ -20,6 +20,11 @@ from typing import Any
 
 import pyarrow as pa
 
+SPARK_DECIMAL_DIGITS = 38
+"""The most digits a Spark decimal holds (Scala's `DecimalType.MAX_PRECISION`). A wider
+decimal has no Spark type: PostgreSQL's `numeric` (the capture) and an Avro `decimal` (the
+`materialize-cdc` source) beyond it are kept as their exact text."""
+
 _SIMPLE: dict[str, pa.DataType] = {
     "boolean": pa.bool_(), "byte": pa.int8(), "short": pa.int16(), "integer": pa.int32(),
     "long": pa.int64(), "float": pa.float32(), "double": pa.float64(), "string": pa.string(),

@@ -65,6 +65,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from changelake.formats.avro_logical import Logical, logical
 from changelake.spark.errors import INPUT_ERROR_MARK
+from changelake.spark_arrow import SPARK_DECIMAL_DIGITS
 
 if TYPE_CHECKING:
     from pyspark.sql import Row, SparkSession
@@ -167,10 +168,6 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
             lambda v: None if v is None else {k: value(x) for k, x in v}
         )
     return StringType(), as_text  # enum, fixed
-
-
-SPARK_DECIMAL_DIGITS = 38
-"""The most digits a Spark `DecimalType` holds (Spark's `DecimalType.MAX_PRECISION`)."""
 
 
 def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:

@@ -36,6 +36,7 @@ from typing import Any
 from pyspark.sql import types as T
 
 from changelake.errors import SchemaError
+from changelake.spark_arrow import SPARK_DECIMAL_DIGITS
 from changelake.values import NONFINITE_TEXT
 
 #: Set on the capture's connections so that every value's text has one known form.
@@ -215,7 +216,7 @@ def numeric_type(modifier: int) -> PgType:
     if modifier < 4:
         return PgType("numeric", T.StringType(), _numeric_text)
     precision, scale = (modifier - 4) >> 16, (modifier - 4) & 0xFFFF
-    if precision > 38 or scale > precision:
+    if precision > SPARK_DECIMAL_DIGITS or scale > precision:
         return PgType(f"numeric({precision},{scale})", T.StringType(), _numeric_text)
 
     def read(text: str) -> decimal.Decimal:
