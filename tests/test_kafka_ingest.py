@@ -447,3 +447,53 @@ def test_status_reports_an_unreachable_cluster_without_failing() -> None:
         (0, 3, None, None), (1, 0, None, None)]
     assert all(x.error is not None and x.error.startswith("unreachable") for x in lags)
     assert [x.error for x in topic_lags(offsets, live=False)] == [None, None]
+
+
+@pytest.mark.spark
+def test_logical_types_land_typed_from_a_topic(cluster: MockCluster, lake: Lake,
+                                               tmp_path: Path) -> None:
+    """Decimals, dates and instants in Confluent-framed messages land as the table's decimal,
+    date and timestamp columns (the `materialize-cdc` source's mapping, which `kafka-cdc`
+    shares), exactly: the instants compared as epoch microseconds."""
+    import datetime as dt
+    import decimal
+
+    from changelake.formats.materialize import cdc_schema_around
+    from changelake.protocol import Writer
+    from changelake.values import freeze
+
+    record = {"type": "record", "name": "row", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "price", "type": ["null", {"type": "bytes", "logicalType": "decimal",
+                                            "precision": 12, "scale": 3}]},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+        {"name": "at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]}]}
+    schema = CdcSchema.from_json(cdc_schema_around(record))
+    rows = [{"id": 1, "price": "-12.345", "day": "2024-02-29",
+             "at": "2024-11-03T05:30:00.000001+00:00"},
+            {"id": 2, "price": None, "day": "0001-01-01", "at": "1969-07-20T20:17:40+00:00"}]
+    writer = Writer(batch_size=1)
+    for at, row in enumerate(rows):
+        writer.push(freeze(row, ("id", "price", "day", "at")), at, 1)
+    topic = new_topic(cluster, partitions=2)
+    write_topic([*writer.finish_through(len(rows) - 1), *writer.close()],
+                bootstrap=cluster.bootstrap, topic=topic, schema=schema)
+    path = tmp_path / "typed.json"
+    path.write_bytes(orjson.dumps(record))
+    name = f"k_{uuid.uuid4().hex[:8]}.typed"
+
+    run = ingest_topics(lake, name, cluster.bootstrap, topic, key=["id"], schema=path)
+    assert run.ingest.frontier == []
+    current = lake.table(name).current()
+    assert [current.schema[c].dataType.simpleString() for c in ("price", "day", "at")] == [
+        "decimal(12,3)", "date", "timestamp"]
+    landed = {r["id"]: r for r in current.selectExpr(
+        "id", "price", "day", "unix_micros(at) AS at").collect()}
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    for row in rows:
+        got = landed[row["id"]]
+        assert got["price"] == (None if row["price"] is None
+                                else decimal.Decimal(row["price"]))
+        assert got["day"] == dt.date.fromisoformat(row["day"])
+        assert got["at"] == (dt.datetime.fromisoformat(row["at"]) - epoch) // dt.timedelta(
+            microseconds=1)
