@@ -90,20 +90,18 @@ class Logical:
         if not isinstance(value, str):
             raise ValueError(f"expected {self.name} text, got {type(value).__name__}")
         try:
-            parsed = _PARSERS[self.name](value)
+            parsed = self.from_plain(value)
         except (ValueError, ArithmeticError):
             raise ValueError(f"{value!r} is not a {self.name}") from None
         if self.name == "decimal":
             return self._exact_decimal(value, parsed)
-        if self.name in ("timestamp-millis", "timestamp-micros") and parsed.tzinfo is None:
-            return parsed.replace(tzinfo=dt.UTC)  # an instant without an offset is UTC's,
-            # not the local time fastavro's writer would take it for
         return parsed
 
     def from_plain(self, text: str) -> Any:
-        """The Python value of plain text that a reader made (`to_plain`), unchecked: a
-        reader's text is a value of the type by construction (a decimal at its scale, an
-        instant with its offset), and `to_python`'s checks cost ten times the parse."""
+        """The Python value of plain text, parsed but not checked against the type: what a
+        reader made (`to_plain`) is a value of it by construction (a decimal at its scale),
+        and `to_python`'s checks cost ten times the parse. An instant without an offset is
+        UTC's, not the local time fastavro's writer would take it for."""
         parsed = _PARSERS[self.name](text)
         if self.name in ("timestamp-millis", "timestamp-micros") and parsed.tzinfo is None:
             return parsed.replace(tzinfo=dt.UTC)

@@ -107,9 +107,6 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
     def same(v: Any) -> Any:
         return v
 
-    def as_text(v: Any) -> Any:
-        return v if v is None or isinstance(v, str) else str(v)
-
     annotated = logical(schema, named)
     if annotated is not None:
         return _logical_spark_type(annotated)
@@ -167,7 +164,11 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
         return MapType(StringType(), value_type, True), (
             lambda v: None if v is None else {k: value(x) for k, x in v}
         )
-    return StringType(), as_text  # enum, fixed
+    return StringType(), _as_text  # enum, fixed
+
+
+def _as_text(v: Any) -> Any:
+    return v if v is None or isinstance(v, str) else str(v)
 
 
 def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:
@@ -194,7 +195,7 @@ def _logical_spark_type(annotated: Logical) -> tuple[DataType, Converter]:
     elif name in ("local-timestamp-millis", "local-timestamp-micros"):
         spark_type = TimestampNTZType()
     else:
-        return StringType(), lambda v: v if v is None or isinstance(v, str) else str(v)
+        return StringType(), _as_text
     from_plain = annotated.from_plain
     return spark_type, lambda v: v if v is None or not isinstance(v, str) else from_plain(v)
 
