@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from changelake.spark.class_archive import ARCHIVE_ENV
 from changelake.spark.session import LOCAL_GARBAGE_COLLECTOR, driver_java_options
 
 
@@ -31,6 +32,7 @@ def test_the_local_test_session_writes_no_row_checksums(spark):
 def test_the_collector_is_a_local_sessions_own_and_yields_to_the_callers(monkeypatch):
     for variable in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
         monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv(ARCHIVE_ENV, "")  # no class archive: test_class_archive has it
     assert driver_java_options("local[2]", "", "") == LOCAL_GARBAGE_COLLECTOR
     assert driver_java_options("spark://host:7077", "", "") == ""
     derby = "-Dderby.system.home='/lake/metastore'"
@@ -43,6 +45,7 @@ def test_the_collector_is_a_local_sessions_own_and_yields_to_the_callers(monkeyp
 
 @pytest.mark.parametrize("variable", ["JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"])
 def test_a_collector_named_in_the_jvms_environment_is_left_alone(monkeypatch, variable):
+    monkeypatch.setenv(ARCHIVE_ENV, "")
     monkeypatch.setenv(variable, "-XX:+UseSerialGC")
     assert driver_java_options("local[2]", "", "") == ""
 

@@ -524,6 +524,44 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
             _fail("a lake table differs from its source's truth")
 
 
+@main.command("jvm-archive")
+@click.option("--path", "path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where to write it (default: in changelake's environment, or "
+                   "$CHANGELAKE_CLASS_ARCHIVE).")
+@click.option("--if-changed", is_flag=True,
+              help="Only if there is none, or Java or pyspark changed since it was made.")
+@user_errors
+def jvm_archive(path: Path | None, if_changed: bool) -> None:
+    """Archive the classes Spark loads, so that every later Spark command's JVM maps them
+    instead of loading them (seconds off each start). The setup runs it; run it again after
+    upgrading Java or pyspark (an archive they no longer match is ignored, not wrong)."""
+    from changelake.demo.pipeline import warm_up
+    from changelake.lake.catalog import lake_session
+    from changelake.spark import class_archive
+    from changelake.spark.session import check_java
+
+    target = path or class_archive.archive_path()
+    if target is None:
+        raise click.UsageError(f"{class_archive.ARCHIVE_ENV} is set empty: give --path")
+    java = check_java()
+    if if_changed and class_archive.is_current(target, java):
+        click.echo(f"changelake: class archive {target}: made for this Java and pyspark",
+                   err=True)
+        return
+
+    with tempfile.TemporaryDirectory(prefix="changelake-jvm-archive-") as tmp:
+
+        def train(conf: Any) -> Any:
+            spark = lake_session(Path(tmp) / "lake", "local[*]", conf=dict(conf))
+            _quiet_spark(spark)
+            warm_up(Path(tmp), spark)
+            return spark
+
+        made = class_archive.make(target, train, java)
+    click.echo(f"changelake: class archive {made.path}: {made.bytes / 2**20:,.0f} MiB, made in "
+               f"{made.seconds:.0f} s", err=True)
+
+
 def _print_steps(console: Any, title: str, steps: list[tuple[str, str]]) -> None:
     from rich.table import Table
 

@@ -121,3 +121,22 @@ def run_pipeline_demo(
                        _rows(handle.as_of(t)) == _truth(state)))
     steps.append(PipelineStep("rows in the lake table", f"{len(current):,}"))
     return PipelineResult(steps, checks)
+
+
+def warm_up(workdir: Path, spark: Any) -> None:
+    """The training run of the JVM's class archive (`spark.class_archive`): a small pipeline
+    demo (a Materialize CDC log decoded on Spark into a keyed table over the embedded
+    metastore, compaction, AS OF reads), and the same Debezium feed ingested on the
+    changefeed's JVM path, so that the classes both paths load are archived. Raises if a
+    check fails: an archive of a run that went wrong would miss classes, not be wrong."""
+    from changelake.errors import ChangelakeError
+    from changelake.lake import commands
+    from changelake.lake.catalog import Lake
+
+    result = run_pipeline_demo(workdir, spark, rows=40, transactions=60, deliveries=2)
+    failed = [name for name, passed in result.checks if not passed]
+    feed = workdir / "debezium" / "orders.jsonl"
+    report = commands.ingest(Lake(spark, workdir / "lake"), "demo.orders_from_debezium",
+                             [feed], key=["id"], source="debezium", close=True)
+    if failed or not report.commit.written:
+        raise ChangelakeError(f"the class archive's training run failed: {failed or report}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangelakeError
+from changelake.spark.class_archive import archive_options, quoted_option
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -168,13 +169,15 @@ _JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS
 
 def driver_java_options(master: str, derby_home: str, given: str) -> str:
     """`spark.driver.extraJavaOptions` for a session: the project's (a local session's
-    collector, an embedded metastore's Derby home), then the caller's `given` ones, which
-    win where they set the same thing. The collector is left out when `given`, or one of the
-    variables the JVM reads options from, names one: the JVM refuses to start with two."""
+    collector, the class archive if there is one, an embedded metastore's Derby home), then
+    the caller's `given` ones, which win where they set the same thing. The collector is left
+    out when `given`, or one of the variables the JVM reads options from, names one: the JVM
+    refuses to start with two; so is the archive when they name one (`class_archive`)."""
     options = []
     named = " ".join([given, *(os.environ.get(v, "") for v in _JVM_OPTION_VARIABLES)])
     if master.startswith("local") and not _NAMES_A_COLLECTOR.search(named):
         options.append(LOCAL_GARBAGE_COLLECTOR)
+    options += archive_options(named)
     return " ".join(o for o in (*options, derby_home, given) if o)
 
 
@@ -194,10 +197,7 @@ def java_property(name: str, value: str) -> str:
     """`-Dname=value` as one word of `spark.driver.extraJavaOptions`, which the launcher splits
     at white space outside quotes: quoted, so that a lake under a path with a space (or a
     quote) starts its JVM."""
-    if "'" not in value:
-        return f"-D{name}='{value}'"
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'-D{name}="{escaped}"'
+    return quoted_option(f"-D{name}=", value)
 
 
 def stored(frame: DataFrame) -> DataFrame:
