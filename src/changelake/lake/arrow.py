@@ -449,10 +449,10 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _as_pyspark(value: Any, kind: pa.DataType) -> Any:
-    """A value from Arrow's `to_pylist` as the Spark path's snapshot has it
-    (`commands.snapshot`): a timestamp as the UTC instant, a timestamp without a time zone
-    as its wall-clock time, maps as dicts."""
+def _as_snapshot_value(value: Any, kind: pa.DataType) -> Any:
+    """A value from Arrow's `to_pylist` as `commands.snapshot` yields it from Spark's rows:
+    a timestamp as the UTC instant, a timestamp without a time zone as its wall-clock time,
+    maps as dicts."""
     if value is None:
         return None
     if pa.types.is_timestamp(kind):
@@ -462,13 +462,14 @@ def _as_pyspark(value: Any, kind: pa.DataType) -> Any:
             return dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
         return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=micros)
     if pa.types.is_struct(kind):
-        return {kind.field(i).name: _as_pyspark(value[kind.field(i).name],
-                                                kind.field(i).type)
+        return {kind.field(i).name: _as_snapshot_value(value[kind.field(i).name],
+                                                       kind.field(i).type)
                 for i in range(kind.num_fields)}
     if pa.types.is_map(kind):
-        return {_as_pyspark(k, kind.key_type): _as_pyspark(v, kind.item_type) for k, v in value}
+        return {_as_snapshot_value(k, kind.key_type): _as_snapshot_value(v, kind.item_type)
+                for k, v in value}
     if pa.types.is_list(kind):
-        return [_as_pyspark(v, kind.value_type) for v in value]
+        return [_as_snapshot_value(v, kind.value_type) for v in value]
     return value
 
 
@@ -492,7 +493,7 @@ def plain_rows(result: Merged, batch_rows: int = 65536) -> Iterator[dict[str, An
     for batch in result.rows.to_batches(max_chunksize=batch_rows):
         for row in batch.to_pylist():
             for f in convert:
-                row[f.name] = _as_pyspark(row[f.name], f.type)
+                row[f.name] = _as_snapshot_value(row[f.name], f.type)
             out = plain(row)
             for _ in range(counts[offset]):
                 yield out
