@@ -112,3 +112,36 @@ def test_the_jvms_warning_about_an_archive_it_cannot_use_goes_to_stderr():
                            text=True, timeout=60)
     assert quiet.returncode == 0 and quiet.stdout == "", quiet
     assert "Unable to use shared archive" in quiet.stderr
+
+
+_FAILING_TRAINING = """
+import sys
+from pathlib import Path
+from changelake.errors import ChangelakeError
+from changelake.spark.class_archive import make
+from changelake.spark.session import build_session, check_java
+
+target = Path(sys.argv[1])
+target.write_bytes(b"the archive before")
+
+def train(conf):
+    spark = build_session("local[1]", conf=dict(conf))
+    assert spark.range(5).count() == 5  # classes loaded: the JVM has something to write
+    raise ChangelakeError("the training failed")
+
+try:
+    make(target, train, check_java())
+except ChangelakeError as error:
+    print(error)
+"""
+
+
+def test_a_failing_training_run_leaves_the_archive_there_was_and_nothing_else(tmp_path):
+    """Its JVM is ended (it would otherwise write its archive when the process exits, after
+    the partial file was removed), what it wrote is removed, and the archive before stays."""
+    target = tmp_path / "classes.jsa"
+    done = subprocess.run([sys.executable, "-c", _FAILING_TRAINING, str(target)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "the training failed", done
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["classes.jsa"]
+    assert target.read_bytes() == b"the archive before"

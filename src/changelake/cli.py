@@ -551,11 +551,10 @@ def jvm_archive(path: Path | None, if_changed: bool) -> None:
 
     with tempfile.TemporaryDirectory(prefix="changelake-jvm-archive-") as tmp:
 
-        def train(conf: Any) -> Any:
+        def train(conf: Any) -> None:
             spark = lake_session(Path(tmp) / "lake", "local[*]", conf=dict(conf))
             _quiet_spark(spark)
             warm_up(Path(tmp), spark)
-            return spark
 
         made = class_archive.make(target, train, java)
     click.echo(f"changelake: class archive {made.path}: {made.bytes / 2**20:,.0f} MiB, made in "

@@ -34,12 +34,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from changelake.errors import ChangelakeError
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 ARCHIVE_ENV = "CHANGELAKE_CLASS_ARCHIVE"
 
@@ -114,12 +110,13 @@ class Made:
     seconds: float
 
 
-def make(target: Path, train: Callable[[Mapping[str, str]], SparkSession], java: str) -> Made:
+def make(target: Path, train: Callable[[Mapping[str, str]], object], java: str) -> Made:
     """Make the archive at `target` from a training run: `train` starts a session with the
-    settings given (its JVM then archives what it loads), runs a workload on it, and returns
-    it; `java` is the JVM it starts (for the stamp). Then the JVM is made to exit, which
-    writes the archive, and the archive replaces `target` only once whole: a JVM starting
-    meanwhile maps the old one, or none.
+    settings given (its JVM then archives what it loads) and runs a workload on it; `java`
+    is the JVM it starts (for the stamp). Then the JVM is made to exit, which writes the
+    archive, and the archive replaces `target` only once whole: a JVM starting meanwhile
+    maps the old one, or none. A training run that fails leaves no archive behind: its JVM
+    is ended here too, and what it wrote removed.
 
     The process must not have started a JVM yet: a session's JVM is started once, with the
     options of the first session."""
@@ -134,8 +131,10 @@ def make(target: Path, train: Callable[[Mapping[str, str]], SparkSession], java:
     options = " ".join([quoted_option("-XX:ArchiveClassesAtExit=", str(partial)),
                         *QUIET_JVM_WARNINGS])
     try:
-        spark = train({"spark.driver.extraJavaOptions": options})
-        _exit_jvm(spark)
+        try:
+            train({"spark.driver.extraJavaOptions": options})
+        finally:
+            _exit_jvm()
         if not partial.is_file():
             raise ChangelakeError(
                 f"the training run's JVM wrote no class archive ({partial}); see its log")
@@ -147,18 +146,21 @@ def make(target: Path, train: Callable[[Mapping[str, str]], SparkSession], java:
     return Made(target, target.stat().st_size, time.perf_counter() - started)
 
 
-def _exit_jvm(spark: SparkSession, timeout: float = 600) -> None:
-    """Stop the session and end its JVM, waiting until it has exited (and so written its
-    archive). PySpark's JVM exits when its standard input closes."""
+def _exit_jvm(timeout: float = 600) -> None:
+    """Stop this process's Spark context, if any, and end the JVM it started, waiting until
+    it has exited (and so written its archive). PySpark's JVM exits when its standard input
+    closes."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    if gateway is None:
+        return
+    gateway.shutdown()
     process = getattr(gateway, "proc", None)
-    spark.stop()
-    if process is None:
-        raise ChangelakeError("the session's JVM was not started by this process")
-    gateway.shutdown()  # type: ignore[union-attr]
-    process.stdin.close()
-    process.wait(timeout=timeout)
+    if process is not None:
+        process.stdin.close()
+        process.wait(timeout=timeout)
     SparkContext._gateway = None
     SparkContext._jvm = None
