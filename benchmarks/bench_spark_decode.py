@@ -14,7 +14,8 @@ After one unmeasured warm-up of each, the pair below is measured `--repeat` time
 alternating, and the median of the per-round ratios is reported (rows/s count input rows):
 
 * decode: `decode(updates, progress)` plus counting `Decoded.updates` (the result consumed
-  once), then `unpersist()`;
+  once), then `unpersist()`; also printed, the time until `decode` returned (the frontier
+  known, the result cached and not yet read) against the same round's (a);
 * (a) `dropDuplicates().count()` of the same updates: the least any decoder must do;
 * (b) a bare scan `count()`: the I/O floor (once);
 * (c) the local `Reader` on a `--sample` of updates, delivered twice and shuffled, in-process;
@@ -218,8 +219,12 @@ def main() -> int:
                     context.setLocalProperty("spark.jobGroup.id", None)
             return run
 
+        decode_alone: list[float] = []  # per call: until `decode` returned
+
         def decode_and_count() -> int:
+            start = time.perf_counter()
             with decode(*frames()) as decoded:
+                decode_alone.append(time.perf_counter() - start)
                 assert decoded.frontier == Antichain(), decoded.frontier
                 return decoded.updates.count()
 
@@ -231,6 +236,7 @@ def main() -> int:
         timed("warm-up: (a) (not measured)", run_dedup)
         timed("warm-up: decode (not measured)", run_decode)
         rounds: list[tuple[float, float]] = []
+        alone: list[float] = []  # decode alone / dropDuplicates, per round
         for r in range(args.repeat):
             pair = [("(a) dropDuplicates().count()", run_dedup), ("decode + count", run_decode)]
             if r % 2:
@@ -240,6 +246,7 @@ def main() -> int:
                 measured[label], n = timed(f"round {r + 1}: {label}", action)
                 assert n == args.rows, n
             rounds.append((measured["decode + count"], measured["(a) dropDuplicates().count()"]))
+            alone.append(decode_alone[-1] / measured["(a) dropDuplicates().count()"])
         ratios = sorted(d / a for d, a in rounds)
         decode_s = statistics.median(d for d, _ in rounds)
         dedup_s = statistics.median(a for _, a in rounds)
@@ -262,6 +269,9 @@ def main() -> int:
         print("\nRatios (time / time):")
         print(f"  decode / dropDuplicates      {statistics.median(ratios):6.2f}x  (median; "
               f"rounds: {', '.join(f'{x:.2f}' for x in ratios)}; aim <= 1.10)")
+        print(f"  decode alone / dropDup.      {statistics.median(alone):6.2f}x  (median; "
+              f"rounds: {', '.join(f'{x:.2f}' for x in sorted(alone))}: until `decode` "
+              "returned, the frontier known and the result cached, not yet read)")
         print(f"  decode / scan                {decode_s / scan:6.2f}x")
         print(f"Spark jobs (last round): decode + count {jobs['decode + count']}, "
               f"dropDuplicates().count() {jobs['dropDuplicates']}")
