@@ -4,7 +4,8 @@ Library functions take a SparkSession (or DataFrames) as arguments; only the edg
 test fixture, benchmarks) call `build_session`. The defaults suit a small machine (2 cores):
 few shuffle partitions, adaptive execution, Arrow for Python UDFs, Kryo for what Spark
 serializes (`SERIALIZER`), and a local JVM's collector chosen for throughput
-(`LOCAL_GARBAGE_COLLECTOR`). Every default can be overridden with `conf`.
+(`LOCAL_GARBAGE_COLLECTOR`). Every default can be overridden with `conf`. A new JVM maps
+the classes Spark loads from the setup's archive (`class_archive`), where there is one.
 """
 
 from __future__ import annotations
