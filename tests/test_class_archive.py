@@ -39,6 +39,8 @@ def test_an_archive_is_mapped_where_there_is_one_and_the_caller_chose_none(tmp_p
     mapped = [f"-XX:SharedArchiveFile='{archive}'", *QUIET_JVM_WARNINGS]
     assert archive_options("") == mapped
     assert archive_options("-Xshare:on -Xss4m") == mapped  # sharing demanded: ours is used
+    # The caller's own JVM log is left as they set it up.
+    assert archive_options("-Xlog:gc:file=gc.log") == mapped[:1]
     for chosen in ("-XX:SharedArchiveFile=/other.jsa", "-XX:ArchiveClassesAtExit=/new.jsa",
                    "-Xshare:off"):
         assert archive_options(f"-Xss4m {chosen}") == [], chosen

@@ -59,11 +59,14 @@ def archive_path() -> Path | None:
 def archive_options(named: str) -> list[str]:
     """The driver JVM's options that map the archive: none where there is no archive, or
     where `named` (the caller's options and the JVM's option variables) chooses one itself,
-    or turns sharing off."""
+    or turns sharing off. The JVM's warnings go to stderr unless `named` sets up its log
+    (`-Xlog`): `-Xlog:disable` would turn off what `JAVA_TOOL_OPTIONS` set up, which the JVM
+    reads first."""
     path = archive_path()
     if path is None or not path.is_file() or _NAMES_AN_ARCHIVE.search(named):
         return []
-    return [quoted_option("-XX:SharedArchiveFile=", str(path)), *QUIET_JVM_WARNINGS]
+    quiet = [] if "-Xlog" in named else list(QUIET_JVM_WARNINGS)
+    return [quoted_option("-XX:SharedArchiveFile=", str(path)), *quiet]
 
 
 def quoted_option(prefix: str, value: str) -> str:
