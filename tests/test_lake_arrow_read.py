@@ -220,6 +220,44 @@ def test_types_read_as_spark_reads_them(spark, lake):
     assert any(f'"ts":"{instant}"'.encode() in line for line in now), now
 
 
+def test_instants_at_the_calendars_ends_and_at_any_depth_print_exactly(spark, lake):
+    """Every timestamp, in arrays, structs and maps too, prints as its instant in UTC on both
+    engines, at the first and last microsecond Spark holds as well. Through PySpark's naive
+    local datetimes, the first one failed the Spark engine in any time zone ("year 0 is out
+    of range"); it leaves the JVM as microseconds instead (`spark/instants.py`). A timestamp
+    without a time zone prints its wall-clock time at both ends."""
+    first, last, moon = -62135596800000000, 253402300799999999, -14182940000000
+    name = unique("instants")
+    rows = spark.sql(f"""
+        SELECT * FROM VALUES
+          (1, timestamp_micros({first}), CAST(timestamp_micros({first}) AS TIMESTAMP_NTZ),
+           array(timestamp_micros({last}), NULL),
+           named_struct('when', timestamp_micros({moon}), 'note', 'x'),
+           map('a', timestamp_micros({first}), 'b', NULL)),
+          (2, timestamp_micros({last}), CAST(timestamp_micros({last}) AS TIMESTAMP_NTZ),
+           NULL, named_struct('when', CAST(NULL AS TIMESTAMP), 'note', CAST(NULL AS STRING)),
+           NULL),
+          (3, NULL, NULL, array(), NULL, map())
+        AS t(id, ts, ntz, many, inner, by)""")
+    table = lake.create_table(name, rows.schema, key=["id"])
+    table.commit(rows.selectExpr("*", "0L AS _time", "1L AS _diff"), 0, 1)
+    now = assert_same(lake, name, [0], flat=False)
+
+    def instant(micros: int) -> str:
+        return (dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+                + dt.timedelta(microseconds=micros)).isoformat()
+
+    assert now == printed([
+        {"id": 1, "ts": instant(first), "ntz": "0001-01-01T00:00:00",
+         "many": [instant(last), None], "inner": {"when": instant(moon), "note": "x"},
+         "by": {"a": instant(first), "b": None}},
+        {"id": 2, "ts": instant(last), "ntz": "9999-12-31T23:59:59.999999", "many": None,
+         "inner": {"when": None, "note": None}, "by": None},
+        {"id": 3, "ts": None, "ntz": None, "many": [], "inner": None, "by": {}},
+    ])
+    assert instant(first) == "0001-01-01T00:00:00+00:00"
+
+
 def test_a_manifest_without_a_commit_is_never_read(spark, lake):
     """The crash windows of a commit: a manifest written before the view changed (in flight,
     or crashed there), and a view changed before the pointer. The Arrow path refuses both

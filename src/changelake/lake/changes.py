@@ -30,9 +30,9 @@ Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed 
   Decimals, dates and timestamps are Avro logical types, as the capture writes them
   (`capture/postgres/avro.py`): a `decode` prints them as their text (`12.50`, `2024-01-02`,
   a timestamp in UTC with its offset, a timestamp without a time zone without one). A
-  timestamp's instant is taken in the JVM (`unix_micros`), never from PySpark's local-time
-  datetime, so no time zone of the driver can shift it. Structs, maps and other types are
-  refused, naming the column, before anything is written.
+  timestamp's instant is taken in the JVM (`unix_micros`, `spark/instants.py`), never from
+  PySpark's local-time datetime, so no time zone of the driver can shift it. Structs, maps
+  and other types are refused, naming the column, before anything is written.
 * Progress: statements tile `[lower, U)` (or `[lower, end of time)` when closed) with the
   exact number of distinct updates at each time, so a reader reports frontier U (or `[]`).
 
@@ -48,7 +48,6 @@ statement never claims what was not written.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,6 @@ from typing import IO, Any
 import orjson
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError, SchemaError
@@ -66,7 +64,7 @@ from changelake.formats.materialize import CdcSchema
 from changelake.lake.layout import SEGMENT
 from changelake.lake.table import Table
 from changelake.protocol import Antichain, Message, Progress, Updates
-from changelake.spark.expressions import quote
+from changelake.spark.instants import with_instants
 from changelake.values import freeze
 
 DEFAULT_BATCH = 1024
@@ -139,30 +137,6 @@ def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
     return state.unionByName(changed.select(*columns, "_time", "_diff"))
 
 
-def _micros_sql(kind: T.DataType, expr: str, depth: int = 0) -> str | None:
-    """`expr` with every timestamp in it (an array's too) as its microseconds since the epoch,
-    in the JVM; None when it holds no timestamp."""
-    if isinstance(kind, T.TimestampType):
-        return f"unix_micros({expr})"
-    if isinstance(kind, T.ArrayType):
-        inner = _micros_sql(kind.elementType, f"x{depth}", depth + 1)
-        return None if inner is None else f"transform({expr}, x{depth} -> {inner})"
-    return None
-
-
-def _instant_text(value: Any) -> Any:
-    """Microseconds since the epoch (or a list of them) as the text of the UTC instant, as a
-    `timestamp-micros` reads back (fastavro's reader, then `isoformat`)."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return [_instant_text(v) for v in value]
-    return (_EPOCH + dt.timedelta(microseconds=value)).isoformat()
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
 def cdc_schema_of(table: Table) -> CdcSchema:
     """The Materialize CDC schema of the table's rows: every column nullable, each Spark type
     as the capture's Avro mapping has it (see `capture/postgres/avro.py`)."""
@@ -197,11 +171,7 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
         expected = {row["_time"]: row["count"]
                     for row in frame.groupBy("_time").count().collect()}
         # timestamps leave the JVM as microseconds (see the module docstring)
-        instants = {f.name: sql for f in table.schema.fields
-                    if (sql := _micros_sql(f.dataType, quote(f.name))) is not None}
-        ordered = frame.orderBy("_time").selectExpr(*[
-            f"{instants[c]} AS {quote(c)}" if c in instants else quote(c)
-            for c in frame.columns])
+        ordered, instants = with_instants(frame.orderBy("_time"))
         lower = plan.lower
         batch: list[tuple[Any, int, int]] = []
         counts: dict[int, int] = {}
@@ -225,9 +195,7 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
                     batch = []
                 yield progress(time)
                 lower, counts, sent = time, {}, 0
-            values = row.asDict(recursive=True)
-            for name in instants:
-                values[name] = _instant_text(values[name])
+            values = instants(row.asDict(recursive=True))
             data = freeze(python_to_plain({n: values[n] for n in names}), names)
             batch.append((data, time, row["_diff"]))
             counts[time] = counts.get(time, 0) + 1

@@ -23,7 +23,6 @@ topics' offsets recorded by the commit.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, MapType, StructType, TimestampType
+from pyspark.sql.types import StructType
 
 from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import InputError, LakeError
@@ -59,6 +58,7 @@ from changelake.protocol.reader import waiting_reason
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
 from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.errors import translate_errors
+from changelake.spark.instants import with_instants
 
 
 def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: str = "local[*]",
@@ -294,40 +294,9 @@ def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = No
     else:
         check_as_of(lake, handle.state(), as_of)
         frame = handle.as_of(as_of)
-    instants = _instants(frame.schema)
+    frame, instants = with_instants(frame)  # not PySpark's local times: see spark/instants
     for row in frame.toLocalIterator():
-        values = row.asDict(recursive=True)
-        yield plain(values if instants is None else instants(values))
-
-
-def _instants(kind: DataType) -> Callable[[Any], Any] | None:
-    """A converter of PySpark's values of `kind` that makes each timestamp the UTC instant
-    (printed with its offset, as `decode` prints a `timestamp-micros`); None when `kind`
-    holds no timestamp.
-
-    PySpark gives a timestamp as a naive datetime in the driver's local time, which a reader
-    elsewhere cannot place. `astimezone` takes it back to the instant exactly: PySpark makes
-    it with `fromtimestamp`, which marks the second of a repeated local hour (`fold`)."""
-    if isinstance(kind, TimestampType):
-        return lambda v: v.astimezone(dt.UTC)
-    if isinstance(kind, StructType):
-        fields = [(f.name, _instants(f.dataType)) for f in kind.fields]
-        inner = [(name, convert) for name, convert in fields if convert is not None]
-        if not inner:
-            return None
-        return lambda v: {**v, **{name: None if v[name] is None else convert(v[name])
-                                  for name, convert in inner}}
-    if isinstance(kind, ArrayType):
-        element = _instants(kind.elementType)
-        return None if element is None else (
-            lambda v: [None if x is None else element(x) for x in v])
-    if isinstance(kind, MapType):
-        key, value = _instants(kind.keyType), _instants(kind.valueType)
-        if key is None and value is None:
-            return None
-        return lambda v: {(k if key is None else key(k)):
-                          (x if value is None or x is None else value(x)) for k, x in v.items()}
-    return None
+        yield plain(instants(row.asDict(recursive=True)))
 
 
 def snapshot_columns(lake: Lake, table: str | TableIdentifier, *, history: bool = False
