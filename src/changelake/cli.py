@@ -557,7 +557,7 @@ def jvm_archive(path: Path | None, if_changed: bool) -> None:
             warm_up(Path(tmp), spark)
 
         made = class_archive.make(target, train, java)
-    click.echo(f"changelake: class archive {made.path}: {made.bytes / 2**20:,.0f} MiB, made in "
+    click.echo(f"changelake: class archive {made.path}: {made.size / 2**20:,.0f} MiB, made in "
                f"{made.seconds:.0f} s", err=True)
 
 

@@ -82,9 +82,9 @@ def quoted_option(prefix: str, value: str) -> str:
 def stamp(java: str) -> str:
     """What an archive was made for: the JVM build (of the `java` executable) and Spark's
     jars (by pyspark's version and place), as `make` writes it beside the archive
-    (`_stamp_path`). The JVM checks more
-    itself; this is only the setup's way to tell, without starting Spark, that an archive
-    from an earlier setup still fits (`is_current`)."""
+    (`_stamp_path`). The JVM checks more itself; this is only the setup's way to tell,
+    without starting Spark, that an archive from an earlier setup still fits
+    (`is_current`)."""
     import pyspark
     from pyspark.find_spark_home import _find_spark_home
 
@@ -109,7 +109,7 @@ class Made:
     """An archive `make` wrote."""
 
     path: Path
-    bytes: int
+    size: int  # bytes
     seconds: float
 
 
