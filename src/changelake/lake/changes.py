@@ -31,8 +31,10 @@ Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed 
   (`capture/postgres/avro.py`): a `decode` prints them as their text (`12.50`, `2024-01-02`,
   a timestamp in UTC with its offset, a timestamp without a time zone without one). A
   timestamp's instant is taken in the JVM (`unix_micros`, `spark/instants.py`), never from
-  PySpark's local-time datetime, so no time zone of the driver can shift it. Structs, maps
-  and other types are refused, naming the column, before anything is written.
+  PySpark's local-time datetime, so no time zone of the driver can shift it. Arrays, structs
+  (Avro records) and maps with string keys of these types are written too; other types, and
+  struct fields that are not Avro names, are refused naming the column, before anything is
+  written.
 * Progress: statements tile `[lower, U)` (or `[lower, end of time)` when closed) with the
   exact number of distinct updates at each time, so a reader reports frontier U (or `[]`).
 
@@ -64,7 +66,9 @@ from changelake.formats.materialize import CdcSchema
 from changelake.lake.layout import SEGMENT
 from changelake.lake.table import Table
 from changelake.protocol import Antichain, Message, Progress, Updates
+from changelake.spark.expressions import quote
 from changelake.spark.instants import with_instants
+from changelake.spark.map_grouping import grouping_sql, restored_sql
 from changelake.values import freeze
 
 DEFAULT_BATCH = 1024
@@ -120,21 +124,28 @@ def plan_changes(table: Table, since: int, until: int | None = None, *,
 
 
 def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
-    """The consolidated updates of the plan, as the table's columns plus `_time`, `_diff`."""
-    columns = [F.col(f"`{c}`") for c in table.schema.fieldNames()]
+    """The consolidated updates of the plan, as the table's columns plus `_time`, `_diff`.
+    A map column is grouped as its sorted entries (`spark.map_grouping`: Spark's own grouping
+    of a map loses its null values)."""
+    fields = table.schema.fields
+    keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" for f in fields]
+    restored = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
+                for f in fields]
+    columns = [quote(f.name) for f in fields]
     updates = table.updates()
     first = plan.since + 1 if plan.snapshot else plan.since
     cond = F.col("_time") >= first
     if plan.until is not None:
         cond = cond & (F.col("_time") < plan.until)
-    changed = (updates.where(cond).groupBy(*columns, "_time")
-               .agg(F.sum("_diff").alias("_diff")).where(F.col("_diff") != 0))
+    changed = (updates.where(cond).selectExpr(*keys, "_time", "_diff")
+               .groupBy(*columns, "_time").agg(F.sum("_diff").alias("_diff"))
+               .where(F.col("_diff") != 0).selectExpr(*restored, "_time", "_diff"))
     if not plan.snapshot:
         return changed
-    state = (table.as_of(plan.since).groupBy(*columns)
+    state = (table.as_of(plan.since).selectExpr(*keys).groupBy(*columns)
              .agg(F.count(F.lit(1)).alias("_diff"))
-             .select(*columns, F.lit(plan.since).cast("long").alias("_time"), "_diff"))
-    return state.unionByName(changed.select(*columns, "_time", "_diff"))
+             .selectExpr(*restored, f"CAST({int(plan.since)} AS BIGINT) AS _time", "_diff"))
+    return state.unionByName(changed)
 
 
 def cdc_schema_of(table: Table) -> CdcSchema:
@@ -148,10 +159,11 @@ def cdc_schema_of(table: Table) -> CdcSchema:
         where = f"table {table.name}, column {f.name}"
         try:  # the mapping is what the writers carry: a type it lacks is refused, and why
             kind = avro_type(f.dataType, where)
-        except SchemaError:
+        except SchemaError as error:
             raise SchemaError(f"{where}: type {f.dataType.simpleString()} cannot be written as "
-                              "Materialize CDC (boolean, integers, float, double, string, "
-                              "binary, decimal, date, timestamps and arrays of them can)") \
+                              f"Materialize CDC ({error}; boolean, integers, float, double, "
+                              "string, binary, decimal, date, timestamps, and arrays, maps with "
+                              "string keys and structs of Avro-named fields of them can)") \
                 from None
         fields.append({"name": f.name, "type": ["null", kind]})
     return CdcSchema.for_fields(fields)

@@ -32,6 +32,7 @@ from changelake.errors import LakeError
 from changelake.lake.layout import SEGMENT, SEGMENT_NAME, FileSet, TableState
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
 from changelake.spark.expressions import quote
+from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
 
 # Views committed before the marker lost its table name still carry `table=NAME`.
 MARKER = re.compile(r"/\* changelake (?:table=\S+ )?version=(\d+) \*/")
@@ -204,15 +205,21 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
             f"WHERE _rank = 1 AND _diff > 0"
         )
     live = set(live if live is not None else live_columns(state.versions, as_of))
+    # A map column is grouped as its sorted entries (Spark's own grouping of a map loses its
+    # null values: `spark.map_grouping`), and shown as the map again.
     group = [quote(n) for n in names if n in live]
-    shown = [quote(f.name) if f.name in live
+    keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
+            for f in logical.fields if f.name in live]
+    shown = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" if f.name in live
              else f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
              for f in logical.fields]
+    rows = f"(\n{union}\n) u{where}"
+    if any(has_map(f.dataType) for f in logical.fields if f.name in live):
+        rows = f"(SELECT {', '.join(keys)}, _diff FROM {rows}) k"
     return (
         f"SELECT {tag}{cols} FROM (SELECT {', '.join(shown)}, "
         f"explode(array_repeat(0, CAST(_n AS INT))) AS _copy FROM (SELECT {', '.join(group)}, "
-        f"SUM(_diff) AS _n FROM (\n{union}\n) u{where} GROUP BY {', '.join(group)}) g "
-        f"WHERE _n > 0) c"
+        f"SUM(_diff) AS _n FROM {rows} GROUP BY {', '.join(group)}) g WHERE _n > 0) c"
     )
 
 

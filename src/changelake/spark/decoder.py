@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
+from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
 from changelake.spark.session import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
 
 if TYPE_CHECKING:
@@ -395,11 +396,17 @@ def _decode(
     if partitions is None:
         partitions = _partitions_for(relevant)
     # Shuffled whole, with no partial aggregate before the shuffle (see the module docstring);
-    # the GROUP BY keeps this partitioning: no second exchange.
+    # the GROUP BY keeps this partitioning: no second exchange. Maps in `data` are grouped
+    # as their sorted entries: Spark's own grouping of a map turns its null values into 0s.
     count = "" if partitions is None else f"{int(partitions)}, "
-    rows = f"(SELECT /*+ REPARTITION({count}data, time) */ data, time, diff FROM {{relevant}})"
+    kind = updates.schema["data"].dataType
+    data, restored = (grouping_sql(kind, "data"), restored_sql(kind, "data")) \
+        if has_map(kind) else ("data", "data")
+    rows = (f"(SELECT /*+ REPARTITION({count}data, time) */ {data} AS data, time, diff "
+            "FROM {relevant})")
     grouped = _sql(
-        f"SELECT data, time, {rules.summarize_sql()} FROM {rows} GROUP BY data, time",
+        f"SELECT {restored} AS data, time, {rules.summarize_sql()} FROM {rows} "
+        "GROUP BY data, time",
         relevant=relevant,
     )
     if cache:  # released below if nothing reads it, or on any error

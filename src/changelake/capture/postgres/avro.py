@@ -11,7 +11,11 @@ Avro type:
 * `DecimalType(p, s)` as `bytes` with logical type `decimal` (precision and scale kept);
 * `DateType` as `int` / `date`, `TimestampType` (timestamptz, UTC) as `long` /
   `timestamp-micros`, `TimestampNTZType` (timestamp) as `long` / `local-timestamp-micros`;
-* `ArrayType` as an array of nullable elements.
+* `ArrayType` as an array of nullable elements; `MapType` with string keys as a map of
+  nullable values; `StructType` as a record of nullable fields (named for where it is: a
+  name of its own), whose field names must be Avro names. (No captured column has a map or
+  a struct; `lake/changes.py` writes a table's, which a Materialize CDC log with nested
+  records or maps made.)
 
 Reading back (`from_plain`) starts from the plain form the protocol layer hands out (logical
 types as their ISO or decimal text, bytes as code points 0-255, see `formats.avro_values`),
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import hashlib
 import re
 from typing import Any
 
@@ -60,7 +65,22 @@ def avro_type(kind: T.DataType, where: str) -> Any:
         return {"type": "long", "logicalType": "local-timestamp-micros"}
     if isinstance(kind, T.ArrayType):
         return {"type": "array", "items": ["null", avro_type(kind.elementType, where)]}
+    if isinstance(kind, T.MapType) and isinstance(kind.keyType, T.StringType):
+        return {"type": "map", "values": ["null", avro_type(kind.valueType, where)]}
+    if isinstance(kind, T.StructType):
+        # A record type needs a name no other type in the schema has: one from where it is.
+        name = "r" + hashlib.sha256(where.encode()).hexdigest()[:16]
+        return {"type": "record", "name": name,
+                "fields": [{"name": _avro_name(f.name, f"{where}, field {f.name}"),
+                            "type": ["null", avro_type(f.dataType, f"{where}.{f.name}")]}
+                           for f in kind.fields]}
     raise SchemaError(f"{where}: Spark type {kind.simpleString()} has no Avro type")
+
+
+def _avro_name(name: str, where: str) -> str:
+    if not _NAME.match(name):
+        raise SchemaError(f"{where}: not an Avro field name ([A-Za-z_][A-Za-z0-9_]*)")
+    return name
 
 
 def schema_for(table: Table) -> CdcSchema:

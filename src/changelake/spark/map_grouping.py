@@ -1,0 +1,72 @@
+"""Grouping rows that hold maps, without Spark's sort of a map.
+
+Spark groups by a map, at any depth of a grouping expression, by sorting the map's entries
+first (`MapSort`, which its optimizer inserts), and that sort turns a null value into its
+type's zero: `{'y': null}` came out of a `GROUP BY` as `{'y': 0}` (Spark 4, checked with maps
+read from Parquet, after a shuffle and from Python rows alike). A `decode`, an `ingest`, a
+compaction and an unkeyed table's view all group whole rows, so each wrote or read such a
+map wrong.
+
+So where this project groups whole rows, each map in them is grouped as its entries sorted
+by key (`array_sort(map_entries(m))`: an array of structs, which Spark groups exactly, null
+values included; `grouping_sql`), and made the same map again in the aggregate's output
+(`map_from_entries`; `restored_sql`). A row without a map is grouped as it is, at no cost.
+Two maps with the same entries are one group, as Spark's own grouping means them to be.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import types as T
+
+
+def has_map(kind: T.DataType) -> bool:
+    if isinstance(kind, T.MapType):
+        return True
+    if isinstance(kind, T.ArrayType):
+        return has_map(kind.elementType)
+    if isinstance(kind, T.StructType):
+        return any(has_map(f.dataType) for f in kind.fields)
+    return False
+
+
+def grouping_sql(kind: T.DataType, expr: str, depth: int = 0) -> str:
+    """`expr` (of type `kind`) with every map in it as its entries sorted by key: what to
+    group by instead of `expr`. `expr` itself where it holds no map."""
+    from changelake.spark.expressions import quote
+
+    if not has_map(kind):
+        return expr
+    if isinstance(kind, T.MapType):
+        if has_map(kind.valueType):
+            value = grouping_sql(kind.valueType, f"v{depth}", depth + 1)
+            expr = f"transform_values({expr}, (k{depth}, v{depth}) -> {value})"
+        return f"array_sort(map_entries({expr}))"
+    if isinstance(kind, T.ArrayType):
+        inner = grouping_sql(kind.elementType, f"x{depth}", depth + 1)
+        return f"transform({expr}, x{depth} -> {inner})"
+    assert isinstance(kind, T.StructType)
+    fields = ", ".join(
+        f"{grouping_sql(f.dataType, f'{expr}.{quote(f.name)}', depth + 1)} AS {quote(f.name)}"
+        for f in kind.fields)
+    return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct({fields}) END"
+
+
+def restored_sql(kind: T.DataType, expr: str, depth: int = 0) -> str:
+    """The value of type `kind` again, from `expr`, its `grouping_sql` form."""
+    from changelake.spark.expressions import quote
+
+    if not has_map(kind):
+        return expr
+    if isinstance(kind, T.MapType):
+        if has_map(kind.valueType):
+            value = restored_sql(kind.valueType, f"e{depth}.value", depth + 1)
+            expr = f"transform({expr}, e{depth} -> struct(e{depth}.key AS key, {value} AS value))"
+        return f"map_from_entries({expr})"
+    if isinstance(kind, T.ArrayType):
+        inner = restored_sql(kind.elementType, f"x{depth}", depth + 1)
+        return f"transform({expr}, x{depth} -> {inner})"
+    assert isinstance(kind, T.StructType)
+    fields = ", ".join(
+        f"{restored_sql(f.dataType, f'{expr}.{quote(f.name)}', depth + 1)} AS {quote(f.name)}"
+        for f in kind.fields)
+    return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct({fields}) END"
