@@ -16,6 +16,8 @@ Two maps with the same entries are one group, as Spark's own grouping means them
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import types as T
 
 
@@ -32,41 +34,43 @@ def has_map(kind: T.DataType) -> bool:
 def grouping_sql(kind: T.DataType, expr: str, depth: int = 0) -> str:
     """`expr` (of type `kind`) with every map in it as its entries sorted by key: what to
     group by instead of `expr`. `expr` itself where it holds no map."""
-    from changelake.spark.expressions import quote
 
-    if not has_map(kind):
-        return expr
-    if isinstance(kind, T.MapType):
+    def entries(kind: T.MapType, expr: str, depth: int) -> str:
         if has_map(kind.valueType):
             value = grouping_sql(kind.valueType, f"v{depth}", depth + 1)
             expr = f"transform_values({expr}, (k{depth}, v{depth}) -> {value})"
         return f"array_sort(map_entries({expr}))"
-    if isinstance(kind, T.ArrayType):
-        inner = grouping_sql(kind.elementType, f"x{depth}", depth + 1)
-        return f"transform({expr}, x{depth} -> {inner})"
-    assert isinstance(kind, T.StructType)
-    fields = ", ".join(
-        f"{grouping_sql(f.dataType, f'{expr}.{quote(f.name)}', depth + 1)} AS {quote(f.name)}"
-        for f in kind.fields)
-    return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct({fields}) END"
+
+    return _each_map(kind, expr, depth, entries)
 
 
 def restored_sql(kind: T.DataType, expr: str, depth: int = 0) -> str:
     """The value of type `kind` again, from `expr`, its `grouping_sql` form."""
+
+    def mapped(kind: T.MapType, expr: str, depth: int) -> str:
+        if has_map(kind.valueType):
+            value = restored_sql(kind.valueType, f"e{depth}.value", depth + 1)
+            expr = f"transform({expr}, e{depth} -> struct(e{depth}.key AS key, {value} AS value))"
+        return f"map_from_entries({expr})"
+
+    return _each_map(kind, expr, depth, mapped)
+
+
+def _each_map(kind: T.DataType, expr: str, depth: int,
+              on_map: Callable[[T.MapType, str, int], str]) -> str:
+    """`expr` with `on_map` applied to each map in it, through arrays and structs (a null
+    struct stays null); `expr` itself where it holds no map."""
     from changelake.spark.expressions import quote
 
     if not has_map(kind):
         return expr
     if isinstance(kind, T.MapType):
-        if has_map(kind.valueType):
-            value = restored_sql(kind.valueType, f"e{depth}.value", depth + 1)
-            expr = f"transform({expr}, e{depth} -> struct(e{depth}.key AS key, {value} AS value))"
-        return f"map_from_entries({expr})"
+        return on_map(kind, expr, depth)
     if isinstance(kind, T.ArrayType):
-        inner = restored_sql(kind.elementType, f"x{depth}", depth + 1)
+        inner = _each_map(kind.elementType, f"x{depth}", depth + 1, on_map)
         return f"transform({expr}, x{depth} -> {inner})"
     assert isinstance(kind, T.StructType)
     fields = ", ".join(
-        f"{restored_sql(f.dataType, f'{expr}.{quote(f.name)}', depth + 1)} AS {quote(f.name)}"
-        for f in kind.fields)
+        f"{_each_map(f.dataType, f'{expr}.{quote(f.name)}', depth + 1, on_map)} "
+        f"AS {quote(f.name)}" for f in kind.fields)
     return f"CASE WHEN {expr} IS NULL THEN NULL ELSE struct({fields}) END"

@@ -45,6 +45,7 @@ from changelake.lake.layout import SEGMENT, FileSet, TableState, read_manifest
 from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.sql import quote, state_sql, union_sql
 from changelake.lake.table import Table
+from changelake.spark.map_grouping import grouping_sql, restored_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +148,16 @@ def unkeyed_changes(pinned: Pinned, lower: int) -> DataFrame:
     live = set(live_columns(pinned.state.versions))
     group = [f.name for f in logical.fields if f.name in live]
     cols = [F.col(quote(n)) for n in group]
-    changed = (_window(pinned, lower).groupBy(*cols).agg(F.sum("_diff").alias("_d"))
+    # Rows are grouped and matched with each map as its sorted entries (`spark.map_grouping`:
+    # Spark's own grouping of a map loses its null values, and it compares no maps), made
+    # maps again at the end.
+    keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
+            for f in logical.fields if f.name in live]
+
+    def grouped(frame: DataFrame) -> DataFrame:
+        return frame.selectExpr(*keys, "_time", "_diff")
+
+    changed = (grouped(_window(pinned, lower)).groupBy(*cols).agg(F.sum("_diff").alias("_d"))
                .where(F.col("_d") != 0))
     retracted = changed.where(F.col("_d") < 0).select(*cols)
     has_retractions = bool(retracted.take(1))  # a job over the window's files only
@@ -155,7 +165,8 @@ def unkeyed_changes(pinned: Pinned, lower: int) -> DataFrame:
         *cols, F.explode(F.array_repeat(F.lit(1), F.col("_d").cast("int"))).alias("_x"))
     parts = [added.select(*cols, F.lit(1).cast("long").alias("_diff"))]
     if has_retractions:
-        everything = spark.sql(union_sql(pinned.state, pinned.directory, logical=logical))
+        everything = grouped(spark.sql(union_sql(pinned.state, pinned.directory,
+                                                 logical=logical)))
         u, r = everything.alias("u"), F.broadcast(retracted).alias("r")
         on = [F.col(f"u.{quote(n)}").eqNullSafe(F.col(f"r.{quote(n)}")) for n in group]
         counts = (u.join(r, on, "left_semi").groupBy(*[F.col(f"u.{quote(n)}") for n in group])
@@ -167,6 +178,7 @@ def unkeyed_changes(pinned: Pinned, lower: int) -> DataFrame:
     frame = parts[0]
     for part in parts[1:]:
         frame = frame.unionByName(part)
-    shown = [F.col(quote(f.name)) if f.name in live
-             else F.lit(None).cast(f.dataType).alias(f.name) for f in logical.fields]
-    return frame.select(*shown, "_diff")
+    shown = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" if f.name in live
+             else f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
+             for f in logical.fields]
+    return frame.selectExpr(*shown, "_diff")
