@@ -68,7 +68,7 @@ from changelake.lake.table import Table
 from changelake.protocol import Antichain, Message, Progress, Updates
 from changelake.spark.expressions import quote
 from changelake.spark.instants import with_instants
-from changelake.spark.map_grouping import grouping_sql, restored_sql
+from changelake.spark.map_grouping import groupable, restored
 from changelake.values import freeze
 
 DEFAULT_BATCH = 1024
@@ -127,24 +127,21 @@ def changes_frame(table: Table, plan: ChangesPlan) -> DataFrame:
     """The consolidated updates of the plan, as the table's columns plus `_time`, `_diff`.
     A map column is grouped as its sorted entries (`spark.map_grouping`: Spark's own grouping
     of a map loses its null values)."""
-    fields = table.schema.fields
-    keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" for f in fields]
-    restored = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
-                for f in fields]
-    columns = [quote(f.name) for f in fields]
+    schema = table.schema
+    columns = [quote(c) for c in schema.fieldNames()]
     updates = table.updates()
     first = plan.since + 1 if plan.snapshot else plan.since
     cond = F.col("_time") >= first
     if plan.until is not None:
         cond = cond & (F.col("_time") < plan.until)
-    changed = (updates.where(cond).selectExpr(*keys, "_time", "_diff")
-               .groupBy(*columns, "_time").agg(F.sum("_diff").alias("_diff"))
-               .where(F.col("_diff") != 0).selectExpr(*restored, "_time", "_diff"))
+    changed = restored(groupable(updates.where(cond).selectExpr(*columns, "_time", "_diff"))
+                       .groupBy(*columns, "_time").agg(F.sum("_diff").alias("_diff"))
+                       .where(F.col("_diff") != 0), schema)
     if not plan.snapshot:
         return changed
-    state = (table.as_of(plan.since).selectExpr(*keys).groupBy(*columns)
-             .agg(F.count(F.lit(1)).alias("_diff"))
-             .selectExpr(*restored, f"CAST({int(plan.since)} AS BIGINT) AS _time", "_diff"))
+    state = (restored(groupable(table.as_of(plan.since)).groupBy(*columns)
+                      .agg(F.count(F.lit(1)).alias("_diff")), schema)
+             .selectExpr(*columns, f"CAST({int(plan.since)} AS BIGINT) AS _time", "_diff"))
     return state.unionByName(changed)
 
 

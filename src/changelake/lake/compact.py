@@ -45,7 +45,7 @@ from changelake.lake.layout import (
 from changelake.lake.schema import logical_schema, struct_json
 from changelake.lake.sql import quote, union_sql
 from changelake.lake.table import ProgressFn, Table, TableWriter, clear_dir, write_segment
-from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
+from changelake.spark.map_grouping import groupable, restored
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,18 +91,9 @@ def latest_per_key(df: DataFrame, key: Sequence[str]) -> DataFrame:
 def consolidate_rows(df: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Unkeyed: sum diffs per (row, bucket), drop zeros. A map column is grouped as its
     sorted entries (`spark.map_grouping`: Spark's own grouping loses its null values)."""
-    kinds = {f.name: f.dataType for f in df.schema.fields}
-    mapped = [c for c in columns if has_map(kinds[c])]
-    if mapped:
-        df = df.selectExpr(*[f"{grouping_sql(kinds[c], quote(c))} AS {quote(c)}"
-                             if c in mapped else quote(c) for c in df.columns])
     group = [quote(c) for c in columns] + ["_bucket"]
-    summed = (df.groupBy(*group).agg(F.sum("_diff").alias("_diff"))
-              .where(F.col("_diff") != 0))
-    if not mapped:
-        return summed
-    return summed.selectExpr(*[f"{restored_sql(kinds[c], quote(c))} AS {quote(c)}"
-                               if c in mapped else quote(c) for c in summed.columns])
+    return restored(groupable(df).groupBy(*group).agg(F.sum("_diff").alias("_diff"))
+                    .where(F.col("_diff") != 0), df.schema)
 
 
 def _write_buckets(df: DataFrame, table_dir: Path, root: str) -> dict[int, tuple[int, int]]:

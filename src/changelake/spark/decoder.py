@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
-from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
+from changelake.spark.map_grouping import grouping_sql, restored_sql
 from changelake.spark.session import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
 
 if TYPE_CHECKING:
@@ -400,8 +400,7 @@ def _decode(
     # as their sorted entries: Spark's own grouping of a map turns its null values into 0s.
     count = "" if partitions is None else f"{int(partitions)}, "
     kind = updates.schema["data"].dataType
-    data, restored = (grouping_sql(kind, "data"), restored_sql(kind, "data")) \
-        if has_map(kind) else ("data", "data")
+    data, restored = grouping_sql(kind, "data"), restored_sql(kind, "data")  # "data" if no map
     rows = (f"(SELECT /*+ REPARTITION({count}data, time) */ {data} AS data, time, diff "
             "FROM {relevant})")
     grouped = _sql(

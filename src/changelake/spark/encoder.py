@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ProtocolError
 from changelake.protocol import Antichain, Message, Progress, Updates
-from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
+from changelake.spark.map_grouping import groupable, restored
 from changelake.values import freeze
 
 if TYPE_CHECKING:
@@ -113,17 +113,11 @@ def encode(
     if finished_through is not None:
         checked = checked.where(F.col("time") <= F.lit(finished_through))
     # Maps in `data` grouped as their sorted entries (Spark's map grouping loses null values).
-    kind = changes.schema["data"].dataType
-    consolidated = (
-        checked.selectExpr(f"{grouping_sql(kind, 'data')} AS data", "time", "diff")
-        .groupBy("data", "time")
+    consolidated = restored(
+        groupable(checked).groupBy("data", "time")
         .agg(F.sum("diff").alias("diff"))
-        .where(F.col("diff") != 0)
-        .selectExpr(f"{restored_sql(kind, 'data')} AS data", "time", "diff")
-    ) if has_map(kind) else (
-        checked.groupBy("data", "time")
-        .agg(F.sum("diff").alias("diff"))
-        .where(F.col("diff") != 0)
+        .where(F.col("diff") != 0),
+        checked.schema,
     )
     # Consecutive rows of one partition share a batch: monotonically_increasing_id is the
     # partition index in the upper bits and the row number in the lower 33 bits.

@@ -17,8 +17,12 @@ Two maps with the same entries are one group, as Spark's own grouping means them
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pyspark.sql import types as T
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def has_map(kind: T.DataType) -> bool:
@@ -29,6 +33,26 @@ def has_map(kind: T.DataType) -> bool:
     if isinstance(kind, T.StructType):
         return any(has_map(f.dataType) for f in kind.fields)
     return False
+
+
+def groupable(frame: DataFrame) -> DataFrame:
+    """`frame` with every map in its columns as its sorted entries (`grouping_sql`): what to
+    group whole rows of. A frame without a map is projected as it is."""
+    from changelake.spark.expressions import quote
+
+    return frame.selectExpr(*[f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
+                              for f in frame.schema.fields])
+
+
+def restored(frame: DataFrame, schema: T.StructType) -> DataFrame:
+    """`frame`, grouped from `groupable` of a frame of `schema`, with its maps made again
+    (`restored_sql`); a column `schema` lacks (an aggregate) stays as it is."""
+    from changelake.spark.expressions import quote
+
+    kinds = {f.name: f.dataType for f in schema.fields}
+    return frame.selectExpr(*[
+        f"{restored_sql(kinds[c], quote(c))} AS {quote(c)}" if c in kinds else quote(c)
+        for c in frame.columns])
 
 
 def grouping_sql(kind: T.DataType, expr: str, depth: int = 0) -> str:

@@ -45,7 +45,7 @@ from changelake.lake.layout import SEGMENT, FileSet, TableState, read_manifest
 from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.sql import quote, state_sql, union_sql
 from changelake.lake.table import Table
-from changelake.spark.map_grouping import grouping_sql, restored_sql
+from changelake.spark.map_grouping import groupable, restored_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,11 +151,9 @@ def unkeyed_changes(pinned: Pinned, lower: int) -> DataFrame:
     # Rows are grouped and matched with each map as its sorted entries (`spark.map_grouping`:
     # Spark's own grouping of a map loses its null values, and it compares no maps), made
     # maps again at the end.
-    keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
-            for f in logical.fields if f.name in live]
 
     def grouped(frame: DataFrame) -> DataFrame:
-        return frame.selectExpr(*keys, "_time", "_diff")
+        return groupable(frame.selectExpr(*[quote(n) for n in group], "_time", "_diff"))
 
     changed = (grouped(_window(pinned, lower)).groupBy(*cols).agg(F.sum("_diff").alias("_d"))
                .where(F.col("_d") != 0))
