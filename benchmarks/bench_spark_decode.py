@@ -237,6 +237,7 @@ def main() -> int:
         timed("warm-up: decode (not measured)", run_decode)
         rounds: list[tuple[float, float]] = []
         alone: list[float] = []  # decode alone / dropDuplicates, per round
+        smallest: list[float] = []  # one job of one row / dropDuplicates, per round
         for r in range(args.repeat):
             pair = [("(a) dropDuplicates().count()", run_dedup), ("decode + count", run_decode)]
             if r % 2:
@@ -247,6 +248,8 @@ def main() -> int:
                 assert n == args.rows, n
             rounds.append((measured["decode + count"], measured["(a) dropDuplicates().count()"]))
             alone.append(decode_alone[-1] / measured["(a) dropDuplicates().count()"])
+            one_job, _ = timed(f"round {r + 1}: (d) one small job", lambda: spark.range(1).count())
+            smallest.append(one_job / measured["(a) dropDuplicates().count()"])
         ratios = sorted(d / a for d, a in rounds)
         decode_s = statistics.median(d for d, _ in rounds)
         dedup_s = statistics.median(a for _, a in rounds)
@@ -272,6 +275,9 @@ def main() -> int:
         print(f"  decode alone / dropDup.      {statistics.median(alone):6.2f}x  (median; "
               f"rounds: {', '.join(f'{x:.2f}' for x in sorted(alone))}: until `decode` "
               "returned, the frontier known and the result cached, not yet read)")
+        print(f"  one small job / dropDup.     {statistics.median(smallest):6.2f}x  (median: "
+              "spark.range(1).count(), the least a read of the result adds to a decode as "
+              "fast as the dedup)")
         print(f"  decode / scan                {decode_s / scan:6.2f}x")
         print(f"Spark jobs (last round): decode + count {jobs['decode + count']}, "
               f"dropDuplicates().count() {jobs['dropDuplicates']}")

@@ -14,6 +14,7 @@ import pytest
 
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
+from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from conftest import execute, seeded
 
@@ -123,3 +124,19 @@ def test_a_missing_slot_or_publication_is_named(spark, pg_dsn: str, tmp_path) ->
         LakeCapture(lake, CaptureOptions(pg_dsn, "bank", "nope")).run()
     with pytest.raises(SourceError, match="publication 'other' does not exist"):
         LakeCapture(lake, CaptureOptions(pg_dsn, "other", "nope", create_slot=True)).run()
+
+
+def test_a_row_twice_in_a_snapshot_is_refused_as_the_stream_refuses_it(spark, pg_dsn: str,
+                                                                       tmp_path) -> None:
+    # Keyed by REPLICA IDENTITY FULL (every column), a table holding a row twice cannot be a
+    # keyed lake table: the snapshot's commit names the row instead of showing it once.
+    execute(pg_dsn, "CREATE TABLE twice (a int, b text)",
+            "ALTER TABLE twice REPLICA IDENTITY FULL",
+            "INSERT INTO twice VALUES (1, 'x'), (1, 'x'), (2, 'y')",
+            "CREATE PUBLICATION twice FOR TABLE twice")
+    lake = Lake(spark, tmp_path / "lake")
+    with pytest.raises(LakeError, match=r"table public\.twice: key \(a=1, b='x'\) has an "
+                                        r"insertion with diff 2 at time 0;"):
+        LakeCapture(lake, CaptureOptions(pg_dsn, "twice", "twice_slot", create_slot=True,
+                                         until_idle=1.0)).run()
+    assert not lake.table("public.twice").current().collect()

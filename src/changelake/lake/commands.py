@@ -23,6 +23,7 @@ topics' offsets recorded by the commit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from changelake.lake.commit import repair_pointer
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.key_rule import Locate, check_one_row_per_key
 from changelake.lake.layout import SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
@@ -218,6 +220,11 @@ class DecodedInput:
     lower: Antichain
     upper: Antichain
     waiting: str | None
+    one_row_per_key: bool = False
+    """The rows are built one per key and time (a changefeed's conversion): a keyed table's
+    commit need not check them (`key_rule.py`)."""
+    locate: Locate | None = None
+    """Where an update of the input is, for the key check's error."""
 
 
 def changefeed_input(converted: Converted, source: str, committed: int | None) -> DecodedInput:
@@ -229,20 +236,22 @@ def changefeed_input(converted: Converted, source: str, committed: int | None) -
     return DecodedInput(
         flatten(converted.changes), Antichain([committed if committed is not None else 0]),
         Antichain() if frontier is None else Antichain([frontier]),
-        None if frontier is None else changefeed_waiting_reason(source, frontier))
+        None if frontier is None else changefeed_waiting_reason(source, frontier),
+        one_row_per_key=True)
 
 
 def decode_materialize(updates: DataFrame, progress: DataFrame, since: Antichain,
                        cleanup: ExitStack) -> DecodedInput:
     """Decode Materialize CDC messages on Spark from the table's committed frontier `since`;
     the decode's cached aggregate is released when `cleanup` closes (after the commit)."""
-    from changelake.spark.decoder import decode
+    from changelake.spark.decoder import decode, locate_key
 
     decoded = translate_errors(decode, updates, progress, since=since)
     cleanup.callback(decoded.unpersist)
     waiting = None if decoded.frontier.is_closed else waiting_reason(
         dict(decoded.missing), decoded.progress_frontier)
-    return DecodedInput(flatten(decoded.updates), since, decoded.frontier, waiting)
+    return DecodedInput(flatten(decoded.updates), since, decoded.frontier, waiting,
+                        locate=functools.partial(locate_key, updates))
 
 
 def frontier_after(committed: int | None, upper: Antichain) -> int | None:
@@ -268,11 +277,16 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
     input_upper = frontier_int(upper, "input")
     if committed is not None and input_upper is not None and input_upper < committed:
         lower = upper  # the input ends before the committed frontier: nothing new in it
+    if key and not decoded.one_row_per_key and committed is not None and lower != upper:
+        # Checked here, before a missing table is created: a refused input leaves none.
+        check_one_row_per_key(decoded.rows.where(f"_diff != 0 AND _time >= {committed}"),
+                              key, writer.name, decoded.locate)
     if writer.state is None:
         data = StructType([f for f in decoded.rows.schema.fields
                            if f.name not in ("_time", "_diff")])
         writer.create(data, key=key, buckets=buckets, scd2=scd2)
-    return writer.commit(decoded.rows, lower, upper, offsets=offsets, write=write)
+    return writer.commit(decoded.rows, lower, upper, offsets=offsets, write=write,
+                         check_key=False)
 
 
 # -------------------------------------------------------------------------------- snapshot

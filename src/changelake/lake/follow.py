@@ -57,6 +57,7 @@ not commit produces them again; a replay of a committed one is skipped before it
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -311,6 +312,7 @@ class CommitBatches:
         from changelake.spark.decoder import (
             collect_statements,
             decode_statements,
+            locate_key,
             split_messages,
         )
         from changelake.spark.errors import translate_errors
@@ -329,8 +331,8 @@ class CommitBatches:
             cleanup.callback(messages.unpersist)
             if self.set_aside is not None:
                 self.set_aside(batch_id, messages)
-            updates, progress = split_messages(messages)
-            updates = updates.selectExpr("data", "time", "diff")
+            located, progress = split_messages(messages)  # with the files' lines
+            updates = located.selectExpr("data", "time", "diff")
             if previous is not None and previous[0].has_pending:
                 pending = spark.read.schema(updates.schema).parquet(str(previous[1] / PENDING))
                 updates = updates.unionByName(pending)
@@ -386,7 +388,9 @@ class CommitBatches:
                 result = None
             else:
                 result = translate_errors(
-                    commit_input, writer, DecodedInput(rows, since, frontier, None),
+                    commit_input, writer,
+                    DecodedInput(rows, since, frontier, None,
+                                 locate=functools.partial(locate_key, located)),
                     key=self.key, buckets=self.buckets, scd2=self.scd2, offsets=offsets)
         self.progress(batch_id, "committed", result)
         _states_before(self.states, batch_id)

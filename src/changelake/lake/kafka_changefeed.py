@@ -68,14 +68,13 @@ from typing import Any
 
 import orjson
 
-from changelake.convert.progress import changefeed_waiting_reason
 from changelake.errors import ChangefeedError, ChangelakeError, LakeError, Location
 from changelake.formats.tableschema import read_table_json
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import (
     DecodedInput,
+    changefeed_input,
     check_columns,
-    flatten,
     frontier_after,
 )
 from changelake.lake.identifier import TableIdentifier, check_name
@@ -171,7 +170,8 @@ def ingest_changefeed_topics(
 
             empty = writer.current().limit(0).select(
                 "*", F.lit(0).cast("long").alias("_time"), F.lit(0).cast("long").alias("_diff"))
-            decoded = DecodedInput(empty, Antichain([committed]), Antichain(), None)
+            decoded = DecodedInput(empty, Antichain([committed]), Antichain(), None,
+                                   one_row_per_key=True)
             return run.commit(writer, decoded, _partition_reads(plans, recorded, {}), recorded,
                               0, key=key, buckets=buckets, scd2=scd2)
         if records == 0:  # nothing new: no commit (and no columns to create a table with)
@@ -181,11 +181,7 @@ def ingest_changefeed_topics(
                              state=writer.current() if existing and key else None,
                              since=committed if existing else None)
         check_columns(converted.changes, existing, "--table-schema")
-        frontier = converted.frontier
-        decoded = DecodedInput(
-            flatten(converted.changes), Antichain([committed]),
-            Antichain() if frontier is None else Antichain([frontier]),
-            None if frontier is None else changefeed_waiting_reason(source, frontier))
+        decoded = changefeed_input(converted, source, committed)
         absorbed = frontier_after(committed, decoded.upper)
         facts = translate_errors(_resume_facts, converted.marks, absorbed, partitions)
         reads = _partition_reads(plans, recorded, facts)

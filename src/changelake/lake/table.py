@@ -37,6 +37,7 @@ from changelake.errors import LakeError
 from changelake.formats.tableschema import TableSchema
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
 from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.key_rule import check_one_row_per_key
 from changelake.lake.layout import (
     SEGMENT,
     FileSet,
@@ -208,10 +209,11 @@ class Table:
                 writer.closed = True
 
     def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
-               retain: int = DEFAULT_RETAIN) -> CommitResult:
-        """Commit the updates of `[lower, upper)` exactly once (see the module docstring)."""
+               retain: int = DEFAULT_RETAIN, check_key: bool = True) -> CommitResult:
+        """Commit the updates of `[lower, upper)` exactly once (see the module docstring;
+        `check_key` as for `TableWriter.commit`)."""
         with self.writer() as writer:
-            return writer.commit(updates, lower, upper, retain=retain)
+            return writer.commit(updates, lower, upper, retain=retain, check_key=check_key)
 
 
 def ingest_key(name: str, state: TableState | None, key: Sequence[str]) -> tuple[str, ...]:
@@ -326,8 +328,13 @@ class TableWriter:
 
     def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
                retain: int = DEFAULT_RETAIN, offsets: SourceOffsets | None = None,
-               write: Callable[[Callable[[], None]], None] | None = None) -> CommitResult:
+               write: Callable[[Callable[[], None]], None] | None = None,
+               check_key: bool = True) -> CommitResult:
         """Commit the updates of `[lower, upper)` exactly once (see the module docstring).
+
+        A keyed table's updates are first checked to keep one row per key (`key_rule.py`);
+        `check_key=False` skips that, for updates built one per key and time or checked
+        already.
 
         `offsets`: the source positions these updates were read up to, recorded by the same
         commit (so a crash either keeps both or neither). When nothing in the input is new but
@@ -369,6 +376,8 @@ class TableWriter:
             F.col("_time").cast("long").alias("_time"),
             F.col("_diff").cast("long").alias("_diff"),
         )
+        if state.key and check_key:
+            check_one_row_per_key(rows, state.key, name)
         rel = segment_path(committed, up)
         target = self.table.directory / rel
         clear_dir(target)

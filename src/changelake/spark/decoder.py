@@ -634,12 +634,29 @@ def _locate(updates: DataFrame, data: Any, time: int, condition: Column) -> Loca
             F.broadcast(key),
             F.col("data").eqNullSafe(F.col("_data")) & (F.col("time") == F.col("_time")),
         )
-    rows = match.select(*present).limit(1).collect()
+    rows = match.select(*present).orderBy(*present).limit(1).collect()  # the first in order
     if not rows:
         return None
     found = rows[0].asDict()
     return Location(found.get("_file"), found.get("_line"), found.get("_offset"),
                     found.get("_index"))
+
+
+def locate_key(updates: DataFrame, key: dict[str, Any], time: int, sign: int
+               ) -> Location | None:
+    """Where an update of the input at `time`, with a diff of `sign`, whose row has the
+    values `key` gives its fields, sits (the first in the input's order), if the input says
+    (`lake.key_rule.Locate`). A field whose value is not a plain scalar is not matched on."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    if not isinstance(updates.schema["data"].dataType, StructType):
+        return None  # rows carried as JSON text
+    condition = F.signum("diff") == sign
+    for name, value in key.items():
+        if not isinstance(value, (dict, list, tuple)):  # Rows are tuples
+            condition = condition & F.col("data").getField(name).eqNullSafe(F.lit(value))
+    return _locate(updates, None, time, condition)
 
 
 def split_messages(messages: DataFrame) -> tuple[DataFrame, DataFrame]:
