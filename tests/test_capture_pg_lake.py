@@ -135,7 +135,7 @@ def test_a_row_twice_in_a_snapshot_is_refused_as_the_stream_refuses_it(spark, pg
             "INSERT INTO twice VALUES (1, 'x'), (1, 'x'), (2, 'y')",
             "CREATE PUBLICATION twice FOR TABLE twice")
     lake = Lake(spark, tmp_path / "lake")
-    with pytest.raises(LakeError, match=r"table public\.twice: key \(a=1, b='x'\) has an "
+    with pytest.raises(LakeError, match=r'table public\.twice: key \(a=1, b="x"\) has an '
                                         r"insertion with diff 2 at time 0;"):
         LakeCapture(lake, CaptureOptions(pg_dsn, "twice", "twice_slot", create_slot=True,
                                          until_idle=1.0)).run()

@@ -131,20 +131,33 @@ def test_table_commit_checks_the_key_unless_told_the_updates_are_built_so(spark,
     assert rows_of(spark, name) == Counter({(1, "a"): 1})
 
 
-def test_the_command_line_says_it_in_one_line(tmp_path):
+def test_the_command_line_says_it_in_one_line_with_the_keys_text(tmp_path):
+    """A timestamp key is shown as its instant, and found in the input, in any time zone."""
+    import os
     import subprocess
     import sys
 
-    log = write_log(tmp_path / "twice.jsonl", [((1, "a"), 1, 2)], 1)
-    schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps(CDC.avro))
+    from changelake.formats.materialize import cdc_schema_around, write_ocf
+    from changelake.protocol import Writer
+
+    row = {"type": "record", "name": "row", "fields": [
+        {"name": "at", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+        {"name": "v", "type": "string"}]}
+    writer = Writer(batch_size=2)
+    for at, v in [("2024-01-02T03:04:05+00:00", "a"), ("2024-01-02T03:04:06+00:00", "b"),
+                  ("2024-01-02T03:04:05+00:00", "c")]:
+        writer.push(freeze({"at": at, "v": v}, ("at", "v")), 1, 1)
+    log = tmp_path / "log.avro"
+    with open(log, "wb") as fo:
+        write_ocf(fo, writer.finish_through(1), CdcSchema.from_json(cdc_schema_around(row)))
     done = subprocess.run(
         [sys.executable, "-m", "changelake", "ingest", "--lake", str(tmp_path / "lake"),
-         "--table", "t", "--key", "id", "--schema", str(schema), str(log)],
-        capture_output=True, text=True, timeout=300)
+         "--table", "t", "--key", "at", str(log)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "TZ": "Asia/Tokyo"})
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith(f"changelake: error: {log}, line ") and "key (id=1)" in line
+    assert line.startswith(f"changelake: error: {log}, offset "), line
+    assert 'key (at="2024-01-02T03:04:05+00:00") has 2 insertions at time 1;' in line
 
 
 def test_a_follow_batch_that_breaks_the_key_is_refused_at_its_line(spark, lake, tmp_path):

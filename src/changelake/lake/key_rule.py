@@ -28,15 +28,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import orjson
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from changelake.errors import LakeError, Location
+from changelake.lake.arrow import plain
 from changelake.spark.expressions import quote
+from changelake.spark.instants import with_instants
 
 Locate = Callable[[dict[str, Any], int, int], Location | None]
 """locate(key values by column, time, sign of the diff): where in the input one update of
-that key at that time with a diff of that sign sits, if the input says."""
+that key at that time with a diff of that sign sits, if the input says. A timestamp among the
+values is its UTC instant."""
 
 RULE = ("a keyed table holds one row per key: a key's updates at one time are at most one "
         "retraction and one insertion, of diff -1 and +1")
@@ -54,10 +58,11 @@ def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
         F.min("_diff").alias("_least"),
         F.max("_diff").alias("_most"),
     ).where("_inserted > 1 OR _retracted > 1 OR _most > 1 OR _least < -1")
-    first = broken.orderBy("_time", *columns).limit(1).collect()
+    earliest, instants = with_instants(broken.orderBy("_time", *columns).limit(1))
+    first = earliest.collect()
     if not first:
         return
-    found = first[0].asDict()
+    found = instants(first[0].asDict(recursive=True))  # a timestamp as its UTC instant
     if found["_most"] > 1:
         what, sign = f"an insertion with diff {found['_most']}", 1
     elif found["_least"] < -1:
@@ -68,7 +73,7 @@ def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
         what, sign = f"{found['_retracted']} retractions", -1
     values = {c: found[c] for c in key}
     time = found["_time"]
-    shown = ", ".join(f"{c}={v!r}" for c, v in values.items())
+    shown = ", ".join(f"{c}={orjson.dumps(plain(v)).decode()}" for c, v in values.items())
     others = broken.count() - 1  # only on the way to the error
     more = f" (and {others} more (key, time) pair{'s' if others > 1 else ''})" if others else ""
     raise LakeError(
