@@ -49,8 +49,9 @@ RULE = ("a keyed table holds one row per key: a key's updates at one time are at
 def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
                           locate: Locate | None = None) -> None:
     """Raise a `LakeError` naming the earliest (time, key) of `rows` (the table's columns,
-    `_time`, `_diff`; no zero diffs) that breaks the rule (module docstring); one job when
-    none does."""
+    `_time`, `_diff`; no zero diffs) that breaks the rule (module docstring). When none does,
+    that is one query: the aggregate, and the first of what breaks (none); the count of the
+    others, and `locate`, run only on the way to the error."""
     columns = [F.col(quote(c)) for c in key]
     broken = rows.groupBy(*columns, "_time").agg(
         F.expr("count_if(_diff > 0)").alias("_inserted"),

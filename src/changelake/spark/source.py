@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,7 @@ from changelake.spark.errors import INPUT_ERROR_MARK
 from changelake.spark_arrow import SPARK_DECIMAL_DIGITS
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Row, SparkSession
     from pyspark.sql.types import DataType, StructType
 
@@ -401,17 +402,54 @@ def read_file(options: Options, path: str) -> Iterator[tuple[Any, ...]]:
         yield None, None, name, item.location.line, item.location.offset, item.reason
 
 
+BATCH_UPDATES = 1 << 16
+"""About how many updates (and statements) one Arrow batch of the read holds: a batch is made
+as a whole in the Python worker, so messages of many updates each are counted by update."""
+
+
+def arrow_batches(rows: Iterable[tuple[Any, ...]], schema: StructType
+                  ) -> Iterator[pa.RecordBatch]:
+    """`rows` (of `message_type`, `updates` first) as Arrow record batches of the Arrow schema
+    PySpark's worker expects for `schema` (its `to_arrow_schema(schema, timezone="UTC")`),
+    each column converted by pyarrow at once. Yielded as tuples, the rows would be converted
+    by PySpark's own Python converter, value by value at every depth of a message's updates:
+    seven times as long for a file of 400k updates (2.5 s against 0.33 s, a throwaway timing
+    of the two on the same rows, whose batches were equal), about a third of the read."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(schema, timezone="UTC")
+    chunk: list[tuple[Any, ...]] = []
+    weight = 0
+    for row in rows:
+        chunk.append(row)
+        weight += 1 + len(row[0] or ())
+        if weight >= BATCH_UPDATES:
+            yield _record_batch(pa, chunk, target)
+            chunk, weight = [], 0
+    if chunk:
+        yield _record_batch(pa, chunk, target)
+
+
+def _record_batch(pa: Any, rows: list[tuple[Any, ...]], target: pa.Schema) -> pa.RecordBatch:
+    columns = zip(*rows, strict=True)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, type=f.type) for column, f in zip(columns, target, strict=True)],
+        schema=target)
+
+
 class MaterializeCdcReader(DataSourceReader):
-    def __init__(self, options: Options, files: Sequence[str]) -> None:
+    def __init__(self, options: Options, files: Sequence[str], schema: StructType) -> None:
         self.options = options
         self.files = list(files)
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         return [FilePartition(f) for f in self.files]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        yield from read_file(self.options, partition.path)
+        yield from arrow_batches(read_file(self.options, partition.path), self.schema)
 
 
 @dataclass(frozen=True)
@@ -426,8 +464,9 @@ class MaterializeCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
     read in as many batches as the read limit asks, and later files wait for the next run.
     """
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         self.target: set[str] | None = None
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -459,9 +498,9 @@ class MaterializeCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailabl
         seen = set(start["files"])
         return [FilePartition(f) for f in end["files"] if f not in seen]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FilePartition)
-        yield from read_file(self.options, partition.path)
+        yield from arrow_batches(read_file(self.options, partition.path), self.schema)
 
     def commit(self, end: dict) -> None:
         pass  # files are never deleted by the reader
@@ -566,13 +605,13 @@ class MaterializeCdcDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options, _, files = self._resolved()
-        return MaterializeCdcReader(options, files)
+        return MaterializeCdcReader(options, files, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = Options.parse(self.options)
         if options.data_as == "struct" and options.avro_schema is None:
             options, _ = _data_type(options, options.files())
-        return MaterializeCdcStreamReader(options)
+        return MaterializeCdcStreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return MaterializeCdcWriter(self.options, overwrite)
