@@ -151,6 +151,28 @@ def test_follow_equals_one_shot_ingest(spark, tmp_path, typed):
     assert state.offsets.stream.batch == len(parts) - 1 and state.version == len(parts)
 
 
+def test_a_schema_file_of_the_rows_record_types_the_follow_as_it_types_ingest(spark,
+                                                                             tmp_path):
+    """`--schema` may be a file of the rows' record, as `ingest` takes it (the follow read the
+    file as the union's text, and the data source failed with an internal error); a file
+    that is no schema is its one-line error before the query starts."""
+    source = tmp_path / "src"
+    for n, piece in enumerate(pieces(seeded(5), 2)):
+        drop(source, n, piece)
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps(CDC.data_type))
+    lake_dir = tmp_path / "lake"
+    name = f"f_{uuid.uuid4().hex[:8]}"
+    report = follow(Lake(spark, lake_dir), name, directory_source(source, schema=record),
+                    str(source.resolve()), trigger_seconds=0.5, until_idle=3)
+    assert report.committed >= 1
+    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, record)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "record"}')
+    with pytest.raises(ChangelakeError, match=r"bad\.json: not a valid Avro schema"):
+        directory_source(source, schema=bad)
+
+
 def test_new_spark_checkpoint_rereads_and_doubles_nothing(spark, tmp_path):
     """Spark's checkpoint deleted between runs: its batch ids start again at 0 under a new
     identity, so the table's mark of the old one skips nothing; every file is read again and

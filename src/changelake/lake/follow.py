@@ -137,19 +137,22 @@ def directory_source(directory: Path, *, schema: Path | None = None,
     """The files that appear in `directory` (atomically: hidden name, then rename), as
     `materialize-cdc` streams them. Rows are typed by `schema`, else by the first Avro
     container file present when the query starts, else read as JSON text."""
-    from changelake.formats.materialize import OCF_MAGIC, expand_paths
+    from changelake.formats.materialize import OCF_MAGIC, expand_paths, load_schema_text
 
     directory = Path(directory).resolve()
     if not directory.is_dir():
         raise LakeError(f"--follow {directory}: not a directory")
+    # The union's text, from a file of the union or of the rows' record (as `ingest` takes
+    # it); a bad file is its one-line error here, not the data source's on the executor.
+    avro = load_schema_text(schema) if schema is not None else None
 
     def messages(spark: SparkSession) -> DataFrame:
         from changelake.spark.source import register
 
         register(spark)
         reader = spark.readStream.format("materialize-cdc")
-        if schema is not None:
-            reader = reader.option("avroSchema", Path(schema).read_text())
+        if avro is not None:
+            reader = reader.option("avroSchema", avro)
         else:
             typed = False
             for path in expand_paths([directory]):
