@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -65,6 +66,20 @@ def write_log(directory: Path, updates: int, files: int, seed: int = 5) -> int:
     return written
 
 
+def alternate(ways: dict[str, Callable[[], float]], rounds: int) -> dict[str, float]:
+    """Each way once, not measured, then `rounds` rounds of every way in turn, the order
+    reversed every other round (each way returns its own seconds); each way's median."""
+    for way in ways.values():
+        way()
+    seconds: dict[str, list[float]] = {name: [] for name in ways}
+    order = list(ways.items())
+    for r in range(rounds):
+        for name, way in order if r % 2 == 0 else order[::-1]:
+            seconds[name].append(way())
+            print(f"  round {r + 1}: {name:<20} {seconds[name][-1]:6.2f} s", flush=True)
+    return {name: statistics.median(times) for name, times in seconds.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=500_000)
@@ -103,17 +118,11 @@ def main() -> int:
             assert report.commit.written == distinct, report.commit
             return seconds
 
-        ingest(True), ingest(False)  # warm-up, not measured
-        check_seconds.clear()
-        seconds: dict[bool, list[float]] = {True: [], False: []}
-        for r in range(args.rounds):
-            for check in ((True, False) if r % 2 == 0 else (False, True)):
-                seconds[check].append(ingest(check))
-                print(f"  round {r + 1}: {'with' if check else 'without'} the check "
-                      f"{seconds[check][-1]:6.2f} s", flush=True)
+        medians = alternate({"with the check": lambda: ingest(True),
+                             "without the check": lambda: ingest(False)}, args.rounds)
         commands.check_one_row_per_key = checked
-        with_s, without_s = statistics.median(seconds[True]), statistics.median(seconds[False])
-        own = statistics.median(check_seconds)
+        with_s, without_s = medians["with the check"], medians["without the check"]
+        own = statistics.median(check_seconds[1:])  # not the warm-up's
         print(f"\ningest into a keyed table, median of {args.rounds}:")
         print(f"  with the check     {with_s:6.2f} s")
         print(f"  without it         {without_s:6.2f} s")

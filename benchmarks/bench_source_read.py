@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_key_rule import write_log
+from bench_key_rule import alternate, write_log
 
 
 def main() -> int:
@@ -75,17 +74,9 @@ def main() -> int:
                 .mode("overwrite").save()
             return time.perf_counter() - start
 
-        ways = {"Arrow batches": "materialize-cdc", "tuples": "materialize-cdc-tuples"}
-        for source in ways.values():
-            read(source)  # warm-up, not measured
-        seconds: dict[str, list[float]] = {name: [] for name in ways}
-        for r in range(args.rounds):
-            order = list(ways.items()) if r % 2 == 0 else list(ways.items())[::-1]
-            for name, source in order:
-                seconds[name].append(read(source))
-                print(f"  round {r + 1}: {name:<14} {seconds[name][-1]:6.2f} s", flush=True)
-        arrow_s = statistics.median(seconds["Arrow batches"])
-        tuples_s = statistics.median(seconds["tuples"])
+        medians = alternate({"Arrow batches": lambda: read("materialize-cdc"),
+                             "tuples": lambda: read("materialize-cdc-tuples")}, args.rounds)
+        arrow_s, tuples_s = medians["Arrow batches"], medians["tuples"]
         print(f"\nread of {2 * distinct:,} delivered updates, median of {args.rounds}:")
         print(f"  Arrow batches  {arrow_s:6.2f} s")
         print(f"  tuples         {tuples_s:6.2f} s")

@@ -12,7 +12,7 @@ from package_imports import package_imports
 
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2", "commit",
-         "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
+         "key_rule", "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
          "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",
          "sql_endpoint"]
 
