@@ -6,8 +6,9 @@ says how far a followed source is ahead of its table; `arrow` reads a
 committed state without a JVM (merge-on-read in pyarrow, for `status` and `snapshot`); `sql`
 and `scd2` turn a manifest into the SQL of its views; `commit` is the one commit path
 (manifest, views, pointer, garbage collection) and the writer lock; `key_rule` is the rule
-a keyed table's commits keep (one row per key); `table` and `compact` are the operations, and `changes` reads a table out as a CDCv2 stream (its change feed); `catalog`
-ties a lake directory to a metastore; `sources` groups captured tables by their source database
+a keyed table's commits keep (one row per key); `table` and `compact` are the operations, and
+`changes` reads a table out as a CDCv2 stream (its change feed); `catalog` ties a lake
+directory to a metastore; `sources` groups captured tables by their source database
 (one time domain, one consistent frontier); `commands` are what the CLI runs (`kafka_ingest`
 from topics of Materialize CDC messages, `kafka_changefeed` from Debezium and YDB topics,
 `follow` a streaming query over a directory or topics, `follow_changefeed` rounds of

@@ -530,6 +530,19 @@ def frame_key(value: bytes | None) -> int | bytes | None:
     return None
 
 
+def read_partition(options: KafkaOptions, part: KafkaRange) -> Iterator[Any]:
+    """A read task's output: the records as tuples, or the decoded messages as Arrow batches
+    of the source's schema (`source.arrow_batches`: converted by pyarrow, not value by value
+    by PySpark's worker)."""
+    from changelake.spark.source import arrow_batches, data_type_of, message_type
+
+    rows = read_range(options, part)
+    if options.records:
+        return rows
+    data_type, _ = data_type_of(options.rows())
+    return arrow_batches(rows, message_type(data_type))
+
+
 class KafkaCdcReader(DataSourceReader):
     def __init__(self, options: KafkaOptions) -> None:
         self.options = options
@@ -537,9 +550,9 @@ class KafkaCdcReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         return [r for r in plan_batch(self.options) if r.start < r.end]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, KafkaRange):  # with no ranges, Spark reads one empty partition
-            yield from read_range(self.options, partition)
+            yield from read_partition(self.options, partition)
 
 
 # ----------------------------------------------------------------------------- streaming
@@ -691,9 +704,9 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(KafkaRange(topic, partition, first, stop))
         return ranges
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         if isinstance(partition, KafkaRange):  # with no ranges, Spark reads one empty partition
-            yield from read_range(self.options, partition)
+            yield from read_partition(self.options, partition)
 
     def commit(self, end: dict) -> None:
         pass  # the offsets live in the query's checkpoint, not in a consumer group
