@@ -42,13 +42,17 @@ Locate = Callable[[dict[str, Any], int, int], Location | None]
 that key at that time with a diff of that sign sits, if the input says. A timestamp among the
 values is its UTC instant."""
 
+class KeyRuleError(LakeError):
+    """A commit that would give a key of a keyed table two rows (the module docstring)."""
+
+
 RULE = ("a keyed table holds one row per key: a key's updates at one time are at most one "
         "retraction and one insertion, of diff -1 and +1")
 
 
 def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
                           locate: Locate | None = None) -> None:
-    """Raise a `LakeError` naming the earliest (time, key) of `rows` (the table's columns,
+    """Raise a `KeyRuleError` naming the earliest (time, key) of `rows` (the table's columns,
     `_time`, `_diff`; no zero diffs) that breaks the rule (module docstring). When none does,
     that is one query: the aggregate, and the first of what breaks (none); the count of the
     others, and `locate`, run only on the way to the error."""
@@ -77,7 +81,7 @@ def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
     shown = ", ".join(f"{c}={orjson.dumps(plain(v)).decode()}" for c, v in values.items())
     others = broken.count() - 1  # only on the way to the error
     more = f" (and {others} more (key, time) pair{'s' if others > 1 else ''})" if others else ""
-    raise LakeError(
+    raise KeyRuleError(
         f"table {table}: key ({shown}) has {what} at time {time}{more}; {RULE}. "
         "Nothing was written",
         locate(values, time, sign) if locate is not None else None,

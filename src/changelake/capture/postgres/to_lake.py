@@ -59,9 +59,10 @@ from changelake.capture.postgres.consistency import check_tables, origin
 from changelake.capture.postgres.consistency import (  # moved there; still importable here
     consistent_frontier as consistent_frontier,
 )
-from changelake.capture.postgres.rows import Key, Table, Values
+from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
+from changelake.lake.key_rule import KeyRuleError
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
 from changelake.spark.driver_rows import driver_rows
@@ -198,7 +199,13 @@ class LakeSink:
             staged = staged.groupBy(*(F.col(f"`{c.replace('`', '``')}`")
                                       for c in table.columns), "_time").agg(
                 F.sum("_diff").alias("_diff"))
-            handle.commit(staged, at, slot.consistent_point)
+            try:
+                handle.commit(staged, at, slot.consistent_point)
+            except KeyRuleError as error:
+                raise CaptureError(
+                    f"{error.reason}. The source table has no primary key: REPLICA IDENTITY "
+                    "FULL keys it by every column, and it holds this row more than once. Give "
+                    "it a primary key, or remove the copies") from None
         finally:
             shutil.rmtree(stage, ignore_errors=True)
         return count
