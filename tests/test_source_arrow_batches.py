@@ -88,3 +88,16 @@ def test_arrow_batches_hold_what_pysparks_conversion_makes(tmp_path: Path, monke
         assert len(batches) == len(rows)  # every message fills a batch
     if batch_updates == DEFAULT:
         assert len(batches) == 1
+
+
+def test_a_record_becomes_the_rows_tuple_by_name() -> None:
+    from changelake.values import Record
+
+    convert = source._record_converter(["a", "b"], [source._same, source._same])
+    assert convert(Record((("b", 2), ("a", 1)))) == (1, 2)  # by name, not position
+    assert convert(Record((("a", 1),))) == (1, None)  # a field it lacks is null
+    assert convert(None) is None
+    assert source._record_converter(["a"], [source._same])(Record((("a", 5),))) == (5,)
+    assert source._record_converter([], [])(Record(())) == ()
+    doubled = source._record_converter(["a", "b"], [lambda x: x * 2, source._same])
+    assert doubled(Record((("a", 3), ("b", "x")))) == (6, "x")

@@ -47,6 +47,7 @@ files in progress) and renames its own into place; a failed job leaves the path 
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -105,9 +106,6 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
     from changelake.formats import avro_values as av
     from changelake.values import thaw
 
-    def same(v: Any) -> Any:
-        return v
-
     annotated = logical(schema, named)
     if annotated is not None:
         return _logical_spark_type(annotated)
@@ -137,7 +135,7 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
             "string": StringType(),
             "bytes": StringType(),
         }[schema]
-        return primitive, same
+        return primitive, _same
     kind = schema["type"]
     if kind in ("record", "error"):
         names: list[str] = []
@@ -148,15 +146,7 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
             names.append(f["name"])
             fields.append(StructField(f["name"], spark_type, True))
             converters.append(convert)
-        pairs = list(zip(names, converters, strict=True))
-
-        def record(v: Any) -> Any:
-            if v is None:
-                return None
-            get = v.get
-            return tuple(convert(get(name)) for name, convert in pairs)
-
-        return StructType(fields), record
+        return StructType(fields), _record_converter(names, converters)
     if kind == "array":
         item_type, item = _spark_type(schema["items"], named)
         return ArrayType(item_type, True), lambda v: None if v is None else [item(x) for x in v]
@@ -166,6 +156,37 @@ def _spark_type(schema: Any, named: Any) -> tuple[DataType, Converter]:
             lambda v: None if v is None else {k: value(x) for k, x in v}
         )
     return StringType(), _as_text  # enum, fixed
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _record_converter(names: list[str], converters: list[Converter]) -> Converter:
+    """A frozen record (a `Record` of (name, value) pairs; a field it lacks is null) to the
+    Spark row's tuple, in `names`' order. Its values are taken by name in C (`dict`, then
+    `itemgetter`), not by a Python call per field: 200k records of three fields in 0.07 s
+    against 0.17-0.20 s (a throwaway timing, one process, alternated)."""
+    if not names:
+        return lambda v: None if v is None else ()
+    pick = operator.itemgetter(*names)
+    single = len(names) == 1
+    plain = all(c is _same for c in converters)
+
+    def record(v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            values = pick(dict(v))
+        except KeyError:  # a field the value lacks is null
+            get = v.get
+            values = tuple(get(name) for name in names)
+        else:
+            if single:
+                values = (values,)
+        return values if plain else tuple(c(x) for c, x in zip(converters, values, strict=True))
+
+    return record
 
 
 def _as_text(v: Any) -> Any:
