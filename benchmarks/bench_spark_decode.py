@@ -18,6 +18,8 @@ alternating, and the median of the per-round ratios is reported (rows/s count in
   known, the result cached and not yet read) against the same round's (a);
 * (a) `dropDuplicates().count()` of the same updates: the least any decoder must do;
 * (b) a bare scan `count()`: the I/O floor (once);
+* (d) after each round, one job of one row (`spark.range(1).count()`) against the round's
+  (a): the least that reading a decode's result adds, whatever the decode;
 * (c) the local `Reader` on a `--sample` of updates, delivered twice and shuffled, in-process;
 * stream: `--stream-batches` micro-batches of `--stream-updates` updates each (JSON-lines
   Materialize CDC files read with the `materialize-cdc` source, as `spark/stream.py` does),

@@ -210,9 +210,7 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
     group = [quote(n) for n in names if n in live]
     keys = [f"{grouping_sql(f.dataType, quote(f.name))} AS {quote(f.name)}"
             for f in logical.fields if f.name in live]
-    shown = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" if f.name in live
-             else f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
-             for f in logical.fields]
+    shown = unkeyed_columns(logical, live)
     rows = f"(\n{union}\n) u{where}"
     if any(has_map(f.dataType) for f in logical.fields if f.name in live):
         rows = f"(SELECT {', '.join(keys)}, _diff FROM {rows}) k"
@@ -221,6 +219,15 @@ def state_sql(state: TableState, table_dir: Path, as_of: int | None = None, *,
         f"explode(array_repeat(0, CAST(_n AS INT))) AS _copy FROM (SELECT {', '.join(group)}, "
         f"SUM(_diff) AS _n FROM {rows} GROUP BY {', '.join(group)}) g WHERE _n > 0) c"
     )
+
+
+def unkeyed_columns(logical: StructType, live: set[str]) -> list[str]:
+    """The select list of an unkeyed table's rows after grouping them: each live column made
+    from its grouping form again (a map from its sorted entries: `spark.map_grouping`), each
+    column not live at the time read a typed null."""
+    return [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" if f.name in live
+            else f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"
+            for f in logical.fields]
 
 
 def read_marker(view_text: str) -> int | None:

@@ -43,9 +43,9 @@ from pyspark.sql.types import StructType
 from changelake.errors import LakeError
 from changelake.lake.layout import SEGMENT, FileSet, TableState, read_manifest
 from changelake.lake.schema import live_columns, logical_schema
-from changelake.lake.sql import quote, state_sql, union_sql
+from changelake.lake.sql import quote, state_sql, union_sql, unkeyed_columns
 from changelake.lake.table import Table
-from changelake.spark.map_grouping import groupable, restored_sql
+from changelake.spark.map_grouping import groupable
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +176,4 @@ def unkeyed_changes(pinned: Pinned, lower: int) -> DataFrame:
     frame = parts[0]
     for part in parts[1:]:
         frame = frame.unionByName(part)
-    shown = [f"{restored_sql(f.dataType, quote(f.name))} AS {quote(f.name)}" if f.name in live
-             else f"CAST(NULL AS {f.dataType.simpleString()}) AS {quote(f.name)}"
-             for f in logical.fields]
-    return frame.selectExpr(*shown, "_diff")
+    return frame.selectExpr(*unkeyed_columns(logical, live), "_diff")
