@@ -58,3 +58,25 @@ def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> 
     # every retraction found its row: no key is left with a negative or doubled multiplicity
     per_key = handle.updates().groupBy("id").agg({"_diff": "sum"}).collect()
     assert all(r["sum(_diff)"] in (0, 1) for r in per_key)
+
+
+def _event(table: str, key: int, value: str, lsn: int) -> dict:
+    return {"before": None, "after": {"id": key, "v": value}, "op": "c",
+            "source": {"connector": "postgresql", "name": "pg", "db": "shop",
+                       "schema": "public", "table": table, "txId": lsn, "lsn": lsn,
+                       "sequence": f'["{lsn}", "{lsn}"]'}}
+
+
+def test_a_line_of_another_table_is_refused(spark, tmp_path: Path) -> None:
+    """A feed holds one table's events: a line of another (a topic shared by mistake) is
+    refused as `encode --from debezium` refuses it, naming its line, with nothing committed.
+    It had been converted as a row of the table, over the row of its key."""
+    feed = tmp_path / "mixed.jsonl"
+    feed.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in (
+        _event("orders", 1, "order-1", 1000), _event("customers", 1, "customer-1", 1100),
+        _event("orders", 2, "order-2", 1200))))
+    lake = Lake(spark, tmp_path / "lake")
+    with pytest.raises(Exception, match=r"mixed\.jsonl, line 2: events of two tables, "
+                       r"public\.orders and public\.customers: encode one table at a time"):
+        commands.ingest(lake, "orders", [feed], key=["id"], source="debezium", close=True)
+    assert lake.handle("orders").load() is None

@@ -178,11 +178,18 @@ def changefeed_changes(
     errors = parsed.where(F.col("kind") == "error").select("file", "line", "error")
 
     changes = parsed.where(F.col("kind") == "change")
-    # Which windows the batch needs, from the stored parse: most batches need neither.
+    # Which windows the batch needs, from the stored parse: most batches need neither. And
+    # the table of the first change, where changes name more than one.
     needs = changes.agg(
         F.max(F.coalesce(F.col("tx_timed"), F.lit(False)) & F.col("tx").isNotNull())
         .alias("by_tx"),
-        F.count(F.when(F.col("time").isNull(), 1)).alias("untimed")).first()
+        F.count(F.when(F.col("time").isNull(), 1)).alias("untimed"),
+        F.count_distinct("tbl").alias("tables"),
+        F.min_by("tbl", F.when(F.col("tbl").isNotNull(), F.struct("file", "line")))
+        .alias("table")).first()
+    if needs is not None and needs["tables"] > 1:
+        changes, other = _one_table(changes, needs["table"])
+        errors = errors.unionByName(other)
     if needs is not None:
         changes = changes_in_time(lines.sparkSession, changes, by_tx=bool(needs["by_tx"]),
                                   untimed=needs["untimed"])
@@ -222,6 +229,18 @@ def changefeed_changes(
     rejected = errors.join(lines.select("file", "line", "value"), ["file", "line"], "left") \
         .select("file", "line", "value", F.col("error").alias("reason"))
     return ChangefeedFrames(as_data(data, columns), frontier, rejected)
+
+
+def _one_table(changes: DataFrame, table: str) -> tuple[DataFrame, DataFrame]:
+    """The changes of `table` (the first change's, in (file, line) order), and the others as
+    errors: `encode_changefeed` refuses a change of a second table, one table a feed."""
+    from pyspark.sql import functions as F
+
+    other = F.col("tbl").isNotNull() & (F.col("tbl") != F.lit(table))
+    reason = F.concat(F.lit(f"events of two tables, {table} and "), F.col("tbl"),
+                      F.lit(": encode one table at a time"))
+    return changes.where(~other), changes.where(other).select(
+        "file", "line", reason.alias("error"))
 
 
 def _raise_first(errors: DataFrame) -> None:
