@@ -128,6 +128,12 @@ DECIMAL = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
     ("BAg=", {**DECIMAL, "parameters": {"scale": "4"}}, "0.1032"),
     (_b64(-12345, 3), DECIMAL, "-123.45"),
     (12.5, DECIMAL, "12.5"),  # decimal.format=NUMERIC
+    # NUMERIC(38, 2) at its widest: exact, not rounded to Python's default 28 digits
+    (_b64(12345678901234567890123456789012345678, 16), DECIMAL,
+     "123456789012345678901234567890123456.78"),
+    ({"scale": 40, "value": _b64(-(10**39) - 1, 17)}, {
+        "type": "struct", "name": "io.debezium.data.VariableScaleDecimal"},
+     "-0.1000000000000000000000000000000000000001"),
     ({"scale": 3, "value": _b64(1234567, 4)}, {"type": "struct",
                                                 "name": "io.debezium.data.VariableScaleDecimal"},
      "1234.567"),

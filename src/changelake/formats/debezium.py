@@ -348,7 +348,9 @@ def _unscaled(value: Any) -> int:
 def _decimal_text(unscaled: int, scale: int) -> str:
     if abs(scale) > MAX_DECIMAL_SCALE:
         raise ValueError(f"decimal scale {scale} is beyond the maximum of {MAX_DECIMAL_SCALE}")
-    return format(decimal.Decimal(unscaled).scaleb(-scale), "f")
+    # Exact: the default context rounds to 28 digits, and a NUMERIC(38, 2) has 38.
+    exact = decimal.Context(prec=len(str(abs(unscaled))))
+    return format(decimal.Decimal(unscaled).scaleb(-scale, exact), "f")
 
 
 def _connect_decimal(value: Any, schema: FieldSchema) -> str:
