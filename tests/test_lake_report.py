@@ -18,6 +18,16 @@ def test_jsonl_is_one_plain_object_per_row():
     assert [orjson.loads(line) for line in out.getvalue().splitlines()] == ROWS
 
 
+def test_jsonl_writes_nan_and_the_infinities_as_decode_does():
+    """Not null, which is SQL NULL's spelling (orjson writes a non-finite float as null)."""
+    rows = [{"x": float("nan"), "y": None, "nested": {"a": [float("inf"), 1.5]},
+             "z": float("-inf")}]
+    out = io.BytesIO()
+    write_snapshot(rows, list(rows[0]), "jsonl", out)
+    assert out.getvalue() == (b'{"x":"NaN","y":null,"nested":{"a":["Infinity",1.5]},'
+                              b'"z":"-Infinity"}\n')
+
+
 def test_csv_has_a_header_and_quotes():
     out = io.BytesIO()
     write_snapshot(ROWS, ["id", "name"], "csv", out)
