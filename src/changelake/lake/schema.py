@@ -5,10 +5,12 @@ Sources change their schemas (an Avro schema version, a Debezium schema change, 
 rewrites a file to follow one: old files are projected onto the current schema when read.
 
 * An added column reads as null in rows written before it existed.
-* A removed column stays in the table (old rows keep their values and `AS OF` a time before
-  the removal shows them); rows written after the removal hold null. Unkeyed tables match a
-  row's retraction on the columns live at the time read, since a retraction written after the
-  removal cannot name the removed value (see `sql.py`).
+* A removed column stays in the table: `AS OF` a time before the removal shows its values;
+  rows written after the removal hold null. A keyed table's rows written before keep their
+  values (a key's latest version is read whole). An unkeyed table shows the column null in
+  every row read at a time after the removal: it matches a row's retraction on the columns
+  live at the time read, since a retraction written after the removal cannot name the removed
+  value (see `sql.py`), so a row's removed value is not known to be its own any more.
 * Widening a type is accepted: integral types to wider integral types, float to double.
   Narrower input than the table's type is cast up.
 * A column name that is not an identifier (`[A-Za-z_][A-Za-z0-9_]*`, nested names too) is a
