@@ -427,3 +427,26 @@ def test_auto_falls_back_to_spark_and_spark_repairs_the_pointer(tmp_path: Path):
 
 
 CLI_TOOL = [str(Path(sys.executable).parent / "changelake")]
+
+
+def test_decimals_print_the_same_text_on_both_engines(spark, lake):
+    """PySpark's rows carry a decimal in engineering notation (-0.0000000001 of a
+    decimal(20, 10) arrived as Decimal('-1.00E-10'), which printed "-1.00E-10" where Arrow
+    printed "-1E-10"); each is set at its type's scale (`spark/instants.py`), at any depth."""
+    name = unique("decimals")
+    rows = spark.sql("""
+        SELECT * FROM VALUES
+          (1, CAST('-0.0000000001' AS DECIMAL(20, 10)), array(CAST('1E-10' AS DECIMAL(20, 10))),
+           CAST('12345678901234567890123456.789012345678' AS DECIMAL(38, 12))),
+          (2, CAST('0.0000001' AS DECIMAL(20, 10)), NULL, CAST('-1E-12' AS DECIMAL(38, 12))),
+          (3, CAST(0 AS DECIMAL(20, 10)), array(), NULL)
+        AS t(id, v, many, wide)""")
+    table = lake.create_table(name, rows.schema, key=["id"])
+    table.commit(rows.selectExpr("*", "0L AS _time", "1L AS _diff"), 0, 1)
+    now = assert_same(lake, name, [0], flat=False)
+    assert now == printed([
+        {"id": 1, "v": "-1E-10", "many": ["1E-10"],
+         "wide": "12345678901234567890123456.789012345678"},
+        {"id": 2, "v": "1.000E-7", "many": None, "wide": "-1E-12"},
+        {"id": 3, "v": "0E-10", "many": [], "wide": None},
+    ])

@@ -12,11 +12,17 @@ depth (arrays, structs, maps), leaves the JVM as its microseconds since the epoc
 exact for every instant Spark holds, in any zone, without asking the local time zone
 anything. A timestamp without a time zone (`timestamp_ntz`) is left to PySpark, which makes
 its wall-clock time without one.
+
+Decimals are mended on the way too: PySpark's rows carry a decimal in a BigDecimal's
+engineering notation, so -0.0000000001 of a `decimal(20, 10)` arrives as `Decimal('-1.00E-10')`
+(scale 12), whose text is not the one Arrow (`snapshot --engine arrow`) or `decode` gives. The
+converter sets each decimal at its type's scale again: the same value, the same text.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +66,14 @@ def micros_sql(kind: T.DataType, expr: str, depth: int = 0) -> str | None:
 def instants(kind: T.DataType) -> Callable[[Any], Any] | None:
     """A converter of a value of type `kind` as it reaches Python after `micros_sql` (with
     `Row.asDict(recursive=True)`: structs as dicts) that makes each timestamp's microseconds
-    the UTC instant; None when `kind` holds no timestamp. Null stays null at every depth."""
+    the UTC instant, and each decimal one of its type's scale; None when `kind` holds neither.
+    Null stays null at every depth."""
     if isinstance(kind, T.TimestampType):
         return lambda micros: EPOCH + dt.timedelta(microseconds=micros)
+    if isinstance(kind, T.DecimalType):
+        exponent = decimal.Decimal(1).scaleb(-kind.scale)
+        exact = decimal.Context(prec=kind.precision)
+        return lambda value: value.quantize(exponent, context=exact)
     if isinstance(kind, T.ArrayType):
         element = instants(kind.elementType)
         return None if element is None else (
@@ -90,9 +101,10 @@ def with_instants(frame: DataFrame
     if not converters:
         return frame, lambda values: values
     fields = {f.name: f.dataType for f in frame.schema.fields}
+    micros = {name: micros_sql(fields[name], quote(name)) for name in converters}
     selected = frame.selectExpr(*[
-        f"{micros_sql(fields[name], quote(name))} AS {quote(name)}" if name in converters
-        else quote(name) for name in frame.columns])
+        f"{micros[name]} AS {quote(name)}" if micros.get(name) is not None else quote(name)
+        for name in frame.columns])
 
     def convert(values: dict[str, Any]) -> dict[str, Any]:
         for name, converter in converters.items():
