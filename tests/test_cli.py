@@ -258,3 +258,23 @@ def test_a_command_keeps_pysparks_exception_log_off_stderr(spark, capfd, monkeyp
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level if level else logging.NOTSET)
         spark.sparkContext.setLogLevel(spark_level)
+
+
+def test_encode_avro_writes_nan_and_the_infinities_given_as_text(tmp_path: Path) -> None:
+    """JSON lines carry NaN and the infinities as "NaN", "Infinity", "-Infinity"; the Avro
+    output writes them as doubles, as the JSON lines output writes them as that text. It had
+    failed with a two-kilobyte message naming the whole datum and schema."""
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type":"record","name":"r","fields":[{"name":"id","type":"long"},'
+                      '{"name":"x","type":["null","double"]},{"name":"y","type":"float"}]}')
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text('{"data":{"id":1,"x":"NaN","y":"-Infinity"},"time":1,"diff":1}\n'
+                       '{"data":{"id":2,"x":"Infinity","y":1.5},"time":1,"diff":1}\n')
+    avro = tmp_path / "out.avro"
+    result = run("encode", "--schema", str(schema), "--close", "--avro", str(avro), str(changes))
+    assert result.returncode == 0, result.stderr
+    assert jsonl(run("decode", str(avro)).stdout) == [
+        {"data": {"id": 1, "x": "NaN", "y": "-Infinity"}, "time": 1, "diff": 1},
+        {"data": {"id": 2, "x": "Infinity", "y": 1.5}, "time": 1, "diff": 1},
+        {"frontier": []},
+    ]

@@ -289,6 +289,8 @@ def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
                              named, "")
         return plain_to_python(value, branch, named)
     if isinstance(schema, str):
+        if schema in ("float", "double"):
+            return _float(value)
         return value.encode("latin-1") if schema == "bytes" else value
     kind = schema["type"]
     if kind in ("record", "error"):
@@ -301,6 +303,11 @@ def plain_to_python(value: Any, schema: Schema, named: Named) -> Any:
     if kind == "fixed":
         return value.encode("latin-1")
     return value
+
+
+def _float(value: Any) -> Any:
+    """A float's plain value for fastavro: NaN and the infinities from their text."""
+    return NONFINITE_TEXT.get(value, value) if type(value) is str else value
 
 
 def compile_plain_python(schema: Schema, named: Named) -> Converter | None:
@@ -325,6 +332,8 @@ def compile_plain_python(schema: Schema, named: Named) -> Converter | None:
     if isinstance(s, str):
         if s == "bytes":
             return lambda v: None if v is None else v.encode("latin-1")
+        if s in ("float", "double"):
+            return _float
         return None
     kind = s["type"]
     if kind in ("record", "error"):

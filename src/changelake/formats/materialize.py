@@ -638,7 +638,9 @@ def write_ocf(
     try:
         fastavro.writer(fo, schema.parsed, records(), codec=codec)
     except (ValueError, TypeError) as error:
-        raise SchemaError(f"message {count} does not fit the schema: {error}") from None
+        text = str(error)  # fastavro's names the whole datum and schema: the start says why
+        raise SchemaError(f"message {count} does not fit the schema: "
+                          f"{text if len(text) <= 300 else text[:300] + ' ...'}") from None
     return count
 
 
