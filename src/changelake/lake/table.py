@@ -221,11 +221,12 @@ def ingest_key(name: str, state: TableState | None, key: Sequence[str]) -> tuple
     given. An existing table keeps its own, whether the ingest names it again or leaves it
     out: a changefeed's upserts take a key's previous row from the table, and only the
     table's own key finds one row there (another key finds several, or none, and no key
-    leaves an update without a before-image nothing to retract)."""
+    leaves an update without a before-image nothing to retract). Names compare in any case,
+    as Spark's do: `--key id` is a table's key `ID`, and the table's spelling is kept."""
     if state is None:
         return tuple(key)
     own = state.key
-    if key and tuple(key) != own:
+    if key and tuple(k.lower() for k in key) != tuple(k.lower() for k in own):
         has = f"is keyed by {', '.join(own)}" if own else "has no key"
         raise LakeError(f"table {name} {has}, but the ingest gives the key {', '.join(key)}: "
                         "leave the key out, or give the table's")
