@@ -253,7 +253,7 @@ def _raise_first(errors: DataFrame) -> None:
         return
     row = first[0]
     more = errors.count() - 1
-    reason = row["error"] + (f" (and {more} more bad line{'s' * (more > 1)} found; "
-                             "strict=False sets them aside)" if more else "")
+    reason = row["error"] + (f" (and {more} more bad line{'s' * (more > 1)} found)"
+                             if more else "")
     location = Location(row["file"], row["line"]) if row["file"] is not None else None
     raise ChangefeedError(reason, location)
