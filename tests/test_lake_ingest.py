@@ -434,3 +434,35 @@ def test_a_log_typed_now_into_a_table_of_its_text_is_refused_writing_nothing(spa
         commands.ingest(lake, "shop.priced", [log])
     assert lake.table("shop.priced").state().upper == 5
     assert [tuple(r) for r in lake.table("shop.priced").current().collect()] == [(1, "12.50")]
+
+
+def test_json_lines_without_a_schema_into_a_table_of_other_types_say_to_give_one(
+        spark, lake, tmp_path):
+    """A JSON-lines log carries no schema, so without --schema its columns are inferred from
+    the values (a decimal's text as a string). Into a table whose columns are typed, the
+    refusal says so, and how to give the schema."""
+    from changelake.formats.materialize import cdc_schema_around
+    from changelake.protocol import Progress, Updates
+
+    record = {"type": "record", "name": "row", "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal",
+                                   "precision": 10, "scale": 2}}]}
+    cdc = CdcSchema.from_json(cdc_schema_around(record))
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(cdc.avro))
+    logs = []
+    for n, lower in enumerate((0, 5)):
+        logs.append(tmp_path / f"log{n}.jsonl")
+        with logs[-1].open("wb") as fo:
+            write_json_lines(fo, [
+                Updates([(freeze({"k": n, "price": "1.25"}, ("k", "price")), lower, 1)]),
+                Progress.make([lower], [lower + 5], [(lower, 1)])], cdc)
+    commands.ingest(lake, "shop.typed", [logs[0]], key=["k"], schema=schema_file)
+    with pytest.raises(SchemaError, match=r"column 'price' changes type from decimal\(10,2\) "
+                       r"to string.* \(the input's columns were inferred from its JSON values, "
+                       r"which carry no schema: give the log's Avro schema with --schema"):
+        commands.ingest(lake, "shop.typed", [logs[1]])
+    assert lake.table("shop.typed").state().upper == 5
+    commands.ingest(lake, "shop.typed", [logs[1]], schema=schema_file)
+    assert lake.table("shop.typed").state().upper == 10

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.convert.progress import changefeed_waiting_reason
-from changelake.errors import InputError, LakeError
+from changelake.errors import InputError, LakeError, SchemaError
 from changelake.formats.tableschema import read_table_json
 from changelake.lake.arrow import LakeStatus, TableStatus, plain, status_of
 from changelake.lake.catalog import Lake, lake_session
@@ -43,7 +43,7 @@ from changelake.lake.commit import repair_pointer
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
 from changelake.lake.identifier import TableIdentifier, check_name
-from changelake.lake.key_rule import Locate, check_one_row_per_key
+from changelake.lake.key_rule import KeyRuleError, Locate, check_one_row_per_key
 from changelake.lake.layout import SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
@@ -94,8 +94,9 @@ def _starts_with(path: str, magic: bytes) -> bool:
 
 
 def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
-                       schema_file: Path | None) -> tuple[DataFrame, DataFrame]:
-    """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them.
+                       schema_file: Path | None) -> tuple[DataFrame, DataFrame, bool]:
+    """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them, and
+    whether their columns were inferred.
 
     The executors parse the files (the `materialize-cdc` data source); nothing is collected.
     The Avro schema is the `schema_file`, else the first container file's own. JSON lines with
@@ -116,11 +117,16 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
                                    data_as="struct" if typed else "json")
     updates, progress = split_messages(messages)
     if typed:
-        return updates, progress
+        return updates, progress, False
     inferred = translate_errors(lambda: infer_json_schema(updates.select("data")))
     if not inferred.fields:
         raise InputError("no updates with columns in the input, and no --schema to type them")
-    return updates.withColumn("data", F.from_json("data", inferred)), progress
+    return updates.withColumn("data", F.from_json("data", inferred)), progress, True
+
+
+INFERRED_HINT = ("the input's columns were inferred from its JSON values, which carry no "
+                 "schema: give the log's Avro schema with --schema; `changelake changes "
+                 "--schema-out FILE` writes the table's")
 
 
 def flatten(updates: DataFrame) -> DataFrame:
@@ -174,11 +180,16 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
         if source == "materialize":
-            updates_df, progress_df = materialize_frames(spark, inputs, schema)
+            updates_df, progress_df, inferred = materialize_frames(spark, inputs, schema)
             start = Antichain([committed]) if committed is not None else Antichain([0])
             decoded = decode_materialize(updates_df, progress_df, start, cleanup)
             step("committing", 2, 3)
-            result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
+            try:
+                result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
+            except (SchemaError, LakeError) as error:  # the input's columns refused
+                if existing and inferred and not isinstance(error, KeyRuleError):
+                    raise type(error)(f"{error} ({INFERRED_HINT})") from None
+                raise
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
             # the state read under the lock.
