@@ -34,6 +34,14 @@ def test_csv_has_a_header_and_quotes():
     assert out.getvalue().decode().splitlines() == ["id,name", "1,", '2,"b,c"']
 
 
+def test_csv_writes_nested_values_as_json():
+    out = io.BytesIO()
+    write_snapshot([{"id": 1, "inner": {"city": "Köln", "zip": None}, "tags": [None, 2.5]}],
+                   ["id", "inner", "tags"], "csv", out)
+    assert out.getvalue().decode().splitlines()[1] == \
+        '1,"{""city"":""Köln"",""zip"":null}","[null,2.5]"'
+
+
 def test_no_progress_bar_off_a_terminal():
     console = Console(file=io.StringIO(), force_terminal=False)
     with progress_bar(console, "compact") as update:

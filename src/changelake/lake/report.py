@@ -77,13 +77,14 @@ def write_snapshot(rows: Iterable[dict[str, Any]], columns: Sequence[str], fmt: 
         writer = csv.writer(text)
         writer.writerow(columns)
         for row in rows:
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+            writer.writerow(["" if row.get(c) is None else _cell(row.get(c)) for c in columns])
             n += 1
         out.write(text.getvalue().encode())
     elif fmt == "table":
         table = RichTable(*columns)
         for row in rows:
-            table.add_row(*["∅" if row.get(c) is None else str(row.get(c)) for c in columns])
+            table.add_row(*["∅" if row.get(c) is None else str(_cell(row.get(c)))
+                            for c in columns])
             n += 1
         (console or table_console()).print(table)
     else:
@@ -100,6 +101,14 @@ def _json_safe(value: Any) -> Any:
         return {k: _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
+    return value
+
+
+def _cell(value: Any) -> Any:
+    """A csv or table cell: a struct, map or array as its JSON (as jsonl prints it), not
+    Python's repr of it."""
+    if isinstance(value, dict | list | tuple):
+        return orjson.dumps(_json_safe(value)).decode()
     return value
 
 
