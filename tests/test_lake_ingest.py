@@ -327,6 +327,10 @@ def test_a_key_or_columns_a_table_cannot_have_are_refused_in_one_line(spark, lak
     with pytest.raises(ChangefeedError, match=r"feed.jsonl, line 1: cannot tell the key "
                                               r"\['ident'\]"):
         commands.ingest(lake, name, [feed], key=["ident"], source="debezium")
+    # A key named in another case than the feed's says so (a new table's key is the feed's).
+    with pytest.raises(ChangefeedError, match=r"cannot tell the key \['ID'\] .* \(key columns "
+                       r"are matched in the feed's spelling: 'ID' is 'id' there\)"):
+        commands.ingest(lake, name, [feed], key=["ID"], source="debezium")
     cased = tmp_path / "cased.jsonl"
     cased.write_text(debezium_line("c", None, {"id": 1, "ID": 2, "name": "ann"}, 100, 1)
                      + "\n")

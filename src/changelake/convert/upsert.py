@@ -345,9 +345,15 @@ def key_of(change: Change, keys: Sequence[str]) -> Key | None:
 
 
 def unkeyed(change: Change, keys: Sequence[str]) -> ChangefeedError:
-    """The error for an event whose key `key_of` cannot tell."""
+    """The error for an event whose key `key_of` cannot tell; where an image has a key column
+    spelled in another case, it says so (the images' names are matched exactly)."""
+    names = {n for image in (change.key, change.after, change.before) if image is not None
+             for n in (image.names() if hasattr(image, "names") else image)}
+    spelled = {k: n for k in keys for n in sorted(names) if n != k and n.lower() == k.lower()}
+    hint = "" if not spelled else " (key columns are matched in the feed's spelling: " + \
+        ", ".join(f"{k!r} is {n!r} there" for k, n in spelled.items()) + ")"
     return ChangefeedError(f"cannot tell the key {list(keys)} of this {change.op.value} "
-                           "event: neither its key, after nor before image has it",
+                           f"event: neither its key, after nor before image has it{hint}",
                            change.origin)
 
 
