@@ -94,9 +94,9 @@ def _starts_with(path: str, magic: bytes) -> bool:
 
 
 def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
-                       schema_file: Path | None) -> tuple[DataFrame, DataFrame, bool]:
-    """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them, and
-    whether their columns were inferred.
+                       schema_file: Path | None) -> tuple[DataFrame, DataFrame, str | None]:
+    """(updates, progress) DataFrames of Materialize CDC files, as `decode` takes them, and,
+    unless `schema_file` typed them, where their columns came from (for a refusal of them).
 
     The executors parse the files (the `materialize-cdc` data source); nothing is collected.
     The Avro schema is the `schema_file`, else the first container file's own. JSON lines with
@@ -112,21 +112,21 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     if not files:
         raise InputError("no input files")
-    typed = cdc is not None or any(_starts_with(f, OCF_MAGIC) for f in files)
+    first_avro = next((f for f in files if _starts_with(f, OCF_MAGIC)), None)
+    typed = cdc is not None or first_avro is not None
     messages = read_messages_frame(spark, files, schema=cdc,
                                    data_as="struct" if typed else "json")
     updates, progress = split_messages(messages)
     if typed:
-        return updates, progress, False
+        return updates, progress, None if cdc is not None else (
+            f"the input's columns are those of its first Avro file's own schema: {first_avro}")
     inferred = translate_errors(lambda: infer_json_schema(updates.select("data")))
     if not inferred.fields:
         raise InputError("no updates with columns in the input, and no --schema to type them")
-    return updates.withColumn("data", F.from_json("data", inferred)), progress, True
-
-
-INFERRED_HINT = ("the input's columns were inferred from its JSON values, which carry no "
-                 "schema: give the log's Avro schema with --schema; `changelake changes "
-                 "--schema-out FILE` writes the table's")
+    return updates.withColumn("data", F.from_json("data", inferred)), progress, (
+        "the input's columns were inferred from its JSON values, which carry no schema: give "
+        "the log's Avro schema with --schema; `changelake changes --schema-out FILE` writes "
+        "the table's")
 
 
 def flatten(updates: DataFrame) -> DataFrame:
@@ -180,15 +180,15 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
         committed = writer.state.upper if writer.state is not None else 0
         step("reading input", 1, 3)
         if source == "materialize":
-            updates_df, progress_df, inferred = materialize_frames(spark, inputs, schema)
+            updates_df, progress_df, typed_by = materialize_frames(spark, inputs, schema)
             start = Antichain([committed]) if committed is not None else Antichain([0])
             decoded = decode_materialize(updates_df, progress_df, start, cleanup)
             step("committing", 2, 3)
             try:
                 result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
             except (SchemaError, LakeError) as error:  # the input's columns refused
-                if existing and inferred and not isinstance(error, KeyRuleError):
-                    raise type(error)(f"{error} ({INFERRED_HINT})") from None
+                if existing and typed_by and not isinstance(error, KeyRuleError):
+                    raise type(error)(f"{error} ({typed_by})") from None
                 raise
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
