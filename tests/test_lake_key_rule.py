@@ -131,6 +131,22 @@ def test_table_commit_checks_the_key_unless_told_the_updates_are_built_so(spark,
     assert rows_of(spark, name) == Counter({(1, "a"): 1})
 
 
+def test_a_nan_key_is_shown_as_snapshot_prints_it_not_as_null(spark, lake):
+    """orjson writes NaN as null, which would name a NULL key: the key is shown as "NaN",
+    as `snapshot --format jsonl` and `decode` print it."""
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+    columns = StructType([StructField("x", DoubleType()), StructField("name", StringType())])
+    with lake.handle(name).writer() as writer:
+        writer.create(columns, key=["x"])
+    updates = spark.createDataFrame(
+        [(float("nan"), "a", 0, 1), (float("nan"), "b", 0, 1), (float("-inf"), "c", 0, 1)],
+        columns.add("_time", LongType()).add("_diff", LongType()))
+    with pytest.raises(LakeError, match=r'key \(x="NaN"\) has 2 insertions at time 0;'):
+        lake.table(name).commit(updates, 0, 1)
+
+
 def test_the_command_line_says_it_in_one_line_with_the_keys_text(tmp_path):
     """A timestamp key is shown as its instant, and found in the input, in any time zone."""
     import os

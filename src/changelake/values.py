@@ -26,6 +26,19 @@ def nonfinite_text(value: float) -> str:
     return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
 
 
+def json_safe(value: Any) -> Any:
+    """Plain JSON `value` (dicts, lists, scalars) with NaN and the infinities as their strings
+    (`NONFINITE_TEXT`), as `decode` prints them: orjson would write null, which is SQL NULL's
+    spelling. `thaw(json_safe=True)` does the same for frozen values."""
+    if type(value) is float:
+        return value if math.isfinite(value) else nonfinite_text(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
 class Record(tuple):
     """A frozen JSON object: a tuple of `(name, value)` pairs. Hashes like a tuple (fast)."""
 

@@ -36,6 +36,7 @@ from changelake.errors import LakeError, Location
 from changelake.lake.arrow import plain
 from changelake.spark.expressions import quote
 from changelake.spark.instants import with_instants
+from changelake.values import json_safe
 
 Locate = Callable[[dict[str, Any], int, int], Location | None]
 """locate(key values by column, time, sign of the diff): where in the input one update of
@@ -78,7 +79,8 @@ def check_one_row_per_key(rows: DataFrame, key: Sequence[str], table: str,
         what, sign = f"{found['_retracted']} retractions", -1
     values = {c: found[c] for c in key}
     time = found["_time"]
-    shown = ", ".join(f"{c}={orjson.dumps(plain(v)).decode()}" for c, v in values.items())
+    shown = ", ".join(f"{c}={orjson.dumps(json_safe(plain(v))).decode()}"
+                      for c, v in values.items())
     others = broken.count() - 1  # only on the way to the error
     more = f" (and {others} more (key, time) pair{'s' if others > 1 else ''})" if others else ""
     raise KeyRuleError(

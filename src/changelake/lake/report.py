@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from changelake.lake.arrow import TableStatus
-from changelake.values import nonfinite_text
+from changelake.values import json_safe
 
 if TYPE_CHECKING:  # types only: `status` and `snapshot` render here without Spark's modules
     from changelake.lake.commands import IngestReport
@@ -70,7 +69,7 @@ def write_snapshot(rows: Iterable[dict[str, Any]], columns: Sequence[str], fmt: 
     n = 0
     if fmt == "jsonl":
         for row in rows:
-            out.write(orjson.dumps(_json_safe(row)) + b"\n")
+            out.write(orjson.dumps(json_safe(row)) + b"\n")
             n += 1
     elif fmt == "csv":
         text = io.StringIO()
@@ -92,23 +91,11 @@ def write_snapshot(rows: Iterable[dict[str, Any]], columns: Sequence[str], fmt: 
     return n
 
 
-def _json_safe(value: Any) -> Any:
-    """`value` with NaN and the infinities as their strings (`values.NONFINITE_TEXT`), as
-    `decode` prints them: orjson would write null, which is SQL NULL's spelling."""
-    if type(value) is float:
-        return value if math.isfinite(value) else nonfinite_text(value)
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _cell(value: Any) -> Any:
     """A csv or table cell: a struct, map or array as its JSON (as jsonl prints it), not
     Python's repr of it."""
     if isinstance(value, dict | list | tuple):
-        return orjson.dumps(_json_safe(value)).decode()
+        return orjson.dumps(json_safe(value)).decode()
     return value
 
 
