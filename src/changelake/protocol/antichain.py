@@ -21,6 +21,9 @@ from changelake.protocol.time import Time, check_time, join, less_equal, meet
 
 def _minimal(times: Iterable[Time]) -> tuple[Time, ...]:
     """The minimal elements of `times`, deduplicated, sorted for a canonical form."""
+    times = times if isinstance(times, list | tuple | set | frozenset) else list(times)
+    if times and all(type(t) is int for t in times):
+        return (min(times),)  # totally ordered: the least is the one minimal element
     elements: list[Time] = []
     for t in times:
         if any(less_equal(e, t) for e in elements):

@@ -242,10 +242,11 @@ class Reader:
     def _graft(self, statement: Progress, progress: Antichain) -> Antichain:
         new_progress = progress.join(statement.upper)
         counts = self._counts
-        added = {t: c for t, c in statement.counts if progress.beyond(t)}
+        open_before, open_after = _beyond_test(progress), _beyond_test(new_progress)
+        added = {t: c for t, c in statement.counts if open_before(t)}
         # Times that this statement newly covers, whose expected count is now final.
-        newly = {t for t in added if not new_progress.beyond(t)}
-        newly.update(t for t in counts if progress.beyond(t) and not new_progress.beyond(t))
+        newly = {t for t in added if not open_after(t)}
+        newly.update(t for t in counts if open_before(t) and not open_after(t))
         for time in newly:
             final = counts.get(time, 0) + added.get(time, 0)
             if final < 0:
