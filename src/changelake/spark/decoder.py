@@ -200,7 +200,9 @@ def collect_statements(progress: DataFrame) -> list[Progress]:
     """The progress statements of a DataFrame, in its order, as protocol values."""
     fields = [c for c in (*PROGRESS_COLUMNS, *LOCATION_COLUMNS) if c in progress.columns]
     out: list[Progress] = []
-    for row in progress.selectExpr(*fields).collect():
+    # As they are when they are just those columns: a select is a plan analyzed once more.
+    rows = progress if progress.columns == fields else progress.selectExpr(*fields)
+    for row in rows.collect():
         values = row.asDict()
         origin = None
         if "_file" in values:
