@@ -245,16 +245,17 @@ def test_a_topic_of_heartbeats_makes_a_table_only_with_a_table_schema(
         cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
     """A new connector's topic may hold only heartbeats and transaction lines for a while: a
     run over it is no error of the input. Without row images there are no columns to create
-    the table with, which the run says in one line (as `ingest --from` does), committing
-    nothing; with `--table-schema` it creates the table, empty, and the changes that follow
-    land in it."""
+    the table with, which the run says in one line (as `ingest --from` does, naming the
+    topics and the CLI's option), committing nothing; with the table schema (`ingest
+    --schema`) it creates the table, empty, and the changes that follow land in it."""
     data = new_topic(cluster, 1)
     out = producer(cluster)
     for value in (b'{"ts_ms": 5}', b'{"status": "BEGIN", "id": "9", "event_count": null}'):
         out.produce(data, value=value, partition=0)
     assert out.flush(30) == 0
     name = f"h_{uuid.uuid4().hex[:8]}.t"
-    with pytest.raises(InputError, match=r"no row images in the input .* no --table-schema"):
+    with pytest.raises(InputError, match=rf"no row images in the records read from {data} "
+                                         r"\(.*\), and no --schema"):
         ingest_changefeed_topics(lake, name, cluster.bootstrap, data, source="debezium",
                                  key=["id"])
     assert not lake.exists(name)

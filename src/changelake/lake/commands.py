@@ -134,14 +134,22 @@ def flatten(updates: DataFrame) -> DataFrame:
     return updates.select("data.*", F.col("time").alias("_time"), F.col("diff").alias("_diff"))
 
 
-def check_columns(changes: DataFrame, existing: bool, schema_option: str) -> None:
+def check_columns(changes: DataFrame, existing: bool, schema_option: str, read: str) -> None:
     """A new table is created with the columns of the changes' rows: a changefeed batch
-    without row images (heartbeats, tombstones, transaction lines) has none, unless the
-    table schema (`schema_option`) named them, and no table is made of it."""
+    without row images (heartbeats, tombstones, transaction lines; an empty file) has none,
+    unless the table schema (`schema_option`) named them, and no table is made of it.
+    `read` names what was read, for the refusal."""
     if not existing and not changes.schema["data"].dataType.fields:
-        raise InputError("no row images in the input (only heartbeats, tombstones or "
-                         f"transaction boundaries), and no {schema_option} to type the "
-                         "table's columns")
+        raise InputError(f"no row images in {read} (only heartbeats, tombstones or "
+                         f"transaction boundaries, or nothing), and no {schema_option} to "
+                         "type the table's columns")
+
+
+def named(inputs: Sequence[str | Path], shown: int = 3) -> str:
+    """The inputs as a refusal names them: the first few, and how many more."""
+    names = [str(i) for i in inputs]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path], *,
@@ -200,7 +208,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                 converted = translate_errors(convert_frames, spark, inputs, source, key,
                                              schema, state=state, since=since, close=close,
                                              defer=reason is None, reason=reason)
-                check_columns(converted.changes, existing, "--schema")
+                check_columns(converted.changes, existing, "--schema", named(inputs))
                 decoded = changefeed_input(converted, source, committed)
                 step("committing", 2, 3)
                 checks = converted.checks

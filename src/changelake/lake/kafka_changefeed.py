@@ -180,7 +180,8 @@ def ingest_changefeed_topics(
         converted = _convert(lake.spark, lines, source, key, table_json, close=close,
                              state=writer.current() if existing and key else None,
                              since=committed if existing else None)
-        check_columns(converted.changes, existing, "--table-schema")
+        check_columns(converted.changes, existing, "--schema",
+                      f"the records read from {', '.join(names)}")
         decoded = changefeed_input(converted, source, committed)
         absorbed = frontier_after(committed, decoded.upper)
         facts = translate_errors(_resume_facts, converted.marks, absorbed, partitions)
