@@ -333,6 +333,18 @@ def test_a_dropped_or_unexportable_column_fails_and_changes_nothing(spark, lake,
     unchanged()
 
 
+def test_a_refused_first_export_leaves_no_catalog_file(spark, lake, tmp_path):
+    """A table the export cannot take (a nested column, a dropped one) is refused before
+    the catalog is opened: no empty SQLite catalog is left where the user pointed."""
+    tags = StructType([*SCHEMA.fields, StructField("tags", ArrayType(StringType()))])
+    table = lake.create_table(unique("nested"), tags, key=["id"], buckets=1)
+    table.commit(spark.createDataFrame([(1, "ann", 5, ["a"], 0, 1)], meta(tags)), 0, 1)
+    catalog = tmp_path / "new" / "catalog.db"
+    with pytest.raises(SchemaError, match=r"column 'tags'.*array<string>"):
+        export_to_iceberg(lake, table.name, f"sqlite:///{catalog}")
+    assert not catalog.exists() and not catalog.parent.exists()
+
+
 WORKER = Path(__file__).resolve().parent / "iceberg_export_worker.py"
 
 

@@ -369,15 +369,20 @@ def export_to_iceberg(lake: Lake, table: str | TableIdentifier, uri: str, *,
     if "." not in target:
         raise LakeError(f"Iceberg identifier {target!r} needs a namespace: NAMESPACE.NAME")
     with export_lock(lake.root, lock_key(uri, target)):
+        pinned = pin(handle)
+        # The columns are refused before the catalog is opened, which makes a SQLite
+        # catalog's file: a refused first export leaves nothing behind.
+        logical = check_live(pinned)
+        iceberg_schema(logical, pinned.name)
         ice_catalog = open_catalog(uri, catalog=catalog, warehouse=warehouse)
-        return _export(lake, pin(handle), ice_catalog, target)
+        return _export(lake, pinned, logical, ice_catalog, target)
 
 
-def _export(lake: Lake, pinned: Pinned, ice_catalog: Catalog, target: str) -> ExportResult:
+def _export(lake: Lake, pinned: Pinned, logical: T.StructType, ice_catalog: Catalog,
+            target: str) -> ExportResult:
     from pyiceberg.exceptions import NoSuchTableError
 
     name = pinned.name
-    logical = check_live(pinned)
     after_text = frontier_json(pinned.frontier)
     after: list[int] = json.loads(after_text)
     props = {FRONTIER_PROPERTY: after_text, TABLE_PROPERTY: name}
