@@ -14,10 +14,18 @@ The two positions it keeps in step:
 
 A batch of transactions goes to every captured table (empty ones included, so all frontiers
 move together), and only after `commit_batch` returns is the slot confirmed up to the batch's
-end. A crash before the last table's commit leaves some tables ahead of others: the restart
-resumes from the least frontier, and each table skips the transactions it already holds
-(`Tables.floor`). A crash after the commits and before the confirmation re-delivers
-transactions every table has: the source drops them.
+upper frontier (its last commit's LSN + 1, not the end of that commit record: so the slot is
+never confirmed beyond a table's frontier). A crash before the last table's commit leaves
+some tables ahead of others: the restart resumes from the least frontier, and each table
+skips the transactions it already holds (`Tables.floor`). A crash after the commits and
+before the confirmation re-delivers transactions every table has: the source drops them.
+
+A restart can resume no earlier than the slot's confirmed position: the server skips
+whatever committed before it. So a table found behind that position (`_check_continuous`)
+has missed transactions: the slot streamed on without it (a run whose `--tables` left it
+out, or while it was out of the publication), or the slot was made again under its name.
+Such tables are refused, naming them, where streaming would silently leave a gap in their
+history.
 
 How a sink starts: a new slot (`--create-slot`) has its snapshot taken by `Sink.start`, at
 time 0 with the frontier at the slot's consistent point, where streaming starts (`snapshot =
@@ -60,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from changelake.capture.postgres.pgoutput import format_lsn
 from changelake.capture.postgres.rows import Key, Table, Tables, Values
 from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
 from changelake.capture.postgres.transactions import Transaction
@@ -220,6 +229,7 @@ class Capture:
                                       "slot with --create-slot, or name these tables' slot)")
                 self.sink.check_resume(source, existing)
                 self._join(source, tables, existing, marker.with_suffix(".joining"))
+                self._check_continuous(source, tables)
             self._stream(source, tables, lookup)
         return self.report
 
@@ -242,6 +252,24 @@ class Capture:
             self.sink.join(source, snapshot, joining)
         self.report.joined = tuple(joining)
         marker.unlink()
+
+    def _check_continuous(self, source: Source, tables: dict[str, Table]) -> None:
+        """Refuse tables whose frontier is behind the slot's confirmed position: the stream
+        would start after transactions they never received (see the module docstring).
+        Tables that just joined are at their snapshot's consistent point, never behind."""
+        confirmed = source.confirmed()
+        frontiers = self.sink.frontiers(tables)
+        behind = {n: u for n, u in sorted(frontiers.items()) if u is not None and u < confirmed}
+        if behind:
+            at = ", ".join(f"{n} at {format_lsn(u)}" for n, u in behind.items())
+            raise SourceError(
+                f"tables {', '.join(behind)} stopped before slot {self.options.slot!r}'s "
+                f"confirmed position {format_lsn(confirmed)} ({at}): the slot streamed on "
+                "without them (a run whose --tables left them out, or while they were out "
+                "of the publication), or was made again under this name, so the "
+                "transactions between are gone from it and their history would have a gap. "
+                "Capture them afresh: into new tables (another --lake or --out) with a new "
+                "slot and --create-slot")
 
     def _stream(self, source: Source, tables: dict[str, Table], lookup) -> None:
         o = self.options
@@ -267,7 +295,7 @@ class Capture:
                           or now - started >= o.batch_seconds):
                 upper = batch[-1].commit_lsn + 1
                 self._commit_batch(state, tables, batch, batch_lower, upper)
-                source.confirm(batch[-1].end_lsn)
+                source.confirm(upper)  # not the commit record's end: see the docstring
                 batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
             elif idle and not batch and event.lsn > batch_lower and (
                     now - started >= o.heartbeat_seconds or (o.until_idle is not None

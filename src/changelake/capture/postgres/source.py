@@ -323,6 +323,13 @@ class Source:
         """Everything before `lsn` is durable: the server may recycle its WAL."""
         self.cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, reply=True)
 
+    def confirmed(self) -> int:
+        """The slot's confirmed flush position: a resumed stream starts there at the earliest,
+        whatever position it asks for."""
+        row = self._one("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                        "WHERE slot_name = %s", (self.slot_name,))
+        return parse_lsn(row[0]) if row and row[0] else 0
+
     def lag(self) -> tuple[int, int] | None:
         """The slot's (confirmed flush LSN, server's current WAL LSN)."""
         row = self._one("SELECT confirmed_flush_lsn::text, pg_current_wal_lsn()::text FROM "
