@@ -278,3 +278,28 @@ def test_encode_avro_writes_nan_and_the_infinities_given_as_text(tmp_path: Path)
         {"data": {"id": 2, "x": "Infinity", "y": 1.5}, "time": 1, "diff": 1},
         {"frontier": []},
     ]
+
+
+def test_encode_avro_into_a_fifo_writes_it_and_leaves_it_a_fifo(tmp_path: Path) -> None:
+    """`--avro` replaces a file whole (written beside it, then renamed), but a path that is
+    not a regular file is written in place: a rename over `/dev/null` (a user discarding the
+    output) had put a regular file where the device was, for every process. A FIFO stands in
+    for the device here."""
+    import os
+    import stat
+    import threading
+
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type":"record","name":"r","fields":[{"name":"id","type":"long"}]}')
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text('{"data":{"id":1},"time":1,"diff":1}\n')
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    result = run("encode", "--schema", str(schema), "--close", "--avro", str(fifo), str(changes))
+    reader.join(10)
+    assert result.returncode == 0, result.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert received and received[0].startswith(b"Obj\x01")  # the container file came through

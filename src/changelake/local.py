@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import orjson
 
+from changelake.durable import replaced_whole
 from changelake.errors import ChangelakeError, InputError, Location
 from changelake.formats import avro_values as av
 from changelake.formats import lines as jsonl
@@ -112,9 +113,8 @@ def load_reader(state: Path, *, strict: bool) -> Reader:
 
 def save_reader(reader: Reader, state: Path) -> None:
     """Write the state atomically (temp file, then rename): a crash leaves the old state."""
-    temporary = state.with_name(state.name + ".tmp")
-    temporary.write_bytes(orjson.dumps(reader.save(data_to_json=thaw)))
-    temporary.replace(state)
+    with replaced_whole(state) as fo:
+        fo.write(orjson.dumps(reader.save(data_to_json=thaw)))
 
 
 def decode_local(
@@ -246,14 +246,8 @@ def write_messages(
     if avro is not None:
         if schema is None:
             raise ChangelakeError("--avro needs the data schema (--schema)")
-        temporary = avro.with_name(f".{avro.name}.tmp")
-        try:
-            with open(temporary, "wb") as fo:
-                count = write_ocf(fo, messages, schema)
-            temporary.replace(avro)
-        finally:
-            temporary.unlink(missing_ok=True)
-        return count
+        with replaced_whole(avro) as fo:
+            return write_ocf(fo, messages, schema)
     count = write_json_lines(out, messages, schema)
     out.flush()
     return count
