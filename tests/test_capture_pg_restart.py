@@ -13,6 +13,7 @@ import psycopg2
 import pytest
 
 from changelake.capture.postgres import pgoutput as po
+from changelake.capture.postgres.rows import CaptureError
 from changelake.capture.postgres.source import Idle, Source, SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
 from changelake.lake.catalog import Lake
@@ -61,6 +62,23 @@ def test_a_slot_dropped_between_runs_is_named_and_not_made_again(spark, pg_dsn, 
             capture(lake, pg_dsn, create=create, slot="dropped")
         # A new slot would stream from now on into tables that miss what came before it.
         assert slots(sql) == []
+
+
+def test_two_tables_one_lake_name_would_hold_are_refused_before_anything(spark, pg_dsn, sql,
+                                                                           tmp_path) -> None:
+    """`"Foo"` and `foo` are two PostgreSQL tables and one lake name (lake names compare
+    case-insensitively): refused before the slot is made, where the first had been committed
+    into `public.foo` and the second refused only then."""
+    sql.execute('CREATE TABLE "Foo" (id int PRIMARY KEY)')
+    sql.execute("CREATE TABLE foo (id int PRIMARY KEY)")
+    sql.execute('INSERT INTO "Foo" VALUES (1)')
+    sql.execute("INSERT INTO foo VALUES (2)")
+    sql.execute("CREATE PUBLICATION p FOR ALL TABLES")
+    lake = Lake(spark, tmp_path / "lake")
+    with pytest.raises(CaptureError, match=r"tables public\.(Foo|foo) and public\.(Foo|foo) "
+                                           r"would both be lake table public\.foo"):
+        capture(lake, pg_dsn, create=True, slot="foo")
+    assert slots(sql) == [] and not lake.exists("public.foo")
 
 
 def test_a_slot_of_another_kind_is_named(spark, pg_dsn, sql, tmp_path) -> None:

@@ -62,6 +62,7 @@ from changelake.capture.postgres.consistency import (  # moved there; still impo
 from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
+from changelake.lake.identifier import TableIdentifier
 from changelake.lake.key_rule import KeyRuleError
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
@@ -108,7 +109,19 @@ class LakeSink:
         self.handles: dict[str, LakeTable] = {}
 
     def check(self, tables: dict[str, Table]) -> None:
-        pass  # the lake checks names and columns when it creates a table
+        """Refuse, before the slot is opened, names the lake cannot hold, and two tables that
+        one lake table would hold (`"Foo"` and `foo`: lake names compare case-insensitively),
+        which had committed one into the other before the second was refused. Columns are
+        checked when the lake creates a table."""
+        seen: dict[TableIdentifier, str] = {}
+        for name in tables:
+            ident = TableIdentifier.parse(name)
+            if ident in seen:
+                raise CaptureError(f"tables {seen[ident]} and {name} would both be lake table "
+                                   f"{ident.database}.{ident.name} (lake names compare "
+                                   "case-insensitively): capture one of them (--tables), or "
+                                   "rename one in the database")
+            seen[ident] = name
 
     def held(self, tables: dict[str, Table]) -> set[str]:
         self.handles = {name: self.lake.handle(name) for name in tables}
