@@ -7,17 +7,22 @@ start-up); `test_capture_pg_cli_errors.py` runs the command line."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 
 import psycopg2
 import pytest
 
 from changelake.capture.postgres import pgoutput as po
+from changelake.capture.postgres.capture import Capture
 from changelake.capture.postgres.rows import CaptureError
 from changelake.capture.postgres.source import Idle, Source, SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
+from changelake.capture.postgres.to_log import LogSink
 from changelake.lake.catalog import Lake
 from pg_workload import database_rows, drop_slot, lake_rows
+from test_capture_pg_log import decoded
 
 
 @pytest.fixture
@@ -96,6 +101,8 @@ def test_a_slot_of_another_kind_is_named(spark, pg_dsn, sql, tmp_path) -> None:
     ("CREATE TABLE bad (a int, b text)", "keyed1"),
     ("CREATE TABLE bad (a int PRIMARY KEY, b text); ALTER TABLE bad REPLICA IDENTITY NOTHING",
      "keyed2"),
+    # PostgreSQL logs no old key by a deferrable primary key: it is no replica identity.
+    ("CREATE TABLE bad (a int PRIMARY KEY DEFERRABLE, b text)", "keyed3"),
 ])
 def test_a_table_without_key_or_replica_identity_is_named(spark, pg_dsn, sql, tmp_path,
                                                           table: str, good: str) -> None:
@@ -110,6 +117,24 @@ def test_a_table_without_key_or_replica_identity_is_named(spark, pg_dsn, sql, tm
     report = LakeCapture(Lake(spark, tmp_path / "lake"), CaptureOptions(
         pg_dsn, "p", good, tables=(good,), create_slot=True, until_idle=0.3)).run()
     assert report.tables == (f"public.{good}",)
+
+
+def test_tables_are_looked_up_by_their_own_names_not_as_sql(pg_dsn, sql, tmp_path) -> None:
+    """`"Bad"` (no key) was checked as `bad` (keyed) and accepted, and a table named `a.b`
+    refused as a name in another database: a name is never read as SQL."""
+    sql.execute('CREATE TABLE "Bad" (a int, b text)')
+    sql.execute("CREATE TABLE bad (id int PRIMARY KEY)")
+    sql.execute('CREATE TABLE "a.b" (id int PRIMARY KEY, v text)')
+    sql.execute('INSERT INTO "a.b" VALUES (1, \'x\')')
+    sql.execute('CREATE PUBLICATION p FOR TABLE "Bad", bad, "a.b"')
+    out = tmp_path / "out"
+    options = CaptureOptions(pg_dsn, "p", "names", create_slot=True, until_idle=0.3)
+    with pytest.raises(SourceError, match=r"table public\.Bad has no primary key"):
+        Capture(LogSink(out, options), options).run()
+    options = replace(options, tables=("public.bad", "public.a.b"))
+    Capture(LogSink(out, options), options).run()
+    rows, _ = decoded(out / "public.a.b", ("id", "v"))
+    assert rows == Counter({(1, "x"): 1})
 
 
 # -- TOAST across a restart --------------------------------------------------------------------

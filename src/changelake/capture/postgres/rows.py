@@ -38,7 +38,14 @@ from typing import Any
 
 from changelake.capture.postgres import pgoutput as po
 from changelake.capture.postgres.transactions import RowChange, Transaction
-from changelake.capture.postgres.types import Lookup, PgType, PgValueError, resolve
+from changelake.capture.postgres.types import (
+    RELATION_OID,
+    Lookup,
+    PgType,
+    PgValueError,
+    relation_args,
+    resolve,
+)
 from changelake.errors import InputError, SchemaError
 
 Key = tuple[Any, ...]
@@ -78,9 +85,9 @@ class Table:
             "SELECT a.attname, a.atttypid, a.atttypmod, coalesce(a.attnum = ANY(i.indkey), "
             "false), c.relreplident FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
             "LEFT JOIN pg_index i ON i.indrelid = c.oid AND CASE c.relreplident WHEN 'i' THEN "
-            "i.indisreplident WHEN 'd' THEN i.indisprimary ELSE false END "
-            "WHERE c.oid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
-            "ORDER BY a.attnum", (qualified,))
+            "i.indisreplident WHEN 'd' THEN i.indisprimary AND i.indimmediate ELSE false END "
+            f"WHERE c.oid = {RELATION_OID} AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum", relation_args(qualified))
         rows = cursor.fetchall()
         schema, name = qualified.split(".", 1)
         columns = tuple(po.Column(r[0], int(r[1]), int(r[2]), bool(r[3])) for r in rows)

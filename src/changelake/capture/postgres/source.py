@@ -50,7 +50,7 @@ import psycopg2.extras
 from changelake.capture.postgres import pgoutput as po
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.transactions import Assembler, Transaction
-from changelake.capture.postgres.types import SESSION_SETTINGS
+from changelake.capture.postgres.types import RELATION_OID, SESSION_SETTINGS, relation_args
 from changelake.errors import ChangelakeError
 
 
@@ -71,6 +71,11 @@ class Slot:
     created: bool  # by this capture, now: a snapshot name is available
     consistent_point: int  # for a created slot, the LSN its snapshot is as of
     snapshot: str | None
+
+
+def _quoted(identifier: str) -> str:
+    """An SQL identifier in double quotes, a quote in it doubled."""
+    return '"' + identifier.replace('"', '""') + '"'
 
 
 def redact_dsn(dsn: str) -> str:
@@ -181,10 +186,11 @@ class Source:
         return tuple(published)
 
     def _check_identity(self, table: str) -> None:
+        # A deferrable primary key is no replica identity: PostgreSQL logs no old key by it.
         identity, has_key = self._one(
             "SELECT c.relreplident, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid "
-            "AND (i.indisprimary OR i.indisreplident)) FROM pg_class c WHERE c.oid = %s::regclass",
-            (table,))
+            "AND ((i.indisprimary AND i.indimmediate) OR i.indisreplident)) FROM pg_class c "
+            f"WHERE c.oid = {RELATION_OID}", relation_args(table))
         if identity == "n" or (identity == "d" and not has_key):
             raise SourceError(f"table {table} has no primary key or replica identity: its "
                               "updates and deletes cannot be captured (add a primary key, or "
@@ -266,18 +272,19 @@ class Source:
             with conn.cursor() as c:
                 c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
                 c.execute("SET TRANSACTION SNAPSHOT %s", (slot.snapshot,))
-                c.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
-                          "attnum > 0 AND NOT attisdropped ORDER BY attnum", (table,))
+                c.execute(f"SELECT attname FROM pg_attribute WHERE attrelid = {RELATION_OID} "
+                          "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                          relation_args(table))
                 columns = tuple(r[0] for r in c.fetchall())
-            schema, name = table.split(".", 1)
+            schema, name = (_quoted(part) for part in relation_args(table))
             # A value's text from its type's output function, as pgoutput sends it: `concat`
             # calls it, where a cast to text need not (`true::text` is 'true', pgoutput's 't';
             # char(n), inet, cidr, name differ too).
-            quoted = ", ".join(f'CASE WHEN "{col}" IS NULL THEN NULL ELSE concat("{col}") END'
-                               for col in columns)
+            quoted = ", ".join(f"CASE WHEN {_quoted(col)} IS NULL THEN NULL ELSE "
+                               f"concat({_quoted(col)}) END" for col in columns)
             with conn.cursor(name="changelake_snapshot") as c:
                 c.itersize = batch
-                c.execute(f'SELECT {quoted} FROM "{schema}"."{name}"')
+                c.execute(f"SELECT {quoted} FROM {schema}.{name}")
                 while rows := c.fetchmany(batch):
                     yield columns, rows
             conn.rollback()

@@ -265,3 +265,16 @@ def catalog(cursor: Any) -> Lookup:
             known[oid] = CatalogType(row[0], row[1], row[2], int(row[3]), int(row[4]))
         return known[oid]
     return lookup
+
+
+RELATION_OID = "(quote_ident(%s) || '.' || quote_ident(%s))::regclass"
+"""SQL for a table's oid from its schema and its name (`relation_args`), each quoted: a cast
+of the text `schema.name` reads it as SQL, where `"Foo"` is `foo` and `a.b` a name in another
+database."""
+
+
+def relation_args(qualified: str) -> tuple[str, str]:
+    """`RELATION_OID`'s arguments for a table named `schema.table` (as the publication lists
+    it: the table's own name may hold a dot, the schema's does not)."""
+    schema, name = qualified.split(".", 1)
+    return schema, name
