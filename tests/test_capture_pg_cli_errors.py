@@ -1,5 +1,6 @@
 """`changelake capture postgres` refuses what it cannot capture with exit status 2 and one line
-naming the object: a missing publication or slot, a slot dropped between two runs (the lake
+naming the object: a DSN libpq cannot parse, a slot name PostgreSQL refuses or a slot another
+capture streams from, a missing publication or slot, a slot dropped between two runs (the lake
 holds a capture, the slot is gone), a table without a primary key or replica identity. What
 the database alone refuses is refused before the lake opens: no Spark, no lake directory.
 Other runs are a Spark start-up each, so only the first test is in the default run."""
@@ -65,3 +66,28 @@ def test_a_slot_dropped_between_runs_is_named(pg_dsn, sql, tmp_path) -> None:
             "not exist (dropped since their last run")
     sql.execute("SELECT count(*) FROM pg_replication_slots")
     assert sql.fetchone()[0] == 0  # and no new slot was made
+
+
+def test_a_dsn_libpq_cannot_parse_and_a_slot_name_postgres_refuses_are_named(pg_dsn, sql,
+                                                                             tmp_path) -> None:
+    """Both had been internal errors (exit 1); the bad slot name also left a start marker."""
+    lake = tmp_path / "lake"
+    refused(subprocess.run([*CLI, "--lake", str(lake), "--dsn", "not a dsn ===",
+                            "--publication", "p", "--slot", "s"], capture_output=True,
+                           timeout=600), "cannot connect to PostgreSQL (a DSN libpq cannot parse)")
+    refused(run(pg_dsn, lake, "--publication", "p", "--slot", "bad-slot-Name", "--create-slot"),
+            "replication slot name 'bad-slot-Name' is not valid")
+    assert not lake.exists()
+
+
+def test_a_slot_another_capture_streams_from_is_named(pg_dsn, sql) -> None:
+    from changelake.capture.postgres.source import Source, SourceError
+
+    with Source(pg_dsn, "p", "busy") as first:
+        first.open_slot(create=True)
+        next(first.stream(0))  # streaming: the slot is active
+        with Source(pg_dsn, "p", "busy") as second:
+            second.open_slot(create=False)
+            with pytest.raises(SourceError, match="replication slot 'busy' is in use by another "
+                                                  "process"):
+                next(second.stream(0))

@@ -35,6 +35,7 @@ when the caller has nothing (its history is gone: `--snapshot` cannot be taken f
 from __future__ import annotations
 
 import os
+import re
 import select
 import time
 import uuid
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
+import psycopg2.errors
 import psycopg2.extensions
 import psycopg2.extras
 
@@ -98,7 +100,7 @@ def connect(dsn: str, *, replication: bool = False) -> psycopg2.extensions.conne
     factory = psycopg2.extras.LogicalReplicationConnection if replication else None
     try:
         conn = psycopg2.connect(dsn, options=_options(), connection_factory=factory)
-    except psycopg2.OperationalError as e:
+    except (psycopg2.OperationalError, psycopg2.ProgrammingError) as e:  # the latter: bad DSN
         try:
             shown = redact_dsn(dsn)
         except SourceError:
@@ -110,11 +112,18 @@ def connect(dsn: str, *, replication: bool = False) -> psycopg2.extensions.conne
     return conn
 
 
+SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
+"""A replication slot's name, as PostgreSQL takes one."""
+
+
 class Source:
     """One database's publication and slot. Use as a context manager (closes connections)."""
 
     def __init__(self, dsn: str, publication: str, slot: str, *,
                  tables: tuple[str, ...] | None = None) -> None:
+        if SLOT_NAME.fullmatch(slot) is None:  # before anything is asked or written
+            raise SourceError(f"replication slot name {slot!r} is not valid: PostgreSQL takes "
+                              "lower-case letters, digits and underscores, at most 63")
         self.dsn = dsn
         self.publication = publication
         self.slot_name = slot
@@ -305,8 +314,13 @@ class Source:
         options = {"proto_version": str(version), "publication_names": self.publication}
         if version >= 2:
             options["streaming"] = "on"
-        self.cursor.start_replication(slot_name=self.slot_name, decode=False,
-                                      start_lsn=format_lsn(resume), options=options)
+        try:
+            self.cursor.start_replication(slot_name=self.slot_name, decode=False,
+                                          start_lsn=format_lsn(resume), options=options)
+        except psycopg2.errors.ObjectInUse:
+            raise SourceError(f"replication slot {self.slot_name!r} is in use by another "
+                              "process (another capture of it?): one capture per slot at a "
+                              "time") from None
         decoder, assembler = po.Decoder(), Assembler(memory_limit)
         last_idle = time.monotonic()
         while True:
