@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from changelake.formats.materialize import SetAside
-from changelake.kafka.client import client_config, describe, partitions_of
+from changelake.kafka.client import describe, partitions_of
 from changelake.kafka.errors import TopicError
 from changelake.kafka.sink import producer_config
 from changelake.kafka.source import PartitionRange, Record, TopicReader, location
@@ -135,16 +135,10 @@ class DeadLetterTopic:
         except KafkaException as error:
             raise TopicError(f"cannot make a producer for {bootstrap}: "
                              f"{describe(error)}") from None
-        # asked by a consumer: a producer's metadata request may auto-create the topic
-        checker = Consumer({**client_config(bootstrap, "dead-letter", config),
-                            "group.id": "changelake-dead-letter",
-                            "allow.auto.create.topics": False})
-        try:
-            partitions_of(checker, bootstrap, topic, timeout)
+        try:  # the producer creates no topic (`producer_config`)
+            partitions_of(self._producer, bootstrap, topic, timeout)
         except TopicError as error:
             raise TopicError(f"dead-letter topic: {error}") from None
-        finally:
-            checker.close()
 
     def send(self, letters: Sequence[DeadLetter]) -> int:
         """Produce `letters` and wait until every one is acknowledged; how many were sent. A

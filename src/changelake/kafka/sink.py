@@ -67,6 +67,9 @@ def producer_config(bootstrap: str, *, transactional_id: str | None = None,
         "partitioner": "murmur2_random",
         "linger.ms": 20,
         "message.timeout.ms": int(delivery_timeout * 1000),
+        # Written only to topics that exist: librdkafka's producers default to asking the
+        # broker to create a topic their metadata request names (a typo became a topic).
+        "allow.auto.create.topics": False,
     })
     if transactional_id is not None:
         settings["transactional.id"] = transactional_id
