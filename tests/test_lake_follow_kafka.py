@@ -84,6 +84,17 @@ def test_follow_topics_commits_each_batch_once_and_status_shows_the_lag(
         ingest_topics(lake, name, cluster.bootstrap, topic, schema=schema)
 
 
+def test_follow_topics_takes_a_schema_of_the_rows_alone(spark, cluster: MockCluster,
+                                                        tmp_path: Path) -> None:
+    """`--schema` may be the rows' Avro record alone, as `ingest --kafka` takes it: the follow
+    had handed the file's text to the source, which wants the union (an internal error)."""
+    rows = tmp_path / "rows.json"
+    rows.write_bytes(orjson.dumps(row_schema().data_type))
+    topic = new_topic(cluster, partitions=1)
+    frame = topic_source(cluster.bootstrap, [topic], schema=rows)(spark)
+    assert frame.isStreaming and {"updates", "progress"} <= set(frame.columns)
+
+
 def test_follow_kafka_usage_errors(tmp_path: Path) -> None:
     lake = ["ingest", "--lake", str(tmp_path / "lake"), "--table", "t", "--follow"]
     for args, message in [

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import LakeError
+from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import DecodedInput, commit_input, flatten
 from changelake.lake.follow_lag import KIND, TOPICS
@@ -190,13 +191,15 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
     if schema is None and schema_registry is None:
         raise LakeError("following Kafka topics needs the messages' schema: --schema FILE or "
                         "--schema-registry URL")
+    # The union, as `ingest --kafka` takes it: the file may hold the rows' record alone.
+    avro_schema = load_schema_text(schema) if schema is not None else None
 
     def messages(spark: SparkSession) -> DataFrame:
         from changelake.spark import kafka_source
 
         kafka_source.register(spark)
         options = kafka_source.reader_options(
-            bootstrap, topics, avro_schema=Path(schema).read_text() if schema else None,
+            bootstrap, topics, avro_schema=avro_schema,
             schema_registry=schema_registry, config=config)
         options["startingOffsets"] = "earliest"
         if max_records_per_trigger:
