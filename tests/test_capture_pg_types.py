@@ -59,6 +59,7 @@ CASES = [
     ("mood", "'happy'", T.StringType(), "happy"),
     ("mood[]", "'{sad,happy}'", T.ArrayType(T.StringType()), ("sad", "happy")),
     ("positive", "7", T.IntegerType(), 7),
+    ("price", "12.5", T.DecimalType(10, 2), Decimal("12.50")),  # the domain's precision
     ("interval", "'1 day 2 hours'", T.StringType(), "P1DT2H"),
     ("integer", "NULL", T.IntegerType(), None),
 ]
@@ -101,7 +102,8 @@ def same(a: object, b: object) -> bool:
 def test_every_supported_type(pg_dsn: str) -> None:
     relation, row = captured(
         pg_dsn, ["CREATE TYPE mood AS ENUM ('sad', 'happy')",
-                 "CREATE DOMAIN positive AS integer CHECK (VALUE > 0)"],
+                 "CREATE DOMAIN positive AS integer CHECK (VALUE > 0)",
+                 "CREATE DOMAIN price AS numeric(10,2)"],
         [c[0] for c in CASES], [c[1] for c in CASES])
     conn = connect(pg_dsn)
     lookup = catalog(conn.cursor())

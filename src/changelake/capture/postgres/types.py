@@ -21,8 +21,9 @@ for `TimestampType`), or a tuple for an array (rows are hashable). The rules:
   error naming the value, not a silent null.
 * Arrays are `ArrayType` of their element (one dimension; a multi-dimensional array is an
   error), parsed from PostgreSQL's array text (`{1,NULL,"a,b"}`).
-* A domain is its base type. Anything else (composite types, ranges, geometric types, money)
-  is refused by `resolve` with the type's name, so a table is never captured half-typed.
+* A domain is its base type, with the domain's modifier (`numeric(10,2)`). Anything else
+  (composite types, ranges, geometric types, money) is refused by `resolve` with the type's
+  name, so a table is never captured half-typed.
 """
 
 from __future__ import annotations
@@ -207,6 +208,7 @@ class CatalogType:
     category: str  # pg_type.typcategory: A for arrays
     base: int  # a domain's base type OID, else 0
     element: int  # pg_type.typelem: an array's element type OID (or a fixed type's part)
+    modifier: int = -1  # pg_type.typtypmod: a domain's modifier of its base (numeric(10,2))
 
 
 Lookup = Callable[[int], CatalogType]
@@ -235,8 +237,8 @@ def resolve(oid: int, modifier: int, lookup: Lookup) -> PgType:
     info = None
     if element is None:
         info = lookup(oid)
-        if info.kind == "d":
-            return resolve(info.base, modifier, lookup)
+        if info.kind == "d":  # a column of a domain has no modifier: the domain has it
+            return resolve(info.base, modifier if modifier >= 0 else info.modifier, lookup)
         if info.kind == "e":
             return PgType(info.name, T.StringType(), _text)
         element = info.element if info.category == "A" and info.element else None
@@ -258,11 +260,12 @@ def catalog(cursor: Any) -> Lookup:
     def lookup(oid: int) -> CatalogType:
         if oid not in known:
             cursor.execute("SELECT format_type(oid, NULL), typtype, typcategory, typbasetype, "
-                           "typelem FROM pg_type WHERE oid = %s", (oid,))
+                           "typelem, typtypmod FROM pg_type WHERE oid = %s", (oid,))
             row = cursor.fetchone()
             if row is None:
                 raise SchemaError(f"type OID {oid} is not in pg_type")
-            known[oid] = CatalogType(row[0], row[1], row[2], int(row[3]), int(row[4]))
+            known[oid] = CatalogType(row[0], row[1], row[2], int(row[3]), int(row[4]),
+                                     int(row[5]))
         return known[oid]
     return lookup
 
