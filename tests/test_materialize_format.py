@@ -200,8 +200,14 @@ def test_framed_messages_round_trip_and_fail_clearly() -> None:
     good = encode_confluent(_some_messages()[0], schema, 7)
     with pytest.raises(InputError, match="topic, offset 42: unknown schema id 8"):
         decode_framed(encode_confluent(_some_messages()[0], schema, 8), {7: schema}, where)
+    with pytest.raises(InputError, match=r"truncated or corrupt Avro message \(\d+ bytes after "
+                                         "the schema id 7\\): it ends before the datum does"):
+        decode_framed(good[:5], {7: schema}, where)  # fastavro's own reason was empty
     with pytest.raises(InputError, match="truncated or corrupt"):
         decode_framed(good[:-7], {7: schema}, where)
+    # Branch 9 of a two-branch union: fastavro's reason was "list index out of range".
+    with pytest.raises(InputError, match="an index beyond the schema's union branches"):
+        decode_framed(good[:5] + b"\x12" + good[6:], {7: schema}, where)
     with pytest.raises(InputError, match="not a Confluent-framed"):
         decode_framed(b"{}", {7: schema}, where)
 

@@ -686,7 +686,13 @@ def decode_framed(
     try:
         datum = fastavro.schemaless_reader(fo, schema.parsed)
     except (EOFError, ValueError, IndexError) as error:
-        raise InputError(f"truncated or corrupt Avro message: {error}", origin) from None
+        # The reader's own text says little ("list index out of range": a union branch or
+        # enum index beyond the schema's; nothing at all for EOF): say what broke, and where.
+        reason = ("it ends before the datum does" if isinstance(error, EOFError)
+                  else "an index beyond the schema's union branches or enum symbols"
+                  if isinstance(error, IndexError) else str(error) or type(error).__name__)
+        raise InputError(f"truncated or corrupt Avro message ({len(body)} bytes after the "
+                         f"{what}): {reason}", origin) from None
     if fo.tell() != len(body):
         raise InputError(f"{len(body) - fo.tell()} bytes left over after the message", origin)
     try:
