@@ -94,8 +94,8 @@ def test_the_executor_read_never_resets_silently(cluster: MockCluster,
     assert str(caught.value) == (
         f"kafka-cdc: topic {topic} partition 0: the task reading offsets [2, 8) was at offset 2, "
         "but the partition's first offset is 4 and its end 10: records were deleted "
-        "(retention or DeleteRecords) before being read (failOnDataLoss=false goes on from "
-        "the first offset held)")
+        "(retention or DeleteRecords) before being read (the option failOnDataLoss=false, "
+        "`ingest --follow --kafka --no-fail-on-data-loss`, goes on from the first offset held)")
     with caplog.at_level(logging.WARNING, logger=kafka_source.__name__):
         assert offsets(KafkaRange(topic, 0, 2, 8), True) == [4, 5, 6, 7]
     assert [r.getMessage() for r in caplog.records] == [

@@ -359,7 +359,8 @@ def report_loss(options: KafkaOptions, message: str, warned: set[str] | None = N
     """Data loss: a `_fail` error with `failOnDataLoss` (the default), else a warning (once per
     message in `warned`) and the caller goes on from the first offset held."""
     if options.fail_on_data_loss:
-        raise _fail(f"{message} (failOnDataLoss=false goes on from the first offset held)")
+        raise _fail(f"{message} (the option failOnDataLoss=false, `ingest --follow --kafka "
+                    "--no-fail-on-data-loss`, goes on from the first offset held)")
     if warned is None or message not in warned:
         log.warning("%s: warning: %s; going on from the first offset held "
                     "(failOnDataLoss=false)", NAME, message)
