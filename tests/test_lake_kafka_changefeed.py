@@ -222,6 +222,49 @@ def test_a_partition_behind_the_others_holds_the_frontier_back(
     assert updates(lake, name) == updates(lake, ref)
 
 
+def _inside_a_transaction(feed: Feed, start: int) -> int:
+    """The first index from `start` on whose event continues the transaction of the event
+    before it: a cut there leaves that transaction half read."""
+    for i in range(max(start, 1), len(feed.events)):
+        before, value = feed.events[i - 1][1], feed.events[i][1]
+        if before is not None and value is not None and _xid(before) == _xid(value) != 90:
+            return i
+    raise AssertionError("no transaction of two events after the start")
+
+
+@pytest.mark.parametrize("resend_metadata", [False, True])
+def test_a_replayed_tail_after_a_cut_transaction_lets_the_frontier_advance(
+        cluster: MockCluster, lake: Lake, tmp_path: Path, resend_metadata: bool) -> None:
+    """The first run is cut inside a transaction; then the rest arrives, and a connector
+    restart re-sends the tail from inside an earlier transaction (with or without its BEGIN
+    and END records). The re-sent transactions are behind the committed frontier, their ENDs
+    (or some of their events) before the resume offsets: they must not hold the frontier
+    back, or every later run re-reads the same records and commits nothing. The next run
+    reaches the end of the feed, and the table equals the file ingest of the whole history."""
+    feed = pg_feed(seeded(88).randrange(1 << 30), transactions=12)
+    ref = reference(lake, write_files(feed, tmp_path), "debezium", key=["id"])
+    data, tx_topic = new_topic(cluster, 3), new_topic(cluster, 1)
+    n = len(feed.events)
+    replay_from = _inside_a_transaction(feed, n // 3)
+    cut = _inside_a_transaction(feed, 2 * n // 3)
+    assert _xid(feed.events[replay_from][1]) != _xid(feed.events[cut][1])
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+
+    def run() -> int:
+        report = ingest_changefeed_topics(lake, name, cluster.bootstrap, [data, tx_topic],
+                                          source="debezium", key=["id"])
+        return report.ingest.frontier[0]
+
+    produce_debezium(cluster, data, tx_topic, feed, slice(0, cut), 3)
+    first = run()
+    produce_debezium(cluster, data, tx_topic, feed, slice(cut, n), 3)
+    produce_debezium(cluster, data, tx_topic if resend_metadata else None, feed,
+                     slice(replay_from, n), 3)
+    assert first < feed.times[-1] + 1
+    assert [run(), run()] == [feed.times[-1] + 1] * 2  # every transaction is complete
+    assert updates(lake, name) == updates(lake, ref)
+
+
 def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits(
         cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
     feed = pg_feed(5, transactions=6, metadata=False)

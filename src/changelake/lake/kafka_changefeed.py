@@ -13,7 +13,9 @@ retract it) and the times. The lake table *is* the first: the conversion takes a
 row from the table's current rows, as the file ingest does (`commands.ingest`). And changefeed
 times are the source's own positions (a PostgreSQL LSN, a MySQL binlog place, a YDB step), the
 same whatever read a record comes in, so the table's committed frontier F says which records are
-in it: those of times below F. Records re-read below F are skipped by the conversion (`since`).
+in it: those of times below F. Records re-read below F are skipped by the conversion (`since`),
+and a transaction below F holds no frontier back: a connector restart may re-send one whose END
+(or some of whose events) is before the resume offsets (`spark.changefeed.progress`).
 
 Where each partition resumes. After a run commits up to F', a partition resumes at the least
 offset among the records the table still needs:

@@ -268,7 +268,8 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
                          untimed=int(facts["untimed"]), per_file=lines.per_file,
                          chunk_rows=facts.get("chunks"))
     frontier = None if close else debezium_frontier(timed, items, facts["high"],
-                                                    bool(facts["metadata"]), facts["table"])
+                                                    bool(facts["metadata"]), facts["table"],
+                                                    since)
     if frontier is not None and lines.per_file and not facts["metadata"]:
         frontier = _partition_cap(timed, frontier)
     marks = timed.select("file_index", "row", "kind", "time", "tx").unionByName(

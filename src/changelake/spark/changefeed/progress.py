@@ -10,7 +10,13 @@ batch as the old path does:
   expected count the `event_count` of its first END (in reading order), or, when that END
   lists `data_collections`, the count of the batch's table (the table of its changes);
 * frontier = the least time of an incomplete transaction, capped at `high`; when it is `high`
-  and every transaction at `high` is complete, `high + 1`.
+  and every transaction at `high` is complete, `high + 1`;
+* a transaction before `since` (the table's committed frontier) counts for nothing: the table
+  holds it whole, and the encoder forgets a transaction once its frontier passes it
+  (`DebeziumProgress.frontier`: a replay of one is a duplicate). A read that resumes from the
+  offsets a commit recorded may meet one again, re-sent by a connector restart, without its
+  END or some of its events (those are before the resume offsets): counted, it would look
+  incomplete and hold the frontier below the committed one on every run from then on.
 
 `frontier_from` folds over transactions on the driver; here the fold is three aggregates over
 the join of transactions and ENDs, so the number of transactions does not reach the driver.
@@ -23,11 +29,13 @@ from pyspark.sql import functions as F
 
 
 def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
-                      metadata: bool, table: str | None = None) -> int:
+                      metadata: bool, table: str | None = None, since: int | None = None
+                      ) -> int:
     """`changes`: timed change rows (`time`, `tx`, `tx_order`); `items`: every parsed line
     (for the ENDs); `high`: the highest parser time; `metadata`: some line is a transaction
     event or carries `total_order` (else the high water alone decides); `table`: the table of
-    the batch's changes (one at most)."""
+    the batch's changes (one at most); `since`: the table's committed frontier, before which
+    no transaction holds anything back (see the module docstring)."""
     if high is None:
         return 0
     if not metadata:
@@ -35,6 +43,8 @@ def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
     txs = (changes.where(F.col("tx_order").isNotNull() & F.col("tx").isNotNull())
            .groupBy("tx").agg(F.min("time").alias("t"),
                               F.countDistinct("tx_order").alias("seen")))
+    if since is not None:  # its END, if read, then joins no time: it holds nothing back
+        txs = txs.where(F.col("t") >= since)
     end = F.min_by(F.struct("end_count", "end_collections"),
                    F.struct("file_index", "block", "row"))
     ends = (items.where(F.col("kind") == "END").groupBy("tx").agg(end.alias("end"))
