@@ -262,6 +262,7 @@ def test_a_replayed_tail_after_a_cut_transaction_lets_the_frontier_advance(
                      slice(replay_from, n), 3)
     assert first < feed.times[-1] + 1
     assert [run(), run()] == [feed.times[-1] + 1] * 2  # every transaction is complete
+    assert lake.table(name).state().upper == feed.times[-1] + 1
     assert updates(lake, name) == updates(lake, ref)
 
 
