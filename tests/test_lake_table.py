@@ -129,7 +129,9 @@ def test_exactly_once_rules(spark, lake):
     assert rows_of(table.as_of(100)) == {(1, "z", 9): 1, (2, "b", 2): 1, (3, "c", 3): 1}
     compact(table)
     assert table.state().since == 7
-    with pytest.raises(LakeError, match="compacted away"):
+    # A table whose history starts at its since (a captured table that joined) is told so too.
+    with pytest.raises(LakeError, match=r"before the table's since \(7\): its history starts "
+                                        "there, or was compacted away up to there"):
         table.as_of(6)
 
 

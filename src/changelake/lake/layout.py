@@ -326,7 +326,8 @@ def check_as_of_time(state: TableState, name: str, time: int) -> None:
     upper = state.upper
     if time < state.since:
         raise LakeError(f"table {name}: AS OF {time} is before the table's since "
-                        f"({state.since}); that history was compacted away")
+                        f"({state.since}): its history starts there, or was compacted away up to "
+                        "there")
     if upper is not None and time >= upper:
         raise LakeError(f"table {name}: AS OF {time} is not final yet: the table is "
                         f"committed through time {upper - 1}")

@@ -123,7 +123,8 @@ def _refusals(state: TableState, frontier: tuple[SourceTables, int] | None, p: s
                     _message(str(beyond_frontier(group, t, f"table {name}")), p)))
     out.append((f"{p} < {state.since}",
                 _message(f"table {name}: AS OF {t} is before the table's since "
-                         f"({state.since}); that history was compacted away", p)))
+                         f"({state.since}): its history starts there, or was compacted away "
+                         "up to there", p)))
     if upper is not None:
         out.append((f"{p} >= {upper}",
                     _message(f"table {name}: AS OF {t} is not final yet: the table is "
