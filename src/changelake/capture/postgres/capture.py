@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from changelake.capture.postgres.pgoutput import format_lsn
-from changelake.capture.postgres.rows import Key, Table, Tables, Values
+from changelake.capture.postgres.rows import Key, Table, Tables, Values, reshape
 from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
 from changelake.capture.postgres.transactions import Transaction
 from changelake.capture.postgres.types import catalog
@@ -153,10 +153,20 @@ class Sink(Protocol):
         """The table's current rows of `keys` (None: all), typed as `types` reads them."""
         ...
 
+    def check_change(self, old: Table, new: Table) -> None:
+        """Refuse (raise `CaptureError`, naming the table and the change) a change of a
+        table's columns during the capture that it cannot follow. Called when a batch is
+        first read, so before anything of it is written."""
+        ...
+
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:
         """Make every table hold its `rows` and its frontier `upper`, durably, before
-        returning (a table already at or beyond `lower` skips what it holds)."""
+        returning (a table already at or beyond `lower` skips what it holds). `tables` is
+        each table's shape at the end of the batch, the shape of its `rows`: the first
+        shape of a run is the catalog's, not checked against the one the sink holds (a
+        change made while no capture ran), so the sink refuses one it cannot follow before
+        it writes anything of the batch."""
         ...
 
 
@@ -277,7 +287,8 @@ class Capture:
         if any(u is None for u in uppers.values()):
             raise SourceError("a captured table is closed; nothing more can be added")
         resume = min(u for u in uppers.values() if u is not None)
-        state = Tables(lookup, fetch=self.sink.fetch, captured=tables)
+        state = Tables(lookup, fetch=self.sink.fetch, captured=tables,
+                       check_change=self.sink.check_change)
         state.floor = {n: u for n, u in uppers.items() if u is not None}
         batch: list[Transaction] = []
         batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
@@ -315,14 +326,27 @@ class Capture:
                       batch: list[Transaction], lower: int, upper: int) -> None:
         state.prefetch(batch)
         by_table: dict[str, Rows] = {n: Counter() for n in tables}
+        shapes = {n: state.shapes.get(n, t) for n, t in tables.items()}
         for tx in batch:
             for name, diffs in state.updates(tx).items():
                 target = by_table.setdefault(name, Counter())
+                _reshaped(target, shapes[name], state.shapes[name])
+                shapes[name] = state.shapes[name]
                 for row, diff in diffs.items():
                     target[(row, tx.commit_lsn)] += diff
-        self.sink.commit_batch(tables, by_table, lower, upper)
+        self.sink.commit_batch(shapes, by_table, lower, upper)
         for name in tables:
             self.report.updates[name] += len(by_table.get(name, ()))
             state.floor[name] = upper
         state.forget()
         self.report.batches += 1
+
+
+def _reshaped(rows: Rows, old: Table, new: Table) -> None:
+    """The batch's rows so far, made before a change of the table's shape, in the new shape
+    (`rows.reshape`): a batch commits one shape per table, the last one (see the module
+    docstring)."""
+    if rows and old.shape != new.shape:
+        moved = Counter({(reshape(old, new, row), at): d for (row, at), d in rows.items()})
+        rows.clear()
+        rows.update(moved)

@@ -52,6 +52,8 @@ Key = tuple[Any, ...]
 Values = tuple[Any, ...]
 #: The current rows of `keys` of a table (None: all of them), typed, in column order.
 Fetch = Callable[["Table", "set[Key] | None"], Iterable[Values]]
+#: Refuses (raises) a change of a table's columns its output cannot follow: (old, new).
+CheckChange = Callable[["Table", "Table"], None]
 
 
 class CaptureError(InputError):
@@ -75,6 +77,16 @@ class Table:
     @property
     def key_columns(self) -> tuple[str, ...]:
         return tuple(self.columns[i] for i in self.key)
+
+    @property
+    def shape(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
+        """What its rows' layout depends on: column names, types (as PostgreSQL spells them:
+        `PgType` compares its reader too), key positions."""
+        return self.columns, tuple(t.name for t in self.types), self.key
+
+    def describe(self) -> str:
+        return "(" + ", ".join(f"{c} {t.name}" for c, t in
+                               zip(self.columns, self.types, strict=True)) + ")"
 
     @classmethod
     def from_catalog(cls, cursor: Any, qualified: str, lookup: Lookup) -> Table:
@@ -118,13 +130,13 @@ class Tables:
     """The captured tables' current rows, and the rule that turns changes into updates."""
 
     def __init__(self, lookup: Lookup, fetch: Fetch | None = None,
-                 captured: Iterable[str] | None = None) -> None:
+                 captured: Iterable[str] | None = None,
+                 check_change: CheckChange | None = None) -> None:
         self.lookup = lookup
         self.fetch = fetch
         #: Only these tables' changes are applied (None: all): a publication may hold tables
         #: the capture leaves out (`--tables`), whose changes still arrive.
         self.captured = None if captured is None else frozenset(captured)
-        self.by_oid: dict[int, Table] = {}
         self.rows: dict[str, dict[Key, Values]] = {}
         self.complete: set[str] = set()  # tables whose every current row is in `rows`
         #: Per table, the time its output is already durable through: changes of earlier
@@ -132,29 +144,57 @@ class Tables:
         #: committed some tables of a batch and not others).
         self.floor: dict[str, int] = {}
         self.looked: dict[str, set[Key]] = {}  # keys asked of `fetch` (found or not)
+        #: Per table, the shape its current rows (in `rows`, and in the updates `updates`
+        #: returns) have: the one of the last change applied. It moves only forward, change
+        #: by change, so a batch with transactions from before and after an ALTER TABLE
+        #: re-shapes each row once, at the change that brings the new shape.
+        self.shapes: dict[str, Table] = {}
+        #: Called with (old, new) at a change of a table's shape, before any row takes it.
+        self.check_change = check_change
+        self._defined: dict[po.Relation, Table] = {}
 
     def table(self, relation: po.Relation) -> Table:
-        known = self.by_oid.get(relation.oid)
-        if known is None or known.columns != tuple(c.name for c in relation.columns):
-            known = Table.from_relation(relation, self.lookup)
-            # A changed definition (a column added or dropped) re-shapes the current rows.
-            if relation.oid in self.by_oid:
-                self._reshape(self.by_oid[relation.oid], known)
-            self.by_oid[relation.oid] = known
-            self.rows.setdefault(known.qualified, {})
+        """The table as `relation` describes it (each change carries the relation that was
+        current when it was made: a batch may hold several of one table)."""
+        known = self._defined.get(relation)
+        if known is None:
+            known = self._defined[relation] = Table.from_relation(relation, self.lookup)
         return known
 
+    def _advance(self, table: Table, pending: Counter[Values] | None = None) -> None:
+        """Make `table` the shape of its current rows and of the transaction's `pending`
+        updates, re-shaping them if it changed (a column added, dropped, renamed, retyped)."""
+        name = table.qualified
+        old = self.shapes.get(name)
+        if old is not None and old.shape != table.shape:
+            if self.check_change is not None:
+                self.check_change(old, table)
+            self.rows[name] = {self._key(table, new): new for new in
+                               (reshape(old, table, row) for row in self.rows.get(name, {})
+                                .values())}
+            if pending:
+                moved = Counter({reshape(old, table, row): d for row, d in pending.items()})
+                pending.clear()
+                pending.update(moved)
+        self.shapes[name] = table
+        self.rows.setdefault(name, {})
+
     def load(self, table: Table, rows: Iterable[Values]) -> None:
-        """Current rows read elsewhere (a snapshot, the lake): typed values in column order."""
+        """Current rows read elsewhere (a snapshot, the lake): typed values in column order,
+        in `table`'s shape (kept in the shape the table's rows have here)."""
+        target = self.shapes.setdefault(table.qualified, table)
         current = self.rows.setdefault(table.qualified, {})
         for row in rows:
-            current[tuple(row[i] for i in table.key)] = tuple(row)
+            values = reshape(table, target, tuple(row))
+            current[self._key(target, values)] = values
 
     def prefetch(self, transactions: Sequence[Transaction]) -> None:
         """Ask `fetch`, once per table, for the current rows the transactions will need."""
         if self.fetch is None:
             return
         wanted: dict[str, tuple[Table, set[Key] | None]] = {}
+        shapes = dict(self.shapes)  # followed here, not applied: `updates` applies them
+        first: dict[str, Table] = {}  # each table's first shape in the batch
         for tx in transactions:
             for change in tx.changes(release=False):
                 for relation in (change.truncated or (change.relation,)):
@@ -164,7 +204,11 @@ class Tables:
                         continue
                     table = self.table(relation)
                     name = table.qualified
-                    if name in self.complete or tx.commit_lsn < self.floor.get(name, 0):
+                    if tx.commit_lsn < self.floor.get(name, 0):
+                        continue
+                    self._follow(shapes, table)
+                    first.setdefault(name, table)
+                    if name in self.complete:
                         continue
                     if change.kind == "truncate":
                         wanted[name] = (table, None)
@@ -173,17 +217,27 @@ class Tables:
                         continue
                     image = change.old if change.old is not None else change.new
                     key = self._key(table, self._typed(table, image))
-                    if key in self.rows[name] or key in self.looked.get(name, ()):
+                    if key in self.rows.get(name, {}) or key in self.looked.get(name, ()):
                         continue
                     entry = wanted.setdefault(name, (table, set()))
                     if entry[1] is not None:
                         entry[1].add(key)
-        for name, (table, keys) in wanted.items():
+        for name, (_, keys) in wanted.items():
+            # In the shape `updates` will find them in: the rows' now, else the batch's first.
+            table = self.shapes.get(name, first[name])
             self.load(table, self.fetch(table, keys))
             if keys is None:
                 self.complete.add(name)
             else:
                 self.looked.setdefault(name, set()).update(keys)
+
+    def _follow(self, shapes: dict[str, Table], table: Table) -> None:
+        """Check a change of shape when the batch is first read, so a refused one is refused
+        before any of the batch is applied or written."""
+        old = shapes.get(table.qualified)
+        if old is not None and old.shape != table.shape and self.check_change is not None:
+            self.check_change(old, table)
+        shapes[table.qualified] = table
 
     def forget(self) -> None:
         """Drop the cached rows: they are durable where `fetch` reads them."""
@@ -208,6 +262,7 @@ class Tables:
                     if tx.commit_lsn < self.floor.get(table.qualified, 0):
                         continue
                     diffs = out.setdefault(table.qualified, Counter())
+                    self._advance(table, diffs)
                     if self.fetch is not None and table.qualified not in self.complete:
                         raise CaptureError(f"table {table.qualified}: truncate before its rows "
                                            "were fetched (prefetch the batch first)")
@@ -220,7 +275,9 @@ class Tables:
             table = self.table(change.relation)
             if tx.commit_lsn < self.floor.get(table.qualified, 0):
                 continue
-            self._apply(table, change, out.setdefault(table.qualified, Counter()))
+            diffs = out.setdefault(table.qualified, Counter())
+            self._advance(table, diffs)
+            self._apply(table, change, diffs)
         return {name: Counter({r: d for r, d in diffs.items() if d})
                 for name, diffs in out.items()}
 
@@ -294,17 +351,19 @@ class Tables:
         names = [table.columns[i] for i in table.key]
         return "(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, key, strict=True)) + ")"
 
-    def _reshape(self, old: Table, new: Table) -> None:
-        rows = self.rows.get(old.qualified, {})
-        kept: dict[str, int] = {c: i for i, c in enumerate(old.columns)}
-        reshaped = {}
-        for row in rows.values():
-            values = tuple(row[kept[c]] if c in kept else None for c in new.columns)
-            reshaped[self._key(new, values)] = values
-        self.rows[new.qualified] = reshaped
-
     def current(self, table: str) -> Mapping[Key, Values]:
         return self.rows.get(table, {})
 
     def __iter__(self) -> Iterator[Table]:
-        return iter(self.by_oid.values())
+        return iter(self.shapes.values())
+
+
+def reshape(old: Table, new: Table, row: Values) -> Values:
+    """A row of `old`'s shape in `new`'s, column by name: an added column is null (what
+    PostgreSQL says of the rows it had when ADD COLUMN has no default), a dropped one is
+    gone. (A rename reads as a drop and an add: pgoutput's relation names the columns only,
+    so a sink that cannot follow that refuses it, `CheckChange`.)"""
+    if old.columns == new.columns:
+        return row
+    at = {c: i for i, c in enumerate(old.columns)}
+    return tuple(row[at[c]] if c in at else None for c in new.columns)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +65,7 @@ from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.key_rule import KeyRuleError
+from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
 from changelake.spark.driver_rows import driver_rows
@@ -164,8 +166,18 @@ class LakeSink:
                     elif leftover.name != "_lock":
                         leftover.unlink(missing_ok=True)
 
+    def check_change(self, old: Table, new: Table) -> None:
+        if not _adds_columns(old.columns, spark_schema(old), old.key_columns, new):
+            raise _changed(new.qualified, old.describe(), new.describe())
+
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:
+        for name, table in tables.items():  # all checked before any is written
+            state = self.handles[name].state()
+            live = live_columns(state.versions)
+            if not _adds_columns(live, logical_schema(state.versions), state.key, table):
+                raise _changed(name, "(" + ", ".join(live) + ")", table.describe(),
+                               since="its lake table was written")
         for name, table in tables.items():
             self._commit_rows(self.handles[name], table, rows.get(name, Counter()), lower,
                               upper)
@@ -241,8 +253,12 @@ class LakeSink:
 
     def _fetch(self, handles: dict[str, LakeTable], table: Table,
                keys: set[Key] | None) -> list[Values]:
-        """The lake table's current rows of `keys` (None: all of them)."""
-        current: DataFrame = handles[table.qualified].current().select(*table.columns)
+        """The lake table's current rows of `keys` (None: all of them), in `table`'s shape:
+        a column it has and the lake table not yet (added since the last commit) is null."""
+        current: DataFrame = handles[table.qualified].current()
+        current = current.select(*(
+            current[_quoted(c)] if c in current.columns else F.lit(None).cast(f.dataType)
+            .alias(c) for c, f in zip(table.columns, spark_schema(table), strict=True)))
         if keys is not None:
             if not keys:
                 return []
@@ -257,6 +273,28 @@ class LakeSink:
         kinds = [t.spark for t in table.types]
         return [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
                 for row in current.collect()]
+
+
+def _quoted(column: str) -> str:
+    return f"`{column.replace('`', '``')}`"
+
+
+def _adds_columns(held: Sequence[str], types: T.StructType, key: Sequence[str],
+                  table: Table) -> bool:
+    """Whether `table` is the `held` columns (of `types`, keyed by `key`), the same types,
+    and perhaps some added after them: the one change a lake table follows during a capture
+    (older files read the new columns as null, `lake.schema`), what ADD COLUMN does."""
+    new = spark_schema(table)
+    kinds = {f.name: f.dataType for f in types.fields}
+    return table.columns[:len(held)] == tuple(held) and table.key_columns == tuple(key) \
+        and all(kinds[c] == new[c].dataType for c in held)
+
+
+def _changed(name: str, old: str, new: str, since: str = "the capture started") -> CaptureError:
+    return CaptureError(
+        f"table {name}: its columns changed since {since}, from {old} to {new}: a lake "
+        "table follows only columns added at the end (ADD COLUMN); a column dropped, renamed "
+        "or of another type needs a new capture (into new lake tables, with --create-slot)")
 
 
 class LakeCapture:

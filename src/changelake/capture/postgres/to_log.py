@@ -42,6 +42,7 @@ during the capture is refused (one schema per log).
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -133,6 +134,9 @@ class LogSink:
         self.schemas: dict[str, CdcSchema] = {}
         self.uppers: dict[str, int | None] = {}
         self.current: dict[str, dict[Key, Values]] = {}
+        #: Each log's one shape: the table's when the run started, checked on a restart
+        #: against the schema its segments have (`read_log`).
+        self.shapes: dict[str, Table] = {}
 
     def log(self, name: str) -> Path:
         return self.directory / name
@@ -146,6 +150,7 @@ class LogSink:
             if "/" in name or name.startswith("."):
                 raise LogError(f"table {name}: its name cannot be a log directory's name")
             self.schemas[name] = schema_for(table)  # a bad column name, by name
+            self.shapes[name] = table
 
     def held(self, tables: dict[str, Table]) -> set[str]:
         held = set()
@@ -218,8 +223,15 @@ class LogSink:
             return list(current.values())
         return [current[k] for k in keys if k in current]
 
+    def check_change(self, old: Table, new: Table) -> None:
+        raise _changed(new.qualified, old.describe(), new.describe())
+
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:
+        for name, table in tables.items():  # all checked before any is written
+            held = self.shapes[name]
+            if held.shape != table.shape:
+                raise _changed(name, held.describe(), table.describe())
         for name, table in tables.items():
             held = self.uppers[name]
             if held is None or held >= upper:
@@ -227,12 +239,6 @@ class LogSink:
             start = max(lower, held)
             changes = Counter({(r, at): d for (r, at), d in rows.get(name, Counter()).items()
                                if d and at >= start})
-            for row, _ in changes:
-                if len(row) != len(table.columns):
-                    raise CaptureError(f"table {name}: its columns changed during the capture "
-                                       f"(a row of {len(row)} values, the log has "
-                                       f"{len(table.columns)} columns): a log keeps one "
-                                       "schema; restart into a new --out directory")
             write_segment(self.log(name), segment_name(start, upper), self.schemas[name],
                           table.columns, segment_messages(changes, start, upper))
             self._apply(table, ((r, at, d) for (r, at), d in changes.items()))
@@ -243,6 +249,7 @@ class LogSink:
     def read_log(self, table: Table) -> tuple[int | None, dict[Key, Values]]:
         """The log's frontier and current rows, decoded with the pure-Python reader."""
         log = self.log(table.qualified)
+        self._check_schema(table, log)
         self.current[table.qualified] = {}
         reader = Reader()
         try:
@@ -255,6 +262,20 @@ class LogSink:
         frontier = reader.frontier
         return (None if frontier.is_closed else max(frontier)), self.current[table.qualified]
 
+    def _check_schema(self, table: Table, log: Path) -> None:
+        """Refuse a log whose schema is not the table's now: its columns changed while no
+        capture ran (one schema per log, see the module docstring)."""
+        segments = sorted(log.glob(f"*{SUFFIX}"))
+        if not segments:
+            return
+        with open(segments[-1], "rb") as f:
+            written = json.loads(fastavro.reader(f).metadata["avro.schema"])
+        held = _data_fields(written[0]["items"]["fields"][0]["type"])
+        now = _data_fields(schema_for(table).data_type)
+        if held != now:
+            raise _changed(table.qualified, "(" + ", ".join(n for n, _ in held) + ")",
+                           table.describe(), since="its log was written")
+
     def _apply(self, table: Table, updates: Any) -> None:
         """Updates applied to the current rows, in time order, retractions first."""
         current = self.current.setdefault(table.qualified, {})
@@ -265,3 +286,13 @@ class LogSink:
                     del current[key]
             else:
                 current[key] = row
+
+
+def _data_fields(record: Any) -> list[tuple[str, str]]:
+    """A `data` record's fields as (name, type) to compare: types in one JSON spelling."""
+    return [(f["name"], json.dumps(f["type"], sort_keys=True)) for f in record["fields"]]
+
+
+def _changed(name: str, old: str, new: str, since: str = "the capture started") -> CaptureError:
+    return CaptureError(f"table {name}: its columns changed since {since}, from {old} to "
+                        f"{new}: a log keeps one schema; restart into a new --out directory")
