@@ -99,6 +99,19 @@ def test_one_batch_and_one_transaction_with_both_shapes(spark, no_public_views, 
     assert_lake_is_database(lake, db)
 
 
+def test_a_restart_after_a_column_was_added_with_older_rows_to_come(
+        spark, no_public_views, db, tmp_path) -> None:
+    """The run starts with the table's new columns (the catalog's), and batches of one
+    transaction: the first, of another table, must not give the lake table the new shape
+    ahead of the older rows the next batches bring."""
+    lake = Lake(spark, tmp_path / "lake")
+    to_lake(lake, db, create_slot=True)
+    execute(db, "INSERT INTO a VALUES (1, 1)", "UPDATE t SET a = 21 WHERE id = 2",
+            "ALTER TABLE t ADD COLUMN c text", "INSERT INTO t VALUES (3, 30, 'three', 'x')")
+    to_lake(lake, db, batch_updates=1)
+    assert_lake_is_database(lake, db)
+
+
 def while_running(lake: Lake, dsn: str, *statements: str) -> None:
     """Run `statements` while a capture runs (started with the table's columns of before
     them), until it is idle."""

@@ -51,6 +51,17 @@ The previous row of a key (for deletes and updates without before-images, unchan
 columns, truncates) comes from the sink's current state (`Sink.fetch`), so memory follows the
 batch here, not the tables.
 
+A table's columns may change while it is captured (ALTER TABLE): each change carries the
+relation that described the table when it was made, so a batch may hold rows of several
+shapes. `Tables` keeps each table's rows in the shape of the last change it applied and
+re-shapes them (by column name) at the change that brings a new one; the batch's rows are
+committed in the table's last shape of the batch, which is what `commit_batch` is given (not
+the catalog's shape when the run started). A sink refuses a change it cannot follow
+(`Sink.check_change`: a log keeps one schema; a lake table follows columns added at the end)
+when the batch is first read, and `commit_batch` refuses a shape it does not hold (a change
+made while no capture ran) before it writes anything of the batch: one line naming the table
+and both shapes, and every rerun stops there with nothing written.
+
 Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes, or
 at `max_txns`. While the database is quiet, the last keepalive's position is committed to
 every table (progress with no updates) and confirmed every `heartbeat_seconds` (and before

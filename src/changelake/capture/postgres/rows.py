@@ -27,6 +27,12 @@ when its `Relation` arrives: its updates and deletes could not be applied. A cha
 has no current row where one is needed (an update without the old row, a delete) is an error
 naming the table and key: the capture started from a state that is not the table's (a missed
 snapshot).
+
+A table's columns may change (ALTER TABLE): each change is read in the shape of the relation
+it carries, and the current rows and the transaction's updates so far take a new shape at the
+change that brings it (`shapes`, `reshape`), after `check_change` (the output's rule) let it
+through; `prefetch` follows the shapes too, so a change the output refuses is refused before
+any of the batch is applied, and fetches rows in the shape `updates` will find them in.
 """
 
 from __future__ import annotations

@@ -32,9 +32,18 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
   slot's snapshot, as of its consistent point C: the rows at time C - 1, `since` C - 1 (AS OF
   an earlier time is refused: the table's history there is not known), frontier C.
 
-Limit of this version: a table removed from the publication keeps its lake table at the
-frontier it reached, and, being of the same database, holds that database's consistent
-frontier there until it is dropped from the lake.
+* A column added to a source table during the capture (ALTER TABLE ... ADD COLUMN) is added
+  to the lake table (`lake.schema`: older rows read it as null, as PostgreSQL says of rows
+  from before it when the column has no default); `check_change` and `commit_batch` refuse
+  any other change of a table's columns (dropped, renamed, of another type, another key) by
+  name before anything is written: pgoutput's relation names the columns only, so a rename
+  cannot be told from a drop and an add.
+
+Limits of this version: a column added with a default (`ADD COLUMN c text DEFAULT 'x'`) gives
+the rows it had that value in PostgreSQL without a change in the WAL: the lake reads it as
+null in those rows until they change. A table removed from the publication keeps its lake
+table at the frontier it reached, and, being of the same database, holds that database's
+consistent frontier there until it is dropped from the lake.
 """
 
 from __future__ import annotations
@@ -173,6 +182,8 @@ class LakeSink:
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
                      upper: int) -> None:
         for name, table in tables.items():  # all checked before any is written
+            if not any(rows.get(name, {}).values()):
+                continue  # committed in the lake table's own shape: a change waits for a row
             state = self.handles[name].state()
             live = live_columns(state.versions)
             if not _adds_columns(live, logical_schema(state.versions), state.key, table):
@@ -237,9 +248,17 @@ class LakeSink:
 
     def _commit_rows(self, handle: LakeTable, table: Table,
                      rows: Counter[tuple[Values, int]], lower: int, upper: int) -> None:
-        schema = spark_schema(table).add("_time", T.LongType(), False) \
-            .add("_diff", T.LongType(), False)
         data = [(*row, at, diff) for (row, at), diff in rows.items() if diff]
+        if data:
+            fields = spark_schema(table)
+        else:
+            # No row: the table's shape is perhaps only the catalog's when the run started,
+            # ahead of rows from before an ALTER TABLE still to come (`Sink.commit_batch`).
+            versions = handle.state().versions
+            kinds = {f.name: f.dataType for f in logical_schema(versions).fields}
+            fields = T.StructType([T.StructField(c, kinds[c], True)
+                                   for c in live_columns(versions)])
+        schema = fields.add("_time", T.LongType(), False).add("_diff", T.LongType(), False)
         # Not checked for one row per key (`lake.key_rule`): `rows.Tables` makes the changes
         # one per key, from each key's current row.
         handle.commit(self._frame(data, schema), lower, upper, check_key=False)
