@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
@@ -112,25 +114,26 @@ def test_a_restart_after_a_column_was_added_with_older_rows_to_come(
     assert_lake_is_database(lake, db)
 
 
-def while_running(lake: Lake, dsn: str, *statements: str) -> None:
-    """Run `statements` while a capture runs (started with the table's columns of before
-    them), until it is idle."""
+def while_running(run: Callable[[CaptureOptions], None], dsn: str, *statements: str,
+                  batch_seconds: float = 0.2) -> None:
+    """Run `statements` while a capture runs (`run`, started with the table's columns of
+    before them), until it is idle."""
     failed: list[BaseException] = []
 
     def capture() -> None:
         try:
-            LakeCapture(lake, CaptureOptions(dsn, "p", SLOT, until_idle=2.0,
-                                             heartbeat_seconds=0.5, batch_seconds=0.2)).run()
+            run(CaptureOptions(dsn, "p", SLOT, until_idle=2.0, heartbeat_seconds=0.5,
+                               batch_seconds=batch_seconds))
         except BaseException as error:
             failed.append(error)
 
-    run = threading.Thread(target=capture)
-    run.start()
+    thread = threading.Thread(target=capture)
+    thread.start()
     deadline = time.monotonic() + 60
     while not streaming(dsn) and time.monotonic() < deadline:  # its columns read
         time.sleep(0.05)
     execute(dsn, *statements)
-    run.join()
+    thread.join()
     if failed:
         raise failed[0]
 
@@ -143,7 +146,8 @@ def test_a_column_added_while_the_capture_runs(spark, no_public_views, db, tmp_p
     column's values land (inserts only), and rows from before it change (`older`)."""
     lake = Lake(spark, tmp_path / "lake")
     to_lake(lake, db, create_slot=True)
-    while_running(lake, db, "INSERT INTO t VALUES (3, 30, 'three')",
+    while_running(lambda o: LakeCapture(lake, o).run() and None, db,
+                  "INSERT INTO t VALUES (3, 30, 'three')",
                   "ALTER TABLE t ADD COLUMN c text", "INSERT INTO t VALUES (4, 40, 'four', 'x')",
                   *older)
     assert (4, 40, "four", "x") in lake_rows(lake, T)["public.t"]
@@ -197,3 +201,33 @@ def test_a_change_of_a_logs_columns_is_refused(db, tmp_path, change: tuple[str, 
             to_log(out, db)
         assert {n: decoded(out / n, ("id", "a", "b") if n == "public.t" else ("id", "v"))
                 for n in TWO} == before
+
+
+LOGGED = {n: ("id", "a", "b") if n == "public.t" else ("id", "v") for n in TWO}
+
+
+@pytest.mark.parametrize("batch_seconds", [0.0, 30.0])  # a batch per transaction; one batch
+@pytest.mark.parametrize("change", [
+    ("ALTER TABLE t RENAME COLUMN b TO c",),
+    ("ALTER TABLE t DROP COLUMN b", "ALTER TABLE t ADD COLUMN c text"),
+])
+def test_a_change_of_a_logs_columns_while_it_runs_is_refused(
+        db, tmp_path, change: tuple[str, ...], batch_seconds: float) -> None:
+    """The run started with the log's columns: the change is seen in the stream, in the
+    batch of the rows from before it, or in a batch of its own."""
+    out = tmp_path / "out"
+    to_log(out, db, create_slot=True)
+    before = {n: decoded(out / n, c) for n, c in LOGGED.items()}
+    with pytest.raises(CaptureError, match=r"^table public\.t: its columns changed since the "
+                       r"capture started, from \(id integer, a integer, b text\) to \(id "
+                       r"integer, a integer, c text\): a log keeps one schema"):
+        while_running(lambda o: Capture(LogSink(out, o), o).run() and None, db,
+                      "INSERT INTO a VALUES (1, 1)", "UPDATE t SET a = 21 WHERE id = 2",
+                      *change, "UPDATE t SET a = 11 WHERE id = 1", batch_seconds=batch_seconds)
+    after = {n: decoded(out / n, c) for n, c in LOGGED.items()}
+    if batch_seconds:  # nothing of the batch written
+        assert after == before
+    else:  # the batches before the change's
+        assert {n: rows for n, (rows, _) in after.items()} == {
+            "public.a": Counter({(1, 1): 1}),
+            "public.t": Counter({(1, 10, "one"): 1, (2, 21, "two"): 1})}

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from changelake.capture.postgres import pgoutput as po
@@ -162,9 +162,10 @@ class Tables:
     def table(self, relation: po.Relation) -> Table:
         """The table as `relation` describes it (each change carries the relation that was
         current when it was made: a batch may hold several of one table)."""
-        known = self._defined.get(relation)
+        definition = replace(relation, xid=None)  # one per definition, not per transaction
+        known = self._defined.get(definition)
         if known is None:
-            known = self._defined[relation] = Table.from_relation(relation, self.lookup)
+            known = self._defined[definition] = Table.from_relation(relation, self.lookup)
         return known
 
     def _advance(self, table: Table, pending: Counter[Values] | None = None) -> None:
