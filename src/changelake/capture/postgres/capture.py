@@ -357,7 +357,7 @@ def _reshaped(rows: Rows, old: Table, new: Table) -> None:
     """The batch's rows so far, made before a change of the table's shape, in the new shape
     (`rows.reshape`): a batch commits one shape per table, the last one (see the module
     docstring)."""
-    if rows and old.shape != new.shape:
+    if rows and old is not new and old.shape != new.shape:
         moved = Counter({(reshape(old, new, row), at): d for (row, at), d in rows.items()})
         rows.clear()
         rows.update(moved)

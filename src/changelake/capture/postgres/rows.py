@@ -158,14 +158,18 @@ class Tables:
         #: Called with (old, new) at a change of a table's shape, before any row takes it.
         self.check_change = check_change
         self._defined: dict[po.Relation, Table] = {}
+        self._last: tuple[po.Relation | None, Table | None] = (None, None)
 
     def table(self, relation: po.Relation) -> Table:
         """The table as `relation` describes it (each change carries the relation that was
         current when it was made: a batch may hold several of one table)."""
+        if relation is self._last[0]:  # a transaction's changes share their relation
+            return self._last[1]
         definition = replace(relation, xid=None)  # one per definition, not per transaction
         known = self._defined.get(definition)
         if known is None:
             known = self._defined[definition] = Table.from_relation(relation, self.lookup)
+        self._last = (relation, known)
         return known
 
     def _advance(self, table: Table, pending: Counter[Values] | None = None) -> None:
@@ -173,7 +177,7 @@ class Tables:
         updates, re-shaping them if it changed (a column added, dropped, renamed, retyped)."""
         name = table.qualified
         old = self.shapes.get(name)
-        if old is not None and old.shape != table.shape:
+        if old is not None and old is not table and old.shape != table.shape:
             if self.check_change is not None:
                 self.check_change(old, table)
             self.rows[name] = {self._key(table, new): new for new in
@@ -242,7 +246,8 @@ class Tables:
         """Check a change of shape when the batch is first read, so a refused one is refused
         before any of the batch is applied or written."""
         old = shapes.get(table.qualified)
-        if old is not None and old.shape != table.shape and self.check_change is not None:
+        if old is not None and old is not table and old.shape != table.shape \
+                and self.check_change is not None:
             self.check_change(old, table)
         shapes[table.qualified] = table
 
