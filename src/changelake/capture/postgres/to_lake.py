@@ -78,6 +78,7 @@ from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
 from changelake.spark.driver_rows import driver_rows
+from changelake.spark.expressions import quote
 from changelake.values import NAN
 
 #: Up to this many rows and bytes of JSON, a commit's rows or the keys a batch looks up travel
@@ -232,7 +233,7 @@ class LakeSink:
             # Identical rows (a table keyed by REPLICA IDENTITY FULL) are one update, which
             # the commit refuses: a keyed table holds one row per key (`lake.key_rule`), as
             # the stream refuses a second identical row (`rows.Tables`).
-            staged = staged.groupBy(*(F.col(f"`{c.replace('`', '``')}`")
+            staged = staged.groupBy(*(F.col(quote(c))
                                       for c in table.columns), "_time").agg(
                 F.sum("_diff").alias("_diff"))
             try:
@@ -276,7 +277,7 @@ class LakeSink:
         a column it has and the lake table not yet (added since the last commit) is null."""
         current: DataFrame = handles[table.qualified].current()
         current = current.select(*(
-            current[_quoted(c)] if c in current.columns else F.lit(None).cast(f.dataType)
+            current[quote(c)] if c in current.columns else F.lit(None).cast(f.dataType)
             .alias(c) for c, f in zip(table.columns, spark_schema(table), strict=True)))
         if keys is not None:
             if not keys:
@@ -292,10 +293,6 @@ class LakeSink:
         kinds = [t.spark for t in table.types]
         return [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
                 for row in current.collect()]
-
-
-def _quoted(column: str) -> str:
-    return f"`{column.replace('`', '``')}`"
 
 
 def _adds_columns(held: Sequence[str], types: T.StructType, key: Sequence[str],
