@@ -373,13 +373,13 @@ def export_to_iceberg(lake: Lake, table: str | TableIdentifier, uri: str, *,
         # The columns are refused before the catalog is opened, which makes a SQLite
         # catalog's file: a refused first export leaves nothing behind.
         logical = check_live(pinned)
-        iceberg_schema(logical, pinned.name)
+        schema = iceberg_schema(logical, pinned.name)
         ice_catalog = open_catalog(uri, catalog=catalog, warehouse=warehouse)
-        return _export(lake, pinned, logical, ice_catalog, target)
+        return _export(lake, pinned, logical, schema, ice_catalog, target)
 
 
-def _export(lake: Lake, pinned: Pinned, logical: T.StructType, ice_catalog: Catalog,
-            target: str) -> ExportResult:
+def _export(lake: Lake, pinned: Pinned, logical: T.StructType, schema: Schema,
+            ice_catalog: Catalog, target: str) -> ExportResult:
     from pyiceberg.exceptions import NoSuchTableError
 
     name = pinned.name
@@ -394,7 +394,6 @@ def _export(lake: Lake, pinned: Pinned, logical: T.StructType, ice_catalog: Cata
         ice = None
 
     if ice is None:
-        schema = iceberg_schema(logical, name)
         namespace = target.rsplit(".", 1)[0]
         ice_catalog.create_namespace_if_not_exists(namespace)
         with staging_dir(lake.root) as staging:
