@@ -196,7 +196,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                 result = commit_input(writer, decoded, key=key, buckets=buckets, scd2=scd2)
             except (SchemaError, LakeError) as error:  # the input's columns refused
                 if existing and typed_by and not isinstance(error, KeyRuleError):
-                    raise type(error)(f"{error} ({typed_by})") from None
+                    raise type(error)(f"{error.reason} ({typed_by})", error.location) from None
                 raise
         else:
             # A keyed table's previous rows come from the table itself (upserts by key), at
