@@ -42,7 +42,6 @@ during the capture is refused (one schema per log).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -50,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import orjson
 
 from changelake.capture.postgres.avro import from_plain, schema_for, to_python
 from changelake.capture.postgres.capture import (
@@ -269,8 +269,9 @@ class LogSink:
         if not segments:
             return
         with open(segments[-1], "rb") as f:
-            written = json.loads(fastavro.reader(f).metadata["avro.schema"])
-        held = _data_fields(written[0]["items"]["fields"][0]["type"])
+            written = CdcSchema.from_json(orjson.loads(fastavro.reader(f).metadata["avro.schema"]),
+                                          str(segments[-1]))
+        held = _data_fields(written.data_type)
         now = _data_fields(schema_for(table).data_type)
         if held != now:
             raise _changed(table.qualified, "(" + ", ".join(n for n, _ in held) + ")",
@@ -290,7 +291,8 @@ class LogSink:
 
 def _data_fields(record: Any) -> list[tuple[str, str]]:
     """A `data` record's fields as (name, type) to compare: types in one JSON spelling."""
-    return [(f["name"], json.dumps(f["type"], sort_keys=True)) for f in record["fields"]]
+    return [(f["name"], orjson.dumps(f["type"], option=orjson.OPT_SORT_KEYS).decode())
+            for f in record["fields"]]
 
 
 def _changed(name: str, old: str, new: str, since: str = "the capture started") -> CaptureError:
