@@ -16,14 +16,22 @@ Bounds (a block's bytes are also one message's bytes, so they match the JSON-lin
 * a block claims at most one record per byte: every Materialize CDC datum starts with its
   union branch index, so a block of n bytes holds at most n records;
 * the header's metadata takes at most `MAX_HEADER_BYTES` (16 MiB).
+
+The project's writers of container files keep the same bounds, so that what they write is
+always read back: `write_container` frames datums already encoded into blocks of at most
+`MAX_DATUM_BYTES` before compression, which leaves room for deflate's worst case (data that
+does not compress grows a little), and one datum over that is refused (`ValueError`) rather
+than written into a block no reader takes. A block holds whole datums, so the caller must
+make each datum small enough (a Materialize CDC message is as many updates as fit).
 """
 
 from __future__ import annotations
 
 import bz2
 import lzma
+import os
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -33,6 +41,13 @@ MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
 MAX_BLOCK_BYTES = 16 * 2**20
 MAX_HEADER_BYTES = 16 * 2**20
+#: The most bytes of datums `write_container` puts in one block, before compression. zlib's
+#: worst case for n bytes that do not compress is n + n/4096 + n/16384 + n/2^25 + 13 bytes
+#: (`deflateBound`), about 5.1 KiB over n at 16 MiB: a 64 KiB margin keeps the compressed
+#: block within `MAX_BLOCK_BYTES` too.
+MAX_DATUM_BYTES = MAX_BLOCK_BYTES - 64 * 2**10
+#: A block is closed once its datums reach this many bytes (fastavro's default interval).
+SYNC_INTERVAL = 16_000
 _LONG_BYTES = 10  # a zigzag varint of a 64-bit long takes at most 10 bytes
 
 
@@ -104,14 +119,18 @@ class Header:
     def with_null_codec(self) -> bytes:
         """This header re-encoded with codec `null`: a decompressed block framed after it is a
         container file fastavro reads without trusting any length it has not been given."""
-        metadata = {**self.metadata, "avro.codec": b"null"}
-        out = bytearray(MAGIC)
-        out += _long(len(metadata))
-        for key, value in metadata.items():
-            name = key.encode()
-            out += _long(len(name)) + name + _long(len(value)) + value
-        out += _long(0) + self.sync
-        return bytes(out)
+        return header_bytes({**self.metadata, "avro.codec": b"null"}, self.sync)
+
+
+def header_bytes(metadata: dict[str, bytes], sync: bytes) -> bytes:
+    """A container file's header: magic, the metadata map (one block), the sync marker."""
+    out = bytearray(MAGIC)
+    out += _long(len(metadata))
+    for key, value in metadata.items():
+        name = key.encode()
+        out += _long(len(name)) + name + _long(len(value)) + value
+    out += _long(0) + sync
+    return bytes(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +142,11 @@ class Block:
     def framed(self, sync: bytes) -> bytes:
         """The block as codec `null` frames it (see `Header.with_null_codec`)."""
         return _long(self.count) + _long(len(self.data)) + self.data + sync
+
+
+def encode_long(n: int) -> bytes:
+    """An Avro long: zigzag varint."""
+    return _long(n)
 
 
 def _long(n: int) -> bytes:
@@ -228,4 +252,54 @@ _DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "deflate": _bounded(lambda: zlib.decompressobj(-15), "deflate"),
     "bzip2": _bounded(bz2.BZ2Decompressor, "bzip2"),
     "xz": _bounded(lzma.LZMADecompressor, "xz"),
+}
+
+
+# --------------------------------------------------------------------------------- writing
+
+
+def write_container(fo: IO[bytes], schema_json: bytes, datums: Iterable[bytes], *,
+                    codec: str = "deflate") -> None:
+    """Write a container file of `datums` (each one datum's Avro binary encoding, in order)
+    whose every block is within `MAX_BLOCK_BYTES` before and after decompression (see the
+    module docstring): a block is closed once it reaches `SYNC_INTERVAL` bytes, or before a
+    datum that would take it beyond `MAX_DATUM_BYTES`. A datum over `MAX_DATUM_BYTES` alone
+    is a `ValueError`, raised before its block is written."""
+    compress = _COMPRESS[codec]
+    sync = os.urandom(SYNC_SIZE)
+    fo.write(header_bytes({"avro.schema": schema_json, "avro.codec": codec.encode()}, sync))
+    block: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        data = compress(b"".join(block))
+        if len(data) > MAX_BLOCK_BYTES:  # cannot happen: the margin of MAX_DATUM_BYTES
+            raise AssertionError(f"a {codec} block of {size} bytes compressed to {len(data)}, "
+                                 f"beyond the maximum of {MAX_BLOCK_BYTES}")
+        fo.write(_long(len(block)) + _long(len(data)) + data + sync)
+
+    for datum in datums:
+        if len(datum) > MAX_DATUM_BYTES:
+            raise ValueError(f"a datum of {len(datum)} bytes, more than a block may hold "
+                             f"({MAX_DATUM_BYTES} bytes)")
+        if block and size + len(datum) > MAX_DATUM_BYTES:
+            flush()
+            block, size = [], 0
+        block.append(datum)
+        size += len(datum)
+        if size >= SYNC_INTERVAL:
+            flush()
+            block, size = [], 0
+    if block:
+        flush()
+
+
+def _deflate(data: bytes) -> bytes:
+    engine = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)  # raw, as Avro's
+    return engine.compress(data) + engine.flush()
+
+
+_COMPRESS: dict[str, Callable[[bytes], bytes]] = {
+    "null": lambda data: data,
+    "deflate": _deflate,
 }

@@ -42,9 +42,9 @@ during the capture is refused (one schema per log).
 
 from __future__ import annotations
 
+import io
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +58,19 @@ from changelake.capture.postgres.capture import (
     Rows,
     marker_name,
 )
+from changelake.capture.postgres.pgoutput import format_lsn
 from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source
 from changelake.durable import fsync_directory
 from changelake.errors import ChangelakeError, InputError, ProtocolError
+from changelake.formats import ocf
 from changelake.formats.materialize import CdcSchema, message_to_plain, read_all
 from changelake.protocol import Antichain, Message, Reader, Updates, Writer
 
 SUFFIX = ".avro"
-BATCH_SIZE = 1024  # updates per Avro datum
+BATCH_SIZE = 1024  # updates per Avro datum, at most: fewer where they take more bytes
+#: An update alone in a datum: union branch 0 (the updates), an array block of 1, its end.
+_ONE_UPDATE_HEAD, _ARRAY_END = b"\x00\x02", b"\x00"
 
 
 class LogError(ChangelakeError):
@@ -95,29 +99,103 @@ def segment_messages(rows: Rows, lower: int, upper: int,
     return messages
 
 
-def write_segment(directory: Path, name: str, schema: CdcSchema, columns: tuple[str, ...],
-                  messages: list[Message]) -> Path:
-    """Write the segment durably: temporary name, fsync, rename, fsync of the directory."""
+def encode_segment(table: Table, schema: CdcSchema, messages: list[Message], *,
+                   snapshot: str | None = None) -> list[bytes]:
+    """The segment's messages as Avro datums, each within `ocf.MAX_DATUM_BYTES` (so within one
+    block the readers take, `ocf.MAX_BLOCK_BYTES`): a message of updates that encodes to more
+    is cut into as many datums as it needs (updates of one time may be in any number of
+    messages: the progress statement counts them). An update that does not fit a datum alone
+    is refused (`_too_large`), before anything of the segment is written. The updates' times
+    are commit LSNs; for a snapshot's segment, `snapshot` says how the snapshot is taken
+    again (for the refusal)."""
+    parsed = schema.parsed
+    columns = table.columns
+    out: list[bytes] = []
+    for message in messages:
+        if not isinstance(message, Updates):
+            out.append(_encoded(table, parsed, message_to_plain(message)))
+            continue
+        items = [{"data": to_python(row, columns), "time": at, "diff": diff}
+                 for row, at, diff in message.updates]
+        datum = _encoded(table, parsed, items)
+        if len(datum) <= ocf.MAX_DATUM_BYTES:
+            out.append(datum)
+            continue
+        # Too many bytes for one datum: each update encoded alone (its size exact), then as
+        # many as fit framed as one array (Avro binary: branch 0, a count, the items, 0).
+        chunk: list[bytes] = []
+        size = 0
+        for update, item in zip(message.updates, items, strict=True):
+            one = _encoded(table, parsed, [item])
+            if len(one) > ocf.MAX_DATUM_BYTES:
+                raise _too_large(table, update, len(one), snapshot=snapshot)
+            assert one.startswith(_ONE_UPDATE_HEAD) and one.endswith(_ARRAY_END)
+            body = one[len(_ONE_UPDATE_HEAD):-len(_ARRAY_END)]
+            # at most: branch 0 (1 byte), a count (up to 10), the end (1)
+            if chunk and 12 + size + len(body) > ocf.MAX_DATUM_BYTES:
+                out.append(_framed(chunk))
+                chunk, size = [], 0
+            chunk.append(body)
+            size += len(body)
+        if chunk:
+            out.append(_framed(chunk))
+    return out
+
+
+def _encoded(table: Table, parsed: Any, datum: Any) -> bytes:
+    out = io.BytesIO()
+    try:
+        fastavro.schemaless_writer(out, parsed, datum)
+    except (ValueError, TypeError) as error:
+        raise CaptureError(f"{table.qualified}: a row does not fit the log's schema (did the "
+                           f"table's columns change during the capture?): {error}") from None
+    return out.getvalue()
+
+
+def _framed(items: list[bytes]) -> bytes:
+    """Encoded updates as one datum of the updates' branch."""
+    return b"\x00" + ocf.encode_long(len(items)) + b"".join(items) + _ARRAY_END
+
+
+def _too_large(table: Table, update: tuple[Values, int, int], size: int, *,
+               snapshot: str | None) -> CaptureError:
+    """The refusal of an update no log can hold: one line naming the table, the row's key
+    (long values cut short: a `REPLICA IDENTITY FULL` table's key is the whole row), its
+    transaction, its size and the bound, and what to do instead. A transaction stays in the
+    slot (a later change of the row comes after it), so a log can only be left behind; a
+    snapshot is taken anew, of the row as it is then."""
+    row, at, _ = update
+    key = ", ".join(f"{table.columns[i]}={_short(row[i])}" for i in table.key)
+    where = ("in its snapshot" if snapshot is not None
+             else f"in the transaction committed at LSN {format_lsn(at)}")
+    lake = ("capture this table into a lake instead (--lake, which has no such bound) and "
+            "leave it out of this capture's --tables")
+    then = (f"nothing of its snapshot is written: make the row smaller and {snapshot}, or "
+            f"{lake}" if snapshot is not None else
+            "nothing of its batch is written and the slot is not confirmed past it, so every "
+            f"run refuses it again: {lake} (its log then ends where it is)")
+    return CaptureError(
+        f"table {table.qualified}: the row of key ({key}) {where} takes {size} bytes in a "
+        f"log message, more than a message may hold ({ocf.MAX_DATUM_BYTES} bytes: a log's "
+        f"readers refuse an Avro block over {ocf.MAX_BLOCK_BYTES}); {then}")
+
+
+def _short(value: object, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def write_segment(directory: Path, name: str, schema: CdcSchema, datums: list[bytes]) -> Path:
+    """Write the segment's datums (`encode_segment`) durably: temporary name, fsync, rename,
+    fsync of the directory. Each block within the readers' bound (`ocf.write_container`)."""
     final = directory / name
     temporary = directory / f".{name}.tmp"
-
-    def datums() -> Iterator[Any]:
-        for message in messages:
-            if isinstance(message, Updates):
-                yield [{"data": to_python(row, columns), "time": at, "diff": diff}
-                       for row, at, diff in message.updates]
-            else:
-                yield message_to_plain(message)
-
     try:
         with open(temporary, "wb") as fo:
-            fastavro.writer(fo, schema.parsed, datums(), codec="deflate")
+            ocf.write_container(fo, orjson.dumps(schema.avro), datums, codec="deflate")
             fo.flush()
             os.fsync(fo.fileno())
         os.replace(temporary, final)
-    except (ValueError, TypeError) as error:
-        raise CaptureError(f"{directory.name}: a row does not fit the log's schema (did the "
-                           f"table's columns change during the capture?): {error}") from None
     finally:
         temporary.unlink(missing_ok=True)
     fsync_directory(directory)
@@ -164,13 +242,17 @@ class LogSink:
         return held
 
     def start(self, source: Source, slot: Slot, tables: dict[str, Table]) -> None:
-        self._start(source, slot, tables, at=0)
+        self._start(source, slot, tables, at=0, again="run again with --create-slot")
 
     def join(self, source: Source, snapshot: Slot, tables: dict[str, Table]) -> None:
-        self._start(source, snapshot, tables, at=snapshot.consistent_point - 1)
+        self._start(source, snapshot, tables, at=snapshot.consistent_point - 1,
+                    again="run again")
 
-    def _start(self, source: Source, slot: Slot, tables: dict[str, Table], *, at: int) -> None:
-        """Each table's first segment `[0, consistent point)`, its snapshot's rows at `at`."""
+    def _start(self, source: Source, slot: Slot, tables: dict[str, Table], *, at: int,
+               again: str) -> None:
+        """Each table's first segment `[0, consistent point)`, its snapshot's rows at `at`.
+        A row too large for a log is refused before its table's segment is written (`again`:
+        how the snapshot is taken again; the start or join marker makes the rerun do it)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
             log = self.log(name)
@@ -186,8 +268,9 @@ class LogSink:
                 self.report.snapshot_rows[name] = sum(rows.values())
             messages = segment_messages(Counter({(r, at): d for r, d in rows.items()}), 0,
                                         slot.consistent_point)
+            datums = encode_segment(table, self.schemas[name], messages, snapshot=again)
             write_segment(log, segment_name(0, slot.consistent_point), self.schemas[name],
-                          table.columns, messages)
+                          datums)
             self.current[name] = {tuple(r[i] for i in table.key): r for r in rows}
             self.uppers[name] = slot.consistent_point
 
@@ -232,15 +315,20 @@ class LogSink:
             held = self.shapes[name]
             if held.shape != table.shape:
                 raise _changed(name, held.describe(), table.describe())
-        for name, table in tables.items():
+        segments = []
+        for name, table in tables.items():  # all encoded (and bounded) before any is written
             held = self.uppers[name]
             if held is None or held >= upper:
                 continue  # closed, or already holds the whole batch
             start = max(lower, held)
             changes = Counter({(r, at): d for (r, at), d in rows.get(name, Counter()).items()
                                if d and at >= start})
+            datums = encode_segment(table, self.schemas[name],
+                                    segment_messages(changes, start, upper))
+            segments.append((name, table, start, changes, datums))
+        for name, table, start, changes, datums in segments:
             write_segment(self.log(name), segment_name(start, upper), self.schemas[name],
-                          table.columns, segment_messages(changes, start, upper))
+                          datums)
             self._apply(table, ((r, at, d) for (r, at), d in changes.items()))
             self.uppers[name] = upper
 
