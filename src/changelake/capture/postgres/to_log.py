@@ -21,6 +21,16 @@ known). Heartbeats while the database is quiet write segments with
 only a progress statement. Every file carries its schema (see `avro.py`); nothing else is in
 the directory, so `OUT/schema.table/*` or the directory itself is a whole input.
 
+Every block of a segment is one the log's readers take: they refuse an Avro block over
+`ocf.MAX_BLOCK_BYTES` (16 MiB) before or after decompression, and a block holds whole datums,
+so a message of updates holds at most `BATCH_SIZE` of them and at most `ocf.MAX_DATUM_BYTES`
+encoded (`encode_segment` cuts one that takes more into as many as it needs), and
+`ocf.write_container` closes a block before it would exceed that. An update that takes more
+than a message alone (a row with a value of ~16 MiB) is refused, naming the table, the key,
+the transaction's commit LSN (or the snapshot), its size and the bound, before anything of
+its batch (or its table's snapshot) is written, so the slot is not confirmed past it and
+every rerun refuses it again: nothing is skipped.
+
 Durability, which the capture loop relies on before it confirms the slot: a segment is written
 under a hidden temporary name (`.<name>.tmp`, which readers and shell globs skip), fsync'd,
 renamed into place and the directory fsync'd, so a crash never leaves a torn segment, and a
@@ -35,9 +45,11 @@ before-image and unchanged TOAST values, and every row for a truncate) come from
 decoded once at start and kept up to date with what each batch writes (`fetch`).
 
 Limits of this version: each table's current rows are held in memory, and so is a table's
-snapshot while its segment is written; every batch writes one segment per table (a quiet
-table too), so a long-running capture makes many small files; a table whose columns change
-during the capture is refused (one schema per log).
+snapshot while its segment is written (and a batch's encoded segments, until all are written);
+every batch writes one segment per table (a quiet table too), so a long-running capture makes
+many small files; a table whose columns change during the capture is refused (one schema per
+log); a row whose update encodes to more than `ocf.MAX_DATUM_BYTES` (16 MiB less 64 KiB) is
+refused (above): a table that holds one is captured into a lake (`to_lake.py`) instead.
 """
 
 from __future__ import annotations
