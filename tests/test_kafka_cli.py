@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from changelake.kafka import MockCluster, RegistryServer
+from changelake.kafka.client import CONNECT_TIMEOUT
 from changelake.simulate import History, random_history
 from conftest import seeded
 from kafka_helpers import ROW_FIELDS, cluster, new_topic, produce_raw, registry, row_schema
@@ -188,3 +189,40 @@ def test_sink_killed_mid_write_and_run_again(cluster: MockCluster, tmp_path: Pat
 
 
 assert ROW_FIELDS  # the schema file's rows are simulate's
+
+
+def closed_port() -> str:
+    """A local address nothing listens at: a port bound, then let go."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_a_bootstrap_no_broker_answers_at_fails_in_one_line(tmp_path: Path) -> None:
+    """Every command's first request to a cluster whose every bootstrap server refuses the
+    connection fails saying so, exit 2 (after `client.CONNECT_TIMEOUT`, not librdkafka's 30 s
+    request timeout: the four run at once, as a slow answer is no error here)."""
+    bootstrap = closed_port()
+    schema, changes = schema_file(tmp_path), tmp_path / "in.jsonl"
+    changes.write_text('{"finished": 1}\n')
+    commands = {
+        "decode": ["decode", "--kafka", bootstrap, "--topic", "t", "--schema", str(schema)],
+        "encode": ["encode", "--schema", str(schema), "--to-kafka", bootstrap, "--to-topic", "t",
+                   str(changes)],
+        "encode --from debezium": ["encode", "--from", "debezium", "--kafka", bootstrap,
+                                   "--topic", "t", "--avro", str(tmp_path / "out.avro"),
+                                   "--schema", str(schema)],
+        "ingest": ["ingest", "--lake", str(tmp_path / "lake"), "--table", "t", "--kafka",
+                   bootstrap, "--topic", "t", "--schema", str(schema), "--master", "local[1]"],
+    }
+    running = {name: subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+               for name, args in commands.items()}
+    for name, process in running.items():
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == 2, (name, err)
+        assert err.strip() == (f"changelake: error: cannot reach Kafka at {bootstrap}: no broker "
+                               f"answered within {CONNECT_TIMEOUT:g} s (every bootstrap server "
+                               "refused the connection, or its name did not resolve)"), (name, err)

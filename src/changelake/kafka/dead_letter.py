@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from changelake.formats.materialize import SetAside
-from changelake.kafka.client import describe, partitions_of
+from changelake.kafka.client import describe, partitions_of, watch_of
 from changelake.kafka.errors import TopicError
 from changelake.kafka.sink import producer_config
 from changelake.kafka.source import PartitionRange, Record, TopicReader, location
@@ -136,7 +136,7 @@ class DeadLetterTopic:
             raise TopicError(f"cannot make a producer for {bootstrap}: "
                              f"{describe(error)}") from None
         try:  # the producer creates no topic (`producer_config`)
-            partitions_of(self._producer, bootstrap, topic, timeout)
+            partitions_of(self._producer, bootstrap, topic, timeout, watch_of(settings))
         except TopicError as error:
             raise TopicError(f"dead-letter topic: {error}") from None
 

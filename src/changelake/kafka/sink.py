@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
 from changelake.formats.materialize import CdcSchema, encode_confluent
-from changelake.kafka.client import client_config, describe, partitions_of
+from changelake.kafka.client import client_config, describe, partitions_of, watch_of
 from changelake.kafka.errors import TopicError
 from changelake.kafka.registry import SchemaRegistry, value_subject
 from changelake.kafka.schemas import NO_REGISTRY_ID
@@ -117,7 +117,7 @@ def write_topic(
         producer = Producer(settings)
     except KafkaException as error:
         raise TopicError(f"cannot make a producer for {bootstrap}: {describe(error)}") from None
-    partitions_of(producer, bootstrap, topic, timeout)
+    partitions_of(producer, bootstrap, topic, timeout, watch_of(settings))
     failures: list[tuple[int, KafkaError]] = []
 
     def delivered(error: KafkaError | None, message: KafkaMessage) -> None:

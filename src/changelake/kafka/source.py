@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from changelake.errors import InputError, Location, SchemaError
 from changelake.formats.materialize import CdcSchema, SetAside, Sink, decode_framed
-from changelake.kafka.client import client_config, describe, partitions_of
+from changelake.kafka.client import client_config, describe, partitions_of, watch_of
 from changelake.kafka.errors import OffsetOutOfRange, TopicError
 from changelake.kafka.registry import SchemaRegistry
 from changelake.kafka.schemas import FrameSchemas
@@ -145,6 +145,7 @@ class TopicReader:
         })
         settings.update(config or {})
         self._consumer: Consumer | None = Consumer(settings)
+        self._watch = watch_of(settings)
         self.ranges: list[PartitionRange] = []
         self.read = 0  # records read so far
 
@@ -154,7 +155,8 @@ class TopicReader:
         """Each partition's range for this read: from the group's committed offset (or the
         partition's beginning) to its end now."""
         consumer = self._open()
-        partitions = partitions_of(consumer, self.bootstrap, self.topic, self.timeout)
+        partitions = partitions_of(consumer, self.bootstrap, self.topic, self.timeout,
+                                   self._watch)
         committed: dict[int, int] = {}
         if self.group is not None:
             try:
@@ -292,7 +294,8 @@ class TopicReader:
         if self.group is None:
             return {}
         consumer = self._open()
-        partitions = partitions_of(consumer, self.bootstrap, self.topic, self.timeout)
+        partitions = partitions_of(consumer, self.bootstrap, self.topic, self.timeout,
+                                   self._watch)
         found = consumer.committed([TopicPartition(self.topic, p) for p in partitions],
                                    timeout=self.timeout)
         return {tp.partition: tp.offset for tp in found if tp.offset != OFFSET_INVALID}

@@ -300,7 +300,7 @@ def watermarks(options: KafkaOptions) -> list[Watermarks]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from changelake.errors import ChangelakeError
-    from changelake.kafka.client import client_config, describe, partitions_of
+    from changelake.kafka.client import client_config, describe, partitions_of, watch_of
 
     settings = client_config(options.bootstrap, "plan", options.consumer_config())
     settings.update({"group.id": f"changelake-plan-{uuid.uuid4()}",
@@ -311,7 +311,8 @@ def watermarks(options: KafkaOptions) -> list[Watermarks]:
         out = []
         for topic in options.topics:
             try:
-                partitions = partitions_of(consumer, options.bootstrap, topic, _TIMEOUT)
+                partitions = partitions_of(consumer, options.bootstrap, topic, _TIMEOUT,
+                                           watch_of(settings))
             except ChangelakeError as error:
                 raise _fail(str(error)) from None
             for p in partitions:
