@@ -101,7 +101,7 @@ def test_the_executor_read_never_resets_silently(cluster: MockCluster,
     assert [r.getMessage() for r in caplog.records] == [
         f"kafka-cdc: warning: topic {topic} partition 0: the task reading offsets [2, 8) was "
         "at offset 2, but the partition's first offset is 4 and its end 10: records were deleted "
-        "(retention or DeleteRecords) before being read; going on from the first offset held "
+        "(retention or DeleteRecords) before being read; going on from offset 4 "
         "(failOnDataLoss=false)"]
 
     # planned on the old topic, beyond what the recreated one holds (librdkafka's reset to
@@ -322,3 +322,50 @@ def test_the_cli_flag_goes_with_follow_kafka_only(tmp_path: Path) -> None:
     done = subprocess.run([*CLI, "ingest", "--help"], capture_output=True, timeout=60,
                           text=True)
     assert "--no-fail-on-data-loss" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_the_cli_follow_warns_on_its_stderr_once_per_loss_and_commits_what_is_held(
+        cluster: MockCluster, tmp_path: Path) -> None:
+    """`ingest --follow --kafka --no-fail-on-data-loss`: records deleted unread are one
+    `warning:` line on the command's own stderr (the planner that finds them runs in a process
+    Spark starts, whose log is not the terminal), once though several micro-batches follow,
+    and the follow commits every record still held."""
+    from changelake.lake import arrow
+    from changelake.lake.identifier import TableIdentifier
+    from test_lake_follow import env
+    from test_lake_follow_kafka import follow_topic_args
+
+    messages = write(random_history(seeded(73), updates=80, times=8), batch_size=4)
+    topic = new_topic(cluster, partitions=1)
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(orjson.dumps(row_schema().avro))
+    lake_dir, name = tmp_path / "lake", f"f_{uuid.uuid4().hex[:8]}"
+
+    def run(*flags: str) -> subprocess.CompletedProcess:
+        args = follow_topic_args(lake_dir, name, cluster.bootstrap, topic, schema,
+                                 "--until-idle", "2", *flags)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env())
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    half = len(messages) // 2
+    read = write_topic(messages[:half], bootstrap=cluster.bootstrap, topic=topic,
+                       schema=row_schema()).messages
+    assert "warning" not in run().stderr
+    end = read + write_topic(messages[half:], bootstrap=cluster.bootstrap, topic=topic,
+                             schema=row_schema()).messages
+    cluster.delete_records(topic, 0, read + 2)
+    assert end - (read + 2) > 4  # more than one micro-batch's worth (4 records) still held
+    done = run("--no-fail-on-data-loss")
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        f"changelake: warning: topic {topic} partition 0: the query was at offset {read}, but "
+        f"the partition's first offset is {read + 2} and its end {end}: records were deleted "
+        f"(retention or DeleteRecords) before being read; going on from offset {read + 2}"], \
+        done.stderr[-3000:]
+    assert sum(": committed version" in line for line in done.stderr.splitlines()) >= 2, \
+        "several micro-batches after the loss (--max-records-per-trigger 4)"
+    state = arrow.committed_state(lake_dir, TableIdentifier.parse(name))  # as committed
+    assert follow_status(state.offsets)["records_behind"] == 0

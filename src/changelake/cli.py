@@ -695,7 +695,8 @@ def _quiet_spark(spark: Any) -> None:
               help="With --follow: stop (exit 0) once no new file came for S seconds.")
 @click.option("--no-fail-on-data-loss", "tolerate_data_loss", is_flag=True,
               help="With --follow --kafka: records deleted (retention) or a topic recreated "
-                   "before the follow read them is a warning, and it goes on from the first "
+                   "before the follow read them is a warning on stderr (a line per partition), "
+                   "and it goes on from the first "
                    "record still held (default: an error naming topic, partition and offsets).")
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
@@ -880,6 +881,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     batch in flight has committed (see lake/follow.py)."""
     import os
     import signal
+    from contextlib import ExitStack
 
     from changelake.lake.follow import (
         TOPICS,
@@ -902,36 +904,42 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         elif steps or step in ("skipped", "waiting"):
             click.echo(f"changelake: batch {batch}: {step}", err=True)
 
-    set_aside = None
-    if kafka is not None:
-        messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
-                                schema_registry=kafka.schema_registry,
-                                max_records_per_trigger=kafka.max_records_per_trigger,
-                                fail_on_data_loss=kafka.fail_on_data_loss,
-                                lenient=kafka.lenient)
-        address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
-        if kafka.lenient:
-            set_aside = _follow_set_aside(kafka)
-    else:
-        assert follow_dir is not None
-        messages = directory_source(follow_dir, schema=schema_path,
-                                    max_files_per_trigger=max_files_per_trigger)
-        address, kind = str(follow_dir.resolve()), None
-    control = FollowControl()
-    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
-    try:
-        click.echo(f"changelake: following {address} into {ident}", err=True)
-        result = follow(lake, ident, messages, address,
-                        checkpoint=checkpoint, key=columns, scd2=scd2,
-                        trigger_seconds=trigger_seconds, until_idle=until_idle,
-                        control=control, progress=progress, set_aside=set_aside,
-                        **({"kind": kind} if kind is not None else {}))
-    finally:
-        lake.spark.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    set_aside = losses = None
+    with ExitStack() as cleanup:  # the data-loss report's file, whatever happens
+        if kafka is not None:
+            if not kafka.fail_on_data_loss:
+                from changelake.spark.kafka_source import LossReport
+
+                losses = cleanup.enter_context(LossReport(
+                    lambda line: click.echo(f"changelake: warning: {line}", err=True)))
+            messages = topic_source(kafka.bootstrap, kafka.topics, schema=schema_path,
+                                    schema_registry=kafka.schema_registry,
+                                    max_records_per_trigger=kafka.max_records_per_trigger,
+                                    fail_on_data_loss=kafka.fail_on_data_loss,
+                                    lenient=kafka.lenient, losses=losses)
+            address, kind = topics_address(kafka.bootstrap, kafka.topics), TOPICS
+            if kafka.lenient:
+                set_aside = _follow_set_aside(kafka)
+        else:
+            assert follow_dir is not None
+            messages = directory_source(follow_dir, schema=schema_path,
+                                        max_files_per_trigger=max_files_per_trigger)
+            address, kind = str(follow_dir.resolve()), None
+        control = FollowControl()
+        previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        try:
+            click.echo(f"changelake: following {address} into {ident}", err=True)
+            result = follow(lake, ident, messages, address,
+                            checkpoint=checkpoint, key=columns, scd2=scd2,
+                            trigger_seconds=trigger_seconds, until_idle=until_idle,
+                            control=control, progress=progress, set_aside=set_aside,
+                            losses=losses, **({"kind": kind} if kind is not None else {}))
+        finally:
+            lake.spark.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"micro-batch(es), {result.committed} committed", err=True)
 

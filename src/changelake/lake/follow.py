@@ -85,6 +85,8 @@ from changelake.spark.stream import PENDING, StreamState, latest_state
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from changelake.spark.kafka_source import LossReport
+
 FORMAT = "materialize"
 FOLLOW_DIR = "_follow"
 """The default checkpoint, inside the table's directory."""
@@ -179,15 +181,17 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
                  schema_registry: str | None = None, max_records_per_trigger: int | None = None,
                  config: Mapping[str, Any] | None = None,
                  fail_on_data_loss: bool = True,
-                 lenient: bool = False) -> MessagesSource:
+                 lenient: bool = False,
+                 losses: LossReport | None = None) -> MessagesSource:
     """Records of Materialize CDC messages as they arrive in `topics`, read on the executors
     by the `kafka-cdc` streaming source; its offsets live in the follow's checkpoint, so a
     restart reads only what no committed batch read. Records gone before they were read
     (deleted by retention, or the topic recreated) stop the follow with an `InputError`
     naming topic, partition and offsets; `fail_on_data_loss=False` (`ingest --follow --kafka
     --no-fail-on-data-loss`) logs a warning and goes on from the first record still held (the
-    source's `failOnDataLoss`, see `spark/kafka_source.py`). `lenient`: bad records become
-    `_error` rows instead of failing the batch (`follow`'s `set_aside` handles them)."""
+    source's `failOnDataLoss`, see `spark/kafka_source.py`); with `losses` (given to `follow`
+    too) the warnings also reach this process, which the log does not. `lenient`: bad records
+    become `_error` rows instead of failing the batch (`follow`'s `set_aside` handles them)."""
     if schema is None and schema_registry is None:
         raise LakeError("following Kafka topics needs the messages' schema: --schema FILE or "
                         "--schema-registry URL")
@@ -205,6 +209,8 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
         if max_records_per_trigger:
             options["maxRecordsPerTrigger"] = str(max_records_per_trigger)
         options["failOnDataLoss"] = "true" if fail_on_data_loss else "false"
+        if losses is not None:
+            options["lossReport"] = losses.option
         if lenient:
             options["lenient"] = "true"
         return spark.readStream.format(kafka_source.NAME).options(**options).load()
@@ -257,7 +263,8 @@ class CommitBatches:
                  identity: str | None, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
                  scd2: bool = False, progress: BatchProgress | None = None,
-                 kind: str = KIND, set_aside: BatchSetAside | None = None) -> None:
+                 kind: str = KIND, set_aside: BatchSetAside | None = None,
+                 losses: LossReport | None = None) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
         self.checkpoint = Path(checkpoint).resolve()
@@ -270,9 +277,12 @@ class CommitBatches:
         self.progress = progress or (lambda _batch, _step, _result: None)
         self.kind = kind
         self.set_aside = set_aside
+        self.losses = losses
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         control = self.control
+        if self.losses is not None:
+            self.losses.drain()  # the batch's planning: told before the batch's lines
         with control.lock:
             if control.stopping.is_set():
                 raise StopRequested(f"stop asked before batch {batch_id}")
@@ -285,6 +295,8 @@ class CommitBatches:
             control.failure = error
             raise
         finally:
+            if self.losses is not None:
+                self.losses.drain()  # found by the batch's reads
             with control.lock:
                 control.in_flight = False
                 control.last_batch_end = time.monotonic()
@@ -422,13 +434,16 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
            buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
            until_idle: float | None = None, control: FollowControl | None = None,
            progress: BatchProgress | None = None, kind: str = KIND,
-           poll_seconds: float = 0.2, set_aside: BatchSetAside | None = None) -> FollowReport:
+           poll_seconds: float = 0.2, set_aside: BatchSetAside | None = None,
+           losses: LossReport | None = None) -> FollowReport:
     """Follow `source` (its messages, named `address`) into `table` until `control.stop()`
     is called, or (`until_idle`) no batch has run for that many seconds: see the module
     docstring. `checkpoint` defaults to `_follow` in the table's directory. `kind` names the
     source's kind in the commits' `SourceOffsets` (`status` computes a `files` source's lag;
     another source, such as topics, brings its own). An error the source raises (planning a
-    micro-batch, or reading it on an executor) comes back as its one-line `InputError`."""
+    micro-batch, or reading it on an executor) comes back as its one-line `InputError`.
+    `losses`: the `LossReport` given to the source (`topic_source`), drained before and after
+    each batch and at the end, so that its warnings reach this process's `tell` in order."""
     from changelake.spark.errors import input_error, translate_errors
 
     handle = lake.handle(table)
@@ -448,7 +463,7 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     control = control or FollowControl()
     sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
                          buckets=buckets, scd2=scd2, progress=progress, kind=kind,
-                         set_aside=set_aside)
+                         set_aside=set_aside, losses=losses)
     query = (
         source(lake.spark).writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint / SPARK_DIR))
@@ -480,6 +495,8 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     finally:
         if query.isActive:
             query.stop()
+        if losses is not None:
+            losses.drain()  # planned while no batch ran (a stop, a failure)
     failure = control.failure
     if failure is not None and not isinstance(failure, StopRequested):
         raise failure

@@ -36,6 +36,10 @@ Options:
   the query has not read are gone (see "Lost records" below). `true` fails the query naming
   topic, partition and offsets; `false` logs a warning naming the same and goes on from the
   partition's first offset still held.
+* `lossReport` (with `failOnDataLoss=false`): a file on the driver's host (`LossReport` makes
+  it) where each data-loss warning is also written, one line, for the process that runs the
+  query to show: the planner runs in a Python process the driver's JVM starts, whose log is
+  neither that process's nor its terminal.
 * `kafka.*`: other librdkafka settings (security and the like), passed to every consumer;
   not `kafka.auto.offset.reset` (refused, as Spark's source refuses it: `startingOffsets` says
   where a read starts, `failOnDataLoss` what happens when its records are gone).
@@ -68,10 +72,17 @@ offsets this way is an end below the start, which `partitions` reads as "from th
 offset"; a replayed batch whose start is beyond the end reads nothing of that partition (the
 next one starts it afresh), so nothing is read twice.
 
+Each loss is warned of once (the planner remembers its warnings; `latestOffset` and
+`partitions` see the same loss of a micro-batch), in the log and, with `lossReport`, in that
+file, which `LossReport.drain` (the follow, between and in its micro-batches) turns into lines
+for the user, each line once.
+
 The executors check again, for records deleted between planning and reading: their consumers
 run with `auto.offset.reset=error`, so librdkafka reports an offset the partition does not
 hold (`kafka.source.OffsetOutOfRange`) instead of silently resetting to the beginning or the
-end, and the same rule applies (fail, or warn and go on from the first offset held). A record
+end, and the same rule applies (fail, or warn and go on from the first offset held; the warning
+reaches `lossReport` where the executor shares the driver's file system, as in local mode, and
+only the executor's log elsewhere, as with Spark's own source). A record
 offset *above* the planned start is not checked: compaction removes records (the first one
 read may be past the start) and transaction markers take offsets no record has, so only a
 reported reset, or a record *below* the next offset wanted (read from the wrong place) fails.
@@ -83,9 +94,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -164,6 +178,7 @@ class KafkaOptions:
     row_schema: str | None = None  # JSON text of the schema whose rows type the DataFrame
     records: bool = False  # output=records: the records undecoded, as Spark's `kafka` gives
     fail_on_data_loss: bool = True  # records gone before they were read: fail (else warn)
+    loss_report: str | None = None  # the driver's file of data-loss warnings (`LossReport`)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -204,7 +219,8 @@ class KafkaOptions:
         return cls(bootstrap, topics, starting, ending, avro, registry,
                    raw.get("lenient", "false").lower() in ("true", "1", "yes"), config,
                    int(limit) if limit else None, records=output == "records",
-                   fail_on_data_loss=fail_on_data_loss == "true")
+                   fail_on_data_loss=fail_on_data_loss == "true",
+                   loss_report=raw.get("lossreport") or None)
 
     def given_schema(self) -> Any:
         from changelake.formats.materialize import CdcSchema
@@ -356,17 +372,81 @@ def lost_records(topic: str, partition: int, offset: int, low: int, high: int,
     return f"{where}: the topic was recreated or truncated (offset {offset} is beyond its end)"
 
 
-def report_loss(options: KafkaOptions, message: str, warned: set[str] | None = None) -> None:
+def report_loss(options: KafkaOptions, message: str, warned: set[str] | None = None, *,
+                then: str = "going on from the first offset held") -> None:
     """Data loss: a `_fail` error with `failOnDataLoss` (the default), else a warning (once per
-    message in `warned`) and the caller goes on from the first offset held."""
+    message in `warned`), saying what the caller does `then`, in the log and the `lossReport`
+    file (see the module docstring)."""
     if options.fail_on_data_loss:
         raise _fail(f"{message} (the option failOnDataLoss=false, `ingest --follow --kafka "
                     "--no-fail-on-data-loss`, goes on from the first offset held)")
     if warned is None or message not in warned:
-        log.warning("%s: warning: %s; going on from the first offset held "
-                    "(failOnDataLoss=false)", NAME, message)
+        log.warning("%s: warning: %s; %s (failOnDataLoss=false)", NAME, message, then)
+        if options.loss_report is not None:
+            _append_line(options.loss_report, f"{message}; {then}")
         if warned is not None:
             warned.add(message)
+
+
+def _append_line(path: str, line: str) -> None:
+    """One line at the end of the driver's `LossReport` file, in one write (lines from several
+    processes do not mix); nothing where the file is not (an executor on another host: the
+    warning is in its log)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # not created: only the driver's counts
+    except FileNotFoundError:
+        return
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+class LossReport:
+    """The data-loss warnings of a `failOnDataLoss=false` stream, brought to the process that
+    runs the query: its planner and (in local mode) its readers run in Python processes that
+    Spark starts, whose warnings reach only logs. Give `option` as the source's `lossReport`;
+    `drain()` calls `tell` with each line written since, each loss once (the same line again,
+    from a task run again, is not repeated). Use as a context manager (the file goes at the
+    end)."""
+
+    def __init__(self, tell: Callable[[str], None], directory: str | None = None) -> None:
+        import tempfile
+
+        fd, self.path = tempfile.mkstemp(prefix="changelake-data-loss-", suffix=".txt",
+                                         dir=directory)
+        os.close(fd)
+        self.tell = tell
+        self._read = 0  # bytes of the file told
+        self._told: set[str] = set()
+        self._lock = threading.Lock()  # drained by the follow's loop and its batches' thread
+
+    @property
+    def option(self) -> str:
+        return self.path
+
+    def drain(self) -> None:
+        with self._lock:
+            try:
+                with open(self.path, "rb") as file:
+                    file.seek(self._read)
+                    text = file.read()
+            except FileNotFoundError:
+                return
+            whole = text.rfind(b"\n") + 1  # a line still being written waits for its end
+            self._read += whole
+            for line in text[:whole].decode().splitlines():
+                if line not in self._told:
+                    self._told.add(line)
+                    self.tell(line)
+
+    def __enter__(self) -> LossReport:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.drain()
+        with self._lock:
+            Path(self.path).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -450,7 +530,9 @@ def _rows(options: KafkaOptions, part: KafkaRange) -> Iterator[tuple[Any, ...]]:
             continue
         report_loss(options, lost_records(part.topic, part.partition, position, low, high,
                                           f"the task reading offsets [{part.start}, "
-                                          f"{part.end}) was at offset"))
+                                          f"{part.end}) was at offset"),
+                    then=(f"reading nothing of offsets [{position}, {part.end})"
+                          if position > high else f"going on from offset {low}"))
         if position > high:
             return  # recreated: nothing of this range is held
         position = max(position, low)
@@ -598,13 +680,13 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._marks: list[Watermarks] | None = None  # latestOffset's, for the partitions after
         self._warned: set[str] = set()  # data-loss warnings given (failOnDataLoss=false)
 
-    def _lost(self, message: str) -> None:
-        report_loss(self.options, message, self._warned)
+    def _lost(self, message: str, then: str) -> None:
+        report_loss(self.options, message, self._warned, then=then)
 
     def _gone(self, topic: str, partition: int, offset: int) -> None:
         self._lost(f"topic {topic} partition {partition}: the query was at offset {offset}, "
                    f"but the topic has no partition {partition} now: the topic was recreated "
-                   "with fewer partitions")
+                   "with fewer partitions", "going on without it")
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {(m.topic, m.partition): m.high for m in watermarks(self.options)}
@@ -654,7 +736,8 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return mark.low
         if mark.low <= offset <= mark.high:
             return offset
-        self._lost(lost_records(mark.topic, mark.partition, offset, mark.low, mark.high))
+        self._lost(lost_records(mark.topic, mark.partition, offset, mark.low, mark.high),
+                   f"going on from offset {mark.low}")
         return mark.low
 
     def getDefaultReadLimit(self) -> Any:
@@ -694,13 +777,16 @@ class KafkaCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif stop < first:
                 first = mark.low  # latestOffset's reset (failOnDataLoss=false): from the start
             elif not mark.low <= first <= mark.high:
-                self._lost(lost_records(topic, partition, first, mark.low, mark.high))
+                self._lost(lost_records(topic, partition, first, mark.low, mark.high),
+                           f"reading nothing of offsets [{first}, {stop})"
+                           if first > mark.high else f"going on from offset {mark.low}")
                 if first > mark.high:
                     continue  # recreated: nothing of the range is held; the next batch resets
                 first = mark.low
             if stop > mark.high:
                 self._lost(lost_records(topic, partition, stop, mark.low, mark.high,
-                                        "the micro-batch reads up to offset"))
+                                        "the micro-batch reads up to offset"),
+                           f"reading up to offset {mark.high}")
                 stop = mark.high
             if first < stop:
                 ranges.append(KafkaRange(topic, partition, first, stop))
