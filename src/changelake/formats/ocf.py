@@ -19,10 +19,11 @@ Bounds (a block's bytes are also one message's bytes, so they match the JSON-lin
 
 The project's writers of container files keep the same bounds, so that what they write is
 always read back: `write_container` frames datums already encoded into blocks of at most
-`MAX_DATUM_BYTES` before compression, which leaves room for deflate's worst case (data that
-does not compress grows a little), and one datum over that is refused (`ValueError`) rather
-than written into a block no reader takes. A block holds whole datums, so the caller must
-make each datum small enough (a Materialize CDC message is as many updates as fit).
+`max_datum_bytes(codec)` before compression (`MAX_DATUM_BYTES`, less for bzip2), which leaves
+room for the codec's worst case (data that does not compress grows a little), and one datum
+over that is refused (`ValueError`) rather than written into a block no reader takes. A block
+holds whole datums, so the caller must make each datum small enough (a Materialize CDC message
+is as many updates as fit: `materialize.avro_datums`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ MAX_HEADER_BYTES = 16 * 2**20
 #: (`deflateBound`), about 5.1 KiB over n at 16 MiB: a 64 KiB margin keeps the compressed
 #: block within `MAX_BLOCK_BYTES` too.
 MAX_DATUM_BYTES = MAX_BLOCK_BYTES - 64 * 2**10
+#: bzip2's worst case is 1.01 n + 600 bytes (its manual), about 166 KiB over n at 16 MiB (75 KiB
+#: for random bytes, measured): beyond the margin above, so its blocks hold fewer bytes. xz's
+#: worst case is a few bytes per 64 KiB chunk (under 1 KiB at 16 MiB): within the margin.
+_BZIP2_DATUM_BYTES = (MAX_BLOCK_BYTES - 600) * 100 // 101 - 2**10
 #: A block is closed once its datums reach this many bytes (fastavro's default interval).
 SYNC_INTERVAL = 16_000
 _LONG_BYTES = 10  # a zigzag varint of a 64-bit long takes at most 10 bytes
@@ -258,13 +263,23 @@ _DECOMPRESS: dict[str, Callable[[bytes], bytes]] = {
 # --------------------------------------------------------------------------------- writing
 
 
+def max_datum_bytes(codec: str) -> int:
+    """The most bytes of datums `write_container` puts in one block of `codec` (so the most
+    one datum may take): `MAX_DATUM_BYTES`, less for bzip2 (see there)."""
+    if codec not in _COMPRESS:
+        raise ValueError(f"codec {codec!r} is not supported (only "
+                         f"{', '.join(sorted(_COMPRESS))})")
+    return _BZIP2_DATUM_BYTES if codec == "bzip2" else MAX_DATUM_BYTES
+
+
 def write_container(fo: IO[bytes], schema_json: bytes, datums: Iterable[bytes], *,
                     codec: str = "deflate") -> None:
     """Write a container file of `datums` (each one datum's Avro binary encoding, in order)
     whose every block is within `MAX_BLOCK_BYTES` before and after decompression (see the
     module docstring): a block is closed once it reaches `SYNC_INTERVAL` bytes, or before a
-    datum that would take it beyond `MAX_DATUM_BYTES`. A datum over `MAX_DATUM_BYTES` alone
-    is a `ValueError`, raised before its block is written."""
+    datum that would take it beyond `max_datum_bytes(codec)`. A datum over that alone is a
+    `ValueError`, raised before its block is written."""
+    bound = max_datum_bytes(codec)
     compress = _COMPRESS[codec]
     sync = os.urandom(SYNC_SIZE)
     fo.write(header_bytes({"avro.schema": schema_json, "avro.codec": codec.encode()}, sync))
@@ -279,10 +294,10 @@ def write_container(fo: IO[bytes], schema_json: bytes, datums: Iterable[bytes], 
         fo.write(_long(len(block)) + _long(len(data)) + data + sync)
 
     for datum in datums:
-        if len(datum) > MAX_DATUM_BYTES:
+        if len(datum) > bound:
             raise ValueError(f"a datum of {len(datum)} bytes, more than a block may hold "
-                             f"({MAX_DATUM_BYTES} bytes)")
-        if block and size + len(datum) > MAX_DATUM_BYTES:
+                             f"({bound} bytes)")
+        if block and size + len(datum) > bound:
             flush()
             block, size = [], 0
         block.append(datum)
@@ -302,4 +317,6 @@ def _deflate(data: bytes) -> bytes:
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     "null": lambda data: data,
     "deflate": _deflate,
+    "bzip2": bz2.compress,  # as fastavro's writer compresses: one bzip2 stream per block
+    "xz": lzma.compress,  # the xz format, its default check (CRC-64), as fastavro's
 }

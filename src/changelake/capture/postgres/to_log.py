@@ -54,7 +54,6 @@ refused (above): a table that holds one is captured into a lake (`to_lake.py`) i
 
 from __future__ import annotations
 
-import io
 import os
 from collections import Counter
 from pathlib import Path
@@ -76,13 +75,17 @@ from changelake.capture.postgres.source import Slot, Source
 from changelake.durable import fsync_directory
 from changelake.errors import ChangelakeError, InputError, ProtocolError
 from changelake.formats import ocf
-from changelake.formats.materialize import CdcSchema, message_to_plain, read_all
+from changelake.formats.materialize import (
+    CdcSchema,
+    UpdateTooLarge,
+    avro_datums,
+    message_to_plain,
+    read_all,
+)
 from changelake.protocol import Antichain, Message, Reader, Updates, Writer
 
 SUFFIX = ".avro"
 BATCH_SIZE = 1024  # updates per Avro datum, at most: fewer where they take more bytes
-#: An update alone in a datum: union branch 0 (the updates), an array block of 1, its end.
-_ONE_UPDATE_HEAD, _ARRAY_END = b"\x00\x02", b"\x00"
 
 
 class LogError(ChangelakeError):
@@ -114,59 +117,28 @@ def segment_messages(rows: Rows, lower: int, upper: int,
 def encode_segment(table: Table, schema: CdcSchema, messages: list[Message], *,
                    snapshot: str | None = None) -> list[bytes]:
     """The segment's messages as Avro datums, each within `ocf.MAX_DATUM_BYTES` (so within one
-    block the readers take, `ocf.MAX_BLOCK_BYTES`): a message of updates that encodes to more
-    is cut into as many datums as it needs (updates of one time may be in any number of
-    messages: the progress statement counts them). An update that does not fit a datum alone
-    is refused (`_too_large`), before anything of the segment is written. The updates' times
-    are commit LSNs; for a snapshot's segment, `snapshot` says how the snapshot is taken
-    again (for the refusal)."""
-    parsed = schema.parsed
+    block the readers take, `ocf.MAX_BLOCK_BYTES`), by the writers' one way of bounding them
+    (`materialize.avro_datums`): a message of updates that encodes to more is cut into as
+    many datums as it needs (updates of one time may be in any number of messages: the
+    progress statement counts them). An update that does not fit a datum alone is refused
+    (`_too_large`), before anything of the segment is written. The updates' times are commit
+    LSNs; for a snapshot's segment, `snapshot` says how the snapshot is taken again (for the
+    refusal)."""
     columns = table.columns
-    out: list[bytes] = []
-    for message in messages:
-        if not isinstance(message, Updates):
-            out.append(_encoded(table, parsed, message_to_plain(message)))
-            continue
-        items = [{"data": to_python(row, columns), "time": at, "diff": diff}
-                 for row, at, diff in message.updates]
-        datum = _encoded(table, parsed, items)
-        if len(datum) <= ocf.MAX_DATUM_BYTES:
-            out.append(datum)
-            continue
-        # Too many bytes for one datum: each update encoded alone (its size exact), then as
-        # many as fit framed as one array (Avro binary: branch 0, a count, the items, 0).
-        chunk: list[bytes] = []
-        size = 0
-        for update, item in zip(message.updates, items, strict=True):
-            one = _encoded(table, parsed, [item])
-            if len(one) > ocf.MAX_DATUM_BYTES:
-                raise _too_large(table, update, len(one), snapshot=snapshot)
-            assert one.startswith(_ONE_UPDATE_HEAD) and one.endswith(_ARRAY_END)
-            body = one[len(_ONE_UPDATE_HEAD):-len(_ARRAY_END)]
-            # at most: branch 0 (1 byte), a count (up to 10), the end (1)
-            if chunk and 12 + size + len(body) > ocf.MAX_DATUM_BYTES:
-                out.append(_framed(chunk))
-                chunk, size = [], 0
-            chunk.append(body)
-            size += len(body)
-        if chunk:
-            out.append(_framed(chunk))
-    return out
 
+    def datum(message: Message) -> Any:
+        if isinstance(message, Updates):
+            return [{"data": to_python(row, columns), "time": at, "diff": diff}
+                    for row, at, diff in message.updates]
+        return message_to_plain(message)
 
-def _encoded(table: Table, parsed: Any, datum: Any) -> bytes:
-    out = io.BytesIO()
     try:
-        fastavro.schemaless_writer(out, parsed, datum)
+        return list(avro_datums(messages, schema, bound=ocf.MAX_DATUM_BYTES, datum=datum))
+    except UpdateTooLarge as error:
+        raise _too_large(table, error.update, error.size, snapshot=snapshot) from None
     except (ValueError, TypeError) as error:
         raise CaptureError(f"{table.qualified}: a row does not fit the log's schema (did the "
                            f"table's columns change during the capture?): {error}") from None
-    return out.getvalue()
-
-
-def _framed(items: list[bytes]) -> bytes:
-    """Encoded updates as one datum of the updates' branch."""
-    return b"\x00" + ocf.encode_long(len(items)) + b"".join(items) + _ARRAY_END
 
 
 def _too_large(table: Table, update: tuple[Values, int, int], size: int, *,
