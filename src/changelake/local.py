@@ -20,6 +20,7 @@ from changelake.formats import lines as jsonl
 from changelake.formats.materialize import (
     CdcSchema,
     SetAside,
+    UpdateTooLarge,
     expand_paths,
     read_all,
     write_json_lines,
@@ -177,9 +178,9 @@ def decode_messages(
 def _changes_from_lines(
     paths: list[str], schema: CdcSchema, sink: Callable[[SetAside], None] | None,
     stdin: IO[bytes] | None,
-) -> Iterator[tuple[str, Any, Location]]:
+) -> Iterator[tuple[str, Any, Location, int]]:
     """("change", (data, time, diff)) and ("finished", T) items from JSON lines, read within
-    the bounds of `formats.lines`."""
+    the bounds of `formats.lines`, with where each was read and its line's length."""
     sources: list[tuple[str, Callable[[], IO[bytes]]]] = []
     if not paths:
         if stdin is None:
@@ -195,7 +196,7 @@ def _changes_from_lines(
                 try:
                     if line is None:
                         raise ValueError(jsonl.TOO_LONG)
-                    yield _parse_change(line, schema, origin)
+                    yield (*_parse_change(line, schema, origin), len(line))
                 except ValueError as error:  # JsonError too
                     if sink is None:
                         raise InputError(str(error), origin) from None
@@ -229,20 +230,38 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+#: An input line this long or longer is remembered (`EncodeReport.large`) until its time is
+#: written, so that a refusal of its update as too large for a message can name the line. A
+#: shorter one cannot make an update of 16 MiB (Avro JSON wraps a value in a few dozen bytes at
+#: most): the few lines remembered are rows the Writer holds anyway.
+LARGE_LINE = 64 * 2**10
+
+
 @dataclass(slots=True)
 class EncodeReport:
     messages: int = 0
     unfinished: int = 0
     set_aside: list[SetAside] = field(default_factory=list)
+    #: Where the unwritten changes of long input lines (`LARGE_LINE`) were read, by (data, time).
+    large: dict[tuple[Any, int], Location] = field(default_factory=dict)
+
+    def located(self, error: UpdateTooLarge) -> UpdateTooLarge:
+        """The refusal of an update too large for a message, said of the input line it came
+        from when that is known."""
+        data, time, _ = error.update
+        where = self.large.get((data, time))
+        return error if where is None else error.at(where)
 
 
 def write_messages(
     messages: Iterable[Message], schema: CdcSchema | None, *, avro: Path | None,
     out: IO[bytes],
 ) -> int:
-    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`. The file is
-    written beside its place and renamed there when complete: input that fails half-way
-    leaves no half-written file (nor clobbers an earlier one)."""
+    """Messages to an Avro OCF file (`avro`), or as Avro-JSON lines to `out`, each message
+    within the bound its readers keep (a larger one is cut into several; an update too large
+    for any is an `UpdateTooLarge`). The file is written beside its place and renamed there
+    when complete: input that fails half-way leaves no half-written file (nor clobbers an
+    earlier one)."""
     if avro is not None:
         if schema is None:
             raise ChangelakeError("--avro needs the data schema (--schema)")
@@ -268,7 +287,10 @@ def encode_local(
     report = EncodeReport()
     messages = encode_messages(paths, schema=schema, close=close, batch_size=batch_size,
                                lenient=lenient, stdin=stdin, report=report)
-    report.messages = write_messages(messages, schema, avro=avro, out=out)
+    try:
+        report.messages = write_messages(messages, schema, avro=avro, out=out)
+    except UpdateTooLarge as error:
+        raise report.located(error) from None
     return report
 
 
@@ -286,12 +308,18 @@ def encode_messages(
     a Kafka topic). Set-aside input and the unfinished count land in `report`."""
     writer = Writer(batch_size=batch_size)
     sink = report.set_aside.append if lenient else None
-    for kind, value, origin in _changes_from_lines(paths, schema, sink, stdin):
+    large = report.large
+    for kind, value, origin, length in _changes_from_lines(paths, schema, sink, stdin):
         try:
             if kind == "finished":
                 yield from writer.finish_through(value, origin)
+                if large:  # written, all of them: a refusal would have come while yielding
+                    for key in [k for k in large if k[1] <= value]:
+                        del large[key]
             else:
                 writer.push(*value, origin=origin)
+                if length >= LARGE_LINE:
+                    large[value[0], value[1]] = origin
         except ChangelakeError as error:
             if sink is None:
                 raise
