@@ -395,3 +395,52 @@ def test_python_workers_run_in_utc(spark) -> None:
 
     zone = udf(lambda: os.environ.get("TZ"), "string")
     assert spark.range(1).select(zone().alias("tz")).first()["tz"] == "UTC"
+
+
+def test_wide_rows_are_written_in_messages_the_readers_take(spark, tmp_path: Path) -> None:
+    """1,100 rows of ~16.6 kB in one partition: the encoder's message of 1024 updates takes
+    ~17 MB, more than an Avro block or JSON line our readers take (16 MiB); the sink cuts
+    it, and the files read back, through this source and the local reader alike."""
+    import os as _os
+
+    from changelake.formats import lines as jsonl
+    from changelake.formats import ocf
+
+    changes = [({"k": i, "v": None}, i % 3, 1) for i in range(1100)]
+    wide = [(f"{i:05d}" + _os.urandom(8_300).hex(),) for i in range(len(changes))]
+    df = spark.createDataFrame(
+        [(d["k"], w[0], t, r) for (d, t, r), w in zip(changes, wide, strict=True)],
+        "k bigint, w string, time bigint, diff bigint",
+    ).selectExpr("named_struct('k', k, 'w', w) as data", "time", "diff")
+    messages = encode(df, None).coalesce(1)
+    schema = CdcSchema.for_fields([{"name": "k", "type": "long"},
+                                   {"name": "w", "type": "string"}])
+    text = orjson_dumps(schema.avro)
+    register(spark)
+    for fmt in ("avro", "json"):
+        target = tmp_path / fmt
+        (messages.write.format("materialize-cdc").mode("append").option("format", fmt)
+         .option("avroSchema", text).save(str(target)))
+        (path,) = [p for p in target.iterdir() if not p.name.startswith(".")]
+        if fmt == "avro":
+            with open(path, "rb") as fo:
+                header, stream = ocf.read_header(fo, path.name)
+                assert max(len(b.data) for b in ocf.read_blocks(stream, header, path.name)) \
+                    <= ocf.MAX_DATUM_BYTES
+        else:
+            assert max(map(len, path.read_bytes().splitlines())) < jsonl.MAX_LINE_BYTES
+        local = collect(read_all([target], schema=schema))
+        assert local.frontier == Antichain() and len(local.updates) == len(changes)
+        rows = (spark.read.format("materialize-cdc").option("avroSchema", text)
+                .load(str(target)).collect())
+        updates = sorted((u["data"]["k"], u["data"]["w"], u["time"], u["diff"])
+                         for r in rows if r["updates"] for u in r["updates"])
+        assert updates == sorted((d["k"], w[0], t, r) for (d, t, r), w
+                                 in zip(changes, wide, strict=True))
+        assert sum(1 for r in rows if r["updates"]) > 2  # 1024 (cut) + 76
+
+
+def orjson_dumps(value) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()

@@ -38,6 +38,9 @@ or `_`, which is ignored, then renamed), and never change afterwards.
 Writing (`df.write.format("materialize-cdc")`) takes a messages DataFrame (as `encode` makes)
 and writes one file per partition with the codecs: option `format` = `json` (default) or
 `avro` (needs the schema). Each file is written under a hidden name and renamed into place.
+Each message is written within the bound the readers keep (`formats.materialize.write_ocf`,
+`write_json_lines`): one larger, such as a batch of 1024 wide rows, is cut into several, and
+a task whose update is too large for any message fails, its hidden file removed.
 `mode("append")` renames each file as its task finishes and leaves what was there. A
 `mode("overwrite")` job renames nothing until every task has succeeded: then, on the driver,
 it removes every file a reader of the path would read (not hidden ones, such as another job's
@@ -573,12 +576,16 @@ class MaterializeCdcWriter(DataSourceWriter):
         os.makedirs(self.path, exist_ok=True)
         temporary = os.path.join(self.path, f".{name}.tmp")
         messages = to_messages(iterator, fields)
-        with open(temporary, "wb") as fo:
-            if self.format == "avro":
-                assert schema is not None
-                count = write_ocf(fo, messages, schema)
-            else:
-                count = write_json_lines(fo, messages, schema)
+        try:  # each message within its readers' bound (cut where larger): see write_ocf
+            with open(temporary, "wb") as fo:
+                if self.format == "avro":
+                    assert schema is not None
+                    count = write_ocf(fo, messages, schema)
+                else:
+                    count = write_json_lines(fo, messages, schema)
+        except BaseException:  # an update too large for any message, a row off the schema
+            os.remove(temporary)  # the task leaves nothing behind, not even a hidden file
+            raise
         final = os.path.join(self.path, name)
         if self.overwrite:
             return WrittenFile(temporary, final, count)
