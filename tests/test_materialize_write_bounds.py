@@ -66,11 +66,11 @@ def test_an_ocf_of_wide_rows_is_cut_into_blocks_the_readers_take(codec: str) -> 
     messages = wide_messages()
     out = io.BytesIO()
     written = write_ocf(out, messages, SCHEMA, codec=codec)
-    assert written > len(messages)  # the message of 1024 updates took two datums
     data = out.getvalue()
     header, stream = ocf.read_header(io.BytesIO(data), "written")
     blocks = list(ocf.read_blocks(stream, header, "written"))  # refuses a block over the bound
     assert max(len(b.data) for b in blocks) <= ocf.MAX_DATUM_BYTES  # decompressed
+    assert written > len(messages)  # the message of 1024 updates took two datums
     back = list(read_stream(io.BufferedReader(io.BytesIO(data)), name="written", schema=SCHEMA))
     assert updates_of(back) == updates_of(messages)
     assert collect(back).updates == collect(messages).updates
@@ -80,11 +80,10 @@ def test_json_lines_of_wide_rows_are_cut_into_lines_the_readers_take() -> None:
     messages = wide_messages()
     out = io.BytesIO()
     written = write_json_lines(out, messages, SCHEMA)
-    assert written > len(messages)
-    lines = out.getvalue().splitlines(keepends=True)
-    assert len(lines) == written
-    assert max(map(len, lines)) <= jsonl.MAX_LINE_BYTES
     back = list(read_json_lines(io.BytesIO(out.getvalue()), name="written", schema=SCHEMA))
+    lines = out.getvalue().splitlines(keepends=True)
+    assert max(map(len, lines)) <= jsonl.MAX_LINE_BYTES
+    assert len(lines) == written > len(messages)
     assert updates_of(back) == updates_of(messages)
     assert collect(back).updates == collect(messages).updates
 

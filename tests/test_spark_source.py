@@ -406,13 +406,21 @@ def test_wide_rows_are_written_in_messages_the_readers_take(spark, tmp_path: Pat
     from changelake.formats import lines as jsonl
     from changelake.formats import ocf
 
-    changes = [({"k": i, "v": None}, i % 3, 1) for i in range(1100)]
+    changes = [({"k": i, "v": None}, 5, 1) for i in range(1100)]  # one time: 1024 + 76
     wide = [(f"{i:05d}" + _os.urandom(8_300).hex(),) for i in range(len(changes))]
     df = spark.createDataFrame(
         [(d["k"], w[0], t, r) for (d, t, r), w in zip(changes, wide, strict=True)],
         "k bigint, w string, time bigint, diff bigint",
     ).selectExpr("named_struct('k', k, 'w', w) as data", "time", "diff")
-    messages = encode(df, None).coalesce(1)
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "1")  # all 1100 in one batch of 1024 + 76
+    try:
+        messages = encode(df, None).coalesce(1).cache()
+        sizes = sorted(len(r["updates"]) for r in messages.select("updates").collect()
+                       if r["updates"] is not None)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+    assert sizes == [76, 1024]  # the message the readers refused, before the fix
     schema = CdcSchema.for_fields([{"name": "k", "type": "long"},
                                    {"name": "w", "type": "string"}])
     text = orjson_dumps(schema.avro)
@@ -438,6 +446,7 @@ def test_wide_rows_are_written_in_messages_the_readers_take(spark, tmp_path: Pat
         assert updates == sorted((d["k"], w[0], t, r) for (d, t, r), w
                                  in zip(changes, wide, strict=True))
         assert sum(1 for r in rows if r["updates"]) > 2  # 1024 (cut) + 76
+    messages.unpersist()
 
 
 def orjson_dumps(value) -> str:

@@ -22,6 +22,13 @@ lenient mode it is set aside (see `SetAside`) and reading goes on with the next 
 (after corrupt container framing, with the next file). Input is read within the bounds of
 `lines.py` (JSON lines) and `ocf.py` (container files): a hostile length is refused, not
 allocated.
+
+The writers keep the same bounds, so that what they write is always read back: no Avro block
+over `ocf.MAX_BLOCK_BYTES` (datums framed by `ocf.write_container`), no JSON line over
+`lines.MAX_LINE_BYTES`. A message too large for one datum or line is cut into several
+(`avro_datums`, `json_lines`: the one place every writer of messages cuts them, the capture's
+logs too), which the protocol allows; an update too large for any message is an
+`UpdateTooLarge`, carrying the update for its caller to name.
 """
 
 from __future__ import annotations
