@@ -24,7 +24,8 @@ the directory, so `OUT/schema.table/*` or the directory itself is a whole input.
 Every block of a segment is one the log's readers take: they refuse an Avro block over
 `ocf.MAX_BLOCK_BYTES` (16 MiB) before or after decompression, and a block holds whole datums,
 so a message of updates holds at most `BATCH_SIZE` of them and at most `ocf.MAX_DATUM_BYTES`
-encoded (`encode_segment` cuts one that takes more into as many as it needs), and
+encoded (`encode_segment` cuts one that takes more into as many as it needs, by
+`materialize.avro_datums`, as every writer of messages does), and
 `ocf.write_container` closes a block before it would exceed that. An update that takes more
 than a message alone (a row with a value of ~16 MiB) is refused, naming the table, the key,
 the transaction's commit LSN (or the snapshot), its size and the bound, before anything of
