@@ -214,8 +214,7 @@ def test_a_bootstrap_no_broker_answers_at_fails_in_one_line(tmp_path: Path) -> N
         "encode --from debezium": ["encode", "--from", "debezium", "--kafka", bootstrap,
                                    "--topic", "t", "--avro", str(tmp_path / "out.avro"),
                                    "--schema", str(schema)],
-        "ingest": ["ingest", "--lake", str(tmp_path / "lake"), "--table", "t", "--kafka",
-                   bootstrap, "--topic", "t", "--schema", str(schema), "--master", "local[1]"],
+        **ingest_commands(tmp_path, bootstrap, "t", schema),
     }
     running = {name: subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True)
@@ -226,3 +225,47 @@ def test_a_bootstrap_no_broker_answers_at_fails_in_one_line(tmp_path: Path) -> N
         assert err.strip() == (f"changelake: error: cannot reach Kafka at {bootstrap}: no broker "
                                f"answered within {CONNECT_TIMEOUT:g} s (every bootstrap server "
                                "refused the connection, or its name did not resolve)"), (name, err)
+    assert_no_lake(tmp_path)
+
+
+def ingest_commands(tmp_path: Path, bootstrap: str, topics: str, schema: Path
+                    ) -> dict[str, list[str]]:
+    """`ingest --kafka` in each of its forms, each into a lake of its own under `tmp_path`."""
+    def into(name: str, *args: str) -> list[str]:
+        return ["ingest", "--lake", str(tmp_path / f"lake-{name}"), "--table", "t", "--kafka",
+                bootstrap, "--topic", topics, "--master", "local[1]", *args]
+
+    return {
+        "ingest": into("cdc", "--schema", str(schema)),
+        "ingest --from debezium": into("debezium", "--from", "debezium", "--key", "id"),
+        "ingest --follow": into("follow", "--follow", "--schema", str(schema),
+                                "--until-idle", "1"),
+        "ingest --follow --from debezium": into("follow-debezium", "--follow", "--from",
+                                                "debezium", "--key", "id", "--until-idle", "1"),
+    }
+
+
+def assert_no_lake(tmp_path: Path) -> None:
+    """The evidence that an ingest refused before Spark started: Spark's session makes the
+    lake's directory (and its metastore under it) first thing, and none was made."""
+    made = sorted(p.name for p in tmp_path.glob("lake-*"))
+    assert made == [], f"the lake was made (Spark started) before the refusal: {made}"
+
+
+def test_ingest_refuses_a_topic_that_does_not_exist_before_spark_starts(
+        cluster: MockCluster, tmp_path: Path) -> None:
+    """`ingest --kafka` (each form) checks on the driver that every topic named exists before
+    it starts Spark and the lake's metastore: a topic missing beside one that exists is named,
+    one line, exit 2, and no lake is made."""
+    schema, present = schema_file(tmp_path), new_topic(cluster)
+    missing = f"{present}-missing"
+    commands = ingest_commands(tmp_path, cluster.bootstrap, f"{present},{missing}", schema)
+    running = {name: subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True)
+               for name, args in commands.items()}
+    for name, process in running.items():
+        _, err = process.communicate(timeout=240)
+        assert process.returncode == 2, (name, err)
+        assert err.strip() == (f"changelake: error: topic {missing!r} does not exist on "
+                               f"{cluster.bootstrap}"), (name, err)
+    assert_no_lake(tmp_path)

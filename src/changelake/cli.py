@@ -778,6 +778,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("--kafka reads the topics: no input files as well")
     if kafka is None and not inputs:
         raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
+    if kafka is not None:
+        _check_topics(kafka, topics, dead_letter_topic)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
@@ -812,6 +814,24 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     waiting = report.waiting_line(result)
     if waiting is not None:
         click.echo(f"changelake: {waiting}", err=True)
+
+
+def _check_topics(bootstrap: str, topics: tuple[str, ...],
+                  dead_letter_topic: str | None = None) -> None:
+    """`ingest --kafka`'s topics (and dead-letter topic) checked on the driver before Spark
+    and the lake's metastore start: a bootstrap no broker answers at, or a topic that does not
+    exist, is the one line `decode --kafka` gives, in seconds, with no lake made. The reads
+    in Spark check again (a topic may be deleted in between)."""
+    from changelake.kafka.changefeed import topic_list
+    from changelake.kafka.client import check_topics
+    from changelake.kafka.errors import TopicError
+
+    check_topics(bootstrap, topic_list(topics))
+    if dead_letter_topic is not None:
+        try:
+            check_topics(bootstrap, [dead_letter_topic])
+        except TopicError as error:
+            raise TopicError(f"dead-letter topic: {error}") from None
 
 
 def _check_lenient_topics(kafka: str | None, lenient: bool,
@@ -907,6 +927,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     set_aside = losses = None
     with ExitStack() as cleanup:  # the data-loss report's file, whatever happens
         if kafka is not None:
+            _check_topics(kafka.bootstrap, kafka.topics, kafka.dead_letter_topic)
             if not kafka.fail_on_data_loss:
                 from changelake.spark.kafka_source import LossReport
 
@@ -966,6 +987,7 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
                    f"{report.ingest_line(read.ingest)}", err=True)
         _report_topic_set_aside(read, dead_letter_topic)
 
+    _check_topics(kafka, topics, dead_letter_topic)
     control = FollowControl()
     previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
                 for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -7,15 +7,19 @@ configures logging). Failures reach the caller as exceptions, each naming the to
 A bootstrap no broker answers at fails in `CONNECT_TIMEOUT`, not in librdkafka's request
 timeout: every client's error callback (`BrokerWatch`) hears librdkafka say all brokers are
 down, which `partitions_of`, the first request of every client, asks when its metadata is late.
+`check_topics` asks it for a command's topics before the command starts anything costly (Spark
+and the lake's metastore, for `ingest --kafka`), so such a bootstrap or a topic that does not
+exist is refused in seconds, with nothing made.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from changelake.kafka.errors import TopicError
 
@@ -94,6 +98,24 @@ def partitions_of(client: Any, bootstrap: str, topic: str, timeout: float,
     if not found.partitions:
         raise TopicError(f"topic {topic!r} has no partitions")
     return sorted(found.partitions)
+
+
+def check_topics(bootstrap: str, topics: Sequence[str], *,
+                 config: Mapping[str, Any] | None = None, timeout: float = 30.0) -> None:
+    """A `TopicError` unless the cluster at `bootstrap` answers and holds every one of
+    `topics` (with partitions): `partitions_of` on a consumer of no group's offsets, which
+    creates no topic. A check before the work, not a promise: the reader asks again, as a
+    topic may be deleted in between."""
+    settings = client_config(bootstrap, "check", config)
+    settings.update({"group.id": f"changelake-check-{uuid.uuid4()}",
+                     "enable.auto.commit": False, "allow.auto.create.topics": False})
+    settings.update(config or {})
+    consumer = Consumer(settings)
+    try:
+        for topic in topics:
+            partitions_of(consumer, bootstrap, topic, timeout, watch_of(settings))
+    finally:
+        consumer.close()
 
 
 def _metadata(client: Any, bootstrap: str, topic: str, timeout: float,
