@@ -10,6 +10,7 @@ freeze with `fields=` to impose one order when the input order is not meaningful
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -37,6 +38,42 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
+
+
+def float32_text(value: float) -> str:
+    """The shortest decimal text that reads back, as a float32, to `value` rounded to float32
+    (`1.1`, not `1.100000023841858`): what PostgreSQL, Spark's `show()` and Avro-Java print
+    for a `real` / `FloatType` / Avro `float`. A float32 widened to a double (as Python, Arrow,
+    PySpark and fastavro hand it over) would print the double's digits, which name the
+    float32's exact binary value, never the number that was written. Finite values only."""
+    single = _as_float32(value)
+    for digits in range(1, 10):  # 9 significant digits name every float32
+        text = f"{single:.{digits}g}"
+        try:
+            if _as_float32(float(text)) == single:
+                return text
+        except OverflowError:  # rounded up beyond the largest float32: more digits
+            continue
+    raise AssertionError(f"no text of 9 digits names the float32 {single!r}")  # pragma: no cover
+
+
+def float32_value(value: float) -> float:
+    """`value` (a float32, widened) as the double `float32_text` reads as, so that a JSON
+    writer, `str` and `repr` print the float32's shortest text; it is still the same float32
+    (`struct.pack("f", ...)` gives the same bytes). NaN (the one `NAN`) and the infinities stay
+    what they are. Applied where rows leave for the user and the column's type is known to be
+    32-bit: a double column's values are never passed here."""
+    if not math.isfinite(value):
+        return NAN if value != value else value
+    return float(float32_text(value))
+
+
+_FLOAT32 = struct.Struct("<f")
+
+
+def _as_float32(value: float) -> float:
+    """`value` rounded to float32 (and widened back to a double)."""
+    return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
 
 
 class Record(tuple):

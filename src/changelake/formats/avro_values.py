@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from changelake.formats.avro_logical import Logical, logical
-from changelake.values import NAN, NONFINITE_TEXT, nonfinite_text
+from changelake.values import NAN, NONFINITE_TEXT, float32_value, nonfinite_text
 
 PRIMITIVES = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
@@ -653,6 +653,13 @@ def _canonical_nan(v: Any) -> Any:
     return NAN if v != v else v
 
 
+def _float32(v: Any) -> Any:
+    """An Avro `float` as fastavro reads it (widened to a double) as the double of its
+    shortest text (`values.float32_value`): `1.1`, not `1.100000023841858`; the same float32
+    when written again. Only a float is touched (a union's other branches pass)."""
+    return float32_value(v) if type(v) is float else v
+
+
 def compile_python(schema: Schema, named: Named) -> Converter | None:
     """fastavro's Python values -> frozen plain JSON; None where the value is already plain.
 
@@ -672,9 +679,13 @@ def compile_python(schema: Schema, named: Named) -> Converter | None:
             return None
         if branches <= {None, _canonical_nan}:
             return _canonical_nan  # harmless on the other branches' values (None, str, int)
+        if branches <= {None, _float32}:
+            return _float32  # the one branch a float can be of: harmless on the others
         return generic
     if isinstance(s, str):
-        if s in ("float", "double"):
+        if s == "float":
+            return _float32
+        if s == "double":
             return _canonical_nan
         return (lambda v: v.decode("latin-1")) if s == "bytes" else None
     kind = s["type"]

@@ -80,6 +80,7 @@ from changelake.lake.layout import (
     read_pointer,
 )
 from changelake.spark_arrow import WIDENINGS, NoArrowType, arrow_of
+from changelake.values import float32_value
 
 ARROW_MAX_BYTES = 256 * 2**20
 """`auto` reads a table with Arrow when its committed files hold at most this many bytes..."""
@@ -452,9 +453,12 @@ def plain(value: Any) -> Any:
 def _as_snapshot_value(value: Any, kind: pa.DataType) -> Any:
     """A value from Arrow's `to_pylist` as `commands.snapshot` yields it from Spark's rows:
     a timestamp as the UTC instant, a timestamp without a time zone as its wall-clock time,
-    maps as dicts."""
+    maps as dicts, a float (32-bit) as the double of its shortest text (see
+    `values.float32_value`), not widened."""
     if value is None:
         return None
+    if pa.types.is_float32(kind):
+        return float32_value(value)
     if pa.types.is_timestamp(kind):
         micros = (value - dt.datetime(1970, 1, 1, tzinfo=value.tzinfo)) // dt.timedelta(
             microseconds=1)
@@ -474,7 +478,7 @@ def _as_snapshot_value(value: Any, kind: pa.DataType) -> Any:
 
 
 def _needs_conversion(kind: pa.DataType) -> bool:
-    if pa.types.is_timestamp(kind) or pa.types.is_map(kind):
+    if pa.types.is_timestamp(kind) or pa.types.is_map(kind) or pa.types.is_float32(kind):
         return True
     if pa.types.is_struct(kind):
         return any(_needs_conversion(kind.field(i).type) for i in range(kind.num_fields))

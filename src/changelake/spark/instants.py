@@ -16,7 +16,11 @@ its wall-clock time without one.
 Decimals are mended on the way too: PySpark's rows carry a decimal in a BigDecimal's
 engineering notation, so -0.0000000001 of a `decimal(20, 10)` arrives as `Decimal('-1.00E-10')`
 (scale 12), whose text is not the one Arrow (`snapshot --engine arrow`) or `decode` gives. The
-converter sets each decimal at its type's scale again: the same value, the same text.
+converter sets each decimal at its type's scale again: the same value, the same text. And
+a `float` (32-bit) reaches Python widened to a double, whose text (`1.100000023841858`) is the
+float32's binary value, not the number written (`1.1`): the converter makes it the double
+of the float32's shortest text (`values.float32_value`), as `show()`, Arrow's path and `decode`
+print it; it is still the same float32.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import types as T
 
 from changelake.spark.expressions import quote
+from changelake.values import float32_value
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -66,10 +71,13 @@ def micros_sql(kind: T.DataType, expr: str, depth: int = 0) -> str | None:
 def instants(kind: T.DataType) -> Callable[[Any], Any] | None:
     """A converter of a value of type `kind` as it reaches Python after `micros_sql` (with
     `Row.asDict(recursive=True)`: structs as dicts) that makes each timestamp's microseconds
-    the UTC instant, and each decimal one of its type's scale; None when `kind` holds neither.
-    Null stays null at every depth."""
+    the UTC instant, each decimal one of its type's scale, and each float (32-bit) the double
+    of its shortest text; None when `kind` holds none of them. Null stays null at every
+    depth."""
     if isinstance(kind, T.TimestampType):
         return lambda micros: EPOCH + dt.timedelta(microseconds=micros)
+    if isinstance(kind, T.FloatType):
+        return float32_value
     if isinstance(kind, T.DecimalType):
         exponent = decimal.Decimal(1).scaleb(-kind.scale)
         exact = decimal.Context(prec=kind.precision)
