@@ -161,8 +161,9 @@ def test_the_counts_are_taken_by_the_job_that_builds_the_cache(spark) -> None:
 
 
 def test_an_input_of_known_size_is_decoded_in_one_job(spark, tmp_path) -> None:
-    # Files have a size Spark estimates: the partitions are fixed from it (two a core here,
-    # within the session's), and one job aggregates, builds the cache and counts per time.
+    # Files have a size Spark estimates: the partitions are fixed from it (one a core here,
+    # the input being small, within the session's), and one job aggregates, builds the cache
+    # and counts per time.
     from changelake.spark.decoder import decode_statements
 
     log = [Updates([(R(1), 1, 1), (R(2), 1, 1), (R(1), 1, 1), (R(3), 7, -1)]),
@@ -173,7 +174,7 @@ def test_an_input_of_known_size_is_decoded_in_one_job(spark, tmp_path) -> None:
     statements = [m for m in log if isinstance(m, Progress)]
     context = spark.sparkContext
     configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    expected = min(configured, 2 * context.defaultParallelism)
+    expected = min(configured, context.defaultParallelism)
     context.setJobGroup("decode-known-size", "decode-known-size")
     try:
         got = decode_statements(updates, statements)
@@ -188,6 +189,26 @@ def test_an_input_of_known_size_is_decoded_in_one_job(spark, tmp_path) -> None:
         assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
         assert canonical(rows_of(got.pending)) == canonical([(R(3), 7, -1)])
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
+def test_the_aggregate_gets_a_partition_a_core_for_small_input_and_two_for_larger(spark):
+    # A range's size is estimated without reading it (8 bytes a row): up to
+    # ONE_WAVE_BYTES_PER_CORE a core gets one partition (one wave of tasks), beyond it two at
+    # least, and a partition per INPUT_BYTES_PER_PARTITION beyond that, within the session's.
+    from changelake.spark.decoder import (
+        INPUT_BYTES_PER_PARTITION,
+        ONE_WAVE_BYTES_PER_CORE,
+        _partitions_for,
+    )
+
+    cores = spark.sparkContext.defaultParallelism
+    configured = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    small = ONE_WAVE_BYTES_PER_CORE * cores // 8
+    assert _partitions_for(spark.range(small)) == min(configured, cores)
+    assert _partitions_for(spark.range(small + 1)) == min(configured, 2 * cores)
+    many = 3 * configured * INPUT_BYTES_PER_PARTITION // 8
+    assert _partitions_for(spark.range(many)) == configured
+    assert _partitions_for(spark.createDataFrame([(1,)], "x long")) is None  # no estimate
 
 
 def test_the_updates_are_shuffled_once_and_whole(spark) -> None:

@@ -36,9 +36,12 @@ builds the cache and takes the counts, its partitions fixed from the input's est
 (`_partitions_for`); where Spark has no estimate, adaptive execution decides them and runs
 the aggregate's map side as a job of its own first. Actions on the result read the cache.
 
-Each query is stated as one Spark SQL string (`spark.sql`, `where`, `selectExpr`), the rules'
-`*_sql` twins spliced in, rather than built from `Column` objects: every Column operation is a
-round trip from the Python driver to the JVM, and a decode's fixed cost was mostly those.
+Each query is stated as Spark SQL text (`spark.sql`, `where`, `selectExpr`, and a `groupBy` of
+expression texts for the per-time counts), the rules' `*_sql` twins spliced in, rather than
+built from `Column` objects: every Column operation is a round trip from the Python driver to
+the JVM, and a decode's fixed cost was mostly those. The counts, planned while the aggregate
+is registered for caching, are no `spark.sql` query: dropping its temporary view would compare
+the view's plan with every cached plan.
 
 For a log that is consistent (every message true of one history) the result is exactly what
 `protocol.collect` returns for the same messages in any order: the updates before the frontier
@@ -61,6 +64,7 @@ Only integer times exist on the wire (`time: long`), so frontiers here have at m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -135,7 +139,10 @@ def _single(frontier: Antichain) -> int | None:
 
 @dataclass(frozen=True)
 class Decoded:
-    """The result of `decode`. `updates`, `pending` and `rejected` are lazy DataFrames.
+    """The result of `decode`. `updates`, `pending` and `rejected` are lazy DataFrames, and
+    `pending` and `rejected` are made when first asked for: most callers read `updates`
+    alone, and each frame is a plan Spark analyzes on the driver, a few hundredths of a
+    second a decode.
 
     They are read from one cached aggregate of the input: release it with `unpersist()`, or
     use the result as a context manager (`with decode(...) as decoded:`). Nothing else is
@@ -146,15 +153,24 @@ class Decoded:
     """Distinct `(data, time, diff)` at times in `[since, frontier)`."""
     frontier: Antichain
     """Every update at a time not beyond this is in `updates`."""
-    rejected: DataFrame
-    """Lenient mode: offending input with `rule` and `reason`; empty in strict mode."""
     progress_frontier: Antichain
     """What the progress statements cover (the frontier may be held back by missing updates)."""
-    missing: dict[int, int] = field(default_factory=dict)
+    missing: dict[int, int]
     """Covered times still waiting for updates: how many distinct updates each lacks."""
-    pending: DataFrame | None = None
-    """The distinct updates at or beyond the frontier: all a resuming decoder needs to keep."""
+    _pending: Callable[[], DataFrame]
+    _rejected: Callable[[], DataFrame]
     _cached: DataFrame | None = None
+
+    @functools.cached_property
+    def pending(self) -> DataFrame:
+        """The distinct updates at or beyond the frontier: all a resuming decoder needs to
+        keep."""
+        return self._pending()
+
+    @functools.cached_property
+    def rejected(self) -> DataFrame:
+        """Lenient mode: offending input with `rule` and `reason`; empty in strict mode."""
+        return self._rejected()
 
     def unpersist(self) -> None:
         """Drop the cached aggregate that `updates`, `pending` and `rejected` are read from
@@ -270,6 +286,12 @@ aggregate gets, at least two per core and at most `spark.sql.shuffle.partitions`
 benchmarks/README.md."""
 
 
+ONE_WAVE_BYTES_PER_CORE = 16 * 2**20
+"""Input up to this much per core (as `INPUT_BYTES_PER_PARTITION` counts it) gets one
+partition of the aggregate per core, larger input at least two per core (`_partitions_for`).
+TODO measured."""
+
+
 def _partitions_for(relevant: DataFrame) -> int | None:
     """How many partitions the aggregate gets: from the input's estimated size, or None where
     Spark has no estimate (a DataFrame made from Python rows, most data sources), and
@@ -287,7 +309,8 @@ def _partitions_for(relevant: DataFrame) -> int | None:
     spark = relevant.sparkSession
     configured = int(spark.conf.get("spark.sql.shuffle.partitions") or 200)
     cores = spark.sparkContext.defaultParallelism
-    return min(configured, max(2 * cores, -(-int(size) // INPUT_BYTES_PER_PARTITION)))
+    least = cores if size <= ONE_WAVE_BYTES_PER_CORE * cores else 2 * cores
+    return min(configured, max(least, -(-int(size) // INPUT_BYTES_PER_PARTITION)))
 
 
 def decode(
@@ -428,13 +451,13 @@ def _decode(
         cache = False
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
         covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
-        # One row per covered time, plus one row (time null) for everything else.
-        # Never `grouped` itself: its view would be dropped, and the cache with it (see _sql).
-        counts = _sql(
-            f"SELECT CASE WHEN {covered} THEN time END AS t, count_if({valid}) AS valid, "
-            f"count_if({rules.is_conflicting_sql()}) AS conflicts, "
-            f"count_if({rules.is_zero_diff_sql()}) AS zeros FROM {{source}} GROUP BY t",
-            source=grouped.where("true"),
+        # One row per covered time, plus one row (time null) for everything else. A
+        # `groupBy` of expression texts, not `_sql`: no temporary view, whose drop compares
+        # the view's plan with every cached one (the aggregate's among them).
+        counts = _grouped_by_texts(
+            grouped, f"CASE WHEN {covered} THEN time END AS t",
+            f"count_if({valid}) AS valid", f"count_if({rules.is_conflicting_sql()}) AS conflicts",
+            f"count_if({rules.is_zero_diff_sql()}) AS zeros",
         )
         try:
             if cache:
@@ -462,26 +485,30 @@ def _decode(
     until = _single(frontier)
     window = in_range if until is None else f"{in_range} AND time < {until}"
     result = grouped.where(f"{valid} AND {window}").selectExpr(*_SETTLED)
-    pending = grouped.where(f"{valid} AND {rules.is_beyond_sql(frontier)}").selectExpr(
-        *_SETTLED
-    )
+    beyond = f"{valid} AND {rules.is_beyond_sql(frontier)}"
     missing = {t: c - distinct.get(t, 0) for t, c in resolution.expected.items()
                if rules.is_unfinished(distinct.get(t, 0), c)}
 
     checked = strict or covers_anything
-    rejected = _rejected(
-        spark, grouped, resolution.rejected, excess,
-        with_updates=not strict and (not checked or bool(zeros or conflicts or excess)),
-    )
+    with_updates = not strict and (not checked or bool(zeros or conflicts or excess))
     return Decoded(
         result,
         frontier,
-        rejected,
         resolution.progress_frontier,
         missing,
-        pending,
+        lambda: grouped.where(beyond).selectExpr(*_SETTLED),
+        lambda: _rejected(spark, grouped, resolution.rejected, excess,
+                          with_updates=with_updates),
         grouped if cache and grouped.is_cached else None,
     )
+
+
+def _grouped_by_texts(frame: DataFrame, key: str, *aggregates: str) -> DataFrame:
+    """`SELECT key, aggregates... FROM frame GROUP BY key`, each a Spark SQL text with its
+    alias (`"count(x) AS n"`): one `Column` per text, parsed in the JVM."""
+    from pyspark.sql import functions as F
+
+    return frame.groupBy(F.expr(key)).agg(*(F.expr(text) for text in aggregates))
 
 
 def _sql(query: str, **frames: DataFrame) -> DataFrame:
