@@ -281,15 +281,18 @@ def _persist_for_decode(df: DataFrame, *, adaptive: bool) -> DataFrame:
 
 INPUT_BYTES_PER_PARTITION = 32 * 2**20
 """How much input (as Spark's plan estimates it: for files, their size) one partition of the
-aggregate gets, at least two per core and at most `spark.sql.shuffle.partitions`
-(`_partitions_for`). About 64 MiB of shuffle, adaptive execution's target, for the Parquet of
-benchmarks/README.md."""
+aggregate gets, at least one or two per core (`ONE_WAVE_BYTES_PER_CORE`) and at most
+`spark.sql.shuffle.partitions` (`_partitions_for`). About 64 MiB of shuffle, adaptive
+execution's target, for the Parquet of benchmarks/README.md."""
 
 
 ONE_WAVE_BYTES_PER_CORE = 16 * 2**20
 """Input up to this much per core (as `INPUT_BYTES_PER_PARTITION` counts it) gets one
 partition of the aggregate per core, larger input at least two per core (`_partitions_for`).
-TODO measured."""
+Two a core balance the cores when tasks are long (at 4M input rows, 43 MiB, two partitions
+took 1.06x the time of four); for a small input a second wave of tasks costs more than it
+balances, in the aggregate's reduce side and in every read of the cache (at 1M, 11 MiB, one
+partition a core took 0.90x and 0.95x the time: benchmarks/README.md, 2026-12-01)."""
 
 
 def _partitions_for(relevant: DataFrame) -> int | None:
