@@ -48,7 +48,8 @@ def test_known_texts() -> None:
     assert repr(float32_value(as_float32(1.1))) == "1.1"
     assert float32_text(as_float32(0.1)) == "0.1"
     assert float32_text(as_float32(3.4028234663852886e38)) == "3.4028235e+38"  # the largest
-    assert float32_text(16777217.0) == "16777216"  # rounded to float32 first
+    assert float(float32_text(16777217.0)) == 16777216.0  # rounded to float32 first
+    assert float32_text(100000.0) == "100000" and float32_text(-0.0) == "-0"
     assert float32_value(math.inf) == math.inf and math.isnan(float32_value(math.nan))
 
 
