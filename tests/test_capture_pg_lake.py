@@ -4,6 +4,7 @@ the cross-table invariant of concurrent transfers at several AS OF times."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from changelake.capture.postgres.rows import CaptureError
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
+from changelake.lake.arrow import read_table
 from changelake.lake.catalog import Lake
 from conftest import execute, seeded
 
@@ -141,3 +143,60 @@ def test_a_row_twice_in_a_snapshot_is_refused_as_the_stream_refuses_it(spark, pg
         LakeCapture(lake, CaptureOptions(pg_dsn, "twice", "twice_slot", create_slot=True,
                                          until_idle=1.0)).run()
     assert not lake.table("public.twice").current().collect()
+
+
+def _signs(values: object) -> object:
+    """A float's sign as `math.copysign` gives it (so -0.0 is -1.0), through a list."""
+    if isinstance(values, (list, tuple)):
+        return tuple(_signs(v) for v in values)
+    return None if values is None else math.copysign(1.0, values)  # type: ignore[arg-type]
+
+
+def _text_signs(text: str | None) -> object:
+    """The sign of a float as PostgreSQL prints it (`-0`, `0`, `{-0,1.5}`)."""
+    if text is None:
+        return None
+    if text.startswith("{"):
+        return tuple(_text_signs(t) for t in text[1:-1].split(","))
+    return -1.0 if text.startswith("-") else 1.0
+
+
+def test_negative_zero_keeps_its_sign_in_the_snapshot_and_the_stream(spark, pg_dsn: str,
+                                                                      tmp_path) -> None:
+    # PostgreSQL tells -0 from 0 (`SELECT '-0'::float8` prints -0), and so must the lake,
+    # whichever way the value came: the snapshot (whose copies of a row are consolidated by
+    # a grouping, which Spark makes of -0.0 a 0.0) and the stream alike. A table keyed by
+    # every column (REPLICA IDENTITY FULL) holds its zeros in its key.
+    execute(pg_dsn,
+            "CREATE TABLE zeros (id int PRIMARY KEY, d double precision, r real, "
+            "a double precision[])",
+            "CREATE TABLE zeros_full (d double precision, r real)",
+            "ALTER TABLE zeros_full REPLICA IDENTITY FULL",
+            "INSERT INTO zeros VALUES (1, '-0', '-0', '{-0,1.5}'), (2, '0', '0', '{0}'), "
+            "(3, '-0', '1.5', NULL)",
+            "INSERT INTO zeros_full VALUES ('-0', '-0'), ('1', '0')",
+            "CREATE PUBLICATION zeros FOR TABLE zeros, zeros_full")
+    lake = Lake(spark, tmp_path / "lake")
+    first = LakeCapture(lake, CaptureOptions(pg_dsn, "zeros", "zeros_slot", create_slot=True,
+                                             until_idle=0.5)).run()
+    assert first.snapshot_rows == {"public.zeros": 3, "public.zeros_full": 2}
+    execute(pg_dsn, "INSERT INTO zeros VALUES (4, '-0', '-0', '{1,-0}'), (5, '0', '0', '{0}')",
+            "UPDATE zeros SET d = '-0', r = '2', a = '{-0}' WHERE id = 5",
+            "UPDATE zeros SET r = '-0' WHERE id = 3",
+            "INSERT INTO zeros_full VALUES ('-0', '2'), ('3', '-0')")
+    LakeCapture(lake, CaptureOptions(pg_dsn, "zeros", "zeros_slot", until_idle=1.5)).run()
+    conn = psycopg2.connect(pg_dsn)
+    with conn.cursor() as c:
+        c.execute("SELECT id, d::text, r::text, a::text FROM zeros")
+        held = {r[0]: tuple(_text_signs(t) for t in r[1:]) for r in c.fetchall()}
+        c.execute("SELECT d::text, r::text FROM zeros_full")
+        held_full = Counter(tuple(_text_signs(t) for t in r) for r in c.fetchall())
+    conn.close()
+    assert sum(s == -1.0 for row in held.values() for s in row) == 7  # the server's own -0
+    for how, frame in (("spark", lambda n: [tuple(r) for r in lake.table(n).current().collect()]),
+                       ("arrow", lambda n: [tuple(r.values()) for r in
+                                            read_table(tmp_path / "lake", n).to_pylist()])):
+        got = {r[0]: tuple(_signs(v) for v in r[1:]) for r in frame("public.zeros")}
+        assert got == held, how
+        got_full = Counter(tuple(_signs(v) for v in r) for r in frame("public.zeros_full"))
+        assert got_full == held_full, how

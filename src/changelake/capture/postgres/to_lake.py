@@ -230,12 +230,7 @@ class LakeSink:
                 count += len(rows)
             staged = self.spark.read.schema(schema).parquet(str(stage)) if count else \
                 self.spark.createDataFrame([], schema)
-            # Identical rows (a table keyed by REPLICA IDENTITY FULL) are one update, which
-            # the commit refuses: a keyed table holds one row per key (`lake.key_rule`), as
-            # the stream refuses a second identical row (`rows.Tables`).
-            staged = staged.groupBy(*(F.col(quote(c))
-                                      for c in table.columns), "_time").agg(
-                F.sum("_diff").alias("_diff"))
+            staged = _consolidated(staged, table.columns)
             try:
                 handle.commit(staged, at, slot.consistent_point)
             except KeyRuleError as error:
@@ -293,6 +288,36 @@ class LakeSink:
         kinds = [t.spark for t in table.types]
         return [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
                 for row in current.collect()]
+
+
+def _holds_float(kind: T.DataType) -> bool:
+    if isinstance(kind, T.ArrayType):
+        return _holds_float(kind.elementType)
+    return isinstance(kind, (T.FloatType, T.DoubleType))
+
+
+def _consolidated(staged: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """The snapshot's rows with identical rows made one update: a table keyed by REPLICA
+    IDENTITY FULL may hold a row twice, which the commit then refuses as an insertion with
+    diff 2 (a keyed table holds one row per key, `lake.key_rule`), as the stream refuses a
+    second identical row (`rows.Tables`).
+
+    Spark makes a grouping key's -0.0 a 0.0 (its `NormalizeFloatingNumbers`, so that the
+    two, equal as numbers, are one group), and gives the group that normalized value: a
+    snapshot's `-0` (which PostgreSQL stores and prints as such) came into the lake as `0`,
+    where the stream's kept its sign. So a column holding floats (a real, a double, an
+    array of them) is still grouped by, but its value is taken from the group's rows
+    (`first`): in a group of one row, the row's own. Only a group of several rows differs
+    from them, and that is a table holding a row twice, refused by the commit whichever of
+    its zeros is shown."""
+    kinds = {f.name: f.dataType for f in staged.schema.fields}
+    carried = [c for c in columns if _holds_float(kinds[c])]
+    grouped = staged.groupBy(*(F.col(quote(c)) for c in columns), "_time").agg(
+        F.sum("_diff").alias("_diff"),
+        *(F.first(F.col(quote(c))).alias(f"_value{i}") for i, c in enumerate(carried)))
+    values = {c: F.col(f"_value{i}").alias(c) for i, c in enumerate(carried)}
+    return grouped.select(*(values.get(c, F.col(quote(c))) for c in columns), "_time",
+                          "_diff")
 
 
 def _adds_columns(held: Sequence[str], types: T.StructType, key: Sequence[str],
