@@ -26,7 +26,11 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
   the tables empty from that point. The driver holds one batch of snapshot rows at a time
   (`snapshot_batch_rows`): each batch is staged as Parquet in the table's directory, and the
   staged whole is consolidated and committed in one commit, so the table's frontier moves
-  atomically; the stage is removed after.
+  atomically; the stage is removed after. The consolidation (identical rows of a table keyed
+  by REPLICA IDENTITY FULL made one update, which the commit refuses) groups whole rows, and
+  Spark gives a group of a float column its normalized value (-0.0 made 0.0): a float
+  column's value is taken from the group's rows instead (`_consolidated`), so a snapshot's
+  `-0` stays `-0`, as the stream's does.
 
 * `join` (a table added to the publication after the start) does the same from a temporary
   slot's snapshot, as of its consistent point C: the rows at time C - 1, `since` C - 1 (AS OF
