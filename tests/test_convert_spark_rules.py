@@ -17,6 +17,7 @@ from changelake.convert.images import ImageConverter
 from changelake.convert.progress import (
     PartitionFrontiers,
     barrier_violations,
+    frontier_from,
     ydb_frontier,
 )
 from changelake.errors import ChangefeedError, Location
@@ -154,3 +155,14 @@ def test_barrier_violations_is_the_sequential_check(items: list) -> None:
 def test_ydb_frontier_is_the_minimum_of_the_last_barriers() -> None:
     assert ydb_frontier([(5, 1), (3, 9)], 2) == 3
     assert ydb_frontier([(5, 1)], 2) == 0  # a partition without a barrier holds it at 0
+
+
+def test_a_transaction_before_since_holds_no_frontier_back() -> None:
+    """`frontier_from`'s `since`: a transaction re-sent without its first events (2 of 3) or
+    without its END holds the frontier at its time, unless it is before the committed
+    frontier; the transactions at and after `since` still count."""
+    replayed = [(100, 2, 3), (120, 1, None), (200, 1, 1)]
+    assert frontier_from(200, replayed) == 100
+    assert frontier_from(200, replayed, since=150) == 201
+    assert frontier_from(200, [*replayed, (160, 1, 2)], since=150) == 160
+    assert frontier_from(200, [(None, 0, 4), (200, 1, 1)], since=150) == 201  # an END alone

@@ -238,7 +238,6 @@ def _feed_files(feed: Feed, directory: Path, events: list[int], ends_of: list[in
     return [directory / "transactions.jsonl", directory / "items.jsonl"]
 
 
-@pytest.mark.xfail(strict=True, reason="the old path counts transactions before since")
 @pytest.mark.parametrize("resend_metadata", [False, True])
 def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
         spark, lake, tmp_path, caplog, resend_metadata: bool) -> None:
@@ -272,8 +271,13 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
     with caplog.at_level("INFO", logger=pipeline.__name__):
         first = commands.ingest(lake, name, first_input, key=["id"], source="debezium")
         assert first.frontier[0] < end
-        assert [commands.ingest(lake, name, rest, key=["id"], source="debezium").frontier
-                for _ in range(2)] == [[end]] * 2  # every transaction is complete
+        second = commands.ingest(lake, name, rest, key=["id"], source="debezium")
+        assert second.frontier == [end]  # every transaction is complete
+        assert lake.table(name).state().upper == end
+        # The same input again: all of it before the committed frontier, nothing to commit
+        # (its frontier is its high water, as on the JVM path: no transaction counts).
+        again = commands.ingest(lake, name, rest, key=["id"], source="debezium")
+        assert again.commit.written == 0 and again.frontier[0] <= end
     assert caplog.text.count("on the Python path: unsupported: a source.sequence not in "
                              "Debezium's shape") == 3
     table = lake.table(name)

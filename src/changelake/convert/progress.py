@@ -84,13 +84,23 @@ class DebeziumProgress:
         return self._finished
 
 
-def frontier_from(high: int, txs: Iterable[tuple[int | None, int, int | None]]) -> int:
+def frontier_from(high: int, txs: Iterable[tuple[int | None, int, int | None]],
+                  since: int | None = None) -> int:
     """The Debezium rule, for one stream or for aggregates of a DataFrame: `high` is the
     highest time seen; each transaction with metadata is `(time, distinct events, END count)`
-    (time None: only its END is in; count None: no END yet)."""
+    (time None: only its END is in; count None: no END yet).
+
+    A transaction before `since` (a table's committed frontier) counts for nothing: the table
+    holds it whole, as `DebeziumProgress` forgets one its frontier passed. A batch read from
+    where a commit left off may meet one again, re-sent by a connector restart without its
+    first events or its END: counted, it would look incomplete and hold the frontier below
+    the committed one on every batch from then on. (The JVM path restates this rule as
+    aggregates: `spark.changefeed.progress`.)"""
     frontier = high
     at_high: list[bool] = []
     for time, seen, expected in txs:
+        if time is not None and since is not None and time < since:
+            continue
         complete = expected is not None and seen >= expected
         if time == high:
             at_high.append(complete)

@@ -35,8 +35,9 @@ must be column expressions are written beside the Python rule they restate, in
    (`event_identity`): each file's lines go through `PartitionFrontiers.check`
    (`convert.progress.barrier_violations`).
 3. *Progress* (`progress.py`) is small and resolved on the driver with the encoder's own rules
-   (`convert.progress.frontier_from` for Debezium; for YDB `PartitionFrontiers.frontier` over
-   each file's last barrier, `convert.progress.ydb_frontier`).
+   (`convert.progress.frontier_from` for Debezium, where a transaction before `since` holds
+   nothing back; for YDB `PartitionFrontiers.frontier` over each file's last barrier,
+   `convert.progress.ydb_frontier`).
 4. *Convert* (`convert.py`): with keys, `groupBy(key)` — cogrouped with the `state` table's rows
    of the keys the batch touches, when one is given — and `applyInArrow`: each key's changes go
    through a fresh `KeyedConverter` whose `State` holds that key's row, which orders them, drops
@@ -199,7 +200,7 @@ def changefeed_changes(
         errors = errors.unionByName(late)
         frontier = ydb_frontier(parsed, lines)
     else:
-        frontier = debezium_frontier(parsed, changes)
+        frontier = debezium_frontier(parsed, changes, since)
     if close:
         frontier = None
     if strict:

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
+def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None = None
+                      ) -> int | None:
+    """`frontier_from` over the batch's transactions (their time, distinct events and END
+    count); `since`, the table's committed frontier, before which no transaction holds the
+    frontier back (a replay re-sent without its first events or its END)."""
     from pyspark.sql import functions as F
 
     high = changes.where(F.col("time").isNotNull()).agg(F.max("time")).first()[0]
@@ -31,7 +35,8 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame) -> int | None:
             .agg(F.first("end_count").alias("expected"),
                  F.first("end_collections").alias("collections")))
     txs = events.join(ends, "tx", "full_outer").collect()
-    return frontier_from(high, ((r["time"], r["seen"] or 0, _expected(r)) for r in txs))
+    return frontier_from(high, ((r["time"], r["seen"] or 0, _expected(r)) for r in txs),
+                         since)
 
 
 def _expected(row: Any) -> int | None:
