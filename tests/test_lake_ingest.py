@@ -460,6 +460,11 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     assert closed.commit.written == 2  # order 1's old row retracted, its new row inserted
     rows = {r["order_id"]: r["product_id"] for r in spark.table(name).collect()}
     assert rows == {1: 3, 2: 2, 3: 2}
+    # The same input again without close: nothing new, and no note that its last transaction
+    # waits (the closed table holds it).
+    again = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium")
+    assert again.commit.skipped and again.waiting_for is not None
+    assert report.waiting_line(again) is None
 
 
 def test_close_is_refused_for_a_materialize_log(lake, tmp_path):

@@ -188,8 +188,14 @@ def ingest_line(report: IngestReport) -> str:
 
 def waiting_line(report: IngestReport) -> str | None:
     """Why the ingest stopped where it did: the updates from its frontier on are not committed
-    yet (None when the input closed the stream)."""
+    yet (None when the input closed the stream). None too where the table already holds more
+    than the input could give (closed, or committed beyond the input's frontier: an input
+    ingested again after a later one, or after `--close`): nothing waits for this input then,
+    and a note that its frontier stopped short would read as the table's."""
     if report.waiting_for is None:
+        return None
+    c = report.commit
+    if c.skipped and (c.lower is None or (report.frontier and report.frontier[0] < c.lower)):
         return None
     return f"note: frontier stopped at {report.frontier}: {report.waiting_for}"
 
