@@ -216,16 +216,21 @@ def test_a_bootstrap_no_broker_answers_at_fails_in_one_line(tmp_path: Path) -> N
                                    "--schema", str(schema)],
         **ingest_commands(tmp_path, bootstrap, "t", schema),
     }
+    assert_each_refused(commands, f"changelake: error: cannot reach Kafka at {bootstrap}: no "
+                        f"broker answered within {CONNECT_TIMEOUT:g} s (every bootstrap server "
+                        "refused the connection, or its name did not resolve)")
+    assert_no_lake(tmp_path)
+
+
+def assert_each_refused(commands: dict[str, list[str]], line: str) -> None:
+    """The commands, run at once, each exit 2 with `line` alone on stderr."""
     running = {name: subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True)
                for name, args in commands.items()}
     for name, process in running.items():
         _, err = process.communicate(timeout=240)
         assert process.returncode == 2, (name, err)
-        assert err.strip() == (f"changelake: error: cannot reach Kafka at {bootstrap}: no broker "
-                               f"answered within {CONNECT_TIMEOUT:g} s (every bootstrap server "
-                               "refused the connection, or its name did not resolve)"), (name, err)
-    assert_no_lake(tmp_path)
+        assert err.strip() == line, (name, err)
 
 
 def ingest_commands(tmp_path: Path, bootstrap: str, topics: str, schema: Path
@@ -260,12 +265,6 @@ def test_ingest_refuses_a_topic_that_does_not_exist_before_spark_starts(
     schema, present = schema_file(tmp_path), new_topic(cluster)
     missing = f"{present}-missing"
     commands = ingest_commands(tmp_path, cluster.bootstrap, f"{present},{missing}", schema)
-    running = {name: subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True)
-               for name, args in commands.items()}
-    for name, process in running.items():
-        _, err = process.communicate(timeout=240)
-        assert process.returncode == 2, (name, err)
-        assert err.strip() == (f"changelake: error: topic {missing!r} does not exist on "
-                               f"{cluster.bootstrap}"), (name, err)
+    assert_each_refused(commands, f"changelake: error: topic {missing!r} does not exist on "
+                                  f"{cluster.bootstrap}")
     assert_no_lake(tmp_path)
