@@ -123,10 +123,41 @@ def test_bad_input_aborts_the_open_transaction(cluster: MockCluster) -> None:
                     transactional_id=f"{topic}-sink")
 
 
-def test_a_message_too_large_says_what_to_lower(cluster: MockCluster) -> None:
+def test_a_message_too_large_for_the_producer_is_cut_into_messages_that_fit(
+        cluster: MockCluster) -> None:
+    # Batches of 200 updates take several kB; at message.max.bytes 1000 each is cut into
+    # messages that fit, and the topic still reads back to the history, whole.
     history = random_history(seeded(16), updates=2000, times=2, keys=1000)
     topic = new_topic(cluster, partitions=1)
-    with pytest.raises(TopicError, match=rf"topic '{topic}': message 0 is \d+ bytes, more than "
-                                         "the producer's message.max.bytes: lower --batch-size"):
-        write_topic(write(history, batch_size=200), bootstrap=cluster.bootstrap, topic=topic,
-                    schema=row_schema(), config={"message.max.bytes": 1000})
+    messages = write(history, batch_size=200)
+    report = write_topic(messages, bootstrap=cluster.bootstrap, topic=topic,
+                         schema=row_schema(), config={"message.max.bytes": 1000})
+    records = raw_records(cluster, topic, 1)
+    assert report.messages == len(records) > len(messages)
+    assert all(len(key) + len(value) <= 1000 for _, _, key, value in records)
+    result = collect(read_topic(cluster.bootstrap, topic, schema=row_schema()))
+    assert as_set(result.updates) == as_set(history.truth)
+    assert result.frontier.to_json() == [] and not result.rejected
+
+
+def test_an_update_too_large_for_any_message_is_refused_naming_it(cluster: MockCluster
+                                                                   ) -> None:
+    from changelake.errors import InputError
+    from changelake.formats.materialize import CdcSchema
+    from changelake.kafka.sink import RECORD_FRAMING_BYTES
+    from changelake.protocol import Writer
+    from changelake.values import Record
+
+    schema = CdcSchema.for_fields([{"name": "id", "type": "long"},
+                                   {"name": "text", "type": "string"}])
+    writer = Writer(batch_size=10)
+    writer.push(Record((("id", 1), ("text", "x" * 2000))), 7, 1)  # ~2 kB: no 1000-byte message
+    topic = new_topic(cluster, partitions=1)
+    limit = 1000  # librdkafka's least
+    with pytest.raises(InputError, match=rf"topic '{topic}': an update at time 7 takes \d+ "
+                       r"bytes as a message of its own, more than the producer's "
+                       rf"message.max.bytes \({limit}\) leaves for it "
+                       rf"\({limit - RECORD_FRAMING_BYTES} bytes\)"):
+        write_topic(writer.finish_through(7), bootstrap=cluster.bootstrap, topic=topic,
+                    schema=schema, config={"message.max.bytes": limit})
+    assert raw_records(cluster, topic, 1) == []  # refused before its first message

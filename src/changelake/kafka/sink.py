@@ -14,6 +14,11 @@ bytes (the Writer is deterministic, the registry returns the same id), sends eac
 partition that already holds it, where a compacted topic can drop the duplicate (equal keys
 only for equal values: compaction can never lose a statement).
 
+Size. A message too large for the producer (`message.max.bytes`, librdkafka's 1,000,000 by
+default) is cut into several that fit, as the file writers cut theirs (`avro_datums`: a
+progress statement counts updates, not messages); an update too large for any message is
+refused, naming its time and size.
+
 Crashes. Every message is true of the final history, so a sink killed at any point leaves a
 topic that a reader can use, and re-running it from the start adds only duplicates, which the
 reader absorbs. With a transactional id, each progress statement commits a transaction holding
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,12 +38,33 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka import Message as KafkaMessage
 
-from changelake.formats.materialize import CdcSchema, encode_confluent
+from changelake.errors import InputError
+from changelake.formats.materialize import (
+    CONFLUENT_MAGIC,
+    CdcSchema,
+    UpdateTooLarge,
+    avro_datums,
+)
 from changelake.kafka.client import client_config, describe, partitions_of, watch_of
 from changelake.kafka.errors import TopicError
 from changelake.kafka.registry import SchemaRegistry, value_subject
 from changelake.kafka.schemas import NO_REGISTRY_ID
 from changelake.protocol.messages import Message, Progress
+
+MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default `message.max.bytes`: the most a message's value, key and headers may
+take, checked by the producer before it sends."""
+
+RECORD_FRAMING_BYTES = 5 + 16 + 128
+"""What a message takes besides its Avro datum, at most: the Confluent frame (magic byte and
+schema id), the key (`message_key`), and room for the record's own framing in the broker's
+batch."""
+
+
+def datum_bound(settings: Mapping[str, Any]) -> int:
+    """The most bytes a message's Avro datum may take under the producer's settings."""
+    return int(settings.get("message.max.bytes", MESSAGE_MAX_BYTES)) - RECORD_FRAMING_BYTES
+
 
 TRANSACTION_TIMEOUT_MS = 60_000
 
@@ -139,11 +166,17 @@ def write_topic(
     try:
         if transaction is not None:
             transaction.begin()
+        frame, bound = CONFLUENT_MAGIC + struct.pack(">I", report.schema_id), \
+            datum_bound(settings)
         for message in messages:
-            value = encode_confluent(message, schema, report.schema_id)
-            _produce(producer, topic, value, delivered, report.messages)
-            report.messages += 1
-            check()
+            try:  # all of one message's datums before any is produced
+                datums = list(avro_datums((message,), schema, bound=bound))
+            except UpdateTooLarge as error:
+                raise _too_large(topic, error, settings) from None
+            for datum in datums:
+                _produce(producer, topic, frame + datum, delivered, report.messages)
+                report.messages += 1
+                check()
             if transaction is not None and isinstance(message, Progress):
                 transaction.commit_and_begin()
                 report.transactions += 1
@@ -157,6 +190,17 @@ def write_topic(
             transaction.abort()
         raise
     return report
+
+
+def _too_large(topic: str, error: UpdateTooLarge, settings: Mapping[str, Any]) -> InputError:
+    """The refusal of an update no Kafka message of the producer's can hold."""
+    limit = int(settings.get("message.max.bytes", MESSAGE_MAX_BYTES))
+    return InputError(
+        f"topic {topic!r}: an update at time {error.update[1]} takes {error.size} bytes as a "
+        f"message of its own, more than the producer's message.max.bytes ({limit}) leaves for "
+        f"it ({error.bound} bytes); the messages before it were produced (a run again adds only "
+        "duplicates; an open transaction is aborted): make the row smaller, or write the "
+        "messages to a file (--avro)")
 
 
 def _produce(producer: Producer, topic: str, value: bytes,
