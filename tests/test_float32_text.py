@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import psycopg2
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -60,6 +61,8 @@ REALS = ["1.1", "0.1", "-2.5e-07", "3.4028235e+38", "123456.79", "1e-40"]
 1e-40 is subnormal."""
 
 
+@pytest.mark.slow  # five CLI processes, three of them Spark's (25-35 s); the rule's own tests
+# above run in the default tier
 def test_a_postgres_real_prints_as_postgres_prints_it(pg_dsn: str, tmp_path: Path) -> None:
     """`real` values captured into a log (`capture --out`) print, through `decode` of the log
     and `snapshot` of a lake table ingested from it (both engines), as the number PostgreSQL
