@@ -814,10 +814,15 @@ def write_ocf(
 # ------------------------------------------------------------------------ framed messages
 
 
+def confluent_header(schema_id: int) -> bytes:
+    """What a Confluent-framed value starts with: 0x00, the schema id (4 bytes, big-endian)."""
+    return CONFLUENT_MAGIC + struct.pack(">I", schema_id)
+
+
 def encode_confluent(message: Message, schema: CdcSchema, schema_id: int) -> bytes:
     """A Kafka message value in Confluent wire format: 0x00, schema id (big-endian), Avro."""
     out = io.BytesIO()
-    out.write(CONFLUENT_MAGIC + struct.pack(">I", schema_id))
+    out.write(confluent_header(schema_id))
     fastavro.schemaless_writer(out, schema.parsed, _python_datum(message, schema))
     return out.getvalue()
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,10 +39,10 @@ from confluent_kafka import Message as KafkaMessage
 
 from changelake.errors import InputError
 from changelake.formats.materialize import (
-    CONFLUENT_MAGIC,
     CdcSchema,
     UpdateTooLarge,
     avro_datums,
+    confluent_header,
 )
 from changelake.kafka.client import client_config, describe, partitions_of, watch_of
 from changelake.kafka.errors import TopicError
@@ -166,8 +165,7 @@ def write_topic(
     try:
         if transaction is not None:
             transaction.begin()
-        frame, bound = CONFLUENT_MAGIC + struct.pack(">I", report.schema_id), \
-            datum_bound(settings)
+        frame, bound = confluent_header(report.schema_id), datum_bound(settings)
         for message in messages:
             try:  # all of one message's datums before any is produced
                 datums = list(avro_datums((message,), schema, bound=bound))
