@@ -29,7 +29,7 @@ from changelake.formats.materialize import (
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
 from changelake.protocol.time import MAX_TIME, check_time
-from changelake.values import Record, freeze, thaw
+from changelake.values import Record, freeze, short, thaw
 
 _PLAIN = frozenset({str, int, bool, type(None)})
 
@@ -219,15 +219,11 @@ def _parse_change(line: bytes, schema: CdcSchema, origin: Location) -> tuple[str
     diff = obj["diff"]
     low, high = av.LONG_RANGE
     if type(diff) is not int or not low <= diff <= high:
-        raise ValueError(f"diff must be a 64-bit integer, got {_short(diff)}")
+        raise ValueError(f"diff must be a 64-bit integer, got {short(diff)}")
     av.to_avro_json(obj["data"], schema.data_type, schema.named, "data")  # type check
     data = freeze(obj["data"], schema.data_fields)
     return "change", (data, check_time(obj["time"]), diff), origin
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 #: An input line this long or longer is remembered (`EncodeReport.large`) until its time is

@@ -61,6 +61,7 @@ from changelake.formats.change import (
 )
 from changelake.formats.tableschema import TableSchema
 from changelake.protocol.time import MAX_TIME
+from changelake.values import short
 
 PLACEHOLDER = "__debezium_unavailable_value"
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -123,7 +124,7 @@ class DebeziumParser:
             return _tombstone(key, origin)
         if not isinstance(value, dict):
             raise ChangefeedError(
-                f"a Debezium value must be a JSON object or null, got {_short(value)}", origin)
+                f"a Debezium value must be a JSON object or null, got {short(value)}", origin)
         if "value" in value and set(value) <= _KAFKA_FIELDS:
             return self.parse(value["value"], origin, _unwrap_key(value.get("key"), origin))
         schema: Any = None
@@ -134,7 +135,7 @@ class DebeziumParser:
             if payload is None:
                 return _tombstone(key, origin)
             if not isinstance(payload, dict):
-                raise ChangefeedError(f"payload must be an object, got {_short(payload)}", origin)
+                raise ChangefeedError(f"payload must be an object, got {short(payload)}", origin)
         if "op" in payload:
             return self._data_event(payload, schema, key, origin)
         if "status" in payload:
@@ -253,7 +254,7 @@ class DebeziumParser:
         if raw is None:
             return None
         if not isinstance(raw, dict):
-            raise ChangefeedError(f"{what} must be an object or null, got {_short(raw)}", origin)
+            raise ChangefeedError(f"{what} must be an object or null, got {short(raw)}", origin)
         fields: dict[str, FieldSchema] = {}
         if isinstance(struct, dict):
             listed = struct.get("fields")
@@ -313,7 +314,7 @@ def _is_placeholder(value: Any) -> bool:
 
 def _bytes(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"bytes must be a base64 string, got {_short(value)}")
+        raise ValueError(f"bytes must be a base64 string, got {short(value)}")
     return base64.b64decode(value, validate=True).decode("latin-1")
 
 
@@ -332,12 +333,12 @@ def _scale(schema: FieldSchema) -> int:
     try:
         return int(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"decimal scale {_short(raw)} is not an integer") from None
+        raise ValueError(f"decimal scale {short(raw)} is not an integer") from None
 
 
 def _unscaled(value: Any) -> int:
     if not isinstance(value, str):
-        raise ValueError(f"decimal bytes must be base64 text, got {_short(value)}")
+        raise ValueError(f"decimal bytes must be base64 text, got {short(value)}")
     raw = base64.b64decode(value, validate=True)
     if len(raw) > MAX_DECIMAL_BYTES:
         raise ValueError(f"decimal of {len(raw)} bytes, more than the maximum of "
@@ -367,12 +368,12 @@ def _variable_decimal(value: Any, _schema: FieldSchema) -> Any:
         return _decimal_text(_unscaled(value["value"]), scale)
     if isinstance(value, str) and value.upper() == "NAN":
         return "NaN"
-    raise ValueError(f"VariableScaleDecimal must be {{scale, value}}, got {_short(value)}")
+    raise ValueError(f"VariableScaleDecimal must be {{scale, value}}, got {short(value)}")
 
 
 def _int(value: Any) -> int:
     if type(value) is not int:
-        raise ValueError(f"expected an integer, got {_short(value)}")
+        raise ValueError(f"expected an integer, got {short(value)}")
     return value
 
 
@@ -446,7 +447,7 @@ def _unwrap_key(raw: Any, origin: Location) -> dict[str, Any] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise ChangefeedError(f"the record key must be an object, got {_short(raw)}", origin)
+        raise ChangefeedError(f"the record key must be an object, got {short(raw)}", origin)
     return dict(raw)
 
 
@@ -463,11 +464,11 @@ def _tx_boundary(payload: dict[str, Any], origin: Location) -> TxBoundary:
     per: list[tuple[str, int]] = []
     collections = payload.get("data_collections") or []
     if not isinstance(collections, list):
-        raise ChangefeedError(f"data_collections must be an array, got {_short(collections)}",
+        raise ChangefeedError(f"data_collections must be an array, got {short(collections)}",
                               origin)
     for entry in collections:
         if not isinstance(entry, dict) or type(entry.get("event_count")) is not int:
-            raise ChangefeedError(f"bad data_collections entry {_short(entry)}", origin)
+            raise ChangefeedError(f"bad data_collections entry {short(entry)}", origin)
         per.append((str(entry.get("data_collection")), entry["event_count"]))
     return TxBoundary(status, normalise_tx_id(raw_id), count if status == "END" else None,
                       tuple(per), origin)
@@ -503,7 +504,7 @@ def _table_name(source: dict[str, Any]) -> str | None:
 
 def _uint(value: Any, what: str, origin: Location) -> int:
     if type(value) is not int or value < 0:
-        raise ChangefeedError(f"{what} must be a non-negative integer, got {_short(value)}",
+        raise ChangefeedError(f"{what} must be a non-negative integer, got {short(value)}",
                               origin)
     return value
 
@@ -550,7 +551,3 @@ def _binlog_tx_time(tx_id: str, origin: Location) -> int:
         raise ChangefeedError(f"transaction id {tx_id!r} has no pos", origin)
     return _binlog_number(parts.get("file"), origin) << 32 | int(pos)
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

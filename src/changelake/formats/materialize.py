@@ -52,7 +52,7 @@ from changelake.formats import ocf
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message, Progress, Update, Updates
 from changelake.protocol.time import check_time
-from changelake.values import Record, freeze, thaw
+from changelake.values import Record, freeze, short, thaw
 
 NAMESPACE = "com.materialize.cdc"
 PROGRESS_BRANCH = f"{NAMESPACE}.progress"
@@ -232,7 +232,7 @@ Sink = Callable[[SetAside], None]
 
 def _times(value: Any, what: str) -> list[int]:
     if not isinstance(value, list):
-        raise ValueError(f"{what}: expected an array of times, got {_short(value)}")
+        raise ValueError(f"{what}: expected an array of times, got {short(value)}")
     try:
         return [check_time(t) for t in value]  # type: ignore[misc]
     except ValueError as error:
@@ -248,7 +248,7 @@ def progress_from_plain(value: Any, origin: Location) -> Progress:
     pairs = []
     for i, c in enumerate(counts):
         if not isinstance(c, dict) or set(c) != {"time", "count"}:
-            raise ValueError(f"counts[{i}]: expected {{time, count}}, got {_short(c)}")
+            raise ValueError(f"counts[{i}]: expected {{time, count}}, got {short(c)}")
         try:
             pairs.append((check_time(c["time"]), _long(c["count"], "count")))
         except ValueError as error:
@@ -265,7 +265,7 @@ def updates_from_plain(
     out = []
     for i, u in enumerate(value):
         if not isinstance(u, dict) or set(u) != {"data", "time", "diff"}:
-            raise ValueError(f"update {i}: expected {{data, time, diff}}, got {_short(u)}")
+            raise ValueError(f"update {i}: expected {{data, time, diff}}, got {short(u)}")
         try:
             time = check_time(u["time"])
         except ValueError as error:
@@ -275,7 +275,7 @@ def updates_from_plain(
         except ValueError as error:
             raise ValueError(f"update {i}: {error}") from None
         if not isinstance(u["data"], dict):
-            raise ValueError(f"update {i}: data must be a record, got {_short(u['data'])}")
+            raise ValueError(f"update {i}: data must be a record, got {short(u['data'])}")
         out.append((freeze_data(u["data"]), time, diff))
     return Updates(out, origin)
 
@@ -283,7 +283,7 @@ def updates_from_plain(
 def _long(value: Any, what: str) -> int:
     """A diff or count: an Avro long."""
     if type(value) is not int:
-        raise ValueError(f"{what} must be an integer, got {_short(value)}")
+        raise ValueError(f"{what} must be an integer, got {short(value)}")
     low, high = av.LONG_RANGE
     if not low <= value <= high:
         raise ValueError(f"{what} {value} does not fit a 64-bit signed integer")
@@ -295,10 +295,6 @@ def _flat(error: Exception) -> str:
     text = " ".join(str(error).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _schemaless_row(data: Any) -> Record:

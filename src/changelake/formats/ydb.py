@@ -50,6 +50,7 @@ from changelake.formats.change import NAN, UNCHANGED, Change, Item, Op, Resolved
 from changelake.formats.debezium import DebeziumParser, loads
 from changelake.formats.tableschema import TableSchema
 from changelake.protocol.time import MAX_TIME
+from changelake.values import short
 
 _OPTIONAL = re.compile(r"^Optional<(.*)>$")
 _INTS = {
@@ -80,7 +81,7 @@ class YdbParser:
 
     def parse(self, value: Any, origin: Location) -> Item:
         if not isinstance(value, dict):
-            raise ChangefeedError(f"a YDB record must be a JSON object, got {_short(value)}",
+            raise ChangefeedError(f"a YDB record must be a JSON object, got {short(value)}",
                                   origin)
         if "resolved" in value:
             if len(value) != 1:
@@ -132,7 +133,7 @@ class YdbParser:
         names = self.schema.primary_key
         if not isinstance(raw, list):
             raise ChangefeedError(f"key must be an array of the primary-key values, got "
-                                  f"{_short(raw)}", origin)
+                                  f"{short(raw)}", origin)
         if len(raw) != len(names):
             raise ChangefeedError(f"key has {len(raw)} values, the table's primary key "
                                   f"{list(names)} has {len(names)}", origin)
@@ -211,13 +212,13 @@ def decode_value(value: Any, kind: str | None) -> Any:
         return value
     if kind == "Bool":
         if not isinstance(value, bool):
-            raise ValueError(f"Bool expected, got {_short(value)}")
+            raise ValueError(f"Bool expected, got {short(value)}")
         return value
     if kind in _INTS:
         low, high = _INTS[kind]
         if type(value) is not int or not low <= value <= high:
             raise ValueError(f"{kind} expected an integer in [{low}, {high}], "
-                             f"got {_short(value)}")
+                             f"got {short(value)}")
         return value
     if kind in ("Float", "Double"):
         if isinstance(value, str):
@@ -225,16 +226,16 @@ def decode_value(value: Any, kind: str | None) -> Any:
                 raise ValueError(f"{kind} expected a number, got {value!r}")
             return _FLOATS[value]
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{kind} expected a number, got {_short(value)}")
+            raise ValueError(f"{kind} expected a number, got {short(value)}")
         return float(value)
     if kind.startswith("Decimal") or kind == "DyNumber":
         if not isinstance(value, str):
-            raise ValueError(f"{kind} expected a decimal string, got {_short(value)}")
+            raise ValueError(f"{kind} expected a decimal string, got {short(value)}")
         decimal.Decimal(value)  # validates
         return value
     if kind == "String":
         if not isinstance(value, str):
-            raise ValueError(f"String expected base64 text, got {_short(value)}")
+            raise ValueError(f"String expected base64 text, got {short(value)}")
         return base64.b64decode(value, validate=True).decode("latin-1")
     if kind in ("Json", "JsonDocument", "Yson"):
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
@@ -250,14 +251,14 @@ def decode_value(value: Any, kind: str | None) -> Any:
         return (_EPOCH + dt.timedelta(microseconds=_int(value, kind))).isoformat() + "Z"
     if kind in ("Utf8", "Uuid"):
         if not isinstance(value, str):
-            raise ValueError(f"{kind} expected a string, got {_short(value)}")
+            raise ValueError(f"{kind} expected a string, got {short(value)}")
         return value
     return value
 
 
 def _iso(value: Any, kind: str) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"{kind} expected an ISO-8601 string, got {_short(value)}")
+        raise ValueError(f"{kind} expected an ISO-8601 string, got {short(value)}")
     try:
         dt.datetime.fromisoformat(value.replace("Z", "+00:00") if len(value) > 10 else value)
     except ValueError:
@@ -267,7 +268,7 @@ def _iso(value: Any, kind: str) -> str:
 
 def _int(value: Any, kind: str) -> int:
     if type(value) is not int:
-        raise ValueError(f"{kind} expected an integer, got {_short(value)}")
+        raise ValueError(f"{kind} expected an integer, got {short(value)}")
     return value
 
 
@@ -276,10 +277,6 @@ def _pair(raw: Any, what: str, origin: Location) -> tuple[int, int]:
     if (not isinstance(raw, list) or len(raw) != 2
             or not all(type(v) is int and 0 <= v < 1 << 64 for v in raw)):
         raise ChangefeedError(f"{what} must be [step, txId] (two unsigned 64-bit integers), "
-                              f"got {_short(raw)}", origin)
+                              f"got {short(raw)}", origin)
     return raw[0], raw[1]
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

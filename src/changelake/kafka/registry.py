@@ -26,6 +26,7 @@ import orjson
 from changelake.errors import SchemaError
 from changelake.formats.materialize import CdcSchema
 from changelake.kafka.errors import RegistryError
+from changelake.values import short
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMA_NOT_FOUND = 40403  # the registry's error_code for an unknown schema id
@@ -62,7 +63,7 @@ class SchemaRegistry:
         schema_id = answer.get("id") if isinstance(answer, dict) else None
         if type(schema_id) is not int or not 0 <= schema_id < 2**31:
             raise RegistryError(f"{self.url}: registering under {subject!r} answered no schema "
-                                f"id: {_short(answer)}")
+                                f"id: {short(answer, 120)}")
         self._by_id[schema_id] = schema
         return schema_id
 
@@ -77,7 +78,7 @@ class SchemaRegistry:
             return None
         if not isinstance(answer, dict) or not isinstance(answer.get("schema"), str):
             raise RegistryError(f"{self.url}: schema id {schema_id}: the answer has no schema: "
-                                f"{_short(answer)}")
+                                f"{short(answer, 120)}")
         if answer.get("schemaType", "AVRO") != "AVRO":
             raise SchemaError(f"schema id {schema_id} is a {answer['schemaType']} schema, not "
                               "Avro")
@@ -96,7 +97,7 @@ class SchemaRegistry:
         schema_id = answer.get("id") if isinstance(answer, dict) else None
         if type(schema_id) is not int or not isinstance(answer.get("schema"), str):
             raise RegistryError(f"{self.url}: subject {subject!r}: the answer has no schema id "
-                                f"and schema: {_short(answer)}")
+                                f"and schema: {short(answer, 120)}")
         return self.schema(schema_id)
 
     def _call(self, method: str, path: str, body: bytes | None, *,
@@ -129,7 +130,3 @@ class SchemaRegistry:
         except orjson.JSONDecodeError:
             raise RegistryError(f"{self.url}: {method} {path}: the answer is not JSON") from None
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."

@@ -46,6 +46,7 @@ from changelake.errors import Location, ProtocolError
 from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.time import MAX_TIME, Time
+from changelake.values import short
 
 Batch = tuple[list[Update], Antichain]
 """A finished batch: the updates (in time order) at times that just became finished, and the
@@ -404,11 +405,11 @@ class _TimeKind:
                                                          for v in value):
             kind, time = len(value), tuple(value)
         else:
-            raise ValueError(f"{what}: not a time: {_short(value)}")
+            raise ValueError(f"{what}: not a time: {short(value)}")
         if self.kind is None:
             self.kind = kind
         elif kind != self.kind:
-            raise ValueError(f"{what}: time {_short(value)} is not of the kind of the others")
+            raise ValueError(f"{what}: time {short(value)} is not of the kind of the others")
         return time
 
     def antichain(self, value: Any, what: str) -> Antichain:
@@ -417,13 +418,13 @@ class _TimeKind:
 
 def _array(value: Any, what: str) -> list:
     if not isinstance(value, list):
-        raise ValueError(f"{what}: expected an array, got {_short(value)}")
+        raise ValueError(f"{what}: expected an array, got {short(value)}")
     return value
 
 
 def _integer(value: Any, what: str) -> int:
     if type(value) is not int or not -(2**63) <= value < 2**63:
-        raise ValueError(f"{what} must be a 64-bit integer, got {_short(value)}")
+        raise ValueError(f"{what} must be a 64-bit integer, got {short(value)}")
     return value
 
 
@@ -432,10 +433,6 @@ def _nonzero(value: Any, what: str) -> int:
         raise ValueError(f"{what} must not be zero")
     return value
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def waiting_reason(

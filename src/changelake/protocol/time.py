@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
+from changelake.values import short
+
 Time: TypeAlias = int | tuple[int, ...]
 
 
@@ -63,9 +65,5 @@ def check_time(value: object) -> int:
         if value > MAX_TIME:
             raise ValueError(f"time {value} does not fit a 64-bit signed integer")
         return value
-    raise ValueError(f"time must be a non-negative 64-bit integer, got {_short(value)}")
+    raise ValueError(f"time must be a non-negative 64-bit integer, got {short(value)}")
 
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -84,6 +84,7 @@ from changelake.formats.materialize import (
     read_all,
 )
 from changelake.protocol import Antichain, Message, Reader, Updates, Writer
+from changelake.values import short
 
 SUFFIX = ".avro"
 BATCH_SIZE = 1024  # updates per Avro datum, at most: fewer where they take more bytes
@@ -150,7 +151,7 @@ def _too_large(table: Table, update: tuple[Values, int, int], size: int, *,
     slot (a later change of the row comes after it), so a log can only be left behind; a
     snapshot is taken anew, of the row as it is then."""
     row, at, _ = update
-    key = ", ".join(f"{table.columns[i]}={_short(row[i])}" for i in table.key)
+    key = ", ".join(f"{table.columns[i]}={short(row[i], 40)}" for i in table.key)
     where = ("in its snapshot" if snapshot is not None
              else f"in the transaction committed at LSN {format_lsn(at)}")
     lake = ("capture this table into a lake instead (--lake, which has no such bound) and "
@@ -164,10 +165,6 @@ def _too_large(table: Table, update: tuple[Values, int, int], size: int, *,
         f"log message, more than a message may hold ({ocf.MAX_DATUM_BYTES} bytes: a log's "
         f"readers refuse an Avro block over {ocf.MAX_BLOCK_BYTES}); {then}")
 
-
-def _short(value: object, width: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def write_segment(directory: Path, name: str, schema: CdcSchema, datums: list[bytes]) -> Path:
