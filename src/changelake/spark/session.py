@@ -127,6 +127,7 @@ def build_session(
     if options:
         settings[JAVA_OPTIONS] = options
     _add_project_jar(settings)
+    _add_delta(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
@@ -192,6 +193,21 @@ def _add_project_jar(settings: dict[str, str]) -> None:
     if built is not None:
         jars = [j for j in settings.get("spark.jars", "").split(",") if j]
         settings["spark.jars"] = ",".join([*jars, str(built)])
+
+
+def _add_delta(settings: dict[str, str]) -> None:
+    """Delta Lake's jars (`spark.maven`) on `spark.jars` and its SQL extension and catalog,
+    where the setup fetched them; a caller's own extensions or catalog are kept. Without
+    them a session reads and writes the Hive-format tables only."""
+    from changelake.spark.maven import DELTA_CONF, jars
+
+    found = jars()
+    if found is None:
+        return
+    named = [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
+    for key, value in DELTA_CONF.items():
+        settings.setdefault(key, value)
 
 
 def java_property(name: str, value: str) -> str:

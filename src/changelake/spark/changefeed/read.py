@@ -48,6 +48,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -165,6 +166,10 @@ def _names(spark: SparkSession, listed: Sequence[str], files: Sequence[str]) -> 
     return driver_rows(spark, rows, "_uri string, file string, file_index int")
 
 
+HIDDEN = ("_", ".")
+"""How the names of the files Spark's file listing leaves out begin."""
+
+
 def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     """The lines of `files` (already expanded, in the order the encoder reads them)."""
     if not files:
@@ -176,11 +181,14 @@ def read_lines(spark: SparkSession, files: Sequence[str]) -> Lines:
     # Each file once (Spark reads a path named twice twice, and `a/../a/f` and `a/f` are two
     # paths to it); a file named twice is then joined to both of its names, so its lines come
     # twice, as the encoder reads them.
-    # Spark's listing skips a file named `.x` or `_x` even when named itself, which would lose
-    # its lines without a word: a skipping pattern that matches nothing reads it (Spark 4.3).
-    # And it takes each name for a glob pattern (`_literal`).
-    reader = spark.read.option("ignoredPathSegmentRegex", "(?!)")
-    text = reader.text([_literal(p) for p in dict.fromkeys(os.path.abspath(str(f))
+        if Path(str(f)).name.startswith(HIDDEN):
+            # Spark's listing skips such a file even when it is named itself, which would
+            # lose its lines without a word (Spark 4.3's `ignoredPathSegmentRegex` reads it;
+            # Delta Lake's newest release needs Spark 4.2, which has no such option).
+            raise InputError(f"Spark skips a file whose name starts with {HIDDEN[0]!r} or "
+                             f"{HIDDEN[1]!r}: rename it to read it here", Location(str(f)))
+    # Spark takes each name for a glob pattern (`_literal`).
+    text = spark.read.text([_literal(p) for p in dict.fromkeys(os.path.abspath(str(f))
                                                            for f in files)], lineSep="\n")
     raw = text.select(
         # Trimmed only where there is something to trim: TRIM copies every line it is given.

@@ -59,8 +59,7 @@ public final class KeptShuffle {
                 }
                 return output;
             });
-        LogicalRDD relation = LogicalRDD$.MODULE$.fromDataset(rows, frame, false,
-            LogicalRDD$.MODULE$.fromDataset$default$4());
+        LogicalRDD relation = LogicalRDD$.MODULE$.fromDataset(rows, frame, false);
         return Dataset$.MODULE$.ofRows(frame.sparkSession(), relation);
     }
 
