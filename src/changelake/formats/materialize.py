@@ -46,9 +46,9 @@ import orjson
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from changelake.errors import InputError, Location, SchemaError
+from changelake.formats import avro_bounds, ocf
 from changelake.formats import avro_values as av
 from changelake.formats import lines as jsonl
-from changelake.formats import ocf
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message, Progress, Update, Updates
 from changelake.protocol.time import check_time
@@ -160,6 +160,13 @@ class CdcSchema:
         data_type = av._resolve(by_name["data"]["type"], named)
         if not (isinstance(data_type, dict) and data_type.get("type") == "record"):
             raise SchemaError(f"{source}: the data field must be a record")
+        found = avro_bounds.zero_width_array(array, named, "updates") \
+            or avro_bounds.zero_width_array(progress, named, "progress")
+        if found is not None:
+            path, item = found
+            raise SchemaError(f"{source}: {path} is an array of {item} items, which take no "
+                              "bytes in Avro, so a few bytes could claim any number of them: "
+                              "refused (rule: no zero-width array items; see avro_bounds.py)")
         fields = tuple(f["name"] for f in data_type["fields"])
         return cls(avro, data_type, fields, named, av.compile_avro_json(data_type, named),
                    av.compile_python(data_type, named), fastavro.parse_schema(avro),
