@@ -214,3 +214,20 @@ def test_decode_kafka_refuses_the_bomb_of_a_registry_schema(cluster: MockCluster
                     "--schema-registry", registry.url)
     one_line_exit_2(result, f"topic {topic} partition 0, offset 0: ", f"schema id {schema_id}",
                     RULE)
+
+
+NODE = ["null", {"type": "record", "name": "node", "fields": [
+    {"name": "v", "type": "long"}, {"name": "next", "type": ["null", "node"]}]}]
+
+
+def test_a_recursive_schema_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A type that contains itself (found by the fuzz campaign): compiling its converters
+    recursed without end (RecursionError, 'internal error'), and a datum of it may nest as
+    deep as it has bytes. Refused as the schema, like the bomb."""
+    with pytest.raises(SchemaError, match=r"type node contains itself: recursive types are "
+                                          "not supported"):
+        CdcSchema.from_json(bomb_schema(NODE))
+    path = tmp_path / "list.avro"
+    path.write_bytes(container(bomb_schema(NODE), L(0) + L(1) + L(0) + L(1) * 5000 + L(0)
+                               + L(0) + L(1) + L(0)))
+    one_line_exit_2(capped("decode", str(path)), f"{path}, offset 0: ", "contains itself")

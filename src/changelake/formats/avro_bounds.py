@@ -92,3 +92,40 @@ def _find(schema: Any, named: av.Named, path: str, seen: set[str]) -> tuple[str,
     if kind == "map":
         return _find(resolved["values"], named, f"{path}[]", seen)
     return None
+
+
+def recursive_type(schema: Any, named: av.Named) -> str | None:
+    """The name of the first named type that contains itself (a linked list's node, say);
+    None if there is none. changelake's converters walk a schema to compile it, and a datum
+    of such a type may nest as deep as it has bytes: such schemas are refused."""
+    return _cycle(schema, named, (), set())
+
+
+def _cycle(schema: Any, named: av.Named, open_: tuple[str, ...], done: set[str]) -> str | None:
+    resolved = av._resolve(schema, named)
+    if isinstance(resolved, str):
+        return None
+    if isinstance(resolved, list):
+        branches = resolved
+    elif resolved["type"] == "array":
+        branches = [resolved["items"]]
+    elif resolved["type"] == "map":
+        branches = [resolved["values"]]
+    elif resolved["type"] in ("record", "error"):
+        name = av.type_name(resolved, named)
+        if name in open_:
+            return name
+        if name in done:
+            return None
+        found = None
+        for field in resolved["fields"]:
+            found = found or _cycle(field["type"], named, (*open_, name), done)
+        done.add(name)
+        return found
+    else:
+        return None
+    for branch in branches:
+        found = _cycle(branch, named, open_, done)
+        if found is not None:
+            return found
+    return None

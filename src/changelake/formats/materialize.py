@@ -160,6 +160,10 @@ class CdcSchema:
         data_type = av._resolve(by_name["data"]["type"], named)
         if not (isinstance(data_type, dict) and data_type.get("type") == "record"):
             raise SchemaError(f"{source}: the data field must be a record")
+        loop = avro_bounds.recursive_type(avro, named)
+        if loop is not None:
+            raise SchemaError(f"{source}: type {loop} contains itself: recursive types are not "
+                              "supported (a value of one may nest as deep as it has bytes)")
         found = avro_bounds.zero_width_array(array, named, "updates") \
             or avro_bounds.zero_width_array(progress, named, "progress")
         if found is not None:
