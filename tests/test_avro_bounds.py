@@ -231,3 +231,21 @@ def test_a_recursive_schema_is_refused_in_one_line(tmp_path: Path) -> None:
     path.write_bytes(container(bomb_schema(NODE), L(0) + L(1) + L(0) + L(1) * 5000 + L(0)
                                + L(0) + L(1) + L(0)))
     one_line_exit_2(capped("decode", str(path)), f"{path}, offset 0: ", "contains itself")
+
+
+@pytest.mark.parametrize("column, value", [
+    ({"type": "int", "logicalType": "date"}, L(2**31 - 1)),  # a day beyond year 9999
+    ({"type": "long", "logicalType": "timestamp-micros"}, L(2**62)),
+])
+def test_a_framed_value_fastavro_overflows_on_is_an_input_error(column: Any, value: bytes
+                                                                ) -> None:
+    """Found by the slow fuzz campaign: fastavro raises OverflowError for these, which the
+    framed reader let through (the container reader already named them)."""
+    from changelake.errors import Location
+    from changelake.formats.materialize import confluent_header, decode_framed
+
+    schema = CdcSchema.from_json(cdc_schema([{"name": "c", "type": column}]))
+    payload = confluent_header(3) + L(0) + L(1) + value + L(0) + L(1) + L(0)
+    with pytest.raises(InputError, match=r"^topic t partition 0, offset 7: truncated or corrupt "
+                                         r"Avro message .*OverflowError"):
+        decode_framed(payload, {3: schema}, Location("topic t partition 0", offset=7))

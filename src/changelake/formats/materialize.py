@@ -864,12 +864,14 @@ def decode_framed(
     fo = io.BytesIO(body)
     try:
         datum = fastavro.schemaless_reader(fo, schema.parsed)
-    except (EOFError, ValueError, IndexError) as error:
-        # The reader's own text says little ("list index out of range": a union branch or
-        # enum index beyond the schema's; nothing at all for EOF): say what broke, and where.
+    except Exception as error:  # fastavro raises several types, as for a container's block
+        # (an OverflowError for a date beyond year 9999 or an int beyond 32 bits, ...). The
+        # reader's own text says little ("list index out of range": a union branch or enum
+        # index beyond the schema's; nothing at all for EOF): say what broke, and where.
         reason = ("it ends before the datum does" if isinstance(error, EOFError)
                   else "an index beyond the schema's union branches or enum symbols"
-                  if isinstance(error, IndexError) else str(error) or type(error).__name__)
+                  if isinstance(error, IndexError)
+                  else f"{type(error).__name__}: {_flat(error)}")
         raise InputError(f"truncated or corrupt Avro message ({len(body)} bytes after the "
                          f"{what}): {reason}", origin) from None
     if fo.tell() != len(body):
