@@ -111,7 +111,7 @@ class Lake:
     def create_table(self, name: str | TableIdentifier, schema: StructType, *,
                      key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS, since: int = 0,
                      scd2: bool = False, exist_ok: bool = False,
-                     origin: Origin | None = None) -> Table:
+                     origin: Origin | None = None, storage: str | None = None) -> Table:
         """Create an empty table committed through `since` (its history starts there), taken
         from the source `origin` if it is captured. Under the table's writer lock, so two
         creations at once make one table."""
@@ -122,7 +122,7 @@ class Lake:
                     return table
                 raise LakeError(f"table {table.name} already exists in lake {self.root}")
             writer.create(schema, key=key, buckets=buckets, since=since, scd2=scd2,
-                          origin=origin)
+                          origin=origin, storage=storage)
         return table
 
     def tables(self) -> list[str]:

@@ -37,10 +37,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from changelake.durable import exclusive_lock
 from changelake.errors import LakeError
+from changelake.lake import delta_storage
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     TableState,
@@ -53,6 +55,7 @@ from changelake.lake.layout import (
     write_pointer,
 )
 from changelake.lake.scd2 import scd2_sql
+from changelake.lake.schema import parse_struct
 from changelake.lake.sql import read_marker, state_sql, string_literal
 
 DEFAULT_RETAIN = 2
@@ -94,8 +97,22 @@ def committed_version(spark: SparkSession, ident: TableIdentifier) -> int | None
 
 def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
                ) -> TableState | None:
+    """The committed manifest of the table, or None: no such table (or one whose creation
+    never reached its commit point). A Delta table's committed version is in Delta's log
+    (`delta_storage`); a Hive-format table's in its view's text."""
+    if is_delta(spark, ident):
+        return delta_storage.load(spark, table_dir)
     version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
+
+
+def is_delta(spark: SparkSession, ident: TableIdentifier) -> bool:
+    """Whether the metastore has `ident` as a Delta table (a changelake table's `current`)."""
+    catalog = spark._jsparkSession.sharedState().externalCatalog()  # type: ignore[union-attr]
+    if not catalog.tableExists(ident.database, ident.name):
+        return False
+    provider = catalog.getTable(ident.database, ident.name).provider()
+    return bool(provider.isDefined() and str(provider.get()).lower() == "delta")
 
 
 @contextmanager
@@ -112,15 +129,33 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
 
 def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
                  state: TableState, *, expected: int | None,
-                 retain: int = DEFAULT_RETAIN) -> int:
+                 retain: int = DEFAULT_RETAIN, rows: DataFrame | None = None,
+                 write_struct: StructType | None = None) -> int:
     """Make `state` the committed version of the table, with the writer lock held: write its
     manifest, replace the view (the commit point), replace the history view if the table keeps
     one, and collect garbage. Returns how many file sets garbage collection deleted.
+
+    A Delta table (`state.storage`) commits by appending `rows` (its new updates, None: none)
+    to its updates table instead (`delta_storage`); `write_struct` is the physical schema a
+    Delta table is created with.
 
     `expected` is the version `state` was derived from (None: the table is being created);
     anything else committed meanwhile is an error, which the writer lock makes a sign of a
     second lake directory or a foreign writer."""
     write_manifest(table_dir, state)
+    if state.storage == delta_storage.STORAGE:
+        current = delta_storage.committed_version(spark, table_dir)
+        if current != expected:
+            raise LakeError(
+                f"table {ident}: expected committed version {expected}, found {current}; "
+                "another writer committed meanwhile, nothing was changed")
+        if expected is None:
+            delta_storage.create(spark, ident, table_dir, state,
+                                 write_struct or parse_struct(state.versions[-1].struct))
+        else:
+            delta_storage.commit(spark, ident, table_dir, state, rows)
+        _history_view(spark, ident, table_dir, state)
+        return 0
     sql = state_sql(state, table_dir)
     current = committed_version(spark, ident)
     if current != expected:
@@ -138,11 +173,17 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     else:
         spark.sql(f"ALTER VIEW {ident.quoted} AS {sql}")
     write_pointer(table_dir, state.version)  # after the commit point: it never runs ahead
+    _history_view(spark, ident, table_dir, state)
+    return collect_garbage(table_dir, state, retain)
+
+
+def _history_view(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
+                  state: TableState) -> None:
+    """The SCD type 2 view `NAME_history` of a table that keeps one, replaced."""
     if state.scd2:
         history = ident.history()
         verb = "ALTER" if spark.catalog.tableExists(history.quoted) else "CREATE"
         spark.sql(f"{verb} VIEW {history.quoted} AS {scd2_sql(state, table_dir)}")
-    return collect_garbage(table_dir, state, retain)
 
 
 def repair_pointer(spark: SparkSession, ident: TableIdentifier, table_dir: Path) -> bool:

@@ -191,6 +191,7 @@ class TableState:
     format: int = FORMAT
     origin: Origin | None = None  # captured tables only; kept by every later version
     offsets: SourceOffsets | None = None  # tables ingested from topics; kept likewise
+    storage: str = "hive"  # the back end: "hive" (file sets, a view) or "delta"
 
     @property
     def keyed(self) -> bool:

@@ -86,8 +86,13 @@ def source_literal(table_dir: Path, path: str) -> str:
 
 def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | None = None,
               logical: StructType | None = None, with_bucket: bool = False) -> str:
-    """All updates of the given file sets (default: all committed), on the logical schema."""
+    """All updates of the given file sets (default: all committed), on the logical schema.
+    A Delta table's are its updates table's (`delta_storage.union_sql`)."""
     logical = logical if logical is not None else logical_schema(state.versions)
+    if state.storage == "delta" and files is None and not with_bucket:
+        from changelake.lake.delta_storage import union_sql as delta_union_sql
+
+        return delta_union_sql(state, table_dir, logical)
     chosen = state.files if files is None else files
     if not chosen:
         items = [f"CAST(NULL AS {sql_type(f.dataType)}) AS {quote(f.name)}"

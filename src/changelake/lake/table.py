@@ -22,6 +22,7 @@ through `commit.commit_state`.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -56,6 +57,24 @@ from changelake.protocol import Antichain
 from changelake.protocol.antichain import FrontierLike, as_frontier
 
 DEFAULT_BUCKETS = 8
+
+DELTA_STORAGE = "delta"
+HIVE_STORAGE = "hive"
+STORAGES = (DELTA_STORAGE, HIVE_STORAGE)
+"""A table's back ends (`--format`): Delta Lake (`delta_storage.py`) or the Hive/Parquet
+format of file sets under a view (`layout.py`, `commit.py`)."""
+
+STORAGE_ENV = "CHANGELAKE_TABLE_FORMAT"
+
+
+def default_storage() -> str:
+    """The back end of a table created without one named: `CHANGELAKE_TABLE_FORMAT`, else
+    the Hive format, until every lake operation works on Delta tables."""
+    value = os.environ.get(STORAGE_ENV, "").strip().lower() or HIVE_STORAGE
+    if value not in STORAGES:
+        raise LakeError(f"{STORAGE_ENV}={value!r}: not a table format "
+                        f"(one of {', '.join(STORAGES)})")
+    return value
 
 SEGMENT_DICTIONARY_BYTES = 256 * 1024
 """The most a column's Parquet dictionary holds in a segment file: past it, the rest
@@ -292,24 +311,31 @@ class TableWriter:
         state = self.committed()
         return self.spark.sql(state_sql(state, self.table.directory, marker=False))
 
-    def publish(self, state: TableState, *, retain: int = DEFAULT_RETAIN) -> int:
+    def publish(self, state: TableState, *, retain: int = DEFAULT_RETAIN,
+                rows: DataFrame | None = None, write_struct: StructType | None = None) -> int:
         """Commit `state` (derived from `self.state`) through `commit_state`; returns how many
-        file sets garbage collection removed."""
+        file sets garbage collection removed. `rows` and `write_struct`: see `commit_state`."""
         if self.closed:
             raise LakeError(f"table {self.name}: the writer lock was released")
         expected = None if self.state is None else self.state.version
         removed = commit_state(self.spark, self.table.ident, self.table.directory, state,
-                               expected=expected, retain=retain)
+                               expected=expected, retain=retain, rows=rows,
+                               write_struct=write_struct)
         self.state = state
         return removed
 
     def create(self, schema: StructType, *, key: Sequence[str] = (),
                buckets: int = DEFAULT_BUCKETS, since: int = 0, scd2: bool = False,
-               origin: Origin | None = None) -> TableState:
+               origin: Origin | None = None, storage: str | None = None) -> TableState:
         """Create the table, empty and committed through `since` (its history starts there);
-        `origin` is the source database a capture takes it from (kept by every version)."""
+        `origin` is the source database a capture takes it from (kept by every version);
+        `storage` its back end, "delta" or "hive" (default: `default_storage()`)."""
         if self.state is not None:
             raise LakeError(f"table {self.name} already exists")
+        storage = default_storage() if storage is None else storage
+        if storage not in STORAGES:
+            raise LakeError(f"table {self.name}: unknown table format {storage!r} "
+                            f"(one of {', '.join(STORAGES)})")
         for column in key:
             check_name(column, f"table {self.name}: key column")
         if buckets < 1:
@@ -322,9 +348,9 @@ class TableWriter:
             name=self.name, version=0, key=tuple(key), buckets=buckets, since=since,
             frontier=(since,), versions=(SchemaVersion(since, struct_json(logical)),),
             structs=(), bucket_columns=tuple(key) or tuple(logical.fieldNames()), scd2=scd2,
-            origin=origin,
+            origin=origin, storage=storage,
         )
-        self.publish(state)
+        self.publish(state, write_struct=logical)
         return state
 
     def commit(self, updates: DataFrame, lower: FrontierLike, upper: FrontierLike, *,
@@ -380,6 +406,8 @@ class TableWriter:
         if state.key and check_key:
             check_one_row_per_key(rows, state.key, name)
         rel = segment_path(committed, up)
+        if state.storage == DELTA_STORAGE:  # staged, checked, then appended by the commit
+            rel = f"_staging/{rel}"
         target = self.table.directory / rel
         clear_dir(target)
         try:
@@ -395,6 +423,20 @@ class TableWriter:
                 f"committed interval [{lo}, {up}); nothing was written"
             )
         new, struct = state.struct_id(struct_json(evolution.write_struct))
+        if state.storage == DELTA_STORAGE:
+            # The staged segment is appended to the updates table by the commit itself (the
+            # commit point: `delta_storage`), then removed.
+            new = new.next("commit", frontier=() if up is None else (up,),
+                           versions=evolution.versions,
+                           offsets=new.offsets if offsets is None else offsets)
+            new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+            try:
+                staged = self.spark.read.parquet(str(target)) if count else None
+                self.publish(new, retain=retain, rows=staged)
+            finally:
+                shutil.rmtree(target, ignore_errors=True)
+            return CommitResult(name, new.version, committed, up, count, False,
+                                evolution.changed)
         files = new.files
         if count:
             files = (*files, FileSet(rel, SEGMENT, struct, count, size, lower=committed,

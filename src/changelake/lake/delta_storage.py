@@ -1,0 +1,249 @@
+"""The Delta Lake back end of a lake table: two Delta tables and the manifests beside them.
+
+    tables/DB/NAME/current/     the table's rows now (one per key; an unkeyed table's multiset),
+                                a Delta table registered in the metastore as DB.NAME, so that
+                                `spark.table`, `spark.read.format("delta")`, delta-rs and DuckDB
+                                read it with no changelake code; Change Data Feed on
+    tables/DB/NAME/updates/     every retained update `(columns..., _time, _diff)`, a Delta
+                                table only changelake reads: AS OF, history, the change feed
+    tables/DB/NAME/_state/vN.json   the manifest of version N (`layout.TableState`, no files)
+
+**The commit point is Delta's log.** Version N of the table is committed by the append to
+`updates` that records the Delta transaction `(APP_ID, N)` (`txnAppId`/`txnVersion`): the
+committed version is the `updates` table's transaction version for `APP_ID`, and its manifest
+is `_state/vN.json`, written before the append (a manifest of a version no append recorded is
+never read; the next writer, which computes the same N, overwrites it). Delta skips an append
+whose transaction version is not above the recorded one, so a commit replayed after a crash
+never writes its rows twice, and two writers that both read version N-1 cannot both commit N:
+the second fails Delta's conflict check on the application's transaction.
+
+**`current` follows `updates`.** After the append, the updates of the interval the commit
+added are applied to `current` by one MERGE that records `(APP_ID, N)` in `current`'s log too
+(`catch_up`): a keyed table takes each key's latest update in the interval (a retraction
+last: the key is deleted), an unkeyed one replaces each changed row's copies by its new
+multiplicity. A crash between the two leaves `current` at an earlier version: the next writer
+applies what it misses first, and a replayed MERGE is skipped by the same transaction rule.
+So `current` is never ahead of the committed version, and a reader of it sees one whole
+committed version (Delta's snapshot isolation), possibly the one before the last.
+
+Reads that are not "now" (`AS OF`, the history, the change feed) read `updates` through
+`union_sql`, limited to the times the manifest's frontier covers, and merge on read exactly as
+the Hive format does (`sql.state_sql`).
+
+`current` has no deletion vectors, so every Delta reader (delta-rs's Arrow reader among them)
+can read it; a MERGE rewrites the files holding the keys it changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
+
+from changelake.errors import LakeError
+from changelake.lake.identifier import TableIdentifier
+from changelake.lake.layout import TableState, read_manifest
+from changelake.lake.schema import logical_schema
+from changelake.lake.sql import path_literal, sql_type, string_literal
+from changelake.spark.expressions import quote
+from changelake.spark.map_grouping import has_map
+
+STORAGE = "delta"
+APP_ID = "changelake"
+CURRENT = "current"
+UPDATES = "updates"
+
+CURRENT_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "false",
+}
+"""`current`'s table properties: Delta readers get its row-level changes (Change Data Feed),
+and no deletion vectors, which delta-rs's Arrow reader cannot read yet."""
+
+UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
+def current_path(table_dir: Path) -> Path:
+    return table_dir / CURRENT
+
+
+def updates_path(table_dir: Path) -> Path:
+    return table_dir / UPDATES
+
+
+def delta_literal(path: Path) -> str:
+    """`delta.`path`` for SQL."""
+    return f"delta.`{path_literal(path)}`"
+
+
+def transaction_version(spark: SparkSession, path: Path) -> int | None:
+    """The version of `APP_ID`'s transaction that the Delta table at `path` recorded last, or
+    None: no such table, or none recorded."""
+    if not (path / "_delta_log").is_dir():
+        return None
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+    found = snapshot.transactions().get(APP_ID)
+    return int(found.get()) if found.isDefined() else None
+
+
+def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
+    """The table's committed version (the commit point: see the module docstring)."""
+    return transaction_version(spark, updates_path(table_dir))
+
+
+def load(spark: SparkSession, table_dir: Path) -> TableState | None:
+    version = committed_version(spark, table_dir)
+    return None if version is None else read_manifest(table_dir, version)
+
+
+def _properties(values: dict[str, str]) -> str:
+    return ", ".join(f"{string_literal(k)} = {string_literal(v)}" for k, v in values.items())
+
+
+def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
+           state: TableState, write_struct: StructType) -> None:
+    """Create `current` (registered as `ident`) and `updates`, empty; the append that creates
+    `updates` records version `state.version` (the commit point of the creation). A creation
+    that crashed before it left at most a registered, empty `current`, which is reused."""
+    logical = logical_schema(state.versions)
+    columns = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in logical.fields)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
+    key = ",".join(state.key)
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {ident.quoted} ({columns}) USING delta "
+        f"LOCATION {string_literal(str(path_literal(current_path(table_dir))))} "
+        f"TBLPROPERTIES ({_properties(CURRENT_PROPERTIES)}, "
+        f"'changelake.key' = {string_literal(key)})")
+    empty = spark.createDataFrame([], _with_meta(write_struct))
+    _append(empty, updates_path(table_dir), state.version, create=True)
+
+
+def _with_meta(struct: StructType) -> StructType:
+    return StructType([*struct.fields]).add("_time", "long").add("_diff", "long")
+
+
+def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False) -> None:
+    writer = rows.write.format("delta").mode("append") \
+        .option("txnAppId", APP_ID).option("txnVersion", str(version)) \
+        .option("mergeSchema", "true")
+    if create:
+        for key, value in UPDATES_PROPERTIES.items():
+            writer = writer.option(key, value)
+    writer.save(str(path))
+
+
+def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
+           rows: DataFrame | None) -> None:
+    """Append `rows` (the new updates, on the write schema plus `_time`, `_diff`; None: none)
+    to `updates` as version `state.version` (the commit point), then bring `current` to it."""
+    path = updates_path(table_dir)
+    if rows is None:
+        rows = spark.read.format("delta").load(str(path)).limit(0)
+    _append(rows, path, state.version)
+    catch_up(spark, ident, table_dir, state)
+
+
+def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
+             state: TableState) -> None:
+    """Apply to `current` the updates between the version it holds and `state` (committed),
+    as one MERGE that records `state.version` (see the module docstring)."""
+    from changelake.spark.session import settings
+
+    applied = transaction_version(spark, current_path(table_dir))
+    if applied is not None and applied >= state.version:
+        return
+    held = read_manifest(table_dir, 0 if applied is None else applied)
+    lower, upper = held.upper, state.upper
+    moved = lower is not None and lower != upper
+    rows = interval_sql(state, table_dir, lower, upper) if moved else None
+    logical = logical_schema(state.versions)
+    _add_columns(spark, ident, logical)
+    conf = {"spark.databricks.delta.write.txnAppId": APP_ID,
+            "spark.databricks.delta.write.txnVersion": str(state.version)}
+    target = delta_literal(current_path(table_dir))
+    with settings(spark, conf):
+        if rows is None:
+            # Nothing to apply: a commit of no updates still records the version.
+            spark.sql(f"MERGE INTO {target} t USING (SELECT 1 AS _x WHERE FALSE) s ON FALSE "
+                      "WHEN MATCHED THEN DELETE")
+        elif state.keyed:
+            spark.sql(_keyed_merge(state, logical, rows, target))
+        else:
+            spark.sql(_unkeyed_merge(logical, rows, target))
+
+
+def _add_columns(spark: SparkSession, ident: TableIdentifier, logical: StructType) -> None:
+    """Columns the source added since `current` was written, added to it (null in its rows)."""
+    have = {f.name.lower() for f in spark.table(ident.quoted).schema.fields}
+    new = [f for f in logical.fields if f.name.lower() not in have]
+    if new:
+        spark.sql(f"ALTER TABLE {ident.quoted} ADD COLUMNS ("
+                  + ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in new) + ")")
+
+
+def interval_sql(state: TableState, table_dir: Path, lower: int, upper: int | None) -> str:
+    """The updates at times in `[lower, upper)` on the logical schema."""
+    return union_sql(state, table_dir, lower=lower, upper=upper)
+
+
+def union_sql(state: TableState, table_dir: Path, logical: StructType | None = None, *,
+              lower: int | None = None, upper: int | None = None) -> str:
+    """Every update `state` covers (times before its frontier; from `lower` and before `upper`
+    when given), on the logical schema (`logical`, default the state's), with `_time` and
+    `_diff`."""
+    logical = logical if logical is not None else logical_schema(state.versions)
+    items = [f"CAST({quote(f.name)} AS {sql_type(f.dataType)}) AS {quote(f.name)}"
+             for f in logical.fields]
+    limits = []
+    top = state.upper if upper is None else upper
+    if top is not None:
+        limits.append(f"_time < {int(top)}")
+    if lower is not None:
+        limits.append(f"_time >= {int(lower)}")
+    where = f" WHERE {' AND '.join(limits)}" if limits else ""
+    return (f"SELECT {', '.join(items)}, _time, _diff FROM "
+            f"{delta_literal(updates_path(table_dir))}{where}")
+
+
+def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str) -> str:
+    key = ", ".join(quote(k) for k in state.key)
+    cols = [quote(f.name) for f in logical.fields]
+    source = (f"SELECT {', '.join(cols)}, _diff <= 0 AS _del FROM (SELECT *, row_number() "
+              f"OVER (PARTITION BY {key} ORDER BY _time DESC, _diff DESC) AS _rank FROM "
+              f"({rows}) u) r WHERE _rank = 1")
+    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in state.key)
+    return (f"MERGE INTO {target} t USING ({source}) s ON {on} "
+            f"WHEN MATCHED AND s._del THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{c} = s.{c}' for c in cols)} "
+            f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({', '.join(cols)}) "
+            f"VALUES ({', '.join(f's.{c}' for c in cols)})")
+
+
+def _unkeyed_merge(logical: StructType, rows: str, target: str) -> str:
+    """Each changed row's copies deleted (one marker row matches them all) and its new
+    multiplicity inserted, in one MERGE; the old multiplicity is counted in `current`."""
+    if any(has_map(f.dataType) for f in logical.fields):
+        raise LakeError("an unkeyed Delta table cannot hold a map column yet (rows are "
+                        "matched whole, and Spark cannot compare maps); give the table a key")
+    cols = [quote(f.name) for f in logical.fields]
+    listed = ", ".join(cols)
+    same = " AND ".join(f"a.{c} <=> b.{c}" for c in cols) or "TRUE"
+    changed = (f"SELECT {listed}, SUM(_diff) AS _n FROM ({rows}) u GROUP BY {listed} "
+               "HAVING SUM(_diff) <> 0")
+    held = (f"SELECT {', '.join(f'b.{c}' for c in cols)}, COUNT(*) AS _m FROM {target} b "
+            f"LEFT SEMI JOIN ({changed}) a ON {same} GROUP BY {', '.join(f'b.{c}' for c in cols)}")
+    joined = (f"SELECT {', '.join(f'a.{c}' for c in cols)}, a._n + COALESCE(b._m, 0) AS _new "
+              f"FROM ({changed}) a LEFT JOIN ({held}) b ON {same}")
+    source = (f"WITH j AS ({joined}) SELECT {listed}, TRUE AS _del FROM j UNION ALL "
+              f"SELECT {listed}, FALSE AS _del FROM (SELECT {listed}, "
+              f"explode(array_repeat(0, CAST(_new AS INT))) AS _copy FROM j WHERE _new > 0) c")
+    on = " AND ".join(f"t.{c} <=> s.{c}" for c in cols) or "TRUE"
+    return (f"MERGE INTO {target} t USING ({source}) s "
+            f"ON s._del AND {on} WHEN MATCHED THEN DELETE "
+            f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({listed}) "
+            f"VALUES ({', '.join(f's.{c}' for c in cols)})")
+
+

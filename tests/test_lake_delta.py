@@ -1,0 +1,142 @@
+"""Lake tables in Delta Lake's format (`lake/delta_storage.py`): the current rows are a Delta
+table every Delta reader reads, the history is exact at every time, and commits are exactly
+once through Delta's own log.
+
+Every check compares against the truth computed in Python from the generated history.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from changelake.lake import Lake
+from changelake.lake.delta_storage import APP_ID, current_path, updates_path
+from lake_history import (
+    SCHEMA,
+    increments,
+    keyed_history,
+    messages,
+    rows_of,
+    state_at,
+    to_df,
+    unkeyed_history,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def unique(name: str) -> str:
+    return f"dl_{uuid.uuid4().hex[:10]}.{name}"
+
+
+@pytest.fixture
+def lake(spark, tmp_path: Path) -> Lake:
+    return Lake(spark, tmp_path / "lake")
+
+
+def arrow_rows(table) -> Counter:
+    """The rows of an Arrow table as `rows_of` counts a DataFrame's."""
+    names = SCHEMA.fieldNames()
+    return Counter(tuple(r[n] for n in names) for r in table.to_pylist())
+
+
+def deliver(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 12):
+    rng = random.Random(seed)
+    history = (keyed_history(rng, times, 20, 5) if keyed
+               else unkeyed_history(rng, times, 5, 4))
+    name = unique("keyed" if keyed else "unkeyed")
+    table = lake.create_table(name, SCHEMA, key=["id"] if keyed else (), storage="delta")
+    msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
+    for inc in increments(msgs, rng):
+        table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+    return history, name, table
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
+def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake, keyed):
+    import duckdb
+    from deltalake import DeltaTable
+
+    times = 12
+    history, name, table = deliver(spark, lake, keyed=keyed, seed=7 if keyed else 8,
+                                   times=times)
+    state = table.state()
+    assert state.storage == "delta"
+    assert state.frontier == (times,)
+    truth = state_at(history, times - 1, keyed=keyed)
+    # The metastore's table, Spark's Delta reader by path, delta-rs, and DuckDB over Arrow.
+    assert rows_of(spark.table(name)) == truth
+    path = str(current_path(table.directory))
+    assert rows_of(spark.read.format("delta").load(path)) == truth
+    delta = DeltaTable(path)
+    assert arrow_rows(delta.to_pyarrow_table()) == truth
+    dataset = delta.to_pyarrow_dataset()  # noqa: F841 (DuckDB reads it by its name)
+    names = ", ".join(SCHEMA.fieldNames())
+    fetched = duckdb.sql(f"SELECT {names} FROM dataset").fetchall()
+    assert Counter(fetched) == truth
+    for at in range(state.since, times):
+        assert rows_of(table.as_of(at)) == state_at(history, at, keyed=keyed), at
+    # Both Delta tables record the committed version as the application's transaction.
+    assert delta.transaction_version(APP_ID) == state.version
+    assert DeltaTable(str(updates_path(table.directory))).transaction_version(APP_ID) \
+        == state.version
+
+
+def test_a_replayed_commit_changes_nothing_and_a_gap_is_refused(spark, lake):
+    from changelake.errors import LakeError
+
+    name = unique("replay")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    first = [((1, "a", 10), 0, 1), ((2, "b", 20), 1, 1)]
+    second = [((1, "a", 10), 2, -1), ((1, "c", 11), 2, 1), ((3, "d", 30), 3, 1)]
+    table.commit(to_df(spark, first), 0, 2)
+    table.commit(to_df(spark, first + second), 0, 4)  # overlaps: only times >= 2 are new
+    again = table.commit(to_df(spark, first + second), 0, 4)
+    assert again.skipped
+    assert rows_of(spark.table(name)) == Counter({(1, "c", 11): 1, (2, "b", 20): 1,
+                                                  (3, "d", 30): 1})
+    assert rows_of(table.updates().drop("_time", "_diff")) == Counter(
+        {(1, "a", 10): 2, (2, "b", 20): 1, (1, "c", 11): 1, (3, "d", 30): 1})
+    with pytest.raises(LakeError, match="missing"):
+        table.commit(to_df(spark, [((4, "e", 1), 6, 1)]), 5, 7)
+    assert table.state().frontier == (4,)
+
+
+def test_current_catches_up_after_a_crash_between_the_two_tables(spark, lake):
+    """A commit whose append reached `updates` but whose MERGE into `current` never ran (the
+    process died between them): the next commit applies both intervals to `current`."""
+    from changelake.lake import delta_storage
+
+    name = unique("crash")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    table.commit(to_df(spark, [((1, "a", 1), 0, 1)]), 0, 1)
+    real = delta_storage.catch_up
+    delta_storage.catch_up = lambda *args, **kwargs: None  # the MERGE never runs
+    try:
+        table.commit(to_df(spark, [((1, "a", 1), 1, -1), ((2, "b", 2), 1, 1)]), 1, 2)
+    finally:
+        delta_storage.catch_up = real
+    assert table.state().frontier == (2,)
+    assert rows_of(spark.table(name)) == Counter({(1, "a", 1): 1})  # behind, not wrong
+    table.commit(to_df(spark, [((3, "c", 3), 2, 1)]), 2, 3)
+    assert rows_of(spark.table(name)) == Counter({(2, "b", 2): 1, (3, "c", 3): 1})
+
+
+def test_history_view_and_added_column(spark, lake):
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    name = unique("scd")
+    table = lake.create_table(name, SCHEMA, key=["id"], scd2=True, storage="delta")
+    table.commit(to_df(spark, [((1, "a", 1), 0, 1), ((2, "b", 2), 0, 1)]), 0, 1)
+    wide = StructType([*SCHEMA.fields, StructField("extra", LongType())])
+    rows = [((1, "a", 1, None), 1, -1), ((1, "z", 5, 9), 1, 1)]
+    table.commit(to_df(spark, rows, wide), 1, 2)
+    assert rows_of(spark.table(name)) == Counter({(1, "z", 5, 9): 1, (2, "b", 2, None): 1})
+    history = {(r["id"], r["valid_from"], r["valid_to"])
+               for r in spark.table(f"{name}_history").collect()}
+    assert history == {(1, 0, 1), (1, 1, None), (2, 0, None)}
