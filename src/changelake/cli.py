@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from changelake.errors import ChangelakeError
+from changelake.redact import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,8 +54,8 @@ def user_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except ChangelakeError as error:
-            _fail(" ".join(str(error).splitlines()))  # one line, whatever the input held
+        except ChangelakeError as error:  # one line, whatever the input held, no secret
+            _fail(redact(" ".join(str(error).splitlines())))
         except BrokenPipeError:
             sys.exit(0)  # the reader went away (e.g. `| head`)
         except OSError as error:
@@ -68,7 +69,7 @@ def user_errors(func: F) -> F:
 
             if os.environ.get("CHANGELAKE_DEBUG"):
                 raise
-            text = " ".join(str(error).split())[:300]
+            text = redact(" ".join(str(error).split()))[:300]
             click.echo(f"changelake: internal error: {type(error).__name__}: {text} (a bug: "
                        "please report it; CHANGELAKE_DEBUG=1 shows the traceback)", err=True)
             sys.exit(1)
@@ -1195,6 +1196,10 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                                  ("warehouse", warehouse)) if v is not None}
     if kind == "delta" and options:
         raise click.UsageError(f"--{', --'.join(options)}: for --to iceberg only")
+    if kind == "iceberg":  # a catalog that cannot be opened is refused before Spark starts
+        from changelake.lake.export.iceberg import check_catalog
+
+        check_catalog(target, warehouse)
     ident, _ = _table_and_key(table)
     _existing_lake(lake_dir)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)

@@ -43,6 +43,7 @@ import psycopg2
 import psycopg2.extensions
 
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
+from changelake.capture.postgres.source import driver_error, shown_dsn
 from changelake.errors import ChangelakeError
 
 ACCOUNTS = 12
@@ -111,7 +112,7 @@ class Workload(threading.Thread):
 
     def run(self) -> None:
         try:
-            conn = psycopg2.connect(self.dsn)
+            conn = connect(self.dsn)
             try:
                 with conn.cursor() as cursor:
                     for step in range(self.transactions):
@@ -250,14 +251,14 @@ def clean_up(dsn: str, *, tables: bool) -> None:
 def connect(dsn: str) -> Any:
     try:
         return psycopg2.connect(dsn)
-    except psycopg2.OperationalError as e:
-        raise DemoDatabaseError(f"cannot connect to the demo's PostgreSQL ({dsn}): "
-                                f"{str(e).strip().splitlines()[0]}") from None
+    except (psycopg2.OperationalError, psycopg2.ProgrammingError) as e:  # the latter: bad DSN
+        raise DemoDatabaseError(f"cannot connect to the demo's PostgreSQL ({shown_dsn(dsn)}): "
+                                f"{driver_error(e, dsn)}") from None
 
 
 def confirmed_lsn(dsn: str, slot: str) -> int | None:
     """The slot's confirmed flush position (None: no such slot yet)."""
-    conn = psycopg2.connect(dsn)
+    conn = connect(dsn)
     try:
         with conn.cursor() as cursor:
             cursor.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -392,7 +393,7 @@ def _database_rows(dsn: str, lake: Any, name: str) -> tuple[Counter, Counter]:
     from changelake.capture.postgres.to_lake import _from_spark
     from changelake.capture.postgres.types import catalog
 
-    conn = psycopg2.connect(dsn)
+    conn = connect(dsn)
     try:
         with conn.cursor() as cursor:
             table = Table.from_catalog(cursor, name, catalog(conn.cursor()))

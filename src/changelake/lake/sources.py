@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin, TableState
+from changelake.redact import redact
 
 #: Per kind of source, the module that knows it: `position(time) -> str` (a time in the
 #: source's notation) and `probe(origin, timeout) -> SlotStatus` (its replication, now).
@@ -195,12 +196,14 @@ def probe_slots(group: SourceTables, timeout: float = DEFAULT_PROBE_SECONDS
 
 def _probe_with_deadline(origin: Origin, slot: str, dsn: str, timeout: float) -> SlotStatus:
     result: list[SlotStatus] = []
+    known, dsn = dsn, redact(dsn)
 
     def run() -> None:
         try:
             result.append(kind_module(origin.kind).probe(origin, timeout))
         except Exception as error:  # a report, not a failure: status must go on
-            result.append(SlotStatus(slot, dsn, False, error=f"unreachable: {error}"))
+            result.append(SlotStatus(slot, dsn, False,
+                                     error=f"unreachable: {redact(str(error), known=known)}"))
 
     worker = threading.Thread(target=run, name=f"probe {slot}", daemon=True)
     worker.start()
