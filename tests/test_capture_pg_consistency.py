@@ -362,7 +362,7 @@ def test_cli_snapshot_as_of_and_status(bank: str, tmp_path) -> None:
                            timeout=600)
     assert ahead.returncode == 0, ahead.stderr
 
-    status = run("status", *lake, "--format", "jsonl")
+    status = run("status", *lake, "--format", "jsonl", "--live")
     assert status.returncode == 0, status.stderr
     lines = [orjson.loads(line) for line in status.stdout.splitlines()]
     tables = {line["name"]: line for line in lines if "name" in line}
