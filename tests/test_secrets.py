@@ -73,6 +73,20 @@ def test_demo_dsn_errors_hold_no_password(tmp_path: Path) -> None:
                              "cannot connect to the demo's PostgreSQL (postgresql://alice:***@")
 
 
+def test_the_demo_hands_its_captures_the_dsn_in_the_environment(tmp_path: Path) -> None:
+    """Not on their command lines, which `ps` shows to every user: `capture postgres` takes
+    --dsn from CHANGELAKE_DSN."""
+    from changelake.demo.postgres import DSN_ENV, capture_command
+
+    dsn = f"postgresql://alice:{PW}@127.0.0.1:1/db"
+    command, env = capture_command(dsn, tmp_path / "lake", create=True, until_idle=1)
+    assert not any(PW in arg for arg in command) and env[DSN_ENV] == dsn
+    result = CliRunner(env={DSN_ENV: dsn}).invoke(main, [
+        "capture", "postgres", "--out", str(tmp_path / "out"), "--publication", "p",
+        "--slot", "s"])
+    refused_without_password(result, "cannot connect to PostgreSQL (postgresql://alice:***@")
+
+
 def test_iceberg_catalog_uris_are_not_printed_back(tmp_path: Path) -> None:
     lake = ["export", "--lake", str(tmp_path / "lake"), "--table", "t", "--to", "iceberg"]
     refused_without_password(cli(*lake, f"postgresql://alice:{PW}@h/db"),

@@ -1325,7 +1325,9 @@ def capture() -> None:
 @click.option("--out", "out_dir", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="Write Materialize CDC logs here, one directory per table (no Spark).")
-@click.option("--dsn", required=True, help="libpq connection string of the database.")
+@click.option("--dsn", required=True, envvar="CHANGELAKE_DSN", show_envvar=True,
+              help="libpq connection string of the database (its password from PGPASSWORD, "
+                   "~/.pgpass, PGPASSFILE or PGSERVICE, not the command line).")
 @click.option("--publication", required=True, help="The publication naming the tables.")
 @click.option("--slot", required=True, help="The logical replication slot (pgoutput).")
 @click.option("--tables", default=None,

@@ -290,12 +290,18 @@ def kill_group(process: subprocess.Popen, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+DSN_ENV = "CHANGELAKE_DSN"
+"""`capture postgres --dsn` from the environment: how the demo hands its processes a DSN that
+may hold a password, which a command line would show to every user (`ps`)."""
+
+
 def capture_command(dsn: str, lake: Path, *, create: bool, until_idle: float,
-                    spark_args: Sequence[str] = ()) -> list[str]:
+                    spark_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The capture's command line, without the DSN, and its environment, with it."""
     args = [sys.executable, "-m", "changelake", "capture", "postgres", "--lake", str(lake),
-            *spark_args, "--dsn", dsn, "--publication", PUBLICATION, "--slot", SLOT,
+            *spark_args, "--publication", PUBLICATION, "--slot", SLOT,
             "--until-idle", f"{until_idle:g}"]
-    return [*args, "--create-slot"] if create else args
+    return ([*args, "--create-slot"] if create else args), {**os.environ, DSN_ENV: dsn}
 
 
 def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
@@ -312,9 +318,9 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
         with log.open("ab") as out:
             # Its own process group, so that the kill takes it whole, Spark's JVM included (a
             # JVM left running would hold the lake's embedded metastore from the restart).
-            first = subprocess.Popen(capture_command(dsn, lake, create=True, until_idle=60,
-                                                     spark_args=spark_args),
-                                     stdout=out, stderr=subprocess.STDOUT,
+            command, env = capture_command(dsn, lake, create=True, until_idle=60,
+                                           spark_args=spark_args)
+            first = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
             started = time.monotonic()
             point = None
@@ -342,9 +348,10 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
             again, runs = time.monotonic(), 0
             while True:  # a run that went quiet before the workload ended is run again
                 done_before = not workload.is_alive()
-                second = subprocess.Popen(capture_command(dsn, lake, create=False,
-                                                          until_idle=4, spark_args=spark_args),
-                                          stdout=out, stderr=subprocess.STDOUT)
+                command, env = capture_command(dsn, lake, create=False, until_idle=4,
+                                               spark_args=spark_args)
+                second = subprocess.Popen(command, env=env, stdout=out,
+                                          stderr=subprocess.STDOUT)
                 code = second.wait(timeout=timeout)
                 runs += 1
                 if code != 0:
