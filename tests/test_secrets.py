@@ -273,3 +273,24 @@ def test_status_asks_the_servers_a_lake_names_only_with_live(spark, tmp_path: Pa
     finally:
         database.close()
         cluster.close()
+
+
+def test_captured_tables_keep_the_dsn_without_its_secrets(pg_dsn: str) -> None:
+    """What a capture records on every table it creates (`Origin.details`), and the error
+    that quotes it: no password, no sslpassword (libpq ignores it without an encrypted key,
+    so the connection works with it)."""
+    import psycopg2
+
+    from changelake.capture.postgres.consistency import origin
+    from changelake.capture.postgres.source import Source
+
+    conn = psycopg2.connect(pg_dsn)
+    conn.autocommit = True
+    with conn.cursor() as c:
+        c.execute("CREATE TABLE t (id int PRIMARY KEY)")
+        c.execute("CREATE PUBLICATION p FOR TABLE t")
+    conn.close()
+    with Source(f"{pg_dsn} password={PW} sslpassword='{PW} x'", "p", "s") as source:
+        kept = origin(source).details["dsn"]
+    assert PW not in kept and "password" not in kept
+    assert psycopg2.extensions.parse_dsn(kept) == psycopg2.extensions.parse_dsn(pg_dsn)
