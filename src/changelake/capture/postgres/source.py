@@ -192,9 +192,18 @@ class Source:
                               f"{self.database!r} (CREATE PUBLICATION {self.publication} FOR "
                               "TABLE ...)")
         with self.conn.cursor() as c:
-            c.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables "
-                      "WHERE pubname = %s ORDER BY 1", (self.publication,))
-            published = [r[0] for r in c.fetchall()]
+            c.execute("SELECT schemaname, tablename FROM pg_publication_tables "
+                      "WHERE pubname = %s ORDER BY schemaname || '.' || tablename",
+                      (self.publication,))
+            pairs = c.fetchall()
+        for schema, table in pairs:  # `schema.table` would name another table, or none
+            if "." in schema or "." in table:
+                raise SourceError(
+                    f"table {_quoted(schema)}.{_quoted(table)} of publication "
+                    f"{self.publication!r} has a dot in its schema or table name, which "
+                    "changelake cannot name (its tables are schema.table): rename it, or "
+                    f"ALTER PUBLICATION {_quoted(self.publication)} DROP TABLE it")
+        published = [f"{schema}.{table}" for schema, table in pairs]
         if wanted:
             chosen = []
             for name in wanted:
