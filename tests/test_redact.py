@@ -71,5 +71,5 @@ def test_secret_names() -> None:
     for name in ("password", "sslpassword", "oauth_client_secret", "PASSWORD", "api_key",
                  "sasl.password", "token", "Authorization", "fs.s3a.access.key"):
         assert is_secret_key(name), name
-    for name in ("user", "host", "sslkey", "passfile", "sslmode", "dbname", "service"):
+    for name in ("user", "host", "sslkey", "passfile", "sslmode", "dbname", "service", "key"):
         assert not is_secret_key(name), name

@@ -12,7 +12,8 @@ What counts as a secret, wherever it is written:
 A name "says secret" (`is_secret_key`) when it is one of libpq's password options
 (`password`, `sslpassword`, `oauth_client_secret`: the ones `PQconndefaults` marks for hiding)
 or ends in password, passwd, passphrase, pwd, secret, token, credential(s), api/access/private
-key, signature or auth(orization), or is `pass`, `key` or `sig`.
+key, signature or auth(orization), or is `pass` (not a bare `key`: a Kafka message's key, a
+column of that name, would be hidden in every message that shows a row).
 
 Messages of a driver that quote a piece of the DSN, not the DSN (libpq: `invalid
 percent-encoded token: "s3cret%zz"`), are covered by `known`: every secret the DSN holds, by
@@ -37,7 +38,7 @@ LIBPQ_SECRET_KEYS = frozenset({"password", "sslpassword", "oauth_client_secret"}
 
 _SECRET_NAME = re.compile(
     r"(?:.*(?:password|passwd|passphrase|pwd|secret|token|credentials?|"
-    r"(?:api|access|private|secret)[_.\-]?key|signature|auth|authorization)|pass|key|sig)",
+    r"(?:api|access|private|secret)[_.\-]?key|signature|auth|authorization)|pass)",
     re.IGNORECASE)
 
 _USERINFO = re.compile(
