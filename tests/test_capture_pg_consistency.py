@@ -25,7 +25,7 @@ from rich.console import Console
 
 import test_capture_pg_lake
 from changelake.capture.postgres import database_as_of
-from changelake.capture.postgres.consistency import probe, redact_dsn
+from changelake.capture.postgres.consistency import kept_dsn, probe
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
@@ -207,8 +207,10 @@ def test_probe_names_another_database_and_a_missing_slot(pg_dsn: str, postgres) 
     conn.close()
     other = probe(Origin("postgres", "postgres:1:2", name, {"slot": "x", "dsn": pg_dsn}))
     assert other.reachable and "another database" in other.error
-    assert redact_dsn("postgresql://u:secret@h:5/db") == "user=u dbname=db host=h port=5"
-    assert "secret" not in redact_dsn("host=h password=secret dbname=d")
+    assert kept_dsn("postgresql://u:secret@h:5/db") == "user=u dbname=db host=h port=5"
+    assert "secret" not in kept_dsn("host=h password=secret dbname=d")
+    assert kept_dsn("postgresql://u@h/db?sslpassword=secret&sslmode=require") == \
+        "user=u dbname=db host=h sslmode=require"
 
 
 def test_resume_refuses_tables_of_another_database(spark, pg_dsn: str, postgres,
@@ -360,7 +362,7 @@ def test_cli_snapshot_as_of_and_status(bank: str, tmp_path) -> None:
                            timeout=600)
     assert ahead.returncode == 0, ahead.stderr
 
-    status = run("status", *lake, "--format", "jsonl")
+    status = run("status", *lake, "--format", "jsonl", "--live")
     assert status.returncode == 0, status.stderr
     lines = [orjson.loads(line) for line in status.stdout.splitlines()]
     tables = {line["name"]: line for line in lines if "name" in line}

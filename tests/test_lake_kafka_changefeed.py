@@ -433,7 +433,8 @@ def test_cli_follow_killed_and_restarted_then_closed(
     state, rows = _table_updates(lake_dir, "t")
     assert state["frontier"] == [] and rows == updates(lake, ref)
     status = subprocess.run([*cli, "status", "--lake", str(lake_dir), "--format", "jsonl",
-                             "--master", "local[1]"], capture_output=True, timeout=300)
+                             "--master", "local[1]", "--live"], capture_output=True,
+                            timeout=300)
     assert status.returncode == 0, status.stderr.decode()
     (table,) = [orjson.loads(line) for line in status.stdout.splitlines()]
     assert {o["topic"] for o in table["offsets"]} == {data}

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from changelake.errors import ChangelakeError
+from changelake.redact import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -53,8 +54,8 @@ def user_errors(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except ChangelakeError as error:
-            _fail(" ".join(str(error).splitlines()))  # one line, whatever the input held
+        except ChangelakeError as error:  # one line, whatever the input held, no secret
+            _fail(redact(" ".join(str(error).splitlines())))
         except BrokenPipeError:
             sys.exit(0)  # the reader went away (e.g. `| head`)
         except OSError as error:
@@ -68,7 +69,7 @@ def user_errors(func: F) -> F:
 
             if os.environ.get("CHANGELAKE_DEBUG"):
                 raise
-            text = " ".join(str(error).split())[:300]
+            text = redact(" ".join(str(error).split()))[:300]
             click.echo(f"changelake: internal error: {type(error).__name__}: {text} (a bug: "
                        "please report it; CHANGELAKE_DEBUG=1 shows the traceback)", err=True)
             sys.exit(1)
@@ -1195,6 +1196,10 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                                  ("warehouse", warehouse)) if v is not None}
     if kind == "delta" and options:
         raise click.UsageError(f"--{', --'.join(options)}: for --to iceberg only")
+    if kind == "iceberg":  # a catalog that cannot be opened is refused before Spark starts
+        from changelake.lake.export.iceberg import check_catalog
+
+        check_catalog(target, warehouse)
     ident, _ = _table_and_key(table)
     _existing_lake(lake_dir)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
@@ -1209,13 +1214,18 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 @lake_options
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl"]), default=None,
               help="Default: table on a terminal, jsonl otherwise.")
+@click.option("--live", is_flag=True,
+              help="Also ask the servers the lake's metadata names (source databases, Kafka "
+                   "clusters) for their lag, with your credentials (.pgpass, PGPASSWORD, ...).")
 @engine_option
 @user_errors
 def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-           fmt: str | None, engine: str) -> None:
+           fmt: str | None, live: bool, engine: str) -> None:
     """Per table: frontier, since, rows, segments, files, bytes, last commit. Per source
-    database of captured tables: its tables, their consistent frontier (time and LSN), and
-    its slot's lag, asked live ("unreachable" with the reason if it cannot be asked).
+    database of captured tables: its tables, their consistent frontier (time and LSN), and,
+    with --live, its slot's lag ("unreachable" with the reason if it cannot be asked); per
+    table ingested from Kafka, its offsets and, with --live, their lag. Without --live no
+    server the lake names is contacted: "not asked (--live)" where the lag would be.
 
     jsonl: a line per table (with "name"), then a line per source database (with "database")."""
     import orjson
@@ -1224,13 +1234,13 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     _existing_lake(lake_dir)
-    result = _arrow_status(lake_dir, engine) if engine != "spark" else None
+    result = _arrow_status(lake_dir, engine, live) if engine != "spark" else None
     if result is None:
         from changelake.lake import commands
 
         lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
         try:
-            result = commands.lake_status(lake)
+            result = commands.lake_status(lake, live=live)
         finally:
             lake.spark.stop()
     if fmt == "jsonl":
@@ -1249,16 +1259,17 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
             console.print(report.sources_table(result.sources))
 
 
-def _kafka_lag(state: Any) -> list[dict] | None:
-    """A table's Kafka lag for `status`, asked of its cluster (None: not ingested from Kafka)."""
+def _kafka_lag(state: Any, live: bool) -> list[dict] | None:
+    """A table's Kafka lag for `status`, asked of its cluster when `live` (None: not ingested
+    from Kafka)."""
     if state.offsets is None or state.offsets.kind != "kafka":
         return None
     from changelake.kafka.lag import offsets_status
 
-    return offsets_status(state.offsets, frontier=state.upper)
+    return offsets_status(state.offsets, frontier=state.upper, live=live)
 
 
-def _arrow_status(lake_dir: Path, engine: str) -> Any:
+def _arrow_status(lake_dir: Path, engine: str, live: bool) -> Any:
     """`status` on the Arrow path: a `LakeStatus`, or None when `auto`
     leaves it to Spark (a table whose committed version only the metastore knows, or a large
     one: all tables are read by one engine). Source databases of captured tables are asked
@@ -1269,7 +1280,8 @@ def _arrow_status(lake_dir: Path, engine: str) -> Any:
         states = arrow.lake_states(lake_dir)
         if engine == "auto" and not all(arrow.within_limits(s) for s in states):
             return None
-        tables = [arrow.table_status(lake_dir, s, offsets=_kafka_lag(s)) for s in states]
+        tables = [arrow.table_status(lake_dir, s, offsets=_kafka_lag(s, live), live=live)
+                  for s in states]
     except arrow.ArrowUnavailable:
         if engine == "arrow":
             raise
@@ -1278,7 +1290,7 @@ def _arrow_status(lake_dir: Path, engine: str) -> Any:
     if any(s.origin is not None for s in states):
         from changelake.lake.sources import statuses
 
-        sources = statuses(states)
+        sources = statuses(states, live=live)
     return arrow.LakeStatus(tables, sources)
 
 
@@ -1313,7 +1325,9 @@ def capture() -> None:
 @click.option("--out", "out_dir", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="Write Materialize CDC logs here, one directory per table (no Spark).")
-@click.option("--dsn", required=True, help="libpq connection string of the database.")
+@click.option("--dsn", required=True, envvar="CHANGELAKE_DSN", show_envvar=True,
+              help="libpq connection string of the database (its password from PGPASSWORD, "
+                   "~/.pgpass, PGPASSFILE or PGSERVICE, not the command line).")
 @click.option("--publication", required=True, help="The publication naming the tables.")
 @click.option("--slot", required=True, help="The logical replication slot (pgoutput).")
 @click.option("--tables", default=None,

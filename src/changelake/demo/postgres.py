@@ -43,6 +43,7 @@ import psycopg2
 import psycopg2.extensions
 
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
+from changelake.capture.postgres.source import driver_error, shown_dsn
 from changelake.errors import ChangelakeError
 
 ACCOUNTS = 12
@@ -111,7 +112,7 @@ class Workload(threading.Thread):
 
     def run(self) -> None:
         try:
-            conn = psycopg2.connect(self.dsn)
+            conn = connect(self.dsn)
             try:
                 with conn.cursor() as cursor:
                     for step in range(self.transactions):
@@ -250,14 +251,14 @@ def clean_up(dsn: str, *, tables: bool) -> None:
 def connect(dsn: str) -> Any:
     try:
         return psycopg2.connect(dsn)
-    except psycopg2.OperationalError as e:
-        raise DemoDatabaseError(f"cannot connect to the demo's PostgreSQL ({dsn}): "
-                                f"{str(e).strip().splitlines()[0]}") from None
+    except (psycopg2.OperationalError, psycopg2.ProgrammingError) as e:  # the latter: bad DSN
+        raise DemoDatabaseError(f"cannot connect to the demo's PostgreSQL ({shown_dsn(dsn)}): "
+                                f"{driver_error(e, dsn)}") from None
 
 
 def confirmed_lsn(dsn: str, slot: str) -> int | None:
     """The slot's confirmed flush position (None: no such slot yet)."""
-    conn = psycopg2.connect(dsn)
+    conn = connect(dsn)
     try:
         with conn.cursor() as cursor:
             cursor.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
@@ -289,12 +290,18 @@ def kill_group(process: subprocess.Popen, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+DSN_ENV = "CHANGELAKE_DSN"
+"""`capture postgres --dsn` from the environment: how the demo hands its processes a DSN that
+may hold a password, which a command line would show to every user (`ps`)."""
+
+
 def capture_command(dsn: str, lake: Path, *, create: bool, until_idle: float,
-                    spark_args: Sequence[str] = ()) -> list[str]:
+                    spark_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """The capture's command line, without the DSN, and its environment, with it."""
     args = [sys.executable, "-m", "changelake", "capture", "postgres", "--lake", str(lake),
-            *spark_args, "--dsn", dsn, "--publication", PUBLICATION, "--slot", SLOT,
+            *spark_args, "--publication", PUBLICATION, "--slot", SLOT,
             "--until-idle", f"{until_idle:g}"]
-    return [*args, "--create-slot"] if create else args
+    return ([*args, "--create-slot"] if create else args), {**os.environ, DSN_ENV: dsn}
 
 
 def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
@@ -311,9 +318,9 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
         with log.open("ab") as out:
             # Its own process group, so that the kill takes it whole, Spark's JVM included (a
             # JVM left running would hold the lake's embedded metastore from the restart).
-            first = subprocess.Popen(capture_command(dsn, lake, create=True, until_idle=60,
-                                                     spark_args=spark_args),
-                                     stdout=out, stderr=subprocess.STDOUT,
+            command, env = capture_command(dsn, lake, create=True, until_idle=60,
+                                           spark_args=spark_args)
+            first = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
             started = time.monotonic()
             point = None
@@ -341,9 +348,10 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
             again, runs = time.monotonic(), 0
             while True:  # a run that went quiet before the workload ended is run again
                 done_before = not workload.is_alive()
-                second = subprocess.Popen(capture_command(dsn, lake, create=False,
-                                                          until_idle=4, spark_args=spark_args),
-                                          stdout=out, stderr=subprocess.STDOUT)
+                command, env = capture_command(dsn, lake, create=False, until_idle=4,
+                                               spark_args=spark_args)
+                second = subprocess.Popen(command, env=env, stdout=out,
+                                          stderr=subprocess.STDOUT)
                 code = second.wait(timeout=timeout)
                 runs += 1
                 if code != 0:
@@ -392,7 +400,7 @@ def _database_rows(dsn: str, lake: Any, name: str) -> tuple[Counter, Counter]:
     from changelake.capture.postgres.to_lake import _from_spark
     from changelake.capture.postgres.types import catalog
 
-    conn = psycopg2.connect(dsn)
+    conn = connect(dsn)
     try:
         with conn.cursor() as cursor:
             table = Table.from_catalog(cursor, name, catalog(conn.cursor()))

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from changelake.lake.follow_lag import NOT_ASKED
 from changelake.lake.layout import SourceOffsets
 
 
@@ -57,16 +58,18 @@ def topic_lags(offsets: SourceOffsets, *, live: bool = True, timeout: float = 5.
                config: Mapping[str, Any] | None = None,
                frontier: int | None = None) -> list[PartitionLag]:
     """Each recorded partition's lag (end offset now minus the committed resume offset),
-    asked of the cluster at `offsets.address` within `timeout` seconds per call, and whether
-    it holds the table's `frontier` back (`holding_back`); an unreachable cluster is reported
-    per partition, not raised."""
+    asked of the cluster at `offsets.address` within `timeout` seconds per call (not `live`:
+    not asked, `NOT_ASKED` in place of the error), and whether it holds the table's
+    `frontier` back (`holding_back`); an unreachable cluster is reported per partition, not
+    raised."""
     from confluent_kafka import KafkaException, TopicPartition
 
     from changelake.kafka.client import describe
 
     out: list[PartitionLag] = []
     consumer = status_consumer(offsets.address, config) if live else None
-    failure: str | None = None  # once the cluster failed to answer, it is not asked again
+    # once the cluster failed to answer (or is not to be asked), it is not asked again
+    failure: str | None = None if live else NOT_ASKED
     try:
         for topic in offsets.topics:
             for p in topic.partitions:

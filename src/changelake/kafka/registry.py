@@ -10,12 +10,16 @@ confluent-kafka's own client needs its `schemaregistry` extra, whose pinned depe
 install everywhere (certifi releases newer than some package indexes carry); the REST API is two
 JSON calls (three with `latest`, which a reader without a schema file uses to type its rows
 before reading any frame), so this client uses the standard library.
-`http://user:password@host` URLs send basic authentication.
+`http://user:password@host` URLs send basic authentication, and so does `AUTH_ENV`
+(`user:password`) for a URL without a user: a password kept off the command line, where `ps`
+shows it. The credentials go only to the registry's own host: a redirect elsewhere is followed
+without them. Messages name the registry without its password (`redact`).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,11 +30,15 @@ import orjson
 from changelake.errors import SchemaError
 from changelake.formats.materialize import CdcSchema
 from changelake.kafka.errors import RegistryError
+from changelake.redact import redact
 from changelake.values import short
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMA_NOT_FOUND = 40403  # the registry's error_code for an unknown schema id
 SUBJECT_NOT_FOUND = 40401  # ... and for an unknown subject
+
+AUTH_ENV = "CHANGELAKE_SCHEMA_REGISTRY_AUTH"
+"""`user:password` for the registry's basic authentication when its URL names no user."""
 
 
 def value_subject(topic: str) -> str:
@@ -42,17 +50,30 @@ class SchemaRegistry:
     """A registry at `url` (`http://host:port`, optionally with a path prefix)."""
 
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RegistryError(f"--schema-registry: expected http(s)://HOST[:PORT], got {url!r}")
+        try:
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port  # ValueError for a port that is not a number
+        except ValueError:
+            parts, port = None, None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RegistryError("--schema-registry: expected http(s)://HOST[:PORT], got "
+                                f"{redact(url, known=url)!r}")
         self._auth: str | None = None
         if parts.username is not None:
             token = f"{urllib.parse.unquote(parts.username)}:" \
                     f"{urllib.parse.unquote(parts.password or '')}"
+        else:
+            token = os.environ.get(AUTH_ENV) or None
+            if token is not None and ":" not in token:
+                raise RegistryError(f"{AUTH_ENV}: expected USER:PASSWORD (its value is not "
+                                    "shown)")
+        if token is not None:
             self._auth = "Basic " + base64.b64encode(token.encode()).decode()
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        netloc = host + (f":{port}" if port else "")
         self.url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
         self.timeout = timeout
+        self._opener = urllib.request.build_opener(_CredentialsStayHome)
         self._by_id: dict[int, CdcSchema | None] = {}
 
     def register(self, subject: str, schema: CdcSchema) -> int:
@@ -108,7 +129,7 @@ class SchemaRegistry:
         if self._auth is not None:
             request.add_header("Authorization", self._auth)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with self._opener.open(request, timeout=self.timeout) as response:
                 text = response.read()
         except urllib.error.HTTPError as error:
             detail = error.read()[:300]
@@ -123,10 +144,31 @@ class SchemaRegistry:
                                 f"{detail.decode('utf-8', 'replace')}") from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", error)
-            raise RegistryError(f"{self.url}: cannot reach the schema registry: {reason}") \
-                from None
+            raise RegistryError(f"{self.url}: cannot reach the schema registry: "
+                                f"{redact(str(reason))}") from None
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
             raise RegistryError(f"{self.url}: {method} {path}: the answer is not JSON") from None
 
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = None
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+class _CredentialsStayHome(urllib.request.HTTPRedirectHandler):
+    """urllib's redirects, except that the Authorization header is not carried to another
+    scheme, host or port (urllib copies every header but the body's to the new request)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: Any, code: int, msg: str,
+                         headers: Any, newurl: str) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(newurl) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new

@@ -544,9 +544,9 @@ class LakeStatus:
 
 
 def status_of(state: TableState, directory: Path, name: str, rows: int, *,
-              offsets: list[dict[str, Any]] | None = None) -> TableStatus:
+              offsets: list[dict[str, Any]] | None = None, live: bool = True) -> TableStatus:
     """A table's status line from its committed `state`, its row count, its Kafka lag, and a
-    followed directory's lag."""
+    followed directory's lag (followed topics' only when `live`)."""
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
@@ -555,14 +555,15 @@ def status_of(state: TableState, directory: Path, name: str, rows: int, *,
         bytes=sum(f.bytes for f in state.files), version=state.version,
         last_operation=state.operation, last_commit=when,
         source=None if state.origin is None else state.origin.source, offsets=offsets,
-        follow=follow_status(state.offsets),
+        follow=follow_status(state.offsets, live=live),
     )
 
 
 def table_status(lake: Path | str, state: TableState, *,
-                 offsets: list[dict[str, Any]] | None = None) -> TableStatus:
+                 offsets: list[dict[str, Any]] | None = None, live: bool = True
+                 ) -> TableStatus:
     """`status` of one table from its committed state, its rows counted in Arrow."""
     ident = TableIdentifier.parse(state.name)
     directory = ident.directory(lake_tables_dir(lake))
     return status_of(state, directory, ident.display,
-                     merged(lake, ident, state=state).total, offsets=offsets)
+                     merged(lake, ident, state=state).total, offsets=offsets, live=live)

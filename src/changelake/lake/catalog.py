@@ -34,17 +34,26 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
                  ) -> SparkSession:
     """A session on the lake's metastore: the service at `metastore_uri` if given (several
     processes at once), else the embedded Derby under the lake directory (one process)."""
-    from changelake.spark.session import build_session
+    from changelake.spark.session import SparkStartError, build_session
 
     root = Path(lake).resolve()
+    new_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
-    if metastore_uri:
-        return build_session(master, app_name=app_name, conf=conf, metastore_uri=metastore_uri,
-                             warehouse_dir=root / "warehouse")
     metastore = root / "metastore"
-    fresh = _begin_embedded_metastore(metastore)
-    spark = build_session(master, app_name=app_name, conf=conf, hive_metastore_dir=metastore,
-                          warehouse_dir=root / "warehouse")
+    new_metastore = not metastore.exists()
+    try:
+        if metastore_uri:
+            return build_session(master, app_name=app_name, conf=conf,
+                                 metastore_uri=metastore_uri, warehouse_dir=root / "warehouse")
+        fresh = _begin_embedded_metastore(metastore)
+        spark = build_session(master, app_name=app_name, conf=conf,
+                              hive_metastore_dir=metastore, warehouse_dir=root / "warehouse")
+    except SparkStartError:  # a master or setting refused: leave nothing half-made behind
+        if new_root:
+            shutil.rmtree(root, ignore_errors=True)
+        elif new_metastore:
+            shutil.rmtree(metastore, ignore_errors=True)
+        raise
     if fresh:
         # Creating the Derby database and the metastore's `default` database is not atomic: a
         # process killed meanwhile leaves a metastore that no later JVM can open. Until this

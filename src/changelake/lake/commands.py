@@ -364,7 +364,7 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
 
         offsets = offsets_status(state.offsets, live=live, timeout=timeout,
                                  frontier=state.upper)
-    return status_of(state, handle.directory, handle.name, rows, offsets=offsets)
+    return status_of(state, handle.directory, handle.name, rows, offsets=offsets, live=live)
 
 
 def status(lake: Lake, *, count_rows: bool = True) -> list[TableStatus]:

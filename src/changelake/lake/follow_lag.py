@@ -25,6 +25,10 @@ KIND = "files"
 """`SourceOffsets.kind` of a followed directory."""
 TOPICS = "topics"
 """`SourceOffsets.kind` of followed Kafka topics: the address is `kafka://BOOTSTRAP/T1,T2`."""
+NOT_ASKED = "not asked (--live)"
+"""What `status` says where a lag would be that only a server the lake names could tell (a
+Kafka cluster, a source database): a lake someone else wrote is not a reason to connect to
+the servers it names, with the user's credentials, unless the user asks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +132,15 @@ def topics_lag(offsets: SourceOffsets, now: float | None = None,
     return FollowLag(offsets.address, mark.batch, None, seconds, records_behind=behind)
 
 
-def follow_status(offsets: SourceOffsets | None) -> dict[str, Any] | None:
+def follow_status(offsets: SourceOffsets | None, *, live: bool = True
+                  ) -> dict[str, Any] | None:
     """The lag (`follow_lag`, `topics_lag`) as the plain record a `TableStatus` carries
-    (None: not a followed table)."""
+    (None: not a followed table). Topics' lag is asked of their cluster only when `live`
+    (`NOT_ASKED` otherwise); a directory's is a listing, always made."""
     if offsets is None or offsets.stream is None or offsets.kind not in (KIND, TOPICS):
         return None
-    return asdict(follow_lag(offsets) if offsets.kind == KIND else topics_lag(offsets))
+    if offsets.kind == KIND:
+        return asdict(follow_lag(offsets))
+    if not live:
+        return asdict(FollowLag(offsets.address, offsets.stream.batch, None, None, NOT_ASKED))
+    return asdict(topics_lag(offsets))

@@ -59,6 +59,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def check_port(port: int) -> None:
+    """Refuse a port something already listens on (another metastore, most likely), in one
+    line: the JVM's refusal came back as an internal error, its reason in the JVM's log. Bound
+    as the JVM's server socket binds it (address reuse on: a port whose last connection is
+    in TIME_WAIT is free)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError as error:
+            raise LakeError(f"cannot serve the metastore on {HOST}:{port}: {error.strerror} "
+                            "(another metastore of this or another lake? stop it, or pass "
+                            "another --port)") from None
+
+
 def loopback_server(lake: Path, port: int) -> tuple[Any, Any]:
     """(gateway, Thrift server) serving `lake`'s metastore on HOST:`port`, not yet serving.
 
@@ -98,6 +113,7 @@ def serve(lake: Path | str, port: int = DEFAULT_PORT) -> int:
     """Serve in the foreground until interrupted (the CLI's `changelake metastore`); returns
     the exit status. Prints one line on stdout once it accepts connections."""
     lake = Path(lake).resolve()
+    check_port(port)  # before the JVM starts and anything is made under the lake
     gateway, server = loopback_server(lake, port)
     signal.signal(signal.SIGTERM, _interrupt)
     print(LISTENING.format(host=HOST, port=port), flush=True)

@@ -25,7 +25,9 @@ from typing import Any, Protocol
 
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
+from changelake.lake.follow_lag import NOT_ASKED
 from changelake.lake.layout import Origin, TableState
+from changelake.redact import redact
 
 #: Per kind of source, the module that knows it: `position(time) -> str` (a time in the
 #: source's notation) and `probe(origin, timeout) -> SlotStatus` (its replication, now).
@@ -58,11 +60,12 @@ class SlotStatus:
     """What the source says now about one replication slot: the position it has confirmed,
     the source's current position, and the WAL it holds back (`lag_bytes`). Unreachable:
     `reachable` False and the reason in `error`; any other trouble (a missing slot, another
-    server behind the DSN) is in `error` too."""
+    server behind the DSN) is in `error` too. Not asked (`status` without --live):
+    `reachable` None and `error` `NOT_ASKED`. `dsn` is never shown with its secrets."""
 
     slot: str
     dsn: str
-    reachable: bool
+    reachable: bool | None
     confirmed: str | None = None
     current: str | None = None
     lag_bytes: int | None = None
@@ -73,7 +76,7 @@ class SlotStatus:
 class SourceStatus:
     """`changelake status` per source database: its tables, their consistent frontier (the
     integer time, and in the source's notation: an LSN `X/Y` for PostgreSQL), and its
-    slots' lag, asked live (empty when not asked)."""
+    slots' lag, asked live (`NOT_ASKED` when not asked)."""
 
     database: str
     source: str
@@ -178,10 +181,11 @@ def check_as_of(lake: Lake, state: TableState, as_of: int) -> None:
         raise beyond_frontier(group, as_of, f"table {state.name}")
 
 
-def probe_slots(group: SourceTables, timeout: float = DEFAULT_PROBE_SECONDS
-                ) -> list[SlotStatus]:
+def probe_slots(group: SourceTables, timeout: float = DEFAULT_PROBE_SECONDS, *,
+                live: bool = True) -> list[SlotStatus]:
     """Ask the source about each of its slots, each within `timeout` seconds: a source that
-    cannot be reached, or does not answer, is reported as such."""
+    cannot be reached, or does not answer, is reported as such. Not `live`: each slot as
+    recorded, not asked (`NOT_ASKED`), no connection made."""
     out = []
     seen: set[tuple[str, str]] = set()
     for origin in group.origins:
@@ -189,18 +193,21 @@ def probe_slots(group: SourceTables, timeout: float = DEFAULT_PROBE_SECONDS
         if (slot, dsn) in seen:
             continue
         seen.add((slot, dsn))
-        out.append(_probe_with_deadline(origin, slot, dsn, timeout))
+        out.append(_probe_with_deadline(origin, slot, dsn, timeout) if live else
+                   SlotStatus(slot, redact(dsn), None, error=NOT_ASKED))
     return out
 
 
 def _probe_with_deadline(origin: Origin, slot: str, dsn: str, timeout: float) -> SlotStatus:
     result: list[SlotStatus] = []
+    known, dsn = dsn, redact(dsn)
 
     def run() -> None:
         try:
             result.append(kind_module(origin.kind).probe(origin, timeout))
         except Exception as error:  # a report, not a failure: status must go on
-            result.append(SlotStatus(slot, dsn, False, error=f"unreachable: {error}"))
+            result.append(SlotStatus(slot, dsn, False,
+                                     error=f"unreachable: {redact(str(error), known=known)}"))
 
     worker = threading.Thread(target=run, name=f"probe {slot}", daemon=True)
     worker.start()
@@ -217,7 +224,7 @@ def source_status(group: SourceTables, *, live: bool = True,
         database=group.name, source=group.source, kind=group.kind, tables=list(group.tables),
         frontier=[] if group.frontier is None else [group.frontier],
         frontier_lsn=position(group.kind, group.frontier),
-        slots=probe_slots(group, timeout) if live else [])
+        slots=probe_slots(group, timeout, live=live))
 
 
 def statuses(states: Sequence[TableState], *, live: bool = True,

@@ -255,8 +255,10 @@ class KafkaOptions:
         except ChangelakeError as error:
             raise _fail(str(error)) from None
         subjects = ", ".join(value_subject(t) for t in self.topics)
-        raise _fail(f"the registry at {self.registry} has no subject {subjects} to type the "
-                    "rows with: give the schema or avroSchema option")
+        from changelake.redact import redact
+
+        raise _fail(f"the registry at {redact(self.registry)} has no subject {subjects} to "
+                    "type the rows with: give the schema or avroSchema option")
 
     def rows(self) -> Any:
         """The `CdcSchema` whose rows type the DataFrame (after `resolved`)."""

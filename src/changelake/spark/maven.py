@@ -23,12 +23,12 @@ import os
 import sys
 import tempfile
 import urllib.error
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from changelake.errors import ChangelakeError
+from changelake.redact import redact
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ def fetch(repository: str | None = None, *, timeout: float = 60.0) -> list[Path]
             actual = hashlib.sha1(body).hexdigest()
             if actual != expected:
                 raise ChangelakeError(
-                    f"{artifact} from {without_userinfo(repository)}: its SHA-1 is {actual}, "
+                    f"{artifact} from {redact(repository)}: its SHA-1 is {actual}, "
                     f"the repository says {expected}; nothing was installed")
             with tempfile.NamedTemporaryFile(dir=target, delete=False, suffix=".part") as f:
                 f.write(body)
@@ -123,17 +123,9 @@ def _get(url: str, timeout: float, artifact: Artifact) -> bytes:
             return response.read()
     except (urllib.error.URLError, TimeoutError, OSError) as error:
         reason = getattr(error, "reason", None) or error
-        raise ChangelakeError(f"cannot fetch {artifact} from {without_userinfo(url)}: "
-                              f"{reason} (set {REPOSITORY_ENV} to a reachable Maven "
-                              "repository)") from None
-
-
-def without_userinfo(url: str) -> str:
-    """`url` without a `user:password@` part, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        raise ChangelakeError(f"cannot fetch {artifact} from {redact(url)}: "
+                              f"{redact(str(reason), known=url)} (set {REPOSITORY_ENV} to a "
+                              "reachable Maven repository)") from None
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ the classes Spark loads from the setup's archive (`class_archive`), where there 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from changelake.errors import ChangelakeError
+from changelake.redact import redact
 from changelake.spark.class_archive import archive_options, quoted_option
 
 if TYPE_CHECKING:
@@ -131,11 +133,46 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
-    with _launch_environment():
-        spark = builder.getOrCreate() if not log else _with_stderr_to(
-            Path(log), builder.getOrCreate)
+    start = Path(log).stat().st_size if log and Path(log).is_file() else 0
+    try:
+        with _launch_environment():
+            spark = builder.getOrCreate() if not log else _with_stderr_to(
+                Path(log), builder.getOrCreate)
+    except Exception as error:  # a master or setting the JVM refuses: its reason, one line
+        raise SparkStartError(
+            f"Spark did not start (--master {master}"
+            + redact("".join(f", --conf {k}={v}" for k, v in (conf or {}).items()))
+            + f"): {start_failure(error, Path(log) if log else None, start)}"
+            + (f" (the JVM's log: {log})" if log else "")) from None
     quiet_glob_metadata_check(spark)
     return spark
+
+
+class SparkStartError(ChangelakeError):
+    """The JVM or the SparkContext would not start: a master URL or a setting it refuses."""
+
+
+def start_failure(error: BaseException, log: Path | None, start: int) -> str:
+    """Why Spark did not start, in one line: the JVM's own words from its log (what it wrote
+    from byte `start` on: a `SparkException` of the main thread, or the line before "Could
+    not create the Java Virtual Machine"), else the Python side's exception."""
+    lines: list[str] = []
+    if log is not None:
+        with contextlib.suppress(OSError), log.open("rb") as f:
+            f.seek(start)
+            lines = [x.strip() for x in f.read(1 << 20).decode("utf-8", "replace")
+                     .splitlines() if x.strip()]
+    for i, line in enumerate(lines):
+        found = re.search(r'Exception in thread "main" [\w.$]+: (.+)', line)
+        if found:
+            return found[1]
+        if line.startswith("Error: Could not create the Java Virtual Machine") and i:
+            return lines[i - 1]
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        with contextlib.suppress(Exception):
+            return str(java.getMessage()).splitlines()[0]
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 GLOB_METADATA_CHECK = "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink"

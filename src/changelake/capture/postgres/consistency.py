@@ -30,8 +30,7 @@ import psycopg2.extensions
 from pyspark.sql import DataFrame
 
 from changelake.capture.postgres.pgoutput import format_lsn
-from changelake.capture.postgres.source import Source, SourceError
-from changelake.capture.postgres.source import redact_dsn as redact_dsn  # its home is source
+from changelake.capture.postgres.source import Source, SourceError, driver_error, kept_dsn
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin, TableState
 from changelake.lake.sources import (
@@ -41,6 +40,7 @@ from changelake.lake.sources import (
     beyond_frontier,
     find_source,
 )
+from changelake.redact import redact
 
 KIND = "postgres"
 
@@ -58,7 +58,7 @@ def origin(source: Source) -> Origin:
     return Origin(KIND, identity(system, oid), source.database, {
         "system_identifier": str(system), "database_oid": str(oid),
         "slot": source.slot_name, "publication": source.publication,
-        "dsn": redact_dsn(source.dsn)})
+        "dsn": kept_dsn(source.dsn)})
 
 
 def check_tables(source: Source, states: Mapping[str, TableState | None]) -> None:
@@ -121,13 +121,13 @@ def database_as_of(lake: Lake, database: str, time: int | None = None) -> dict[s
 def probe(origin: Origin, timeout: float = DEFAULT_PROBE_SECONDS) -> SlotStatus:
     """The slot's confirmed position and lag behind the server's WAL, asked now."""
     slot, dsn = origin.details.get("slot", ""), origin.details.get("dsn", "")
+    known, dsn = dsn, redact(dsn)  # a lake written before sslpassword was dropped holds it
     seconds = max(2, math.ceil(timeout))  # libpq's least connect_timeout is 2 s
     try:
-        conn = psycopg2.connect(dsn, connect_timeout=seconds, application_name="changelake "
+        conn = psycopg2.connect(known, connect_timeout=seconds, application_name="changelake "
                                 "status", options=f"-c statement_timeout={seconds * 1000}")
     except psycopg2.Error as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return SlotStatus(slot, dsn, False, error=f"unreachable: {reason}")
+        return SlotStatus(slot, dsn, False, error=f"unreachable: {driver_error(error, known)}")
     try:
         conn.autocommit = True
         with conn.cursor() as c:
@@ -140,8 +140,7 @@ def probe(origin: Origin, timeout: float = DEFAULT_PROBE_SECONDS) -> SlotStatus:
                 "WHERE d.datname = current_database()", (slot,))
             system, oid, exists, confirmed, current, lag = c.fetchone()
     except psycopg2.Error as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        return SlotStatus(slot, dsn, True, error=f"query failed: {reason}")
+        return SlotStatus(slot, dsn, True, error=f"query failed: {driver_error(error, known)}")
     finally:
         conn.close()
     if identity(system, oid) != origin.source:

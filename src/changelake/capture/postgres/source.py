@@ -54,6 +54,7 @@ from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.transactions import Assembler, Transaction
 from changelake.capture.postgres.types import RELATION_OID, SESSION_SETTINGS, relation_args
 from changelake.errors import ChangelakeError
+from changelake.redact import redact
 
 
 class SourceError(ChangelakeError):
@@ -80,15 +81,33 @@ def _quoted(identifier: str) -> str:
     return '"' + identifier.replace('"', '""') + '"'
 
 
-def redact_dsn(dsn: str) -> str:
-    """`dsn` (key/value or URI form) as key/value text without its password: what the lake
-    may keep in a manifest (the password comes from the environment or `.pgpass` again)."""
+def kept_dsn(dsn: str) -> str:
+    """`dsn` (key/value or URI form) as key/value text without its secrets (`redact`, which
+    drops `password`, `sslpassword` and the like): what the lake may keep in a manifest (the
+    password comes from `PGPASSWORD`, `.pgpass` or a service file again)."""
     try:
         params = psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError as error:
-        raise SourceError(f"the DSN is not a libpq connection string: {error}") from None
-    params.pop("password", None)
-    return psycopg2.extensions.make_dsn(**params)
+        raise SourceError("the DSN is not a libpq connection string: "
+                          f"{redact(str(error).strip(), known=dsn)}") from None
+    return redact(psycopg2.extensions.make_dsn(**params), drop=True)
+
+
+def shown_dsn(dsn: str) -> str:
+    """`dsn` for a message: its secrets masked, or what it is when libpq cannot parse it
+    (its text may be anything, a password in a typo)."""
+    try:
+        psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        return "a DSN libpq cannot parse"
+    return redact(dsn)
+
+
+def driver_error(error: BaseException, dsn: str) -> str:
+    """The first line of a psycopg2 (libpq) error, which may quote the DSN or a piece of it,
+    with the DSN's secrets masked."""
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return redact(first, known=dsn)
 
 
 def _options() -> str:
@@ -101,12 +120,8 @@ def connect(dsn: str, *, replication: bool = False) -> psycopg2.extensions.conne
     try:
         conn = psycopg2.connect(dsn, options=_options(), connection_factory=factory)
     except (psycopg2.OperationalError, psycopg2.ProgrammingError) as e:  # the latter: bad DSN
-        try:
-            shown = redact_dsn(dsn)
-        except SourceError:
-            shown = "a DSN libpq cannot parse"
-        raise SourceError(f"cannot connect to PostgreSQL ({shown}): "
-                          f"{str(e).strip().splitlines()[0]}") from None
+        raise SourceError(f"cannot connect to PostgreSQL ({shown_dsn(dsn)}): "
+                          f"{driver_error(e, dsn)}") from None
     if not replication:
         conn.autocommit = True
     return conn
@@ -177,9 +192,18 @@ class Source:
                               f"{self.database!r} (CREATE PUBLICATION {self.publication} FOR "
                               "TABLE ...)")
         with self.conn.cursor() as c:
-            c.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables "
-                      "WHERE pubname = %s ORDER BY 1", (self.publication,))
-            published = [r[0] for r in c.fetchall()]
+            c.execute("SELECT schemaname, tablename FROM pg_publication_tables "
+                      "WHERE pubname = %s ORDER BY schemaname || '.' || tablename",
+                      (self.publication,))
+            pairs = c.fetchall()
+        for schema, table in pairs:  # `schema.table` would name another table, or none
+            if "." in schema or "." in table:
+                raise SourceError(
+                    f"table {_quoted(schema)}.{_quoted(table)} of publication "
+                    f"{self.publication!r} has a dot in its schema or table name, which "
+                    "changelake cannot name (its tables are schema.table): rename it, or "
+                    f"ALTER PUBLICATION {_quoted(self.publication)} DROP TABLE it")
+        published = [f"{schema}.{table}" for schema, table in pairs]
         if wanted:
             chosen = []
             for name in wanted:

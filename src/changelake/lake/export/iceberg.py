@@ -110,6 +110,7 @@ from changelake.lake.export.changes import (
 from changelake.lake.export.result import ExportResult
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.schema import live_columns
+from changelake.redact import redact
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -138,13 +139,29 @@ def warehouse_for(uri: str) -> Path:
     """The default warehouse of a SQLite catalog: `<database file without suffix>-warehouse`,
     next to the database file."""
     if not uri.startswith("sqlite:///"):
-        raise LakeError(f"iceberg catalog {uri!r}: only a sqlite:/// catalog has a default "
-                        "warehouse; pass warehouse=... (a directory or file:// URL)")
+        raise LakeError(f"iceberg catalog {redact(uri)!r}: only a sqlite:/// catalog has a "
+                        "default warehouse; pass warehouse=... (a directory or file:// URL)")
     path = Path(uri[len("sqlite:///"):])
     if not path.name or path.name == ":memory:":
-        raise LakeError(f"iceberg catalog {uri!r}: needs a database file")
+        raise LakeError(f"iceberg catalog {redact(uri)!r}: needs a database file")
     path = path.resolve()
     return path.with_name(f"{path.stem}-warehouse")
+
+
+def check_catalog(uri: str, warehouse: str | Path | None = None) -> None:
+    """Refuse, before anything is opened or made, a catalog URI SQLAlchemy cannot read, and
+    one without a default warehouse when none is given (`warehouse_for`)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(uri)
+    except ArgumentError:  # not shown: text that is no URL may be a password in a typo
+        raise LakeError("the iceberg catalog is not a SQLAlchemy URL (not shown, lest it hold "
+                        "a password): give sqlite:////ABS/PATH.db, or DIALECT://USER@HOST/"
+                        "DATABASE with its password in the environment") from None
+    if warehouse is None:
+        warehouse_for(uri)
 
 
 def open_catalog(uri: str, *, catalog: str = "changelake",
@@ -164,7 +181,16 @@ def open_catalog(uri: str, *, catalog: str = "changelake",
         url = _file_location(location)
     else:
         url = str(warehouse)
-    return SqlCatalog(catalog, uri=uri, warehouse=url)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return SqlCatalog(catalog, uri=uri, warehouse=url)
+    except (SQLAlchemyError, ImportError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        if isinstance(error, ImportError):
+            reason += " (the SQLAlchemy dialect's driver is not installed)"
+        raise LakeError(f"iceberg catalog {redact(uri)!r} cannot be opened: "
+                        f"{redact(reason, known=uri)}") from None
 
 
 def _file_location(path: Path) -> str:
@@ -368,6 +394,7 @@ def export_to_iceberg(lake: Lake, table: str | TableIdentifier, uri: str, *,
     target = identifier or f"{ident.database}.{ident.name}"
     if "." not in target:
         raise LakeError(f"Iceberg identifier {target!r} needs a namespace: NAMESPACE.NAME")
+    check_catalog(uri, warehouse)
     with export_lock(lake.root, lock_key(uri, target)):
         pinned = pin(handle)
         # The columns are refused before the catalog is opened, which makes a SQLite
