@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice, repeat
 from operator import le
 from pathlib import Path
 from typing import IO, Any
@@ -69,6 +69,9 @@ _NEWLINE = orjson.Fragment(b"\n")
 byte (a newline in a string is written escaped), so the array splits back exactly."""
 
 
+_LINE_KEYS = ("data", "time", "diff")
+
+
 def _thaw_nested(value: Any) -> Any:
     """orjson's `default` in `update_lines`: a Record inside a row, as `thaw` writes it."""
     if type(value) is Record:
@@ -83,12 +86,13 @@ def update_lines(updates: Sequence[Update]) -> list[bytes]:
     `update_line` writes their text, so a line with a null is made again by `update_line`."""
     if not updates:
         return []
-    items: list[Any] = []
-    append = items.append
-    for data, time, diff in updates:
-        append({"data": dict(data) if type(data) is Record else thaw(data, json_safe=True),
-                "time": time, "diff": diff})
-        append(_NEWLINE)
+    datas, times, diffs = zip(*updates, strict=True)
+    if set(map(type, datas)) == {Record}:
+        rows = map(dict, datas)
+    else:
+        rows = (dict(d) if type(d) is Record else thaw(d, json_safe=True) for d in datas)
+    lines = map(dict, map(zip, repeat(_LINE_KEYS), zip(rows, times, diffs, strict=True)))
+    items = list(chain.from_iterable(zip(lines, repeat(_NEWLINE))))
     blob = orjson.dumps(items, default=_thaw_nested)
     lines = blob[1:-3].split(b",\n,")  # "[" line ",\n," ... line ",\n]"
     if b"null" in blob:
