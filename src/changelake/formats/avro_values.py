@@ -20,6 +20,8 @@ import decimal
 import math
 import uuid
 from collections.abc import Mapping
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 from changelake.formats.avro_logical import Logical, logical
@@ -555,6 +557,102 @@ def compile_avro_json(schema: Schema, named: Named) -> Converter:
             return v
         return fixed
     raise ValueError(f"unsupported Avro type {kind!r}")
+
+
+def compile_avro_json_rows(schema: Schema, named: Named) -> Converter:
+    """`list(map(compile_avro_json(schema, named), rows))` for the rows of one message, a
+    column at a time where it can: a record's fields are taken out as columns, and a column
+    of primitives (or of a `["null", T]` union's values) is checked with a few C-level passes
+    (`set(map(type, column))`, `min`, `max`) instead of a call per value. Anything else goes
+    value by value through the compiled converter, so the result is that converter's; raises
+    `Invalid` where it would (or where the whole message is not a list of records of the
+    schema's size, for the generic path to explain)."""
+    from changelake.values import Record
+
+    row = compile_avro_json(schema, named)
+    s = _resolve(schema, named)
+    if logical(schema, named) is not None or not isinstance(s, dict) \
+            or s["type"] not in ("record", "error") or not s["fields"]:
+        return lambda rows: list(map(row, rows))
+    names = [f["name"] for f in s["fields"]]
+    getters = [itemgetter(name) for name in names]
+    columns = [_compile_column(f["type"], named) for f in s["fields"]]
+    size = len(names)
+
+    def records(rows: list) -> list:
+        if not rows:
+            return []
+        if set(map(type, rows)) != {dict} or set(map(len, rows)) != {size}:
+            raise Invalid
+        try:
+            values = [convert(list(map(get, rows))) for get, convert in zip(getters, columns,
+                                                                              strict=True)]
+        except KeyError:
+            raise Invalid from None
+        pairs = [zip(repeat(name), column) for name, column in zip(names, values, strict=True)]
+        return list(map(Record, zip(*pairs, strict=True)))
+    return records
+
+
+def _compile_column(schema: Schema, named: Named) -> Converter:
+    """A column's values (a list) converted as `compile_avro_json` converts each; see
+    `compile_avro_json_rows`."""
+    each = compile_avro_json(schema, named)
+
+    def value_by_value(column: list) -> list:
+        return list(map(each, column))
+
+    if logical(schema, named) is not None:
+        return value_by_value
+    s = _resolve(schema, named)
+    if isinstance(s, str) and s in ("int", "long"):
+        lo, hi = INT_RANGE if s == "int" else LONG_RANGE
+
+        def integers(column: list) -> list:
+            if set(map(type, column)) == {int} and lo <= min(column) and max(column) <= hi:
+                return column
+            return value_by_value(column)
+        return integers
+    if isinstance(s, str) and s in ("string", "boolean"):
+        kind = str if s == "string" else bool
+
+        def same_type(column: list) -> list:
+            return column if set(map(type, column)) == {kind} else value_by_value(column)
+        return same_type
+    if isinstance(s, str) and s in ("float", "double"):
+        def reals(column: list) -> list:
+            # float(x) is x for a float; a NaN (or an infinity, whose sum may be NaN) goes
+            # value by value, for the one shared NaN
+            if set(map(type, column)) <= {float, int}:
+                total = sum(column)
+                if total == total:
+                    return list(map(float, column))
+            return value_by_value(column)
+        return reals
+    if isinstance(s, list):
+        branches: dict[str, Converter] = {}
+        for b in s:
+            name = type_name(b, named)
+            branches[name] = branches[name.rsplit(".", 1)[-1]] = _compile_column(b, named)
+        has_null = any(_resolve(b, named) == "null" for b in s)
+
+        def union(column: list) -> list:
+            nulls = column.count(None) if has_null else 0
+            wrapped = list(filter(None, column)) if nulls else column
+            if len(wrapped) + nulls != len(column) or set(map(type, wrapped)) != {dict} \
+                    or set(map(len, wrapped)) != {1}:
+                return value_by_value(column)
+            keys = set(chain.from_iterable(wrapped))
+            branch = branches.get(keys.pop()) if len(keys) == 1 else None
+            if branch is None:
+                return value_by_value(column)
+            inner = branch(list(chain.from_iterable(map(dict.values, wrapped))))
+            if not nulls:
+                return inner
+            values = iter(inner)
+            return [None if v is None else next(values) for v in column]
+        return union
+    return value_by_value
 
 
 def compile_to_avro_json(schema: Schema, named: Named) -> Converter:

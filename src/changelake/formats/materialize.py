@@ -38,6 +38,8 @@ import struct
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -120,6 +122,7 @@ class CdcSchema:
     # (Kafka) are encoded and decoded one by one, and parsing per message would dominate
     plain_python: Any = None  # compiled plain row -> fastavro value converter
     updates_avro_json: Any = None  # compiled plain updates -> Avro JSON (raises av.Invalid)
+    json_rows: Any = None  # compiled Avro JSON rows of a message -> frozen rows, at once
 
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
@@ -175,7 +178,8 @@ class CdcSchema:
         return cls(avro, data_type, fields, named, av.compile_avro_json(data_type, named),
                    av.compile_python(data_type, named), fastavro.parse_schema(avro),
                    av.compile_plain_python(data_type, named) or _same,
-                   av.compile_to_avro_json(avro[0], named))
+                   av.compile_to_avro_json(avro[0], named),
+                   av.compile_avro_json_rows(data_type, named))
 
     @classmethod
     def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
@@ -330,7 +334,7 @@ def message_from_avro_json(obj: Any, schema: CdcSchema | None, origin: Location)
     if schema is not None:
         if branch == "array":
             try:
-                return _updates_fast(value, origin, schema.json_data)
+                return _updates_fast(value, origin, schema.json_rows)
             except (av.Invalid, KeyError, TypeError):
                 pass  # the generic path below says what is wrong (or accepts defaults)
         value = av.from_avro_json(obj, schema.avro, schema.named)
@@ -348,54 +352,77 @@ def message_from_avro_json(obj: Any, schema: CdcSchema | None, origin: Location)
     raise ValueError(f"unknown message branch {branch!r}")
 
 
-def _updates_fast(value: Any, origin: Location, data: Callable[[Any], Any]) -> Updates:
-    """The common case, fast: every check of `updates_from_plain`, with a compiled converter.
-    Raises `Invalid` (or KeyError) on anything unusual, for the generic path to explain."""
+def _updates_fast(value: Any, origin: Location, rows: Callable[[list], list]) -> Updates:
+    """The common case, fast: every check of `updates_from_plain`, on the whole message at
+    once (a few C-level passes over its times and diffs), its rows frozen by `rows` (a
+    message's rows at once: `CdcSchema.json_rows`, `_schemaless_rows`). Raises `Invalid` (or
+    KeyError, TypeError) on anything unusual, for the generic path to explain."""
     if type(value) is not list:
         raise av.Invalid
-    out = []
-    append = out.append
+    if not value:
+        return Updates([], origin)
+    if set(map(type, value)) != {dict} or set(map(len, value)) != {3}:
+        raise av.Invalid
     low, high = av.LONG_RANGE
-    for u in value:
-        if type(u) is not dict or len(u) != 3:
-            raise av.Invalid
-        time, diff = u["time"], u["diff"]
-        if type(time) is not int or not 0 <= time <= high or type(diff) is not int \
-                or not low <= diff <= high:
-            raise av.Invalid
-        append((data(u["data"]), time, diff))
-    return Updates(out, origin)
+    times = list(map(_TIME, value))
+    diffs = list(map(_DIFF, value))
+    if set(map(type, times)) != {int} or min(times) < 0 or max(times) > high \
+            or set(map(type, diffs)) != {int} or min(diffs) < low or max(diffs) > high:
+        raise av.Invalid
+    return Updates(list(zip(rows(list(map(_DATA, value))), times, diffs, strict=True)), origin)
 
+
+_DATA, _TIME, _DIFF = itemgetter("data"), itemgetter("time"), itemgetter("diff")
 
 _FLAT = frozenset({str, int, float, bool, type(None)})
 """Types that `freeze_unwrapped` returns unchanged, as JSON parsing produces them (JSON has no
 NaN, so a parsed float never needs the shared NaN)."""
 
+_UNWRAPPED = av.PRIMITIVES - {"null"}
+"""The union branch names `freeze_unwrapped` unwraps."""
+
 
 def _updates_fast_schemaless(value: Any, origin: Location) -> Updates:
-    """`_updates_fast` with `_schemaless_row` inlined, and rows whose values are all plain
-    scalars (the common case) frozen without a call per value. Same result, same checks."""
-    if type(value) is not list:
+    """`_updates_fast` with rows frozen as `_schemaless_row` freezes each."""
+    return _updates_fast(value, origin, _schemaless_rows)
+
+
+def _schemaless_rows(rows: list) -> list[Record]:
+    """`[_schemaless_row(row) for row in rows]` for the rows of one message (parsed JSON), a
+    column at a time when every row has the same fields: a column of plain scalars is taken
+    as it is, one of primitive union values (`{"int": 12}`, or null) is unwrapped with a few
+    C-level passes; the rows are made from the columns at once. Other messages go row by
+    row, and other columns value by value, through `freeze_unwrapped`."""
+    if set(map(type, rows)) != {dict}:
         raise av.Invalid
-    out = []
-    append = out.append
-    low, high = av.LONG_RANGE
-    flat = _FLAT.issuperset
+    first = rows[0]
+    names = sorted(first)
+    if not names or set(map(len, rows)) != {len(names)}:
+        return list(map(_schemaless_row, rows))
+    try:
+        columns = [list(map(itemgetter(name), rows)) for name in names]
+    except KeyError:  # rows of other fields
+        return list(map(_schemaless_row, rows))
+    pairs = [zip(repeat(name), _unwrapped_column(column))
+             for name, column in zip(names, columns, strict=True)]
+    return list(map(Record, zip(*pairs, strict=True)))
+
+
+def _unwrapped_column(column: list) -> list:
+    kinds = set(map(type, column))
+    if kinds <= _FLAT:
+        return column
+    if dict in kinds and kinds <= _FLAT | {dict}:
+        wrapped = [v for v in column if type(v) is dict]
+        if set(map(len, wrapped)) == {1} and set(chain.from_iterable(wrapped)) <= _UNWRAPPED:
+            inner = list(chain.from_iterable(map(dict.values, wrapped)))
+            if set(map(type, inner)) <= _FLAT:
+                if len(inner) == len(column):
+                    return inner
+                values = iter(inner)
+                return [next(values) if type(v) is dict else v for v in column]
     unwrapped = av.freeze_unwrapped
-    for u in value:
-        if type(u) is not dict or len(u) != 3:
-            raise av.Invalid
-        time, diff, data = u["time"], u["diff"], u["data"]
-        if type(time) is not int or not 0 <= time <= high or type(diff) is not int \
-                or not low <= diff <= high or type(data) is not dict:
-            raise av.Invalid
-        if flat(map(type, data.values())):
-            row = Record(sorted(data.items()))
-        else:
-            row = Record(sorted([(k, v if type(v) in _FLAT else unwrapped(v))
-                                 for k, v in data.items()]))
-        append((row, time, diff))
-    return Updates(out, origin)
+    return [v if type(v) in _FLAT else unwrapped(v) for v in column]
 
 
 def message_to_plain(message: Message, *, json_safe: bool = False) -> Any:
