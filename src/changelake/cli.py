@@ -608,10 +608,21 @@ def _table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, 
     return ident, columns
 
 
-def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict) -> Any:
+def table_format_option(func: F) -> F:
+    """`--format`: the back end of the tables a command creates."""
+    return click.option(
+        "--format", "table_format", type=click.Choice(["delta", "hive"]), default=None,
+        help="The format of a table this command creates: delta (a Delta Lake table every "
+             "Delta reader reads) or hive (Parquet files under a view). Default: "
+             "$CHANGELAKE_TABLE_FORMAT, else hive. An existing table keeps its own.")(func)
+
+
+def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict,
+               table_format: str | None = None) -> Any:
     from changelake.lake.commands import open_lake
 
-    lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf)
+    lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf,
+                     storage=table_format)
     _quiet_spark(lake.spark)
     return lake
 
@@ -699,6 +710,7 @@ def _quiet_spark(spark: Any) -> None:
                    "before the follow read them is a warning on stderr (a line per partition), "
                    "and it goes on from the first "
                    "record still held (default: an error naming topic, partition and offsets).")
+@table_format_option
 @click.argument("inputs", nargs=-1, type=click.Path())
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
@@ -708,7 +720,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            following: bool, checkpoint: Path | None,
            trigger_seconds: float, max_files_per_trigger: int | None,
            max_records_per_trigger: int | None, until_idle: float | None,
-           tolerate_data_loss: bool, inputs: tuple[str, ...]) -> None:
+           tolerate_data_loss: bool, table_format: str | None,
+           inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
     exactly once; or (--follow) keep doing so as files appear in a directory, or records in
     the topics."""
@@ -756,7 +769,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if following and source != "materialize":
         _follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                            schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
-                           until_idle, lenient, dead_letter_topic)
+                           until_idle, lenient, dead_letter_topic, table_format)
         return
     if following:
         if kafka is not None:
@@ -773,7 +786,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                 max_files_per_trigger, until_idle,
                 _TopicFollow(kafka, tuple(topics), schema_registry, max_records_per_trigger,
                              not tolerate_data_loss, lenient, dead_letter_topic)
-                if kafka is not None else None)
+                if kafka is not None else None, table_format)
         return
     if kafka is not None and inputs:
         raise click.UsageError("--kafka reads the topics: no input files as well")
@@ -781,7 +794,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
     if kafka is not None:
         _check_topics(kafka, topics, dead_letter_topic)
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
             if kafka is not None and source != "materialize":
@@ -897,7 +910,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             ident: Any, columns: tuple[str, ...], schema_path: Path | None, scd2: bool,
             follow_dir: Path | None, checkpoint: Path | None, trigger_seconds: float,
             max_files_per_trigger: int | None, until_idle: float | None,
-            kafka: _TopicFollow | None = None) -> None:
+            kafka: _TopicFollow | None = None, table_format: str | None = None) -> None:
     """`ingest --follow`: run until SIGTERM / SIGINT (or --until-idle), then exit 0 once the
     batch in flight has committed (see lake/follow.py)."""
     import os
@@ -950,7 +963,7 @@ def _follow(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
         control = FollowControl()
         previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
                     for sig in (signal.SIGTERM, signal.SIGINT)}
-        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
         try:
             click.echo(f"changelake: following {address} into {ident}", err=True)
             result = follow(lake, ident, messages, address,
@@ -971,7 +984,8 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
                        schema_path: Path | None, scd2: bool, kafka: str | None,
                        topics: tuple[str, ...], group: str | None, trigger_seconds: float,
                        until_idle: float | None, lenient: bool,
-                       dead_letter_topic: str | None) -> None:
+                       dead_letter_topic: str | None,
+                       table_format: str | None = None) -> None:
     """`ingest --follow --kafka --from debezium|ydb`: rounds of exactly-once ingests until
     SIGTERM / SIGINT (the round in flight commits first) or --until-idle
     (lake/follow_changefeed.py)."""
@@ -992,7 +1006,7 @@ def _follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
     control = FollowControl()
     previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
-    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = _open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
     try:
         click.echo(f"changelake: following {','.join(topics)} at {kafka} into {ident}",
                    err=True)
@@ -1027,7 +1041,7 @@ def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool
 
     try:
         state = arrow.committed_state(lake_dir, ident)
-        if engine == "auto" and not arrow.within_limits(state):
+        if engine == "auto" and not arrow.within_limits(state, lake_dir):
             return None
         if as_of is not None and state.origin is not None:
             _check_consistent(lake_dir, state, as_of)
@@ -1278,7 +1292,7 @@ def _arrow_status(lake_dir: Path, engine: str, live: bool) -> Any:
 
     try:
         states = arrow.lake_states(lake_dir)
-        if engine == "auto" and not all(arrow.within_limits(s) for s in states):
+        if engine == "auto" and not all(arrow.within_limits(s, lake_dir) for s in states):
             return None
         tables = [arrow.table_status(lake_dir, s, offsets=_kafka_lag(s, live), live=live)
                   for s in states]
@@ -1340,11 +1354,13 @@ def capture() -> None:
               help="Stop once no transaction arrived for S seconds (default: run on).")
 @click.option("--max-txns", type=click.IntRange(min=1), default=None, metavar="N",
               help="Stop after N transactions.")
+@table_format_option
 @user_errors
 def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri: str | None,
                      master: str, spark_conf: dict, dsn: str, publication: str, slot: str,
                      tables: str | None, create_slot: bool, snapshot: str,
-                     until_idle: float | None, max_txns: int | None) -> None:
+                     until_idle: float | None, max_txns: int | None,
+                     table_format: str | None) -> None:
     """Stream a PostgreSQL publication through a pgoutput slot into lake tables (--lake) or
     Materialize CDC logs (--out) named schema.table, each transaction at its commit LSN."""
     if (lake_dir is None) == (out_dir is None):
@@ -1371,7 +1387,7 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
         # The database's refusals (no connection, no publication, a table without a key)
         # come before the lake's Spark and metastore start: seconds, not half a minute.
         Source(options.dsn, options.publication, options.slot, tables=options.tables).close()
-        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf)
+        lake = _open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
         try:
             result = LakeCapture(lake, options).run()
         finally:

@@ -108,6 +108,12 @@ def committed_state(lake: Path | str, ident: TableIdentifier) -> TableState:
     directory = ident.directory(root / "tables")
     if not (directory / "_state").is_dir():
         raise LakeError(f"table {ident.display} does not exist in lake {root}")
+    if (directory / DELTA_UPDATES / "_delta_log").is_dir():
+        # A Delta table's committed version is in Delta's log (`delta_storage`): no pointer.
+        version = _delta(directory / DELTA_UPDATES).transaction_version(DELTA_APP_ID)
+        if version is None:
+            raise LakeError(f"table {ident.display} does not exist in lake {root}")
+        return read_manifest(directory, version)
     pointer = read_pointer(directory)  # first the pointer, then the listing
     newest = manifest_versions(directory)
     if pointer is None:
@@ -143,10 +149,42 @@ def lake_states(lake: Path | str) -> list[TableState]:
     return [committed_state(lake, ident) for ident in table_names(lake)]
 
 
-def within_limits(state: TableState) -> bool:
-    """Whether `auto` reads the table with Arrow (see `ARROW_MAX_BYTES`, `ARROW_MAX_ROWS`)."""
+def within_limits(state: TableState, lake: Path | str | None = None) -> bool:
+    """Whether `auto` reads the table with Arrow (see `ARROW_MAX_BYTES`, `ARROW_MAX_ROWS`).
+    A Delta table's size is its updates table's, from Delta's log (`lake` locates it;
+    without it, a Delta table is left to Spark)."""
+    if state.storage == "delta":
+        if lake is None:
+            return False
+        rows, size = delta_size(table_directory(lake, state))
+        return size <= ARROW_MAX_BYTES and rows <= ARROW_MAX_ROWS
     return (sum(f.bytes for f in state.files) <= ARROW_MAX_BYTES
             and sum(f.rows for f in state.files) <= ARROW_MAX_ROWS)
+
+
+DELTA_UPDATES = "updates"
+DELTA_APP_ID = "changelake"
+"""`delta_storage.UPDATES` and `APP_ID`, restated: that module imports pyspark."""
+
+
+def _delta(path: Path) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path))
+
+
+def table_directory(lake: Path | str, state: TableState) -> Path:
+    return TableIdentifier.parse(state.name).directory(lake_tables_dir(lake))
+
+
+def delta_size(directory: Path) -> tuple[int, int]:
+    """Rows and bytes of a Delta table's updates table, from its log's add actions."""
+    actions = _delta(directory / DELTA_UPDATES).get_add_actions(flatten=True)
+    names = actions.schema.names
+    size = sum(v or 0 for v in actions.column("size_bytes").to_pylist())
+    rows = sum(v or 0 for v in actions.column("num_records").to_pylist()) \
+        if "num_records" in names else 0
+    return rows, size
 
 
 # ------------------------------------------------------------------------------- schemas
@@ -244,6 +282,19 @@ def read_file_set(fs: FileSet, state: TableState, directory: Path, schema: pa.Sc
     return pa.concat_tables(parts)
 
 
+def delta_updates(state: TableState, directory: Path, schema: pa.Schema) -> pa.Table:
+    """A Delta table's committed updates (`sql.union_sql`'s, through delta-rs): the updates
+    table's rows before the state's frontier, on the logical schema."""
+    data = _delta(directory / DELTA_UPDATES).to_pyarrow_table()
+    if state.upper is not None:
+        data = data.filter(pc.less(data.column("_time"), pa.scalar(state.upper, pa.int64())))
+    present = set(data.schema.names)
+    columns = [_column(data.column(f.name), f.type) if f.name in present
+               else pa.nulls(data.num_rows, f.type) for f in schema]
+    columns += [data.column("_time").cast(pa.int64()), data.column("_diff").cast(pa.int64())]
+    return pa.Table.from_arrays(columns, schema=_with_meta(schema))
+
+
 def _with_meta(schema: pa.Schema) -> pa.Schema:
     return schema.append(pa.field("_time", pa.int64())).append(pa.field("_diff", pa.int64()))
 
@@ -251,6 +302,8 @@ def _with_meta(schema: pa.Schema) -> pa.Schema:
 def updates(state: TableState, directory: Path) -> pa.Table:
     """Every committed update of the table, on the logical schema with `_time` and `_diff`."""
     schema = arrow_schema(state)
+    if state.storage == "delta":
+        return delta_updates(state, directory, schema)
     tables = [read_file_set(fs, state, directory, schema) for fs in state.files]
     return pa.concat_tables(tables) if tables else _with_meta(schema).empty_table()
 
@@ -548,11 +601,16 @@ def status_of(state: TableState, directory: Path, name: str, rows: int, *,
     """A table's status line from its committed `state`, its row count, its Kafka lag, and a
     followed directory's lag (followed topics' only when `live`)."""
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))
+    size = sum(f.bytes for f in state.files)
+    if state.storage == "delta":  # the updates table's data files
+        actions = _delta(directory / DELTA_UPDATES).get_add_actions(flatten=True)
+        files = actions.num_rows
+        size = sum(v or 0 for v in actions.column("size_bytes").to_pylist())
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
         name=name, key=list(state.key), frontier=list(state.frontier), since=state.since,
         rows=rows, segments=sum(1 for f in state.files if f.kind == SEGMENT), files=files,
-        bytes=sum(f.bytes for f in state.files), version=state.version,
+        bytes=size, version=state.version,
         last_operation=state.operation, last_commit=when,
         source=None if state.origin is None else state.origin.source, offsets=offsets,
         follow=follow_status(state.offsets, live=live),

@@ -91,10 +91,14 @@ class Lake:
     Every method taking a table name takes the text (`NAME` or `DATABASE.NAME`, checked by
     `TableIdentifier.parse`) or a `TableIdentifier`."""
 
-    def __init__(self, spark: SparkSession, root: Path | str) -> None:
+    def __init__(self, spark: SparkSession, root: Path | str, *,
+                 storage: str | None = None) -> None:
         from changelake.spark.session import quiet_glob_metadata_check
 
         self.spark = spark
+        self.storage = storage
+        """The format of the tables this handle creates ("delta" or "hive"; None: the
+        default, `table.default_storage()`); existing tables keep theirs."""
         self.root = Path(root).resolve()
         path_literal(self.root)  # refuse glob characters early, with a clear message
         # The tables' views read their segments as globs, at which Spark warns for nothing.
@@ -106,7 +110,8 @@ class Lake:
 
     def handle(self, name: str | TableIdentifier) -> Table:
         """A handle on the table `name`, whether or not it exists (a writer creates it)."""
-        return Table(self.spark, TableIdentifier.parse(name), self.tables_dir)
+        return Table(self.spark, TableIdentifier.parse(name), self.tables_dir,
+                     storage=self.storage)
 
     def exists(self, name: str | TableIdentifier) -> bool:
         return self.handle(name).load() is not None

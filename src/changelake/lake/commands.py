@@ -53,6 +53,7 @@ from changelake.lake.table import (
     CommitResult,
     ProgressFn,
     TableWriter,
+    check_storage,
     frontier_int,
 )
 from changelake.protocol import Antichain
@@ -64,13 +65,17 @@ from changelake.spark.instants import with_instants
 
 
 def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: str = "local[*]",
-              metastore_uri: str | None = None, conf: dict[str, str] | None = None) -> Lake:
+              metastore_uri: str | None = None, conf: dict[str, str] | None = None,
+              storage: str | None = None) -> Lake:
     """The lake on `spark`, or on a session built for it (embedded Derby under the lake, or
-    the metastore service at `metastore_uri`)."""
+    the metastore service at `metastore_uri`); `storage` is the format of the tables its
+    commands create ("delta" or "hive"; default: `table.default_storage()`)."""
     path_literal(Path(lake).resolve())  # a lake path Spark would misread: before Spark starts
+    if storage is not None:
+        check_storage(storage)
     if spark is None:
         spark = lake_session(lake, master, metastore_uri=metastore_uri, conf=conf)
-    return Lake(spark, lake)
+    return Lake(spark, lake, storage=storage)
 
 
 # ---------------------------------------------------------------------------------- ingest
@@ -303,7 +308,8 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
     if writer.state is None:
         data = StructType([f for f in decoded.rows.schema.fields
                            if f.name not in ("_time", "_diff")])
-        writer.create(data, key=key, buckets=buckets, scd2=scd2)
+        writer.create(data, key=key, buckets=buckets, scd2=scd2,
+                      storage=writer.table.storage)
     return writer.commit(decoded.rows, lower, upper, offsets=offsets, write=write,
                          check_key=False)
 

@@ -196,8 +196,8 @@ def repair_pointer(spark: SparkSession, ident: TableIdentifier, table_dir: Path)
     Only with the writer lock taken without waiting (a writer in flight is left alone: its own
     commit writes the pointer), and only when the lake directory is writable: a read must not
     fail because of it."""
-    if not (table_dir / "_state").is_dir():
-        return False
+    if not (table_dir / "_state").is_dir() or is_delta(spark, ident):
+        return False  # a Delta table has no pointer: Delta's log is the commit point
     try:
         fd = os.open(table_dir / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:

@@ -71,8 +71,13 @@ def default_storage() -> str:
     """The back end of a table created without one named: `CHANGELAKE_TABLE_FORMAT`, else
     the Hive format, until every lake operation works on Delta tables."""
     value = os.environ.get(STORAGE_ENV, "").strip().lower() or HIVE_STORAGE
+    return check_storage(value, f"{STORAGE_ENV}={value!r}")
+
+
+def check_storage(value: str, what: str = "table format") -> str:
+    """`value` if it names a back end, else a LakeError saying which do."""
     if value not in STORAGES:
-        raise LakeError(f"{STORAGE_ENV}={value!r}: not a table format "
+        raise LakeError(f"{what}: {value!r} is not a table format "
                         f"(one of {', '.join(STORAGES)})")
     return value
 
@@ -148,10 +153,14 @@ class Table:
     """A handle on one lake table, which may not exist yet (`Lake.table` checks that it does).
     Cheap: state is read from the metastore when needed."""
 
-    def __init__(self, spark: SparkSession, ident: TableIdentifier, tables: Path) -> None:
+    def __init__(self, spark: SparkSession, ident: TableIdentifier, tables: Path, *,
+                 storage: str | None = None) -> None:
         self.spark = spark
         self.ident = ident
         self._tables = tables
+        self.storage = storage
+        """The back end the table is created with if a writer creates it (None: the
+        default); an existing table keeps its own."""
 
     def __repr__(self) -> str:
         return f"Table({self.ident.display!r}, {str(self._tables)!r})"
@@ -332,10 +341,8 @@ class TableWriter:
         `storage` its back end, "delta" or "hive" (default: `default_storage()`)."""
         if self.state is not None:
             raise LakeError(f"table {self.name} already exists")
-        storage = default_storage() if storage is None else storage
-        if storage not in STORAGES:
-            raise LakeError(f"table {self.name}: unknown table format {storage!r} "
-                            f"(one of {', '.join(STORAGES)})")
+        storage = storage or self.table.storage or default_storage()
+        check_storage(storage, f"table {self.name}")
         for column in key:
             check_name(column, f"table {self.name}: key column")
         if buckets < 1:
