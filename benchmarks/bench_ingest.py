@@ -40,6 +40,7 @@ the ingest's time).
     python benchmarks/bench_ingest.py --events 1100000 --floor --again
     python benchmarks/bench_ingest.py --events 110000 --source ydb
     python benchmarks/bench_ingest.py --events 11000000 --driver-memory 1g
+    python benchmarks/bench_ingest.py --events 1100000 --format delta
 """
 
 from __future__ import annotations
@@ -226,9 +227,13 @@ def jvm_pools_mb(spark: object) -> tuple[float, float]:
     return heap, other
 
 
+PLAIN_FORMAT = "parquet"
+"""What the baseline writes: Parquet, or (`--format delta`) a Delta table."""
+
+
 def plain_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
     """The baseline: Spark's JSON reader with an explicit schema of the image (and, for YDB,
-    the key), the images written as Parquet."""
+    the key), the images written as Parquet (or a Delta table: `PLAIN_FORMAT`)."""
     if source == "ydb":
         schema = "key array<decimal(20,0)>, update struct<name:string,amount:bigint,note:string>"
         image, columns = "update", ["key[0] AS id", "update.*"]
@@ -236,7 +241,7 @@ def plain_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
         schema = "after struct<id:bigint,name:string,amount:bigint,note:string>, op string"
         image, columns = "after", ["after.*"]
     spark.read.schema(schema).json([str(p) for p in paths]).where(f"{image} IS NOT NULL") \
-        .selectExpr(*columns).write.parquet(str(out))
+        .selectExpr(*columns).write.format(PLAIN_FORMAT).save(str(out))
 
 
 def floor_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
@@ -306,7 +311,12 @@ def main() -> None:
                              "lower cap shows what the ingest needs")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting for the session (repeatable)")
+    parser.add_argument("--format", choices=("hive", "delta"), default="hive",
+                        help="the lake table's format; with delta the baseline is a plain "
+                             "Delta write of the same rows")
     args = parser.parse_args()
+    global PLAIN_FORMAT
+    PLAIN_FORMAT = "delta" if args.format == "delta" else "parquet"
     conf = dict(item.split("=", 1) for item in args.conf)
     if args.driver_memory is not None:
         conf["spark.driver.memory"] = args.driver_memory
@@ -335,7 +345,7 @@ def main() -> None:
         options = {"source": args.source, "schema": table_file if ydb else None}
         spark = lake_session(work / "lake", args.master, conf=conf or None)
         spark.sparkContext.setLogLevel("ERROR")
-        lake = Lake(spark, work / "lake")
+        lake = Lake(spark, work / "lake", storage=args.format)
         taken: list[str] = []  # which path each ingest's conversion took
 
         def frames(*args: object, **kwargs: object) -> object:
@@ -374,7 +384,7 @@ def main() -> None:
             start = time.perf_counter()  # and the plain write again, as warm as the floor
             plain_write(spark, feed, args.source, work / "plain-warm.parquet")
             plain_warm = time.perf_counter() - start
-        rows = [("plain Parquet write", plain, "")]
+        rows = [(f"plain {PLAIN_FORMAT} write", plain, "")]
         if floor is not None:
             floor_rows = spark.read.parquet(str(work / "floor.parquet")).count()
             rows.append(("floor (least keyed conversion)", floor,

@@ -45,7 +45,7 @@ def arrow_rows(table) -> Counter:
     return Counter(tuple(r[n] for n in names) for r in table.to_pylist())
 
 
-def deliver(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 12):
+def deliver(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 8):
     rng = random.Random(seed)
     history = (keyed_history(rng, times, 20, 5) if keyed
                else unkeyed_history(rng, times, 5, 4))
@@ -62,7 +62,7 @@ def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake
     import duckdb
     from deltalake import DeltaTable
 
-    times = 12
+    times = 8
     history, name, table = deliver(spark, lake, keyed=keyed, seed=7 if keyed else 8,
                                    times=times)
     state = table.state()
@@ -140,3 +140,33 @@ def test_history_view_and_added_column(spark, lake):
     history = {(r["id"], r["valid_from"], r["valid_to"])
                for r in spark.table(f"{name}_history").collect()}
     assert history == {(1, 0, 1), (1, 1, None), (2, 0, None)}
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
+def test_compaction_folds_history_and_keeps_every_later_time_exact(spark, lake, keyed):
+    from changelake.lake.compact import compact
+
+    rng = random.Random(11 if keyed else 12)
+    times = 8
+    history = (keyed_history(rng, times, 15, 4) if keyed
+               else unkeyed_history(rng, times, 4, 3))
+    name = unique("compacted")
+    table = lake.create_table(name, SCHEMA, key=["id"] if keyed else (), storage="delta")
+    msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
+    for n, inc in enumerate(increments(msgs, rng)):
+        table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+        state = table.state()
+        if n % 3 == 2 and state.upper is not None and state.upper > state.since + 1:
+            compact(table, rng.randint(state.since, state.upper - 1))
+    compact(table, times - 3)
+    state = table.state()
+    assert state.since == times - 3 and state.folded
+    assert rows_of(spark.table(name)) == state_at(history, times - 1, keyed=keyed)
+    for at in range(state.since, times):
+        assert rows_of(table.as_of(at)) == state_at(history, at, keyed=keyed), at
+    # Only the folded state and the updates after `since` are left.
+    # (a keyed table's rows one each, an unkeyed table's distinct rows with their count)
+    kept = table.updates().where(f"_time <= {state.since}").count()
+    assert kept == len(state_at(history, state.since, keyed=keyed))
+    again = compact(table, times - 3)
+    assert again.version is None

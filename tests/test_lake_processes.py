@@ -117,6 +117,21 @@ def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
 
 
 @pytest.mark.slow
+def test_kill9_during_ingest_and_compaction_then_rerun_on_delta(tmp_path, monkeypatch):
+    """As above, with the worker's table in Delta's format: killed while committing (between
+    the append to `updates` and the MERGE into `current`, among other points) and while
+    compacting, the re-run finds the table whole and finishes it exactly once."""
+    monkeypatch.setenv("CHANGELAKE_TABLE_FORMAT", "delta")
+    seed = random.randrange(1000)
+    rng = seeded(seed)
+    lines = printed(seed, keyed=True)
+    commit = rng.choice([line for line in lines if line in {f"COMMIT {n}" for n in range(1, 6)}])
+    compacting = [line for line in lines if line in ("COMPACT 5", "COMPACT 8")]
+    crash_and_recover(tmp_path, seed, keyed=True,
+                      kills=[commit, rng.choice(compacting or ["COMPACT final"])])
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", range(1))  # one case: CI's time is shared
 def test_kill9_more(tmp_path, case):
     rng = random.Random(case)

@@ -116,7 +116,7 @@ def plan_changes(table: Table, since: int, until: int | None = None, *,
         if f is not None and since >= f:
             raise LakeError(f"table {name}: --snapshot at {since} needs a final state there, "
                             f"but the table's frontier is {where}")
-    elif since == s and any(fs.kind != SEGMENT for fs in state.files):
+    elif since == s and (state.folded or any(fs.kind != SEGMENT for fs in state.files)):
         raise LakeError(f"table {name}: the updates at time {s} (the table's since) hold the "
                         f"history compaction folded into it, not the changes at {s}: use "
                         f"--snapshot (the state at {s}, then the changes) or --since {s + 1}")

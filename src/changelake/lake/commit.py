@@ -130,14 +130,15 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
 def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
                  state: TableState, *, expected: int | None,
                  retain: int = DEFAULT_RETAIN, rows: DataFrame | None = None,
-                 write_struct: StructType | None = None) -> int:
+                 write_struct: StructType | None = None,
+                 replace_where: str | None = None) -> int:
     """Make `state` the committed version of the table, with the writer lock held: write its
     manifest, replace the view (the commit point), replace the history view if the table keeps
     one, and collect garbage. Returns how many file sets garbage collection deleted.
 
     A Delta table (`state.storage`) commits by appending `rows` (its new updates, None: none)
-    to its updates table instead (`delta_storage`); `write_struct` is the physical schema a
-    Delta table is created with.
+    to its updates table instead (`delta_storage`), replacing those `replace_where` matches
+    (compaction); `write_struct` is the physical schema a Delta table is created with.
 
     `expected` is the version `state` was derived from (None: the table is being created);
     anything else committed meanwhile is an error, which the writer lock makes a sign of a
@@ -153,7 +154,8 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
             delta_storage.create(spark, ident, table_dir, state,
                                  write_struct or parse_struct(state.versions[-1].struct))
         else:
-            delta_storage.commit(spark, ident, table_dir, state, rows)
+            delta_storage.commit(spark, ident, table_dir, state, rows,
+                                 replace_where=replace_where)
         _history_view(spark, ident, table_dir, state)
         return 0
     sql = state_sql(state, table_dir)

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
 from changelake.lake.commit import DEFAULT_RETAIN
+from changelake.lake.delta_storage import optimize
 from changelake.lake.layout import (
     BASE,
     DELTA,
@@ -44,7 +45,14 @@ from changelake.lake.layout import (
 )
 from changelake.lake.schema import logical_schema, struct_json
 from changelake.lake.sql import quote, union_sql
-from changelake.lake.table import ProgressFn, Table, TableWriter, clear_dir, write_segment
+from changelake.lake.table import (
+    DELTA_STORAGE,
+    ProgressFn,
+    Table,
+    TableWriter,
+    clear_dir,
+    write_segment,
+)
 from changelake.spark.map_grouping import groupable, restored
 
 
@@ -144,6 +152,9 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
             if upper <= state.since:  # nothing committed past `since`: nothing to do
                 return CompactionResult(state.name, None, state.since, state.since)
             since = upper - 1  # default: as far as is committed
+        elif state.storage == DELTA_STORAGE:
+            last = spark.sql(union_sql(state, directory)).agg(F.max("_time")).first()[0]
+            since = state.since if last is None else max(int(last), state.since)
         else:
             since = max([s.max_time for s in segments if s.max_time is not None]
                         + [state.since])
@@ -153,6 +164,8 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
     if upper is not None and since >= upper:
         raise LakeError(f"table {state.name}: cannot compact to {since}: only times before "
                         f"{upper} are committed")
+    if state.storage == DELTA_STORAGE:
+        return _compact_delta(writer, state, since, progress)
     chosen = [s for s in segments if s.min_time is not None and s.min_time <= since]
     if not chosen and since == state.since:
         return CompactionResult(state.name, None, state.since, since)
@@ -250,6 +263,42 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
         state.name, result.version, state.since, since, len(chosen), change_count,
         tuple(sorted(run_stats)), tuple(merge), tuple(fold), written, removed,
     )
+
+
+def _compact_delta(writer: TableWriter, state: TableState, since: int,
+                   progress: ProgressFn | None) -> CompactionResult:
+    """Compaction of a Delta table: its updates at times <= `since` are replaced by their
+    consolidation at `since` (a keyed table's row of each key that has one then, an unkeyed
+    table's rows with their multiplicity), in one commit of the updates table that records
+    the new version; then both Delta tables are `OPTIMIZE`d. Its cost is the updates folded
+    (the state at the old `since` among them), not the changes alone."""
+    if since == state.since and state.folded:
+        return CompactionResult(state.name, None, state.since, since)
+    table = writer.table
+    spark, directory = table.spark, table.directory
+    if progress is not None:
+        progress("folding updates", 0, 2)
+    logical = logical_schema(state.versions)
+    names = logical.fieldNames()
+    old = spark.sql(union_sql(state, directory, logical=logical)).where(F.col("_time") <= since)
+    if state.keyed:
+        kept = latest_per_key(old, state.key).where(F.col("_diff") > 0) \
+            .withColumn("_diff", F.lit(1).cast("long"))
+    else:
+        kept = consolidate_rows(old.withColumn("_bucket", F.lit(0)), names).drop("_bucket")
+    folded = kept.select(*[F.col(quote(n)) for n in names],
+                         F.lit(since).cast("long").alias("_time"),
+                         F.col("_diff").cast("long").alias("_diff"))
+    changes = old.count()
+    result = replace(state.next("compact", since=since), folded=True)
+    result = replace(result, detail={"since_before": state.since, "changes": changes})
+    writer.publish(result, rows=folded, replace_where=f"_time <= {int(since)}")
+    if progress is not None:
+        progress("optimizing", 1, 2)
+    optimize(spark, directory, None)
+    if progress is not None:
+        progress("done", 2, 2)
+    return CompactionResult(state.name, result.version, state.since, since, changes=changes)
 
 
 def _merge(table: Table, state: TableState, inputs: Sequence[FileSet], logical: StructType,

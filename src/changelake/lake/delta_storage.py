@@ -125,10 +125,15 @@ def _with_meta(struct: StructType) -> StructType:
     return StructType([*struct.fields]).add("_time", "long").add("_diff", "long")
 
 
-def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False) -> None:
-    writer = rows.write.format("delta").mode("append") \
+def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False,
+            replace_where: str | None = None) -> None:
+    """Append `rows` to the Delta table at `path` as the transaction `(APP_ID, version)`;
+    with `replace_where`, the rows matching it are replaced by `rows` in the same commit."""
+    writer = rows.write.format("delta").mode("append" if replace_where is None else "overwrite") \
         .option("txnAppId", APP_ID).option("txnVersion", str(version)) \
         .option("mergeSchema", "true")
+    if replace_where is not None:
+        writer = writer.option("replaceWhere", replace_where)
     if create:
         for key, value in UPDATES_PROPERTIES.items():
             writer = writer.option(key, value)
@@ -136,13 +141,14 @@ def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False) 
 
 
 def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
-           rows: DataFrame | None) -> None:
+           rows: DataFrame | None, *, replace_where: str | None = None) -> None:
     """Append `rows` (the new updates, on the write schema plus `_time`, `_diff`; None: none)
-    to `updates` as version `state.version` (the commit point), then bring `current` to it."""
+    to `updates` as version `state.version` (the commit point), then bring `current` to it.
+    `replace_where`: the updates it matches are replaced by `rows` (compaction's fold)."""
     path = updates_path(table_dir)
     if rows is None:
         rows = spark.read.format("delta").load(str(path)).limit(0)
-    _append(rows, path, state.version)
+    _append(rows, path, state.version, replace_where=replace_where)
     catch_up(spark, ident, table_dir, state)
 
 
@@ -247,3 +253,14 @@ def _unkeyed_merge(logical: StructType, rows: str, target: str) -> str:
             f"VALUES ({', '.join(f's.{c}' for c in cols)})")
 
 
+
+
+def optimize(spark: SparkSession, table_dir: Path, retain_hours: float | None) -> None:
+    """Compact both Delta tables' small files (`OPTIMIZE`); with `retain_hours`, remove the
+    files no version of the last `retain_hours` refers to (`VACUUM`: readers of an older
+    version, and time travel to it, then fail). Neither changes any row: no transaction is
+    recorded."""
+    for path in (current_path(table_dir), updates_path(table_dir)):
+        spark.sql(f"OPTIMIZE {delta_literal(path)}")
+        if retain_hours is not None:
+            spark.sql(f"VACUUM {delta_literal(path)} RETAIN {float(retain_hours)} HOURS")

@@ -192,6 +192,7 @@ class TableState:
     origin: Origin | None = None  # captured tables only; kept by every later version
     offsets: SourceOffsets | None = None  # tables ingested from topics; kept likewise
     storage: str = "hive"  # the back end: "hive" (file sets, a view) or "delta"
+    folded: bool = False  # a Delta table's updates at times <= since are folded (compacted)
 
     @property
     def keyed(self) -> bool:

@@ -321,15 +321,17 @@ class TableWriter:
         return self.spark.sql(state_sql(state, self.table.directory, marker=False))
 
     def publish(self, state: TableState, *, retain: int = DEFAULT_RETAIN,
-                rows: DataFrame | None = None, write_struct: StructType | None = None) -> int:
+                rows: DataFrame | None = None, write_struct: StructType | None = None,
+                replace_where: str | None = None) -> int:
         """Commit `state` (derived from `self.state`) through `commit_state`; returns how many
-        file sets garbage collection removed. `rows` and `write_struct`: see `commit_state`."""
+        file sets garbage collection removed. `rows`, `write_struct`, `replace_where`: see
+        `commit_state`."""
         if self.closed:
             raise LakeError(f"table {self.name}: the writer lock was released")
         expected = None if self.state is None else self.state.version
         removed = commit_state(self.spark, self.table.ident, self.table.directory, state,
                                expected=expected, retain=retain, rows=rows,
-                               write_struct=write_struct)
+                               write_struct=write_struct, replace_where=replace_where)
         self.state = state
         return removed
 

@@ -92,11 +92,13 @@ def require_jars() -> list[Path]:
     return found
 
 
-def fetch(repository: str | None = None, *, timeout: float = 60.0) -> list[Path]:
-    """Download every artifact not already in `jar_dir()`, each checked against its published
-    SHA-1 and put in place by a rename (so an interrupted fetch leaves no partial jar)."""
+def fetch(repository: str | None = None, *, timeout: float = 60.0,
+          target: Path | None = None) -> list[Path]:
+    """Download every artifact not already in `target` (default `jar_dir()`), each checked
+    against its published SHA-1 and put in place by a rename (so an interrupted fetch leaves
+    no partial jar)."""
     repository = repository or os.environ.get(REPOSITORY_ENV) or CENTRAL
-    target = jar_dir()
+    target = jar_dir() if target is None else target
     target.mkdir(parents=True, exist_ok=True)
     out = []
     for artifact in ARTIFACTS:

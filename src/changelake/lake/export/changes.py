@@ -103,7 +103,7 @@ def exact_from(pinned: Pinned, lower: int) -> bool:
     """Whether the updates at times >= `lower` are the table's changes as committed (not
     history folded into `since` by compaction)."""
     since = pinned.state.since
-    return lower > since or (lower == since and
+    return lower > since or (lower == since and not pinned.state.folded and
                              all(fs.kind == SEGMENT for fs in pinned.state.files))
 
 
@@ -121,7 +121,9 @@ def dropped_columns(pinned: Pinned, lower: int) -> list[str]:
 
 def _window(pinned: Pinned, lower: int) -> DataFrame:
     spark = pinned.table.spark
-    files = window_files(pinned, lower)
+    # A Delta table's updates are one table, read from `lower` on (Delta skips the files
+    # whose statistics say they hold none).
+    files = None if pinned.state.storage == "delta" else window_files(pinned, lower)
     updates = spark.sql(union_sql(pinned.state, pinned.directory, files=files,
                                   logical=pinned.logical))
     return updates.where(F.col("_time") >= lower)
