@@ -6,8 +6,10 @@ no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -99,15 +101,56 @@ def _report_set_aside(set_aside: list, rejected: list) -> None:
                    "(lenient mode)", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group, which removes the JVM's log it named (`main`) when the command
+    succeeds; a failed command's is kept (its error line may name it) until `private.
+    sweep_logs` removes it, a week later."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as done:
+            if done.code in (None, 0) and _OWN_LOG:
+                import os
+
+                for log in _OWN_LOG:
+                    with contextlib.suppress(OSError):
+                        os.unlink(log)
+            raise
+
+
+_OWN_LOG: list[str] = []
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Our own warnings as one line, `changelake: warning: ...`; others as Python shows them."""
+    from changelake.errors import ChangelakeWarning
+
+    if issubclass(category, ChangelakeWarning):
+        click.echo(f"changelake: warning: {redact(' '.join(str(message).split()))}", err=True)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="changelake")
 def main() -> None:
     """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
     import os
 
-    # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours.
-    os.environ.setdefault(JVM_LOG_ENV, str(Path(tempfile.gettempdir()) / "changelake"
-                                           / f"spark-{os.getpid()}.log"))
+    from changelake.private import temporary_folder
+
+    warnings.showwarning = _show_warning
+    # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours:
+    # in this user's private folder (the session makes it), removed if the command succeeds.
+    if not os.environ.get(JVM_LOG_ENV):
+        log = str(temporary_folder("changelake") / f"spark-{os.getpid()}.log")
+        os.environ[JVM_LOG_ENV] = log
+        _OWN_LOG.append(log)
 
 
 JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"

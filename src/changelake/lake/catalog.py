@@ -34,6 +34,7 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
                  ) -> SparkSession:
     """A session on the lake's metastore: the service at `metastore_uri` if given (several
     processes at once), else the embedded Derby under the lake directory (one process)."""
+    from changelake.private import PrivateFolderError
     from changelake.spark.session import SparkStartError, build_session
 
     root = Path(lake).resolve()
@@ -48,7 +49,8 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
         fresh = _begin_embedded_metastore(metastore)
         spark = build_session(master, app_name=app_name, conf=conf,
                               hive_metastore_dir=metastore, warehouse_dir=root / "warehouse")
-    except SparkStartError:  # a master or setting refused: leave nothing half-made behind
+    except (SparkStartError, PrivateFolderError):  # a master, setting or folder refused:
+        # leave nothing half-made behind
         if new_root:
             shutil.rmtree(root, ignore_errors=True)
         elif new_metastore:
