@@ -1452,11 +1452,19 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
 @lake_options
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Port on 127.0.0.1 (0: a free one, printed).")
+@click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="Ask every client for the password on FILE's first line (a file of "
+                   "yours, mode 0600); without it, anyone on this machine may connect and "
+                   "run any Spark SQL as you.")
 @user_errors
 def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-                 port: int) -> None:
+                 port: int, password_file: Path | None) -> None:
     """Serve the lake's tables over JDBC/ODBC (Spark's Thrift server, HiveServer2's protocol)
     on 127.0.0.1 only, until Ctrl-C or SIGTERM: `beeline -u jdbc:hive2://127.0.0.1:PORT`.
+    Without --password-file every local user may connect and run any SQL as you (reading
+    your files, running programs): on a shared machine, give one
+    (`beeline -u ... -n any -w FILE`).
 
     \b
     AS OF: per table, a SQL table function gives exactly `snapshot --as-of T`:
@@ -1468,7 +1476,8 @@ def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_c
 
     _existing_lake(lake_dir)
     sys.exit(serve_lake(lake_dir, port, master=master, metastore_uri=metastore_uri,
-                        conf=spark_conf, out=sys.stdout, err=sys.stderr))
+                        conf=spark_conf, password_file=password_file, out=sys.stdout,
+                        err=sys.stderr))
 
 
 if __name__ == "__main__":

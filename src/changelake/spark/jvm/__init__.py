@@ -59,7 +59,8 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
                              "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
-                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle"))
+                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle",
+                             "PasswordFile"))
 
 
 def enabled() -> bool:
