@@ -297,3 +297,88 @@ def test_sql_endpoint_serves_the_lake_over_jdbc(tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(server.pid, signal.SIGKILL)  # whatever is left of it, its JVM too
         server.wait()
+
+
+# --------------------------------------------------------------------------- --password-file
+
+
+@pytest.mark.parametrize(("mode", "text", "says"), [
+    (0o644, "s3cret\n", "others may read or write it (mode 0644); chmod 600 it"),
+    (0o600, "\nsecond\n", "its first line, the password, is empty"),
+    (None, "", "No such file or directory"),
+])
+def test_a_password_file_others_can_read_is_refused_before_spark_starts(
+        tmp_path: Path, mode: int | None, text: str, says: str) -> None:
+    (tmp_path / "lake").mkdir()
+    password = tmp_path / "pw"
+    if mode is not None:
+        password.write_text(text)
+        password.chmod(mode)
+    run = subprocess.run([*CLI, "sql", "--lake", str(tmp_path / "lake"), "--password-file",
+                          str(password)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.splitlines() == [f"changelake: error: --password-file {password}: {says}"]
+    assert not any((tmp_path / "lake").iterdir())  # nothing started, nothing made
+    assert "s3cret" not in run.stderr
+
+
+def beeline_as(port: int, script: Path, password_file: Path | None
+               ) -> subprocess.CompletedProcess:
+    from changelake.spark.session import check_java
+
+    login = ["-n", "anyone", "-w", str(password_file)] if password_file else []
+    return subprocess.run(
+        [check_java(), "-cp", f"{jars()}/*", "org.apache.hive.beeline.BeeLine",
+         "-u", f"jdbc:hive2://127.0.0.1:{port}/default", *login, "--outputformat=csv2",
+         "--silent=true", "-f", str(script)],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_with_a_password_file_only_its_password_connects(tmp_path: Path) -> None:
+    """`sql --password-file`: beeline with the file's password runs a query; with another
+    password, or none, it cannot connect (the Thrift server's CUSTOM authentication with the
+    jar's PasswordFile); a changed file takes effect at the next connection."""
+    lake_dir = tmp_path / "lake"
+    lake_dir.mkdir()
+    password, wrong = tmp_path / "pw", tmp_path / "wrong"
+    for path, text in ((password, "s3cret-pass\n"), (wrong, "s3cret\n")):
+        path.write_text(text)
+        path.chmod(0o600)
+    script = tmp_path / "q.sql"
+    script.write_text("SELECT 'asked' AS q, 41 + 1 AS answer;\n")
+    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        server = subprocess.Popen([*CLI, "sql", "--lake", str(lake_dir), "--master", "local[1]",
+                                   "--password-file", str(password)],
+                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "listening" not in out.read_text() and server.poll() is None:
+            assert time.monotonic() < deadline, "the endpoint did not start in time"
+            time.sleep(0.5)
+        assert server.poll() is None, err.read_text()[-3000:]
+        (line,) = out.read_text().splitlines()
+        match = re.fullmatch(r"changelake sql: listening on jdbc:hive2://127\.0\.0\.1:(\d+)"
+                             rf"/default \(loopback only, password from {re.escape(str(password))}"
+                             r"\); stop it with Ctrl-C or SIGTERM", line)
+        assert match, line
+        port = int(match.group(1))
+
+        right = beeline_as(port, script, password)
+        assert results(right.stdout) == {"asked": [("42",)]}, right.stderr[-2000:]
+        for login in (wrong, None):
+            refused = beeline_as(port, script, login)
+            assert "asked" not in results(refused.stdout)
+            assert "Error validating the login" in refused.stdout + refused.stderr
+        password.write_text("s3cret\n")  # read at each connection: the old one no longer works
+        assert results(beeline_as(port, script, wrong).stdout) == {"asked": [("42",)]}
+        assert "s3cret" not in out.read_text() + err.read_text()
+
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(120) == 0, err.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

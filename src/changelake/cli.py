@@ -6,8 +6,10 @@ no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
@@ -99,15 +101,56 @@ def _report_set_aside(set_aside: list, rejected: list) -> None:
                    "(lenient mode)", err=True)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The command group, which removes the JVM's log it named (`main`) when the command
+    succeeds; a failed command's is kept (its error line may name it) until `private.
+    sweep_logs` removes it, a week later."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        except SystemExit as done:
+            if done.code in (None, 0) and _OWN_LOG:
+                import os
+
+                for log in _OWN_LOG:
+                    with contextlib.suppress(OSError):
+                        os.unlink(log)
+            raise
+
+
+_OWN_LOG: list[str] = []
+
+
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    """Our own warnings as one line, `changelake: warning: ...`; others as Python shows them."""
+    from changelake.errors import ChangelakeWarning
+
+    if issubclass(category, ChangelakeWarning):
+        click.echo(f"changelake: warning: {redact(' '.join(str(message).split()))}", err=True)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="changelake")
 def main() -> None:
     """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
     import os
 
-    # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours.
-    os.environ.setdefault(JVM_LOG_ENV, str(Path(tempfile.gettempdir()) / "changelake"
-                                           / f"spark-{os.getpid()}.log"))
+    from changelake.private import temporary_folder
+
+    warnings.showwarning = _show_warning
+    # Spark's JVM talks on stderr at start-up; keep that in a log so that our stderr is ours:
+    # in this user's private folder (the session makes it), removed if the command succeeds.
+    if not os.environ.get(JVM_LOG_ENV):
+        log = str(temporary_folder("changelake") / f"spark-{os.getpid()}.log")
+        os.environ[JVM_LOG_ENV] = log
+        _OWN_LOG.append(log)
 
 
 JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
@@ -1409,11 +1452,19 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
 @lake_options
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Port on 127.0.0.1 (0: a free one, printed).")
+@click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, metavar="FILE",
+              help="Ask every client for the password on FILE's first line (a file of "
+                   "yours, mode 0600); without it, anyone on this machine may connect and "
+                   "run any Spark SQL as you.")
 @user_errors
 def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
-                 port: int) -> None:
+                 port: int, password_file: Path | None) -> None:
     """Serve the lake's tables over JDBC/ODBC (Spark's Thrift server, HiveServer2's protocol)
     on 127.0.0.1 only, until Ctrl-C or SIGTERM: `beeline -u jdbc:hive2://127.0.0.1:PORT`.
+    Without --password-file every local user may connect and run any SQL as you (reading
+    your files, running programs): on a shared machine, give one
+    (`beeline -u ... -n any -w FILE`).
 
     \b
     AS OF: per table, a SQL table function gives exactly `snapshot --as-of T`:
@@ -1425,7 +1476,8 @@ def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_c
 
     _existing_lake(lake_dir)
     sys.exit(serve_lake(lake_dir, port, master=master, metastore_uri=metastore_uri,
-                        conf=spark_conf, out=sys.stdout, err=sys.stderr))
+                        conf=spark_conf, password_file=password_file, out=sys.stdout,
+                        err=sys.stderr))
 
 
 if __name__ == "__main__":

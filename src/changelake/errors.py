@@ -69,3 +69,8 @@ class ChangefeedError(InputError):
 
 class LakeError(ChangelakeError):
     """A lake table operation that cannot proceed (missing table, incompatible schema, ...)."""
+
+
+class ChangelakeWarning(RuntimeWarning):
+    """Something the user should know that changes no result (a slower way taken, say): one
+    line, which the CLI prints as `changelake: warning: ...`."""

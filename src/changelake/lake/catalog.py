@@ -34,6 +34,7 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
                  ) -> SparkSession:
     """A session on the lake's metastore: the service at `metastore_uri` if given (several
     processes at once), else the embedded Derby under the lake directory (one process)."""
+    from changelake.private import PrivateFolderError
     from changelake.spark.session import SparkStartError, build_session
 
     root = Path(lake).resolve()
@@ -45,10 +46,12 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
         if metastore_uri:
             return build_session(master, app_name=app_name, conf=conf,
                                  metastore_uri=metastore_uri, warehouse_dir=root / "warehouse")
+        _refuse_a_booted_metastore(root, metastore)
         fresh = _begin_embedded_metastore(metastore)
         spark = build_session(master, app_name=app_name, conf=conf,
                               hive_metastore_dir=metastore, warehouse_dir=root / "warehouse")
-    except SparkStartError:  # a master or setting refused: leave nothing half-made behind
+    except (SparkStartError, PrivateFolderError):  # a master, setting or folder refused:
+        # leave nothing half-made behind
         if new_root:
             shutil.rmtree(root, ignore_errors=True)
         elif new_metastore:
@@ -67,6 +70,39 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
 CREATING = "metastore_db.creating"
 """Present while a lake's embedded metastore is being created, so a process killed in the
 middle leaves a mark that the next start reads as "throw the half-made database away"."""
+
+
+def _refuse_a_booted_metastore(root: Path, metastore: Path) -> None:
+    """Refuse, before Spark starts, a lake whose embedded metastore another process has open:
+    Derby admits one JVM, which holds a lock on `dbex.lck` (a POSIX lock, as `lockf` takes
+    one) while it does, and a second JVM's sessions fail at their first use of the metastore
+    with a long Hive exception. Taken and released at once to ask; a file this process may
+    not write to is not asked about, nor is any where this process has a JVM already."""
+    import errno
+    import fcntl
+    import os
+
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        return  # this process's JVM, which the session will be built on, may be the one
+    try:
+        fd = os.open(metastore / "metastore_db" / "dbex.lck", os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return  # no metastore yet, or none booted since it was made, or not ours to lock
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EAGAIN, errno.EACCES):
+            return
+        raise LakeError(
+            f"lake {root}: its embedded metastore (Derby, under {metastore}) is open in "
+            "another process, and it admits one at a time; to use the lake from several "
+            f"processes, run `changelake metastore --lake {root}` and pass --metastore-uri "
+            "thrift://127.0.0.1:PORT to every command, or wait for the other one to end"
+        ) from None
+    finally:
+        os.close(fd)  # releases the lock, if it was taken
 
 
 def _begin_embedded_metastore(metastore: Path) -> bool:

@@ -135,7 +135,17 @@ def materialize_frames(spark: SparkSession, inputs: Sequence[str | Path],
 
 
 def flatten(updates: DataFrame) -> DataFrame:
-    """(data struct, time, diff) -> the table's columns, `_time`, `_diff`."""
+    """(data struct, time, diff) -> the table's columns, `_time`, `_diff`. A data column
+    named as one of the lake's own (`schema.META_COLUMNS`) is refused, naming it: it would
+    be a second `_time` or `_diff` beside the row's time and diff."""
+    from changelake.lake.schema import META_COLUMNS
+
+    for name in updates.schema["data"].dataType.fieldNames():
+        if name.lower() in META_COLUMNS:
+            raise SchemaError(
+                f"the input has a data column named {name!r}, a name the lake keeps for its "
+                f"own columns ({', '.join(META_COLUMNS)}); rename the column at the source "
+                "(or in the feed's schema) before ingesting it")
     return updates.select("data.*", F.col("time").alias("_time"), F.col("diff").alias("_diff"))
 
 

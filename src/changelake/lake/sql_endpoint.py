@@ -7,12 +7,20 @@ lake's SparkSession, through PySpark's JVM gateway: it then runs on that session
 table is the view a commit publishes, read as any Spark SQL reader reads it. Nothing is
 compiled and no jar is added.
 
-The promise: the endpoint listens on 127.0.0.1 only (it has no authentication) and prints one
-line saying where (`jdbc:hive2://127.0.0.1:P/default`) once it accepts connections; it serves
+The promise: the endpoint listens on 127.0.0.1 only and prints one line saying where
+(`jdbc:hive2://127.0.0.1:P/default`) once it accepts connections; it serves
 until SIGINT or SIGTERM, then stops the server and the session and exits 0. Port 0 (the
 default) takes a free port. HiveServer2 lets the environment variables
 `HIVE_SERVER2_THRIFT_BIND_HOST` / `..._PORT` override its settings; they are removed before the
 JVM starts, and the address actually bound is checked before the line is printed.
+
+Who may connect. Without `--password-file` anyone on the machine may: a client runs any Spark
+SQL as the serving user (reading any file it can, `ADD JAR`, `SELECT TRANSFORM ... USING` a
+program), which is local code execution for every local account. With `--password-file
+FILE` (a file of this user's, mode 0600 or 0400, its first line the password), HiveServer2's
+CUSTOM authentication asks the jar's `changelake.jvm.PasswordFile` for every connection: a
+client gives any user name and that password (`beeline -n me -w FILE`), over plain SASL on
+loopback. That class is in the project's jar (`spark.jvm`), put on the driver's class path.
 
 AS OF over SQL. A client can only send SQL, and a table-valued AS OF needs a function: per
 table, a SQL table function (Spark's SQL UDTF, `CREATE TEMPORARY FUNCTION ... RETURNS TABLE`)
@@ -57,7 +65,12 @@ from changelake.lake.sql import quote, sql_type, state_sql, string_literal
 
 HOST = "127.0.0.1"
 LISTENING = ("changelake sql: listening on jdbc:hive2://{host}:{port}/default (loopback only, "
-             "no authentication); stop it with Ctrl-C or SIGTERM")
+             "{auth}); stop it with Ctrl-C or SIGTERM")
+NO_AUTHENTICATION = "no authentication"
+PASSWORD_CLASS = "changelake.jvm.PasswordFile"
+PASSWORD_PROPERTY = "changelake.sql.password.file"
+"""The JVM system property `PasswordFile` reads the file's path from (HiveServer2 makes its
+provider from a fresh HiveConf, which reads system properties, not the session's settings)."""
 REFRESH_SECONDS = 10.0
 
 SESSION_CONF: dict[str, str] = {
@@ -292,6 +305,44 @@ def check_port(port: int) -> None:
                             "one") from None
 
 
+def check_password_file(path: Path | str) -> Path:
+    """The password file `--password-file` names, checked before anything starts: a regular
+    file owned by this user, readable by no one else, whose first line is not empty."""
+    import stat
+
+    path = Path(path).absolute()
+    name = f"--password-file {path}"
+    try:
+        info = os.stat(path)
+    except OSError as error:
+        raise LakeError(f"{name}: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LakeError(f"{name}: not a file")
+    if info.st_uid != os.geteuid():
+        raise LakeError(f"{name}: owned by uid {info.st_uid}, not by you (uid "
+                        f"{os.geteuid()}); use a file of your own")
+    if info.st_mode & 0o077:
+        raise LakeError(f"{name}: others may read or write it (mode "
+                        f"{stat.S_IMODE(info.st_mode):04o}); chmod 600 it")
+    with path.open("rb") as f:
+        first = f.readline(1 << 16).rstrip(b"\r\n")
+    if not first:
+        raise LakeError(f"{name}: its first line, the password, is empty")
+    return path
+
+
+def _password_jar() -> str:
+    """The project's jar, which holds `PASSWORD_CLASS`; refused where there is none."""
+    from changelake.spark.jvm import SWITCH_ENV, enabled, jar
+
+    built = jar() if enabled() else None
+    if built is None:
+        why = (f"{SWITCH_ENV} is off" if not enabled()
+               else "it could not be compiled (no JDK 17+ javac found, or it failed)")
+        raise LakeError(f"--password-file needs changelake's Java code, and {why}")
+    return str(built)
+
+
 def _bound_socket(service: Any) -> Any:
     """The server socket the Thrift service listens on, once it does (else None): what it
     actually bound, whatever its settings said."""
@@ -325,11 +376,13 @@ def _start_server(spark: Any) -> Any:
     return result[0]
 
 
-def start(lake: Lake, port: int = 0, *, timeout: float = 60.0) -> Endpoint:
+def start(lake: Lake, port: int = 0, *, timeout: float = 60.0,
+          password_file: Path | None = None) -> Endpoint:
     """Register the AS OF functions and start the Thrift server on `lake`'s session, bound to
     127.0.0.1:`port` (0: a free port); returns once it accepts connections there.
 
-    The session must have been built with `SESSION_CONF` (one SQL session for all clients)."""
+    The session must have been built with `SESSION_CONF` (one SQL session for all clients),
+    and, for `password_file`, with the project's jar on its driver's class path."""
     import time
 
     spark = lake.spark
@@ -343,7 +396,14 @@ def start(lake: Lake, port: int = 0, *, timeout: float = 60.0) -> Endpoint:
                             "prefer it to the loopback address and port; unset it")
     check_port(port)
     registered = register_as_of(lake)
-    for key, value in {**SERVER_CONF, "hive.server2.thrift.port": str(port)}.items():
+    server_conf = {**SERVER_CONF, "hive.server2.thrift.port": str(port)}
+    if password_file is not None:
+        system = spark._jvm.java.lang.System
+        system.setProperty(PASSWORD_PROPERTY, str(check_password_file(password_file)))
+        system.setProperty("hive.server2.custom.authentication.class", PASSWORD_CLASS)
+        server_conf.update({"hive.server2.authentication": "CUSTOM",
+                            "hive.server2.custom.authentication.class": PASSWORD_CLASS})
+    for key, value in server_conf.items():
         spark.conf.set(key, value)
     server = _start_server(spark)
     try:
@@ -366,7 +426,7 @@ def start(lake: Lake, port: int = 0, *, timeout: float = 60.0) -> Endpoint:
 
 
 def serve(lake: Lake, port: int = 0, *, out: TextIO, err: TextIO,
-          refresh_seconds: float = REFRESH_SECONDS) -> int:
+          refresh_seconds: float = REFRESH_SECONDS, password_file: Path | None = None) -> int:
     """Start the endpoint, print where it listens (`out`) and its AS OF functions (`err`),
     serve until SIGINT or SIGTERM, then stop; the exit status."""
     stop = threading.Event()
@@ -376,9 +436,12 @@ def serve(lake: Lake, port: int = 0, *, out: TextIO, err: TextIO,
 
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        endpoint = start(lake, port)
+        endpoint = start(lake, port, password_file=password_file)
+        auth = (NO_AUTHENTICATION if password_file is None
+                else f"password from {Path(password_file).absolute()}")
         try:
-            print(LISTENING.format(host=HOST, port=endpoint.port), file=out, flush=True)
+            print(LISTENING.format(host=HOST, port=endpoint.port, auth=auth), file=out,
+                  flush=True)
             print(_functions_line(endpoint.registered), file=err, flush=True)
             while not stop.wait(refresh_seconds):
                 try:
@@ -410,17 +473,23 @@ def _functions_line(registered: Registered) -> str:
 
 def serve_lake(lake_dir: Path | str, port: int = 0, *, master: str = "local[*]",
                metastore_uri: str | None = None, conf: Mapping[str, str] | None = None,
-               out: TextIO, err: TextIO) -> int:
+               password_file: Path | str | None = None, out: TextIO, err: TextIO) -> int:
     """What `changelake sql` runs: the lake's session (built for the endpoint), served until
-    interrupted, then stopped; the exit status."""
+    interrupted, then stopped; the exit status. With `password_file`, a client must give
+    the file's password (see the module docstring)."""
     check_port(port)  # before Spark starts
+    settings = {**(conf or {}), **SESSION_CONF}
+    checked = None
+    if password_file is not None:
+        checked = check_password_file(password_file)
+        key = "spark.driver.extraClassPath"  # the system class loader's, which HiveConf uses
+        settings[key] = os.pathsep.join(p for p in (settings.get(key), _password_jar()) if p)
     for variable in ENV_OVERRIDES:
         os.environ.pop(variable, None)  # before the JVM starts: it would read them
-    lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri,
-                     conf={**(conf or {}), **SESSION_CONF})
+    lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=settings)
     lake.spark.sparkContext.setLogLevel("ERROR")
     try:
-        return serve(lake, port, out=out, err=err)
+        return serve(lake, port, out=out, err=err, password_file=checked)
     finally:
         _stop_quietly(lake.spark.stop)
 

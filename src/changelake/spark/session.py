@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,11 +134,12 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
-    start = Path(log).stat().st_size if log and Path(log).is_file() else 0
+    target = open_log(Path(log)) if log else None  # a folder refused: its own error line
+    start = os.fstat(target).st_size if target is not None else 0
     try:
         with _launch_environment():
-            spark = builder.getOrCreate() if not log else _with_stderr_to(
-                Path(log), builder.getOrCreate)
+            spark = builder.getOrCreate() if target is None else _with_stderr_to(
+                target, builder.getOrCreate)
     except Exception as error:  # a master or setting the JVM refuses: its reason, one line
         raise SparkStartError(
             f"Spark did not start (--master {master}"
@@ -363,13 +365,29 @@ JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"
 this file instead of the terminal. The CLI sets it, so its stderr holds only its own lines."""
 
 
-def _with_stderr_to(path: Path, start: Any) -> Any:
-    """Run `start` with file descriptor 2 pointing at `path`: a JVM launched meanwhile
-    inherits it for life, while this process gets its own stderr back afterwards."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def open_log(path: Path) -> int:
+    """A descriptor appending to the JVM's log `path`, mode 0600, never through a symbolic
+    link. A log in the machine's temporary folder must be in a folder private to this user
+    (`changelake.private`: it holds Spark's messages, which quote input), where the old logs
+    of gone processes are swept; elsewhere the folder is the user's choice, made if need be."""
+    from changelake.private import open_private, private_folder, sweep_logs
+
+    folder = path.parent
+    shared, above = Path(tempfile.gettempdir()).resolve(), folder.parent.resolve()
+    if above == shared or shared in above.parents:
+        private_folder(folder)
+        sweep_logs(folder)
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+    return open_private(path)
+
+
+def _with_stderr_to(target: int, start: Any) -> Any:
+    """Run `start` with file descriptor 2 pointing at `target` (a descriptor, closed here): a
+    JVM launched meanwhile inherits it for life, while this process gets its own stderr back
+    afterwards."""
     sys.stderr.flush()
     saved = os.dup(2)
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.dup2(target, 2)
         return start()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import stat
@@ -138,8 +139,12 @@ class EmbeddedPostgres:
             self._initdb()
         if self.port is None:
             self.port = _free_port()
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60",
-                  "-o", f"-p {self.port} -k {self.directory}", "start")
+        # pg_ctl starts the server through `/bin/sh -c`, with -D and -l in double quotes (where
+        # `$(...)` still runs) and -o as it is: the data folder goes in PGDATA and the log by
+        # its name in the folder pg_ctl runs in, so no path of ours is read by that shell but
+        # the socket folder's, quoted for it.
+        self._run("pg_ctl", "-l", self.log.name, "-w", "-t", "60",
+                  "-o", f"-p {self.port} -k {shlex.quote(str(self.directory))}", "start")
         return self
 
     def stop(self, mode: str = "fast") -> None:
@@ -147,7 +152,7 @@ class EmbeddedPostgres:
         crash would, which recovery then replays)."""
         if self._bin is None or not (self.data / "postmaster.pid").exists():
             return
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+        self._run("pg_ctl", "-m", mode, "-w", "stop")
 
     def __enter__(self) -> EmbeddedPostgres:
         return self.start()
@@ -166,6 +171,12 @@ class EmbeddedPostgres:
         install = bin_dir.parent
         package = install.parent
         copy = self.directory / "pgcopy"
+        if set(str(copy)) & set('"$`\\'):
+            # pg_ctl and initdb run the server binary by its path in double quotes, in a shell
+            raise ServerError(f"{self.directory}: the account '{self.account.name}' that runs "
+                              "PostgreSQL cannot read the installed binaries, and a copy in "
+                              "this folder would be run through a shell that reads its "
+                              "name's $, `, \\ or \"; choose a folder without them")
         target = copy / package.name / install.name
         if not (target / "bin" / "postgres").is_file():
             shutil.copytree(install, target, dirs_exist_ok=True)
@@ -187,7 +198,7 @@ class EmbeddedPostgres:
                                       "runs PostgreSQL (it refuses root) cannot reach this "
                                       "folder; choose one under a world-searchable path")
             os.chown(self.directory, self.account.uid, self.account.gid)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+        self._run("initdb", "-U", "postgres", "--auth=trust",
                   "--encoding=UTF8", "--locale=C", "--no-sync")
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n# changelake: logical replication on loopback\n"
@@ -205,9 +216,12 @@ class EmbeddedPostgres:
         kwargs: dict[str, object] = {}
         if self.account.name is not None:
             kwargs = {"user": self.account.uid, "group": self.account.gid,
-                      "extra_groups": [], "cwd": str(self.directory)}
+                      "extra_groups": []}
+        # The data folder by PGDATA (pg_ctl and initdb read it), never on a shell's command
+        # line; and pg_ctl in the folder, where its `-l server.log` names the log.
+        env = {**os.environ, "LC_ALL": "C", "PGDATA": str(self.data)}
         result = subprocess.run([str(self._bin / program), *args], capture_output=True,
-                                text=True, env={**os.environ, "LC_ALL": "C"}, **kwargs)
+                                text=True, env=env, cwd=str(self.directory), **kwargs)
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
             log = ""

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,9 @@ import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from changelake.errors import ChangelakeWarning
+from changelake.private import private_folder, temporary_folder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,7 +59,8 @@ SWITCH_ENV = "CHANGELAKE_JVM"
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
                              "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
-                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle"))
+                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle",
+                             "PasswordFile"))
 
 
 def enabled() -> bool:
@@ -78,19 +83,29 @@ def _digest() -> str:
     return h.hexdigest()[:16]
 
 
+def _trusted(folder: Path) -> bool:
+    """Whether a jar in `folder` can only have been put there by this user or root: a real
+    folder of theirs that no one else may write to."""
+    try:
+        info = os.lstat(folder)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid in (os.geteuid(), 0)
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def _folder() -> Path:
-    """Where the jar is kept: in this Python environment if it can be written, else under the
-    machine's temporary folder (one per user)."""
+    """Where the jar is kept: in this Python environment if this user can write there and no
+    one else can, else in this user's private folder under the machine's temporary folder
+    (`changelake.private`: a jar planted there would be loaded into every session)."""
     home = Path(sys.prefix) / "share" / "changelake"
     try:
         home.mkdir(parents=True, exist_ok=True)
-        if os.access(home, os.W_OK):
+        if os.access(home, os.W_OK) and _trusted(home):
             return home
     except OSError:
         pass
-    fallback = Path(tempfile.gettempdir()) / f"changelake-jvm-{os.getuid()}"
-    fallback.mkdir(parents=True, exist_ok=True)
-    return fallback
+    return private_folder(temporary_folder("changelake-jvm"))
 
 
 def jar() -> Path | None:
@@ -116,9 +131,8 @@ def jar() -> Path | None:
              "-d", str(classes), *map(str, SOURCES)],
             capture_output=True, text=True)
         if done.returncode != 0:  # a JDK that cannot compile them: the Spark functions' way
-            warnings.warn(f"changelake: compiling the Java line reader failed, so Spark's JSON "
-                          f"functions read every line (slower, same result):\n{done.stderr}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(compile_failed(javac, done.stderr or done.stdout), ChangelakeWarning,
+                          stacklevel=2)
             return None
         built = Path(work) / "out.jar"
         with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:
@@ -130,6 +144,16 @@ def jar() -> Path | None:
         if stale != target:
             stale.unlink(missing_ok=True)
     return target
+
+
+def compile_failed(javac: str, output: str) -> str:
+    """The one line saying that `javac` failed: its first error, and what that means."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    first = first[:300] if first else "no output"
+    return (f"compiling changelake's Java code with {javac} failed ({first}), so Spark's own "
+            f"functions do its work (slower, same result); use a JDK 17 or later, or set "
+            f"{SWITCH_ENV}=off to skip the attempt")
 
 
 def register(spark: SparkSession, name: str, class_name: str, return_type: str) -> bool:

@@ -1,0 +1,49 @@
+"""A second process on a lake's embedded (Derby) metastore: one `changelake: error:` line that
+says what to do (`changelake metastore`, `--metastore-uri`), exit status 2, before Spark
+starts; it was an internal error (Hive's "Unable to instantiate ... MetaStoreClient")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CLI = [str(Path(sys.executable).parent / "changelake")]
+HOLD = """
+import sys, time
+from changelake.lake.catalog import lake_session
+spark = lake_session(sys.argv[1], "local[1]")
+spark.sql("SHOW DATABASES").collect()
+print("READY", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_process_on_the_embedded_metastore_is_told_what_to_do(tmp_path: Path
+                                                                        ) -> None:
+    lake = tmp_path / "lake"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lake)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "READY"
+        before = sorted(str(p) for p in lake.rglob("*") if "metastore_db" not in p.parts)
+        feed = tmp_path / "feed.jsonl"
+        feed.write_text("")
+        started = time.monotonic()
+        done = subprocess.run([*CLI, "ingest", "--lake", str(lake), "--table", "t",
+                               "--master", "local[1]", str(feed)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.splitlines() == [
+            f"changelake: error: lake {lake}: its embedded metastore (Derby, under "
+            f"{lake / 'metastore'}) is open in another process, and it admits one at a time; "
+            f"to use the lake from several processes, run `changelake metastore --lake "
+            f"{lake}` and pass --metastore-uri thrift://127.0.0.1:PORT to every command, or "
+            "wait for the other one to end"]
+        assert time.monotonic() - started < 60  # refused before a JVM started
+        assert sorted(str(p) for p in lake.rglob("*")
+                      if "metastore_db" not in p.parts) == before  # nothing made
+    finally:
+        holder.communicate("", timeout=120)
