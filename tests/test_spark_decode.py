@@ -213,7 +213,8 @@ def test_the_aggregate_gets_a_partition_a_core_for_small_input_and_two_for_large
 
 def test_the_updates_are_shuffled_once_and_whole(spark) -> None:
     # One exchange by (data, time), no partial aggregate before it, and only the three columns
-    # the aggregate reads go through it (not the input's location columns).
+    # the aggregate reads go through it (not the input's location columns). (Spark 4.2 plans
+    # a partial aggregate after the exchange, in the same stage as the final one; 4.3 none.)
     log = [Updates([(R(1), 1, 1), (R(2), 1, 1), (R(1), 1, 1)]), Progress.make([0], [5], [(1, 2)])]
     updates, progress = frames(spark, log)
     updates = updates.selectExpr("*", "'f.jsonl' AS _file", "7L AS _line")
@@ -222,7 +223,7 @@ def test_the_updates_are_shuffled_once_and_whole(spark) -> None:
         plan = got._cached._jdf.queryExecution().executedPlan().toString()
         plan = plan.split("== Initial Plan ==")[0]
         assert plan.count("Exchange hashpartitioning(data") == 1, plan
-        assert "partial_" not in plan, plan
+        assert "partial_" not in plan.split("Exchange", 1)[1], plan
         assert "_file" not in plan.split("Exchange", 1)[1], plan
         assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
 
