@@ -60,8 +60,9 @@ class SyncLog:
         self.events.append((name, detail))
 
     def synced(self, before: int | None = None) -> set[str]:
-        """The paths fsync'd (among the first `before` events)."""
-        return {e[1] for e in self.events[:before] if e[0] == "fsync"}
+        """The paths fsync'd (among the first `before` events), a file synced under a
+        temporary name and renamed after under its final name."""
+        return synced_paths(self.events[:before])
 
     def index(self, name: str, *, start: int = 0) -> int:
         """The position of the first event `name` at or after `start`."""
@@ -70,14 +71,26 @@ class SyncLog:
     def positions(self, name: str) -> list[int]:
         return [i for i, e in enumerate(self.events) if e[0] == name]
 
-    def renamed_to(self, target: Path | str) -> int:
-        """The position of the (first) rename onto `target`."""
+    def renamed_to(self, target: Path | str, *, start: int = 0) -> int:
+        """The position of the first rename onto `target` at or after `start`."""
         target = os.path.abspath(target)
-        return next(i for i, e in enumerate(self.events) if e[0] == "rename" and e[2] == target)
+        return next(i for i, e in enumerate(self.events)
+                    if i >= start and e[0] == "rename" and e[2] == target)
 
     def fsync_of(self, path: Path | str) -> int:
         path = os.path.abspath(path)
         return next(i for i, e in enumerate(self.events) if e[0] == "fsync" and e[1] == path)
+
+
+def synced_paths(events: Iterable[tuple[str, ...]]) -> set[str]:
+    """The paths `events` fsync'd, followed through the renames after the fsync."""
+    synced: set[str] = set()
+    for event in events:
+        if event[0] == "fsync":
+            synced.add(event[1])
+        elif event[0] == "rename" and event[1] in synced:
+            synced.add(event[2])
+    return synced
 
 
 def files_under(directory: Path) -> set[str]:
