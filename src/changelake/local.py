@@ -7,6 +7,9 @@ so memory stays bounded by what the protocol holds unfinished, not by the size o
 from __future__ import annotations
 
 import gc
+import io
+import os
+import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -157,6 +160,19 @@ def load_reader(state: Path, *, strict: bool) -> Reader:
     return reader
 
 
+def sync_output(out: IO[bytes]) -> None:
+    """Flush `out` to the disk if it is a regular file (stdout redirected to one), so a state
+    saved after it never says "printed" of history a power loss took back. A pipe, a terminal
+    or an in-memory buffer has nothing to sync."""
+    out.flush()
+    try:
+        fd = out.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fsync(fd)
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+
+
 def save_reader(reader: Reader, state: Path) -> None:
     """Write the state atomically (temp file, then rename): a crash leaves the old state."""
     with replaced_whole(state) as fo:
@@ -235,6 +251,7 @@ def decode_messages(
 
     frontier, count = write_history(out, batches(), reader.frontier)
     if state is not None:
+        sync_output(out)  # what the state says was printed is on the disk before it is
         save_reader(reader, state)
     return DecodeReport(frontier, count, list(set_aside or []), reader.rejected,
                         reader.waiting_for())

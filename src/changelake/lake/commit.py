@@ -40,7 +40,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from changelake.durable import exclusive_lock
+from changelake.durable import exclusive_lock, sync_tree
 from changelake.errors import LakeError
 from changelake.lake import delta_storage
 from changelake.lake.identifier import TableIdentifier
@@ -142,8 +142,17 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
 
     `expected` is the version `state` was derived from (None: the table is being created);
     anything else committed meanwhile is an error, which the writer lock makes a sign of a
-    second lake directory or a foreign writer."""
+    second lake directory or a foreign writer.
+
+    Durable before told (`durable.py`): a Hive-format table's file sets are synced by their
+    writers before this is called, the manifest (and a new table's directories) before the
+    commit point, the pointer after it. A Delta table's log store syncs nothing: what the
+    append and the MERGE changed is synced after them, before this returns, so the caller
+    acknowledges its source (a slot, group offsets) only after it."""
+    started = time.time() - SYNC_SLACK_SECONDS
     write_manifest(table_dir, state)
+    if expected is None:  # a new table: its directory in the lake before the view names it
+        sync_tree(table_dir / "_state", _lake_root(table_dir))
     if state.storage == delta_storage.STORAGE:
         current = delta_storage.committed_version(spark, table_dir)
         if current != expected:
@@ -156,6 +165,7 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
         else:
             delta_storage.commit(spark, ident, table_dir, state, rows,
                                  replace_where=replace_where)
+        delta_storage.sync(table_dir, None if expected is None else started)
         _history_view(spark, ident, table_dir, state)
         return 0
     sql = state_sql(state, table_dir)
@@ -177,6 +187,18 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     write_pointer(table_dir, state.version)  # after the commit point: it never runs ahead
     _history_view(spark, ident, table_dir, state)
     return collect_garbage(table_dir, state, retain)
+
+
+SYNC_SLACK_SECONDS = 2.0
+"""How far before a commit's start a file's modification time may lie and still be synced as
+written by it (`sync_tree(newer_than=)`): file systems stamp times from a coarse clock."""
+
+
+def _lake_root(table_dir: Path) -> Path:
+    """The lake directory above a table's (`tables/DB/NAME`), up to which a new table's
+    directories are synced."""
+    parents = table_dir.parents
+    return parents[min(2, len(parents) - 1)]
 
 
 def _history_view(spark: SparkSession, ident: TableIdentifier, table_dir: Path,

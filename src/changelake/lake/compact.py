@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.lake.commit import DEFAULT_RETAIN
 from changelake.lake.delta_storage import optimize
@@ -109,6 +110,7 @@ def _write_buckets(df: DataFrame, table_dir: Path, root: str) -> dict[int, tuple
     target = table_dir / root
     clear_dir(target)
     df.repartition("_bucket").write.partitionBy("_bucket").parquet(str(target))
+    sync_tree(target, table_dir)  # on the disk before the commit point names them
     out: dict[int, tuple[int, int]] = {}
     if not target.is_dir():
         return out
@@ -191,6 +193,7 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
             clear_dir(target)
             write_segment(spark.sql(union_sql(state, directory, [seg], logical)).where(
                 F.col("_time") > since), target)
+            sync_tree(target, directory)
             rows, size, t_min, t_max = parquet_stats(target)
             written += rows
             files.append(FileSet(rel, SEGMENT, struct, rows, size, lower=since + 1,

@@ -41,6 +41,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import TableState, read_manifest
@@ -70,6 +71,15 @@ def current_path(table_dir: Path) -> Path:
 
 def updates_path(table_dir: Path) -> Path:
     return table_dir / UPDATES
+
+
+def sync(table_dir: Path, newer_than: float | None) -> None:
+    """Sync what a commit wrote in both Delta tables (data files, `_delta_log` entries, their
+    directories; those modified at or after `newer_than`, everything when None), which Delta's
+    local log store leaves unsynced: after the append that is the commit point, before anyone
+    is told (see `durable.py`)."""
+    for path in (updates_path(table_dir), current_path(table_dir)):
+        sync_tree(path, table_dir, newer_than=newer_than)
 
 
 def delta_literal(path: Path) -> str:

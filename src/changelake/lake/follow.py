@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from changelake.durable import fsync_directory, sync_tree
 from changelake.errors import LakeError
 from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
@@ -126,7 +127,9 @@ def check_checkpoint(checkpoint: Path, table: str, address: str) -> None:
     checkpoint.mkdir(parents=True, exist_ok=True)
     temporary = checkpoint / f".{OWNER}.{os.getpid()}.tmp"
     temporary.write_text(json.dumps({"table": table, "source": address}))
+    sync_tree(temporary)
     os.replace(temporary, path)
+    fsync_directory(checkpoint)
 
 
 def spark_checkpoint_id(checkpoint: Path) -> str:
@@ -381,7 +384,11 @@ class CommitBatches:
             final = self.states / f"{batch_id:012d}"
             if final.exists():
                 shutil.rmtree(final)
-            os.replace(temporary, final)  # the state is durable before the lake commit
+            # The state is durable before the lake commit records the batch: the next batch
+            # starts from it (a lost one would lose its pending updates for good).
+            sync_tree(temporary, self.checkpoint)
+            os.replace(temporary, final)
+            fsync_directory(self.states)
             self.progress(batch_id, "state", None)
             rows = None
             if finished is not None:

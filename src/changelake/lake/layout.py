@@ -273,7 +273,9 @@ def manifest_path(table_dir: Path, version: int) -> Path:
 
 
 def write_manifest(table_dir: Path, state: TableState) -> None:
-    """Write-then-rename, so a crash never leaves a half manifest under the final name."""
+    """Write-then-rename, so a crash never leaves a half manifest under the final name; the
+    file synced before the rename and `_state` after it, so a commit point that names the
+    version (made after this returns) never names a manifest a power loss took back."""
     path = manifest_path(table_dir, state.version)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -281,6 +283,7 @@ def write_manifest(table_dir: Path, state: TableState) -> None:
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+    fsync_directory(path.parent)
 
 
 POINTER = "COMMITTED"

@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.formats.tableschema import TableSchema
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
@@ -100,7 +101,8 @@ and 1.01x the bytes (benchmarks/README.md)."""
 
 
 def write_segment(rows: DataFrame, target: Path) -> None:
-    """Write `rows` as a segment's Parquet files in `target` (`SEGMENT_DICTIONARY_BYTES`)."""
+    """Write `rows` as a segment's Parquet files in `target` (`SEGMENT_DICTIONARY_BYTES`).
+    Spark's writer does not sync them: a writer that commits them calls `sync_tree` first."""
     rows.write.option("parquet.dictionary.page.size", SEGMENT_DICTIONARY_BYTES) \
         .parquet(str(target))
 
@@ -424,6 +426,8 @@ class TableWriter:
         except BaseException:
             shutil.rmtree(target, ignore_errors=True)
             raise
+        if state.storage != DELTA_STORAGE:  # on the disk before the commit point names it
+            sync_tree(target, self.table.directory)
         count, size, t_min, t_max = parquet_stats(target)
         if up is not None and t_max is not None and t_max >= up:
             shutil.rmtree(target, ignore_errors=True)
