@@ -48,8 +48,12 @@ holds its snapshot), and a run that finds it (with `--create-slot`) discards tho
 (`Sink.discard`) and the slot, and takes the start again.
 
 The previous row of a key (for deletes and updates without before-images, unchanged TOAST
-columns, truncates) comes from the sink's current state (`Sink.fetch`), so memory follows the
-batch here, not the tables.
+columns) comes from the sink's current state (`Sink.fetch`), so memory follows the batch here,
+not the tables. A truncate's rows are never read here: the first truncate of a table in a
+batch, at time T, retracts at T the batch's earlier updates of the table (summed per row, held
+here) and, by the sink, the rows the sink holds as the batch starts (`commit_batch`'s
+`emptied`): a lake table's current rows by a Spark job, in the same commit as the batch's other
+updates of the table, so exactly-once and the slot's confirmation after it are unchanged.
 
 A table's columns may change while it is captured (ALTER TABLE): each change carries the
 relation that described the table when it was made, so a batch may hold rows of several
@@ -160,8 +164,9 @@ class Sink(Protocol):
         """Remove what an interrupted `start` left of `tables` (held() is empty after)."""
         ...
 
-    def fetch(self, table: Table, keys: set[Key] | None) -> Iterable[Values]:
-        """The table's current rows of `keys` (None: all), typed as `types` reads them."""
+    def fetch(self, table: Table, keys: set[Key]) -> Iterable[Values]:
+        """The table's current rows of `keys`, typed as `types` reads them (never all of its
+        rows: a truncate's are the sink's to retract, `commit_batch`'s `emptied`)."""
         ...
 
     def check_change(self, old: Table, new: Table) -> None:
@@ -171,9 +176,12 @@ class Sink(Protocol):
         ...
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
         """Make every table hold its `rows` and its frontier `upper`, durably, before
-        returning (a table already at or beyond `lower` skips what it holds). `tables` is
+        returning (a table already at or beyond `lower` skips what it holds). A table in
+        `emptied` was truncated at that time: the rows it held before the batch (at `lower`,
+        or where it is ahead, at its own frontier) are retracted then too, besides `rows`
+        (which retract the batch's own). `tables` is
         each table's shape at the end of the batch, the shape of its `rows`: the first
         shape of a run is the catalog's, not checked against the one the sink holds (a
         change made while no capture ran), so the sink refuses one it cannot follow before
@@ -343,9 +351,11 @@ class Capture:
                 target = by_table.setdefault(name, Counter())
                 _reshaped(target, shapes[name], state.shapes[name])
                 shapes[name] = state.shapes[name]
+                if state.emptied.get(name) == tx.commit_lsn:
+                    _retract_earlier(target, tx.commit_lsn)
                 for row, diff in diffs.items():
                     target[(row, tx.commit_lsn)] += diff
-        self.sink.commit_batch(shapes, by_table, lower, upper)
+        self.sink.commit_batch(shapes, by_table, lower, upper, dict(state.emptied))
         for name in tables:
             self.report.updates[name] += len(by_table.get(name, ()))
             state.floor[name] = upper
@@ -361,3 +371,15 @@ def _reshaped(rows: Rows, old: Table, new: Table) -> None:
         moved = Counter({(reshape(old, new, row), at): d for (row, at), d in rows.items()})
         rows.clear()
         rows.update(moved)
+
+
+def _retract_earlier(rows: Rows, at: int) -> None:
+    """The batch's updates of a table before `at`, summed per row, retracted at `at` (a
+    truncate there; the sink retracts the rows it held before the batch)."""
+    earlier: Counter[Values] = Counter()
+    for (row, when), diff in rows.items():
+        if when < at:
+            earlier[row] += diff
+    for row, diff in earlier.items():
+        if diff:
+            rows[(row, at)] -= diff
