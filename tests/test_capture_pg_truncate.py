@@ -15,7 +15,10 @@ from changelake.capture.postgres.capture import Capture
 from changelake.capture.postgres.pgoutput import parse_lsn
 from changelake.capture.postgres.rows import Key, Table
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeSink
+from changelake.capture.postgres.to_log import LogSink, _truncate_messages
+from changelake.capture.postgres.types import catalog
 from changelake.lake.catalog import Lake
+from changelake.protocol import Antichain, Progress, Updates
 from conftest import execute
 
 pytestmark = pytest.mark.usefixtures("no_public_views")
@@ -114,3 +117,70 @@ def test_a_truncate_empties_the_lake_table_by_a_spark_job(spark, shop: str, tmp_
                                                     until_idle=0.5)), options).run()
     assert third.transactions == 0
     assert rows(table.current()) == after
+
+
+class AskingLogSink(LogSink):
+    """The log sink (`--out`), recording the keys of each fetch."""
+
+    asked: list[set[Key] | None]
+
+    def fetch(self, table: Table, keys: set[Key]) -> list:
+        self.asked = [*getattr(self, "asked", []), None if keys is None else set(keys)]
+        return super().fetch(table, keys)
+
+
+def test_a_truncate_in_a_log_retracts_its_rows_without_a_copy_of_the_table(shop: str,
+                                                                           tmp_path) -> None:
+    out = tmp_path / "out"
+    options = CaptureOptions(shop, "shop", "trunc_log", create_slot=True, until_idle=0.5)
+    Capture(AskingLogSink(out, options), options).run()
+    execute(shop,
+            "UPDATE items SET qty = -1 WHERE id = 1",
+            "DELETE FROM items WHERE id = 2",
+            "BEGIN; UPDATE items SET qty = -3 WHERE id = 3; TRUNCATE items; "
+            "INSERT INTO items VALUES (1, 'again', 1), (2, 'item 2', 2); COMMIT",
+            "BEGIN; TRUNCATE items; INSERT INTO items VALUES (7, 'last', 7); COMMIT",
+            "INSERT INTO items VALUES (8, 'more', 8)")
+    sink = AskingLogSink(out, CaptureOptions(shop, "shop", "trunc_log", until_idle=1.0,
+                                             batch_seconds=60.0))
+    second = Capture(sink, sink.options).run()
+    assert second.transactions == 5
+    assert None not in sink.asked  # no fetch of every row
+    assert sink.current["public.items"] == {(7,): (7, "last", 7), (8,): (8, "more", 8)}
+    # Read back from the log alone, as a restart does: the database's rows.
+    conn = psycopg2.connect(shop)
+    table = Table.from_catalog(conn.cursor(), "public.items", catalog(conn.cursor()))
+    conn.close()
+    upper, current = LogSink(out, sink.options).read_log(table)
+    assert upper == second.frontier
+    assert Counter(current.values()) == database(shop, "items")
+
+
+def test_a_truncate_segment_reads_the_rows_it_retracts_a_batch_at_a_time() -> None:
+    """The log's rows are retracted as the segment is made: at most `batch_size` of them read
+    ahead of the messages out, and each time's updates consolidated (a row the batch put
+    back at the truncate's time is retracted once, not twice)."""
+    read = 0
+
+    def held():
+        nonlocal read
+        for i in range(10_000):
+            read += 1
+            yield (i, "row")
+
+    changes = Counter({((5, "row"), 20): 1, ((20_000, "new"), 10): 1,
+                       ((20_000, "new"), 20): -1, ((30_000, "after"), 25): 1})
+    messages = _truncate_messages(changes, held(), 20, 10, 30, batch_size=100)
+    first = next(messages)
+    assert isinstance(first, Updates) and first.updates == [((20_000, "new"), 10, 1)]
+    assert next(messages).upper == Antichain([11])
+    assert next(messages).upper == Antichain([20]) and read == 0
+    chunk = next(messages)
+    assert len(chunk.updates) == 100 and read <= 101
+    rest = list(messages)
+    updates = [*chunk.updates, *(u for m in rest if isinstance(m, Updates) for u in m.updates)]
+    at_20 = Counter({row: d for row, at, d in updates if at == 20})
+    assert at_20[(5, "row")] == 0 and at_20[(20_000, "new")] == -1
+    assert len(at_20) == 10_000 and all(d == -1 for d in at_20.values())
+    progress = [m for m in rest if isinstance(m, Progress)]
+    assert progress[0].counts == ((20, 10_000),) and progress[-1].upper == Antichain([30])
