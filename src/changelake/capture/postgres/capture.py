@@ -66,8 +66,11 @@ when the batch is first read, and `commit_batch` refuses a shape it does not hol
 made while no capture ran) before it writes anything of the batch: one line naming the table
 and both shapes, and every rerun stops there with nothing written.
 
-Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes, or
-at `max_txns`. While the database is quiet, the last keepalive's position is committed to
+Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes or
+`batch_bytes` of them (`Transaction.bytes`: a few large rows fill a batch as many small ones
+do), or at `max_txns`. The stream's transactions keep at most `spool_bytes` of changes in
+memory together, the open ones and those of the batch (`transactions.Budget`; the rest waits
+in temporary files). While the database is quiet, the last keepalive's position is committed to
 every table (progress with no updates) and confirmed every `heartbeat_seconds` (and before
 stopping `until_idle`), so an idle database does not hold WAL back.
 """
@@ -86,7 +89,7 @@ from typing import Literal, Protocol
 from changelake.capture.postgres.pgoutput import format_lsn
 from changelake.capture.postgres.rows import Key, Table, Tables, Values, reshape
 from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
-from changelake.capture.postgres.transactions import Transaction
+from changelake.capture.postgres.transactions import MEMORY_BYTES, Transaction
 from changelake.capture.postgres.types import catalog
 
 #: A table's updates in a batch: (row, time) -> diff.
@@ -105,6 +108,8 @@ class CaptureOptions:
     max_txns: int | None = None  # stop after this many transactions
     batch_seconds: float = 2.0  # commit at least this often while transactions arrive
     batch_updates: int = 100_000  # or once a batch holds this many changes
+    batch_bytes: int = 64 << 20  # or this many bytes of changes (`Transaction.bytes`)
+    spool_bytes: int = MEMORY_BYTES  # changes kept in memory, all transactions together
     heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
     snapshot_batch_rows: int = 10_000  # initial snapshot rows the driver holds at a time
 
@@ -311,22 +316,25 @@ class Capture:
         state.floor = {n: u for n, u in uppers.items() if u is not None}
         batch: list[Transaction] = []
         batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
-        pending = 0
-        for event in source.stream(resume):
+        pending = pending_bytes = 0
+        for event in source.stream(resume, memory_limit=o.spool_bytes):
             now = time.monotonic()
             if isinstance(event, Transaction):
                 batch.append(event)
                 pending += len(event)
+                pending_bytes += event.bytes
                 last_tx = now
                 self.report.transactions += 1
             done = o.max_txns is not None and self.report.transactions >= o.max_txns
             idle = isinstance(event, Idle)
             if batch and (idle or done or pending >= o.batch_updates
+                          or pending_bytes >= o.batch_bytes
                           or now - started >= o.batch_seconds):
                 upper = batch[-1].commit_lsn + 1
                 self._commit_batch(state, tables, batch, batch_lower, upper)
                 source.confirm(upper)  # not the commit record's end: see the docstring
-                batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
+                batch_lower, batch, started = upper, [], time.monotonic()
+                pending = pending_bytes = 0
             elif idle and not batch and event.lsn > batch_lower and (
                     now - started >= o.heartbeat_seconds or (o.until_idle is not None
                     and now - last_tx >= o.until_idle)):
