@@ -169,13 +169,15 @@ def pg_dsn(postgres: object, request: pytest.FixtureRequest) -> Iterator[str]:
 def no_public_views(spark) -> Iterator[None]:
     """Captured tables are named after their PostgreSQL schema (`public.*`) and the test run
     shares one metastore, so another test's lake may have left a `public.accounts`: drop the
-    views under `public`, before and after (their lakes are temporary directories)."""
+    views under `public` (and the external tables of Delta lake tables), before and after
+    (their lakes are temporary directories)."""
 
     def drop() -> None:
         if spark.catalog.databaseExists("public"):
             for table in spark.catalog.listTables("public"):
                 if not table.isTemporary:
-                    spark.sql(f"DROP VIEW IF EXISTS `public`.`{table.name}`")
+                    kind = "VIEW" if table.tableType == "VIEW" else "TABLE"
+                    spark.sql(f"DROP {kind} IF EXISTS `public`.`{table.name}`")
 
     drop()
     yield

@@ -164,13 +164,13 @@ class CheckedSink(LogSink):
     seen: list[tuple[int, int]]
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
         times = [at for batch in rows.values() for (_, at), d in batch.items() if d]
         confirmed = slot_confirmed(self.options.dsn, self.options.slot)
         for at in times:
             assert confirmed <= at, (confirmed, at)
         self.seen = [*getattr(self, "seen", []), (confirmed, lower)]
-        super().commit_batch(tables, rows, lower, upper)
+        super().commit_batch(tables, rows, lower, upper, emptied)
 
 
 def released(dsn: str) -> None:
@@ -285,12 +285,12 @@ class CrashingSink(LogSink):
     batches = 0
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
         self.batches += 1
         if self.batches < self.crash_at:
-            return super().commit_batch(tables, rows, lower, upper)
+            return super().commit_batch(tables, rows, lower, upper, emptied)
         first = next(iter(tables))
-        super().commit_batch({first: tables[first]}, rows, lower, upper)
+        super().commit_batch({first: tables[first]}, rows, lower, upper, emptied)
         raise Crash(first)
 
 

@@ -211,3 +211,35 @@ def test_the_container_writer_keeps_every_block_within_the_bound(tmp_path: Path)
     with pytest.raises(ValueError, match="more than a block may hold"):
         ocf.write_container(written, schema, [b"\x02a", b"\x00" * (ocf.MAX_DATUM_BYTES + 1)])
     assert b"\x02a" not in written.getvalue()[len(ocf.MAGIC):]  # the header alone
+
+
+class BatchSizes(LogSink):
+    """The log sink, recording how many transactions (commit times) each batch brings."""
+
+    sizes: list[int]
+
+    def commit_batch(self, tables, rows, lower, upper, emptied=None) -> None:
+        times = {at for changes in rows.values() for (_, at), d in changes.items() if d}
+        self.sizes = [*getattr(self, "sizes", []), len(times)]
+        super().commit_batch(tables, rows, lower, upper, emptied)
+
+
+def test_a_batch_ends_at_its_bytes_as_at_its_changes(pg_dsn: str, tmp_path: Path) -> None:
+    """Ten transactions of one ~19 kB row each: few changes (a limit in changes put them all
+    in one batch), but a batch of 50 kB of changes holds three of them at most."""
+    tables(pg_dsn)
+    out = tmp_path / "out"
+    capture(pg_dsn, out, create_slot=True, until_idle=0.5)
+    execute(pg_dsn, *(f"INSERT INTO wide SELECT g, {WIDE} FROM generate_series({i}, {i}) g"
+                      for i in range(1, 11)))
+    o = CaptureOptions(pg_dsn, "pub", "bound_slot", tables=("wide", "small"), until_idle=1.0,
+                       batch_seconds=600.0, batch_bytes=50_000)
+    sink = BatchSizes(out, o)
+    try:
+        report = Capture(sink, o).run()
+    finally:
+        released(pg_dsn)
+    assert report.transactions == 10
+    assert sum(sink.sizes) == 10 and max(sink.sizes) <= 3, sink.sizes
+    state, _ = decoded(out / "public.wide", ("id", "body"))
+    assert state == plain(database(pg_dsn, "public.wide"))

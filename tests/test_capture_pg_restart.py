@@ -216,7 +216,7 @@ def test_streamed_transactions_through_the_replication_connection(spark, pg_dsn,
     with Source(pg_dsn, "p", "peek") as source:
         source.open_slot(create=False)
         received = []
-        for event in source.stream(0, memory_limit=100, idle_every=0.5):
+        for event in source.stream(0, memory_limit=100 * 400, idle_every=0.5):
             if isinstance(event, Idle):
                 break
             received.append((event.streamed, len(event)))

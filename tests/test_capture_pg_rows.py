@@ -40,7 +40,7 @@ def cur(pg_dsn: str) -> Iterator[psycopg2.extensions.cursor]:
 def capture(cur: psycopg2.extensions.cursor, tables: Tables) -> dict[str, Counter]:
     cur.execute("SELECT lsn, data FROM pg_logical_slot_get_binary_changes('slot', NULL, NULL, "
                 "'proto_version', '2', 'publication_names', 'pub', 'streaming', 'on')")
-    decoder, assembler = po.Decoder(), Assembler(memory_limit=50)
+    decoder, assembler = po.Decoder(), Assembler(memory_limit=20_000)  # bytes: some kept
     total: dict[str, Counter] = {}
     times = []
     for lsn, data in cur.fetchall():

@@ -10,7 +10,13 @@ import pytest
 
 from changelake.capture.postgres import pgoutput as po
 from changelake.capture.postgres.pgoutput import PgOutputError
-from changelake.capture.postgres.transactions import Assembler, RowChange, Spool, Transaction
+from changelake.capture.postgres.transactions import (
+    Assembler,
+    RowChange,
+    Spool,
+    Transaction,
+    change_size,
+)
 
 
 @pytest.fixture
@@ -81,7 +87,7 @@ def test_changes_carry_their_relation_and_images(conns) -> None:
 
 def test_spool_truncates_in_memory_and_on_disk() -> None:
     relation = po.Relation(None, 1, "public", "t", "d", ())
-    spool = Spool(memory_limit=3)
+    spool = Spool(memory_limit=3 * change_size(RowChange(relation, "insert", new=("0",))))
     for i in range(8):
         spool.append(RowChange(relation, "insert", new=(str(i),)))
     assert len(spool) == 8 and spool.spilled == 5
@@ -91,6 +97,45 @@ def test_spool_truncates_in_memory_and_on_disk() -> None:
     assert [c.new for c in spool][-2:] == [("5",), ("x",)]
     spool.truncate(2)
     assert [c.new for c in spool] == [("0",), ("1",)] and spool.file is None
+    assert spool.budget.used == spool.bytes == 2 * change_size(spool.head[0])
+    spool.close()
+    assert spool.budget.used == 0
+
+
+def test_open_transactions_keep_their_bytes_in_memory_together_within_the_limit(conns) -> None:
+    """Three transactions streamed at once, of rows of 2 kB each (6 MB in all), and a limit of
+    256 kB for all: what their spools keep in memory stays within it, however many changes that
+    is (a limit in changes, 10k per transaction, held them all), and each commits whole."""
+    limit = 256 << 10
+    cursors = [conn.cursor() for conn in conns]
+    for i, cursor in enumerate(cursors):
+        cursor.execute(f"BEGIN; INSERT INTO t SELECT g, repeat('{i}', 2000) "
+                       f"FROM generate_series({i * 10_000 + 1}, {i * 10_000 + 1000}) g")
+    for i, cursor in enumerate(cursors):
+        cursor.execute(f"INSERT INTO t SELECT g, repeat('{i}', 2000) "
+                       f"FROM generate_series({i * 10_000 + 1001}, {i * 10_000 + 1100}) g")
+    for cursor in cursors:
+        cursor.execute("COMMIT")
+    with conns[0].cursor() as c:
+        c.execute("SELECT lsn, data FROM pg_logical_slot_get_binary_changes('slot', NULL, NULL, "
+                  "'proto_version', '2', 'publication_names', 'pub', 'streaming', 'on')")
+        rows = c.fetchall()
+    decoder, assembler, done = po.Decoder(), Assembler(limit), []
+    most = 0  # the values' bytes every open or committed spool keeps in memory, at most
+    for lsn, data in rows:
+        at = po.parse_lsn(lsn)
+        tx = assembler.push(decoder.decode(bytes(data), at), at)
+        if tx is not None:
+            done.append(tx)
+        spools = [*(o.spool for o in assembler.streamed.values()), *(d.spool for d in done)]
+        if assembler.current is not None:
+            spools.append(assembler.current.spool)
+        most = max(most, sum(len(c.new[1]) for s in spools for c in s.head if c.new))
+    assert len(done) == 3 and sum(tx.streamed for tx in done) >= 2
+    assert 0 < most <= limit and assembler.budget.peak <= limit
+    for tx in done:
+        assert len(ids(tx)) == 1100 and tx.bytes > 1100 * 2000
+    assert assembler.budget.used == 0  # every spool read (and released)
 
 
 @pytest.mark.parametrize(("messages", "error"), [

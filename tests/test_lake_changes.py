@@ -382,3 +382,35 @@ def test_cli_changes_decode_to_the_ingested_history(tmp_path):
 @pytest.mark.slow
 def test_cli_changes_avro(tmp_path):
     cli_changes(tmp_path, avro=True)
+
+
+def test_changes_of_many_times_hold_no_collection_of_them_in_the_driver(spark, lake):
+    """A window of 200,000 times, one update each: the driver's memory while the messages
+    stream stays that of a partition's batch of rows, not of the times (a dict of every time's
+    count, collected before the first message, held them all: a peak of 75 MB here, 16 MB
+    without it)."""
+    import tracemalloc
+
+    from pyspark.sql import functions as F
+
+    from changelake.lake.changes import change_messages, plan_changes
+    from changelake.protocol import Progress, Updates
+
+    times = 200_000
+    table = lake.create_table(unique("times"), StructType([StructField("id", LongType())]),
+                              buckets=2)
+    table.commit(spark.range(times).select(F.col("id"), F.col("id").alias("_time"),
+                                           F.lit(1).cast("long").alias("_diff")), 0, times)
+    tracemalloc.start()
+    try:
+        updates = counted = 0
+        for message in change_messages(table, plan_changes(table, 0), batch_size=1000):
+            if isinstance(message, Updates):
+                updates += len(message.updates)
+            elif isinstance(message, Progress):
+                counted += sum(c for _, c in message.counts)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert updates == counted == times
+    assert peak < 40 << 20, peak

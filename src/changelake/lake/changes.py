@@ -40,12 +40,15 @@ Semantics (T = `since`, U = `until`, S = the table's `since`, F = its committed 
 
 Where the work happens: Spark reads the retained files (`Table.updates()`, or the merge-on-read
 state at T), filters the interval, consolidates (a group by row and time in the JVM) and counts
-the updates per time (also in the JVM; only one row per distinct time reaches the driver). The
+the updates per time (also in the JVM, each update carrying its time's count: nothing per time
+is collected, so a window of millions of times costs the driver nothing more than one). The
 updates then stream to the driver in time order through `toLocalIterator`, which holds one
 partition of the sorted result at a time; the driver keeps one batch (`batch_size` updates)
-and the per-time counts, so its memory is bounded by the largest partition plus the counts,
-not by the table. Each progress statement is checked against the counts the JVM made: a
-statement never claims what was not written.
+and the counts of the times since the last progress statement (as many as the batch's at
+most), so its memory is bounded by the largest partition plus one batch, not by the table or
+the number of its times. Each progress statement is checked against the counts the JVM made,
+and the end against the JVM's totals (times, updates: one row collected): a statement never
+claims what was not written.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -72,6 +75,7 @@ from changelake.spark.map_grouping import groupable, restored
 from changelake.values import freeze
 
 DEFAULT_BATCH = 1024
+COUNT = "_changelake_count"  # an update's time's count, beside its columns (not written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +181,18 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
     names = table.schema.fieldNames()
     frame.cache()
     try:
-        expected = {row["_time"]: row["count"]
-                    for row in frame.groupBy("_time").count().collect()}
+        totals = frame.agg(F.countDistinct("_time").alias("times"),
+                           F.count(F.lit(1)).alias("updates")).first()
+        # Each update with its time's count, made in the JVM (see the module docstring).
+        counted = frame.withColumn(
+            COUNT, F.count(F.lit(1)).over(Window.partitionBy("_time")))
         # timestamps leave the JVM as microseconds (see the module docstring)
-        ordered, instants = with_instants(frame.orderBy("_time"))
+        ordered, instants = with_instants(counted.orderBy("_time"))
         lower = plan.lower
         batch: list[tuple[Any, int, int]] = []
-        counts: dict[int, int] = {}
-        sent = 0
+        counts: dict[int, int] = {}  # the times since the last progress statement
+        expected: dict[int, int] = {}  # the JVM's counts of those times
+        sent = times = updates = 0
 
         def progress(upper: int | None) -> Progress:
             for time, count in counts.items():
@@ -203,30 +211,29 @@ def change_messages(table: Table, plan: ChangesPlan, *, batch_size: int = DEFAUL
                     yield Updates(batch)
                     batch = []
                 yield progress(time)
-                lower, counts, sent = time, {}, 0
+                lower, counts, expected, sent = time, {}, {}, 0
             values = instants(row.asDict(recursive=True))
             data = freeze(python_to_plain({n: values[n] for n in names}), names)
             batch.append((data, time, row["_diff"]))
+            if time not in counts:
+                times += 1
             counts[time] = counts.get(time, 0) + 1
+            expected[time] = row[COUNT]
             sent += 1
+            updates += 1
             if len(batch) >= batch_size:
                 yield Updates(batch)
                 batch = []
         if batch:
             yield Updates(batch)
-        missing = set(expected) - set(counts) - _done(expected, lower)
-        if missing:
-            raise LakeError(f"table {plan.table}: updates at times {sorted(missing)} were "
-                            "counted but not read; the table's files changed during the read")
+        if (times, updates) != (totals["times"], totals["updates"]):
+            raise LakeError(f"table {plan.table}: {totals['updates']} update(s) at "
+                            f"{totals['times']} time(s) were counted but {updates} at {times} "
+                            "read; the table's files changed during the read")
         if plan.until is None or plan.until > lower:
             yield progress(plan.until)
     finally:
         frame.unpersist()
-
-
-def _done(expected: dict[int, int], lower: int) -> set[int]:
-    """Times already covered by earlier progress statements (checked there)."""
-    return {t for t in expected if t < lower}
 
 
 @dataclass(frozen=True, slots=True)

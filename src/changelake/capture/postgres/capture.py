@@ -48,8 +48,12 @@ holds its snapshot), and a run that finds it (with `--create-slot`) discards tho
 (`Sink.discard`) and the slot, and takes the start again.
 
 The previous row of a key (for deletes and updates without before-images, unchanged TOAST
-columns, truncates) comes from the sink's current state (`Sink.fetch`), so memory follows the
-batch here, not the tables.
+columns) comes from the sink's current state (`Sink.fetch`), so memory follows the batch here,
+not the tables. A truncate's rows are never read here: the first truncate of a table in a
+batch, at time T, retracts at T the batch's earlier updates of the table (summed per row, held
+here) and, by the sink, the rows the sink holds as the batch starts (`commit_batch`'s
+`emptied`): a lake table's current rows by a Spark job, in the same commit as the batch's other
+updates of the table, so exactly-once and the slot's confirmation after it are unchanged.
 
 A table's columns may change while it is captured (ALTER TABLE): each change carries the
 relation that described the table when it was made, so a batch may hold rows of several
@@ -62,8 +66,11 @@ when the batch is first read, and `commit_batch` refuses a shape it does not hol
 made while no capture ran) before it writes anything of the batch: one line naming the table
 and both shapes, and every rerun stops there with nothing written.
 
-Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes, or
-at `max_txns`. While the database is quiet, the last keepalive's position is committed to
+Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes or
+`batch_bytes` of them (`Transaction.bytes`: a few large rows fill a batch as many small ones
+do), or at `max_txns`. The stream's transactions keep at most `spool_bytes` of changes in
+memory together, the open ones and those of the batch (`transactions.Budget`; the rest waits
+in temporary files). While the database is quiet, the last keepalive's position is committed to
 every table (progress with no updates) and confirmed every `heartbeat_seconds` (and before
 stopping `until_idle`), so an idle database does not hold WAL back.
 """
@@ -82,7 +89,7 @@ from typing import Literal, Protocol
 from changelake.capture.postgres.pgoutput import format_lsn
 from changelake.capture.postgres.rows import Key, Table, Tables, Values, reshape
 from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
-from changelake.capture.postgres.transactions import Transaction
+from changelake.capture.postgres.transactions import MEMORY_BYTES, Transaction
 from changelake.capture.postgres.types import catalog
 
 #: A table's updates in a batch: (row, time) -> diff.
@@ -101,6 +108,8 @@ class CaptureOptions:
     max_txns: int | None = None  # stop after this many transactions
     batch_seconds: float = 2.0  # commit at least this often while transactions arrive
     batch_updates: int = 100_000  # or once a batch holds this many changes
+    batch_bytes: int = 64 << 20  # or this many bytes of changes (`Transaction.bytes`)
+    spool_bytes: int = MEMORY_BYTES  # changes kept in memory, all transactions together
     heartbeat_seconds: float = 10.0  # while quiet, move the frontiers this often
     snapshot_batch_rows: int = 10_000  # initial snapshot rows the driver holds at a time
 
@@ -160,8 +169,9 @@ class Sink(Protocol):
         """Remove what an interrupted `start` left of `tables` (held() is empty after)."""
         ...
 
-    def fetch(self, table: Table, keys: set[Key] | None) -> Iterable[Values]:
-        """The table's current rows of `keys` (None: all), typed as `types` reads them."""
+    def fetch(self, table: Table, keys: set[Key]) -> Iterable[Values]:
+        """The table's current rows of `keys`, typed as `types` reads them (never all of its
+        rows: a truncate's are the sink's to retract, `commit_batch`'s `emptied`)."""
         ...
 
     def check_change(self, old: Table, new: Table) -> None:
@@ -171,9 +181,12 @@ class Sink(Protocol):
         ...
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
         """Make every table hold its `rows` and its frontier `upper`, durably, before
-        returning (a table already at or beyond `lower` skips what it holds). `tables` is
+        returning (a table already at or beyond `lower` skips what it holds). A table in
+        `emptied` was truncated at that time: the rows it held before the batch (at `lower`,
+        or where it is ahead, at its own frontier) are retracted then too, besides `rows`
+        (which retract the batch's own). `tables` is
         each table's shape at the end of the batch, the shape of its `rows`: the first
         shape of a run is the catalog's, not checked against the one the sink holds (a
         change made while no capture ran), so the sink refuses one it cannot follow before
@@ -303,22 +316,25 @@ class Capture:
         state.floor = {n: u for n, u in uppers.items() if u is not None}
         batch: list[Transaction] = []
         batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
-        pending = 0
-        for event in source.stream(resume):
+        pending = pending_bytes = 0
+        for event in source.stream(resume, memory_limit=o.spool_bytes):
             now = time.monotonic()
             if isinstance(event, Transaction):
                 batch.append(event)
                 pending += len(event)
+                pending_bytes += event.bytes
                 last_tx = now
                 self.report.transactions += 1
             done = o.max_txns is not None and self.report.transactions >= o.max_txns
             idle = isinstance(event, Idle)
             if batch and (idle or done or pending >= o.batch_updates
+                          or pending_bytes >= o.batch_bytes
                           or now - started >= o.batch_seconds):
                 upper = batch[-1].commit_lsn + 1
                 self._commit_batch(state, tables, batch, batch_lower, upper)
                 source.confirm(upper)  # not the commit record's end: see the docstring
-                batch_lower, batch, pending, started = upper, [], 0, time.monotonic()
+                batch_lower, batch, started = upper, [], time.monotonic()
+                pending = pending_bytes = 0
             elif idle and not batch and event.lsn > batch_lower and (
                     now - started >= o.heartbeat_seconds or (o.until_idle is not None
                     and now - last_tx >= o.until_idle)):
@@ -343,9 +359,11 @@ class Capture:
                 target = by_table.setdefault(name, Counter())
                 _reshaped(target, shapes[name], state.shapes[name])
                 shapes[name] = state.shapes[name]
+                if state.emptied.get(name) == tx.commit_lsn:
+                    _retract_earlier(target, tx.commit_lsn)
                 for row, diff in diffs.items():
                     target[(row, tx.commit_lsn)] += diff
-        self.sink.commit_batch(shapes, by_table, lower, upper)
+        self.sink.commit_batch(shapes, by_table, lower, upper, dict(state.emptied))
         for name in tables:
             self.report.updates[name] += len(by_table.get(name, ()))
             state.floor[name] = upper
@@ -361,3 +379,15 @@ def _reshaped(rows: Rows, old: Table, new: Table) -> None:
         moved = Counter({(reshape(old, new, row), at): d for (row, at), d in rows.items()})
         rows.clear()
         rows.update(moved)
+
+
+def _retract_earlier(rows: Rows, at: int) -> None:
+    """The batch's updates of a table before `at`, summed per row, retracted at `at` (a
+    truncate there; the sink retracts the rows it held before the batch)."""
+    earlier: Counter[Values] = Counter()
+    for (row, when), diff in rows.items():
+        if when < at:
+            earlier[row] += diff
+    for row, diff in earlier.items():
+        if diff:
+            rows[(row, at)] -= diff

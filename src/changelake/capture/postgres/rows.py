@@ -18,10 +18,20 @@ pgoutput says less than the updates need, and the current rows fill the gaps:
 So the current rows are the state of the capture. `Tables` keeps the rows it has seen, keyed by
 the replica-identity columns (the primary key, or the whole row with `FULL` and no key), and
 asks a `Fetch` for the rest before a batch of transactions is applied (`prefetch`): the keys
-the batch updates or deletes, or every row of a table it truncates. Rows come from wherever the
-capture's output keeps them (the lake table's current rows, or the log's: `Sink.fetch`), so
-memory here follows the batch, not the table; `forget` drops what is cached once it is durable
-there. Changes of tables the capture leaves out (`captured`: a publication's other tables,
+the batch updates or deletes. Rows come from wherever the capture's output keeps them (the lake
+table's current rows, or the log's: `Sink.fetch`), so memory here follows the batch, not the
+table; `forget` drops what is cached once it is durable there.
+
+A truncate is the one change whose updates follow the table, not the batch: with a `fetch`,
+its rows are never asked for. The first truncate of a table in a batch (since `forget`) is
+recorded in `emptied` (table -> the transaction's commit LSN) and the transaction's updates
+before it are dropped: the output retracts, at that time, its own committed rows (the state
+the batch started from, where it keeps them: a Spark job for a lake table) and the batch's
+earlier updates of the table (`capture.Capture`, which holds them). From there the table's
+every current row is known here (none, then the batch's own), so a later truncate in the
+batch retracts them here, as without a `fetch`.
+
+Changes of tables the capture leaves out (`captured`: a publication's other tables,
 `--tables`) are skipped unread. A table with no key and no full identity is refused by name
 when its `Relation` arrives: its updates and deletes could not be applied. A change whose key
 has no current row where one is needed (an update without the old row, a delete) is an error
@@ -64,8 +74,9 @@ from changelake.errors import InputError, SchemaError
 
 Key = tuple[Any, ...]
 Values = tuple[Any, ...]
-#: The current rows of `keys` of a table (None: all of them), typed, in column order.
-Fetch = Callable[["Table", "set[Key] | None"], Iterable[Values]]
+#: The current rows of `keys` of a table, typed, in column order (never all of its rows: a
+#: truncate's are retracted by the output, see `Tables.emptied`).
+Fetch = Callable[["Table", "set[Key]"], Iterable[Values]]
 #: Refuses (raises) a change of a table's columns its output cannot follow: (old, new).
 CheckChange = Callable[["Table", "Table"], None]
 
@@ -158,6 +169,9 @@ class Tables:
         #: committed some tables of a batch and not others).
         self.floor: dict[str, int] = {}
         self.looked: dict[str, set[Key]] = {}  # keys asked of `fetch` (found or not)
+        #: Per table, the commit LSN of its first truncate since `forget`, whose updates are
+        #: not all here: the output's committed rows are retracted there (module docstring).
+        self.emptied: dict[str, int] = {}
         #: Per table, the shape its current rows (in `rows`, and in the updates `updates`
         #: returns) have: the one of the last change applied. It moves only forward, change
         #: by change, so a batch with transactions from before and after an ALTER TABLE
@@ -211,9 +225,10 @@ class Tables:
         """Ask `fetch`, once per table, for the current rows the transactions will need."""
         if self.fetch is None:
             return
-        wanted: dict[str, tuple[Table, set[Key] | None]] = {}
+        wanted: dict[str, tuple[Table, set[Key]]] = {}
         shapes = dict(self.shapes)  # followed here, not applied: `updates` applies them
         first: dict[str, Table] = {}  # each table's first shape in the batch
+        emptied = set(self.emptied)  # from a truncate on, a table's rows are all here
         for tx in transactions:
             for change in tx.changes(release=False):
                 for relation in (change.truncated or (change.relation,)):
@@ -227,10 +242,10 @@ class Tables:
                         continue
                     self._follow(shapes, table)
                     first.setdefault(name, table)
-                    if name in self.complete:
+                    if name in self.complete or name in emptied:
                         continue
                     if change.kind == "truncate":
-                        wanted[name] = (table, None)
+                        emptied.add(name)  # its rows are retracted by the output, not read
                         continue
                     if change.kind == "insert":
                         continue
@@ -238,17 +253,12 @@ class Tables:
                     key = self._key(table, self._typed(table, image))
                     if key in self.rows.get(name, {}) or key in self.looked.get(name, ()):
                         continue
-                    entry = wanted.setdefault(name, (table, set()))
-                    if entry[1] is not None:
-                        entry[1].add(key)
+                    wanted.setdefault(name, (table, set()))[1].add(key)
         for name, (_, keys) in wanted.items():
             # In the shape `updates` will find them in: the rows' now, else the batch's first.
             table = self.shapes.get(name, first[name])
             self.load(table, self.fetch(table, keys))
-            if keys is None:
-                self.complete.add(name)
-            else:
-                self.looked.setdefault(name, set()).update(keys)
+            self.looked.setdefault(name, set()).update(keys)
 
     def _follow(self, shapes: dict[str, Table], table: Table) -> None:
         """Check a change of shape when the batch is first read, so a refused one is refused
@@ -267,6 +277,7 @@ class Tables:
             self.rows[name] = {}
         self.complete.clear()
         self.looked.clear()
+        self.emptied.clear()
 
     def updates(self, tx: Transaction) -> dict[str, Counter[Values]]:
         """The transaction's consolidated updates by table (row -> diff, no zero diffs)."""
@@ -284,11 +295,16 @@ class Tables:
                     diffs = out.setdefault(table.qualified, Counter())
                     self._advance(table, diffs)
                     if self.fetch is not None and table.qualified not in self.complete:
-                        raise CaptureError(f"table {table.qualified}: truncate before its rows "
-                                           "were fetched (prefetch the batch first)")
-                    for row in self.rows[table.qualified].values():
-                        diffs[row] -= 1
+                        # Not all its rows are here: the output retracts its own and the
+                        # batch's earlier ones at this time (`emptied`), so the updates before
+                        # it in this transaction are gone with them.
+                        self.emptied[table.qualified] = tx.commit_lsn
+                        diffs.clear()
+                    else:
+                        for row in self.rows[table.qualified].values():
+                            diffs[row] -= 1
                     self.rows[table.qualified] = {}
+                    self.complete.add(table.qualified)
                 continue
             if not self._captures(change.relation):
                 continue

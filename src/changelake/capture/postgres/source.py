@@ -51,7 +51,7 @@ import psycopg2.extras
 
 from changelake.capture.postgres import pgoutput as po
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
-from changelake.capture.postgres.transactions import Assembler, Transaction
+from changelake.capture.postgres.transactions import MEMORY_BYTES, Assembler, Transaction
 from changelake.capture.postgres.types import RELATION_OID, SESSION_SETTINGS, relation_args
 from changelake.errors import ChangelakeError
 from changelake.redact import redact
@@ -331,8 +331,9 @@ class Source:
             2 if self.version >= 14 else 1
 
     def stream(self, resume: int, *, idle_every: float = 1.0, poll: float = 0.2,
-               memory_limit: int = 10_000) -> Iterator[Transaction | Idle]:
-        """Committed transactions from `resume` on, and `Idle` positions while quiet."""
+               memory_limit: int = MEMORY_BYTES) -> Iterator[Transaction | Idle]:
+        """Committed transactions from `resume` on, and `Idle` positions while quiet; their
+        changes kept in memory up to `memory_limit` bytes together (`transactions.Budget`)."""
         assert self.cursor is not None, "open_slot first"
         version = self.protocol()
         options = {"proto_version": str(version), "publication_names": self.publication}

@@ -21,6 +21,12 @@ with `--out` (`to_log.py`); this module is its `Sink` for lake tables (`LakeSink
   share the time domain) and tables whose snapshot never committed.
 * `fetch` reads a key's previous row (deletes and updates without before-images, unchanged
   TOAST values) from the lake table's current state.
+* A truncate (`emptied`) is a Spark job, nothing of it collected: the lake table's current rows
+  as committed (read under its writer lock, `TableWriter.current`) are retracted at the
+  truncate's time, consolidated with the batch's updates (`_consolidated`), by the commit that
+  writes the batch's other updates of the table, so the
+  table's frontier moves with them atomically, and a table already past that time (a restart)
+  skips them as it skips the rest (`Table.commit`).
 * `start` (a new slot) commits the initial snapshot (`snapshot="initial"`) at time 0 with
   frontier at the slot's consistent point, where streaming starts; `snapshot="never"` creates
   the tables empty from that point. The driver holds one batch of snapshot rows at a time
@@ -155,7 +161,7 @@ class LakeSink:
     def frontiers(self, tables: dict[str, Table]) -> dict[str, int | None]:
         return {name: self.handles[name].state().upper for name in tables}
 
-    def fetch(self, table: Table, keys: set[Key] | None) -> list[Values]:
+    def fetch(self, table: Table, keys: set[Key]) -> list[Values]:
         return self._fetch(self.handles, table, keys)
 
     def start_marker(self, database: str, slot: str) -> Path:
@@ -185,9 +191,10 @@ class LakeSink:
             raise _changed(new.qualified, old.describe(), new.describe())
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
+        emptied = emptied or {}
         for name, table in tables.items():  # all checked before any is written
-            if not any(rows.get(name, {}).values()):
+            if not any(rows.get(name, {}).values()) and name not in emptied:
                 continue  # committed in the lake table's own shape: a change waits for a row
             state = self.handles[name].state()
             live = live_columns(state.versions)
@@ -196,7 +203,7 @@ class LakeSink:
                                since="its lake table was written")
         for name, table in tables.items():
             self._commit_rows(self.handles[name], table, rows.get(name, Counter()), lower,
-                              upper)
+                              upper, emptied.get(name))
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -247,9 +254,13 @@ class LakeSink:
         return count
 
     def _commit_rows(self, handle: LakeTable, table: Table,
-                     rows: Counter[tuple[Values, int]], lower: int, upper: int) -> None:
+                     rows: Counter[tuple[Values, int]], lower: int, upper: int,
+                     emptied: int | None = None) -> None:
+        """Commit the batch's `rows` of the table; `emptied`: the time of a truncate, where
+        the rows it holds (as committed, under its writer lock) are retracted by the same
+        commit, read and written by Spark (see the module docstring)."""
         data = [(*row, at, diff) for (row, at), diff in rows.items() if diff]
-        if data:
+        if data or emptied is not None:
             fields = spark_schema(table)
         else:
             # No row: the table's shape is perhaps only the catalog's when the run started,
@@ -261,7 +272,16 @@ class LakeSink:
         schema = fields.add("_time", T.LongType(), False).add("_diff", T.LongType(), False)
         # Not checked for one row per key (`lake.key_rule`): `rows.Tables` makes the changes
         # one per key, from each key's current row.
-        handle.commit(self._frame(data, schema), lower, upper, check_key=False)
+        with handle.writer() as writer:
+            updates = self._frame(data, schema)
+            committed = None if writer.state is None else writer.state.upper
+            if emptied is not None and committed is not None and committed <= emptied:
+                # Consolidated: the batch's earlier updates are retracted at that time too
+                # (`capture.Capture`), and a row the batch deleted before it is retracted by
+                # both; a keyed table's read takes one update per key and time.
+                updates = _consolidated(updates.unionByName(
+                    _retracted(writer.current(), spark_schema(table), emptied)), table.columns)
+            writer.commit(updates, lower, upper, check_key=False)
 
     def _frame(self, rows: list[tuple], schema: T.StructType) -> DataFrame:
         """`rows` as a DataFrame: in the plan where they are few (`driver_rows`: no Python
@@ -271,27 +291,36 @@ class LakeSink:
         return self.spark.createDataFrame(rows, schema)
 
     def _fetch(self, handles: dict[str, LakeTable], table: Table,
-               keys: set[Key] | None) -> list[Values]:
-        """The lake table's current rows of `keys` (None: all of them), in `table`'s shape:
-        a column it has and the lake table not yet (added since the last commit) is null."""
+               keys: set[Key]) -> list[Values]:
+        """The lake table's current rows of `keys`, in `table`'s shape: a column it has and
+        the lake table not yet (added since the last commit) is null. Only keys: a truncate's
+        rows are retracted by a Spark job, never collected (`commit_batch`'s `emptied`)."""
+        if not keys:
+            return []
         current: DataFrame = handles[table.qualified].current()
         current = current.select(*(
             current[quote(c)] if c in current.columns else F.lit(None).cast(f.dataType)
             .alias(c) for c, f in zip(table.columns, spark_schema(table), strict=True)))
-        if keys is not None:
-            if not keys:
-                return []
-            key_fields = [spark_schema(table)[c] for c in table.key_columns]
-            wanted = self._frame(list(keys), T.StructType(
-                [T.StructField(f"_k{i}", f.dataType, True) for i, f in enumerate(key_fields)]))
-            condition = None
-            for i, column in enumerate(table.key_columns):
-                clause = current[column].eqNullSafe(wanted[f"_k{i}"])
-                condition = clause if condition is None else condition & clause
-            current = current.join(F.broadcast(wanted), condition, "left_semi")
+        key_fields = [spark_schema(table)[c] for c in table.key_columns]
+        wanted = self._frame(list(keys), T.StructType(
+            [T.StructField(f"_k{i}", f.dataType, True) for i, f in enumerate(key_fields)]))
+        condition = None
+        for i, column in enumerate(table.key_columns):
+            clause = current[column].eqNullSafe(wanted[f"_k{i}"])
+            condition = clause if condition is None else condition & clause
+        current = current.join(F.broadcast(wanted), condition, "left_semi")
         kinds = [t.spark for t in table.types]
         return [tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
                 for row in current.collect()]
+
+
+def _retracted(current: DataFrame, fields: T.StructType, at: int) -> DataFrame:
+    """A lake table's `current` rows retracted at `at`, in the batch's columns (`fields`):
+    a column the lake table has not yet (added since its last commit) is null."""
+    return current.select(
+        *(current[quote(f.name)].cast(f.dataType).alias(f.name) if f.name in current.columns
+          else F.lit(None).cast(f.dataType).alias(f.name) for f in fields.fields),
+        F.lit(at).cast(T.LongType()).alias("_time"), F.lit(-1).cast(T.LongType()).alias("_diff"))
 
 
 def _holds_float(kind: T.DataType) -> bool:

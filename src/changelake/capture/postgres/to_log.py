@@ -43,9 +43,14 @@ of the final history).
 
 The table's current rows (the previous row of a key, for deletes, updates without a
 before-image and unchanged TOAST values, and every row for a truncate) come from the log:
-decoded once at start and kept up to date with what each batch writes (`fetch`).
+decoded once at start and kept up to date with what each batch writes (`fetch`). A truncate
+(`commit_batch`'s `emptied`) retracts them here, streamed: its segment's messages and datums
+are made and written a `BATCH_SIZE` of updates at a time (`_truncate_messages`), so it holds
+nothing more of the table than these current rows (no copy of them, as a truncate's list of
+every row once was: several times the table).
 
-Limits of this version: each table's current rows are held in memory, and so is a table's
+Limits of this version: each table's current rows are held in memory (a table that does not
+fit is captured into a lake, whose truncates are Spark jobs), and so is a table's
 snapshot while its segment is written (and a batch's encoded segments, until all are written);
 every batch writes one segment per table (a quiet table too), so a long-running capture makes
 many small files; a table whose columns change during the capture is refused (one schema per
@@ -57,6 +62,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +89,7 @@ from changelake.formats.materialize import (
     message_to_plain,
     read_all,
 )
-from changelake.protocol import Antichain, Message, Reader, Updates, Writer
+from changelake.protocol import Antichain, Message, Progress, Reader, Updates, Writer
 from changelake.values import short
 
 SUFFIX = ".avro"
@@ -126,6 +132,12 @@ def encode_segment(table: Table, schema: CdcSchema, messages: list[Message], *,
     (`_too_large`), before anything of the segment is written. The updates' times are commit
     LSNs; for a snapshot's segment, `snapshot` says how the snapshot is taken again (for the
     refusal)."""
+    return list(stream_datums(table, schema, messages, snapshot=snapshot))
+
+
+def stream_datums(table: Table, schema: CdcSchema, messages: Iterable[Message], *,
+                  snapshot: str | None = None) -> Iterator[bytes]:
+    """`encode_segment`, one datum at a time, as the messages come."""
     columns = table.columns
 
     def datum(message: Message) -> Any:
@@ -135,7 +147,7 @@ def encode_segment(table: Table, schema: CdcSchema, messages: list[Message], *,
         return message_to_plain(message)
 
     try:
-        return list(avro_datums(messages, schema, bound=ocf.MAX_DATUM_BYTES, datum=datum))
+        yield from avro_datums(messages, schema, bound=ocf.MAX_DATUM_BYTES, datum=datum)
     except UpdateTooLarge as error:
         raise _too_large(table, error.update, error.size, snapshot=snapshot) from None
     except (ValueError, TypeError) as error:
@@ -167,7 +179,43 @@ def _too_large(table: Table, update: tuple[Values, int, int], size: int, *,
 
 
 
-def write_segment(directory: Path, name: str, schema: CdcSchema, datums: list[bytes]) -> Path:
+def _truncate_messages(changes: Rows, held: Iterable[Values], at: int, lower: int, upper: int,
+                       batch_size: int = BATCH_SIZE) -> Iterator[Message]:
+    """`segment_messages` of a segment `[lower, upper)` whose table was truncated at `at`:
+    besides `changes` (the batch's, bounded by it), the `held` rows (the log's current rows
+    as the batch starts) retracted at `at`, consolidated with the changes there, made into
+    messages `batch_size` updates at a time as they are read, never listed."""
+    yield from segment_messages(Counter({k: d for k, d in changes.items() if k[1] < at}),
+                                lower, at, batch_size)
+    there = {row: d for (row, time), d in changes.items() if time == at and d}
+    chunk: list[tuple[Values, int, int]] = []
+    count = 0
+
+    def updates() -> Iterator[tuple[Values, int, int]]:
+        for row in held:
+            if row in there:
+                there[row] -= 1  # consolidated with the batch's update of the row there
+            else:
+                yield row, at, -1
+        for row, diff in there.items():
+            if diff:
+                yield row, at, diff
+
+    for update in updates():
+        chunk.append(update)
+        count += 1
+        if len(chunk) >= batch_size:
+            yield Updates(chunk)
+            chunk = []
+    if chunk:
+        yield Updates(chunk)
+    yield Progress(Antichain([at]), Antichain([at + 1]), ((at, count),) if count else ())
+    yield from segment_messages(Counter({k: d for k, d in changes.items() if k[1] > at}),
+                                at + 1, upper, batch_size)
+
+
+def write_segment(directory: Path, name: str, schema: CdcSchema,
+                  datums: Iterable[bytes]) -> Path:
     """Write the segment's datums (`encode_segment`) durably: temporary name, fsync, rename,
     fsync of the directory. Each block within the readers' bound (`ocf.write_container`)."""
     final = directory / name
@@ -282,17 +330,16 @@ class LogSink:
                 self.uppers[name], self.current[name] = self.read_log(table)
         return {name: self.uppers[name] for name in tables}
 
-    def fetch(self, table: Table, keys: set[Key] | None) -> list[Values]:
+    def fetch(self, table: Table, keys: set[Key]) -> list[Values]:
         current = self.current.get(table.qualified, {})
-        if keys is None:
-            return list(current.values())
         return [current[k] for k in keys if k in current]
 
     def check_change(self, old: Table, new: Table) -> None:
         raise _changed(new.qualified, old.describe(), new.describe())
 
     def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
-                     upper: int) -> None:
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
+        emptied = emptied or {}
         for name, table in tables.items():  # all checked before any is written
             held = self.shapes[name]
             if held.shape != table.shape:
@@ -305,12 +352,22 @@ class LogSink:
             start = max(lower, held)
             changes = Counter({(r, at): d for (r, at), d in rows.get(name, Counter()).items()
                                if d and at >= start})
-            datums = encode_segment(table, self.schemas[name],
-                                    segment_messages(changes, start, upper))
-            segments.append((name, table, start, changes, datums))
-        for name, table, start, changes, datums in segments:
+            datums: Iterable[bytes] = encode_segment(table, self.schemas[name],
+                                                     segment_messages(changes, start, upper))
+            truncated = emptied.get(name)
+            if truncated is not None and truncated >= start:
+                # The batch's own changes are bounded above (so a row too large is refused
+                # before anything is written); with the current rows retracted, the segment
+                # is made as it is written, and those rows were written to the log before.
+                datums = stream_datums(table, self.schemas[name], _truncate_messages(
+                    changes, self.current.get(name, {}).values(), truncated, start, upper))
+            segments.append((name, table, start, changes, datums, truncated))
+        for name, table, start, changes, datums, truncated in segments:
             write_segment(self.log(name), segment_name(start, upper), self.schemas[name],
                           datums)
+            if truncated is not None and truncated >= start:
+                self.current[name] = {}  # then the changes from the truncate on
+                changes = Counter({k: d for k, d in changes.items() if k[1] >= truncated})
             self._apply(table, ((r, at, d) for (r, at), d in changes.items()))
             self.uppers[name] = upper
 

@@ -20,9 +20,14 @@ Two shapes arrive:
   rule PostgreSQL's own apply worker uses).
 
 Neither shape is held in memory whole: a transaction's changes go to a `Spool`, which keeps
-the first `memory_limit` changes in a list and writes the rest to a temporary file, and reads
-them back in order when the transaction commits. The caller gets a `Transaction` whose
-`changes()` may be iterated once.
+its first changes in a list and writes the rest to a temporary file, and reads them back in
+order when the transaction commits. What is kept in memory is bounded in bytes, not changes,
+and once for every spool together (`Budget`, `memory_limit` bytes: the open transactions,
+however many are streamed at once, and the committed ones the caller has not yet read): a
+change is kept while the budget has room for its size (`change_size`, its values' bytes and
+a fixed cost per value), and from the first that does not fit, the spool's changes go to its
+file. A spool gives its bytes back when it is closed (read with `changes()`, aborted). The
+caller gets a `Transaction` whose `changes()` may be iterated once (`release=False`: again).
 
 `Relation` and `Type` messages are not changes: relations are kept by OID (the latest
 description wins, as the server sends a new one whenever a table's definition changed) and
@@ -54,21 +59,67 @@ class RowChange:
     message: po.Message | None = None
 
 
-class Spool:
-    """A transaction's changes in order: a list up to `memory_limit`, a temporary file after."""
+#: The bytes of changes an `Assembler`'s spools keep in memory together, by default.
+MEMORY_BYTES = 64 << 20
+#: What a change costs in memory besides its values' bytes (`change_size`): the objects.
+CHANGE_BYTES = 200
+VALUE_BYTES = 60
 
-    def __init__(self, memory_limit: int) -> None:
-        self.memory_limit = memory_limit
+
+def change_size(change: RowChange) -> int:
+    """The bytes a change holds in memory, estimated: its values' lengths and a fixed cost
+    per value and per change (the Python objects that hold them)."""
+    size = CHANGE_BYTES
+    for row in (change.old, change.new):
+        if row is not None:
+            size += sum(VALUE_BYTES + (len(v) if isinstance(v, (str, bytes)) else 0)
+                        for v in row)
+    if change.message is not None:
+        size += len(change.message.content)
+    return size + VALUE_BYTES * len(change.truncated)
+
+
+class Budget:
+    """The bytes of changes that spools sharing it keep in memory, at most `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self.peak = 0  # the most ever used
+
+    def take(self, size: int) -> bool:
+        """Reserve `size` bytes if there is room for them."""
+        if self.used + size > self.limit:
+            return False
+        self.used += size
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
+class Spool:
+    """A transaction's changes in order: a list while `budget` has room for them, a temporary
+    file after (see the module docstring). `memory_limit`: a budget of its own, in bytes."""
+
+    def __init__(self, memory_limit: int = MEMORY_BYTES, budget: Budget | None = None) -> None:
+        self.budget = budget if budget is not None else Budget(memory_limit)
         self.head: list[RowChange] = []
+        self.sizes: list[int] = []  # each kept change's bytes, given back as it goes
         self.file: IO[bytes] | None = None
         self.spilled = 0  # changes in the file
+        self.bytes = 0  # every change's, kept or in the file
 
     def __len__(self) -> int:
         return len(self.head) + self.spilled
 
     def append(self, change: RowChange) -> None:
-        if len(self.head) < self.memory_limit:
+        size = change_size(change)
+        self.bytes += size
+        if self.file is None and self.budget.take(size):  # once in the file, all after are
             self.head.append(change)
+            self.sizes.append(size)
             return
         if self.file is None:
             self.file = tempfile.TemporaryFile(prefix="changelake-tx-")  # noqa: SIM115 (closed by close())
@@ -80,16 +131,21 @@ class Spool:
         if length >= len(self):
             return
         if length <= len(self.head):
-            del self.head[length:]
-            self.close()
+            dropped = sum(self.sizes[length:])
+            self.budget.give(dropped)
+            del self.head[length:], self.sizes[length:]
+            self._close_file()
+            self.bytes = sum(self.sizes)
             return
         assert self.file is not None
         keep = length - len(self.head)
         self.file.seek(0)
+        kept = 0
         for _ in range(keep):
-            pickle.load(self.file)
+            kept += change_size(pickle.load(self.file))
         self.file.truncate()
         self.spilled = keep
+        self.bytes = sum(self.sizes) + kept
 
     def __iter__(self) -> Iterator[RowChange]:
         yield from self.head
@@ -99,6 +155,12 @@ class Spool:
                 yield pickle.load(self.file)
 
     def close(self) -> None:
+        """Drop the changes: the file, and the kept ones' bytes back to the budget."""
+        self._close_file()
+        self.budget.give(sum(self.sizes))
+        self.head, self.sizes = [], []
+
+    def _close_file(self) -> None:
         if self.file is not None:
             self.file.close()
             self.file = None
@@ -117,6 +179,11 @@ class Transaction:
 
     def __len__(self) -> int:
         return len(self.spool)
+
+    @property
+    def bytes(self) -> int:
+        """Its changes' size in memory, estimated (`change_size`), kept or spilled."""
+        return self.spool.bytes
 
     def changes(self, *, release: bool = True) -> Iterator[RowChange]:
         """The changes in the order they were made; releases the spool when done, unless
@@ -140,8 +207,10 @@ class Assembler:
     """See the module docstring. `push` returns the transaction a message completes, if any;
     a message that breaks the stream's shape raises `PgOutputError` naming it."""
 
-    def __init__(self, memory_limit: int = 10_000) -> None:
+    def __init__(self, memory_limit: int = MEMORY_BYTES) -> None:
         self.memory_limit = memory_limit
+        #: Shared by every spool it makes: the bytes kept in memory for all of them.
+        self.budget = Budget(memory_limit)
         self.relations: dict[int, po.Relation] = {}
         self.current: _Open | None = None  # the ordinary transaction being received
         self.streamed: dict[int, _Open] = {}  # open streamed transactions by top-level xid
@@ -154,7 +223,7 @@ class Assembler:
             case po.Begin(xid=xid):
                 if self.current is not None or self.block is not None:
                     raise PgOutputError(f"{where}: Begin inside another transaction")
-                self.current = _Open(xid, Spool(self.memory_limit))
+                self.current = _Open(xid, Spool(budget=self.budget))
             case po.Commit():
                 if self.current is None:
                     raise PgOutputError(f"{where}: Commit without a Begin")
@@ -175,7 +244,7 @@ class Assembler:
                 if first or xid not in self.streamed:
                     if xid in self.streamed:
                         raise PgOutputError(f"{where}: transaction {xid} streamed twice")
-                    self.streamed[xid] = _Open(xid, Spool(self.memory_limit))
+                    self.streamed[xid] = _Open(xid, Spool(budget=self.budget))
                 self.block = xid
             case po.StreamStop():
                 self.block = None

@@ -1,6 +1,6 @@
-"""Steps 2 and 3 of the old path: the frontier, resolved on the driver from a few aggregate
-rows with the encoder's own rules (`frontier_from`, `ydb_frontier`), and YDB's barrier rule,
-one Python call per file (`barrier_violations`).
+"""Steps 2 and 3 of the old path: the frontier, from a few aggregate rows with the encoder's
+own rules (Debezium's `frontier_from` restated as JVM aggregates, `ydb_frontier` from each
+file's last barrier), and YDB's barrier rule, one Python call per file (`barrier_violations`).
 """
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from __future__ import annotations
 import pickle
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from changelake.convert.progress import barrier_violations, frontier_from
+from changelake.convert.progress import barrier_violations
 from changelake.convert.progress import ydb_frontier as frontier_of_barriers
 from changelake.formats.change import Resolved
 
@@ -22,7 +20,11 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None =
                       ) -> int | None:
     """`frontier_from` over the batch's transactions (their time, distinct events and END
     count); `since`, the table's committed frontier, before which no transaction holds the
-    frontier back (a replay re-sent without its first events or its END)."""
+    frontier back (a replay re-sent without its first events or its END).
+
+    The rule runs as aggregates in the JVM, as the JVM path's does
+    (`spark.changefeed.progress.debezium_frontier`): one row reaches the driver, whatever the
+    number of transactions (they were each collected once)."""
     from pyspark.sql import functions as F
 
     high = changes.where(F.col("time").isNotNull()).agg(F.max("time")).first()[0]
@@ -34,18 +36,33 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None =
     ends = (parsed.where(F.col("kind") == "END").groupBy("tx")
             .agg(F.first("end_count").alias("expected"),
                  F.first("end_collections").alias("collections")))
-    txs = events.join(ends, "tx", "full_outer").collect()
-    return frontier_from(high, ((r["time"], r["seen"] or 0, _expected(r)) for r in txs),
-                         since)
+    txs = events.join(ends, "tx", "full_outer") \
+        .select("time", F.coalesce("seen", F.lit(0)).alias("seen"),
+                _expected(F.col("expected"), F.col("tbl"), F.col("collections"))
+                .alias("expected"))
+    if since is not None:
+        txs = txs.where(F.col("time").isNull() | (F.col("time") >= since))
+    complete = F.col("expected").isNotNull() & (F.col("seen") >= F.col("expected"))
+    at_high = F.col("time") == F.lit(high)
+    row = txs.agg(
+        F.min(F.when(F.col("time").isNotNull() & ~complete, F.col("time"))).alias("held"),
+        F.count(F.when(at_high, 1)).alias("at_high"),
+        F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
+    frontier = high if row["held"] is None else min(high, row["held"])
+    if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == high:
+        frontier = high + 1
+    return int(frontier)
 
 
-def _expected(row: Any) -> int | None:
-    """END's count of the transaction's events of its table (`DebeziumProgress`'s rule)."""
-    total = row["expected"]
-    if total is None or row["tbl"] is None or not row["collections"]:
-        return total
-    per = dict(orjson.loads(row["collections"]))
-    return per.get(row["tbl"], total)
+def _expected(total: Any, table: Any, collections: Any) -> Any:
+    """END's count of the transaction's events of its table (`DebeziumProgress`'s rule): its
+    entry for the table in END's `[[name, count], ...]` (JSON), else END's total."""
+    from pyspark.sql import functions as F
+
+    pairs = F.from_json(collections, "array<array<string>>")
+    mine = F.filter(pairs, lambda c: c[0] == table)
+    return F.when(total.isNull() | table.isNull(), total) \
+        .otherwise(F.coalesce(F.get(mine, 0)[1].cast("long"), total))
 
 
 def ydb_frontier(parsed: DataFrame, lines: DataFrame) -> int:
