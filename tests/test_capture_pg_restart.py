@@ -120,21 +120,27 @@ def test_a_table_without_key_or_replica_identity_is_named(spark, pg_dsn, sql, tm
 
 
 def test_tables_are_looked_up_by_their_own_names_not_as_sql(pg_dsn, sql, tmp_path) -> None:
-    """`"Bad"` (no key) was checked as `bad` (keyed) and accepted, and a table named `a.b`
-    refused as a name in another database: a name is never read as SQL."""
+    """`"Bad"` (no key) was checked as `bad` (keyed) and accepted: a name is never read as
+    SQL. A table named `a.b` cannot be named `schema.table` without being taken for another
+    (`public.a.b`): it is refused in one line, naming it."""
     sql.execute('CREATE TABLE "Bad" (a int, b text)')
     sql.execute("CREATE TABLE bad (id int PRIMARY KEY)")
+    sql.execute("INSERT INTO bad VALUES (1)")
     sql.execute('CREATE TABLE "a.b" (id int PRIMARY KEY, v text)')
-    sql.execute('INSERT INTO "a.b" VALUES (1, \'x\')')
-    sql.execute('CREATE PUBLICATION p FOR TABLE "Bad", bad, "a.b"')
+    sql.execute('CREATE PUBLICATION p FOR TABLE "Bad", bad')
+    sql.execute('CREATE PUBLICATION dotted FOR TABLE bad, "a.b"')
     out = tmp_path / "out"
     options = CaptureOptions(pg_dsn, "p", "names", create_slot=True, until_idle=0.3)
     with pytest.raises(SourceError, match=r"table public\.Bad has no primary key"):
         Capture(LogSink(out, options), options).run()
-    options = replace(options, tables=("public.bad", "public.a.b"))
+    options = replace(options, tables=("public.bad",))
     Capture(LogSink(out, options), options).run()
-    rows, _ = decoded(out / "public.a.b", ("id", "v"))
-    assert rows == Counter({(1, "x"): 1})
+    rows, _ = decoded(out / "public.bad", ("id",))
+    assert rows == Counter({(1,): 1})
+    dotted = replace(options, publication="dotted", slot="dotted", tables=None)
+    with pytest.raises(SourceError, match=r'"a\.b" of publication .* has a dot') as no:
+        Capture(LogSink(tmp_path / "out2", dotted), dotted).run()
+    assert "\n" not in str(no.value)
 
 
 # -- TOAST across a restart --------------------------------------------------------------------
