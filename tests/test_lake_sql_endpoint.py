@@ -48,11 +48,13 @@ def multiset(rows: list[dict[str, Any]], columns: list[str]) -> Counter:
                    for r in rows)
 
 
-def test_as_of_function_is_snapshot_as_of(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", ["hive", "delta"])
+def test_as_of_function_is_snapshot_as_of(spark, tmp_path: Path, storage: str) -> None:
     """The quick case: a keyed table updated once, read before and after, and refused at its
-    frontier; the session a server needs."""
-    lake = Lake(spark, tmp_path / "lake")
-    table = lake.create_table("sqlq.orders", ORDERS, key=["id"], buckets=1)
+    frontier; the session a server needs. Both table formats."""
+    lake = Lake(spark, tmp_path / "lake", storage=storage)
+    db = f"sqlq_{storage}"
+    table = lake.create_table(f"{db}.orders", ORDERS, key=["id"], buckets=1)
     schema = StructType([*ORDERS.fields, *META])
     table.commit(spark.createDataFrame([(1, "apple", 1, 2, 1), (2, "pear", None, 3, 1)],
                                        schema), 0, 10)
@@ -60,24 +62,24 @@ def test_as_of_function_is_snapshot_as_of(spark, tmp_path: Path) -> None:
                                        schema), 10, 20)
     registered = register_as_of(lake)
     try:
-        assert registered.functions == {"sqlq.orders": "sqlq_orders_as_of"}
+        assert registered.functions == {f"{db}.orders": f"{db}_orders_as_of"}
         columns = ["id", "item", "qty"]
         for t, qty in ((5, "1"), (15, "5")):
-            got = [plain(r.asDict()) for r in spark.sql(f"SELECT * FROM sqlq_orders_as_of({t})")
+            got = [plain(r.asDict()) for r in spark.sql(f"SELECT * FROM {db}_orders_as_of({t})")
                    .collect()]
-            want = list(snapshot(lake, "sqlq.orders", as_of=t))
+            want = list(snapshot(lake, f"{db}.orders", as_of=t))
             assert multiset(got, columns) == multiset(want, columns)
             assert multiset(got, columns) == Counter({("1", "apple", qty): 1,
                                                       ("2", "pear", "NULL"): 1})
         with pytest.raises(Exception, match=re.escape(
-                "table sqlq.orders: AS OF 20 is not final yet: the table is committed through "
-                "time 19")):
-            spark.sql("SELECT * FROM sqlq_orders_as_of(20)").collect()
+                f"table {db}.orders: AS OF 20 is not final yet: the table is committed "
+                "through time 19")):
+            spark.sql(f"SELECT * FROM {db}_orders_as_of(20)").collect()
         # the endpoint needs a session whose clients share the functions' session
         with pytest.raises(LakeError, match="singleSession"):
             start(lake)
     finally:
-        spark.sql("DROP TEMPORARY FUNCTION IF EXISTS sqlq_orders_as_of")
+        spark.sql(f"DROP TEMPORARY FUNCTION IF EXISTS {db}_orders_as_of")
 
 
 @pytest.mark.slow

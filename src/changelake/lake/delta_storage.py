@@ -89,14 +89,16 @@ def delta_literal(path: Path) -> str:
 
 def transaction_version(spark: SparkSession, path: Path) -> int | None:
     """The version of `APP_ID`'s transaction that the Delta table at `path` recorded last, or
-    None: no such table, or none recorded."""
+    None: no such table, or none recorded.
+
+    Read by delta-rs from the log itself: Spark's `DeltaLog` answers the same from a
+    snapshot whose transactions it computes with a Spark job, seconds on every commit."""
+    del spark  # the log is read the same way whoever writes it
     if not (path / "_delta_log").is_dir():
         return None
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
-    snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
-    found = snapshot.transactions().get(APP_ID)
-    return int(found.get()) if found.isDefined() else None
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(path)).transaction_version(APP_ID)
 
 
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
