@@ -102,8 +102,7 @@ def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) 
     assert result == {"frontier": 30, "since": 29, "ok": True, "as_of_ok": True}
 
 
-@pytest.mark.slow  # 60-85 s: CI's default run has 20 minutes
-def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
+def kill_while_committing_then_compacting(tmp_path: Path) -> None:
     seed = random.randrange(1000)  # a new kill point each run, printed to reproduce it
     rng = seeded(seed)
     # Killed while committing one of the first increments, then while compacting after the
@@ -116,19 +115,18 @@ def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
                       kills=[commit, rng.choice(compacting or ["COMPACT final"])])
 
 
+@pytest.mark.slow  # 60-85 s: CI's default run has 20 minutes
+def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
+    kill_while_committing_then_compacting(tmp_path)
+
+
 @pytest.mark.slow
 def test_kill9_during_ingest_and_compaction_then_rerun_on_delta(tmp_path, monkeypatch):
     """As above, with the worker's table in Delta's format: killed while committing (between
     the append to `updates` and the MERGE into `current`, among other points) and while
     compacting, the re-run finds the table whole and finishes it exactly once."""
     monkeypatch.setenv("CHANGELAKE_TABLE_FORMAT", "delta")
-    seed = random.randrange(1000)
-    rng = seeded(seed)
-    lines = printed(seed, keyed=True)
-    commit = rng.choice([line for line in lines if line in {f"COMMIT {n}" for n in range(1, 6)}])
-    compacting = [line for line in lines if line in ("COMPACT 5", "COMPACT 8")]
-    crash_and_recover(tmp_path, seed, keyed=True,
-                      kills=[commit, rng.choice(compacting or ["COMPACT final"])])
+    kill_while_committing_then_compacting(tmp_path)
 
 
 @pytest.mark.slow

@@ -49,17 +49,25 @@ def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
                    F.struct("file_index", "block", "row"))
     ends = (items.where(F.col("kind") == "END").groupBy("tx").agg(end.alias("end"))
             .select("tx", _expected(F.col("end"), table).alias("expected")))
-    top = high
     joined = txs.join(ends, "tx", "full_outer")
     complete = F.col("expected").isNotNull() & (F.coalesce("seen", F.lit(0)) >= F.col("expected"))
-    at_high = F.col("t") == F.lit(top)
-    row = joined.agg(
-        F.min(F.when(F.col("t").isNotNull() & ~complete, F.col("t"))).alias("held"),
+    return held_frontier(joined, F.col("t"), complete, high)
+
+
+def held_frontier(txs: DataFrame, time: Column, complete: Column, high: int) -> int:
+    """The frontier a changefeed's transactions allow (`convert.progress.frontier_from`'s
+    rule, as one aggregate on the executors): the least time of a transaction not complete
+    holds it there, else it is `high`, and `high + 1` once every transaction at `high` is
+    complete. `txs` has a row per transaction, `time` its time (null: not known yet) and
+    `complete` whether all its counted events are in."""
+    at_high = time == F.lit(high)
+    row = txs.agg(
+        F.min(F.when(time.isNotNull() & ~complete, time)).alias("held"),
         F.count(F.when(at_high, 1)).alias("at_high"),
         F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
-    frontier = top if row["held"] is None else min(top, row["held"])
-    if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == top:
-        frontier = top + 1
+    frontier = high if row["held"] is None else min(high, row["held"])
+    if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == high:
+        frontier = high + 1
     return int(frontier)
 
 

@@ -27,6 +27,8 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None =
     number of transactions (they were each collected once)."""
     from pyspark.sql import functions as F
 
+    from changelake.spark.changefeed.progress import held_frontier
+
     high = changes.where(F.col("time").isNotNull()).agg(F.max("time")).first()[0]
     if high is None:
         return 0
@@ -43,15 +45,7 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None =
     if since is not None:
         txs = txs.where(F.col("time").isNull() | (F.col("time") >= since))
     complete = F.col("expected").isNotNull() & (F.col("seen") >= F.col("expected"))
-    at_high = F.col("time") == F.lit(high)
-    row = txs.agg(
-        F.min(F.when(F.col("time").isNotNull() & ~complete, F.col("time"))).alias("held"),
-        F.count(F.when(at_high, 1)).alias("at_high"),
-        F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
-    frontier = high if row["held"] is None else min(high, row["held"])
-    if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == high:
-        frontier = high + 1
-    return int(frontier)
+    return held_frontier(txs, F.col("time"), complete, high)
 
 
 def _expected(total: Any, table: Any, collections: Any) -> Any:
