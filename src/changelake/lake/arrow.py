@@ -70,6 +70,8 @@ from changelake.errors import LakeError
 from changelake.lake.follow_lag import follow_status
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import (
+    DELTA_APP_ID,
+    DELTA_UPDATES,
     SEGMENT,
     FileSet,
     SchemaVersion,
@@ -160,11 +162,6 @@ def within_limits(state: TableState, lake: Path | str | None = None) -> bool:
         return size <= ARROW_MAX_BYTES and rows <= ARROW_MAX_ROWS
     return (sum(f.bytes for f in state.files) <= ARROW_MAX_BYTES
             and sum(f.rows for f in state.files) <= ARROW_MAX_ROWS)
-
-
-DELTA_UPDATES = "updates"
-DELTA_APP_ID = "changelake"
-"""`delta_storage.UPDATES` and `APP_ID`, restated: that module imports pyspark."""
 
 
 def _delta(path: Path) -> Any:

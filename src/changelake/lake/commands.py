@@ -46,6 +46,7 @@ from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.key_rule import KeyRuleError, Locate, check_one_row_per_key
 from changelake.lake.layout import SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
+from changelake.lake.schema import META_COLUMNS
 from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
 from changelake.lake.sql import path_literal
 from changelake.lake.table import (
@@ -138,8 +139,6 @@ def flatten(updates: DataFrame) -> DataFrame:
     """(data struct, time, diff) -> the table's columns, `_time`, `_diff`. A data column
     named as one of the lake's own (`schema.META_COLUMNS`) is refused, naming it: it would
     be a second `_time` or `_diff` beside the row's time and diff."""
-    from changelake.lake.schema import META_COLUMNS
-
     for name in updates.schema["data"].dataType.fieldNames():
         if name.lower() in META_COLUMNS:
             raise SchemaError(

@@ -27,8 +27,8 @@ So `current` is never ahead of the committed version, and a reader of it sees on
 committed version (Delta's snapshot isolation), possibly the one before the last.
 
 Reads that are not "now" (`AS OF`, the history, the change feed) read `updates` through
-`union_sql`, limited to the times the manifest's frontier covers, and merge on read exactly as
-the Hive format does (`sql.state_sql`).
+`sql.delta_union_sql`, limited to the times the manifest's frontier covers, and merge on read
+exactly as the Hive format does (`sql.state_sql`).
 
 `current` has no deletion vectors, so every Delta reader (delta-rs's Arrow reader among them)
 can read it; a MERGE rewrites the files holding the keys it changes.
@@ -41,19 +41,28 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
-from changelake.lake.layout import TableState, read_manifest
+from changelake.lake.layout import (
+    DELTA_APP_ID,
+    TableState,
+    current_path,
+    read_manifest,
+    updates_path,
+)
 from changelake.lake.schema import logical_schema
-from changelake.lake.sql import path_literal, sql_type, string_literal
+from changelake.lake.sql import (
+    delta_literal,
+    delta_union_sql,
+    path_literal,
+    sql_type,
+    string_literal,
+)
 from changelake.spark.expressions import quote
 from changelake.spark.map_grouping import has_map
 
 STORAGE = "delta"
-APP_ID = "changelake"
-CURRENT = "current"
-UPDATES = "updates"
+APP_ID = DELTA_APP_ID
 
 CURRENT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -63,28 +72,6 @@ CURRENT_PROPERTIES = {
 and no deletion vectors, which delta-rs's Arrow reader cannot read yet."""
 
 UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false"}
-
-
-def current_path(table_dir: Path) -> Path:
-    return table_dir / CURRENT
-
-
-def updates_path(table_dir: Path) -> Path:
-    return table_dir / UPDATES
-
-
-def sync(table_dir: Path, newer_than: float | None) -> None:
-    """Sync what a commit wrote in both Delta tables (data files, `_delta_log` entries, their
-    directories; those modified at or after `newer_than`, everything when None), which Delta's
-    local log store leaves unsynced: after the append that is the commit point, before anyone
-    is told (see `durable.py`)."""
-    for path in (updates_path(table_dir), current_path(table_dir)):
-        sync_tree(path, table_dir, newer_than=newer_than)
-
-
-def delta_literal(path: Path) -> str:
-    """`delta.`path`` for SQL."""
-    return f"delta.`{path_literal(path)}`"
 
 
 def transaction_version(spark: SparkSession, path: Path) -> int | None:
@@ -204,26 +191,7 @@ def _add_columns(spark: SparkSession, ident: TableIdentifier, logical: StructTyp
 
 def interval_sql(state: TableState, table_dir: Path, lower: int, upper: int | None) -> str:
     """The updates at times in `[lower, upper)` on the logical schema."""
-    return union_sql(state, table_dir, lower=lower, upper=upper)
-
-
-def union_sql(state: TableState, table_dir: Path, logical: StructType | None = None, *,
-              lower: int | None = None, upper: int | None = None) -> str:
-    """Every update `state` covers (times before its frontier; from `lower` and before `upper`
-    when given), on the logical schema (`logical`, default the state's), with `_time` and
-    `_diff`."""
-    logical = logical if logical is not None else logical_schema(state.versions)
-    items = [f"CAST({quote(f.name)} AS {sql_type(f.dataType)}) AS {quote(f.name)}"
-             for f in logical.fields]
-    limits = []
-    top = state.upper if upper is None else upper
-    if top is not None:
-        limits.append(f"_time < {int(top)}")
-    if lower is not None:
-        limits.append(f"_time >= {int(lower)}")
-    where = f" WHERE {' AND '.join(limits)}" if limits else ""
-    return (f"SELECT {', '.join(items)}, _time, _diff FROM "
-            f"{delta_literal(updates_path(table_dir))}{where}")
+    return delta_union_sql(state, table_dir, lower=lower, upper=upper)
 
 
 def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str) -> str:

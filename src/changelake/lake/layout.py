@@ -244,6 +244,23 @@ class TableState:
         return cls(**raw)
 
 
+DELTA_CURRENT = "current"
+DELTA_UPDATES = "updates"
+DELTA_APP_ID = "changelake"
+"""A Delta-format table's two Delta tables in its directory, and the application id of the
+transactions its commits record (see `delta_storage.py`)."""
+
+
+def current_path(table_dir: Path) -> Path:
+    """A Delta-format table's rows now: the Delta table registered in the metastore."""
+    return table_dir / DELTA_CURRENT
+
+
+def updates_path(table_dir: Path) -> Path:
+    """A Delta-format table's retained updates."""
+    return table_dir / DELTA_UPDATES
+
+
 def interval_name(lower: int, upper: int | None) -> str:
     return f"{lower}-{'inf' if upper is None else upper}"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from pyspark.sql.types import DataType, StructType
 
 from changelake.errors import LakeError
-from changelake.lake.layout import SEGMENT, SEGMENT_NAME, FileSet, TableState
+from changelake.lake.layout import SEGMENT, SEGMENT_NAME, FileSet, TableState, updates_path
 from changelake.lake.schema import live_columns, logical_schema, parse_struct
 from changelake.spark.expressions import quote
 from changelake.spark.map_grouping import grouping_sql, has_map, restored_sql
@@ -90,8 +90,6 @@ def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | Non
     A Delta table's are its updates table's (`delta_storage.union_sql`)."""
     logical = logical if logical is not None else logical_schema(state.versions)
     if state.storage == "delta" and files is None and not with_bucket:
-        from changelake.lake.delta_storage import union_sql as delta_union_sql
-
         return delta_union_sql(state, table_dir, logical)
     chosen = state.files if files is None else files
     if not chosen:
@@ -107,6 +105,30 @@ def union_sql(state: TableState, table_dir: Path, files: Sequence[FileSet] | Non
         parts = [project_file_set(fs, state, table_dir, logical) for fs in group_sources(
             chosen, table_dir)]
     return "\nUNION ALL ".join(parts)
+
+
+def delta_literal(path: Path) -> str:
+    """`delta.`path`` for SQL."""
+    return f"delta.`{path_literal(path)}`"
+
+
+def delta_union_sql(state: TableState, table_dir: Path, logical: StructType | None = None, *,
+                    lower: int | None = None, upper: int | None = None) -> str:
+    """A Delta-format table's updates (`delta_storage.py`): every update `state` covers
+    (times before its frontier; from `lower` and before `upper` when given), on the logical
+    schema (`logical`, default the state's), with `_time` and `_diff`."""
+    logical = logical if logical is not None else logical_schema(state.versions)
+    items = [f"CAST({quote(f.name)} AS {sql_type(f.dataType)}) AS {quote(f.name)}"
+             for f in logical.fields]
+    limits = []
+    top = state.upper if upper is None else upper
+    if top is not None:
+        limits.append(f"_time < {int(top)}")
+    if lower is not None:
+        limits.append(f"_time >= {int(lower)}")
+    where = f" WHERE {' AND '.join(limits)}" if limits else ""
+    return (f"SELECT {', '.join(items)}, _time, _diff FROM "
+            f"{delta_literal(updates_path(table_dir))}{where}")
 
 
 def group_sources(files: Sequence[FileSet], table_dir: Path) -> list[FileSet]:
