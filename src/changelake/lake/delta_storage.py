@@ -41,6 +41,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
@@ -72,6 +73,15 @@ CURRENT_PROPERTIES = {
 and no deletion vectors, which delta-rs's Arrow reader cannot read yet."""
 
 UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+
+
+def sync(table_dir: Path, newer_than: float | None) -> None:
+    """Sync what a commit wrote in both Delta tables (data files, `_delta_log` entries, their
+    directories; those modified at or after `newer_than`, everything when None), which Delta's
+    local log store leaves unsynced: after the append that is the commit point, before anyone
+    is told (see `durable.py`)."""
+    for path in (updates_path(table_dir), current_path(table_dir)):
+        sync_tree(path, table_dir, newer_than=newer_than)
 
 
 def transaction_version(spark: SparkSession, path: Path) -> int | None:
