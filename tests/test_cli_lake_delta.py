@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from conftest import SAMPLES
 
@@ -39,12 +40,9 @@ for r in spark.read.format("delta").load(sys.argv[2]).collect():
 """
 
 
-def test_a_delta_lake_from_ingest_to_compaction(tmp_path: Path) -> None:
-    import duckdb
-    from deltalake import DeltaTable
-
-    from changelake.spark.maven import require_jars
-
+def ingest_orders(tmp_path: Path) -> list[str]:
+    """A Delta table shop.orders from a Debezium sample, ingested twice (the second changes
+    nothing); returns the lake options."""
     sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
     lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
     first = run("ingest", *lake, "--table", "shop.orders", "--key", "order_id", "--from",
@@ -53,37 +51,61 @@ def test_a_delta_lake_from_ingest_to_compaction(tmp_path: Path) -> None:
     again = run("ingest", *lake, "--table", "shop.orders", "--from", "debezium", "--close",
                 str(sample))
     assert again.returncode == 0 and "nothing new" in again.stderr.decode(), again.stderr
-    now = [(1, 3), (2, 2), (3, 2)]  # one row per key, order 1 moved to product 3
-    table = ["--table", "shop.orders", "--format", "jsonl"]
-    assert orders(run("snapshot", *lake, *table, "--engine", "arrow")) == now
-    assert orders(run("snapshot", *lake, *table, "--engine", "spark")) == now
+    return lake
 
-    # The table is a Delta table any Delta reader reads, with no changelake code.
+
+NOW = [(1, 3), (2, 2), (3, 2)]  # one row per key, order 1 moved to product 3
+TABLE = ["--table", "shop.orders", "--format", "jsonl"]
+
+
+def test_a_delta_table_every_reader_reads(tmp_path: Path) -> None:
+    """Ingested by the CLI; read without a JVM (the Arrow engine, `status`), and by delta-rs
+    and DuckDB with no changelake code."""
+    import duckdb
+    from deltalake import DeltaTable
+
+    lake = ingest_orders(tmp_path)
+    assert orders(run("snapshot", *lake, *TABLE, "--engine", "arrow")) == NOW
     current = tmp_path / "lake" / "tables" / "shop" / "orders" / "current"
     delta = DeltaTable(str(current))
     got = sorted((r["order_id"], r["product_id"]) for r in delta.to_pyarrow_table().to_pylist())
-    assert got == now
+    assert got == NOW
     dataset = delta.to_pyarrow_dataset()  # noqa: F841 (DuckDB reads it by its name)
-    assert sorted(duckdb.sql("SELECT order_id, product_id FROM dataset").fetchall()) == now
+    assert sorted(duckdb.sql("SELECT order_id, product_id FROM dataset").fetchall()) == NOW
+    assert delta.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+    status = run("status", *lake, "--format", "jsonl", "--engine", "arrow")
+    assert status.returncode == 0, status.stderr
+    (row,) = map(orjson.loads, status.stdout.splitlines())
+    assert row["name"] == "shop.orders" and row["rows"] == 3 and row["frontier"] == []
+
+
+@pytest.mark.slow  # about three minutes of Spark processes
+def test_a_delta_lake_from_ingest_to_compaction(tmp_path: Path) -> None:
+    """Spark's reads (now, AS OF, the change feed), a plain PySpark session with nothing but
+    Delta's jars, compaction and `status` on Spark."""
+    from changelake.spark.maven import require_jars
+
+    lake = ingest_orders(tmp_path)
+    assert orders(run("snapshot", *lake, *TABLE, "--engine", "spark")) == NOW
+    current = tmp_path / "lake" / "tables" / "shop" / "orders" / "current"
     jars = ",".join(str(j) for j in require_jars())
     plain = subprocess.run([sys.executable, "-c", PLAIN_READER, jars, str(current)],
                            capture_output=True, text=True, timeout=600)
     assert plain.returncode == 0, plain.stderr[-2000:]
-    assert sorted(tuple(map(int, line.split())) for line in plain.stdout.splitlines()) == now
-    assert delta.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+    assert sorted(tuple(map(int, line.split())) for line in plain.stdout.splitlines()) == NOW
 
     # AS OF the snapshot's time, before the update that moved order 1.
     history = run("changes", *lake, "--table", "shop.orders", "--since", "0", "--history")
     assert history.returncode == 0, history.stderr
     times = sorted({r["time"] for r in map(orjson.loads, history.stdout.splitlines())
                     if "time" in r})
-    before = orders(run("snapshot", *lake, *table, "--as-of", str(times[0])))
+    before = orders(run("snapshot", *lake, *TABLE, "--as-of", str(times[0])))
     assert (1, 1) in before and (1, 3) not in before
 
     compacted = run("compact", *lake, "--table", "shop.orders")
     assert compacted.returncode == 0, compacted.stderr
-    assert orders(run("snapshot", *lake, *table)) == now
-    status = run("status", *lake, "--format", "jsonl")
+    assert orders(run("snapshot", *lake, *TABLE)) == NOW
+    status = run("status", *lake, "--format", "jsonl", "--engine", "spark")
     assert status.returncode == 0, status.stderr
     (row,) = map(orjson.loads, status.stdout.splitlines())
     assert row["name"] == "shop.orders" and row["rows"] == 3 and row["frontier"] == []

@@ -112,7 +112,12 @@ def committed_state(lake: Path | str, ident: TableIdentifier) -> TableState:
         raise LakeError(f"table {ident.display} does not exist in lake {root}")
     if (directory / DELTA_UPDATES / "_delta_log").is_dir():
         # A Delta table's committed version is in Delta's log (`delta_storage`): no pointer.
-        version = _delta(directory / DELTA_UPDATES).transaction_version(DELTA_APP_ID)
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            version = _delta(directory / DELTA_UPDATES).transaction_version(DELTA_APP_ID)
+        except TableNotFoundError:  # a creation in flight: its log has no commit yet
+            version = None
         if version is None:
             raise LakeError(f"table {ident.display} does not exist in lake {root}")
         return read_manifest(directory, version)

@@ -94,8 +94,12 @@ def transaction_version(spark: SparkSession, path: Path) -> int | None:
     if not (path / "_delta_log").is_dir():
         return None
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    return DeltaTable(str(path)).transaction_version(APP_ID)
+    try:
+        return DeltaTable(str(path)).transaction_version(APP_ID)
+    except TableNotFoundError:  # a creation in flight: its log has no commit yet
+        return None
 
 
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
