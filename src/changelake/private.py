@@ -85,14 +85,15 @@ def sweep_logs(folder: Path, *, now: float | None = None) -> list[Path]:
             with contextlib.suppress(OSError):
                 if now - entry.stat(follow_symlinks=False).st_mtime < KEEP_LOGS_SECONDS:
                     continue
-                if _alive(int(found[1])):
+                if process_alive(int(found[1])):
                     continue
                 os.unlink(entry.path)
                 removed.append(Path(entry.path))
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process `pid` exists (one of another user's counts too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

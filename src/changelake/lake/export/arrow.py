@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 
 from changelake.durable import exclusive_lock
 from changelake.errors import SchemaError
+from changelake.private import process_alive
 from changelake.spark_arrow import NoArrowType, arrow_of
 
 
@@ -67,16 +68,6 @@ STAGING = "_export"
 export locks in `LAKE/_export/locks/`."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextmanager
 def export_lock(lake_root: Path, target: str | Path) -> Iterator[None]:
     """Hold an exclusive lock for exports to `target` from this lake (a `flock`, which the
@@ -100,7 +91,7 @@ def staging_dir(lake_root: Path) -> Iterator[Path]:
         if old.name == "locks":
             continue
         pid = old.name.split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     path = top / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:
