@@ -163,7 +163,7 @@ def within_limits(state: TableState, lake: Path | str | None = None) -> bool:
     if state.storage == "delta":
         if lake is None:
             return False
-        rows, size = delta_size(table_directory(lake, state))
+        rows, size, _ = delta_size(table_directory(lake, state))
         return size <= ARROW_MAX_BYTES and rows <= ARROW_MAX_ROWS
     return (sum(f.bytes for f in state.files) <= ARROW_MAX_BYTES
             and sum(f.rows for f in state.files) <= ARROW_MAX_ROWS)
@@ -179,14 +179,15 @@ def table_directory(lake: Path | str, state: TableState) -> Path:
     return TableIdentifier.parse(state.name).directory(lake_tables_dir(lake))
 
 
-def delta_size(directory: Path) -> tuple[int, int]:
-    """Rows and bytes of a Delta table's updates table, from its log's add actions."""
+def delta_size(directory: Path) -> tuple[int, int, int]:
+    """Rows, bytes and data files of a Delta table's updates table, from its log's add
+    actions."""
     actions = _delta(directory / DELTA_UPDATES).get_add_actions(flatten=True)
     names = actions.schema.names
     size = sum(v or 0 for v in actions.column("size_bytes").to_pylist())
     rows = sum(v or 0 for v in actions.column("num_records").to_pylist()) \
         if "num_records" in names else 0
-    return rows, size
+    return rows, size, actions.num_rows
 
 
 # ------------------------------------------------------------------------------- schemas
@@ -605,9 +606,7 @@ def status_of(state: TableState, directory: Path, name: str, rows: int, *,
     files = sum(1 for fs in state.files for _ in (directory / fs.path).glob("*.parquet"))
     size = sum(f.bytes for f in state.files)
     if state.storage == "delta":  # the updates table's data files
-        actions = _delta(directory / DELTA_UPDATES).get_add_actions(flatten=True)
-        files = actions.num_rows
-        size = sum(v or 0 for v in actions.column("size_bytes").to_pylist())
+        _, size, files = delta_size(directory)
     when = dt.datetime.fromtimestamp(state.committed_at, dt.UTC).isoformat(timespec="seconds")
     return TableStatus(
         name=name, key=list(state.key), frontier=list(state.frontier), since=state.since,
