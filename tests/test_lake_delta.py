@@ -107,6 +107,69 @@ def test_a_replayed_commit_changes_nothing_and_a_gap_is_refused(spark, lake):
     assert table.state().frontier == (4,)
 
 
+def rows_in_files(directory: Path) -> int:
+    """How many rows the Parquet files in `directory` hold, whether or not a log names them."""
+    import pyarrow.parquet as pq
+
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.glob("*.parquet"))
+
+
+def test_a_commit_whose_checks_fail_leaves_no_row_and_no_version(spark, lake):
+    """A commit's rows are written once, inside an open Delta transaction, before its checks
+    settle (`delta_txn`): where they fail, the files are deleted and no version is made; a
+    commit after it writes the same interval whole."""
+    from deltalake import DeltaTable
+
+    name = unique("checks")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    table.commit(to_df(spark, [((1, "a", 1), 0, 1)]), 0, 1)
+    updates = updates_path(table.directory)
+    before = rows_in_files(updates)
+    version = DeltaTable(str(updates)).version()
+    wrote = []
+
+    def failing(action):
+        action()
+        wrote.append(rows_in_files(updates))
+        raise RuntimeError("a check failed")
+
+    later = [((1, "a", 1), 1, -1), ((2, "b", 2), 1, 1)]
+    with pytest.raises(RuntimeError, match="a check failed"), table.writer() as writer:
+        writer.commit(to_df(spark, later), 1, 2, write=failing)
+    assert wrote == [before + 2]  # the rows were written before the checks settled
+    assert rows_in_files(updates) == before
+    assert DeltaTable(str(updates)).version() == version
+    assert table.state().frontier == (1,)
+    table.commit(to_df(spark, later), 1, 2)
+    assert rows_of(spark.table(name)) == Counter({(2, "b", 2): 1})
+    assert rows_of(table.as_of(0)) == Counter({(1, "a", 1): 1})
+
+
+def test_a_staged_commit_fails_when_another_writer_committed_first(spark, lake):
+    """Two writers that began from the same committed version: the second's commit fails on
+    Delta's transaction conflict, and its files are not in the table."""
+    from changelake.errors import LakeError
+    from changelake.lake import delta_storage
+
+    name = unique("race")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    rows = to_df(spark, [((1, "a", 1), 0, 1)])
+    late = delta_storage.stage(spark, table.directory, table.updates().schema)
+    assert late is not None
+    table.commit(rows, 0, 1)  # the other writer
+    updates = updates_path(table.directory)
+    before = rows_in_files(updates)
+    late.write(table.updates().limit(1))
+    assert late.files and rows_in_files(updates) == before + 1
+    # Its version was computed before the other writer's commit: Delta's check refuses it.
+    with pytest.raises(LakeError, match="another writer"):
+        delta_storage.commit(spark, table.ident, table.directory, table.state(), late)
+    late.abort()
+    assert rows_in_files(updates) == before
+    assert rows_of(spark.table(name)) == Counter({(1, "a", 1): 1})
+    assert rows_of(table.updates().drop("_time", "_diff")) == Counter({(1, "a", 1): 1})
+
+
 def test_current_catches_up_after_a_crash_between_the_two_tables(spark, lake):
     """A commit whose append reached `updates` but whose MERGE into `current` never ran (the
     process died between them): the next commit applies both intervals to `current`."""

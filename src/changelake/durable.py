@@ -57,6 +57,11 @@ def local_path(path: Path | str) -> Path | None:
     return Path(re.sub(r"^file:(//)?", "", text, flags=re.IGNORECASE))
 
 
+SYNC_SLACK_SECONDS = 2.0
+"""How far before a commit's start a file's modification time may lie and still be synced as
+written by it (`sync_tree(newer_than=)`): file systems stamp times from a coarse clock."""
+
+
 def sync_tree(path: Path | str, top: Path | str | None = None, *,
               newer_than: float | None = None) -> int:
     """Make what was written at `path` durable before anything that relies on it is

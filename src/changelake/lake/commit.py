@@ -40,7 +40,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from changelake.durable import exclusive_lock, sync_tree
+from changelake.durable import SYNC_SLACK_SECONDS, exclusive_lock, sync_tree
 from changelake.errors import LakeError
 from changelake.lake import delta_storage
 from changelake.lake.identifier import TableIdentifier
@@ -187,11 +187,6 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     write_pointer(table_dir, state.version)  # after the commit point: it never runs ahead
     _history_view(spark, ident, table_dir, state)
     return collect_garbage(table_dir, state, retain)
-
-
-SYNC_SLACK_SECONDS = 2.0
-"""How far before a commit's start a file's modification time may lie and still be synced as
-written by it (`sync_tree(newer_than=)`): file systems stamp times from a coarse clock."""
 
 
 def _lake_root(table_dir: Path) -> Path:

@@ -41,7 +41,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from changelake.durable import sync_tree
+from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
 from changelake.errors import LakeError
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
@@ -59,6 +59,8 @@ from changelake.lake.sql import (
     sql_type,
     string_literal,
 )
+from changelake.spark import delta_txn
+from changelake.spark.delta_txn import StagedAppend
 from changelake.spark.expressions import quote
 from changelake.spark.map_grouping import has_map
 
@@ -153,15 +155,36 @@ def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False,
     writer.save(str(path))
 
 
+def stage(spark: SparkSession, table_dir: Path, schema: StructType) -> StagedAppend | None:
+    """An open transaction on `updates` to write a commit's rows (of `schema`: the write
+    schema plus `_time`, `_diff`) before it is decided (`delta_txn`), or None where the rows
+    change the table's schema: those are appended by `commit` from a DataFrame."""
+    return delta_txn.begin(spark, str(updates_path(table_dir)), APP_ID, schema)
+
+
 def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
-           rows: DataFrame | None, *, replace_where: str | None = None) -> None:
+           rows: DataFrame | StagedAppend | None, *, replace_where: str | None = None) -> None:
     """Append `rows` (the new updates, on the write schema plus `_time`, `_diff`; None: none)
     to `updates` as version `state.version` (the commit point), then bring `current` to it.
-    `replace_where`: the updates it matches are replaced by `rows` (compaction's fold)."""
+    `replace_where`: the updates it matches are replaced by `rows` (compaction's fold).
+
+    `rows` may be a `StagedAppend` whose files are written: they are synced, then committed
+    (data before the log entry that names it); it fails if another writer committed since it
+    began."""
     path = updates_path(table_dir)
-    if rows is None:
-        rows = spark.read.format("delta").load(str(path)).limit(0)
-    _append(rows, path, state.version, replace_where=replace_where)
+    if isinstance(rows, StagedAppend):
+        if replace_where is not None:
+            raise LakeError(f"table {ident}: a staged append cannot replace updates")
+        if rows.recorded != state.version - 1:
+            raise LakeError(
+                f"table {ident}: expected committed version {state.version - 1}, found "
+                f"{rows.recorded}; another writer committed meanwhile, nothing was changed")
+        sync_tree(path, table_dir, newer_than=rows.started - SYNC_SLACK_SECONDS)
+        rows.commit(state.version)
+    else:
+        if rows is None:
+            rows = spark.read.format("delta").load(str(path)).limit(0)
+        _append(rows, path, state.version, replace_where=replace_where)
     catch_up(spark, ident, table_dir, state)
 
 
@@ -188,10 +211,23 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
             # Nothing to apply: a commit of no updates still records the version.
             spark.sql(f"MERGE INTO {target} t USING (SELECT 1 AS _x WHERE FALSE) s ON FALSE "
                       "WHEN MATCHED THEN DELETE")
+        elif state.keyed and _is_empty(current_path(table_dir)):
+            # Nothing to match (a table's first rows): the latest rows appended, no join.
+            cols = ", ".join(quote(f.name) for f in logical.fields)
+            latest = spark.sql(f"SELECT {cols} FROM ({_latest_per_key(state, logical, rows)}) s "
+                               "WHERE NOT _del")
+            _append(latest, current_path(table_dir), state.version)
         elif state.keyed:
             spark.sql(_keyed_merge(state, logical, rows, target))
         else:
             spark.sql(_unkeyed_merge(logical, rows, target))
+
+
+def _is_empty(path: Path) -> bool:
+    """Whether the Delta table at `path` holds no data file (read by delta-rs: milliseconds)."""
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(str(path)).file_uris()) == 0
 
 
 def _add_columns(spark: SparkSession, ident: TableIdentifier, logical: StructType) -> None:
@@ -208,12 +244,20 @@ def interval_sql(state: TableState, table_dir: Path, lower: int, upper: int | No
     return delta_union_sql(state, table_dir, lower=lower, upper=upper)
 
 
-def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str) -> str:
+def _latest_per_key(state: TableState, logical: StructType, rows: str) -> str:
+    """Each key's latest update in `rows` (its last time; at one time the insertion over the
+    retraction), with `_del`: the key is gone. (A window: `max_by` over the row's struct is
+    a sort aggregate in Spark, no faster.)"""
     key = ", ".join(quote(k) for k in state.key)
     cols = [quote(f.name) for f in logical.fields]
-    source = (f"SELECT {', '.join(cols)}, _diff <= 0 AS _del FROM (SELECT *, row_number() "
-              f"OVER (PARTITION BY {key} ORDER BY _time DESC, _diff DESC) AS _rank FROM "
-              f"({rows}) u) r WHERE _rank = 1")
+    return (f"SELECT {', '.join(cols)}, _diff <= 0 AS _del FROM (SELECT *, row_number() "
+            f"OVER (PARTITION BY {key} ORDER BY _time DESC, _diff DESC) AS _rank FROM "
+            f"({rows}) u) r WHERE _rank = 1")
+
+
+def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str) -> str:
+    cols = [quote(f.name) for f in logical.fields]
+    source = _latest_per_key(state, logical, rows)
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in state.key)
     return (f"MERGE INTO {target} t USING ({source}) s ON {on} "
             f"WHEN MATCHED AND s._del THEN DELETE "

@@ -30,13 +30,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.durable import sync_tree
 from changelake.errors import LakeError
 from changelake.formats.tableschema import TableSchema
+from changelake.lake import delta_storage
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.key_rule import check_one_row_per_key
@@ -52,10 +53,11 @@ from changelake.lake.layout import (
     segment_path,
 )
 from changelake.lake.scd2 import scd2_sql
-from changelake.lake.schema import evolve, logical_schema, struct_json
+from changelake.lake.schema import Evolution, evolve, logical_schema, struct_json
 from changelake.lake.sql import state_sql, union_sql
 from changelake.protocol import Antichain
 from changelake.protocol.antichain import FrontierLike, as_frontier
+from changelake.spark.delta_txn import StagedAppend
 
 DEFAULT_BUCKETS = 8
 
@@ -417,8 +419,12 @@ class TableWriter:
         if state.key and check_key:
             check_one_row_per_key(rows, state.key, name)
         rel = segment_path(committed, up)
-        if state.storage == DELTA_STORAGE:  # staged, checked, then appended by the commit
-            rel = f"_staging/{rel}"
+        if state.storage == DELTA_STORAGE:
+            staged = delta_storage.stage(self.spark, self.table.directory, rows.schema)
+            if staged is not None:
+                return self._commit_staged(state, staged, rows, evolution, committed, up,
+                                           offsets=offsets, retain=retain, write=write)
+            rel = f"_staging/{rel}"  # a schema change: staged, checked, then appended
         target = self.table.directory / rel
         clear_dir(target)
         try:
@@ -461,4 +467,33 @@ class TableWriter:
                        offsets=new.offsets if offsets is None else offsets)
         new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
         self.publish(new, retain=retain)
+        return CommitResult(name, new.version, committed, up, count, False, evolution.changed)
+
+    def _commit_staged(self, state: TableState, staged: StagedAppend, rows: DataFrame,
+                       evolution: Evolution, committed: int, up: int | None, *,
+                       offsets: SourceOffsets | None, retain: int,
+                       write: Callable[[Callable[[], None]], None] | None) -> CommitResult:
+        """`commit` into a Delta table whose schema `rows` keep: the rows' files written once,
+        by `staged`'s open Delta transaction, checked (`write`, and every time inside the
+        interval), then committed by the commit point itself (`delta_storage.commit`); where
+        anything fails first, the files are deleted and nothing is committed."""
+        name = self.name
+        seen = Observation()
+        observed = rows.observe(seen, F.count(F.lit(1)).alias("rows"),
+                                F.max("_time").alias("t_max"))
+        try:
+            (write or _run)(lambda: staged.write(observed))
+            count, t_max = int(seen.get["rows"]), seen.get["t_max"]
+            if up is not None and t_max is not None and t_max >= up:
+                raise LakeError(
+                    f"table {name}: an update at time {t_max} is not inside the "
+                    f"committed interval [{committed}, {up}); nothing was written")
+            new, _struct = state.struct_id(struct_json(evolution.write_struct))
+            new = new.next("commit", frontier=() if up is None else (up,),
+                           versions=evolution.versions,
+                           offsets=new.offsets if offsets is None else offsets)
+            new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+            self.publish(new, retain=retain, rows=staged)
+        finally:
+            staged.abort()  # nothing, once committed
         return CommitResult(name, new.version, committed, up, count, False, evolution.changed)
