@@ -110,6 +110,32 @@ def driver_error(error: BaseException, dsn: str) -> str:
     return redact(first, known=dsn)
 
 
+def connection_failed(error: BaseException) -> bool:
+    """Whether a psycopg2 error says the connection itself failed (the server stopped or
+    restarted, the network broke), not a statement: libpq's operational and interface errors,
+    and the bare `DatabaseError` without an SQLSTATE that a replication stream raises when
+    its server goes away ("no COPY in progress", "error with status PGRES_COPY_BOTH and no
+    message from the libpq")."""
+    if isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        return True
+    return type(error) is psycopg2.DatabaseError and error.pgcode is None
+
+
+def lost_connection(error: BaseException, dsn: str, slot: str, *, snapshot: bool) -> str:
+    """The one line for a connection that failed during a capture (`connection_failed`):
+    the server, the driver's reason, and what to do. `snapshot`: the initial snapshot had not
+    finished (its start marker is there), so the next run needs --create-slot to take it
+    again; otherwise the next run resumes from the slot (nothing uncommitted was kept, and
+    the slot is confirmed only to what the sink committed)."""
+    then = ("run the capture again with --create-slot: its initial snapshot did not finish "
+            "and is taken again" if snapshot else
+            f"run the same command again: it resumes from slot {slot!r}, with nothing lost "
+            "or taken twice")
+    return (f"the connection to PostgreSQL ({shown_dsn(dsn)}) failed during the capture "
+            f"(the server stopped or restarted?): {driver_error(error, dsn)}; nothing "
+            f"uncommitted was kept: once the server is up, {then}")
+
+
 def _options() -> str:
     return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
 
@@ -175,6 +201,15 @@ class Source:
                 pass  # closing: the next run's own error will say what is wrong
         if not self.conn.closed:
             self.conn.close()
+
+    def answers(self) -> bool:
+        """Whether the database connection still answers: after an error, whether the server
+        went away (`connection_failed`) from under the statement that failed."""
+        try:
+            self._one("SELECT 1")
+        except psycopg2.Error:
+            return False
+        return True
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         with self.conn.cursor() as c:
