@@ -105,6 +105,30 @@ def test_iceberg_catalog_uris_are_not_printed_back(tmp_path: Path) -> None:
         assert PW not in str(error.value)
 
 
+@pytest.mark.parametrize(("catalog", "warehouse", "said"), [
+    # SQLAlchemy reads the URL, and not its port: had been "internal error: ValueError".
+    (f"postgresql://alice:{PW}@h:notaport/db", "WH",
+     "iceberg catalog 'postgresql://alice:***@h:notaport/db' is not a SQLAlchemy URL it can "
+     "read"),
+    # pyiceberg refuses the warehouse only once Spark has run, with the password in its text
+    # (pyarrow: "Not a valid bucket name: 'alice:s3cretpw@bucket'") or as "internal error".
+    ("CAT", f"bogus://alice:{PW}@h/x", "iceberg warehouse 'bogus://alice:***@h/x': pyiceberg "
+     "has no file system for bogus:// URLs"),
+    ("CAT", f"s3://alice:{PW}@bucket/x", "iceberg warehouse 's3://alice:***@bucket/x': a "
+     "password in the URL is not taken"),
+    ("CAT", "file://elsewhere/x", "a file:// warehouse is a directory of this machine"),
+])
+def test_iceberg_uris_sqlalchemy_or_pyiceberg_refuse_are_one_line(
+        tmp_path: Path, catalog: str, warehouse: str, said: str) -> None:
+    """Refused in one line before the lake (and Spark) start, and before the catalog's file
+    or the warehouse is made."""
+    catalog = catalog.replace("CAT", f"sqlite:///{tmp_path / 'ice' / 'catalog.db'}")
+    warehouse = warehouse.replace("WH", str(tmp_path / "warehouse"))
+    refused_without_password(cli("export", "--lake", str(tmp_path / "lake"), "--table", "t",
+                                 "--to", "iceberg", catalog, "--warehouse", warehouse), said)
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_kafka_source_missing_subject_holds_no_password() -> None:
     """`ingest --follow --kafka` with a registry that has no subject for the topic (the
     planning step the Spark source runs on the driver)."""
