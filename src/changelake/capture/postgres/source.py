@@ -54,7 +54,7 @@ from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.transactions import MEMORY_BYTES, Assembler, Transaction
 from changelake.capture.postgres.types import RELATION_OID, SESSION_SETTINGS, relation_args
 from changelake.errors import ChangelakeError
-from changelake.redact import redact
+from changelake.redact import MASK, is_secret_key, redact
 
 
 class SourceError(ChangelakeError):
@@ -93,6 +93,21 @@ def kept_dsn(dsn: str) -> str:
     return redact(psycopg2.extensions.make_dsn(**params), drop=True)
 
 
+def _masked(text: str, dsn: str) -> str:
+    """`text` with the secrets of `dsn` masked: those libpq reads in it (its parse, which
+    `redact` cannot follow: a URI's user information runs to its `@`, a space, `#` or `?`
+    in the password included, and an unquoted value's backslash escapes its space), then
+    whatever `redact` finds."""
+    try:
+        params = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        params = {}
+    for secret in sorted((v for k, v in params.items() if v and is_secret_key(k)),
+                         key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return redact(text, known=dsn)
+
+
 def shown_dsn(dsn: str) -> str:
     """`dsn` for a message: its secrets masked, or what it is when libpq cannot parse it
     (its text may be anything, a password in a typo)."""
@@ -100,14 +115,14 @@ def shown_dsn(dsn: str) -> str:
         psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError:
         return "a DSN libpq cannot parse"
-    return redact(dsn)
+    return _masked(dsn, dsn)
 
 
 def driver_error(error: BaseException, dsn: str) -> str:
     """The first line of a psycopg2 (libpq) error, which may quote the DSN or a piece of it,
     with the DSN's secrets masked."""
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return redact(first, known=dsn)
+    return _masked(first, dsn)
 
 
 def connection_failed(error: BaseException) -> bool:
