@@ -470,7 +470,8 @@ def _encode_to_topic(schema_path: Path | None, close: bool, avro: Path | None, s
 @click.option("--dsn", default=None,
               help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
                    "logical) instead of an embedded server; its tables are dropped after a "
-                   "passing run.")
+                   "passing run. Its password from PGPASSWORD, ~/.pgpass, PGPASSFILE or "
+                   "PGSERVICE, not the command line.")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
