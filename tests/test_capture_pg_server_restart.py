@@ -9,8 +9,9 @@ from the libpq" (`-m immediate`, as a crash).
 
 The server is one of this module's own, not the session's (`conftest.postgres`): it is stopped
 and started again under the capture. The capture writes Materialize CDC logs (`--out`, no
-Spark): the error is the capture loop's (`capture.Capture.run`), whatever its sink. The
-workload is `pg_workload`'s (TOAST, streamed and rolled-back transactions, a truncate)."""
+Spark; into a lake in the slow tier): the error is the capture loop's (`capture.Capture.run`),
+whatever its sink. The workload is `pg_workload`'s (TOAST, streamed and rolled-back
+transactions, a truncate)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pg_workload import (
     Workload,
     capture_command,
     database_rows,
+    lake_destination,
     out_destination,
     slot_position,
 )
@@ -87,19 +89,22 @@ def assert_holds_the_database(captured: Captured, dsn: str, slot: str) -> None:
 
 
 def assert_nothing_half_written(out: Path) -> None:
-    """No segment under its temporary name: every file of a log is whole."""
+    """No segment under its temporary name (every file of a log is whole), no lake table's
+    snapshot staging, no start marker: nothing the next run must clean up."""
     assert not list(out.glob("*/.*.tmp")), sorted(out.rglob("*"))
+    assert not list(out.glob("tables/*/*/_snapshot_stage")), sorted(out.rglob("*"))
 
 
-@pytest.mark.parametrize("mode", [
-    "fast",  # what a restart by an administrator or a service manager does
-    pytest.param("immediate", marks=pytest.mark.slow),  # as a crash of the server
+@pytest.mark.parametrize(("mode", "into"), [
+    ("fast", "out"),  # what a restart by an administrator or a service manager does
+    pytest.param("immediate", "out", marks=pytest.mark.slow),  # as a crash of the server
+    pytest.param("fast", "lake", marks=pytest.mark.slow),  # two Spark processes
 ])
 def test_a_restart_while_streaming_is_one_line_and_the_rerun_resumes(
-        server: EmbeddedPostgres, dsn: str, tmp_path: Path, mode: str) -> None:
+        server: EmbeddedPostgres, dsn: str, tmp_path: Path, mode: str, into: str) -> None:
     slot = "restarted"
-    out = tmp_path / "out"
-    destination = out_destination(out, dsn)
+    out = tmp_path / into
+    destination = out_destination(out, dsn) if into == "out" else lake_destination(out)
     workload = Workload(dsn, 67, steps=60, pause=0.02)
     workload.setup()
     # Runs on (no idle stop within the test): only the restart ends it.
@@ -107,11 +112,11 @@ def test_a_restart_while_streaming_is_one_line_and_the_rerun_resumes(
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
-        wait_for(lambda: slot_position(dsn, slot) is not None, proc)  # snapshot taken
+        wait_for(lambda: slot_position(dsn, slot) is not None, proc, 600)  # slot made
         first = slot_position(dsn, slot)
         workload.start()
         # Mid-stream: a batch of the workload's is committed and confirmed, more to come.
-        wait_for(lambda: slot_position(dsn, slot) != first and workload.done >= 10, proc)
+        wait_for(lambda: slot_position(dsn, slot) != first and workload.done >= 10, proc, 600)
         restart(server, mode)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -130,7 +135,7 @@ def test_a_restart_while_streaming_is_one_line_and_the_rerun_resumes(
     assert lines[0].endswith("once the server is up, run the same command again: it resumes "
                              f"from slot '{slot}', with nothing lost or taken twice"), lines[0]
     assert_nothing_half_written(out)
-    assert not list(out.glob(".*.starting"))
+    assert not list(out.glob(".*.starting")) and not list(out.glob("capture/*.starting"))
 
     workload.error = None
     workload.run()  # more transactions while no capture runs: the rerun takes them from the slot
