@@ -3,7 +3,8 @@ and tables the capture cannot key are named; an unchanged TOAST value is taken f
 after a restart; streamed transactions (committed, aborted, with a rolled-back savepoint)
 arrive whole through the replication connection; the snapshot reads values as pgoutput sends
 them. Each run is `LakeCapture.run` in this process (the CLI's own code without its Spark
-start-up); `test_capture_pg_cli_errors.py` runs the command line."""
+start-up); `test_capture_pg_cli_errors.py` runs the command line. A restart of the server
+itself, under a running capture: `test_capture_pg_server_restart.py`."""
 
 from __future__ import annotations
 

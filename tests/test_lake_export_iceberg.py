@@ -146,6 +146,24 @@ def keyed_committer(spark, table: Table, rng: random.Random, live: dict[int, tup
     return commit
 
 
+def test_a_warehouse_pyiceberg_cannot_write_is_one_error_and_no_table(spark, lake, uri,
+                                                                    tmp_path):
+    """A file system pyiceberg knows but cannot reach (HDFS: pyarrow's needs a JVM library
+    and a name node, neither here) fails once the export writes: one `LakeError` naming the
+    table, catalog and warehouse, where it had been an `OSError` of several lines ("internal
+    error"); the catalog holds no table."""
+    table = lake.create_table(unique("unwritable"), TYPED, key=["id"])
+    table.commit(lake.spark.createDataFrame([], meta(TYPED)), 0, 3)
+    target = f"{table.ident.database}.unwritable"
+    (tmp_path / "iceberg").mkdir()  # the catalog's folder (a warehouse given: not made)
+    with pytest.raises(LakeError, match=rf"table {table.name}: Iceberg table {target} \(catalog "
+                       r"'sqlite:///.*', warehouse 'hdfs://127\.0\.0\.1:1/wh'\) cannot be "
+                       "written: ") as error:
+        export_to_iceberg(lake, table.name, uri, warehouse="hdfs://127.0.0.1:1/wh")
+    assert "\n" not in str(error.value)
+    assert not open_catalog(uri, warehouse=tmp_path / "wh").table_exists(target)
+
+
 def test_keyed_types_an_added_column_and_a_crash_around_the_commit(spark, lake, uri,
                                                                     monkeypatch):
     from pyiceberg.catalog.sql import SqlCatalog

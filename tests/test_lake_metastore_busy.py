@@ -47,3 +47,24 @@ def test_a_second_process_on_the_embedded_metastore_is_told_what_to_do(tmp_path:
                       if "metastore_db" not in p.parts) == before  # nothing made
     finally:
         holder.communicate("", timeout=120)
+
+
+AGAIN = """
+import sys
+from changelake.lake.catalog import lake_session
+for _ in range(2):
+    spark = lake_session(sys.argv[1], "local[1]")
+    spark.sql("SHOW DATABASES").collect()
+    spark.stop()
+print("AGAIN", flush=True)
+"""
+
+
+def test_a_process_that_stopped_its_session_opens_the_lake_again(tmp_path: Path) -> None:
+    """Not a second process: PySpark keeps the stopped session's JVM for the next one, and
+    Derby stays booted (its lock held) in it. That had been refused as "open in another
+    process" (the kill tests' worker runs a capture, then reads the lake, so)."""
+    done = subprocess.run([sys.executable, "-c", AGAIN, str(tmp_path / "lake")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["AGAIN"]

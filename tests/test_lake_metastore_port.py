@@ -1,6 +1,7 @@
-"""`changelake metastore --port` on a port something already listens on: one line naming the
-address and what to do, exit status 2, before the JVM starts or anything is made under the
-lake (it was an internal error, the JVM's reason only in its log)."""
+"""`changelake metastore`: where it listens. `--port` on a port something already listens on:
+one line naming the address and what to do, exit status 2, before the JVM starts or anything
+is made under the lake (it was an internal error, the JVM's reason only in its log). And it
+listens on 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def test_a_port_in_use_is_named(tmp_path) -> None:
     assert line.startswith(f"changelake: error: cannot serve the metastore on 127.0.0.1:{port}")
     assert "--port" in line
     assert list(lake.iterdir()) == []
+
+
+def test_the_service_listens_on_loopback_only(tmp_path) -> None:
+    """It has no authentication (Hive's metastore protocol has no password mode, README):
+    the one protection is that no other interface reaches it. The kernel's own table of
+    listening sockets says where it listens (in the slow tier, `test_lake_processes` checks
+    it too, under load)."""
+    from changelake.lake import metastore
+    from test_lake_processes import listen_addresses
+
+    with metastore.start(tmp_path / "lake") as service:
+        assert listen_addresses(service.port) == {"127.0.0.1"}

@@ -29,6 +29,7 @@ PW = "s3cretpw"
     ("--conf spark.hadoop.fs.s3a.secret.key=s3cretpw", "--conf spark.hadoop.fs.s3a.secret.key=***"),
     ('{"user": "a", "password": "s3cretpw"}', '{"user": "a", "password": "***"}'),
     ('password="s3cret pw"', "password=***"),
+    ("host=h password=x\\ s3cretpw dbname=d", "host=h password=*** dbname=d"),  # libpq: "x s3c.."
 ])
 def test_each_notation_is_masked(text: str, shown: str) -> None:
     assert redact(text) == shown

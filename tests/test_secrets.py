@@ -59,6 +59,13 @@ def test_a_bad_schema_registry_url_is_not_printed_back() -> None:
     f"host=127.0.0.1 port=1 password={PW} sslpassword={PW}",
     f"host=127.0.0.1 port=1 password='{PW} x'",
     f"postgresql://alice:{PW}@[::1/db",  # libpq quotes the whole URI
+    # libpq reads a URI's user information up to its '@', where a URL's stops at a space,
+    # '#' or '?' (the password had been shown whole), and an unquoted value up to a space
+    # that no backslash escapes (the part after it had been shown).
+    f"postgresql://alice:x {PW}@127.0.0.1:1/db",
+    f"postgresql://alice:x#{PW}@127.0.0.1:1/db",
+    f"postgresql://alice:x?{PW}@127.0.0.1:1/db",
+    f"host=127.0.0.1 port=1 password=x\\ {PW}",
 ])
 def test_capture_dsn_errors_hold_no_password(dsn: str, tmp_path: Path) -> None:
     refused_without_password(cli("capture", "postgres", "--out", str(tmp_path / "out"),
@@ -67,10 +74,18 @@ def test_capture_dsn_errors_hold_no_password(dsn: str, tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_demo_dsn_errors_hold_no_password(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("dsn", "shown"), [
+    (f"postgresql://alice:{PW}@127.0.0.1:1/db", "(postgresql://alice:***@"),
+    # Masked by the demo's own message, not only by the CLI's last redaction (which cannot
+    # know that libpq's "s3cretpw%zz" or a password's part after a space is one).
+    (f"postgresql://alice:{PW}%zz@h/db", "(a DSN libpq cannot parse)"),
+    (f"postgresql://alice:x {PW}@127.0.0.1:1/db", "(postgresql://alice:***@"),
+])
+def test_demo_dsn_errors_hold_no_password(tmp_path: Path, dsn: str, shown: str) -> None:
+    """`demo --dsn` refused: no password in anything it printed."""
     refused_without_password(cli("demo", "--updates", "50", "--workdir", str(tmp_path),
-                                 "--dsn", f"postgresql://alice:{PW}@127.0.0.1:1/db"),
-                             "cannot connect to the demo's PostgreSQL (postgresql://alice:***@")
+                                 "--dsn", dsn),
+                             f"cannot connect to the demo's PostgreSQL {shown}")
 
 
 def test_the_demo_hands_its_captures_the_dsn_in_the_environment(tmp_path: Path) -> None:
@@ -103,6 +118,30 @@ def test_iceberg_catalog_uris_are_not_printed_back(tmp_path: Path) -> None:
         with pytest.raises(LakeError, match="cannot be opened") as error:
             open_catalog(uri, warehouse=tmp_path / "warehouse")
         assert PW not in str(error.value)
+
+
+@pytest.mark.parametrize(("catalog", "warehouse", "said"), [
+    # SQLAlchemy reads the URL, and not its port: had been "internal error: ValueError".
+    (f"postgresql://alice:{PW}@h:notaport/db", "WH",
+     "iceberg catalog 'postgresql://alice:***@h:notaport/db' is not a SQLAlchemy URL it can "
+     "read"),
+    # pyiceberg refuses the warehouse only once Spark has run, with the password in its text
+    # (pyarrow: "Not a valid bucket name: 'alice:s3cretpw@bucket'") or as "internal error".
+    ("CAT", f"bogus://alice:{PW}@h/x", "iceberg warehouse 'bogus://alice:***@h/x': pyiceberg "
+     "has no file system for bogus:// URLs"),
+    ("CAT", f"s3://alice:{PW}@bucket/x", "iceberg warehouse 's3://alice:***@bucket/x': a "
+     "password in the URL is not taken"),
+    ("CAT", "file://elsewhere/x", "a file:// warehouse is a directory of this machine"),
+])
+def test_iceberg_uris_sqlalchemy_or_pyiceberg_refuse_are_one_line(
+        tmp_path: Path, catalog: str, warehouse: str, said: str) -> None:
+    """Refused in one line before the lake (and Spark) start, and before the catalog's file
+    or the warehouse is made."""
+    catalog = catalog.replace("CAT", f"sqlite:///{tmp_path / 'ice' / 'catalog.db'}")
+    warehouse = warehouse.replace("WH", str(tmp_path / "warehouse"))
+    refused_without_password(cli("export", "--lake", str(tmp_path / "lake"), "--table", "t",
+                                 "--to", "iceberg", catalog, "--warehouse", warehouse), said)
+    assert sorted(tmp_path.iterdir()) == []
 
 
 def test_kafka_source_missing_subject_holds_no_password() -> None:

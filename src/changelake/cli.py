@@ -470,7 +470,8 @@ def _encode_to_topic(schema_path: Path | None, close: bool, avro: Path | None, s
 @click.option("--dsn", default=None,
               help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
                    "logical) instead of an embedded server; its tables are dropped after a "
-                   "passing run.")
+                   "passing run. Its password from PGPASSWORD, ~/.pgpass, PGPASSFILE or "
+                   "PGSERVICE, not the command line.")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
@@ -1359,7 +1360,10 @@ def _arrow_status(lake_dir: Path, engine: str, live: bool) -> Any:
 @user_errors
 def metastore(lake_dir: Path, port: int | None) -> None:
     """Serve the lake's metastore as a Hive metastore service on 127.0.0.1, so that several
-    Spark processes can use the lake at once (--metastore-uri thrift://127.0.0.1:PORT)."""
+    Spark processes can use the lake at once (--metastore-uri thrift://127.0.0.1:PORT).
+    It has no authentication (Hive's metastore protocol has none but Kerberos): every local
+    user may connect, change the lake's tables and register code that a Spark process on
+    the lake runs as its user. Run it only on a machine (or container) you alone use."""
     from changelake.lake import commands
 
     sys.exit(commands.metastore(lake_dir, port=port))

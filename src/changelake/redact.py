@@ -50,9 +50,10 @@ _QUERY = re.compile(r"\?(?P<body>[^#\s\"]*)")
 
 _PAIR = re.compile(
     r"(?<![\w.\-&?;])(?P<key>[A-Za-z_][\w.\-]*)(?P<eq>[ \t]*=[ \t]*)"
-    r"(?P<secret>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|\S*)")
+    r"(?P<secret>'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|(?:\\.|\S)*)")
 """`key=value` as libpq reads it: a value in single quotes (backslash escapes; double quotes
-too, as other notations write them), or up to the next whitespace; after `?`, `&` or `;`
+too, as other notations write them), or up to the next whitespace that no backslash escapes
+(libpq reads `password=a\\ b` as `a b`); after `?`, `&` or `;`
 it is a query parameter (`_QUERY`)."""
 
 _JSON = re.compile(

@@ -84,8 +84,10 @@ def _refuse_a_booted_metastore(root: Path, metastore: Path) -> None:
 
     from pyspark import SparkContext
 
-    if SparkContext._active_spark_context is not None:
-        return  # this process's JVM, which the session will be built on, may be the one
+    if SparkContext._gateway is not None:
+        # This process's JVM, which the session will be built on, may be the one: a stopped
+        # session's too (PySpark keeps its JVM for the next one, and Derby stays booted in it).
+        return
     try:
         fd = os.open(metastore / "metastore_db" / "dbex.lck", os.O_RDWR | os.O_NOFOLLOW)
     except OSError:

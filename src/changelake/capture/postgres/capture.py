@@ -86,9 +86,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+import psycopg2
+
 from changelake.capture.postgres.pgoutput import format_lsn
 from changelake.capture.postgres.rows import Key, Table, Tables, Values, reshape
-from changelake.capture.postgres.source import Idle, Slot, Source, SourceError
+from changelake.capture.postgres.source import (
+    Idle,
+    Slot,
+    Source,
+    SourceError,
+    connection_failed,
+    lost_connection,
+)
 from changelake.capture.postgres.transactions import MEMORY_BYTES, Transaction
 from changelake.capture.postgres.types import catalog
 
@@ -220,52 +229,74 @@ class Capture:
         self.report = sink.report
 
     def run(self) -> CaptureReport:
+        """The capture; a connection that fails on the way (the server restarted, say) is
+        one `SourceError` saying how to go on (`source.lost_connection`)."""
         o = self.options
-        with Source(o.dsn, o.publication, o.slot, tables=o.tables) as source:
-            lookup = catalog(source.conn.cursor())
-            tables = {name: Table.from_catalog(source.conn.cursor(), name, lookup)
-                      for name in source.tables}
-            self.report.tables = tuple(tables)
-            self.sink.check(tables)
-            # Present from before the slot is created until every table holds its snapshot.
-            marker = self.sink.start_marker(source.database, o.slot)
-            if marker.exists():  # a start of these tables from this slot did not finish
-                if not o.create_slot:
-                    raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
-                                      "finish: run again with --create-slot to take it again")
-                self.sink.discard(tables)
-                if source.has_slot():
-                    source.drop_slot()
-            held = self.sink.held(tables)
-            if held and not source.has_slot():
-                # Checked before `open_slot` may create it: a new slot would start a gap.
-                raise SourceError(f"tables {', '.join(sorted(held))} already hold a "
-                                  f"capture, but replication slot {o.slot!r} does not exist "
-                                  "(dropped since their last run, or never theirs): a new "
-                                  "slot would leave a gap in their history; capture into new "
-                                  "tables with --create-slot, or name their slot")
-            if not held and o.create_slot and not source.has_slot():
-                _write_durably(marker)
-            slot = source.open_slot(create=o.create_slot)
-            existing = self.sink.held(tables)
-            if slot.created:
-                if existing:
-                    raise SourceError(f"tables {', '.join(sorted(existing))} already hold a "
-                                      f"capture, and slot {o.slot!r} is new: their history "
-                                      "would have a gap; drop them or reuse their slot")
-                self.sink.start(source, slot, tables)
-                marker.unlink(missing_ok=True)
-            else:
-                if not existing:
-                    raise SourceError(f"slot {o.slot!r} exists but tables "
-                                      f"{', '.join(sorted(tables))} hold no capture: the "
-                                      "history before its position is gone (create a new "
-                                      "slot with --create-slot, or name these tables' slot)")
-                self.sink.check_resume(source, existing)
-                self._join(source, tables, existing, marker.with_suffix(".joining"))
-                self._check_continuous(source, tables)
-            self._stream(source, tables, lookup)
+        try:
+            source = Source(o.dsn, o.publication, o.slot, tables=o.tables)
+        except psycopg2.Error as error:  # its first queries
+            if not connection_failed(error):
+                raise
+            raise SourceError(lost_connection(error, o.dsn, o.slot, snapshot=False)) \
+                from None
+        with source:
+            try:
+                self._run(source)
+            except psycopg2.Error as error:
+                # Another error of a server that went away: the snapshot a restart ended
+                # ("invalid snapshot identifier"), say. Its connection tells.
+                if not connection_failed(error) and source.answers():
+                    raise
+                started = self.sink.start_marker(source.database, o.slot).exists()
+                raise SourceError(lost_connection(error, o.dsn, o.slot, snapshot=started)) \
+                    from None
         return self.report
+
+    def _run(self, source: Source) -> None:
+        o = self.options
+        lookup = catalog(source.conn.cursor())
+        tables = {name: Table.from_catalog(source.conn.cursor(), name, lookup)
+                  for name in source.tables}
+        self.report.tables = tuple(tables)
+        self.sink.check(tables)
+        # Present from before the slot is created until every table holds its snapshot.
+        marker = self.sink.start_marker(source.database, o.slot)
+        if marker.exists():  # a start of these tables from this slot did not finish
+            if not o.create_slot:
+                raise SourceError(f"the initial snapshot from slot {o.slot!r} did not "
+                                  "finish: run again with --create-slot to take it again")
+            self.sink.discard(tables)
+            if source.has_slot():
+                source.drop_slot()
+        held = self.sink.held(tables)
+        if held and not source.has_slot():
+            # Checked before `open_slot` may create it: a new slot would start a gap.
+            raise SourceError(f"tables {', '.join(sorted(held))} already hold a "
+                              f"capture, but replication slot {o.slot!r} does not exist "
+                              "(dropped since their last run, or never theirs): a new "
+                              "slot would leave a gap in their history; capture into new "
+                              "tables with --create-slot, or name their slot")
+        if not held and o.create_slot and not source.has_slot():
+            _write_durably(marker)
+        slot = source.open_slot(create=o.create_slot)
+        existing = self.sink.held(tables)
+        if slot.created:
+            if existing:
+                raise SourceError(f"tables {', '.join(sorted(existing))} already hold a "
+                                  f"capture, and slot {o.slot!r} is new: their history "
+                                  "would have a gap; drop them or reuse their slot")
+            self.sink.start(source, slot, tables)
+            marker.unlink(missing_ok=True)
+        else:
+            if not existing:
+                raise SourceError(f"slot {o.slot!r} exists but tables "
+                                  f"{', '.join(sorted(tables))} hold no capture: the "
+                                  "history before its position is gone (create a new "
+                                  "slot with --create-slot, or name these tables' slot)")
+            self.sink.check_resume(source, existing)
+            self._join(source, tables, existing, marker.with_suffix(".joining"))
+            self._check_continuous(source, tables)
+        self._stream(source, tables, lookup)
 
     def _join(self, source: Source, tables: dict[str, Table], held: set[str],
               marker: Path) -> None:

@@ -54,7 +54,7 @@ from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.transactions import MEMORY_BYTES, Assembler, Transaction
 from changelake.capture.postgres.types import RELATION_OID, SESSION_SETTINGS, relation_args
 from changelake.errors import ChangelakeError
-from changelake.redact import redact
+from changelake.redact import MASK, is_secret_key, redact
 
 
 class SourceError(ChangelakeError):
@@ -93,6 +93,21 @@ def kept_dsn(dsn: str) -> str:
     return redact(psycopg2.extensions.make_dsn(**params), drop=True)
 
 
+def _masked(text: str, dsn: str) -> str:
+    """`text` with the secrets of `dsn` masked: those libpq reads in it (its parse, which
+    `redact` cannot follow: a URI's user information runs to its `@`, a space, `#` or `?`
+    in the password included, and an unquoted value's backslash escapes its space), then
+    whatever `redact` finds."""
+    try:
+        params = psycopg2.extensions.parse_dsn(dsn)
+    except psycopg2.ProgrammingError:
+        params = {}
+    for secret in sorted((v for k, v in params.items() if v and is_secret_key(k)),
+                         key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return redact(text, known=dsn)
+
+
 def shown_dsn(dsn: str) -> str:
     """`dsn` for a message: its secrets masked, or what it is when libpq cannot parse it
     (its text may be anything, a password in a typo)."""
@@ -100,14 +115,40 @@ def shown_dsn(dsn: str) -> str:
         psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError:
         return "a DSN libpq cannot parse"
-    return redact(dsn)
+    return _masked(dsn, dsn)
 
 
 def driver_error(error: BaseException, dsn: str) -> str:
     """The first line of a psycopg2 (libpq) error, which may quote the DSN or a piece of it,
     with the DSN's secrets masked."""
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return redact(first, known=dsn)
+    return _masked(first, dsn)
+
+
+def connection_failed(error: BaseException) -> bool:
+    """Whether a psycopg2 error says the connection itself failed (the server stopped or
+    restarted, the network broke), not a statement: libpq's operational and interface errors,
+    and the bare `DatabaseError` without an SQLSTATE that a replication stream raises when
+    its server goes away ("no COPY in progress", "error with status PGRES_COPY_BOTH and no
+    message from the libpq")."""
+    if isinstance(error, (psycopg2.OperationalError, psycopg2.InterfaceError)):
+        return True
+    return type(error) is psycopg2.DatabaseError and error.pgcode is None
+
+
+def lost_connection(error: BaseException, dsn: str, slot: str, *, snapshot: bool) -> str:
+    """The one line for a connection that failed during a capture (`connection_failed`):
+    the server, the driver's reason, and what to do. `snapshot`: the initial snapshot had not
+    finished (its start marker is there), so the next run needs --create-slot to take it
+    again; otherwise the next run resumes from the slot (nothing uncommitted was kept, and
+    the slot is confirmed only to what the sink committed)."""
+    then = ("run the capture again with --create-slot: its initial snapshot did not finish "
+            "and is taken again" if snapshot else
+            f"run the same command again: it resumes from slot {slot!r}, with nothing lost "
+            "or taken twice")
+    return (f"the connection to PostgreSQL ({shown_dsn(dsn)}) failed during the capture "
+            f"(the server stopped or restarted?): {driver_error(error, dsn)}; nothing "
+            f"uncommitted was kept: once the server is up, {then}")
 
 
 def _options() -> str:
@@ -175,6 +216,15 @@ class Source:
                 pass  # closing: the next run's own error will say what is wrong
         if not self.conn.closed:
             self.conn.close()
+
+    def answers(self) -> bool:
+        """Whether the database connection still answers: after an error, whether the server
+        went away (`connection_failed`) from under the statement that failed."""
+        try:
+            self._one("SELECT 1")
+        except psycopg2.Error:
+            return False
+        return True
 
     def _one(self, sql: str, args: tuple[Any, ...] = ()) -> tuple[Any, ...]:
         with self.conn.cursor() as c:

@@ -84,7 +84,7 @@ from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.key_rule import KeyRuleError
-from changelake.lake.schema import live_columns, logical_schema
+from changelake.lake.schema import META_COLUMNS, live_columns, logical_schema
 from changelake.lake.table import Table as LakeTable
 from changelake.lake.table import clear_dir
 from changelake.spark.driver_rows import driver_rows
@@ -133,10 +133,12 @@ class LakeSink:
     def check(self, tables: dict[str, Table]) -> None:
         """Refuse, before the slot is opened, names the lake cannot hold, and two tables that
         one lake table would hold (`"Foo"` and `foo`: lake names compare case-insensitively),
-        which had committed one into the other before the second was refused. Columns are
-        checked when the lake creates a table."""
+        which had committed one into the other before the second was refused, and a column
+        named as one of the lake's own (`_reserved`). Other column rules are checked when the
+        lake creates a table."""
         seen: dict[TableIdentifier, str] = {}
-        for name in tables:
+        for name, table in tables.items():
+            _reserved(table)
             ident = TableIdentifier.parse(name)
             if ident in seen:
                 raise CaptureError(f"tables {seen[ident]} and {name} would both be lake table "
@@ -196,6 +198,7 @@ class LakeSink:
         for name, table in tables.items():  # all checked before any is written
             if not any(rows.get(name, {}).values()) and name not in emptied:
                 continue  # committed in the lake table's own shape: a change waits for a row
+            _reserved(table)  # ADD COLUMN "_time": the batch's shape, before any is written
             state = self.handles[name].state()
             live = live_columns(state.versions)
             if not _adds_columns(live, logical_schema(state.versions), state.key, table):
@@ -362,6 +365,20 @@ def _adds_columns(held: Sequence[str], types: T.StructType, key: Sequence[str],
     kinds = {f.name: f.dataType for f in types.fields}
     return table.columns[:len(held)] == tuple(held) and table.key_columns == tuple(key) \
         and all(kinds[c] == new[c].dataType for c in held)
+
+
+def _reserved(table: Table) -> None:
+    """Refuse a column named as one of the lake's own (`_time`, `_diff`, `_bucket`, in any
+    case: Spark compares names case-insensitively), naming the table and column: it would be
+    a second `_time` beside the row's time (had been an internal error, Spark's "Reference
+    `_time` is ambiguous", or the table's creation refusing it after the slot was made)."""
+    for column in table.columns:
+        if column.lower() in META_COLUMNS:
+            raise CaptureError(
+                f"table {table.qualified} has a column named {column!r}, a name the lake keeps "
+                f"for its own columns ({', '.join(META_COLUMNS)}): rename the column, capture "
+                "the publication's other tables (--tables), or capture it into Materialize "
+                "CDC logs (--out)")
 
 
 def _changed(name: str, old: str, new: str, since: str = "the capture started") -> CaptureError:

@@ -160,8 +160,46 @@ def check_catalog(uri: str, warehouse: str | Path | None = None) -> None:
         raise LakeError("the iceberg catalog is not a SQLAlchemy URL (not shown, lest it hold "
                         "a password): give sqlite:////ABS/PATH.db, or DIALECT://USER@HOST/"
                         "DATABASE with its password in the environment") from None
+    except ValueError as error:  # a URL, with a part SQLAlchemy cannot read (a port)
+        raise LakeError(f"iceberg catalog {redact(uri)!r} is not a SQLAlchemy URL it can "
+                        f"read: {redact(str(error), known=uri)}") from None
     if warehouse is None:
         warehouse_for(uri)
+    else:
+        check_warehouse(warehouse)
+
+
+def check_warehouse(warehouse: str | Path) -> None:
+    """Refuse, before anything is made, a warehouse URL pyiceberg cannot write to: a scheme
+    it has no file system for, a `file://` URL naming another host, a password in the URL
+    (pyiceberg does not take one there, and an error would quote it: credentials come from
+    the file system's own environment, `AWS_ACCESS_KEY_ID` and the like). A path, or text
+    without `://`, is a local directory."""
+    import urllib.parse
+
+    from pyiceberg.io import SCHEMA_TO_FILE_IO
+
+    text = str(warehouse)
+    if isinstance(warehouse, Path) or "://" not in text:
+        return
+    shown = redact(text)
+    parts = urllib.parse.urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMA_TO_FILE_IO:
+        raise LakeError(f"iceberg warehouse {shown!r}: pyiceberg has no file system for "
+                        f"{scheme or 'its'}:// URLs (it has {', '.join(sorted(SCHEMA_TO_FILE_IO))}"
+                        "; a local directory is a path)")
+    try:
+        password = parts.password
+    except ValueError:  # a port that is no number: urlsplit reads it lazily
+        password = None
+    if password is not None:
+        raise LakeError(f"iceberg warehouse {shown!r}: a password in the URL is not taken; "
+                        "give the file system's credentials in its environment "
+                        "(AWS_ACCESS_KEY_ID, ...) and the URL without them")
+    if scheme == "file" and parts.netloc not in ("", "localhost"):
+        raise LakeError(f"iceberg warehouse {shown!r}: a file:// warehouse is a directory of "
+                        "this machine: file:///ABS/PATH, or the path itself")
 
 
 def open_catalog(uri: str, *, catalog: str = "changelake",
@@ -170,14 +208,17 @@ def open_catalog(uri: str, *, catalog: str = "changelake",
     `warehouse`, or for SQLite the directory next to the database file (`warehouse_for`)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
-    if warehouse is None:
-        location = warehouse_for(uri)
-        location.parent.mkdir(parents=True, exist_ok=True)
-        location.mkdir(exist_ok=True)
-        url = _file_location(location)
-    elif isinstance(warehouse, Path) or "://" not in str(warehouse):
-        location = Path(warehouse).resolve()
-        location.mkdir(parents=True, exist_ok=True)
+    if warehouse is not None:
+        check_warehouse(warehouse)
+    location = warehouse_for(uri) if warehouse is None else \
+        Path(warehouse).resolve() if isinstance(warehouse, Path) or "://" not in str(warehouse) \
+        else None
+    if location is not None:
+        try:
+            location.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise LakeError(f"iceberg warehouse {location}: cannot be made: {error.strerror}"
+                            ) from None
         url = _file_location(location)
     else:
         url = str(warehouse)
@@ -402,7 +443,21 @@ def export_to_iceberg(lake: Lake, table: str | TableIdentifier, uri: str, *,
         logical = check_live(pinned)
         schema = iceberg_schema(logical, pinned.name)
         ice_catalog = open_catalog(uri, catalog=catalog, warehouse=warehouse)
-        return _export(lake, pinned, logical, schema, ice_catalog, target)
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            return _export(lake, pinned, logical, schema, ice_catalog, target)
+        except (OSError, SQLAlchemyError) as error:
+            # The catalog's database or the warehouse's file system refusing (a server gone,
+            # a file system pyarrow cannot reach): one line, neither URL's password in it.
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            for known in (uri, str(warehouse or "")):
+                reason = redact(reason, known=known)
+            where = "" if warehouse is None else f", warehouse {redact(str(warehouse))!r}"
+            raise LakeError(f"table {pinned.name}: Iceberg table {target} (catalog "
+                            f"{redact(uri)!r}{where}) cannot be written: {reason}; an "
+                            "export commits whole or not at all: run it again once it can"
+                            ) from None
 
 
 def _export(lake: Lake, pinned: Pinned, logical: T.StructType, schema: Schema,
