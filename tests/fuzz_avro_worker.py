@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import ChangelakeError, Location
-from changelake.formats import ocf
+from changelake.formats import avro_bounds, ocf
 from changelake.formats.materialize import (
     CdcSchema,
     cdc_schema_around,
@@ -174,8 +174,31 @@ def framed_campaign(examples: int) -> None:
                 decode_framed(payload, {3: cdc}, where)
             except ChangelakeError as error:
                 check_one_line(error, str(where))
+        same_as_fastavro(cdc, datum)
 
     case()
+
+
+def same_as_fastavro(cdc: CdcSchema, datum: bytes) -> None:
+    """The budgeted reader (`avro_bounds.Cost.read`, which a block beyond the budget's worst
+    case goes through) reads what fastavro reads, to the same byte; where fastavro fails, it
+    fails too, with an exception `_datums` and `decode_framed` turn into one line."""
+    try:
+        fo = io.BytesIO(datum)
+        expected: Any = fastavro.schemaless_reader(fo, cdc.parsed)
+        end = fo.tell()
+    except Exception:
+        expected, end = None, -1
+    fo = io.BytesIO(datum)
+    try:
+        got = cdc.cost.read(fo, [float(avro_bounds.BLOCK_BUDGET)])
+    except (avro_bounds.OverBudget, EOFError, IndexError, ValueError, KeyError, TypeError,
+            OverflowError, UnicodeDecodeError, AttributeError) as error:
+        assert end == -1 or isinstance(error, avro_bounds.OverBudget), (error, expected)
+        return
+    if end != -1:
+        assert got == expected or repr(got) == repr(expected), (got, expected)
+        assert fo.tell() == end, (fo.tell(), end)
 
 
 if __name__ == "__main__":
