@@ -69,3 +69,13 @@ def test_collect_statements_within_its_bound_returns_them_in_order(spark) -> Non
     got = collect_statements(statements(spark, 5, counts=2))
     assert [s.origin.line for s in got] == [1, 2, 3, 4, 5]
     assert got[0].counts == ((0, 1), (1, 1)) and got[0].upper == Antichain([2])
+
+
+def test_statements_kept_from_earlier_batches_count_toward_the_bound(
+        spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streaming decoder whose frontier never advances keeps every statement: what it kept
+    counts, so the bound holds across batches (the bound made 1 MiB)."""
+    monkeypatch.setattr(decoder, "MAX_STATEMENT_BYTES", 2**20)
+    kept = collect_statements(statements(spark, 70, counts=100))  # about 0.9 MiB
+    with pytest.raises(InputError, match=r"^log\.avro, line 8: .* more than 1 MiB"):
+        collect_statements(statements(spark, 10, counts=100), kept)

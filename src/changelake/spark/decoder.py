@@ -270,12 +270,14 @@ def _local_rows(frame: DataFrame) -> Iterator[Any]:
         yield row
 
 
-def collect_statements(progress: DataFrame) -> list[Progress]:
+def collect_statements(progress: DataFrame, kept: Sequence[Progress] = ()) -> list[Progress]:
     """The progress statements of a DataFrame, in its order, as protocol values, within
-    `MAX_STATEMENT_BYTES` on the driver: one beyond it is an `InputError` at its location,
-    raised before the rest are read."""
+    `MAX_STATEMENT_BYTES` on the driver with those `kept` from earlier batches (the streaming
+    decoders keep the statements beyond their frontier: a frontier that never advances would
+    keep them all): one beyond it is an `InputError` at its location, raised before the rest
+    are read."""
     out: list[Progress] = []
-    held = 0
+    held = sum(map(statement_bytes, kept))
     for statement in iter_statements(progress):
         held += statement_bytes(statement)
         if held > MAX_STATEMENT_BYTES:
