@@ -58,14 +58,23 @@ def _types(leaf: st.SearchStrategy) -> st.SearchStrategy:
         return st.one_of(
             inner.map(lambda t: {"type": "array", "items": t}),
             inner.map(lambda t: {"type": "map", "values": t}),
-            st.lists(inner, min_size=0, max_size=3).map(
-                lambda ts: {"type": "record", "name": _name(),
-                            "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(ts)]}),
+            st.tuples(st.lists(inner, min_size=0, max_size=3),
+                      st.sampled_from([None, None, "a", "a.b"])).map(_record),
             st.lists(st.one_of(PRIMITIVE, inner.filter(lambda t: isinstance(t, dict)
                                                       and t.get("type") == "record")),
                      min_size=1, max_size=3).map(_union),
         )
     return st.recursive(leaf, extend, max_leaves=8)
+
+
+def _record(drawn: tuple[list, str | None]) -> dict:
+    """A record of these field types, in a namespace of its own or its enclosing one."""
+    types, namespace = drawn
+    out = {"type": "record", "name": _name(),
+           "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(types)]}
+    if namespace is not None:
+        out["namespace"] = namespace
+    return out
 
 
 def _union(branches: list) -> list:

@@ -133,7 +133,14 @@ NODE = {"type": "record", "name": "p.node", "fields": [
     {"name": "v", "type": ["null", "long", {"type": "fixed", "name": "f2", "size": 2}]},
     {"name": "tags", "type": {"type": "map", "values": {"type": "array", "items": "string"}}},
 ]}
+NAMESPACED = {"type": "record", "name": "R", "namespace": "x.y", "fields": [
+    {"name": "n", "type": {"type": "record", "name": "N", "fields": [
+        {"name": "v", "type": "long"}]}}]}
 SCHEMAS: list[tuple[list[dict[str, Any]], list[dict[str, Any]]]] = [
+    # A type named in another namespace than the one it is used in (x.y.N, defined inside
+    # x.y.R, used from com.materialize.cdc): a part of the schema parsed alone keeps it.
+    ([{"name": "u", "type": ["null", NAMESPACED]}, {"name": "w", "type": ["null", "x.y.N"]}],
+     [{"u": {"n": {"v": 1}}, "w": {"v": 2}}, {"u": None, "w": None}]),
     ([{"name": "a", "type": "long"}, {"name": "b", "type": ["null", "string"]}],
      [{"a": 1, "b": None}, {"a": -5, "b": "é"}]),
     ([{"name": "xs", "type": {"type": "array", "items": ["null", "double"]}},

@@ -421,12 +421,15 @@ def _holds_container(schema: Any, named: av.Named, seen: frozenset[str]) -> bool
 
 
 def standalone(schema: Any, named: av.Named) -> Any:
-    """`schema` as a schema of its own: every named type it uses defined (by its full name)
-    where it first occurs, so that fastavro parses a part of a larger schema alone."""
-    return _standalone(schema, named, set())
+    """`schema` as a schema of its own, for fastavro to parse a part of a larger schema alone:
+    every named type it uses is defined where it first occurs, under a name of its own
+    (`changelake_part.t0`, ...): fastavro's values carry no type names (records are dicts,
+    enums their symbols, unions their branch's value), and fully qualified names leave
+    nothing to the namespaces of the larger schema."""
+    return _standalone(schema, named, {})
 
 
-def _standalone(schema: Any, named: av.Named, defined: set[str]) -> Any:
+def _standalone(schema: Any, named: av.Named, defined: dict[int, str]) -> Any:
     if isinstance(schema, list):
         return [_standalone(b, named, defined) for b in schema]
     if isinstance(schema, str):
@@ -441,12 +444,11 @@ def _standalone(schema: Any, named: av.Named, defined: set[str]) -> Any:
         return {**schema, "items": _standalone(schema["items"], named, defined)}
     if kind == "map":
         return {**schema, "values": _standalone(schema["values"], named, defined)}
-    full = av.type_name(schema, named)
-    if full in defined:
-        return full
-    defined.add(full)
-    out = {k: v for k, v in schema.items() if k != "namespace"}
-    out["name"] = full
+    if id(schema) in defined:
+        return defined[id(schema)]
+    name = defined[id(schema)] = f"changelake_part.t{len(defined)}"
+    out = {k: v for k, v in schema.items() if k not in ("namespace", "aliases")}
+    out["name"] = name
     if kind in ("record", "error"):
         out["fields"] = [{**f, "type": _standalone(f["type"], named, defined)}
                          for f in schema["fields"]]
