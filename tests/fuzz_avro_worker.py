@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changelake.errors import ChangelakeError, Location
-from changelake.formats import ocf
+from changelake.formats import avro_bounds, ocf
 from changelake.formats.materialize import (
     CdcSchema,
     cdc_schema_around,
@@ -58,14 +58,23 @@ def _types(leaf: st.SearchStrategy) -> st.SearchStrategy:
         return st.one_of(
             inner.map(lambda t: {"type": "array", "items": t}),
             inner.map(lambda t: {"type": "map", "values": t}),
-            st.lists(inner, min_size=0, max_size=3).map(
-                lambda ts: {"type": "record", "name": _name(),
-                            "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(ts)]}),
+            st.tuples(st.lists(inner, min_size=0, max_size=3),
+                      st.sampled_from([None, None, "a", "a.b"])).map(_record),
             st.lists(st.one_of(PRIMITIVE, inner.filter(lambda t: isinstance(t, dict)
                                                       and t.get("type") == "record")),
                      min_size=1, max_size=3).map(_union),
         )
     return st.recursive(leaf, extend, max_leaves=8)
+
+
+def _record(drawn: tuple[list, str | None]) -> dict:
+    """A record of these field types, in a namespace of its own or its enclosing one."""
+    types, namespace = drawn
+    out = {"type": "record", "name": _name(),
+           "fields": [{"name": f"f{i}", "type": t} for i, t in enumerate(types)]}
+    if namespace is not None:
+        out["namespace"] = namespace
+    return out
 
 
 def _union(branches: list) -> list:
@@ -174,8 +183,31 @@ def framed_campaign(examples: int) -> None:
                 decode_framed(payload, {3: cdc}, where)
             except ChangelakeError as error:
                 check_one_line(error, str(where))
+        same_as_fastavro(cdc, datum)
 
     case()
+
+
+def same_as_fastavro(cdc: CdcSchema, datum: bytes) -> None:
+    """The budgeted reader (`avro_bounds.Cost.read`, which a block beyond the budget's worst
+    case goes through) reads what fastavro reads, to the same byte; where fastavro fails, it
+    fails too, with an exception `_datums` and `decode_framed` turn into one line."""
+    try:
+        fo = io.BytesIO(datum)
+        expected: Any = fastavro.schemaless_reader(fo, cdc.parsed)
+        end = fo.tell()
+    except Exception:
+        expected, end = None, -1
+    fo = io.BytesIO(datum)
+    try:
+        got = cdc.cost.read(fo, [float(avro_bounds.BLOCK_BUDGET)])
+    except (avro_bounds.OverBudget, EOFError, IndexError, ValueError, KeyError, TypeError,
+            OverflowError, UnicodeDecodeError, AttributeError) as error:
+        assert end == -1 or isinstance(error, avro_bounds.OverBudget), (error, expected)
+        return
+    if end != -1:
+        assert got == expected or repr(got) == repr(expected), (got, expected)
+        assert fo.tell() == end, (fo.tell(), end)
 
 
 if __name__ == "__main__":

@@ -189,3 +189,39 @@ def test_bad_decimal_names_the_column() -> None:
         {"field": "after", "type": "struct", "fields": [{"field": "price", **DECIMAL}]}]}
     with pytest.raises(ChangefeedError, match=r"line 7: after.price: "):
         parse({"schema": schema, "payload": {**ENVELOPE, "after": {"price": "not base64!"}}})
+
+
+LONG = "x" * 20_000
+
+
+@pytest.mark.parametrize("value", [
+    {"op": LONG, "after": {"id": 1}},
+    {"status": LONG, "id": "1"},
+    {"status": "END", "id": "1", "event_count": LONG},
+    {"op": "c", "after": {"id": 1}, "source": {"connector": "postgresql", "sequence": LONG,
+                                               "lsn": 1}},
+    {"op": "c", "after": {"id": 1}, "source": {"snapshot": [LONG]}},
+])
+def test_a_long_value_is_named_in_a_short_line(value: Any) -> None:
+    """A value the input makes 20 KB long is cut where an error names it (the fuzz campaign
+    of test_fuzz_lines.py found whole values quoted)."""
+    with pytest.raises(ChangefeedError) as caught:
+        DebeziumParser().parse(value, Location("f.jsonl", 3))
+    text = str(caught.value)
+    assert text.startswith("f.jsonl, line 3: ") and len(text) < 400, text[:500]
+
+
+def test_events_of_two_long_table_names_are_named_in_a_short_line(tmp_path) -> None:
+    from changelake.convert import encode_changefeed
+
+    lines = [orjson.dumps({"op": "c", "after": {"id": 1}, "source": {
+        "connector": "mysql", "db": "d", "table": name, "file": "mysql-bin.000003", "pos": 1,
+        "row": 0}})
+        for name in (LONG, LONG + "y")]
+    path = tmp_path / "two.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(ChangefeedError) as caught:
+        list(encode_changefeed([path], source="debezium", keys=None, table_schema=None,
+                               close=False, lenient=False))
+    text = str(caught.value)
+    assert "events of two tables" in text and len(text) < 400, text[:500]

@@ -4,6 +4,7 @@ transaction in the driver."""
 
 from __future__ import annotations
 
+import pickle
 import tracemalloc
 
 import orjson
@@ -11,11 +12,13 @@ import pytest
 from pyspark.sql import functions as F
 
 from changelake.convert.progress import frontier_from
-from changelake.spark.changefeed.udf.progress import debezium_frontier
+from changelake.convert.progress import ydb_frontier as frontier_of_barriers
+from changelake.spark.changefeed.udf.progress import debezium_frontier, ydb_frontier
 from conftest import seeded
 
 CHANGES = "time long, tx string, tx_order long, tbl string"
 PARSED = "kind string, tx string, end_count long, end_collections string"
+BARRIERS = "kind string, file string, barrier long, pos binary"
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
@@ -60,4 +63,43 @@ def test_many_transactions_are_not_collected(spark) -> None:
     finally:
         tracemalloc.stop()
     assert frontier == n
+    assert peak < 8 << 20, peak
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_the_ydb_frontier_is_the_encoders_rule(spark, seed: int) -> None:
+    """Each file's barriers (positions [step, tx], some re-read lower) against
+    `PartitionFrontiers` over each file's last one."""
+    rng = seeded(seed)
+    files = [f"f{i}" for i in range(rng.randrange(1, 5))]
+    parsed, last = [], {}
+    for name in files:
+        if rng.random() < 0.2 and len(files) > 1:
+            parsed.append(("change", name, None, None))  # a file without a barrier
+            continue
+        for _ in range(rng.randrange(1, 5)):
+            position = (rng.randrange(0, 30), rng.randrange(0, 3))
+            parsed.append(("resolved", name, position[0], pickle.dumps(position)))
+            last[name] = max(last.get(name, position), position)
+    lines = spark.createDataFrame([(f,) for f in files], "file string")
+    expected = frontier_of_barriers([last[f] for f in files if f in last], len(files))
+    assert ydb_frontier(spark.createDataFrame(parsed, BARRIERS), lines) == expected
+
+
+def test_many_files_are_not_collected(spark) -> None:
+    """200,000 files (partitions), each with a barrier: the driver's memory stays that of a
+    few rows (a row a file collected took a peak of 60 MB or more)."""
+    n = 200_000
+    ids = spark.range(n)
+    lines = ids.select(F.col("id").cast("string").alias("file"))
+    parsed = ids.select(F.lit("resolved").alias("kind"), F.col("id").cast("string").alias("file"),
+                        F.lit(5).cast("long").alias("barrier"),
+                        F.lit(pickle.dumps((5, 0))).cast("binary").alias("pos"))
+    tracemalloc.start()
+    try:
+        frontier = ydb_frontier(parsed, lines)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert frontier == 5
     assert peak < 8 << 20, peak

@@ -48,6 +48,7 @@ from changelake.formats.ydb import YdbParser
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message
 from changelake.protocol.writer import Writer
+from changelake.values import clip
 
 log = logging.getLogger(__name__)
 
@@ -193,8 +194,8 @@ class ChangefeedEncoder:
                     self._table = change.table
                 elif change.table != self._table:
                     raise ChangefeedError(
-                        f"events of two tables, {self._table} and {change.table}: encode one "
-                        "table at a time", change.origin)
+                        f"events of two tables, {clip(self._table)} and {clip(change.table)}: "
+                        "encode one table at a time", change.origin)
             time = self.converter.time_of(change)
             self.converter.push(change)
         except ChangefeedError as error:

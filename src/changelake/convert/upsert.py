@@ -34,7 +34,7 @@ from changelake.convert.base import Pending, WindowedConverter
 from changelake.errors import ChangefeedError
 from changelake.formats.change import UNCHANGED, Change, Op
 from changelake.protocol.messages import Update
-from changelake.values import Record, freeze
+from changelake.values import Record, freeze, short
 
 Key = tuple[Any, ...]
 
@@ -379,4 +379,5 @@ def _gt(a: Any, b: Any) -> bool:
     try:
         return bool(a > b)
     except TypeError:
-        raise ChangefeedError(f"sequences {a!r} and {b!r} cannot be compared") from None
+        raise ChangefeedError(f"sequences {short(a)} and {short(b)} cannot be compared") \
+            from None

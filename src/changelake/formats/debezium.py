@@ -157,7 +157,7 @@ class DebeziumParser:
         raw_op = payload["op"]
         op = _OPS.get(raw_op) if isinstance(raw_op, str) else None
         if op is None:
-            raise ChangefeedError(f"unknown op {raw_op!r} (expected one of c, r, u, d, t, m)",
+            raise ChangefeedError(f"unknown op {short(raw_op)} (expected one of c, r, u, d, t, m)",
                                   origin)
         source = payload.get("source")
         if not isinstance(source, dict):
@@ -187,7 +187,7 @@ class DebeziumParser:
             message = (str(msg.get("prefix")), str(msg.get("content")))
         order = tx.get("total_order") if tx else None
         if order is not None and type(order) is not int:
-            raise ChangefeedError(f"transaction.total_order must be an integer, got {order!r}",
+            raise ChangefeedError(f"transaction.total_order must be an integer, got {short(order)}",
                                   origin)
         return Change(op=op, key=key, before=before, after=after, position=position, time=time,
                       transaction=tx_id, table=_table_name(source), origin=origin,
@@ -323,7 +323,7 @@ def _float(value: Any) -> Any:
         special = {"NaN": NAN, "Infinity": math.inf, "-Infinity": -math.inf}
         if value in special:
             return special[value]
-        raise ValueError(f"expected a number, got {value!r}")
+        raise ValueError(f"expected a number, got {short(value)}")
     return value
 
 
@@ -364,7 +364,7 @@ def _variable_decimal(value: Any, _schema: FieldSchema) -> Any:
     if isinstance(value, dict) and "value" in value:
         scale = value.get("scale")
         if type(scale) is not int:
-            raise ValueError(f"VariableScaleDecimal scale must be an integer, got {scale!r}")
+            raise ValueError(f"VariableScaleDecimal scale must be an integer, got {short(scale)}")
         return _decimal_text(_unscaled(value["value"]), scale)
     if isinstance(value, str) and value.upper() == "NAN":
         return "NaN"
@@ -454,13 +454,14 @@ def _unwrap_key(raw: Any, origin: Location) -> dict[str, Any] | None:
 def _tx_boundary(payload: dict[str, Any], origin: Location) -> TxBoundary:
     status = payload.get("status")
     if status not in ("BEGIN", "END"):
-        raise ChangefeedError(f"transaction status must be BEGIN or END, got {status!r}", origin)
+        raise ChangefeedError(f"transaction status must be BEGIN or END, got {short(status)}",
+                              origin)
     raw_id = payload.get("id")
     if raw_id is None:
         raise ChangefeedError("transaction event without an id", origin)
     count = payload.get("event_count")
     if status == "END" and type(count) is not int:
-        raise ChangefeedError(f"END needs an integer event_count, got {count!r}", origin)
+        raise ChangefeedError(f"END needs an integer event_count, got {short(count)}", origin)
     per: list[tuple[str, int]] = []
     collections = payload.get("data_collections") or []
     if not isinstance(collections, list):
@@ -491,7 +492,7 @@ def _snapshot_flag(raw: Any, origin: Location) -> bool:
         return bool(raw)
     if isinstance(raw, str):
         return raw in _SNAPSHOT_TRUE
-    raise ChangefeedError(f"source.snapshot must be a string or boolean, got {raw!r}", origin)
+    raise ChangefeedError(f"source.snapshot must be a string or boolean, got {short(raw)}", origin)
 
 
 def _table_name(source: dict[str, Any]) -> str | None:
@@ -523,7 +524,7 @@ def _pg_sequence(raw: Any, origin: Location) -> tuple[int | None, int | None]:
             raise ValueError
         out = [None if p is None else _lsn(p) for p in parts]
     except (ValueError, TypeError, orjson.JSONDecodeError):
-        raise ChangefeedError(f"source.sequence must be '[lsn, lsn]', got {raw!r}",
+        raise ChangefeedError(f"source.sequence must be '[lsn, lsn]', got {short(raw)}",
                               origin) from None
     return out[0], out[1]
 
@@ -540,7 +541,7 @@ def _lsn(value: Any) -> int:
 def _binlog_number(raw: Any, origin: Location) -> int:
     if not isinstance(raw, str) or "." not in raw or not _DIGITS.fullmatch(raw.rsplit(".", 1)[1]):
         raise ChangefeedError(f"source.file must be a binlog name like mysql-bin.000003, "
-                              f"got {raw!r}", origin)
+                              f"got {short(raw)}", origin)
     return int(raw.rsplit(".", 1)[1])
 
 
@@ -548,6 +549,6 @@ def _binlog_tx_time(tx_id: str, origin: Location) -> int:
     parts = dict(p.split("=", 1) for p in tx_id.split(",") if "=" in p)
     pos = parts.get("pos", "")
     if not _DIGITS.fullmatch(pos):
-        raise ChangefeedError(f"transaction id {tx_id!r} has no pos", origin)
+        raise ChangefeedError(f"transaction id {short(tx_id)} has no pos", origin)
     return _binlog_number(parts.get("file"), origin) << 32 | int(pos)
 

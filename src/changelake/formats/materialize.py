@@ -123,6 +123,7 @@ class CdcSchema:
     plain_python: Any = None  # compiled plain row -> fastavro value converter
     updates_avro_json: Any = None  # compiled plain updates -> Avro JSON (raises av.Invalid)
     json_rows: Any = None  # compiled Avro JSON rows of a message -> frozen rows, at once
+    cost: Any = None  # avro_bounds.Cost: what a block may decode to, and a budgeted reader
 
     @classmethod
     def from_json(cls, avro: Any, source: str = "schema") -> CdcSchema:
@@ -179,7 +180,8 @@ class CdcSchema:
                    av.compile_python(data_type, named), fastavro.parse_schema(avro),
                    av.compile_plain_python(data_type, named) or _same,
                    av.compile_to_avro_json(avro[0], named),
-                   av.compile_avro_json_rows(data_type, named))
+                   av.compile_avro_json_rows(data_type, named),
+                   avro_bounds.Cost(avro, named))
 
     @classmethod
     def for_fields(cls, fields: Sequence[Mapping[str, Any]]) -> CdcSchema:
@@ -524,7 +526,7 @@ def read_ocf(fo: IO[bytes], *, name: str, set_aside: Sink | None = None) -> Iter
             _emit_or_raise(error, set_aside, "")
             return
         try:
-            datums = _datums(prefix, header.sync, block, name)
+            datums = _datums(prefix, header.sync, block, name, schema.cost)
         except InputError as error:
             _emit_or_raise(error, set_aside, "")
             continue
@@ -557,14 +559,33 @@ def _ocf_schema(header: ocf.Header, name: str) -> CdcSchema:
         raise InputError(f"the container's schema: {error.reason}", where) from None
 
 
-def _datums(prefix: bytes, sync: bytes, block: ocf.Block, name: str) -> list[Any]:
+def _over_budget(what: str, over: avro_bounds.OverBudget, index: int) -> str:
+    return (f"{what} decodes to more than {avro_bounds.BLOCK_BUDGET >> 20} MiB of Python "
+            f"objects ({over.spent:.0f} bytes by avro_bounds' cost model when datum {index} "
+            "reached it): refused (rule: a decoded-size budget per block or message; write "
+            "smaller blocks or messages)")
+
+
+def _datums(prefix: bytes, sync: bytes, block: ocf.Block, name: str,
+            cost: avro_bounds.Cost) -> list[Any]:
     """The datums of one checked block, all or none: a datum that does not decode, or bytes
-    left over after the last one, is an `InputError` at the block's offset."""
+    left over after the last one, is an `InputError` at the block's offset; so is a block
+    that decodes to more than `avro_bounds.BLOCK_BUDGET` (counted as it is decoded)."""
     datums: list[Any] = []
     try:
-        (reader,) = fastavro.block_reader(io.BytesIO(prefix + block.framed(sync)))
-        datums.extend(reader)
-        left = len(block.data) - reader.bytes_.tell()
+        if cost.static(len(block.data), block.count) <= avro_bounds.BLOCK_BUDGET:
+            (reader,) = fastavro.block_reader(io.BytesIO(prefix + block.framed(sync)))
+            datums.extend(reader)
+            left = len(block.data) - reader.bytes_.tell()
+        else:  # it might not fit: decoded value by value, its cost counted
+            fo = io.BytesIO(block.data)
+            budget = [float(avro_bounds.BLOCK_BUDGET)]
+            for _ in range(block.count):
+                datums.append(cost.read(fo, budget))
+            left = len(block.data) - fo.tell()
+    except avro_bounds.OverBudget as over:
+        raise InputError(_over_budget("the block", over, len(datums)),
+                         Location(name, offset=block.offset, index=len(datums))) from None
     except Exception as error:  # fastavro raises several types (EOFError, IndexError, ...)
         raise InputError(f"corrupt Avro datum {len(datums)} of the block: "
                          f"{type(error).__name__}: {_flat(error)}",
@@ -656,9 +677,12 @@ class UpdateTooLarge(InputError):
                  location: Location | None = None) -> None:
         self.update, self.size, self.bound, self.carrier = update, size, bound, carrier
         what = "an Avro block" if "Avro" in carrier else "a JSON line"
+        limit = (f"the readers refuse a block that may decode to more than {bound >> 20} MiB"
+                 if carrier.startswith("decoded") else
+                 f"the readers refuse {what} over 16 MiB")
         super().__init__(
             f"an update at time {update[1]} takes {size} bytes as {carrier} of its own, more "
-            f"than one message may hold ({bound} bytes: the readers refuse {what} over 16 MiB)"
+            f"than one message may hold ({bound} bytes: {limit})"
             "; nothing of the output is kept: make the row smaller", location)
 
     def at(self, location: Location | None) -> UpdateTooLarge:
@@ -689,6 +713,7 @@ def avro_datums(messages: Iterable[Message], schema: CdcSchema, *,
     do not fit the schema raise fastavro's `ValueError` or `TypeError`."""
     parsed = schema.parsed
     value_of = datum if datum is not None else (lambda m: _python_datum(m, schema))
+    cost, budget = schema.cost, avro_bounds.BLOCK_BUDGET
 
     def encode(value: Any) -> bytes:
         out = io.BytesIO()
@@ -698,17 +723,19 @@ def avro_datums(messages: Iterable[Message], schema: CdcSchema, *,
     for message in messages:
         value = value_of(message)
         encoded = encode(value)
-        if len(encoded) <= bound:
+        if len(encoded) <= bound and cost.weigh(encoded) <= budget:
             del value  # freed now, not while the caller writes the datum (cache-warm reuse)
             yield encoded
         elif isinstance(message, Updates):
             # Each update alone, `[item]`: branch 0, a block of 1 (zigzag 0x02), the item, the
             # end; the item's bytes are framed again with their neighbours.
             bodies = [encode([item])[2:-1] for item in value]
-            for run in _runs(message.updates, bodies, bound, _avro_frame, "an Avro datum"):
+            for run in _runs(message.updates, bodies, bound, _avro_frame, "an Avro datum",
+                             weigh=lambda n, size: cost.weigh_updates(n, size)):
                 yield _BRANCH_0 + ocf.encode_long(len(run)) + b"".join(run) + _ARRAY_END
         else:
-            yield from _progress_pieces(message, lambda m: encode(value_of(m)), bound)
+            yield from _progress_pieces(message, lambda m: encode(value_of(m)), bound,
+                                        cost.weigh)
 
 
 def _avro_frame(n: int) -> int:
@@ -723,11 +750,15 @@ def _json_frame(n: int) -> int:
 
 
 def _runs(updates: Sequence[Update], bodies: list[bytes], bound: int,
-          frame: Callable[[int], int], carrier: str) -> list[list[bytes]]:
+          frame: Callable[[int], int], carrier: str,
+          weigh: Callable[[int, int], float] | None = None) -> list[list[bytes]]:
     """The encoded updates of one message (`bodies`, aligned with `updates`) in consecutive
     runs, as many to a run as fit `bound` once framed (`frame(n)`: the bytes of a message of n
-    besides theirs). All are checked before any run is returned: an update that does not fit
-    alone is an `UpdateTooLarge` with nothing of its message written."""
+    besides theirs), and, with `weigh` (what a datum of n updates in so many bytes may decode
+    to), whose weight is within `avro_bounds.BLOCK_BUDGET`. All are checked before any run is
+    returned: an update that does not fit alone is an `UpdateTooLarge` with nothing of its
+    message written."""
+    budget = avro_bounds.BLOCK_BUDGET
     runs: list[list[bytes]] = []
     run: list[bytes] = []
     size = 0
@@ -735,7 +766,12 @@ def _runs(updates: Sequence[Update], bodies: list[bytes], bound: int,
         alone = frame(1) + len(body)
         if alone > bound:
             raise UpdateTooLarge(update, alone, bound, carrier)
-        if run and frame(len(run) + 1) + size + len(body) > bound:
+        if weigh is not None and weigh(1, alone) > budget:
+            raise UpdateTooLarge(update, int(weigh(1, alone)), budget,
+                                 "decoded Python objects of an Avro datum")
+        if run and (frame(len(run) + 1) + size + len(body) > bound or (
+                weigh is not None
+                and weigh(len(run) + 1, frame(len(run) + 1) + size + len(body)) > budget)):
             runs.append(run)
             run, size = [], 0
         run.append(body)
@@ -746,13 +782,14 @@ def _runs(updates: Sequence[Update], bodies: list[bytes], bound: int,
 
 
 def _progress_pieces(message: Progress, encode: Callable[[Progress], bytes],
-                     bound: int) -> Iterator[bytes]:
+                     bound: int, weigh: Callable[[bytes], float] | None = None
+                     ) -> Iterator[bytes]:
     """A progress statement encoded (`encode`) in pieces of at most `bound` bytes: halves of
     its counts, in time order, over `[lower, t)` and `[t, upper)` for the first time t of the
     second half (times are integers: each half's interval holds exactly its counts' times, and
     the two tile the statement's). Needed only for one of a million or so distinct times."""
     encoded = encode(message)
-    if len(encoded) <= bound:
+    if len(encoded) <= bound and (weigh is None or weigh(encoded) <= avro_bounds.BLOCK_BUDGET):
         yield encoded
         return
     counts = sorted(message.counts)
@@ -762,9 +799,11 @@ def _progress_pieces(message: Progress, encode: Callable[[Progress], bytes],
                          f"than the bound of {bound}")
     middle = Antichain([counts[half][0]])
     yield from _progress_pieces(
-        Progress(message.lower, middle, tuple(counts[:half]), message.origin), encode, bound)
+        Progress(message.lower, middle, tuple(counts[:half]), message.origin), encode, bound,
+        weigh)
     yield from _progress_pieces(
-        Progress(middle, message.upper, tuple(counts[half:]), message.origin), encode, bound)
+        Progress(middle, message.upper, tuple(counts[half:]), message.origin), encode, bound,
+        weigh)
 
 
 def json_lines(messages: Iterable[Message], schema: CdcSchema | None = None, *,
@@ -837,7 +876,8 @@ def write_ocf(
             yield datum
 
     try:
-        ocf.write_container(fo, orjson.dumps(schema.avro), datums(), codec=codec)
+        ocf.write_container(fo, orjson.dumps(schema.avro), datums(), codec=codec,
+                            weigh=schema.cost.weigh, budget=avro_bounds.BLOCK_BUDGET)
     except (ValueError, TypeError) as error:
         text = str(error)  # fastavro's names the whole datum and schema: the start says why
         raise SchemaError(f"message {count} does not fit the schema: "
@@ -890,7 +930,12 @@ def decode_framed(
         raise InputError(f"unknown {what}", origin)
     fo = io.BytesIO(body)
     try:
-        datum = fastavro.schemaless_reader(fo, schema.parsed)
+        if schema.cost.static(len(body), 1) <= avro_bounds.BLOCK_BUDGET:
+            datum = fastavro.schemaless_reader(fo, schema.parsed)
+        else:  # it might not fit: decoded value by value, its cost counted
+            datum = schema.cost.read(fo, [float(avro_bounds.BLOCK_BUDGET)])
+    except avro_bounds.OverBudget as over:
+        raise InputError(_over_budget("the message", over, 0), origin) from None
     except Exception as error:  # fastavro raises several types, as for a container's block
         # (an OverflowError for a date beyond year 9999 or an int beyond 32 bits, ...). The
         # reader's own text says little ("list index out of range": a union branch or enum

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import math
 import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -273,18 +274,22 @@ def max_datum_bytes(codec: str) -> int:
 
 
 def write_container(fo: IO[bytes], schema_json: bytes, datums: Iterable[bytes], *,
-                    codec: str = "deflate") -> None:
+                    codec: str = "deflate", weigh: Callable[[bytes], float] | None = None,
+                    budget: float = math.inf) -> None:
     """Write a container file of `datums` (each one datum's Avro binary encoding, in order)
     whose every block is within `MAX_BLOCK_BYTES` before and after decompression (see the
     module docstring): a block is closed once it reaches `SYNC_INTERVAL` bytes, or before a
-    datum that would take it beyond `max_datum_bytes(codec)`. A datum over that alone is a
-    `ValueError`, raised before its block is written."""
+    datum that would take it beyond `max_datum_bytes(codec)`, or (with `weigh`, what a datum
+    may decode to: `avro_bounds.Cost.weigh`) before one that would take the block's weight
+    beyond `budget` (`avro_bounds.BLOCK_BUDGET`, which the readers hold a block to). A
+    datum over either alone is a `ValueError`, raised before its block is written."""
     bound = max_datum_bytes(codec)
     compress = _COMPRESS[codec]
     sync = os.urandom(SYNC_SIZE)
     fo.write(header_bytes({"avro.schema": schema_json, "avro.codec": codec.encode()}, sync))
     block: list[bytes] = []
     size = 0
+    weight = 0.0
 
     def flush() -> None:
         data = compress(b"".join(block))
@@ -297,14 +302,19 @@ def write_container(fo: IO[bytes], schema_json: bytes, datums: Iterable[bytes], 
         if len(datum) > bound:
             raise ValueError(f"a datum of {len(datum)} bytes, more than a block may hold "
                              f"({bound} bytes)")
-        if block and size + len(datum) > bound:
+        heavy = weigh(datum) if weigh is not None else 0.0
+        if heavy > budget:
+            raise ValueError(f"a datum that may decode to {heavy:.0f} bytes of Python objects, "
+                             f"more than a block may ({budget:.0f})")
+        if block and (size + len(datum) > bound or weight + heavy > budget):
             flush()
-            block, size = [], 0
+            block, size, weight = [], 0, 0.0
         block.append(datum)
         size += len(datum)
+        weight += heavy
         if size >= SYNC_INTERVAL:
             flush()
-            block, size = [], 0
+            block, size, weight = [], 0, 0.0
     if block:
         flush()
 

@@ -223,7 +223,7 @@ def decode_value(value: Any, kind: str | None) -> Any:
     if kind in ("Float", "Double"):
         if isinstance(value, str):
             if value not in _FLOATS:
-                raise ValueError(f"{kind} expected a number, got {value!r}")
+                raise ValueError(f"{kind} expected a number, got {short(value)}")
             return _FLOATS[value]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{kind} expected a number, got {short(value)}")
@@ -262,7 +262,7 @@ def _iso(value: Any, kind: str) -> str:
     try:
         dt.datetime.fromisoformat(value.replace("Z", "+00:00") if len(value) > 10 else value)
     except ValueError:
-        raise ValueError(f"{kind} expected an ISO-8601 string, got {value!r}") from None
+        raise ValueError(f"{kind} expected an ISO-8601 string, got {short(value)}") from None
     return value
 
 

@@ -359,7 +359,7 @@ class CommitBatches:
                 updates = updates.unionByName(pending)
             kept = list(previous[0].statements) if previous is not None else []
             statements = list(dict.fromkeys([*kept, *translate_errors(collect_statements,
-                                                                      progress)]))
+                                                                      progress, kept)]))
             since = Antichain([committed]) if committed is not None else Antichain()
             if committed is None:  # closed: nothing can be added; record the batch only
                 frontier, still, finished, has_pending = Antichain(), (), None, False

@@ -65,11 +65,11 @@ Only integer times exist on the wire (`time: long`), so frontiers here have at m
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import Location, ProtocolError
+from changelake.errors import InputError, Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
 from changelake.spark.map_grouping import grouping_sql, restored_sql
@@ -212,25 +212,82 @@ def rejected_schema(data_type: DataType) -> StructType:
     )
 
 
-def collect_statements(progress: DataFrame) -> list[Progress]:
-    """The progress statements of a DataFrame, in its order, as protocol values."""
+MAX_STATEMENT_BYTES = 256 * 2**20
+"""The most the progress statements that `collect_statements` keeps on the driver may take,
+as `statement_bytes` counts them (CPython's sizes rounded up): about two million counts.
+`decode` keeps none of them (`iter_statements` feeds them to the protocol's reader one by
+one, which keeps a count a covered time); the streaming decoders keep a micro-batch's, and
+a batch over this is refused in one line (a smaller batch is the way)."""
+
+
+def statement_bytes(statement: Progress) -> int:
+    """What a `Progress` takes on the driver, rounded up: the object and its two antichains
+    (about 400 bytes), 40 a frontier element, 130 a (time, count) pair."""
+    return 400 + 40 * (len(statement.lower.elements) + len(statement.upper.elements)) \
+        + 130 * len(statement.counts)
+
+
+def iter_statements(progress: DataFrame) -> Iterator[Progress]:
+    """The progress statements of a DataFrame, in its order, as protocol values, one
+    partition at a time on the driver (`toLocalIterator`), none kept here."""
     fields = [c for c in (*PROGRESS_COLUMNS, *LOCATION_COLUMNS) if c in progress.columns]
-    out: list[Progress] = []
     # As they are when they are just those columns: a select is a plan analyzed once more.
     rows = progress if progress.columns == fields else progress.selectExpr(*fields)
-    for row in rows.collect():
+    for row in _local_rows(rows):
         values = row.asDict()
         origin = None
         if "_file" in values:
             origin = Location(values["_file"], values.get("_line"), values.get("_offset"))
-        out.append(
-            Progress.make(
-                values["lower"] or (),
-                values["upper"] or (),
-                ((c["time"], c["count"]) for c in values["counts"] or ()),
-                origin,
-            )
+        yield Progress.make(
+            values["lower"] or (),
+            values["upper"] or (),
+            ((c["time"], c["count"]) for c in values["counts"] or ()),
+            origin,
         )
+
+
+def _local_rows(frame: DataFrame) -> Iterator[Any]:
+    """`frame.toLocalIterator()`, its job's failure raised as `collect` raises it (PySpark
+    converts a `collect`'s Java exception, a PythonException say, but not the one a local
+    iterator's socket server rethrows, two causes deep)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors.exceptions.captured import UnknownException, convert_exception
+
+    rows = frame.toLocalIterator()
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except Py4JJavaError as error:
+            cause = error.java_exception
+            while cause is not None:
+                converted = convert_exception(cause)
+                if not isinstance(converted, UnknownException):
+                    raise converted from None
+                cause = cause.getCause()
+            raise
+        yield row
+
+
+def collect_statements(progress: DataFrame, kept: Sequence[Progress] = ()) -> list[Progress]:
+    """The progress statements of a DataFrame, in its order, as protocol values, within
+    `MAX_STATEMENT_BYTES` on the driver with those `kept` from earlier batches (the streaming
+    decoders keep the statements beyond their frontier: a frontier that never advances would
+    keep them all): one beyond it is an `InputError` at its location, raised before the rest
+    are read."""
+    out: list[Progress] = []
+    held = sum(map(statement_bytes, kept))
+    for statement in iter_statements(progress):
+        held += statement_bytes(statement)
+        if held > MAX_STATEMENT_BYTES:
+            raise InputError(
+                f"the progress statements of one batch take more than "
+                f"{MAX_STATEMENT_BYTES >> 20} MiB on the driver ({len(out) + 1} statements, "
+                f"{held} bytes by this one): refused (rule: a batch's progress statements are "
+                "held within a bound; make the batch smaller, say maxFilesPerTrigger)",
+                statement.origin)
+        out.append(statement)
     return out
 
 
@@ -327,8 +384,9 @@ def decode(
     """Recover the history in `updates`/`progress` up to the frontier the log justifies.
 
     `since` is a frontier: an `Antichain`, a time (`4`) or a list of times (`[4]`); default
-    `[0]`. Runs two Spark actions eagerly (collecting the statements, and one aggregation of
-    the updates that yields the per-time counts) and returns lazy DataFrames; lenient mode
+    `[0]`. Runs two Spark actions eagerly (streaming the statements into the protocol's
+    reader, none kept on the driver, and one aggregation of the updates that yields the
+    per-time counts) and returns lazy DataFrames; lenient mode
     skips the second when no statement covers anything (then no time can finish or be in
     excess).
     With `cache` (the default) the aggregate is persisted while the counts are computed, so
@@ -340,7 +398,7 @@ def decode(
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
     # The statements' job runs while this thread plans the aggregate (see `_decode`).
-    collecting = _Collecting(progress)
+    collecting = _Collecting(progress, start, strict=strict)
     try:
         return _decode(updates, collecting.result, start, strict=strict, cache=cache)
     finally:
@@ -368,12 +426,14 @@ def decode_statements(
     start = as_frontier(since) if since is not None else Antichain([0])
     _single(start)  # integer times only
     given = list(statements)
-    return _decode(updates, lambda: given, start, strict=strict, cache=cache,
-                   partitions=partitions)
+    return _decode(updates, lambda: resolve_progress(given, start, strict=strict), start,
+                   strict=strict, cache=cache, partitions=partitions)
 
 
 class _Collecting:
-    """`collect_statements(progress)` in a thread of its own, started at once.
+    """`resolve_progress` over `iter_statements(progress)` in a thread of its own, started
+    at once: the statements stream from the executors into the protocol's reader, which
+    keeps what they cover and a count a covered time, not the statements.
 
     The statements' job is small and mostly fixed cost (planning the read, scheduling one
     job); the aggregate's driver-side planning, which needs only `since`, is about as long,
@@ -381,25 +441,28 @@ class _Collecting:
     description, and pins one JVM thread to it.
     """
 
-    def __init__(self, progress: DataFrame) -> None:
+    def __init__(self, progress: DataFrame, start: Antichain, *, strict: bool) -> None:
         from pyspark import InheritableThread
 
-        self._statements: list[Progress] = []
+        self._resolution: ProgressResolution | None = None
         self._error: BaseException | None = None
-        self._thread = InheritableThread(target=self._run, args=(progress,), daemon=True)
+        self._thread = InheritableThread(target=self._run, args=(progress, start, strict),
+                                         daemon=True)
         self._thread.start()
 
-    def _run(self, progress: DataFrame) -> None:
+    def _run(self, progress: DataFrame, start: Antichain, strict: bool) -> None:
         try:
-            self._statements = collect_statements(progress)
+            self._resolution = resolve_progress(iter_statements(progress), start,
+                                                strict=strict)
         except BaseException as error:  # re-raised in the caller's thread by `result`
             self._error = error
 
-    def result(self) -> list[Progress]:
+    def result(self) -> ProgressResolution:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        return self._statements
+        assert self._resolution is not None
+        return self._resolution
 
     def join(self) -> None:
         self._thread.join()
@@ -407,15 +470,15 @@ class _Collecting:
 
 def _decode(
     updates: DataFrame,
-    statements: Callable[[], Iterable[Progress]],
+    resolve: Callable[[], ProgressResolution],
     start: Antichain,
     *,
     strict: bool,
     cache: bool,
     partitions: int | None = None,
 ) -> Decoded:
-    """`decode_statements`, asking for the statements only once the aggregate, which
-    depends on `start` alone, is planned (and registered for caching)."""
+    """`decode_statements`, asking for the statements' resolution (`resolve`) only once the
+    aggregate, which depends on `start` alone, is planned (and registered for caching)."""
     spark = updates.sparkSession
     in_range = rules.is_beyond_sql(start)
     valid = rules.is_settled_sql()
@@ -439,7 +502,7 @@ def _decode(
     if cache:  # released below if nothing reads it, or on any error
         grouped = _persist_for_decode(grouped, adaptive=partitions is None)
     try:
-        resolution = resolve_progress(statements(), start, strict=strict)
+        resolution = resolve()
     except BaseException:
         if cache:
             grouped.unpersist()

@@ -139,7 +139,7 @@ class DecodeBatches:
                     str(previous[1] / PENDING)
                 )
                 updates = updates.unionByName(pending)
-            statements = list(dict.fromkeys([*kept, *collect_statements(progress)]))
+            statements = list(dict.fromkeys([*kept, *collect_statements(progress, kept)]))
             # A micro-batch is small: as many partitions as cores, not the session's 200.
             decoded = decode_statements(updates, statements, since=start, strict=self.strict,
                                         partitions=spark.sparkContext.defaultParallelism)

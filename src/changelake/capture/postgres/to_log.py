@@ -81,7 +81,7 @@ from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source
 from changelake.durable import fsync_directory
 from changelake.errors import ChangelakeError, InputError, ProtocolError
-from changelake.formats import ocf
+from changelake.formats import avro_bounds, ocf
 from changelake.formats.materialize import (
     CdcSchema,
     UpdateTooLarge,
@@ -222,7 +222,8 @@ def write_segment(directory: Path, name: str, schema: CdcSchema,
     temporary = directory / f".{name}.tmp"
     try:
         with open(temporary, "wb") as fo:
-            ocf.write_container(fo, orjson.dumps(schema.avro), datums, codec="deflate")
+            ocf.write_container(fo, orjson.dumps(schema.avro), datums, codec="deflate",
+                                weigh=schema.cost.weigh, budget=avro_bounds.BLOCK_BUDGET)
             fo.flush()
             os.fsync(fo.fileno())
         os.replace(temporary, final)

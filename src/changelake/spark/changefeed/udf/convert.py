@@ -152,6 +152,30 @@ class KeyedJob:
             yield from self.finish(self.converter(rows), []).to_batches()
 
 
+MAX_TRUNCATES = 10_000
+"""The most truncates one batch of the old path converts: each is collected to the driver and
+shipped to every key's group (`KeyedJob.truncates`), so their number is bounded, not the
+input's to decide; a batch with more is refused in one line at the first truncate beyond it
+(a smaller batch is the way)."""
+
+
+def _truncates(changes: DataFrame) -> tuple[Change, ...]:
+    """The batch's truncates in (file, line) order, at most `MAX_TRUNCATES` of them collected
+    (one more, to tell that there are more)."""
+    from pyspark.sql import functions as F
+
+    rows = (changes.where(F.col("op") == Op.TRUNCATE.value)
+            .orderBy(F.col("file").asc_nulls_first(), "line")
+            .select("item", "time", "file", "line").limit(MAX_TRUNCATES + 1).collect())
+    if len(rows) > MAX_TRUNCATES:
+        beyond = rows[-1]
+        raise ChangefeedError(
+            f"more than {MAX_TRUNCATES} truncates in one batch: each goes to every key's "
+            "group, so their number is bounded (rule: at most so many truncates a batch); "
+            "convert fewer files at once", Location(beyond["file"], beyond["line"]))
+    return tuple(change_at(r["item"], r["time"]) for r in rows)
+
+
 def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tuple[str, str]],
                    frontier: int | None, state: DataFrame | None) -> DataFrame:
     from pyspark.sql import functions as F
@@ -160,9 +184,7 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
     # Raises on bad key columns; a batch without a row image (heartbeats, tombstones) has no
     # columns to check, and nothing to convert, as for the encoder.
     stored = KeyedConverter(options, columns=names).output_columns if names else ()
-    truncates = tuple(change_at(r["item"], r["time"]) for r in
-                      changes.where(F.col("op") == Op.TRUNCATE.value)
-                      .select("item", "time").collect())
+    truncates = _truncates(changes)
     job = KeyedJob(options, tuple(columns), stored, frontier, truncates)
     keyed = changes.where(F.col("key").isNotNull()).select("key", "item", "time")
     if state is None:

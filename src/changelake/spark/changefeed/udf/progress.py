@@ -1,6 +1,7 @@
 """Steps 2 and 3 of the old path: the frontier, from a few aggregate rows with the encoder's
-own rules (Debezium's `frontier_from` restated as JVM aggregates, `ydb_frontier` from each
-file's last barrier), and YDB's barrier rule, one Python call per file (`barrier_violations`).
+own rules (Debezium's `frontier_from` and YDB's frontier of each file's last barrier, both
+restated as JVM aggregates), and YDB's barrier rule, one Python call per file
+(`barrier_violations`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import pickle
 from typing import TYPE_CHECKING, Any
 
 from changelake.convert.progress import barrier_violations
-from changelake.convert.progress import ydb_frontier as frontier_of_barriers
 from changelake.formats.change import Resolved
 
 if TYPE_CHECKING:
@@ -61,13 +61,17 @@ def _expected(total: Any, table: Any, collections: Any) -> Any:
 
 def ydb_frontier(parsed: DataFrame, lines: DataFrame) -> int:
     """`PartitionFrontiers.frontier` from each file's last barrier
-    (`convert.progress.ydb_frontier`)."""
+    (`convert.progress.ydb_frontier`): 0 while some file has none, else the least of the
+    files' highest barrier steps (a barrier's frontier is its position's step, and positions
+    order by step first). As JVM aggregates: one row reaches the driver, whatever the number
+    of files (a row a file was collected before)."""
     from pyspark.sql import functions as F
 
     files = lines.select("file").distinct().count()
-    last = parsed.where(F.col("kind") == "resolved").groupBy("file") \
-        .agg(F.max_by("pos", "barrier").alias("pos")).collect()
-    return frontier_of_barriers((pickle.loads(r["pos"]) for r in last), files)
+    highest = parsed.where(F.col("kind") == "resolved").groupBy("file") \
+        .agg(F.max("barrier").alias("barrier"))
+    seen, low = highest.agg(F.count(F.lit(1)), F.min("barrier")).first()
+    return 0 if seen < files or low is None else int(low)
 
 
 def barrier_check(parsed: DataFrame, changes: DataFrame) -> tuple[DataFrame, DataFrame]:
