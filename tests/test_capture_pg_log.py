@@ -425,3 +425,43 @@ def test_snapshot_never_starts_the_logs_empty_at_the_consistent_point(shop: str,
     second, _ = capture(shop, out, until_idle=0.5)
     state, frontier = decoded(out / "public.notes", ("id", "body"))
     assert state == Counter({(6, "new"): 1}) and frontier == [second.frontier]
+
+
+class SlowSink(LogSink):
+    """The log sink, taking `pause` seconds over each batch's commit (a commit on a loaded
+    machine, a large lake commit)."""
+
+    pause = 0.0
+
+    def commit_batch(self, tables: dict[str, Table], rows: dict[str, Rows], lower: int,
+                     upper: int, emptied: dict[str, int] | None = None) -> None:
+        time.sleep(self.pause)
+        super().commit_batch(tables, rows, lower, upper, emptied)
+
+
+@pytest.mark.parametrize("keepalive", [True, False], ids=["keepalive", "without"])
+def test_a_commit_longer_than_the_servers_timeout_keeps_the_stream(
+        shop: str, tmp_path: Path, monkeypatch, keepalive: bool) -> None:
+    """The server ends a replication connection that says nothing for `wal_sender_timeout`:
+    while a batch commits the capture reads nothing, so it sends keepalives meanwhile
+    (`Source.keepalive`). Without them (the control case), the same capture is cut off."""
+    from changelake.capture.postgres import source as source_module
+
+    execute(shop, "ALTER SYSTEM SET wal_sender_timeout = '2s'", "SELECT pg_reload_conf()")
+    try:
+        out = tmp_path / "out"
+        capture(shop, out, create_slot=True, until_idle=0.5)
+        execute(shop, "UPDATE items SET qty = 12 WHERE id = 1")
+        monkeypatch.setattr(source_module, "KEEPALIVE_SECONDS", 0.5 if keepalive else 60.0)
+        o = CaptureOptions(shop, "shop", "log_slot", tables=("items", "notes"), until_idle=3.0)
+        sink = SlowSink(out, o)
+        sink.pause = 5.0
+        if keepalive:
+            report = Capture(sink, o).run()
+            assert report.transactions == 1
+        else:
+            with pytest.raises(Exception, match=r"(?i)connection|server|terminat|closed"):
+                Capture(sink, o).run()
+        released(shop)
+    finally:
+        execute(shop, "ALTER SYSTEM RESET wal_sender_timeout", "SELECT pg_reload_conf()")

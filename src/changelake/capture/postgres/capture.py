@@ -362,14 +362,16 @@ class Capture:
                           or pending_bytes >= o.batch_bytes
                           or now - started >= o.batch_seconds):
                 upper = batch[-1].commit_lsn + 1
-                self._commit_batch(state, tables, batch, batch_lower, upper)
+                with source.keepalive():
+                    self._commit_batch(state, tables, batch, batch_lower, upper)
                 source.confirm(upper)  # not the commit record's end: see the docstring
                 batch_lower, batch, started = upper, [], time.monotonic()
                 pending = pending_bytes = 0
             elif idle and not batch and event.lsn > batch_lower and (
                     now - started >= o.heartbeat_seconds or (o.until_idle is not None
                     and now - last_tx >= o.until_idle)):
-                self._commit_batch(state, tables, [], batch_lower, event.lsn)
+                with source.keepalive():
+                    self._commit_batch(state, tables, [], batch_lower, event.lsn)
                 source.confirm(event.lsn)
                 batch_lower, started = event.lsn, time.monotonic()
             if done:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -59,6 +60,11 @@ from changelake.redact import MASK, is_secret_key, redact
 
 class SourceError(ChangelakeError):
     """The database, publication or slot is not what capture needs."""
+
+
+KEEPALIVE_SECONDS = 10.0
+"""How often a capture tells the server it is alive while a batch commits (`Source.keepalive`):
+well within PostgreSQL's default `wal_sender_timeout` of 60 s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +420,36 @@ class Source:
                 last_idle = time.monotonic()
             elif tx is not None:
                 tx.spool.close()
+
+    @contextmanager
+    def keepalive(self) -> Iterator[None]:
+        """While the block runs (a sink's commit, which may take longer than the server's
+        `wal_sender_timeout`, 60 s by default, on a loaded machine), tell the server every
+        `KEEPALIVE_SECONDS` that the stream's reader is alive, confirming nothing new:
+        without it the server ends the replication connection and the capture with it. A
+        thread of its own does it; the stream is not read meanwhile, so it alone uses the
+        cursor."""
+        every = KEEPALIVE_SECONDS
+        cursor = self.cursor
+        if cursor is None:
+            yield
+            return
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(every):
+                try:
+                    cursor.send_feedback(reply=False, force=True)
+                except psycopg2.Error:
+                    return  # the stream's next read reports the connection's end
+
+        thread = threading.Thread(target=beat, name="changelake-keepalive", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def confirm(self, lsn: int) -> None:
         """Everything before `lsn` is durable: the server may recycle its WAL."""
