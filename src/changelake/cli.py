@@ -658,7 +658,7 @@ def table_format_option(func: F) -> F:
         "--format", "table_format", type=click.Choice(["delta", "hive"]), default=None,
         help="The format of a table this command creates: delta (a Delta Lake table every "
              "Delta reader reads) or hive (Parquet files under a view). Default: "
-             "$CHANGELAKE_TABLE_FORMAT, else hive. An existing table keeps its own.")(func)
+             "$CHANGELAKE_TABLE_FORMAT, else delta. An existing table keeps its own.")(func)
 
 
 def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict,

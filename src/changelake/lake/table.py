@@ -72,8 +72,8 @@ STORAGE_ENV = "CHANGELAKE_TABLE_FORMAT"
 
 def default_storage() -> str:
     """The back end of a table created without one named: `CHANGELAKE_TABLE_FORMAT`, else
-    the Hive format, until every lake operation works on Delta tables."""
-    value = os.environ.get(STORAGE_ENV, "").strip().lower() or HIVE_STORAGE
+    Delta Lake. (A lake's existing tables keep their own: `TableState.storage`.)"""
+    value = os.environ.get(STORAGE_ENV, "").strip().lower() or DELTA_STORAGE
     return check_storage(value, f"{STORAGE_ENV}={value!r}")
 
 
