@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 CLI = [str(Path(sys.executable).parent / "changelake")]
 HOLD = """
 import sys, time
@@ -68,3 +70,48 @@ def test_a_process_that_stopped_its_session_opens_the_lake_again(tmp_path: Path)
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["AGAIN"]
+
+
+CHECK = """
+import sys
+from pathlib import Path
+from changelake.errors import LakeError
+from changelake.lake import catalog
+catalog.BUSY_WAIT_SECONDS = float(sys.argv[2])
+try:
+    catalog._refuse_a_booted_metastore(Path(sys.argv[1]), Path(sys.argv[1]) / "metastore")
+except LakeError as error:
+    print(error)
+    sys.exit(2)
+"""
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize(("held", "wait", "code"), [(2.0, 60.0, 0), (60.0, 1.0, 2)],
+                         ids=["released-while-waiting", "held-past-the-wait"])
+def test_a_hold_that_ends_meanwhile_is_waited_for(tmp_path: Path, held: float, wait: float,
+                                                  code: int) -> None:
+    """A command that has just ended holds the metastore until its JVM exits, a moment after
+    its Python process: the next command waits for that (`BUSY_WAIT_SECONDS`) and refuses
+    only a hold that outlasts the wait."""
+    lock = tmp_path / "metastore" / "metastore_db" / "dbex.lck"
+    lock.parent.mkdir(parents=True)
+    lock.write_bytes(b"")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(lock), str(held)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        check = subprocess.run([sys.executable, "-c", CHECK, str(tmp_path), str(wait)],
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == code, check.stderr
+        assert ("open in another process" in check.stdout) == (code == 2)
+    finally:
+        holder.kill()
+        holder.wait()

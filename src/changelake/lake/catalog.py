@@ -15,6 +15,7 @@ long as it is always used with the same lake directory.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -72,6 +73,12 @@ CREATING = "metastore_db.creating"
 middle leaves a mark that the next start reads as "throw the half-made database away"."""
 
 
+BUSY_WAIT_SECONDS = 15.0
+"""How long a start waits for another process's hold on the embedded metastore to end before
+it refuses the lake: a command that has just ended holds it until its JVM has exited, a moment
+after its Python process (as when one command follows another in a script)."""
+
+
 def _refuse_a_booted_metastore(root: Path, metastore: Path) -> None:
     """Refuse, before Spark starts, a lake whose embedded metastore another process has open:
     Derby admits one JVM, which holds a lock on `dbex.lck` (a POSIX lock, as `lockf` takes
@@ -93,10 +100,17 @@ def _refuse_a_booted_metastore(root: Path, metastore: Path) -> None:
     except OSError:
         return  # no metastore yet, or none booted since it was made, or not ours to lock
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        if error.errno not in (errno.EAGAIN, errno.EACCES):
-            return
+        deadline = time.monotonic() + BUSY_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as error:
+                if error.errno not in (errno.EAGAIN, errno.EACCES):
+                    return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.25)
         raise LakeError(
             f"lake {root}: its embedded metastore (Derby, under {metastore}) is open in "
             "another process, and it admits one at a time; to use the lake from several "
