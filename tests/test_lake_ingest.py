@@ -46,6 +46,13 @@ def lake(spark, tmp_path) -> Lake:
     return Lake(spark, tmp_path / "lake")
 
 
+@pytest.fixture
+def hive_lake(spark, tmp_path) -> Lake:
+    """A lake of Hive-format tables, for the tests that look at its files (a Delta table's
+    files and their clean-up on a failed write are `test_lake_delta.py`'s)."""
+    return Lake(spark, tmp_path / "hive-lake", storage="hive")
+
+
 def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     rng = random.Random(11)
     history = keyed_history(rng, 12, 15, 4)
@@ -56,7 +63,11 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     name = f"in_{uuid.uuid4().hex[:8]}.t"
 
     def persisted() -> set[int]:
-        return set(spark.sparkContext._jsc.getPersistentRDDs().keySet())
+        """The cached RDDs but Delta's own (a Delta table's snapshot state, which Delta
+        caches for its next commit: `Delta Table State #N - path`)."""
+        cached = spark.sparkContext._jsc.getPersistentRDDs()
+        return {k for k in cached.keySet()
+                if not str(cached.get(k).name() or "").startswith("Delta Table State")}
 
     cached = persisted()
     first = commands.ingest(lake, name, [early], key=["id"], schema=schema_file)
@@ -132,11 +143,12 @@ def assert_the_encoders(table, feed: Path | list[Path], columns: list[str]) -> N
                                                    lenient=False))
 
 
-def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, lake, tmp_path):
+def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, hive_lake, tmp_path):
     """The keyed conversion's partitions are many and small (at least the session's), and the
     commit writes the updates as they come: coalesced (`conversion.files_for`), a batch this
     small is as many files as the session's default parallelism, not a file per key
     partition."""
+    lake = hive_lake
     from changelake.spark.changefeed.conversion import files_for
     from changelake.spark.session import settings
 
@@ -158,7 +170,7 @@ def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, lake, tmp_pa
     assert_the_encoders(table, feed, ["id", "name"])
 
 
-def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, lake, tmp_path,
+def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hive_lake, tmp_path,
                                                                     caplog):
     """The keyed conversion is checked by the commit's own write (`DeferredChecks`), not by
     a checkpoint before it. Where the check fails (a key written twice at one position with
@@ -166,6 +178,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, lak
     committed, and the old path's updates are (the encoder's), in a table of the columns the
     old path decides (the first attempt created it). The same feed again (nothing new to
     write) has its check settled by a job of its own, and still goes to the old path."""
+    lake = hive_lake
     from changelake.spark.changefeed import pipeline
     from changelake.spark.changefeed.keyed import TIED
 
@@ -285,9 +298,10 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
     assert_the_encoders(table, whole, ["id", "name", "v"])
 
 
-def test_a_write_that_raises_leaves_no_files_and_commits_nothing(spark, lake, tmp_path):
+def test_a_write_that_raises_leaves_no_files_and_commits_nothing(spark, hive_lake, tmp_path):
     """`TableWriter.commit`'s `write` runs the write; where it raises (a deferred check that
     failed), the files it made are removed and no version is committed."""
+    lake = hive_lake
     name = f"undo_{uuid.uuid4().hex[:8]}.t"
     rows = spark.createDataFrame([(1, "a", 0, 1)], "id long, name string, _time long, "
                                                    "_diff long")
@@ -328,11 +342,12 @@ def _cents(unscaled: int, width: int) -> str:
 
 @pytest.mark.parametrize("bad", ["wide", "not base64"])
 def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
-        spark, lake, tmp_path, caplog, bad):
+        spark, hive_lake, tmp_path, caplog, bad):
     """A value the deferred conversion's own job refuses (read against the columns' types in
     the commit's write): a decimal wider than 8 bytes, which the old path reads exactly, or
     text that is no base64, which it refuses naming the line. Either way no file of the
     refused write remains, and the old path commits its updates (the encoder's) or nothing."""
+    lake = hive_lake
     from changelake.spark.changefeed import pipeline
 
     odd = _cents(10**20 + 7, 9) if bad == "wide" else "not base64!"
