@@ -193,9 +193,9 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
         sync_tree(path, table_dir, newer_than=rows.started - SYNC_SLACK_SECONDS)
         rows.commit(state.version)
     else:
-        if rows is None:
-            rows = spark.read.format("delta").load(str(path)).limit(0)
         held = spark.read.format("delta").load(str(path))
+        if rows is None:
+            rows = held.limit(0)
         if _widened(held.schema, rows.schema):
             _rewrite_updates(held, rows, path, state.version, replace_where)
         else:
