@@ -106,12 +106,26 @@ def test_widening_is_accepted(spark, lake):
     frame = spark.table(n)
     assert [f.dataType for f in frame.schema.fields] == [LongType(), DoubleType()]
     assert rows(frame) == Counter({(1, 0.5): 1, (2, 2.25): 1, (2**40, 3.0): 1})
+    if table.state().storage == "delta":  # delta-rs reads the widened `current` too
+        from deltalake import DeltaTable
+
+        from changelake.lake.layout import current_path
+
+        data = DeltaTable(str(current_path(table.directory))).to_pyarrow_table()
+        pairs = zip(data["id"].to_pylist(), data["score"].to_pylist(), strict=True)
+        assert Counter(pairs) == rows(frame)
     # narrower input than the table is cast up, with no new schema version
     versions = len(table.state().versions)
     commit(table, spark, narrow, [(1, 0.5, 2, -1)], 2, 3)
     assert len(table.state().versions) == versions
     compact(table)
     assert rows(spark.table(n)) == Counter({(2, 2.25): 1, (2**40, 3.0): 1})
+
+
+def files_of(directory) -> set[str]:
+    """The data and log files under a table's directory (not its lock or manifests)."""
+    return {str(p.relative_to(directory)) for p in directory.rglob("*")
+            if p.is_file() and "_state" not in p.parts and p.name != "_lock"}
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -126,6 +140,7 @@ def test_incompatible_changes_are_errors_that_lose_nothing(spark, lake, bad, mat
     table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
     commit(table, spark, V1, [(1, "ann", 0, 1)], 0, 1)
     before = table.state()
+    files_before = files_of(table.directory)
     row = (*(1 if f.dataType != StringType() else "x" for f in bad.fields[:-2]), 1, 1)
     if match is None:
         commit(table, spark, bad, [row], 1, 2)
@@ -135,20 +150,25 @@ def test_incompatible_changes_are_errors_that_lose_nothing(spark, lake, bad, mat
         commit(table, spark, bad, [row], 1, 2)
     assert table.state() == before
     assert rows(spark.table(n)) == Counter({(1, "ann"): 1})
-    assert not any(p.name.startswith("1-") for p in (table.directory / "seg").iterdir())
+    # No file of the refused commit is left: a Hive table's segment, a Delta table's staged
+    # one (`_staging/seg/`), or a file in either Delta table.
+    assert not [p for seg in table.directory.rglob("seg") for p in seg.iterdir()
+                if p.name.startswith("1-")]
+    assert files_of(table.directory) == files_before
 
 
 def test_segments_of_one_schema_are_read_as_one_source(spark, lake):
     """`sql.group_sources`: the committed view reads the segments of one physical schema as
     one `parquet.` source (a glob of their names), so Spark's per-source schema inference
     runs once per schema, not once per segment; a schema change starts another source, and
-    every row is read, now and as of each time."""
+    every row is read, now and as of each time. (The Hive format's view: a Delta table has
+    no segments.)"""
     from changelake.lake.commit import view_text
     from changelake.lake.identifier import TableIdentifier
     from changelake.lake.sql import SEGMENT_GLOB
 
     n = name()
-    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"], storage="hive")
     for t in range(3):
         commit(table, spark, V1, [(t, f"v{t}", t, 1)], t, t + 1)
     commit(table, spark, V2, [(0, "v0", None, 3, -1), (0, "v0", "e", 3, 1)], 3, 4)
@@ -195,13 +215,14 @@ def test_a_segment_removed_from_under_the_manifest_is_named_not_skipped(spark, l
     """A glob of segments would skip a directory that is gone (`sql.group_sources`), so the
     SQL is made only when every segment is there: a read whose SQL the table makes (`as_of`,
     `updates`) and the next commit name the missing one, and the commit leaves the table as
-    it was. (The committed view, read by `current()` and plain Spark, stays as it was made.)"""
+    it was. (The committed view, read by `current()` and plain Spark, stays as it was made.)
+    The Hive format's segments: a Delta table has none."""
     import shutil
 
     from changelake.errors import LakeError
 
     n = name()
-    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"])
+    table = lake.create_table(n, StructType(V1.fields[:2]), key=["id"], storage="hive")
     for t in range(3):
         commit(table, spark, V1, [(t, f"v{t}", t, 1)], t, t + 1)
     version = table.state().version

@@ -136,8 +136,9 @@ def test_exactly_once_rules(spark, lake):
 
 
 def test_compaction_touches_only_changed_buckets(spark, lake):
+    """The Hive format's buckets and bases (a Delta table has neither)."""
     name = unique("buckets")
-    table = lake.create_table(name, SCHEMA, key=["id"], buckets=8)
+    table = lake.create_table(name, SCHEMA, key=["id"], buckets=8, storage="hive")
     rows = [((k, "x", k), 0, 1) for k in range(64)]
     table.commit(to_df(spark, rows), Antichain([0]), Antichain([1]))
     first = compact(table)
@@ -171,8 +172,10 @@ def test_replaced_files_are_deleted_only_when_no_recent_state_refers_to_them(spa
     from changelake.lake.commit import collect_garbage
     from changelake.lake.layout import file_set_leaves
 
+    """The Hive format's garbage collection of file sets (a Delta table's files are Delta's:
+    `VACUUM`)."""
     name = unique("gc")
-    table = lake.create_table(name, SCHEMA, key=["id"], buckets=2)
+    table = lake.create_table(name, SCHEMA, key=["id"], buckets=2, storage="hive")
     table.commit(to_df(spark, [((1, "a", 1), 0, 1)]), Antichain([0]), Antichain([1]))
     table.commit(to_df(spark, [((2, "b", 1), 1, 1)]), Antichain([1]), Antichain([2]))
     compact(table)
@@ -241,7 +244,7 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     with settings(spark, {"spark.sql.parquet.compression.codec": "uncompressed"}):
         updates.write.parquet(str(tmp_path / "default"))
         name = unique("dictionary")
-        table = lake.create_table(name, SCHEMA, key=["id"])
+        table = lake.create_table(name, SCHEMA, key=["id"], storage="hive")
         assert table.commit(updates, Antichain([0]), Antichain([1])).written == 4 * distinct
     default = dictionary_bytes(list((tmp_path / "default").glob("*.parquet")))
     committed = dictionary_bytes([p for f in table.state().files if f.rows
@@ -255,7 +258,7 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
 
     # The part of a segment that compaction keeps beyond `since` is a segment again, written
     # the same way (`table.write_segment`).
-    split = lake.create_table(unique("dictionary_split"), SCHEMA, key=["id"])
+    split = lake.create_table(unique("dictionary_split"), SCHEMA, key=["id"], storage="hive")
     earlier = updates.limit(1).selectExpr("-1 AS id", "name", "amount", "_time", "_diff")
     later = updates.withColumn("_time", F.lit(1).cast("long"))
     with settings(spark, {"spark.sql.parquet.compression.codec": "uncompressed"}):

@@ -274,16 +274,18 @@ def _compact_delta(writer: TableWriter, state: TableState, since: int,
     consolidation at `since` (a keyed table's row of each key that has one then, an unkeyed
     table's rows with their multiplicity), in one commit of the updates table that records
     the new version; then both Delta tables are `OPTIMIZE`d. Its cost is the updates folded
-    (the state at the old `since` among them), not the changes alone."""
-    if since == state.since and state.folded:
-        return CompactionResult(state.name, None, state.since, since)
+    (the state at the old `since` among them), not the changes alone. Nothing is done (as on
+    the Hive format) where `since` stays and its updates are folded already, or there are
+    none at times <= `since`."""
     table = writer.table
     spark, directory = table.spark, table.directory
-    if progress is not None:
-        progress("folding updates", 0, 2)
     logical = logical_schema(state.versions)
     names = logical.fieldNames()
     old = spark.sql(union_sql(state, directory, logical=logical)).where(F.col("_time") <= since)
+    if since == state.since and (state.folded or old.isEmpty()):
+        return CompactionResult(state.name, None, state.since, since)
+    if progress is not None:
+        progress("folding updates", 0, 2)
     if state.keyed:
         kept = latest_per_key(old, state.key).where(F.col("_diff") > 0) \
             .withColumn("_diff", F.lit(1).cast("long"))

@@ -26,6 +26,14 @@ applies what it misses first, and a replayed MERGE is skipped by the same transa
 So `current` is never ahead of the committed version, and a reader of it sees one whole
 committed version (Delta's snapshot isolation), possibly the one before the last.
 
+**A widened column type is a rewrite.** Delta changes a column's type in place only with its
+`typeWidening` table feature, which delta-rs (the reads of `lake/arrow.py`) cannot read, and
+its schema merge refuses a wider type without it. So the commit that widens a column (int to
+bigint, float to double: `schema.py`) rewrites `updates` whole on the wider schema, in the
+append that records `(APP_ID, N)`, and `current` is rewritten from `updates` in place of the
+MERGE, recording the same; so is an unkeyed table's `current` when its live columns change
+otherwise than by a new column (`_must_rewrite`). Both are O(table), once per such change.
+
 Reads that are not "now" (`AS OF`, the history, the change feed) read `updates` through
 `sql.delta_union_sql`, limited to the times the manifest's frontier covers, and merge on read
 exactly as the Hive format does (`sql.state_sql`).
@@ -39,6 +47,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
@@ -51,13 +60,15 @@ from changelake.lake.layout import (
     read_manifest,
     updates_path,
 )
-from changelake.lake.schema import logical_schema
+from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.sql import (
     delta_literal,
     delta_union_sql,
     path_literal,
     sql_type,
+    state_sql,
     string_literal,
+    unkeyed_columns,
 )
 from changelake.spark import delta_txn
 from changelake.spark.delta_txn import StagedAppend
@@ -182,10 +193,49 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
         sync_tree(path, table_dir, newer_than=rows.started - SYNC_SLACK_SECONDS)
         rows.commit(state.version)
     else:
+        held = spark.read.format("delta").load(str(path))
         if rows is None:
-            rows = spark.read.format("delta").load(str(path)).limit(0)
-        _append(rows, path, state.version, replace_where=replace_where)
+            rows = held.limit(0)
+        if _widened(held.schema, rows.schema):
+            _rewrite_updates(held, rows, path, state.version, replace_where)
+        else:
+            _append(rows, path, state.version, replace_where=replace_where)
     catch_up(spark, ident, table_dir, state)
+
+
+def _widened(held: StructType, new: StructType) -> list[str]:
+    """The columns of `held` whose type `new` holds wider (`schema.wider`: int to bigint,
+    float to double), which a Delta table takes only with its `typeWidening` feature: Delta's
+    schema merge refuses them without it, and delta-rs (`lake/arrow.py`) cannot read a table
+    that has it. Types compare by their SQL text, which leaves nullability out."""
+    types = {f.name.lower(): sql_type(f.dataType) for f in new.fields}
+    return [f.name for f in held.fields
+            if types.get(f.name.lower(), sql_type(f.dataType)) != sql_type(f.dataType)]
+
+
+def _rewrite_updates(held: DataFrame, rows: DataFrame, path: Path, version: int,
+                     replace_where: str | None) -> None:
+    """Commit `rows` to `updates` as `_append` does, where they widen a column's type: the
+    table rewritten whole on the wider schema (its rows cast up, those `replace_where` matches
+    left out, and `rows`), replacing its schema, in the one commit that records `(APP_ID,
+    version)`. O(table), once per widening."""
+    types = {f.name.lower(): f.dataType for f in rows.schema.fields}
+    fields = [f.name for f in held.schema.fields]
+    fields += [f.name for f in rows.schema.fields if f.name.lower() not in
+               {n.lower() for n in fields}]
+    target = {n: types.get(n.lower(), held.schema[n].dataType if n in held.columns else None)
+              for n in fields}
+
+    def on_target(frame: DataFrame) -> DataFrame:
+        have = {c.lower() for c in frame.columns}
+        return frame.select(*[
+            (F.col(quote(n)) if n.lower() in have else F.lit(None)).cast(t).alias(n)
+            for n, t in target.items()])
+
+    kept = held if replace_where is None else held.where(f"NOT ({replace_where})")
+    on_target(kept).unionByName(on_target(rows)).write.format("delta").mode("overwrite") \
+        .option("overwriteSchema", "true") \
+        .option("txnAppId", APP_ID).option("txnVersion", str(version)).save(str(path))
 
 
 def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
@@ -202,7 +252,12 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     moved = lower is not None and lower != upper
     rows = interval_sql(state, table_dir, lower, upper) if moved else None
     logical = logical_schema(state.versions)
-    _add_columns(spark, ident, logical)
+    have = spark.table(ident.quoted).schema
+    if _must_rewrite(have, held, state):
+        _rewrite_current(spark, table_dir, state)
+        return
+    _add_columns(spark, ident, have, logical)
+    live = live_columns(state.versions)
     conf = {"spark.databricks.delta.write.txnAppId": APP_ID,
             "spark.databricks.delta.write.txnVersion": str(state.version)}
     target = delta_literal(current_path(table_dir))
@@ -220,7 +275,37 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
         elif state.keyed:
             spark.sql(_keyed_merge(state, logical, rows, target))
         else:
-            spark.sql(_unkeyed_merge(logical, rows, target))
+            spark.sql(_unkeyed_merge(logical, live, rows, target))
+
+
+def _must_rewrite(have: StructType, held: TableState, state: TableState) -> bool:
+    """Whether `current` (of schema `have`), as `held` left it, cannot follow `state` by
+    added columns and a MERGE, and is rewritten instead (`_rewrite_current`):
+
+    * a column's type was widened (see `_widened`: no `typeWidening` feature, so that
+      delta-rs still reads `current`);
+    * an unkeyed table's live columns changed otherwise than by a new column: a column
+      removed is null in every row read after the removal (`schema.py`), and one that comes
+      back is live again in rows written before it left, as the Hive format reads them
+      (`sql.state_sql`)."""
+    if _widened(have, logical_schema(state.versions)):
+        return True
+    if state.keyed:
+        return False
+    before, after = set(live_columns(held.versions)), set(live_columns(state.versions))
+    known = {f.name for f in logical_schema(held.versions).fields}
+    return bool(before - after or (after - before) & known)
+
+
+def _rewrite_current(spark: SparkSession, table_dir: Path, state: TableState) -> None:
+    """`current` rewritten whole as `state`'s rows, read from `updates` as the Hive format
+    reads its files (`sql.state_sql`), on the logical schema (replacing its own), in one
+    overwrite that records `(APP_ID, state.version)`. O(table): for the schema changes
+    `_must_rewrite` names, which a MERGE cannot make."""
+    rows = spark.sql(state_sql(state, table_dir, marker=False))
+    rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+        .option("txnAppId", APP_ID).option("txnVersion", str(state.version)) \
+        .save(str(current_path(table_dir)))
 
 
 def _is_empty(path: Path) -> bool:
@@ -230,10 +315,12 @@ def _is_empty(path: Path) -> bool:
     return len(DeltaTable(str(path)).file_uris()) == 0
 
 
-def _add_columns(spark: SparkSession, ident: TableIdentifier, logical: StructType) -> None:
-    """Columns the source added since `current` was written, added to it (null in its rows)."""
-    have = {f.name.lower() for f in spark.table(ident.quoted).schema.fields}
-    new = [f for f in logical.fields if f.name.lower() not in have]
+def _add_columns(spark: SparkSession, ident: TableIdentifier, have: StructType,
+                 logical: StructType) -> None:
+    """Columns the source added since `current` (of schema `have`) was written, added to it
+    (null in its rows)."""
+    names = {f.name.lower() for f in have.fields}
+    new = [f for f in logical.fields if f.name.lower() not in names]
     if new:
         spark.sql(f"ALTER TABLE {ident.quoted} ADD COLUMNS ("
                   + ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in new) + ")")
@@ -266,17 +353,21 @@ def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str)
             f"VALUES ({', '.join(f's.{c}' for c in cols)})")
 
 
-def _unkeyed_merge(logical: StructType, rows: str, target: str) -> str:
+def _unkeyed_merge(logical: StructType, live: list[str], rows: str, target: str) -> str:
     """Each changed row's copies deleted (one marker row matches them all) and its new
-    multiplicity inserted, in one MERGE; the old multiplicity is counted in `current`."""
+    multiplicity inserted, in one MERGE; the old multiplicity is counted in `current`.
+    Rows are matched on the `live` columns (the others are null in `current`'s rows and in
+    the new ones: see `_must_rewrite`), as the Hive format groups them (`sql.state_sql`)."""
     if any(has_map(f.dataType) for f in logical.fields):
         raise LakeError("an unkeyed Delta table cannot hold a map column yet (rows are "
                         "matched whole, and Spark cannot compare maps); give the table a key")
     cols = [quote(f.name) for f in logical.fields]
     listed = ", ".join(cols)
-    same = " AND ".join(f"a.{c} <=> b.{c}" for c in cols) or "TRUE"
-    changed = (f"SELECT {listed}, SUM(_diff) AS _n FROM ({rows}) u GROUP BY {listed} "
-               "HAVING SUM(_diff) <> 0")
+    matched = [quote(f.name) for f in logical.fields if f.name in live]
+    same = " AND ".join(f"a.{c} <=> b.{c}" for c in matched) or "TRUE"
+    projected = ", ".join(unkeyed_columns(logical, set(live)))
+    changed = (f"SELECT {listed}, SUM(_diff) AS _n FROM (SELECT {projected}, _diff FROM "
+               f"({rows}) r) u GROUP BY {listed} HAVING SUM(_diff) <> 0")
     held = (f"SELECT {', '.join(f'b.{c}' for c in cols)}, COUNT(*) AS _m FROM {target} b "
             f"LEFT SEMI JOIN ({changed}) a ON {same} GROUP BY {', '.join(f'b.{c}' for c in cols)}")
     joined = (f"SELECT {', '.join(f'a.{c}' for c in cols)}, a._n + COALESCE(b._m, 0) AS _new "
@@ -284,7 +375,7 @@ def _unkeyed_merge(logical: StructType, rows: str, target: str) -> str:
     source = (f"WITH j AS ({joined}) SELECT {listed}, TRUE AS _del FROM j UNION ALL "
               f"SELECT {listed}, FALSE AS _del FROM (SELECT {listed}, "
               f"explode(array_repeat(0, CAST(_new AS INT))) AS _copy FROM j WHERE _new > 0) c")
-    on = " AND ".join(f"t.{c} <=> s.{c}" for c in cols) or "TRUE"
+    on = " AND ".join(f"t.{c} <=> s.{c}" for c in matched) or "TRUE"
     return (f"MERGE INTO {target} t USING ({source}) s "
             f"ON s._del AND {on} WHEN MATCHED THEN DELETE "
             f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({listed}) "
