@@ -389,9 +389,10 @@ def test_cli_status_and_snapshot_need_no_jvm(spark, lake):
     refused = cli("snapshot", "--lake", root, "--table", name, "--as-of", "3",
                   "--engine", "arrow")
     assert refused.returncode == 2 and b"not final yet" in refused.stderr
-    pointer_path(table.directory).unlink()  # no pointer: --engine arrow cannot tell, and says so
-    unknown = cli("snapshot", "--lake", root, "--table", name, "--engine", "arrow")
-    assert unknown.returncode == 2 and b"no commit pointer" in unknown.stderr
+    if table.state().storage == "hive":  # a Delta table's commit point is Delta's log
+        pointer_path(table.directory).unlink()  # no pointer: --engine arrow cannot tell
+        unknown = cli("snapshot", "--lake", root, "--table", name, "--engine", "arrow")
+        assert unknown.returncode == 2 and b"no commit pointer" in unknown.stderr
 
 
 def test_the_cli_names_the_jvm_log_variable_spark_reads():

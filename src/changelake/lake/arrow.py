@@ -64,6 +64,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset
 import pyarrow.parquet as pq
 
 from changelake.errors import LakeError
@@ -288,7 +289,11 @@ def read_file_set(fs: FileSet, state: TableState, directory: Path, schema: pa.Sc
 def delta_updates(state: TableState, directory: Path, schema: pa.Schema) -> pa.Table:
     """A Delta table's committed updates (`sql.union_sql`'s, through delta-rs): the updates
     table's rows before the state's frontier, on the logical schema."""
-    data = _delta(directory / DELTA_UPDATES).to_pyarrow_table()
+    # Spark writes timestamps as Parquet INT96, which Arrow reads as nanoseconds unless told:
+    # an instant outside 1677-2262 would overflow. Read them as microseconds, as Spark does.
+    options = pyarrow.dataset.ParquetReadOptions(coerce_int96_timestamp_unit="us")
+    data = _delta(directory / DELTA_UPDATES).to_pyarrow_dataset(
+        parquet_read_options=options).to_table()
     if state.upper is not None:
         data = data.filter(pc.less(data.column("_time"), pa.scalar(state.upper, pa.int64())))
     present = set(data.schema.names)
