@@ -5,28 +5,13 @@ The default run draws a few dozen examples each (seconds); `-m slow` draws thous
 
 from __future__ import annotations
 
-import os
-import resource
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).parent
-CAP = 1024 * 2**20
+from capped_campaign import run_campaign
 
 
 def campaign(kind: str, examples: int) -> None:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
-
-    env = {**os.environ, "MALLOC_ARENA_MAX": "2",
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, str(HERE / "fuzz_avro_worker.py"), kind,
-                             str(examples)], capture_output=True, timeout=1800,
-                            preexec_fn=limit, env=env)
-    assert result.returncode == 0, result.stderr.decode()[-6000:]
+    run_campaign("fuzz_avro_worker.py", kind, examples, timeout=1800)
 
 
 @pytest.mark.parametrize("kind", ["container", "framed"])
