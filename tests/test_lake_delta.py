@@ -234,3 +234,25 @@ def test_compaction_folds_history_and_keeps_every_later_time_exact(spark, lake, 
     assert kept == len(state_at(history, state.since, keyed=keyed))
     again = compact(table, target)
     assert again.version is None
+
+
+def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, tmp_path, monkeypatch):
+    """A lake whose tables were made in the Hive format (by a release before Delta was the
+    default, or with `--format hive`) keeps reading and ingesting them as they are; a table
+    it gains later is a Delta table, the default."""
+    monkeypatch.delenv("CHANGELAKE_TABLE_FORMAT", raising=False)
+    root = tmp_path / "lake"
+    old = Lake(spark, root, storage="hive")
+    name, new_name = unique("old"), unique("new")
+    old.create_table(name, SCHEMA, key=["id"]).commit(
+        to_df(spark, [((1, "a", 1), 0, 1)]), 0, 1)
+    lake = Lake(spark, root)  # opened as a later command opens it: no format named
+    table = lake.table(name)
+    table.commit(to_df(spark, [((1, "a", 1), 1, -1), ((2, "b", 2), 1, 1)]), 1, 2)
+    assert table.state().storage == "hive"
+    assert rows_of(spark.table(name)) == Counter({(2, "b", 2): 1})
+    assert rows_of(table.as_of(0)) == Counter({(1, "a", 1): 1})
+    fresh = lake.create_table(new_name, SCHEMA, key=["id"])
+    fresh.commit(to_df(spark, [((7, "g", 7), 0, 1)]), 0, 1)
+    assert fresh.state().storage == "delta"
+    assert rows_of(spark.table(new_name)) == Counter({(7, "g", 7): 1})
