@@ -435,20 +435,16 @@ class TableWriter:
         if state.storage != DELTA_STORAGE:  # on the disk before the commit point names it
             sync_tree(target, self.table.directory)
         count, size, t_min, t_max = parquet_stats(target)
-        if up is not None and t_max is not None and t_max >= up:
+        try:
+            _check_inside(name, t_max, lo, up)
+        except LakeError:
             shutil.rmtree(target, ignore_errors=True)
-            raise LakeError(
-                f"table {name}: an update at time {t_max} is not inside the "
-                f"committed interval [{lo}, {up}); nothing was written"
-            )
+            raise
         new, struct = state.struct_id(struct_json(evolution.write_struct))
         if state.storage == DELTA_STORAGE:
             # The staged segment is appended to the updates table by the commit itself (the
             # commit point: `delta_storage`), then removed.
-            new = new.next("commit", frontier=() if up is None else (up,),
-                           versions=evolution.versions,
-                           offsets=new.offsets if offsets is None else offsets)
-            new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+            new = _committed(new, evolution, committed, up, offsets, count)
             try:
                 staged = self.spark.read.parquet(str(target)) if count else None
                 self.publish(new, retain=retain, rows=staged)
@@ -462,10 +458,7 @@ class TableWriter:
                                      upper=up, min_time=t_min, max_time=t_max))
         else:
             shutil.rmtree(target, ignore_errors=True)
-        new = new.next("commit", frontier=() if up is None else (up,),
-                       versions=evolution.versions, files=files,
-                       offsets=new.offsets if offsets is None else offsets)
-        new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+        new = _committed(replace(new, files=files), evolution, committed, up, offsets, count)
         self.publish(new, retain=retain)
         return CommitResult(name, new.version, committed, up, count, False, evolution.changed)
 
@@ -484,16 +477,29 @@ class TableWriter:
         try:
             (write or _run)(lambda: staged.write(observed))
             count, t_max = int(seen.get["rows"]), seen.get["t_max"]
-            if up is not None and t_max is not None and t_max >= up:
-                raise LakeError(
-                    f"table {name}: an update at time {t_max} is not inside the "
-                    f"committed interval [{committed}, {up}); nothing was written")
+            _check_inside(name, t_max, committed, up)
             new, _struct = state.struct_id(struct_json(evolution.write_struct))
-            new = new.next("commit", frontier=() if up is None else (up,),
-                           versions=evolution.versions,
-                           offsets=new.offsets if offsets is None else offsets)
-            new = replace(new, detail={"lower": committed, "upper": up, "rows": count})
+            new = _committed(new, evolution, committed, up, offsets, count)
             self.publish(new, retain=retain, rows=staged)
         finally:
             staged.abort()  # nothing, once committed
         return CommitResult(name, new.version, committed, up, count, False, evolution.changed)
+
+
+def _check_inside(name: str, t_max: int | None, lower: int, upper: int | None) -> None:
+    """A LakeError where a commit's latest update (at `t_max`) lies past its interval."""
+    if upper is not None and t_max is not None and t_max >= upper:
+        raise LakeError(
+            f"table {name}: an update at time {t_max} is not inside the "
+            f"committed interval [{lower}, {upper}); nothing was written")
+
+
+def _committed(new: TableState, evolution: Evolution, committed: int, up: int | None,
+               offsets: SourceOffsets | None, count: int) -> TableState:
+    """The state a commit of `count` updates at `[committed, up)` makes of `new` (the
+    committed state with the commit's struct): its frontier, schema versions, source offsets
+    and the commit's detail."""
+    new = new.next("commit", frontier=() if up is None else (up,),
+                   versions=evolution.versions,
+                   offsets=new.offsets if offsets is None else offsets)
+    return replace(new, detail={"lower": committed, "upper": up, "rows": count})
