@@ -13,8 +13,14 @@ and the same data. Printed per size: seconds per 1,000 changes (all rounds, fold
 rows written per change, and the ratio to the 1x size: flat is ~1, growing with the table is
 ~4 and ~16.
 
+With `--format delta` the tables are Delta tables, whose commit also brings `current` (the
+table's rows now, read by every engine) up to date by a MERGE: the commit's time is printed
+too (`commit s/1k`), and `total` is commit and compaction together, the cost of a round's
+changes that a reader of either format sees applied.
+
     python benchmarks/bench_compaction.py                # default sizes
     python benchmarks/bench_compaction.py --scale 0.2    # a quick run
+    python benchmarks/bench_compaction.py --format delta # Delta tables
 """
 
 from __future__ import annotations
@@ -82,7 +88,8 @@ def run_size(spark: SparkSession, lake: Lake, work: Path, workload: str, rows: i
              ) -> dict[str, float]:
     rng = random.Random(rows)
     name = f"bench.{workload}_{rows}"
-    table = lake.create_table(name, SCHEMA, key=["id"], buckets=args.buckets)
+    table = lake.create_table(name, SCHEMA, key=["id"], buckets=args.buckets,
+                              storage=args.format)
     table.commit(initial(spark, rows), Antichain([0]), Antichain([1]))
     policy = CompactionPolicy(fold_fraction=args.fold, max_runs=args.max_runs)
     compact(table, policy=policy)
@@ -91,7 +98,7 @@ def run_size(spark: SparkSession, lake: Lake, work: Path, workload: str, rows: i
 
     live: dict[int, tuple] = {}
     next_id = rows
-    ours = theirs = 0.0
+    ours = theirs = committing = 0.0
     written = changes_total = folds = 0
     for r in range(args.rounds):
         t = r + 1
@@ -101,7 +108,9 @@ def run_size(spark: SparkSession, lake: Lake, work: Path, workload: str, rows: i
         changes_total += len(batch)
         frame = spark.createDataFrame(batch, UPDATES)
         frame.cache().count()
+        start = time.perf_counter()
         table.commit(frame, Antichain([t]), Antichain([t + 1]))
+        committing += time.perf_counter() - start
         start = time.perf_counter()
         result = compact(table, policy=policy)
         ours += time.perf_counter() - start
@@ -117,6 +126,8 @@ def run_size(spark: SparkSession, lake: Lake, work: Path, workload: str, rows: i
         base = out
         frame.unpersist()
     return {"ours": ours / changes_total * 1000, "theirs": theirs / changes_total * 1000,
+            "commit": committing / changes_total * 1000,
+            "total": (ours + committing) / changes_total * 1000,
             "written": written / changes_total, "folds": folds}
 
 
@@ -130,6 +141,8 @@ def main() -> None:
     parser.add_argument("--max-runs", type=int, default=4)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply --rows and --changes")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--format", choices=("hive", "delta"), default="hive",
+                        help="the lake tables' format")
     args = parser.parse_args()
     args.rows = max(100, int(args.rows * args.scale))
     args.changes = max(20, int(args.changes * args.scale))
@@ -142,18 +155,21 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake")
         print(f"rows at 1x: {args.rows:,}; {args.changes:,} changes per round, {args.rounds} "
-              f"rounds; {args.buckets} buckets, fold at {args.fold}, master {args.master}")
+              f"rounds; {args.buckets} buckets, fold at {args.fold}, master {args.master}, "
+              f"format {args.format}")
         for workload in ("recent", "uniform"):
             print(f"\nworkload ({'a' if workload == 'recent' else 'b'}) {workload}")
             print(f"{'size':>5} {'rows':>10} | {'ours s/1k':>9} {'ratio':>6} {'written/chg':>11}"
-                  f" {'folds':>5} | {'seed004 s/1k':>12} {'ratio':>6}")
+                  f" {'folds':>5} | {'commit s/1k':>11} {'total s/1k':>10} {'ratio':>6}"
+                  f" | {'seed004 s/1k':>12} {'ratio':>6}")
             first: dict[str, float] | None = None
             for factor in (1, 4, 16):
                 res = run_size(spark, lake, work, workload, args.rows * factor, args)
                 first = first or res
                 print(f"{factor:>4}x {args.rows * factor:>10,} | {res['ours']:>9.3f} "
                       f"{res['ours'] / first['ours']:>6.2f} {res['written']:>11.2f} "
-                      f"{int(res['folds']):>5} | {res['theirs']:>12.3f} "
+                      f"{int(res['folds']):>5} | {res['commit']:>11.3f} {res['total']:>10.3f} "
+                      f"{res['total'] / first['total']:>6.2f} | {res['theirs']:>12.3f} "
                       f"{res['theirs'] / first['theirs']:>6.2f}")
         spark.stop()
     finally:

@@ -13,9 +13,12 @@ write path (what its `WriteIntoDelta` command does) in two:
   version)` (`SetTransaction`, what the writer's `txnAppId`/`txnVersion` options record), or
   `abort()` deletes them.
 
-The transaction reads the application's transaction version when it starts, so Delta's
-conflict check fails the commit if another writer recorded one for `app_id` meanwhile
-(`ConcurrentTransactionException`): two writers cannot both commit version N.
+The transaction registers its read of the application's transaction when it starts, so
+Delta's conflict check fails the commit if another writer recorded one for `app_id` meanwhile
+(`ConcurrentTransactionException`): two writers cannot both commit version N. The version it
+read is taken from the log by delta-rs at the transaction's own snapshot version: Delta's
+`txnVersion` computes it from the snapshot's whole state, a Spark job of seconds on every
+commit, where delta-rs reads the log in milliseconds.
 
 It reaches Delta through its internal Scala API (py4j), which is why it is tied to the Delta
 release `maven.py` fetches. Only an append to an existing table whose schema the rows match
@@ -122,5 +125,15 @@ def begin(spark: SparkSession, path: str, app_id: str, schema: StructType) -> St
     table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
     if _shape(table) != _shape(schema):
         return None
-    recorded = int(txn.txnVersion(app_id))
+    txn.readTxn().addOne(app_id)  # what `txn.txnVersion(app_id)` registers, without its job
+    recorded = recorded_version(path, int(txn.snapshot().version()), app_id)
     return StagedAppend(spark, path, app_id, recorded, _log=log, _txn=txn)
+
+
+def recorded_version(path: str, version: int, app_id: str) -> int:
+    """The transaction version of `app_id` that version `version` of the Delta table at
+    `path` holds (-1: none), read from its log by delta-rs."""
+    from deltalake import DeltaTable
+
+    found = DeltaTable(path, version=version).transaction_version(app_id)
+    return -1 if found is None else int(found)

@@ -64,8 +64,12 @@ ARTIFACTS: tuple[Artifact, ...] = (
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
-"""What a session needs to read and write Delta tables by name and by path."""
+"""What a session needs to read and write Delta tables by name and by path; and the
+partitions of the job that rebuilds a table's state from its log (Delta's default, 50, is
+for a cluster: on a small log each of its 50 tasks costs more than the work, and a commit's
+`txnAppId` check runs that job; a session's own setting wins)."""
 
 REPOSITORY_ENV = "CHANGELAKE_MAVEN_REPO"
 CENTRAL = "https://repo.maven.apache.org/maven2"
