@@ -166,6 +166,22 @@ def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False,
     writer.save(str(path))
 
 
+def _append_once(spark: SparkSession, rows: DataFrame, path: Path, version: int) -> None:
+    """`_append`, through an open transaction (`delta_txn`) where `rows` keep the table's
+    schema: the DataFrame writer's `txnAppId` check computes the table's whole state first,
+    a Spark job the transaction does without."""
+    staged = delta_txn.begin(spark, str(path), APP_ID, rows.schema)
+    if staged is None:
+        _append(rows, path, version)
+        return
+    try:
+        if staged.recorded < version:  # a replay of a recorded version appends nothing
+            staged.write(rows)
+            staged.commit(version)
+    finally:
+        staged.abort()  # nothing, once committed
+
+
 def stage(spark: SparkSession, table_dir: Path, schema: StructType) -> StagedAppend | None:
     """An open transaction on `updates` to write a commit's rows (of `schema`: the write
     schema plus `_time`, `_diff`) before it is decided (`delta_txn`), or None where the rows
@@ -271,7 +287,7 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
             cols = ", ".join(quote(f.name) for f in logical.fields)
             latest = spark.sql(f"SELECT {cols} FROM ({_latest_per_key(state, logical, rows)}) s "
                                "WHERE NOT _del")
-            _append(latest, current_path(table_dir), state.version)
+            _append_once(spark, latest, current_path(table_dir), state.version)
         elif state.keyed:
             spark.sql(_keyed_merge(state, logical, rows, target))
         else:
