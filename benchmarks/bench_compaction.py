@@ -58,15 +58,20 @@ def round_changes(rng: random.Random, workload: str, live: dict[int, tuple], nex
     """Half inserts, half updates of recent keys (a), or all updates of uniform keys (b).
     Each update is a retraction and an insertion (two changes)."""
     out: list[tuple] = []
+    touched: set[int] = set()  # a key changes at most once a round (one row per key a time)
     while len(out) < changes:
         if workload == "recent" and rng.random() < 0.5:
             row = (next_id, f"n{next_id}", next_id % 997)
             next_id += 1
             live[row[0]] = row
+            touched.add(row[0])
             out.append((*row, t, 1))
             continue
         low = recent_from if workload == "recent" else 0
         key = rng.randrange(low, next_id)
+        if key in touched:
+            continue
+        touched.add(key)
         old = live.get(key) or (key, f"n{key}", key % 997)
         new = (key, old[1], old[2] + 1)
         live[key] = new

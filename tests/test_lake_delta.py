@@ -207,7 +207,7 @@ def test_history_view_and_added_column(spark, lake):
 
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_compaction_folds_history_and_keeps_every_later_time_exact(spark, lake, keyed):
-    from changelake.lake.compact import compact
+    from changelake.lake.compact import CompactionPolicy, compact
 
     rng = random.Random(11 if keyed else 12)
     times = 8
@@ -222,7 +222,7 @@ def test_compaction_folds_history_and_keeps_every_later_time_exact(spark, lake, 
         if n % 3 == 2 and state.upper is not None and state.upper > state.since + 1:
             compact(table, rng.randint(state.since, state.upper - 1))
     target = max(table.state().since, times - 3)
-    compact(table, target)
+    compact(table, target, policy=CompactionPolicy(fold_fraction=0))  # fold whatever there is
     state = table.state()
     assert state.since == target and state.folded
     assert rows_of(spark.table(name)) == state_at(history, times - 1, keyed=keyed)
@@ -234,6 +234,40 @@ def test_compaction_folds_history_and_keeps_every_later_time_exact(spark, lake, 
     assert kept == len(state_at(history, state.since, keyed=keyed))
     again = compact(table, target)
     assert again.version is None
+
+
+def test_compaction_folds_only_once_the_changes_reach_a_fraction_of_the_base(spark, lake):
+    """A fold rewrites the table's state, so it waits for changes worth a fraction of it:
+    until then compaction moves `since` and writes no row; every read stays exact."""
+    from pyspark.sql import functions as F
+
+    from changelake.lake.compact import CompactionPolicy, compact
+
+    name = unique("lazy")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    truth = {i: (i, f"n{i}", 0) for i in range(40)}
+    table.commit(to_df(spark, [(row, 0, 1) for row in truth.values()]), [0], [1])
+    policy = CompactionPolicy(fold_fraction=0.25)
+    states = {0: dict(truth)}
+    for t in range(1, 5):  # 4 changed keys a time: 8 updates (a retraction and an insertion)
+        changed = [(i, f"n{i}", t) for i in range(4 * t, 4 * t + 4)]
+        updates = [(truth[r[0]], t, -1) for r in changed] + [(r, t, 1) for r in changed]
+        truth.update({r[0]: r for r in changed})
+        states[t] = dict(truth)
+        table.commit(to_df(spark, updates), [t], [t + 1])
+        result = compact(table, t, policy=policy)
+        state = table.state()
+        held = table.updates().where(F.col("_time") <= t).count()
+        assert state.since == t
+        if t < 2:  # 8 updates after a base of 40 rows: under a quarter, nothing rewritten
+            assert not state.folded and held == 40 + 8 * t
+        if t == 2:  # 16 of 40: folded into the 40 rows of the state at 2
+            assert state.folded and held == 40 and result.changes == 56
+        for at in range(state.since, t + 1):
+            assert rows_of(table.as_of(at)) == Counter(states[at].values()), (t, at)
+        assert rows_of(spark.table(name)) == Counter(truth.values())
+    # After the fold the base is the 40 rows at 2: 16 updates at 3 and 4 make it fold again.
+    assert state.folded and table.updates().where(F.col("_time") <= 4).count() == 40
 
 
 def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, tmp_path, monkeypatch):

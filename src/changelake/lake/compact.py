@@ -167,7 +167,7 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
         raise LakeError(f"table {state.name}: cannot compact to {since}: only times before "
                         f"{upper} are committed")
     if state.storage == DELTA_STORAGE:
-        return _compact_delta(writer, state, since, progress)
+        return _compact_delta(writer, state, since, policy, progress)
     chosen = [s for s in segments if s.min_time is not None and s.min_time <= since]
     if not chosen and since == state.since:
         return CompactionResult(state.name, None, state.since, since)
@@ -268,15 +268,21 @@ def _compact_locked(writer: TableWriter, since: int | None, policy: CompactionPo
     )
 
 
-def _compact_delta(writer: TableWriter, state: TableState, since: int,
+def _compact_delta(writer: TableWriter, state: TableState, since: int, policy: CompactionPolicy,
                    progress: ProgressFn | None) -> CompactionResult:
-    """Compaction of a Delta table: its updates at times <= `since` are replaced by their
-    consolidation at `since` (a keyed table's row of each key that has one then, an unkeyed
-    table's rows with their multiplicity), in one commit of the updates table that records
-    the new version; then both Delta tables are `OPTIMIZE`d. Its cost is the updates folded
-    (the state at the old `since` among them), not the changes alone. Nothing is done (as on
-    the Hive format) where `since` stays and its updates are folded already, or there are
-    none at times <= `since`."""
+    """Compaction of a Delta table: `since` moves to `since`, and the updates at times <= it
+    are replaced by their consolidation at `since` (a keyed table's row of each key that has
+    one then, an unkeyed table's rows with their multiplicity) once they are worth it; then
+    both Delta tables are `OPTIMIZE`d.
+
+    The fold rewrites the table's state (the base: the rows at the earliest time held, a fold's
+    result or the first load), so, as the Hive format folds a bucket's deltas into its base
+    (tier 3), it runs only when the updates after the base reach `policy.fold_fraction` of the
+    base's rows: a fold of n rows follows at least n x fold_fraction changes, and its cost per
+    change stays flat as the table grows. Until then only `since` moves (a version that
+    records no rows): every read at a time >= since consolidates the updates as it does after
+    a fold. Nothing is done where `since` stays and its updates are folded already, or there
+    are none at times <= `since`."""
     table = writer.table
     spark, directory = table.spark, table.directory
     logical = logical_schema(state.versions)
@@ -284,26 +290,45 @@ def _compact_delta(writer: TableWriter, state: TableState, since: int,
     old = spark.sql(union_sql(state, directory, logical=logical)).where(F.col("_time") <= since)
     if since == state.since and (state.folded or old.isEmpty()):
         return CompactionResult(state.name, None, state.since, since)
-    if progress is not None:
-        progress("folding updates", 0, 2)
-    if state.keyed:
-        kept = latest_per_key(old, state.key).where(F.col("_diff") > 0) \
-            .withColumn("_diff", F.lit(1).cast("long"))
+    base, after = _base_and_after(old)
+    result = state.next("compact", since=since)
+    if after < policy.fold_fraction * max(base, 1):
+        result = replace(result, folded=False,
+                         detail={"since_before": state.since, "changes": 0,
+                                 "base_rows": base, "unfolded": after})
+        writer.publish(result)
     else:
-        kept = consolidate_rows(old.withColumn("_bucket", F.lit(0)), names).drop("_bucket")
-    folded = kept.select(*[F.col(quote(n)) for n in names],
-                         F.lit(since).cast("long").alias("_time"),
-                         F.col("_diff").cast("long").alias("_diff"))
-    changes = old.count()
-    result = replace(state.next("compact", since=since), folded=True)
-    result = replace(result, detail={"since_before": state.since, "changes": changes})
-    writer.publish(result, rows=folded, replace_where=f"_time <= {int(since)}")
+        if progress is not None:
+            progress("folding updates", 0, 2)
+        if state.keyed:
+            kept = latest_per_key(old, state.key).where(F.col("_diff") > 0) \
+                .withColumn("_diff", F.lit(1).cast("long"))
+        else:
+            kept = consolidate_rows(old.withColumn("_bucket", F.lit(0)), names).drop("_bucket")
+        folded = kept.select(*[F.col(quote(n)) for n in names],
+                             F.lit(since).cast("long").alias("_time"),
+                             F.col("_diff").cast("long").alias("_diff"))
+        result = replace(result, folded=True,
+                         detail={"since_before": state.since, "changes": base + after})
+        writer.publish(result, rows=folded, replace_where=f"_time <= {int(since)}")
     if progress is not None:
         progress("optimizing", 1, 2)
     optimize(spark, directory, None)
     if progress is not None:
         progress("done", 2, 2)
-    return CompactionResult(state.name, result.version, state.since, since, changes=changes)
+    return CompactionResult(state.name, result.version, state.since, since,
+                            changes=result.detail["changes"])
+
+
+def _base_and_after(old: DataFrame) -> tuple[int, int]:
+    """How many of the updates `old` are at its earliest time (the base), and how many after:
+    one aggregate over the `_time` column alone."""
+    first = old.agg(F.min("_time")).first()[0]
+    if first is None:
+        return 0, 0
+    row = old.agg(F.count_if(F.col("_time") == first).alias("base"),
+                  F.count_if(F.col("_time") > first).alias("after")).first()
+    return int(row["base"]), int(row["after"])
 
 
 def _merge(table: Table, state: TableState, inputs: Sequence[FileSet], logical: StructType,
