@@ -7,7 +7,11 @@ Every check compares against the truth computed in Python from the generated his
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -85,6 +89,38 @@ def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake
     assert delta.transaction_version(APP_ID) == state.version
     assert DeltaTable(str(updates_path(table.directory))).transaction_version(APP_ID) \
         == state.version
+
+
+PLAIN_READER = """
+import json, sys
+from pyspark.sql import SparkSession
+jars, path = sys.argv[1], sys.argv[2]
+spark = (SparkSession.builder.master("local[1]").config("spark.jars", jars)
+         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+         .config("spark.sql.catalog.spark_catalog",
+                 "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+         .config("spark.ui.enabled", "false").getOrCreate())
+rows = [list(r) for r in spark.read.format("delta").load(path).collect()]
+print(json.dumps(rows))
+"""
+
+
+def test_a_plain_pyspark_session_with_only_deltas_jars_reads_the_rows(spark, lake, tmp_path):
+    """No changelake code or settings: the table is Delta's own format."""
+    from changelake.spark.maven import jars
+
+    history, _name, table = deliver(spark, lake, keyed=True, seed=5, times=4)
+    delta_jars = [str(j) for j in jars() or () if j.name.startswith("delta-")]
+    assert len(delta_jars) == 2, delta_jars
+    run = subprocess.run(
+        [sys.executable, "-c", PLAIN_READER, ",".join(delta_jars),
+         str(current_path(table.directory))],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={k: v for k, v in os.environ.items()
+             if not k.startswith(("CHANGELAKE", "PYSPARK_SUBMIT"))})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = Counter(tuple(r) for r in json.loads(run.stdout.strip().splitlines()[-1]))
+    assert rows == state_at(history, 3, keyed=True)
 
 
 def test_a_replayed_commit_changes_nothing_and_a_gap_is_refused(spark, lake):
