@@ -166,17 +166,21 @@ def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False,
     writer.save(str(path))
 
 
-def _append_once(spark: SparkSession, rows: DataFrame, path: Path, version: int) -> None:
-    """`_append`, through an open transaction (`delta_txn`) where `rows` keep the table's
-    schema: the DataFrame writer's `txnAppId` check computes the table's whole state first,
-    a Spark job the transaction does without."""
-    staged = delta_txn.begin(spark, str(path), APP_ID, rows.schema)
+def _append_once(spark: SparkSession, rows: DataFrame | None, path: Path, version: int
+                 ) -> None:
+    """`_append` (`rows` None: no rows, the version recorded alone), through an open
+    transaction (`delta_txn`) where `rows` keep the table's schema: the DataFrame writer's
+    `txnAppId` check computes the table's whole state first, a Spark job the transaction
+    does without."""
+    staged = delta_txn.begin(spark, str(path), APP_ID, None if rows is None else rows.schema)
     if staged is None:
+        assert rows is not None
         _append(rows, path, version)
         return
     try:
         if staged.recorded < version:  # a replay of a recorded version appends nothing
-            staged.write(rows)
+            if rows is not None:
+                staged.write(rows)
             staged.commit(version)
     finally:
         staged.abort()  # nothing, once committed
@@ -199,6 +203,9 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
     (data before the log entry that names it); it fails if another writer committed since it
     began."""
     path = updates_path(table_dir)
+    if rows is None and replace_where is None:  # a version of no updates: recorded alone
+        rows = delta_txn.begin(spark, str(path), APP_ID, None)
+        assert rows is not None
     if isinstance(rows, StagedAppend):
         if replace_where is not None:
             raise LakeError(f"table {ident}: a staged append cannot replace updates")
@@ -280,8 +287,7 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     with settings(spark, conf):
         if rows is None:
             # Nothing to apply: a commit of no updates still records the version.
-            spark.sql(f"MERGE INTO {target} t USING (SELECT 1 AS _x WHERE FALSE) s ON FALSE "
-                      "WHEN MATCHED THEN DELETE")
+            _append_once(spark, None, current_path(table_dir), state.version)
         elif state.keyed and _is_empty(current_path(table_dir)):
             # Nothing to match (a table's first rows): the latest rows appended, no join.
             cols = ", ".join(quote(f.name) for f in logical.fields)

@@ -114,17 +114,20 @@ class StagedAppend:
         self._actions = None
 
 
-def begin(spark: SparkSession, path: str, app_id: str, schema: StructType) -> StagedAppend | None:
+def begin(spark: SparkSession, path: str, app_id: str,
+          schema: StructType | None) -> StagedAppend | None:
     """A transaction appending rows of `schema` to the Delta table at `path`, or None where
     the table's schema is not `schema` (names and types, in order): the DataFrame writer's
-    schema evolution is for that."""
+    schema evolution is for that. `schema` None: a transaction that writes no rows (it only
+    records a version), whatever the table's schema."""
     jvm = spark._jvm
     assert jvm is not None
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
     txn = log.startTransaction()
-    table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
-    if _shape(table) != _shape(schema):
-        return None
+    if schema is not None:
+        table = StructType.fromJson(json.loads(txn.metadata().schema().json()))
+        if _shape(table) != _shape(schema):
+            return None
     txn.readTxn().addOne(app_id)  # what `txn.txnVersion(app_id)` registers, without its job
     recorded = recorded_version(path, int(txn.snapshot().version()), app_id)
     return StagedAppend(spark, path, app_id, recorded, _log=log, _txn=txn)
