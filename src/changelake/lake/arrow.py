@@ -68,6 +68,7 @@ import pyarrow.dataset
 import pyarrow.parquet as pq
 
 from changelake.errors import LakeError
+from changelake.lake.files import delta_uri, storage_options
 from changelake.lake.follow_lag import follow_status
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import (
@@ -173,7 +174,7 @@ def within_limits(state: TableState, lake: Path | str | None = None) -> bool:
 def _delta(path: Path) -> Any:
     from deltalake import DeltaTable
 
-    return DeltaTable(str(path))
+    return DeltaTable(delta_uri(path), storage_options=storage_options(path))
 
 
 def table_directory(lake: Path | str, state: TableState) -> Path:

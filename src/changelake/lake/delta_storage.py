@@ -52,6 +52,7 @@ from pyspark.sql.types import StructType
 
 from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
 from changelake.errors import LakeError
+from changelake.lake.files import delta_uri, storage_options
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     DELTA_APP_ID,
@@ -110,7 +111,8 @@ def transaction_version(spark: SparkSession, path: Path) -> int | None:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(str(path)).transaction_version(APP_ID)
+        return DeltaTable(delta_uri(path), storage_options=storage_options(path)) \
+            .transaction_version(APP_ID)
     except TableNotFoundError:  # a creation in flight: its log has no commit yet
         return None
 
@@ -312,7 +314,8 @@ def _is_empty(path: Path) -> bool:
     """Whether the Delta table at `path` holds no data file (read by delta-rs: milliseconds)."""
     from deltalake import DeltaTable
 
-    return len(DeltaTable(str(path)).file_uris()) == 0
+    return len(DeltaTable(delta_uri(path), storage_options=storage_options(path))
+               .file_uris()) == 0
 
 
 def _add_columns(spark: SparkSession, ident: TableIdentifier, have: StructType,
