@@ -99,17 +99,22 @@ EXPECTED = {
 
 
 def test_ingest_snapshot_and_status_on_s3(s3: S3Server, tmp_path: Path) -> None:
-    """A Debezium feed ingested into a Delta table with the lake only on the S3 server, read
-    back (Spark) and its status: what a local lake gives (`EXPECTED`); the table's files, its
-    manifests and Delta logs on the store, its metastore local, the writer's lock released,
-    no secret in the lake's metadata."""
+    """A Debezium feed ingested into a Delta table with the lake only on the S3 server,
+    read back (on Spark with another machine's metastore, and without a JVM) and its status:
+    what a local lake gives (`EXPECTED`); the table's files, manifests and Delta logs on the
+    store, its metastore local, the writer's lock released, no secret in the lake's metadata."""
     env = environment(s3, tmp_path)
     common = ["--lake", s3.lake("first"), "--master", "local[1]"]
     ok(run("ingest", *common, "--table", "shop.orders", "--key", "order_id", "--from",
            "debezium", "--close", str(SAMPLE), env=env))
+    # read on Spark on "another machine" (a metastore of its own, which registers the table
+    # at its first use), and without a JVM (pyarrow's S3 file system and delta-rs)
+    elsewhere = {**env, "CHANGELAKE_STATE_HOME": str(tmp_path / "elsewhere")}
     assert pairs(run("snapshot", *common, "--table", "shop.orders", "--format", "jsonl",
-                     env=env)) == NOW
-    status = ok(run("status", *common, "--format", "jsonl", env=env))
+                     "--engine", "spark", env=elsewhere)) == NOW
+    assert pairs(run("snapshot", *common, "--table", "shop.orders", "--format", "jsonl",
+                     "--engine", "arrow", env=env)) == NOW
+    status = ok(run("status", *common, "--format", "jsonl", env=env))  # auto: without a JVM
     (row,) = map(orjson.loads, status.stdout.splitlines())
     assert (row["name"], row["rows"], row["frontier"], row["since"]) == \
         ("shop.orders", 3, [], 0)
@@ -171,8 +176,10 @@ def test_a_store_that_cannot_be_reached_is_one_line(s3: S3Server, tmp_path: Path
     env = environment(s3, tmp_path)
     env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     uri = s3.lake("unreachable")
-    line = refused(run("status", "--lake", uri, "--master", "local[1]", env=env), uri)
-    assert "refused" in line.lower() or "connect" in line.lower(), line
+    for engine in ("spark", "arrow"):  # S3A's error, and pyarrow's
+        line = refused(run("status", "--lake", uri, "--master", "local[1]", "--engine",
+                           engine, env=env), uri)
+        assert "refused" in line.lower() or "connect" in line.lower(), line
 
 
 def test_a_bucket_that_does_not_exist_is_one_line(s3: S3Server, tmp_path: Path) -> None:
@@ -180,7 +187,9 @@ def test_a_bucket_that_does_not_exist_is_one_line(s3: S3Server, tmp_path: Path) 
     line = refused(run("ingest", "--lake", uri, "--master", "local[1]", "--table", "t",
                        "--key", "order_id", "--from", "debezium", "--close", str(SAMPLE),
                        env=environment(s3, tmp_path)), uri)
-    assert "no-such-bucket" in line
+    assert "does not exist" in line, line
+    line = refused(run("status", "--lake", uri, "--engine", "arrow",
+                       env=environment(s3, tmp_path)), uri)
     assert "no-such-bucket" not in [b["Name"] for b in s3.client().list_buckets()["Buckets"]]
 
 
@@ -189,6 +198,10 @@ def test_missing_credentials_are_one_line(s3: S3Server, tmp_path: Path) -> None:
     env = environment(s3, tmp_path, credentials=False)
     line = refused(run("status", "--lake", uri, "--master", "local[1]", env=env), uri)
     assert "credential" in line.lower(), line
+    # the JVM-free reads take the key pair from the environment only: refused, one line
+    line = refused(run("snapshot", "--lake", uri, "--table", "t", "--engine", "arrow",
+                       env=env), uri)
+    assert "AWS_ACCESS_KEY_ID" in line, line
 
 
 def test_a_hive_format_table_is_refused_on_a_remote_lake(s3: S3Server, tmp_path) -> None:
@@ -220,6 +233,22 @@ def test_a_second_writer_is_refused_by_the_lock_object(s3: S3Server, tmp_path) -
     assert "another writer" in line and "another-host" in line, line
     assert s3.keys("locked/") == [lock]
     assert s3.client().get_object(Bucket=s3.bucket, Key=lock)["Body"].read() == held.encode()
+
+
+def test_the_lock_object_is_made_by_a_conditional_put(s3: S3Server, tmp_path) -> None:
+    """The writer lock's create (`files.create_exclusive`) on S3: a second create of the
+    same object loses, and so does one overtaken between its start and its PUT by another
+    writer's object: the store's check (If-None-Match: *), not a look before the PUT, which
+    two writers on two hosts could both pass."""
+    worker = Path(__file__).parent / "s3_lock_worker.py"
+    env = environment(s3, tmp_path)
+    out = subprocess.run([sys.executable, str(worker), s3.lake("race")],
+                         capture_output=True, timeout=600, env=env, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    assert json.loads(line[len("RESULT "):]) == {
+        "first": True, "again": False, "overtaken": False, "held": "the other writer",
+        "held_a": "writer 1"}
 
 
 @pytest.mark.slow

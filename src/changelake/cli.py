@@ -1133,15 +1133,34 @@ def engine_option(func: F) -> F:
 
 
 def _remote_engine(lake_dir: Any, engine: str) -> str:
-    """The engine of `snapshot`/`status` on `lake_dir`: a remote lake is read by Spark (the
-    Arrow path reads a local directory), `auto` included; `--engine arrow` is refused."""
-    if not _is_remote(lake_dir):
+    """The engine of `snapshot`/`status` on `lake_dir`. A remote lake is read without a JVM
+    (pyarrow's S3 file system, delta-rs) on `s3a://` with the key pair in the environment
+    (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`: `files.arrow_s3`); otherwise by Spark,
+    whose S3A finds credentials wherever its provider chain looks (`auto`), and
+    `--engine arrow` is refused in one line."""
+    import os
+
+    if not _is_remote(lake_dir) or engine == "spark":
+        return engine
+    scheme = str(lake_dir).split("://", 1)[0].lower()
+    keys = os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if scheme in ("s3a", "s3") and keys:
+        from changelake.lake.files import RemotePath, arrow_probe
+
+        root = RemotePath(str(lake_dir))
+        arrow_probe(root)
+        if not (root / "tables").is_dir():
+            from changelake.errors import LakeError
+
+            raise LakeError(f"no lake at {redact(str(lake_dir))} (a lake is made by the "
+                            "first ingest into it)")
         return engine
     if engine == "arrow":
         from changelake.errors import LakeError
 
-        raise LakeError(f"lake {redact(str(lake_dir))}: --engine arrow reads a local lake "
-                        "directory only; use --engine spark (or auto) on a remote lake")
+        raise LakeError(f"lake {redact(str(lake_dir))}: --engine arrow reads a remote lake on "
+                        "s3a:// with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+                        "environment only; use --engine spark")
     return "spark"
 
 

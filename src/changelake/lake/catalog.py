@@ -239,6 +239,15 @@ class Lake:
         """The lake's tables: views in the metastore whose data lives under this lake."""
         found: list[str] = []
         top = self.tables_dir
+        if isinstance(self.root, RemotePath):  # tables other machines made: by the store's
+            for db in sorted(d.name for d in top.glob("*") if d.is_dir()):
+                if IDENTIFIER.fullmatch(db) is None or db != db.lower():
+                    continue
+                for t in sorted(t.name for t in (top / db).iterdir()):
+                    if IDENTIFIER.fullmatch(t) is not None and t == t.lower() and \
+                            self.handle(TableIdentifier(db, t)).load() is not None:
+                        found.append(self.handle(TableIdentifier(db, t)).name)
+            return sorted(found)
         for db in sorted(d.name for d in top.glob("*") if d.is_dir()):
             if IDENTIFIER.fullmatch(db) is None or db != db.lower() or \
                     not self.spark.catalog.databaseExists(db):

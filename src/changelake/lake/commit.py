@@ -107,6 +107,13 @@ def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
     (`delta_storage`); a Hive-format table's in its view's text."""
     if is_delta(spark, ident):
         return delta_storage.load(spark, table_dir)
+    if is_remote(table_dir) and view_text(spark, ident) is None:
+        # A remote lake's metastore is this machine's: a table another machine made is
+        # registered here at its first use (its commit point is Delta's log, on the store).
+        state = delta_storage.load(spark, table_dir)
+        if state is not None:
+            delta_storage.register(spark, ident, table_dir)
+        return state
     version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
 

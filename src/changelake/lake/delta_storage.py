@@ -149,6 +149,14 @@ def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     _append(empty, updates_path(table_dir), state.version, create=True)
 
 
+def register(spark: SparkSession, ident: TableIdentifier, table_dir: Path) -> None:
+    """Register an existing table's `current` as `ident` in this session's metastore (a
+    remote lake's table made on another machine, whose metastore is its own: `catalog`)."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {ident.quoted} USING delta "
+              f"LOCATION {string_literal(str(path_literal(current_path(table_dir))))}")
+
+
 def _with_meta(struct: StructType) -> StructType:
     return StructType([*struct.fields]).add("_time", "long").add("_diff", "long")
 

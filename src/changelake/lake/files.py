@@ -33,7 +33,8 @@ import fnmatch
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 from typing import Any
@@ -158,6 +159,8 @@ class RemotePath:
         return _call(self, lambda: path.getFileSystem(context._jsc.hadoopConfiguration())), path
 
     def _status(self) -> Any | None:
+        if _no_jvm():
+            return _arrow_status(self)
         fs, path = self._java()
         try:
             return _call(self, lambda: fs.getFileStatus(path))
@@ -186,6 +189,8 @@ class RemotePath:
                                st_mtime=int(status.getModificationTime()) / 1000.0)
 
     def iterdir(self) -> Iterator[RemotePath]:
+        if _no_jvm():
+            return iter(_arrow_list(self))
         fs, path = self._java()
         try:
             listed = _call(self, lambda: fs.listStatus(path))
@@ -216,6 +221,8 @@ class RemotePath:
         return self.uri < other.uri
 
     def read_bytes(self) -> bytes:
+        if _no_jvm():
+            return _arrow_read(self)
         fs, path = self._java()
         stream = _call(self, lambda: fs.open(path))
         try:
@@ -259,6 +266,98 @@ class RemotePath:
         fs, path = self._java()
         if not _call(self, lambda: fs.delete(path, False)) and not missing_ok:
             raise FileNotFoundError(self.uri)
+
+
+# ---------------------------------------------------- reads without a JVM (pyarrow's S3)
+
+
+def _no_jvm() -> bool:
+    """Whether no Spark session runs in this process: then a remote lake's reads (the Arrow
+    path of `snapshot` and `status`, `arrow.py`) go through pyarrow's S3 file system, with
+    the AWS SDK's environment (`arrow_s3`)."""
+    pyspark = sys.modules.get("pyspark")  # not imported: no session (and none imported)
+    return pyspark is None or pyspark.SparkContext._active_spark_context is None
+
+
+def arrow_s3(root: RemotePath) -> Any:
+    """pyarrow's S3FileSystem for `root` (an `s3a://`/`s3://` URI): the endpoint, key pair and
+    region from the AWS SDK's environment (as `object_store_conf` gives them to S3A), path-
+    style addressing where an endpoint is named. Other schemes are read on Spark."""
+    import pyarrow.fs as pafs
+
+    scheme = root.uri.split("://", 1)[0]
+    if scheme not in ("s3a", "s3"):
+        raise LakeError(f"lake {redact(root.uri)}: read without Spark only on s3a://")
+    endpoint = next((os.environ[v] for v in ENDPOINT_ENV if os.environ.get(v)), None)
+    options: dict[str, Any] = {
+        "region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1"}
+    if endpoint:
+        scheme_part, _, host = endpoint.partition("://")
+        options.update(endpoint_override=host.rstrip("/") if host else endpoint,
+                       scheme=scheme_part if host else "https", force_virtual_addressing=False)
+    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        options.update(access_key=os.environ["AWS_ACCESS_KEY_ID"],
+                       secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+                       session_token=os.environ.get("AWS_SESSION_TOKEN"))
+    options.update(connect_timeout=15, request_timeout=30,
+                   retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=2))
+    return pafs.S3FileSystem(**options)
+
+
+def arrow_probe(root: RemotePath) -> None:
+    """`probe` for the reads without a JVM: the bucket asked once, so that a store that
+    cannot be reached or a bucket that does not exist is one `StoreError` naming the URI."""
+    import pyarrow.fs as pafs
+
+    bucket = _arrow_key(root).split("/", 1)[0]
+    info = _arrow_call(root, lambda fs: fs.get_file_info(bucket))
+    if info.type == pafs.FileType.NotFound:
+        raise StoreError(f"lake {redact(root.uri)}: the bucket {bucket} does not exist")
+
+
+def _arrow_key(path: RemotePath) -> str:
+    return path.uri.split("://", 1)[1]
+
+
+def _arrow_call(path: RemotePath, action: Any) -> Any:
+    try:
+        return action(arrow_s3(path))
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        text = " ".join(str(error).split())
+        for secret in (os.environ[v] for v in _SECRET_ENV if os.environ.get(v)):
+            text = text.replace(secret, "***")
+        raise StoreError(f"lake {redact(path.uri)}: {redact(text)[:500]}") from None
+
+
+def _arrow_status(path: RemotePath) -> Any | None:
+    import pyarrow.fs as pafs
+
+    info = _arrow_call(path, lambda fs: fs.get_file_info(_arrow_key(path)))
+    if info.type == pafs.FileType.NotFound:
+        return None
+    directory = info.type == pafs.FileType.Directory
+    mtime = info.mtime.timestamp() * 1000 if info.mtime is not None else 0
+    return SimpleNamespace(isDirectory=lambda: directory, isFile=lambda: not directory,
+                           getLen=lambda: info.size or 0, getModificationTime=lambda: mtime)
+
+
+def _arrow_list(path: RemotePath) -> list[RemotePath]:
+    import pyarrow.fs as pafs
+
+    selector = pafs.FileSelector(_arrow_key(path), allow_not_found=True)
+    found = _arrow_call(path, lambda fs: fs.get_file_info(selector))
+    return [path / info.base_name for info in found]
+
+
+def _arrow_read(path: RemotePath) -> bytes:
+    def read(fs: Any) -> bytes:
+        with fs.open_input_stream(_arrow_key(path)) as stream:
+            return stream.read()
+
+    return _arrow_call(path, read)
 
 
 def _jvm() -> Any:
@@ -345,9 +444,12 @@ def remove_tree(path: Path | RemotePath) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def create_exclusive(path: Path | RemotePath, text: str) -> bool:
+def create_exclusive(path: Path | RemotePath, text: str, *,
+                     before_put: Callable[[], None] | None = None) -> bool:
     """Create `path` holding `text` if nothing is there, atomically; False where something
-    already was (nothing written)."""
+    already was (nothing written). On a remote store the check is the PUT's own: an object
+    another writer makes after this one began (`before_put` runs there: for the tests) still
+    wins over it."""
     if isinstance(path, RemotePath):
         fs, hpath = path._java()
 
@@ -361,6 +463,8 @@ def create_exclusive(path: Path | RemotePath, text: str) -> bool:
             stream = builder.build()
             try:
                 stream.write(bytearray(text.encode()))
+                if before_put is not None:
+                    before_put()
             finally:
                 stream.close()  # the PUT, with If-None-Match: *
 
@@ -478,12 +582,14 @@ def storage_options(path: Path | RemotePath) -> dict[str, str] | None:
     settings, else the AWS SDK's environment, which delta-rs reads itself too)."""
     if not isinstance(path, RemotePath):
         return None
-    from pyspark import SparkContext
-
-    hadoop = SparkContext._active_spark_context._jsc.hadoopConfiguration()
 
     def setting(key: str) -> str | None:
-        value = hadoop.get(key)
+        if _no_jvm():  # the AWS SDK's environment alone (`arrow_s3`)
+            return "true" if key == "fs.s3a.path.style.access" and any(
+                os.environ.get(v) for v in ENDPOINT_ENV) else None
+        from pyspark import SparkContext
+
+        value = SparkContext._active_spark_context._jsc.hadoopConfiguration().get(key)
         return None if value is None else str(value)
 
     options: dict[str, str] = {}
