@@ -35,8 +35,9 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
-def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, timeout=900, env=env)
+def run(*args: str, env: dict[str, str], cwd: Path | None = None
+        ) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, timeout=900, env=env, cwd=cwd)
 
 
 def environment(s3: S3Server, tmp_path: Path, *, credentials: bool = True) -> dict[str, str]:
@@ -214,6 +215,19 @@ def test_a_hive_format_table_is_refused_on_a_remote_lake(s3: S3Server, tmp_path)
     refused(run("ingest", "--lake", uri, "--table", "t", "--key", "order_id", "--from",
                 "debezium", "--close", str(SAMPLE), env=env), uri)
     assert s3.keys("hive/") == []
+
+
+def test_follow_and_the_metastore_service_are_refused_on_a_remote_lake(
+        s3: S3Server, tmp_path: Path) -> None:
+    """`ingest --follow` keeps local state beside the table, and `changelake metastore`
+    serves a local lake directory: on a remote lake each is one line, before anything is
+    made (a URI taken for a path would make a local `s3a:` folder)."""
+    uri = s3.lake("follow")
+    env = environment(s3, tmp_path)
+    refused(run("ingest", "--lake", uri, "--table", "t", "--follow", str(tmp_path),
+                cwd=tmp_path, env=env), uri)
+    refused(run("metastore", "--lake", uri, cwd=tmp_path, env=env), uri)
+    assert s3.keys("follow/") == [] and not (tmp_path / "s3a:").exists()
 
 
 # -------------------------------------------------------------------------- two writers

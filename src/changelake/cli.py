@@ -1443,8 +1443,7 @@ def _arrow_status(lake_dir: Path, engine: str, live: bool) -> Any:
 
 
 @main.command()
-@click.option("--lake", "lake_dir", required=True,
-              type=click.Path(file_okay=False, path_type=Path))
+@click.option("--lake", "lake_dir", required=True, type=LakeLocation())
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port on 127.0.0.1 (default 9083).")
 @user_errors
@@ -1456,6 +1455,13 @@ def metastore(lake_dir: Path, port: int | None) -> None:
     the lake runs as its user. Run it only on a machine (or container) you alone use."""
     from changelake.lake import commands
 
+    if _is_remote(lake_dir):
+        from changelake.errors import LakeError
+
+        raise LakeError(f"lake {redact(str(lake_dir))}: `changelake metastore` serves a local "
+                        "lake directory's metastore; a remote lake's is kept per machine "
+                        "(CHANGELAKE_STATE_HOME), or give its commands a metastore service "
+                        "of your own with --metastore-uri")
     sys.exit(commands.metastore(lake_dir, port=port))
 
 
