@@ -11,7 +11,7 @@ import changelake.lake
 from package_imports import package_imports
 
 LAKE = Path(changelake.lake.__file__).parent
-ORDER = ["identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2",
+ORDER = ["files", "identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2",
          "delta_storage", "commit",
          "key_rule", "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
          "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",

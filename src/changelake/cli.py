@@ -626,16 +626,65 @@ def lake_options(func: F) -> F:
     func = click.option("--metastore-uri", default=None, metavar="thrift://HOST:PORT",
                         help="A Hive metastore service (default: the lake's embedded Derby; "
                              "see `changelake metastore`).")(func)
-    return click.option("--lake", "lake_dir", required=True,
-                        type=click.Path(file_okay=False, path_type=Path),
-                        help="The lake directory (data files and the embedded metastore).")(func)
+    return click.option("--lake", "lake_dir", required=True, type=LakeLocation(),
+                        help="The lake directory (data files and the embedded metastore), or "
+                             "a Hadoop FileSystem URI: s3a://BUCKET/PREFIX (credentials and "
+                             "endpoint from the AWS environment variables or --conf "
+                             "spark.hadoop.fs.s3a.*; see README, Lake on object storage).")(func)
+
+
+class LakeLocation(click.ParamType):
+    """`--lake`: a local directory (a `Path`, as `click.Path(file_okay=False)` gives it), or
+    the URI of a lake on another file system (`s3a://bucket/prefix`, `hdfs://...`) as text,
+    which a `Path` would mangle (`s3a:/bucket`)."""
+
+    name = "directory|URI"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        if _is_remote_text(text):
+            return text
+        return click.Path(file_okay=False, path_type=Path).convert(text, param, ctx)
+
+
+def _is_remote_text(text: str) -> bool:
+    from changelake.durable import local_path
+
+    return local_path(text) is None
+
+
+def _is_remote(lake_dir: Any) -> bool:
+    return isinstance(lake_dir, str) and _is_remote_text(lake_dir)
+
+
+def _refuse_hive_on_remote(lake_dir: Any, table_format: str | None) -> None:
+    """A Hive-format table on a remote lake (`--format hive`, or the default from
+    CHANGELAKE_TABLE_FORMAT) is refused before Spark starts (`table.check_remote_storage`
+    refuses it again where a table is made)."""
+    if not _is_remote(lake_dir):
+        return
+    import os
+
+    from changelake.errors import LakeError
+
+    chosen = table_format or os.environ.get("CHANGELAKE_TABLE_FORMAT", "").strip().lower()
+    if chosen == "hive":
+        raise LakeError(f"lake {redact(str(lake_dir))}: a Hive-format table cannot live on a "
+                        "remote lake (its commits need a local file lock); create Delta "
+                        "tables there (--format delta, or leave CHANGELAKE_TABLE_FORMAT "
+                        "unset)")
 
 
 def _existing_lake(lake_dir: Path) -> None:
     """Every lake command but `ingest` (whose first run makes the lake) reads a lake that
-    exists: a mistyped --lake is an error naming it, not an empty lake, and is not made."""
+    exists: a mistyped --lake is an error naming it, not an empty lake, and is not made.
+    (A remote lake is asked when its session starts: `files.probe`.)"""
     from changelake.errors import LakeError
 
+    if _is_remote(lake_dir):
+        return
     if not lake_dir.is_dir():
         raise LakeError(f"no lake at {lake_dir} (a lake is made by the first ingest into it)")
 
@@ -810,6 +859,12 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if tolerate_data_loss and (not following or kafka is None or source != "materialize"):
         raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka (--from "
                                "materialize: the streaming source's failOnDataLoss)")
+    if following and _is_remote(lake_dir):
+        from changelake.errors import LakeError
+
+        raise LakeError(f"lake {redact(str(lake_dir))}: --follow keeps its state in local "
+                        "files beside the table and does not run on a remote lake yet; "
+                        "run ingest rounds instead")
     if following and source != "materialize":
         _follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                            schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
@@ -838,6 +893,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
     if kafka is not None:
         _check_topics(kafka, topics, dead_letter_topic)
+    _refuse_hive_on_remote(lake_dir, table_format)
     lake = _open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
@@ -1076,6 +1132,38 @@ def engine_option(func: F) -> F:
              "and its committed version is known without the metastore, else spark.")(func)
 
 
+def _remote_engine(lake_dir: Any, engine: str) -> str:
+    """The engine of `snapshot`/`status` on `lake_dir`. A remote lake is read without a JVM
+    (pyarrow's S3 file system, delta-rs) on `s3a://` with the key pair in the environment
+    (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`: `files.arrow_s3`); otherwise by Spark,
+    whose S3A finds credentials wherever its provider chain looks (`auto`), and
+    `--engine arrow` is refused in one line."""
+    import os
+
+    if not _is_remote(lake_dir) or engine == "spark":
+        return engine
+    scheme = str(lake_dir).split("://", 1)[0].lower()
+    keys = os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if scheme in ("s3a", "s3") and keys:
+        from changelake.lake.files import RemotePath, arrow_probe
+
+        root = RemotePath(str(lake_dir))
+        arrow_probe(root)
+        if not (root / "tables").is_dir():
+            from changelake.errors import LakeError
+
+            raise LakeError(f"no lake at {redact(str(lake_dir))} (a lake is made by the "
+                            "first ingest into it)")
+        return engine
+    if engine == "arrow":
+        from changelake.errors import LakeError
+
+        raise LakeError(f"lake {redact(str(lake_dir))}: --engine arrow reads a remote lake on "
+                        "s3a:// with AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the "
+                        "environment only; use --engine spark")
+    return "spark"
+
+
 def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool,
                     engine: str) -> tuple[list[str], Any] | None:
     """`snapshot` on the Arrow path (see lake/arrow.py): (columns, rows), or None when `auto`
@@ -1138,6 +1226,7 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
     ident, _ = _table_and_key(table)
     as_of = _time(as_of, "--as-of")
     _existing_lake(lake_dir)
+    engine = _remote_engine(lake_dir, engine)
     if engine != "spark":
         read = _arrow_snapshot(lake_dir, ident, as_of, history, engine)
         if read is not None:
@@ -1292,6 +1381,7 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
 
     fmt = fmt or ("table" if sys.stdout.isatty() else "jsonl")
     _existing_lake(lake_dir)
+    engine = _remote_engine(lake_dir, engine)
     result = _arrow_status(lake_dir, engine, live) if engine != "spark" else None
     if result is None:
         from changelake.lake import commands
@@ -1353,8 +1443,7 @@ def _arrow_status(lake_dir: Path, engine: str, live: bool) -> Any:
 
 
 @main.command()
-@click.option("--lake", "lake_dir", required=True,
-              type=click.Path(file_okay=False, path_type=Path))
+@click.option("--lake", "lake_dir", required=True, type=LakeLocation())
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port on 127.0.0.1 (default 9083).")
 @user_errors
@@ -1366,6 +1455,13 @@ def metastore(lake_dir: Path, port: int | None) -> None:
     the lake runs as its user. Run it only on a machine (or container) you alone use."""
     from changelake.lake import commands
 
+    if _is_remote(lake_dir):
+        from changelake.errors import LakeError
+
+        raise LakeError(f"lake {redact(str(lake_dir))}: `changelake metastore` serves a local "
+                        "lake directory's metastore; a remote lake's is kept per machine "
+                        "(CHANGELAKE_STATE_HOME), or give its commands a metastore service "
+                        "of your own with --metastore-uri")
     sys.exit(commands.metastore(lake_dir, port=port))
 
 
@@ -1380,9 +1476,8 @@ def capture() -> None:
 @click.option("--metastore-uri", default=None, metavar="thrift://HOST:PORT",
               help="With --lake: a Hive metastore service (default: the lake's embedded "
                    "Derby).")
-@click.option("--lake", "lake_dir", default=None,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="Commit into lake tables in this lake directory (Spark).")
+@click.option("--lake", "lake_dir", default=None, type=LakeLocation(),
+              help="Commit into lake tables in this lake directory or URI (Spark).")
 @click.option("--out", "out_dir", default=None,
               type=click.Path(file_okay=False, path_type=Path),
               help="Write Materialize CDC logs here, one directory per table (no Spark).")

@@ -1,6 +1,7 @@
 """Lake tables on Spark: exactly-once commits of CDC updates, merge-on-read, AS OF, compaction.
 
-Layers, each importing only those above it: `identifier` (names, checked once), `layout`
+Layers, each importing only those above it: `files` (the driver's own file operations, on
+a local directory or any Hadoop FileSystem URI), `identifier` (names, checked once), `layout`
 (files, manifests and the commit pointer) and `schema` (evolution) are values; `follow_lag`
 says how far a followed source is ahead of its table; `arrow` reads a
 committed state without a JVM (merge-on-read in pyarrow, for `status` and `snapshot`); `sql`

@@ -68,6 +68,7 @@ import pyarrow.dataset
 import pyarrow.parquet as pq
 
 from changelake.errors import LakeError
+from changelake.lake.files import delta_uri, lake_root, storage_options
 from changelake.lake.follow_lag import follow_status
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import (
@@ -100,14 +101,14 @@ class ArrowUnavailable(LakeError):
 
 
 def lake_tables_dir(lake: Path | str) -> Path:
-    return Path(lake).resolve() / "tables"
+    return lake_root(lake) / "tables"
 
 
 def committed_state(lake: Path | str, ident: TableIdentifier) -> TableState:
     """The committed manifest of a table, known from the commit pointer (see the module
     docstring): a LakeError if the table does not exist, `ArrowUnavailable` if the pointer
     cannot be trusted now."""
-    root = Path(lake).resolve()
+    root = lake_root(lake)
     directory = ident.directory(root / "tables")
     if not (directory / "_state").is_dir():
         raise LakeError(f"table {ident.display} does not exist in lake {root}")
@@ -173,7 +174,7 @@ def within_limits(state: TableState, lake: Path | str | None = None) -> bool:
 def _delta(path: Path) -> Any:
     from deltalake import DeltaTable
 
-    return DeltaTable(str(path))
+    return DeltaTable(delta_uri(path), storage_options=storage_options(path))
 
 
 def table_directory(lake: Path | str, state: TableState) -> Path:

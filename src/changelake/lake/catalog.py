@@ -24,6 +24,13 @@ from pyspark.sql.types import StructType
 
 from changelake.durable import fsync_directory
 from changelake.errors import LakeError
+from changelake.lake.files import (
+    RemotePath,
+    lake_root,
+    local_home,
+    object_store_conf,
+    probe,
+)
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import Origin
 from changelake.lake.sql import path_literal
@@ -38,7 +45,10 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
     from changelake.private import PrivateFolderError
     from changelake.spark.session import SparkStartError, build_session
 
-    root = Path(lake).resolve()
+    root = lake_root(lake)
+    if isinstance(root, RemotePath):
+        return _remote_lake_session(root, master, metastore_uri=metastore_uri,
+                                    app_name=app_name, conf=conf)
     new_root = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     metastore = root / "metastore"
@@ -65,6 +75,40 @@ def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: s
         spark.sql("SHOW DATABASES").collect()
         (metastore / CREATING).unlink()
         fsync_directory(metastore)
+    return spark
+
+
+def _remote_lake_session(root: RemotePath, master: str, *, metastore_uri: str | None,
+                         app_name: str, conf: dict[str, str] | None) -> SparkSession:
+    """`lake_session` for a lake on a remote store (`s3a://bucket/prefix`, ...): S3A on the
+    classpath and its settings from the environment (`files.object_store_conf`); the
+    embedded metastore, which cannot live on an object store, in a local directory kept for
+    that URI (`files.local_home`), as is Spark's warehouse directory; then the store asked
+    once (`files.probe`), so that a lake that cannot be reached is one line naming it."""
+    from changelake.spark.session import build_session
+
+    settings = object_store_conf(conf)
+    home = local_home(root)
+    if metastore_uri:
+        spark = build_session(master, app_name=app_name, conf=settings,
+                              metastore_uri=metastore_uri, warehouse_dir=home / "warehouse",
+                              object_store=True)
+    else:
+        metastore = home / "metastore"
+        _refuse_a_booted_metastore(root, metastore)
+        fresh = _begin_embedded_metastore(metastore)
+        spark = build_session(master, app_name=app_name, conf=settings,
+                              hive_metastore_dir=metastore, warehouse_dir=home / "warehouse",
+                              object_store=True)
+        if fresh:
+            spark.sql("SHOW DATABASES").collect()
+            (metastore / CREATING).unlink()
+            fsync_directory(metastore)
+    try:
+        probe(root)
+    except BaseException:
+        spark.stop()
+        raise
     return spark
 
 
@@ -151,7 +195,7 @@ class Lake:
         self.storage = storage
         """The format of the tables this handle creates ("delta" or "hive"; None: the
         default, `table.default_storage()`); existing tables keep theirs."""
-        self.root = Path(root).resolve()
+        self.root = lake_root(root)
         path_literal(self.root)  # refuse glob characters early, with a clear message
         # The tables' views read their segments as globs, at which Spark warns for nothing.
         quiet_glob_metadata_check(spark)
@@ -195,6 +239,15 @@ class Lake:
         """The lake's tables: views in the metastore whose data lives under this lake."""
         found: list[str] = []
         top = self.tables_dir
+        if isinstance(self.root, RemotePath):  # tables other machines made: by the store's
+            for db in sorted(d.name for d in top.glob("*") if d.is_dir()):
+                if IDENTIFIER.fullmatch(db) is None or db != db.lower():
+                    continue
+                for t in sorted(t.name for t in (top / db).iterdir()):
+                    if IDENTIFIER.fullmatch(t) is not None and t == t.lower() and \
+                            self.handle(TableIdentifier(db, t)).load() is not None:
+                        found.append(self.handle(TableIdentifier(db, t)).name)
+            return sorted(found)
         for db in sorted(d.name for d in top.glob("*") if d.is_dir()):
             if IDENTIFIER.fullmatch(db) is None or db != db.lower() or \
                     not self.spark.catalog.databaseExists(db):

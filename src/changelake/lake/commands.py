@@ -42,6 +42,7 @@ from changelake.lake.catalog import Lake, lake_session
 from changelake.lake.commit import repair_pointer
 from changelake.lake.compact import CompactionPolicy, CompactionResult
 from changelake.lake.compact import compact as compact_table
+from changelake.lake.files import lake_root
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.key_rule import KeyRuleError, Locate, check_one_row_per_key
 from changelake.lake.layout import SourceOffsets, TableState
@@ -71,7 +72,7 @@ def open_lake(lake: Path | str, spark: SparkSession | None = None, *, master: st
     """The lake on `spark`, or on a session built for it (embedded Derby under the lake, or
     the metastore service at `metastore_uri`); `storage` is the format of the tables its
     commands create ("delta" or "hive"; default: `table.default_storage()`)."""
-    path_literal(Path(lake).resolve())  # a lake path Spark would misread: before Spark starts
+    path_literal(lake_root(lake))  # a lake path Spark would misread: before Spark starts
     if storage is not None:
         check_storage(storage)
     if spark is None:

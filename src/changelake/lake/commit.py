@@ -21,7 +21,9 @@ the read to Spark, until the next commit writes the pointer again, or a Spark-si
 it (`repair_pointer`, which also removes manifests no commit reached, under the writer lock).
 
 One writer per table at a time: writers hold an exclusive `flock` on `_lock` in the table
-directory, which the kernel releases when the process dies (so kill -9 leaves no stale lock).
+directory, which the kernel releases when the process dies (so kill -9 leaves no stale lock);
+on a remote lake (`files.is_remote`) the lock is the object `_lock` itself, made by a
+conditional PUT (`remote_writer_lock`).
 A writer holds it from reading the committed state to its commit (see `Table.writer`).
 Readers take no lock: the view they resolved names files that stay until no retained state
 refers to them.
@@ -30,9 +32,11 @@ refers to them.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
-import shutil
+import socket
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,6 +47,7 @@ from pyspark.sql.types import StructType
 from changelake.durable import SYNC_SLACK_SECONDS, exclusive_lock, sync_tree
 from changelake.errors import LakeError
 from changelake.lake import delta_storage
+from changelake.lake.files import create_exclusive, is_remote, remove_tree
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     TableState,
@@ -102,6 +107,13 @@ def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
     (`delta_storage`); a Hive-format table's in its view's text."""
     if is_delta(spark, ident):
         return delta_storage.load(spark, table_dir)
+    if is_remote(table_dir) and view_text(spark, ident) is None:
+        # A remote lake's metastore is this machine's: a table another machine made is
+        # registered here at its first use (its commit point is Delta's log, on the store).
+        state = delta_storage.load(spark, table_dir)
+        if state is not None:
+            delta_storage.register(spark, ident, table_dir)
+        return state
     version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
 
@@ -121,10 +133,83 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
 
     `flock` belongs to an open file description, so taking it twice in one process (even on
     one thread) blocks forever: a writer takes it once (`Table.writer`) and passes the locked
-    handle inward."""
+    handle inward. A table on a remote lake (`files.is_remote`) has no `flock`:
+    `remote_writer_lock` instead."""
+    if is_remote(table_dir):
+        with remote_writer_lock(table_dir):
+            yield
+        return
     table_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(table_dir / "_lock"):
         yield
+
+
+LOCK_WAIT_ENV = "CHANGELAKE_LOCK_WAIT_SECONDS"
+DEFAULT_LOCK_WAIT_SECONDS = 120.0
+"""How long a writer on a remote lake waits for another's lock object to go before it
+gives up (`CHANGELAKE_LOCK_WAIT_SECONDS` overrides it)."""
+
+
+@contextmanager
+def remote_writer_lock(table_dir: Path) -> Iterator[None]:
+    """The writer lock of a table on a remote lake: the object `_lock` in its directory,
+    created only where none is (`files.create_exclusive`: on S3 a conditional PUT,
+    `If-None-Match: *`, so of two writers on any hosts exactly one creates it), holding who
+    took it, and deleted when the writer is done. A writer that finds it waits for it to go
+    (`LOCK_WAIT_ENV`), then fails in one line naming the holder, having written nothing.
+
+    Unlike `flock`, nothing releases it when its holder dies: a holder on this host whose
+    process is gone is recognised and its lock taken over; one left by a killed writer on
+    another host stays until someone deletes the object (the message says so)."""
+    lock = table_dir / "_lock"
+    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "since": time.time(), "token": uuid.uuid4().hex})
+    wait = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_SECONDS)
+    deadline = time.monotonic() + wait
+    while not create_exclusive(lock, mine):
+        holder = _lock_holder(lock)
+        if holder is None:
+            continue  # released meanwhile: try again at once
+        if holder.get("host") == socket.gethostname() and not _alive(holder.get("pid")):
+            if _lock_holder(lock) == holder:  # still the dead one's: take it over
+                lock.unlink(missing_ok=True)
+            continue
+        if time.monotonic() >= deadline:
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                  time.gmtime(float(holder.get("since") or 0)))
+            raise LakeError(
+                f"table directory {table_dir}: another writer holds its lock {lock} (host "
+                f"{holder.get('host')}, pid {holder.get('pid')}, since {since}); nothing was "
+                "written. One writer per table at a time on a remote lake: if that writer is "
+                "gone, delete the lock object")
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    try:
+        yield
+    finally:
+        if _lock_holder(lock) == json.loads(mine):
+            lock.unlink(missing_ok=True)
+
+
+def _lock_holder(lock: Path) -> dict | None:
+    try:
+        raw = json.loads(lock.read_text())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _alive(pid: object) -> bool:
+    if type(pid) is not int or pid <= 0:
+        return True  # not known to be gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
@@ -215,6 +300,8 @@ def repair_pointer(spark: SparkSession, ident: TableIdentifier, table_dir: Path)
     Only with the writer lock taken without waiting (a writer in flight is left alone: its own
     commit writes the pointer), and only when the lake directory is writable: a read must not
     fail because of it."""
+    if is_remote(table_dir):
+        return False  # a remote lake holds Delta tables only (`table.check_remote_storage`)
     if not (table_dir / "_state").is_dir() or is_delta(spark, ident):
         return False  # a Delta table has no pointer: Delta's log is the commit point
     try:
@@ -272,7 +359,7 @@ def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RE
     removed = 0
     for leaf in list(file_set_leaves(table_dir)):
         if leaf not in keep:
-            shutil.rmtree(table_dir / leaf, ignore_errors=True)
+            remove_tree(table_dir / leaf)
             removed += 1
     for kind in ("delta", "base"):
         top = table_dir / kind
@@ -280,5 +367,5 @@ def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RE
             continue
         for run in top.iterdir():
             if run.is_dir() and not any(p.is_dir() for p in run.iterdir()):
-                shutil.rmtree(run, ignore_errors=True)
+                remove_tree(run)
     return removed

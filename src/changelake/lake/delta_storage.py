@@ -52,6 +52,7 @@ from pyspark.sql.types import StructType
 
 from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
 from changelake.errors import LakeError
+from changelake.lake.files import delta_uri, storage_options
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     DELTA_APP_ID,
@@ -110,7 +111,8 @@ def transaction_version(spark: SparkSession, path: Path) -> int | None:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(str(path)).transaction_version(APP_ID)
+        return DeltaTable(delta_uri(path), storage_options=storage_options(path)) \
+            .transaction_version(APP_ID)
     except TableNotFoundError:  # a creation in flight: its log has no commit yet
         return None
 
@@ -145,6 +147,14 @@ def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
         f"'changelake.key' = {string_literal(key)})")
     empty = spark.createDataFrame([], _with_meta(write_struct))
     _append(empty, updates_path(table_dir), state.version, create=True)
+
+
+def register(spark: SparkSession, ident: TableIdentifier, table_dir: Path) -> None:
+    """Register an existing table's `current` as `ident` in this session's metastore (a
+    remote lake's table made on another machine, whose metastore is its own: `catalog`)."""
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {ident.quoted} USING delta "
+              f"LOCATION {string_literal(str(path_literal(current_path(table_dir))))}")
 
 
 def _with_meta(struct: StructType) -> StructType:
@@ -334,7 +344,8 @@ def _is_empty(path: Path) -> bool:
     """Whether the Delta table at `path` holds no data file (read by delta-rs: milliseconds)."""
     from deltalake import DeltaTable
 
-    return len(DeltaTable(str(path)).file_uris()) == 0
+    return len(DeltaTable(delta_uri(path), storage_options=storage_options(path))
+               .file_uris()) == 0
 
 
 def _add_columns(spark: SparkSession, ident: TableIdentifier, have: StructType,

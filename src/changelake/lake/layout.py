@@ -40,15 +40,14 @@ without it read as before (an ingest then reads the topics from their beginning)
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from changelake.durable import fsync_directory
 from changelake.errors import LakeError
+from changelake.lake.files import parquet_source, replace_whole
 from changelake.protocol import Antichain
 
 FORMAT = 1
@@ -292,15 +291,9 @@ def manifest_path(table_dir: Path, version: int) -> Path:
 def write_manifest(table_dir: Path, state: TableState) -> None:
     """Write-then-rename, so a crash never leaves a half manifest under the final name; the
     file synced before the rename and `_state` after it, so a commit point that names the
-    version (made after this returns) never names a manifest a power loss took back."""
-    path = manifest_path(table_dir, state.version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(state.to_json())
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    version (made after this returns) never names a manifest a power loss took back. (On
+    an object store one PUT: `files.replace_whole`.)"""
+    replace_whole(manifest_path(table_dir, state.version), state.to_json())
 
 
 POINTER = "COMMITTED"
@@ -314,13 +307,7 @@ def pointer_path(table_dir: Path) -> Path:
 def write_pointer(table_dir: Path, version: int) -> None:
     """Record `version` as committed (call only after its commit point): temp file, fsync,
     rename, fsync of the directory, so a reader sees the old pointer or the new, whole."""
-    path = pointer_path(table_dir)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"version": int(version)}) + "\n")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
+    replace_whole(pointer_path(table_dir), json.dumps({"version": int(version)}) + "\n")
 
 
 def read_pointer(table_dir: Path) -> int | None:
@@ -381,7 +368,8 @@ def parquet_stats(directory: Path) -> tuple[int, int, int | None, int | None]:
                for part in path.relative_to(directory).parts):
             continue
         size += path.stat().st_size
-        meta = pq.ParquetFile(path).metadata
+        source = parquet_source(path)
+        meta = pq.ParquetFile(source).metadata
         rows += meta.num_rows
         names = [meta.schema.column(i).name for i in range(meta.num_columns)]
         if "_time" not in names:
@@ -395,7 +383,7 @@ def parquet_stats(directory: Path) -> tuple[int, int, int | None, int | None]:
             if stats is not None and stats.has_min_max:
                 g_lo, g_hi = stats.min, stats.max
             else:  # no statistics written: read the one column
-                column = pq.ParquetFile(path).read_row_group(g, columns=["_time"]).column(0)
+                column = pq.ParquetFile(source).read_row_group(g, columns=["_time"]).column(0)
                 g_lo, g_hi = min(column.to_pylist()), max(column.to_pylist())
             lo = g_lo if lo is None else min(lo, g_lo)
             hi = g_hi if hi is None else max(hi, g_hi)

@@ -23,7 +23,6 @@ through `commit.commit_state`.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -39,6 +38,7 @@ from changelake.errors import LakeError
 from changelake.formats.tableschema import TableSchema
 from changelake.lake import delta_storage
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
+from changelake.lake.files import is_remote, remove_tree
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.key_rule import check_one_row_per_key
 from changelake.lake.layout import (
@@ -150,7 +150,18 @@ class CommitResult:
 def clear_dir(path: Path) -> None:
     """Remove an uncommitted leftover before writing to the same name."""
     if path.exists():
-        shutil.rmtree(path)
+        remove_tree(path)
+
+
+def check_remote_storage(name: str, directory: Path, storage: str) -> None:
+    """A table on a remote lake (`files.is_remote`) is a Delta table: a Hive-format table's
+    commit point is a metastore view over file sets whose writer lock and garbage collection
+    assume a local directory (`flock`, listings a store may not keep consistent with its
+    writes), so one is refused there in one line, before anything is written."""
+    if storage == HIVE_STORAGE and is_remote(directory):
+        raise LakeError(f"table {name}: a Hive-format table cannot live on a remote lake "
+                        f"({directory}): its commits need a local file lock; create it as a "
+                        "Delta table (--format delta, or leave CHANGELAKE_TABLE_FORMAT unset)")
 
 
 class Table:
@@ -349,6 +360,7 @@ class TableWriter:
             raise LakeError(f"table {self.name} already exists")
         storage = storage or self.table.storage or default_storage()
         check_storage(storage, f"table {self.name}")
+        check_remote_storage(self.name, self.table.directory, storage)
         for column in key:
             check_name(column, f"table {self.name}: key column")
         if buckets < 1:
@@ -430,7 +442,7 @@ class TableWriter:
         try:
             (write or _run)(lambda: write_segment(rows, target))
         except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
+            remove_tree(target)
             raise
         if state.storage != DELTA_STORAGE:  # on the disk before the commit point names it
             sync_tree(target, self.table.directory)
@@ -438,7 +450,7 @@ class TableWriter:
         try:
             _check_inside(name, t_max, lo, up)
         except LakeError:
-            shutil.rmtree(target, ignore_errors=True)
+            remove_tree(target)
             raise
         new, struct = state.struct_id(struct_json(evolution.write_struct))
         if state.storage == DELTA_STORAGE:
@@ -449,7 +461,7 @@ class TableWriter:
                 staged = self.spark.read.parquet(str(target)) if count else None
                 self.publish(new, retain=retain, rows=staged)
             finally:
-                shutil.rmtree(target, ignore_errors=True)
+                remove_tree(target)
             return CommitResult(name, new.version, committed, up, count, False,
                                 evolution.changed)
         files = new.files
@@ -457,7 +469,7 @@ class TableWriter:
             files = (*files, FileSet(rel, SEGMENT, struct, count, size, lower=committed,
                                      upper=up, min_time=t_min, max_time=t_max))
         else:
-            shutil.rmtree(target, ignore_errors=True)
+            remove_tree(target)
         new = _committed(replace(new, files=files), evolution, committed, up, offsets, count)
         self.publish(new, retain=retain)
         return CommitResult(name, new.version, committed, up, count, False, evolution.changed)

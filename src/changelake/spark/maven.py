@@ -1,4 +1,5 @@
-"""The JVM libraries changelake's Spark sessions load from Maven Central: Delta Lake's.
+"""The JVM libraries changelake's Spark sessions load from Maven Central: Delta Lake's, and
+Hadoop's S3A connector with the AWS SDK modules it uses (for a lake on `s3a://`).
 
 PySpark's own jars have no Delta Lake. `scripts/install.sh` fetches the artifacts of
 `ARTIFACTS` once into this Python environment (`sys.prefix`, so `.venv` in a checkout:
@@ -11,6 +12,14 @@ declared dependencies (Hadoop 3.4, Jackson 2.13, Parquet 1.16, Scala, log4j) are
 of what PySpark's jars already hold, and on the classpath beside them they would only be
 shadowed or conflict. Spark's `--packages` (Ivy) resolution takes the whole tree; so does
 `mvn dependency:copy-dependencies` without `excludeTransitive` (PLATFORM.md).
+
+S3A (`hadoop-aws`) is fetched at PySpark's Hadoop version (`hadoop-client-api-3.5.0` in
+its jars) with the AWS SDK v2 release its pom was built against. Its pom names the SDK's
+`bundle` (686 MB: every AWS service, with Netty, Jackson and HttpClient shaded inside); S3A
+uses only S3, its transfer manager and STS, so `OBJECT_STORE_ARTIFACTS` names those modules
+and the SDK modules they depend on (about 12 MB), and takes HttpClient, Netty, commons-codec
+and SLF4J from PySpark's jars (docs/platform-notes.md). `object_store_jars()` is what a
+session on a remote lake adds to `spark.jars`.
 
 `CHANGELAKE_MAVEN_REPO` names another repository (a mirror or a proxy that serves Maven
 Central's layout); the default is Maven Central.
@@ -56,10 +65,43 @@ DELTA_VERSION = "4.4.0"
 Central for the Spark that `pyproject.toml` pins (4.2.0), and the `delta-spark` Python
 package of the same version."""
 
-ARTIFACTS: tuple[Artifact, ...] = (
+DELTA_ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("io.delta", "delta-spark_4.2_2.13", DELTA_VERSION),
     Artifact("io.delta", "delta-storage", DELTA_VERSION),
 )
+
+HADOOP_AWS_VERSION = "3.5.0"
+"""Hadoop's S3A connector: PySpark 4.2's Hadoop (`hadoop-client-api-3.5.0`)."""
+
+AWS_SDK_VERSION = "2.35.4"
+"""The AWS SDK v2 release `hadoop-aws` 3.5.0 was built with (`aws-java-sdk-v2.version` in
+`hadoop-project` 3.5.0's pom)."""
+
+AWS_SDK_MODULES = (
+    "s3", "s3-transfer-manager", "sts", "aws-query-protocol", "aws-xml-protocol",
+    "protocol-core", "arns", "profiles", "crt-core", "http-auth", "identity-spi",
+    "http-auth-spi", "http-auth-aws", "http-auth-aws-eventstream", "checksums",
+    "checksums-spi", "retries", "retries-spi", "sdk-core", "auth", "http-client-spi",
+    "regions", "annotations", "utils", "utils-lite", "aws-core", "metrics-spi", "json-utils",
+    "third-party-jackson-core", "endpoints-spi", "apache-client", "netty-nio-client",
+)
+"""The SDK modules S3A needs: `s3`, `s3-transfer-manager` (copies, so renames) and `sts`
+(assumed roles), with their dependency tree in the SDK (`mvn dependency:tree` of the three).
+Their third-party dependencies (HttpClient 4.5, Netty, commons-codec, SLF4J) are in
+PySpark's jars, at versions they run with."""
+
+OBJECT_STORE_ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("org.apache.hadoop", "hadoop-aws", HADOOP_AWS_VERSION),
+    *(Artifact("software.amazon.awssdk", name, AWS_SDK_VERSION) for name in AWS_SDK_MODULES),
+    Artifact("software.amazon.eventstream", "eventstream", "1.0.1"),
+    Artifact("org.reactivestreams", "reactive-streams", "1.0.4"),
+    # S3A 3.5 links its optional "analytics" input stream's client at its first use of a
+    # bucket, whichever stream is chosen: without it, NoClassDefFoundError. No dependencies.
+    Artifact("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.3.1"),
+)
+
+ARTIFACTS: tuple[Artifact, ...] = DELTA_ARTIFACTS + OBJECT_STORE_ARTIFACTS
+"""Everything the setup fetches."""
 
 DELTA_CONF: dict[str, str] = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -81,8 +123,17 @@ def jar_dir() -> Path:
 
 
 def jars() -> list[Path] | None:
-    """The fetched jars, or None where any is missing (`fetch` has not run here)."""
-    found = [jar_dir() / a.file for a in ARTIFACTS]
+    """Delta Lake's fetched jars, or None where any is missing (`fetch` has not run here)."""
+    return _present(DELTA_ARTIFACTS)
+
+
+def object_store_jars() -> list[Path] | None:
+    """S3A's fetched jars (`OBJECT_STORE_ARTIFACTS`), or None where any is missing."""
+    return _present(OBJECT_STORE_ARTIFACTS)
+
+
+def _present(artifacts: tuple[Artifact, ...]) -> list[Path] | None:
+    found = [jar_dir() / a.file for a in artifacts]
     return found if all(p.is_file() for p in found) else None
 
 

@@ -98,11 +98,14 @@ def build_session(
     hive_metastore_dir: Path | None = None,
     metastore_uri: str | None = None,
     warehouse_dir: Path | None = None,
+    object_store: bool = False,
 ) -> SparkSession:
     """A SparkSession with the project's defaults.
 
     With `hive_metastore_dir`, Hive support uses an embedded Derby metastore in that directory
     (one JVM at a time); with `metastore_uri`, a Hive metastore service (any number of JVMs).
+    With `object_store`, Hadoop's S3A connector is on the classpath (`s3a://` paths: a lake
+    on object storage, `lake/files.py`).
     """
     check_java()
     from pyspark.sql import SparkSession
@@ -131,6 +134,8 @@ def build_session(
         settings[JAVA_OPTIONS] = options
     _add_project_jar(settings)
     _add_delta(settings)
+    if object_store:
+        _add_object_store(settings)
     for key, value in settings.items():
         builder = builder.config(key, value)
     log = os.environ.get(JVM_LOG_ENV)
@@ -247,6 +252,20 @@ def _add_delta(settings: dict[str, str]) -> None:
     settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
     for key, value in DELTA_CONF.items():
         settings.setdefault(key, value)
+
+
+def _add_object_store(settings: dict[str, str]) -> None:
+    """S3A's jars (`spark.maven.object_store_jars`) on `spark.jars`, or a ChangelakeError in
+    one line where the setup did not fetch them."""
+    from changelake.spark.maven import jar_dir, object_store_jars
+
+    found = object_store_jars()
+    if found is None:
+        raise ChangelakeError(
+            f"Hadoop's S3A jars are not in {jar_dir()}: run scripts/install.sh (or "
+            "`python -m changelake.spark.maven`) with access to Maven Central")
+    named = [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
 
 
 def java_property(name: str, value: str) -> str:
