@@ -170,6 +170,18 @@ def sdp_failure(log: Path) -> str:
     return lines[-1] if lines else "no output"
 
 
+def sdp_run_seconds(log: Path) -> float | None:
+    """Seconds from the pipeline CLI's `Starting run...` line to its last timestamped line (the
+    run without the process's and session's start-up; the CLI stamps whole seconds)."""
+    from datetime import datetime
+
+    stamps = [(datetime.strptime(m[1], "%Y-%m-%d %H:%M:%S"), m[2]) for m in re.finditer(
+        r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d): (.*)$", log.read_text(errors="replace"),
+        re.MULTILINE)]
+    starts = [t for t, text in stamps if text.startswith("Starting run")]
+    return (stamps[-1][0] - starts[0]).total_seconds() if starts else None
+
+
 def checksums(frame: object) -> tuple[int, int, int]:
     """(rows, checksum over every column, checksum without `note`) of a table's rows."""
     from pyspark.sql import functions as F
@@ -222,6 +234,7 @@ def main() -> None:
              str(project / "spark-pipeline.yml")], sdp_log, env=env, cwd=project,
             timeout=args.timeout)
         sdp_error = None if sdp_code == 0 else sdp_failure(sdp_log)
+        sdp_run = sdp_run_seconds(sdp_log)
 
         # A in this process, warmed up as bench_ingest.py does
         from changelake.lake import Lake, commands, lake_session
@@ -245,6 +258,9 @@ def main() -> None:
             ratio = f"{sdp / took:6.2f}x AUTO CDC" if sdp_error is None else ""
             print(f"{name:42} {took:8.2f} s {lines / took / 1000:8.1f} k events/s  {ratio}")
         print(f"changelake: {report.commit.written:,} updates, frontier {report.frontier}")
+        if sdp_run is not None:
+            print(f"AUTO CDC process: {sdp - sdp_run:.0f} s until its `Starting run`, "
+                  f"{sdp_run:.0f} s from there to its last event")
         if sdp_error is not None:
             print(f"AUTO CDC: spark-pipelines run failed after {sdp:.2f} s (exit {sdp_code}), "
                   f"no figure: {sdp_error}")
