@@ -31,15 +31,15 @@ Debezium's TOAST placeholder (`__debezium_unavailable_value`) as the value, wher
 keeps the column's previous value.
 
 **On PySpark 4.2.0 with Delta 4.4.0, AUTO CDC cannot write a Delta table**, and the benchmark
-says so instead of a figure: the flow starts, then fails with `AUTOCDC_TARGET_DOES_NOT_SUPPORT_
-MERGE` ("the target table ... (format: delta) does not support row-level operations"). Spark
-4.2's AUTO CDC checks that the target's DSv2 table implements `SupportsRowLevelOperations`
-(`AutoCdcMergeWriteBase.requireDestinationSupportsRowLevelOps`); Delta's `DeltaTableV2` does
-not (Delta does MERGE through its own analyzer rules), nor does the kernel-based
-`DeltaV2Table` that `spark.databricks.delta.v2.enableMode=STRICT` returns. Dropping the check
-is SPARK-57623, not in 4.2.0. The changelake side runs and is printed all the same; the day a
-Spark and Delta pair passes the check, the same benchmark gives the ratio and the comparison
-(see docs/platform-notes.md).
+says so instead of a figure: the flow starts, then fails with
+`AUTOCDC_TARGET_DOES_NOT_SUPPORT_MERGE` ("the target table ... (format: delta) does not support
+row-level operations"). Spark 4.2's AUTO CDC checks that the target's DSv2 table implements
+`SupportsRowLevelOperations` (`AutoCdcMergeWriteBase.requireDestinationSupportsRowLevelOps`);
+Delta's `DeltaTableV2` does not (Delta does MERGE through its own analyzer rules), nor does the
+kernel-based `DeltaV2Table` that `spark.databricks.delta.v2.enableMode=STRICT` returns.
+Dropping the check is SPARK-57623, not in 4.2.0. The changelake side runs and is printed all
+the same; the day a Spark and Delta pair passes the check, the same benchmark gives the ratio
+and the comparison (see docs/platform-notes.md).
 
 Needs PySpark's `pipelines` extra (grpcio, grpcio-status, googleapis-common-protos) for
 `spark-pipelines`: `pip install -e '.[pipelines]'`. The SDP process gets Delta's jars and
