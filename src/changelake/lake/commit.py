@@ -62,6 +62,7 @@ from changelake.lake.layout import (
 from changelake.lake.scd2 import scd2_sql
 from changelake.lake.schema import parse_struct
 from changelake.lake.sql import read_marker, state_sql, string_literal
+from changelake.private import process_alive
 
 DEFAULT_RETAIN = 2
 """States whose files survive garbage collection whatever their age: the current one and the
@@ -201,15 +202,9 @@ def _lock_holder(lock: Path) -> dict | None:
 
 
 def _alive(pid: object) -> bool:
-    if type(pid) is not int or pid <= 0:
-        return True  # not known to be gone
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether the holder's process `pid` may still run: a lock whose pid is missing or
+    malformed is not known to be gone."""
+    return type(pid) is not int or pid <= 0 or process_alive(pid)
 
 
 def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
