@@ -176,13 +176,27 @@ def _append(rows: DataFrame, path: Path, version: int, *, create: bool = False,
     writer.save(str(path))
 
 
+def _begin(spark: SparkSession, path: Path, schema: StructType | None) -> StagedAppend | None:
+    """`delta_txn.begin` on the Delta table at `path`, the recorded transaction read by
+    delta-rs at the transaction's snapshot version."""
+
+    def recorded_at(version: int) -> int:
+        from deltalake import DeltaTable
+
+        found = DeltaTable(delta_uri(path), version=version,
+                           storage_options=storage_options(path)).transaction_version(APP_ID)
+        return -1 if found is None else int(found)
+
+    return delta_txn.begin(spark, str(path), APP_ID, schema, recorded_at)
+
+
 def _append_once(spark: SparkSession, rows: DataFrame | None, path: Path, version: int
                  ) -> None:
     """`_append` (`rows` None: no rows, the version recorded alone), through an open
     transaction (`delta_txn`) where `rows` keep the table's schema: the DataFrame writer's
     `txnAppId` check computes the table's whole state first, a Spark job the transaction
     does without."""
-    staged = delta_txn.begin(spark, str(path), APP_ID, None if rows is None else rows.schema)
+    staged = _begin(spark, path, None if rows is None else rows.schema)
     if staged is None:
         assert rows is not None
         _append(rows, path, version)
@@ -200,7 +214,7 @@ def stage(spark: SparkSession, table_dir: Path, schema: StructType) -> StagedApp
     """An open transaction on `updates` to write a commit's rows (of `schema`: the write
     schema plus `_time`, `_diff`) before it is decided (`delta_txn`), or None where the rows
     change the table's schema: those are appended by `commit` from a DataFrame."""
-    return delta_txn.begin(spark, str(updates_path(table_dir)), APP_ID, schema)
+    return _begin(spark, updates_path(table_dir), schema)
 
 
 def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
@@ -214,7 +228,7 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
     began."""
     path = updates_path(table_dir)
     if rows is None and replace_where is None:  # a version of no updates: recorded alone
-        rows = delta_txn.begin(spark, str(path), APP_ID, None)
+        rows = _begin(spark, path, None)
         assert rows is not None
     if isinstance(rows, StagedAppend):
         if replace_where is not None:

@@ -16,9 +16,10 @@ write path (what its `WriteIntoDelta` command does) in two:
 The transaction registers its read of the application's transaction when it starts, so
 Delta's conflict check fails the commit if another writer recorded one for `app_id` meanwhile
 (`ConcurrentTransactionException`): two writers cannot both commit version N. The version it
-read is taken from the log by delta-rs at the transaction's own snapshot version: Delta's
-`txnVersion` computes it from the snapshot's whole state, a Spark job of seconds on every
-commit, where delta-rs reads the log in milliseconds.
+read is taken from the log at the transaction's own snapshot version by the caller's
+`recorded_at` (the lake reads it with delta-rs): Delta's `txnVersion` computes it from the
+snapshot's whole state, a Spark job of seconds on every commit, where delta-rs reads the log
+in milliseconds.
 
 It reaches Delta through its internal Scala API (py4j), which is why it is tied to the Delta
 release `maven.py` fetches. Only an append to an existing table whose schema the rows match
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,12 +116,13 @@ class StagedAppend:
         self._actions = None
 
 
-def begin(spark: SparkSession, path: str, app_id: str,
-          schema: StructType | None) -> StagedAppend | None:
+def begin(spark: SparkSession, path: str, app_id: str, schema: StructType | None,
+          recorded_at: Callable[[int], int]) -> StagedAppend | None:
     """A transaction appending rows of `schema` to the Delta table at `path`, or None where
     the table's schema is not `schema` (names and types, in order): the DataFrame writer's
     schema evolution is for that. `schema` None: a transaction that writes no rows (it only
-    records a version), whatever the table's schema."""
+    records a version), whatever the table's schema. `recorded_at(v)`: the transaction
+    version of `app_id` that version `v` of the table holds (-1: none), read from its log."""
     jvm = spark._jvm
     assert jvm is not None
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
@@ -129,14 +132,5 @@ def begin(spark: SparkSession, path: str, app_id: str,
         if _shape(table) != _shape(schema):
             return None
     txn.readTxn().addOne(app_id)  # what `txn.txnVersion(app_id)` registers, without its job
-    recorded = recorded_version(path, int(txn.snapshot().version()), app_id)
+    recorded = recorded_at(int(txn.snapshot().version()))
     return StagedAppend(spark, path, app_id, recorded, _log=log, _txn=txn)
-
-
-def recorded_version(path: str, version: int, app_id: str) -> int:
-    """The transaction version of `app_id` that version `version` of the Delta table at
-    `path` holds (-1: none), read from its log by delta-rs."""
-    from deltalake import DeltaTable
-
-    found = DeltaTable(path, version=version).transaction_version(app_id)
-    return -1 if found is None else int(found)
