@@ -105,6 +105,7 @@ print(json.dumps(rows))
 """
 
 
+@pytest.mark.slow  # a second JVM: 40 s of the default run's 20 minutes
 def test_a_plain_pyspark_session_with_only_deltas_jars_reads_the_rows(spark, lake, tmp_path):
     """No changelake code or settings: the table is Delta's own format."""
     from changelake.spark.maven import jars
