@@ -303,3 +303,18 @@ def test_encode_avro_into_a_fifo_writes_it_and_leaves_it_a_fifo(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     assert stat.S_ISFIFO(fifo.stat().st_mode)
     assert received and received[0].startswith(b"Obj\x01")  # the container file came through
+
+
+def test_an_os_error_with_a_message_alone_is_that_message(capsys):
+    """delta-rs and pyarrow raise OSError("...") with no errno or strerror: its message is
+    the line, not "None"."""
+    from changelake.cli import user_errors
+
+    @user_errors
+    def failing() -> None:
+        raise OSError("Generic S3 error: bucket not found")
+
+    with pytest.raises(SystemExit) as exited:
+        failing()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "changelake: error: Generic S3 error: bucket not found\n"

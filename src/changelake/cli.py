@@ -63,7 +63,9 @@ def user_errors(func: F) -> F:
         except OSError as error:
             if error.errno == 32:  # broken pipe, raised as a plain OSError
                 sys.exit(0)
-            _fail(f"{error.filename or ''}: {error.strerror}".lstrip(": "))
+            # An OSError raised with a message alone (delta-rs's, pyarrow's) has no strerror.
+            detail = error.strerror or " ".join(str(error).split()) or type(error).__name__
+            _fail(redact(f"{error.filename or ''}: {detail}".lstrip(": ")))
         except click.ClickException:
             raise  # usage errors: click prints them
         except Exception as error:
