@@ -288,9 +288,11 @@ def _compact_delta(writer: TableWriter, state: TableState, since: int, policy: C
     logical = logical_schema(state.versions)
     names = logical.fieldNames()
     old = spark.sql(union_sql(state, directory, logical=logical)).where(F.col("_time") <= since)
-    if since == state.since and (state.folded or old.isEmpty()):
+    if since == state.since and state.folded:
         return CompactionResult(state.name, None, state.since, since)
     base, after = _base_and_after(old)
+    if since == state.since and base + after == 0:
+        return CompactionResult(state.name, None, state.since, since)
     result = state.next("compact", since=since)
     if after < policy.fold_fraction * max(base, 1):
         result = replace(result, folded=False,

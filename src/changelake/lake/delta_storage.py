@@ -107,14 +107,20 @@ def transaction_version(spark: SparkSession, path: Path) -> int | None:
     del spark  # the log is read the same way whoever writes it
     if not (path / "_delta_log").is_dir():
         return None
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(delta_uri(path), storage_options=storage_options(path)) \
-            .transaction_version(APP_ID)
+        return _delta_rs(path).transaction_version(APP_ID)
     except TableNotFoundError:  # a creation in flight: its log has no commit yet
         return None
+
+
+def _delta_rs(path: Path, version: int | None = None):
+    """delta-rs's handle on the Delta table at `path` (at `version`; None: the latest), local
+    or on an object store (`files.storage_options`)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(delta_uri(path), version=version, storage_options=storage_options(path))
 
 
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
@@ -181,10 +187,7 @@ def _begin(spark: SparkSession, path: Path, schema: StructType | None) -> Staged
     delta-rs at the transaction's snapshot version."""
 
     def recorded_at(version: int) -> int:
-        from deltalake import DeltaTable
-
-        found = DeltaTable(delta_uri(path), version=version,
-                           storage_options=storage_options(path)).transaction_version(APP_ID)
+        found = _delta_rs(path, version).transaction_version(APP_ID)
         return -1 if found is None else int(found)
 
     return delta_txn.begin(spark, str(path), APP_ID, schema, recorded_at)
@@ -356,10 +359,7 @@ def _rewrite_current(spark: SparkSession, table_dir: Path, state: TableState) ->
 
 def _is_empty(path: Path) -> bool:
     """Whether the Delta table at `path` holds no data file (read by delta-rs: milliseconds)."""
-    from deltalake import DeltaTable
-
-    return len(DeltaTable(delta_uri(path), storage_options=storage_options(path))
-               .file_uris()) == 0
+    return len(_delta_rs(path).file_uris()) == 0
 
 
 def _add_columns(spark: SparkSession, ident: TableIdentifier, have: StructType,
