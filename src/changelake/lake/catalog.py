@@ -18,6 +18,7 @@ import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
@@ -35,6 +36,9 @@ from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import Origin
 from changelake.lake.sql import path_literal
 from changelake.lake.table import DEFAULT_BUCKETS, Table
+
+if TYPE_CHECKING:
+    from changelake.lake.current_follower import CurrentFollower
 
 
 def lake_session(lake: Path | str, master: str = "local[*]", *, metastore_uri: str | None = None,
@@ -195,6 +199,9 @@ class Lake:
         self.storage = storage
         """The format of the tables this handle creates ("delta" or "hive"; None: the
         default, `table.default_storage()`); existing tables keep theirs."""
+        self.current_follower: CurrentFollower | None = None
+        """When set (`current_follower.following`), a Delta table's commit through this handle
+        leaves bringing `current` up to date to it, and returns at the commit point."""
         self.root = lake_root(root)
         path_literal(self.root)  # refuse glob characters early, with a clear message
         # The tables' views read their segments as globs, at which Spark warns for nothing.
@@ -207,7 +214,7 @@ class Lake:
     def handle(self, name: str | TableIdentifier) -> Table:
         """A handle on the table `name`, whether or not it exists (a writer creates it)."""
         return Table(self.spark, TableIdentifier.parse(name), self.tables_dir,
-                     storage=self.storage)
+                     storage=self.storage, follower=self.current_follower)
 
     def exists(self, name: str | TableIdentifier) -> bool:
         return self.handle(name).load() is not None

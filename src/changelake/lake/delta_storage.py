@@ -24,7 +24,9 @@ last: the key is deleted), an unkeyed one replaces each changed row's copies by 
 multiplicity. A crash between the two leaves `current` at an earlier version: the next writer
 applies what it misses first, and a replayed MERGE is skipped by the same transaction rule.
 So `current` is never ahead of the committed version, and a reader of it sees one whole
-committed version (Delta's snapshot isolation), possibly the one before the last.
+committed version (Delta's snapshot isolation), possibly the one before the last. A writer that
+commits often (a capture) leaves the MERGE to a thread of its own (`current_follower.py`) and
+returns at the commit point; `current` then trails by the MERGEs still to run.
 
 **A widened column type is a rewrite.** Delta changes a column's type in place only with its
 `typeWidening` table feature, which delta-rs (the reads of `lake/arrow.py`) cannot read, and
@@ -221,9 +223,11 @@ def stage(spark: SparkSession, table_dir: Path, schema: StructType) -> StagedApp
 
 
 def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
-           rows: DataFrame | StagedAppend | None, *, replace_where: str | None = None) -> None:
+           rows: DataFrame | StagedAppend | None, *, replace_where: str | None = None,
+           with_current: bool = True) -> None:
     """Append `rows` (the new updates, on the write schema plus `_time`, `_diff`; None: none)
-    to `updates` as version `state.version` (the commit point), then bring `current` to it.
+    to `updates` as version `state.version` (the commit point), then (`with_current`) bring
+    `current` to it.
     `replace_where`: the updates it matches are replaced by `rows` (compaction's fold).
 
     `rows` may be a `StagedAppend` whose files are written: they are synced, then committed
@@ -250,7 +254,8 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
             _rewrite_updates(held, rows, path, state.version, replace_where)
         else:
             _append(rows, path, state.version, replace_where=replace_where)
-    catch_up(spark, ident, table_dir, state)
+    if with_current:
+        catch_up(spark, ident, table_dir, state)
 
 
 def _widened(held: StructType, new: StructType) -> list[str]:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -58,6 +58,9 @@ from changelake.lake.sql import state_sql, union_sql
 from changelake.protocol import Antichain
 from changelake.protocol.antichain import FrontierLike, as_frontier
 from changelake.spark.delta_txn import StagedAppend
+
+if TYPE_CHECKING:
+    from changelake.lake.current_follower import CurrentFollower
 
 DEFAULT_BUCKETS = 8
 
@@ -169,13 +172,15 @@ class Table:
     Cheap: state is read from the metastore when needed."""
 
     def __init__(self, spark: SparkSession, ident: TableIdentifier, tables: Path, *,
-                 storage: str | None = None) -> None:
+                 storage: str | None = None, follower: CurrentFollower | None = None) -> None:
         self.spark = spark
         self.ident = ident
         self._tables = tables
         self.storage = storage
         """The back end the table is created with if a writer creates it (None: the
         default); an existing table keeps its own."""
+        self.follower = follower
+        """Where a Delta commit hands `current`'s catch-up (None: the commit does it)."""
 
     def __repr__(self) -> str:
         return f"Table({self.ident.display!r}, {str(self._tables)!r})"
@@ -344,9 +349,13 @@ class TableWriter:
         if self.closed:
             raise LakeError(f"table {self.name}: the writer lock was released")
         expected = None if self.state is None else self.state.version
+        follower = self.table.follower
         removed = commit_state(self.spark, self.table.ident, self.table.directory, state,
                                expected=expected, retain=retain, rows=rows,
-                               write_struct=write_struct, replace_where=replace_where)
+                               write_struct=write_struct, replace_where=replace_where,
+                               with_current=follower is None)
+        if follower is not None and expected is not None and state.storage == delta_storage.STORAGE:
+            follower.request(self.table.ident, self.table.directory, state)
         self.state = state
         return removed
 

@@ -82,6 +82,7 @@ from changelake.capture.postgres.consistency import (  # moved there; still impo
 from changelake.capture.postgres.rows import CaptureError, Key, Table, Values
 from changelake.capture.postgres.source import Slot, Source, SourceError
 from changelake.lake.catalog import Lake
+from changelake.lake.current_follower import following
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.key_rule import KeyRuleError
 from changelake.lake.schema import META_COLUMNS, live_columns, logical_schema
@@ -300,6 +301,8 @@ class LakeSink:
         rows are retracted by a Spark job, never collected (`commit_batch`'s `emptied`)."""
         if not keys:
             return []
+        if self.lake.current_follower is not None:  # `current` as of the last commit
+            self.lake.current_follower.flush()
         current: DataFrame = handles[table.qualified].current()
         current = current.select(*(
             current[quote(c)] if c in current.columns else F.lit(None).cast(f.dataType)
@@ -397,4 +400,8 @@ class LakeCapture:
         self.report = self.sink.report
 
     def run(self) -> CaptureReport:
-        return Capture(self.sink, self.options).run()
+        """The capture, its Delta tables' `current` caught up in a thread of its own
+        (`current_follower.py`): a batch's commit does not wait for the MERGE of the one
+        before, and when the run returns every table's `current` holds its last commit."""
+        with following(self.sink.lake):
+            return Capture(self.sink, self.options).run()

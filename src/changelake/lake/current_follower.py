@@ -1,0 +1,157 @@
+"""Bringing Delta tables' `current` up to their commits in a thread of its own.
+
+A Delta table commits at the append to `updates` (`delta_storage.py`); `current`, what every
+other engine reads, follows by a MERGE that is most of a small commit's time. A writer that
+commits often (`capture postgres --lake`) would otherwise wait for each MERGE before it reads
+its next batch, so a transaction's commit would wait for the MERGE of the batch before it.
+With a `CurrentFollower` on the lake (`following`), a Delta table's commit records the version
+in `updates` alone and hands `current`'s catch-up to this thread.
+
+The promise: after `flush()` or a clean `close()`, every table committed through the lake holds
+in `current` the last version committed (`delta_storage.catch_up`, which applies several
+versions in one MERGE); in between, `current` trails the commit point by the MERGEs still to
+run, never ahead and always one whole committed version, as after a crash between a commit and
+its MERGE (the next catch-up applies what is missing). The commit point, and so what a source is
+told (a slot, offsets), does not wait for it: `current` is derived from `updates`.
+
+What it holds: the latest committed state per table still to apply (a newer commit replaces an
+older request: one MERGE covers both), and the first error a catch-up raised, which the next
+`request`, `flush` or `close` raises in the writer's thread. A catch-up that fails because
+another process's commit (which catches up inline) moved `current` to the same version or past
+it is no error.
+
+The thread runs its Spark jobs on a session of its own (`SparkSession.newSession`: the same
+context, catalog and Delta log cache, its own SQL settings), since `catch_up` sets Delta's
+transaction settings for its MERGE, which must not reach the writer's own jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
+from changelake.lake import delta_storage
+from changelake.lake.identifier import TableIdentifier
+from changelake.lake.layout import TableState, current_path
+
+
+@dataclass(frozen=True)
+class _Request:
+    ident: TableIdentifier
+    table_dir: Path
+    state: TableState
+
+
+class CurrentFollower:
+    """A thread that applies Delta tables' committed versions to their `current` tables."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._spark = _own_session(spark)
+        self._pending: dict[str, _Request] = {}
+        self._busy = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="changelake-current",
+                                        daemon=True)
+        self._thread.start()
+
+    def request(self, ident: TableIdentifier, table_dir: Path, state: TableState) -> None:
+        """Bring `current` of the table at `table_dir` to `state` (just committed)."""
+        with self._cond:
+            self._raise()
+            if self._closed:
+                raise RuntimeError("the current follower is closed")
+            self._pending[str(table_dir)] = _Request(ident, table_dir, state)
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every requested version is applied; raise what a catch-up raised."""
+        with self._cond:
+            while (self._pending or self._busy) and self._error is None:
+                self._cond.wait()
+            self._raise()
+
+    def close(self, *, finish: bool = True) -> None:
+        """Stop the thread: with `finish`, after the requested versions are applied (raising
+        what a catch-up raised); without, after the catch-up in progress, if any."""
+        with self._cond:
+            if not finish:
+                self._pending.clear()
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        if finish:
+            with self._cond:
+                self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                _, request = self._pending.popitem()
+                self._busy = True
+            try:
+                self._apply(request)
+            except BaseException as error:  # raised in the writer's thread
+                with self._cond:
+                    self._error = error
+                    self._pending.clear()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def _apply(self, request: _Request) -> None:
+        spark, path = self._spark, current_path(request.table_dir)
+        started = time.time() - SYNC_SLACK_SECONDS
+        try:
+            delta_storage.catch_up(spark, request.ident, request.table_dir, request.state)
+        except Exception:
+            applied = delta_storage.transaction_version(spark, path)
+            if applied is None or applied < request.state.version:
+                raise
+            return  # another writer's commit caught it up meanwhile
+        sync_tree(path, request.table_dir, newer_than=started)
+
+
+def _own_session(spark: SparkSession) -> SparkSession:
+    """A session on `spark`'s context with its modifiable SQL settings (those set after it
+    was built included)."""
+    own = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if own.conf.get(key, None) != value and own.conf.isModifiable(key):
+            own.conf.set(key, value)
+    return own
+
+
+@contextlib.contextmanager
+def following(lake) -> Iterator[CurrentFollower]:
+    """`lake`'s Delta commits leave `current` to a `CurrentFollower` for the block; at its
+    end `current` is caught up (after an error in the block, only the catch-up in progress
+    is finished, and the block's error is the one raised)."""
+    follower = CurrentFollower(lake.spark)
+    lake.current_follower = follower
+    try:
+        yield follower
+    except BaseException:
+        lake.current_follower = None
+        follower.close(finish=False)
+        raise
+    lake.current_follower = None
+    follower.close()
