@@ -68,11 +68,20 @@ and both shapes, and every rerun stops there with nothing written.
 
 Batches end when the stream goes idle, every `batch_seconds`, at `batch_updates` changes or
 `batch_bytes` of them (`Transaction.bytes`: a few large rows fill a batch as many small ones
-do), or at `max_txns`. The stream's transactions keep at most `spool_bytes` of changes in
-memory together, the open ones and those of the batch (`transactions.Budget`; the rest waits
-in temporary files). While the database is quiet, the last keepalive's position is committed to
-every table (progress with no updates) and confirmed every `heartbeat_seconds` (and before
-stopping `until_idle`), so an idle database does not hold WAL back.
+do), or at `max_txns`. `batch_seconds` counts from the start of the last commit, once the
+stream has read every transaction committed before the batch became due (the server's WAL
+position then, `Source.flushed`: a message or keepalive at or past it,
+`Source.received_through`), and at the latest from its end: a commit that takes longer than
+`batch_seconds` is followed by the next as soon as what arrived meanwhile is read, not
+`batch_seconds` later (a transaction that arrived as a commit began used to wait for that
+commit, `batch_seconds`, then its own commit: the tail of the time until a sink shows it,
+`benchmarks/bench_capture_freshness.py`). `source.CaughtUp` events let it check while no
+message comes. The
+stream's transactions keep at most `spool_bytes` of changes in memory together, the open ones
+and those of the batch (`transactions.Budget`; the rest waits in temporary files). While the
+database is quiet, the last keepalive's position is committed to every table (progress with
+no updates) and confirmed every `heartbeat_seconds` (and before stopping `until_idle`), so an
+idle database does not hold WAL back.
 """
 
 from __future__ import annotations
@@ -115,7 +124,7 @@ class CaptureOptions:
     snapshot: Literal["initial", "never"] = "initial"
     until_idle: float | None = None  # stop once no transaction arrived for this long
     max_txns: int | None = None  # stop after this many transactions
-    batch_seconds: float = 2.0  # commit at least this often while transactions arrive
+    batch_seconds: float = 2.0  # while transactions arrive, a commit this often (start to start)
     batch_updates: int = 100_000  # or once a batch holds this many changes
     batch_bytes: int = 64 << 20  # or this many bytes of changes (`Transaction.bytes`)
     spool_bytes: int = MEMORY_BYTES  # changes kept in memory, all transactions together
@@ -347,8 +356,10 @@ class Capture:
         state.floor = {n: u for n, u in uppers.items() if u is not None}
         batch: list[Transaction] = []
         batch_lower, started, last_tx = resume, time.monotonic(), time.monotonic()
+        began = started  # when the last commit began (`started`: when it ended)
+        target: int | None = None  # the server's WAL position when the batch became due
         pending = pending_bytes = 0
-        for event in source.stream(resume, memory_limit=o.spool_bytes):
+        for event in source.stream(resume, memory_limit=o.spool_bytes, caught_up=True):
             now = time.monotonic()
             if isinstance(event, Transaction):
                 batch.append(event)
@@ -358,10 +369,15 @@ class Capture:
                 self.report.transactions += 1
             done = o.max_txns is not None and self.report.transactions >= o.max_txns
             idle = isinstance(event, Idle)
-            if batch and (idle or done or pending >= o.batch_updates
-                          or pending_bytes >= o.batch_bytes
-                          or now - started >= o.batch_seconds):
+            due = now - started >= o.batch_seconds
+            if batch and not due and now - began >= o.batch_seconds:
+                if target is None:
+                    target = source.flushed()
+                due = target is not None and source.received_through(target)
+            if batch and (idle or done or due or pending >= o.batch_updates
+                          or pending_bytes >= o.batch_bytes):
                 upper = batch[-1].commit_lsn + 1
+                began, target = now, None
                 with source.keepalive():
                     self._commit_batch(state, tables, batch, batch_lower, upper)
                 source.confirm(upper)  # not the commit record's end: see the docstring
@@ -370,6 +386,7 @@ class Capture:
             elif idle and not batch and event.lsn > batch_lower and (
                     now - started >= o.heartbeat_seconds or (o.until_idle is not None
                     and now - last_tx >= o.until_idle)):
+                began = now
                 with source.keepalive():
                     self._commit_batch(state, tables, [], batch_lower, event.lsn)
                 source.confirm(event.lsn)
@@ -377,7 +394,9 @@ class Capture:
             if done:
                 self.report.stopped = f"{o.max_txns} transactions"
                 break
-            if o.until_idle is not None and not batch and now - last_tx >= o.until_idle:
+            # At an `Idle` only (not `CaughtUp`): its heartbeat above commits the position
+            # the stream reached first.
+            if o.until_idle is not None and idle and not batch and now - last_tx >= o.until_idle:
                 self.report.stopped = f"idle for {o.until_idle:g} s"
                 break
         self.report.frontier = batch_lower

@@ -75,6 +75,17 @@ class Idle:
 
 
 @dataclass(frozen=True, slots=True)
+class CaughtUp:
+    """Nothing more is there to read now (`Source.stream(caught_up=True)`). Not that the
+    server has nothing more to send: while its reader is busy, a walsender stops at a full
+    socket (its own kernel buffer holding more), and what the socket held is read in a moment.
+    `Source.received_through` says whether the stream has read up to a position."""
+
+
+CAUGHT_UP = CaughtUp()
+
+
+@dataclass(frozen=True, slots=True)
 class Slot:
     name: str
     created: bool  # by this capture, now: a snapshot name is available
@@ -387,9 +398,12 @@ class Source:
             2 if self.version >= 14 else 1
 
     def stream(self, resume: int, *, idle_every: float = 1.0, poll: float = 0.2,
-               memory_limit: int = MEMORY_BYTES) -> Iterator[Transaction | Idle]:
+               memory_limit: int = MEMORY_BYTES, caught_up: bool = False
+               ) -> Iterator[Transaction | Idle | CaughtUp]:
         """Committed transactions from `resume` on, and `Idle` positions while quiet; their
-        changes kept in memory up to `memory_limit` bytes together (`transactions.Budget`)."""
+        changes kept in memory up to `memory_limit` bytes together (`transactions.Budget`).
+        `caught_up`: also `CAUGHT_UP` each time nothing more is there to read (so at least
+        every `poll` seconds while nothing arrives)."""
         assert self.cursor is not None, "open_slot first"
         version = self.protocol()
         options = {"proto_version": str(version), "publication_names": self.publication}
@@ -404,15 +418,28 @@ class Source:
                               "time") from None
         decoder, assembler = po.Decoder(), Assembler(memory_limit)
         last_idle = time.monotonic()
+        announced = False  # CAUGHT_UP yielded since the last message or wait
         while True:
             message = self.cursor.read_message()
             if message is None:
+                if caught_up and not announced:
+                    announced = True
+                    handed = time.monotonic()
+                    yield CAUGHT_UP
+                    if time.monotonic() - handed >= poll:
+                        # The caller committed a while: quiet is counted from now, as after
+                        # a transaction (an `Idle` now would end a batch for a stream that
+                        # only has not been read).
+                        last_idle = time.monotonic()
+                    continue  # read what came meanwhile
+                announced = False
                 quiet = assembler.current is None and not assembler.streamed
                 if quiet and time.monotonic() - last_idle >= idle_every:
                     last_idle = time.monotonic()
                     yield Idle(max(int(self.cursor.wal_end), resume))
                 select.select([self.cursor], [], [], poll)
                 continue
+            announced = False
             tx = assembler.push(decoder.decode(message.payload, message.data_start),
                                 message.data_start)
             if tx is not None and tx.commit_lsn >= resume:
@@ -454,6 +481,21 @@ class Source:
     def confirm(self, lsn: int) -> None:
         """Everything before `lsn` is durable: the server may recycle its WAL."""
         self.cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, reply=True)
+
+    def flushed(self) -> int | None:
+        """The server's WAL position flushed now (what a walsender may send up to), or None
+        where it cannot say (a standby in recovery)."""
+        try:
+            row = self._one("SELECT pg_current_wal_flush_lsn()::text")
+        except psycopg2.Error:
+            return None
+        return parse_lsn(row[0]) if row and row[0] else None
+
+    def received_through(self, lsn: int) -> bool:
+        """Whether the stream has read the server's WAL up to `lsn`: a message or keepalive
+        at or past it (`wal_end`; the walsender sends in WAL order, and a keepalive when it
+        waits for WAL), so every transaction committed before `lsn` has been received."""
+        return self.cursor is not None and int(self.cursor.wal_end) >= lsn
 
     def confirmed(self) -> int:
         """The slot's confirmed flush position: a resumed stream starts there at the earliest,
