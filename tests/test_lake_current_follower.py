@@ -4,8 +4,11 @@ table's `current` holds its last commit, equal to the truth computed in Python."
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
 import threading
+import uuid
 
 import pytest
 
@@ -15,6 +18,11 @@ from changelake.lake.delta_storage import current_path
 from lake_history import SCHEMA, increments, keyed_history, messages, rows_of, state_at, to_df
 
 pytestmark = pytest.mark.spark
+
+
+def unique(name: str) -> str:
+    """A table name no other test's lake registered in the session's metastore."""
+    return f"cf_{uuid.uuid4().hex[:10]}.{name}"
 
 
 def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, tmp_path):
@@ -34,7 +42,7 @@ def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(delta_storage, "catch_up", spy)
         with following(lake):
-            table = lake.create_table("f.keyed", SCHEMA, key=["id"], storage="delta")
+            table = lake.create_table(unique("keyed"), SCHEMA, key=["id"], storage="delta")
             for inc in increments(msgs, rng):
                 table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
                 version = table.state().version
@@ -50,7 +58,8 @@ def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark
 
 def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, tmp_path, monkeypatch):
     lake = Lake(spark, tmp_path / "lake")
-    table = lake.create_table("f.fails", SCHEMA, key=["id"], storage="delta")
+    name = unique("fails")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
 
     def broken(*_args, **_kwargs):
         raise OSError("disk full")
@@ -58,7 +67,7 @@ def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, tmp_path, monk
     monkeypatch.setattr(delta_storage, "catch_up", broken)
     history = keyed_history(random.Random(2), 2, 5, 3)
     with pytest.raises(OSError, match="disk full"), following(lake) as follower:
-        table = lake.table("f.fails")
+        table = lake.table(name)
         table.commit(to_df(spark, [u for u in history if u[1] == 0]), [0], [1])
         follower.flush()
     assert table.state().version == 1  # the commit itself stands; `current` trails it
@@ -70,3 +79,32 @@ def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
         raise KeyError("mine")
     assert lake.current_follower is None
 
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_updates_is_checkpointed_every_ten_versions_off_the_commit(spark, tmp_path, follow):
+    lake = Lake(spark, tmp_path / "lake")
+    threads: list[str] = []
+    real = delta_storage.checkpoint_updates
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, "checkpoint_updates", spy)
+        with following(lake) if follow else contextlib.nullcontext():
+            table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
+            for t in range(12):
+                table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
+                if follow:
+                    lake.current_follower.flush()
+    log = delta_storage.updates_path(table.directory) / "_delta_log"
+    last = json.loads((log / "_last_checkpoint").read_text())
+    assert last["version"] >= 10
+    # Delta's own interval is out of reach: only the calls above wrote it.
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == \
+        [f"{last['version']:020d}.checkpoint.parquet"]
+    assert set(threads) == {"changelake-current" if follow else "MainThread"}
+    assert rows_of(table.current()) == state_at(
+        [((t, f"n{t}", t), t, 1) for t in range(12)], 11, keyed=True)

@@ -9,10 +9,14 @@ in `updates` alone and hands `current`'s catch-up to this thread.
 
 The promise: after `flush()` or a clean `close()`, every table committed through the lake holds
 in `current` the last version committed (`delta_storage.catch_up`, which applies several
-versions in one MERGE); in between, `current` trails the commit point by the MERGEs still to
-run, never ahead and always one whole committed version, as after a crash between a commit and
-its MERGE (the next catch-up applies what is missing). The commit point, and so what a source is
-told (a slot, offsets), does not wait for it: `current` is derived from `updates`.
+versions in one MERGE; one starts at most every `INTERVAL_SECONDS`); in between, `current`
+trails the commit point by the MERGEs still to run, never ahead and always one whole committed
+version, as after a crash between a commit and its MERGE (the next catch-up applies what is
+missing). The commit point, and so what a source is told (a slot, offsets), does not wait for
+it: `current` is derived from `updates`.
+
+It also writes the checkpoints of `updates` (`delta_storage.checkpoint_updates`), which Delta
+would write inside every tenth commit, a Spark job the commit point would wait for.
 
 What it holds: the latest committed state per table still to apply (a newer commit replaces an
 older request: one MERGE covers both), and the first error a catch-up raised, which the next
@@ -22,7 +26,9 @@ it is no error.
 
 The thread runs its Spark jobs on a session of its own (`SparkSession.newSession`: the same
 context, catalog and Delta log cache, its own SQL settings), since `catch_up` sets Delta's
-transaction settings for its MERGE, which must not reach the writer's own jobs.
+transaction settings for its MERGE, which must not reach the writer's own jobs, and in a
+scheduler pool of its own (`POOL`), so that the writer's jobs share the cores with a MERGE in
+progress instead of waiting for it.
 """
 
 from __future__ import annotations
@@ -39,7 +45,15 @@ from pyspark.sql import SparkSession
 from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
 from changelake.lake import delta_storage
 from changelake.lake.identifier import TableIdentifier
-from changelake.lake.layout import TableState, current_path
+from changelake.lake.layout import TableState, current_path, updates_path
+
+INTERVAL_SECONDS = 5.0
+"""The least time from the start of one catch-up to the start of the next (unless a flush
+waits): a MERGE's cost is mostly fixed, so while commits come faster than that, one MERGE
+applies several, and the writer keeps more of the machine."""
+
+POOL = "changelake-current"
+"""The Spark scheduler pool of the follower's jobs."""
 
 
 @dataclass(frozen=True)
@@ -52,10 +66,12 @@ class _Request:
 class CurrentFollower:
     """A thread that applies Delta tables' committed versions to their `current` tables."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, *, interval: float = INTERVAL_SECONDS) -> None:
         self._spark = _own_session(spark)
+        self._interval = interval
         self._pending: dict[str, _Request] = {}
         self._busy = False
+        self._hurry = False  # a flush or close waits: no pause before the next catch-up
         self._closed = False
         self._error: BaseException | None = None
         self._cond = threading.Condition()
@@ -75,8 +91,11 @@ class CurrentFollower:
     def flush(self) -> None:
         """Wait until every requested version is applied; raise what a catch-up raised."""
         with self._cond:
+            self._hurry = True
+            self._cond.notify_all()
             while (self._pending or self._busy) and self._error is None:
                 self._cond.wait()
+            self._hurry = False
             self._raise()
 
     def close(self, *, finish: bool = True) -> None:
@@ -85,7 +104,7 @@ class CurrentFollower:
         with self._cond:
             if not finish:
                 self._pending.clear()
-            self._closed = True
+            self._closed = self._hurry = True
             self._cond.notify_all()
         self._thread.join()
         if finish:
@@ -98,14 +117,20 @@ class CurrentFollower:
             raise error
 
     def _run(self) -> None:
+        # A pool of its own: the writer's jobs get their share of the cores while a MERGE
+        # runs (the session's `spark.scheduler.mode` is FAIR).
+        self._spark.sparkContext.setLocalProperty("spark.scheduler.pool", POOL)
+        due = time.monotonic()
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
-                    self._cond.wait()
+                while not self._closed and (not self._pending or (
+                        not self._hurry and time.monotonic() < due)):
+                    self._cond.wait(None if not self._pending else due - time.monotonic())
                 if not self._pending:
                     return
                 _, request = self._pending.popitem()
                 self._busy = True
+                due = time.monotonic() + self._interval
             try:
                 self._apply(request)
             except BaseException as error:  # raised in the writer's thread
@@ -127,7 +152,10 @@ class CurrentFollower:
             if applied is None or applied < request.state.version:
                 raise
             return  # another writer's commit caught it up meanwhile
+        delta_storage.checkpoint_updates(spark, request.table_dir)
         sync_tree(path, request.table_dir, newer_than=started)
+        sync_tree(updates_path(request.table_dir) / "_delta_log", request.table_dir,
+                  newer_than=started)
 
 
 def _own_session(spark: SparkSession) -> SparkSession:

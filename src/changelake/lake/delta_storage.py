@@ -88,7 +88,11 @@ CURRENT_PROPERTIES = {
 """`current`'s table properties: Delta readers get its row-level changes (Change Data Feed),
 and no deletion vectors, which delta-rs's Arrow reader cannot read yet."""
 
-UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false"}
+UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false",
+                      "delta.checkpointInterval": str(2**31 - 1)}
+"""`updates`' table properties: no deletion vectors, and no checkpoint written by a commit
+(a Spark job the commit point would wait for): `checkpoint_updates` writes them, after the
+commit (a writer that leaves `current` to a thread of its own leaves them to it too)."""
 
 
 def sync(table_dir: Path, newer_than: float | None) -> None:
@@ -256,6 +260,13 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
             _append(rows, path, state.version, replace_where=replace_where)
     if with_current:
         catch_up(spark, ident, table_dir, state)
+        checkpoint_updates(spark, table_dir)
+
+
+def checkpoint_updates(spark: SparkSession, table_dir: Path) -> None:
+    """A checkpoint of `updates` every `delta_txn.CHECKPOINT_EVERY` versions
+    (`UPDATES_PROPERTIES`), so its log's readers replay a few commits at most."""
+    delta_txn.checkpoint_if_due(spark, str(updates_path(table_dir)))
 
 
 def _widened(held: StructType, new: StructType) -> list[str]:

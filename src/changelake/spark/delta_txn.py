@@ -134,3 +134,29 @@ def begin(spark: SparkSession, path: str, app_id: str, schema: StructType | None
     txn.readTxn().addOne(app_id)  # what `txn.txnVersion(app_id)` registers, without its job
     recorded = recorded_at(int(txn.snapshot().version()))
     return StagedAppend(spark, path, app_id, recorded, _log=log, _txn=txn)
+
+
+CHECKPOINT_EVERY = 10
+"""Delta's own default interval between checkpoints, for the tables whose checkpoints are
+written by `checkpoint_if_due` instead of by their commits (`delta.checkpointInterval` set
+beyond reach)."""
+
+
+def checkpoint_if_due(spark: SparkSession, path: str, every: int = CHECKPOINT_EVERY) -> bool:
+    """Write a checkpoint of the Delta table at `path` where its latest version is `every`
+    or more past its last checkpoint (or its start). Delta writes one inside the commit that
+    reaches its interval, a Spark job over the table's state that the writer waits for; a
+    table that leaves it to this call is checkpointed where that wait costs no one (a thread
+    of its own: `lake/current_follower.py`). Returns whether it wrote one."""
+    jvm = spark._jvm
+    assert jvm is not None
+    none = jvm.scala.Option.empty()
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    snapshot = log.update(False, none, none)
+    last = log.readLastCheckpointFile()
+    done = int(last.get().version()) if last.isDefined() else 0
+    if int(snapshot.version()) - done < every:
+        return False
+    log.checkpoint(snapshot, none)
+    return True
+

@@ -70,6 +70,10 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "2g",
     "spark.sql.sources.partitionOverwriteMode": "dynamic",
     "spark.serializer": SERIALIZER,
+    # Jobs that a thread submits in a pool of its own (`lake/current_follower.py`) share the
+    # cores with the writer's instead of holding them until they finish (FIFO); jobs of one
+    # pool still run first come, first served.
+    "spark.scheduler.mode": "FAIR",
 }
 
 
