@@ -45,11 +45,15 @@ def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark
             table = lake.create_table(unique("keyed"), SCHEMA, key=["id"], storage="delta")
             for inc in increments(msgs, rng):
                 table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
-                version = table.state().version
-                seen.append((version, delta_storage.transaction_version(
+                state = table.state()
+                seen.append((state.version, delta_storage.transaction_version(
                     spark, current_path(table.directory))))
+                # `latest` is the committed version whether `current` has it yet or not.
+                assert rows_of(table.latest()) == state_at(history, state.upper - 1,
+                                                           keyed=True)
     assert applied_in == {"changelake-current"}  # never in the writer's thread
     assert all(held is None or held <= version for version, held in seen)
+    assert any(held is None or held < version for version, held in seen)  # it did trail
     last = table.state()
     assert delta_storage.transaction_version(spark, current_path(table.directory)) == \
         last.version

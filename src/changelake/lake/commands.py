@@ -329,7 +329,8 @@ def commit_input(writer: TableWriter, decoded: DecodedInput, *, key: Sequence[st
 
 def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = None,
              history: bool = False) -> Iterator[dict[str, Any]]:
-    """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it),
+    """The rows of `table` now (through the metastore view, as any Spark SQL reader sees it,
+    where it holds the committed version: `Table.latest`),
     AS OF a time, or (`history`) its SCD type 2 versions, as plain dicts, streamed.
 
     AS OF a captured table is refused beyond its source database's consistent frontier, where
@@ -339,7 +340,7 @@ def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = No
     if history:
         frame = handle.history().orderBy(*handle.state().key, "valid_from")
     elif as_of is None:
-        frame = handle.current()
+        frame = handle.latest()
     else:
         check_as_of(lake, handle.state(), as_of)
         frame = handle.as_of(as_of)
@@ -373,7 +374,7 @@ def table_status(lake: Lake, name: str | TableIdentifier, *, count_rows: bool = 
     asks a Kafka source its partitions' ends (the lag), each within `timeout` seconds."""
     handle = lake.table(name) if state is None else lake.handle(name)
     state = state if state is not None else handle.state()
-    rows = handle.current().count() if count_rows else -1
+    rows = handle.latest().count() if count_rows else -1
     offsets = None
     if state.offsets is not None and state.offsets.kind == "kafka":
         from changelake.kafka.lag import offsets_status

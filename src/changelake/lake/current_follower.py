@@ -159,12 +159,16 @@ class CurrentFollower:
 
 
 def _own_session(spark: SparkSession) -> SparkSession:
-    """A session on `spark`'s context with its modifiable SQL settings (those set after it
-    was built included)."""
+    """A session on `spark`'s context with its settings, those set after it was built
+    included (a static or core setting the new session refuses is the context's anyway)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
     own = spark.newSession()
     for key, value in spark.conf.getAll.items():
-        if own.conf.get(key, None) != value and own.conf.isModifiable(key):
-            own.conf.set(key, value)
+        if own.conf.get(key, None) != value:
+            with contextlib.suppress(PySparkException, Py4JJavaError):
+                own.conf.set(key, value)
     return own
 
 

@@ -75,6 +75,7 @@ from changelake.errors import LakeError
 from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
 from changelake.lake.commands import DecodedInput, commit_input, flatten
+from changelake.lake.current_follower import following
 from changelake.lake.follow_lag import KIND, TOPICS
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
@@ -468,52 +469,54 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
     key = ingest_key(handle.name, existing, key)  # refused now, not at the first batch
     check_checkpoint(checkpoint, handle.name, address)
     control = control or FollowControl()
-    sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
-                         buckets=buckets, scd2=scd2, progress=progress, kind=kind,
-                         set_aside=set_aside, losses=losses)
-    query = (
-        source(lake.spark).writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(checkpoint / SPARK_DIR))
-        .trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
-        .queryName(f"changelake-follow-{uuid.uuid4().hex[:8]}")
-        .start()
-    )
-    waiting_since: float | None = None  # when the first trigger was seen done
-    try:
-        while query.isActive:
-            if translate_errors(query.awaitTermination, poll_seconds):
-                break
-            if until_idle is not None and waiting_since is None and \
-                    str(query.status.get("message", "")).startswith("Waiting"):
-                waiting_since = time.monotonic()
-            with control.lock:
-                idle = (waiting_since is not None and not control.in_flight
-                        and time.monotonic() - max(waiting_since, control.last_batch_end)
-                        >= until_idle)
-                if idle:
-                    control.stopping.set()
-                done = control.stopping.is_set() and not control.in_flight
-            if done:
+    # A Delta table's MERGE into `current` runs beside the batches (`current_follower.py`).
+    with following(lake):
+        sink = CommitBatches(lake, handle.ident, checkpoint, None, address, control, key=key,
+                             buckets=buckets, scd2=scd2, progress=progress, kind=kind,
+                             set_aside=set_aside, losses=losses)
+        query = (
+            source(lake.spark).writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint / SPARK_DIR))
+            .trigger(processingTime=f"{int(trigger_seconds * 1000)} milliseconds")
+            .queryName(f"changelake-follow-{uuid.uuid4().hex[:8]}")
+            .start()
+        )
+        waiting_since: float | None = None  # when the first trigger was seen done
+        try:
+            while query.isActive:
+                if translate_errors(query.awaitTermination, poll_seconds):
+                    break
+                if until_idle is not None and waiting_since is None and \
+                        str(query.status.get("message", "")).startswith("Waiting"):
+                    waiting_since = time.monotonic()
+                with control.lock:
+                    idle = (waiting_since is not None and not control.in_flight
+                            and time.monotonic() - max(waiting_since, control.last_batch_end)
+                            >= until_idle)
+                    if idle:
+                        control.stopping.set()
+                    done = control.stopping.is_set() and not control.in_flight
+                if done:
+                    query.stop()
+                    break
+        except Exception:
+            if not control.stopping.is_set() and control.failure is None:
+                raise
+        finally:
+            if query.isActive:
                 query.stop()
-                break
-    except Exception:
-        if not control.stopping.is_set() and control.failure is None:
-            raise
-    finally:
-        if query.isActive:
-            query.stop()
-        if losses is not None:
-            losses.drain()  # planned while no batch ran (a stop, a failure)
-    failure = control.failure
-    if failure is not None and not isinstance(failure, StopRequested):
-        raise failure
-    if query.exception() is not None and control.failure is None \
-            and not control.stopping.is_set():
-        found = input_error(query.exception())  # the source's own line, if it is one
-        if found is not None:
-            raise found
-        raise LakeError(f"follow {address}: the streaming query failed: {query.exception()}")
-    return FollowReport(handle.name, control.batches, control.committed, str(checkpoint))
+            if losses is not None:
+                losses.drain()  # planned while no batch ran (a stop, a failure)
+        failure = control.failure
+        if failure is not None and not isinstance(failure, StopRequested):
+            raise failure
+        if query.exception() is not None and control.failure is None \
+                and not control.stopping.is_set():
+            found = input_error(query.exception())  # the source's own line, if it is one
+            if found is not None:
+                raise found
+            raise LakeError(f"follow {address}: the streaming query failed: {query.exception()}")
+        return FollowReport(handle.name, control.batches, control.committed, str(checkpoint))
 
 
 __all__ = ["TOPICS", "FollowControl", "FollowReport", "directory_source", "follow",

@@ -225,6 +225,18 @@ class Table:
         """The current state through the metastore view, exactly as plain Spark SQL reads it."""
         return self.spark.table(self.ident.quoted)
 
+    def latest(self) -> DataFrame:
+        """The rows at the committed version: `current()` where it holds that version, else
+        (a Delta table whose `current` trails its commits: `current_follower.py`) merged on
+        read from its updates, as AS OF the frontier reads them."""
+        state = self.state()
+        if state.storage == delta_storage.STORAGE:
+            applied = delta_storage.transaction_version(
+                self.spark, delta_storage.current_path(self.directory))
+            if applied is None or applied < state.version:
+                return self.spark.sql(state_sql(state, self.directory, marker=False))
+        return self.current()
+
     def as_of(self, time: int) -> DataFrame:
         """The state at `time` (all updates at times <= `time`), for since <= time < frontier."""
         state = self.state()
