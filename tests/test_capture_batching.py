@@ -157,12 +157,20 @@ def test_a_short_commit_leaves_the_batch_time_from_its_start(monkeypatch):
     assert commits(monkeypatch, script, seconds=0.5) == [(2.0, [1, 2]), (4.1, [3])]
 
 
-def test_after_a_long_wait_at_caught_up_what_arrived_meanwhile_comes_first(pg_dsn) -> None:
-    conn = psycopg2.connect(pg_dsn)
+def published_table(dsn: str):
+    """An autocommit connection to `dsn`, whose table `t (id int PRIMARY KEY)` is in the
+    publication `p`."""
+    conn = psycopg2.connect(dsn)
     conn.autocommit = True
     with conn.cursor() as c:
         c.execute("CREATE TABLE t (id int PRIMARY KEY)")
         c.execute("CREATE PUBLICATION p FOR TABLE t")
+    return conn
+
+
+def test_after_a_long_wait_at_caught_up_what_arrived_meanwhile_comes_first(pg_dsn) -> None:
+    conn = published_table(pg_dsn)
+    with conn.cursor() as c:
         c.execute("INSERT INTO t VALUES (1)")
     with Source(pg_dsn, "p", "caught") as source:
         slot = source.open_slot(create=True)
@@ -189,11 +197,7 @@ def test_after_a_long_wait_at_caught_up_what_arrived_meanwhile_comes_first(pg_ds
 
 
 def test_the_stream_knows_when_it_has_read_what_the_server_flushed(pg_dsn) -> None:
-    conn = psycopg2.connect(pg_dsn)
-    conn.autocommit = True
-    with conn.cursor() as c:
-        c.execute("CREATE TABLE t (id int PRIMARY KEY)")
-        c.execute("CREATE PUBLICATION p FOR TABLE t")
+    conn = published_table(pg_dsn)
     with Source(pg_dsn, "p", "sent") as source:
         slot = source.open_slot(create=True)
         events = source.stream(slot.consistent_point, idle_every=0.5, caught_up=True)

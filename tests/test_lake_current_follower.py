@@ -9,6 +9,7 @@ import json
 import random
 import threading
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -25,6 +26,21 @@ def unique(name: str) -> str:
     return f"cf_{uuid.uuid4().hex[:10]}.{name}"
 
 
+@contextlib.contextmanager
+def calls_in_threads(name: str) -> Iterator[list[str]]:
+    """The names of the threads that call `delta_storage.<name>` in the block."""
+    threads: list[str] = []
+    real = getattr(delta_storage, name)
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, name, spy)
+        yield threads
+
+
 def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, tmp_path):
     lake = Lake(spark, tmp_path / "lake")
     rng = random.Random(5)
@@ -32,26 +48,17 @@ def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark
     history = keyed_history(rng, times, 20, 5)
     msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
     seen: list[tuple[int, int | None]] = []  # (committed version, current's version) each commit
-    applied_in: set[str] = set()
-    real = delta_storage.catch_up
-
-    def spy(*args, **kwargs):
-        applied_in.add(threading.current_thread().name)
-        return real(*args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(delta_storage, "catch_up", spy)
-        with following(lake):
-            table = lake.create_table(unique("keyed"), SCHEMA, key=["id"], storage="delta")
-            for inc in increments(msgs, rng):
-                table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
-                state = table.state()
-                seen.append((state.version, delta_storage.transaction_version(
-                    spark, current_path(table.directory))))
-                # `latest` is the committed version whether `current` has it yet or not.
-                assert rows_of(table.latest()) == state_at(history, state.upper - 1,
-                                                           keyed=True)
-    assert applied_in == {"changelake-current"}  # never in the writer's thread
+    with calls_in_threads("catch_up") as applied_in, following(lake):
+        table = lake.create_table(unique("keyed"), SCHEMA, key=["id"], storage="delta")
+        for inc in increments(msgs, rng):
+            table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+            state = table.state()
+            seen.append((state.version, delta_storage.transaction_version(
+                spark, current_path(table.directory))))
+            # `latest` is the committed version whether `current` has it yet or not.
+            assert rows_of(table.latest()) == state_at(history, state.upper - 1,
+                                                       keyed=True)
+    assert set(applied_in) == {"changelake-current"}  # never in the writer's thread
     assert all(held is None or held <= version for version, held in seen)
     assert any(held is None or held < version for version, held in seen)  # it did trail
     last = table.state()
@@ -88,21 +95,13 @@ def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
 @pytest.mark.parametrize("follow", [True, False])
 def test_updates_is_checkpointed_every_ten_versions_off_the_commit(spark, tmp_path, follow):
     lake = Lake(spark, tmp_path / "lake")
-    threads: list[str] = []
-    real = delta_storage.checkpoint_updates
-
-    def spy(*args, **kwargs):
-        threads.append(threading.current_thread().name)
-        return real(*args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(delta_storage, "checkpoint_updates", spy)
-        with following(lake) if follow else contextlib.nullcontext():
-            table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
-            for t in range(12):
-                table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
-                if follow:
-                    lake.current_follower.flush()
+    with calls_in_threads("checkpoint_updates") as threads, \
+            following(lake) if follow else contextlib.nullcontext():
+        table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
+        for t in range(12):
+            table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
+            if follow:
+                lake.current_follower.flush()
     log = delta_storage.updates_path(table.directory) / "_delta_log"
     last = json.loads((log / "_last_checkpoint").read_text())
     assert last["version"] >= 10
