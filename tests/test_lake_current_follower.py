@@ -16,6 +16,7 @@ import pytest
 from changelake.lake import Lake, delta_storage
 from changelake.lake.current_follower import following
 from changelake.lake.delta_storage import current_path
+from changelake.spark import delta_txn
 from lake_history import SCHEMA, increments, keyed_history, messages, rows_of, state_at, to_df
 
 pytestmark = pytest.mark.spark
@@ -44,8 +45,8 @@ def calls_in_threads(name: str) -> Iterator[list[str]]:
 def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, tmp_path):
     lake = Lake(spark, tmp_path / "lake")
     rng = random.Random(5)
-    times = 8
-    history = keyed_history(rng, times, 20, 5)
+    times = 6
+    history = keyed_history(rng, times, 12, 4)
     msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
     seen: list[tuple[int, int | None]] = []  # (committed version, current's version) each commit
     with calls_in_threads("catch_up") as applied_in, following(lake):
@@ -93,21 +94,23 @@ def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
 
 
 @pytest.mark.parametrize("follow", [True, False])
-def test_updates_is_checkpointed_every_ten_versions_off_the_commit(spark, tmp_path, follow):
+def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, tmp_path, follow,
+                                                                  monkeypatch):
+    monkeypatch.setattr(delta_txn, "CHECKPOINT_EVERY", 3)  # Delta's is 10: fewer commits
     lake = Lake(spark, tmp_path / "lake")
     with calls_in_threads("checkpoint_updates") as threads, \
             following(lake) if follow else contextlib.nullcontext():
         table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
-        for t in range(12):
+        for t in range(5):
             table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
             if follow:
                 lake.current_follower.flush()
     log = delta_storage.updates_path(table.directory) / "_delta_log"
     last = json.loads((log / "_last_checkpoint").read_text())
-    assert last["version"] >= 10
+    assert last["version"] >= 3
     # Delta's own interval is out of reach: only the calls above wrote it.
     assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == \
         [f"{last['version']:020d}.checkpoint.parquet"]
     assert set(threads) == {"changelake-current" if follow else "MainThread"}
     assert rows_of(table.current()) == state_at(
-        [((t, f"n{t}", t), t, 1) for t in range(12)], 11, keyed=True)
+        [((t, f"n{t}", t), t, 1) for t in range(5)], 4, keyed=True)

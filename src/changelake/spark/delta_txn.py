@@ -142,12 +142,14 @@ written by `checkpoint_if_due` instead of by their commits (`delta.checkpointInt
 beyond reach)."""
 
 
-def checkpoint_if_due(spark: SparkSession, path: str, every: int = CHECKPOINT_EVERY) -> bool:
+def checkpoint_if_due(spark: SparkSession, path: str, every: int | None = None) -> bool:
     """Write a checkpoint of the Delta table at `path` where its latest version is `every`
-    or more past its last checkpoint (or its start). Delta writes one inside the commit that
-    reaches its interval, a Spark job over the table's state that the writer waits for; a
-    table that leaves it to this call is checkpointed where that wait costs no one (a thread
-    of its own: `lake/current_follower.py`). Returns whether it wrote one."""
+    (default `CHECKPOINT_EVERY`) or more past its last checkpoint (or its start). Delta
+    writes one inside the commit that reaches its interval, a Spark job over the table's
+    state that the writer waits for; a table that leaves it to this call is checkpointed
+    where that wait costs no one (a thread of its own: `lake/current_follower.py`). Returns
+    whether it wrote one."""
+    every = CHECKPOINT_EVERY if every is None else every
     jvm = spark._jvm
     assert jvm is not None
     none = jvm.scala.Option.empty()
