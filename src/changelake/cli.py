@@ -529,10 +529,11 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
                 captured = pg.run_postgres_capture(
                     dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed)
         from changelake.lake.catalog import lake_session
+        from changelake.spark.session import quiet_spark
 
         with console.status("starting Spark (local, embedded Hive metastore) ..."):
             spark = lake_session(lake_dir, master, conf=spark_conf)
-            _quiet_spark(spark)
+            quiet_spark(spark)
         try:
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
@@ -585,7 +586,7 @@ def jvm_archive(path: Path | None, if_changed: bool) -> None:
     from changelake.demo.pipeline import warm_up
     from changelake.lake.catalog import lake_session
     from changelake.spark import class_archive
-    from changelake.spark.session import check_java
+    from changelake.spark.session import check_java, quiet_spark
 
     target = path or class_archive.archive_path()
     if target is None:
@@ -600,7 +601,7 @@ def jvm_archive(path: Path | None, if_changed: bool) -> None:
 
         def train(conf: Any) -> None:
             spark = lake_session(Path(tmp) / "lake", "local[*]", conf=dict(conf))
-            _quiet_spark(spark)
+            quiet_spark(spark)
             warm_up(Path(tmp), spark)
 
         made = class_archive.make(target, train, java)
@@ -715,31 +716,12 @@ def table_format_option(func: F) -> F:
 def _open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict,
                table_format: str | None = None) -> Any:
     from changelake.lake.commands import open_lake
+    from changelake.spark.session import quiet_spark
 
     lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf,
                      storage=table_format)
-    _quiet_spark(lake.spark)
+    quiet_spark(lake.spark)
     return lake
-
-
-SPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
-"""PySpark's loggers that write every exception PySpark raises, with its query context and
-Java stack trace, as JSON to stderr when it is raised: also the ones changelake catches and
-handles (a batch handed to the old path), and before the one line `user_errors` prints."""
-
-
-def _quiet_spark(spark: Any) -> None:
-    """A command says what went wrong in one line (`user_errors`): Spark's log below ERROR,
-    and PySpark's exception log (`SPARK_ERROR_LOGGERS`), are off unless CHANGELAKE_DEBUG."""
-    import logging
-    import os
-
-    spark.sparkContext.setLogLevel("ERROR")
-    if not os.environ.get("CHANGELAKE_DEBUG"):
-        from pyspark.logger import PySparkLogger
-
-        for name in SPARK_ERROR_LOGGERS:
-            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 @main.command()
