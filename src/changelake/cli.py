@@ -1159,8 +1159,11 @@ def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool
         state = arrow.committed_state(lake_dir, ident)
         if engine == "auto" and not arrow.within_limits(state, lake_dir):
             return None
-        if as_of is not None and state.origin is not None:
-            _check_consistent(lake_dir, state, as_of)
+        if as_of is not None and state.origin is not None:  # only then: `sources` imports
+            # pyspark's modules (no JVM)
+            from changelake.lake.sources import check_as_of
+
+            check_as_of(state, as_of, lambda: arrow.lake_states(lake_dir))
         if history:
             result = arrow.Merged.once(arrow.read_history(lake_dir, ident, state=state))
         else:
@@ -1170,21 +1173,6 @@ def _arrow_snapshot(lake_dir: Path, ident: Any, as_of: int | None, history: bool
             raise
         return None
     return result.rows.column_names, arrow.plain_rows(result)
-
-
-def _check_consistent(lake_dir: Path, state: Any, as_of: int) -> None:
-    """`sources.check_as_of` over the states the Arrow path read (a captured table's AS OF
-    stops at its database's consistent frontier). Imports `sources` (pyspark's modules, no
-    JVM): only captured tables get here."""
-    from changelake.lake import arrow
-    from changelake.lake.sources import beyond_frontier, group_sources
-
-    if state.upper is not None and as_of >= state.upper:
-        return  # the table's own error stands
-    group = next(g for g in group_sources(arrow.lake_states(lake_dir))
-                 if g.source == state.origin.source)
-    if group.frontier is not None and as_of >= group.frontier:
-        raise beyond_frontier(group, as_of, f"table {state.name}")
 
 
 @main.command()
