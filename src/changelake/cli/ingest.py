@@ -1,5 +1,6 @@
 """`changelake ingest`: files or Kafka topics committed to a lake table exactly once, in one
-run or followed (`cli/follow.py`)."""
+run or followed (`cli/follow.py`); which options go with which way of reading is the table in
+`cli/ingest_sources.py`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import click
 
 from changelake.cli.follow import TopicFollow, follow_changefeed, follow_files_or_topics
 from changelake.cli.group import main, user_errors
-from changelake.cli.ingest_sources import check_topics
+from changelake.cli.ingest_sources import check_topics, ingest_source
 from changelake.cli.lake_access import open_lake, refuse_hive_on_remote, table_and_key
 from changelake.cli.options import is_remote, lake_options, table_format_option
 from changelake.cli.set_aside import report_topic_set_aside
@@ -99,63 +100,32 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     from changelake.lake import commands, report
 
     ident, columns = table_and_key(table, key)
-    if not following and (checkpoint is not None or max_files_per_trigger is not None
-                          or max_records_per_trigger is not None or until_idle is not None):
-        raise click.UsageError("--checkpoint, --max-files-per-trigger, "
-                               "--max-records-per-trigger and --until-idle go with --follow")
-    if close and source == "materialize":
-        raise click.UsageError("--close is for --from debezium|ydb: a Materialize CDC log "
-                               "closes itself")
-    if kafka is None and (topics or schema_registry is not None or group is not None):
-        raise click.UsageError("--topic, --schema-registry and --group go with --kafka")
-    if kafka is not None and not topics:
-        raise click.UsageError("--kafka needs --topic T")
-    _check_lenient_topics(kafka, lenient, dead_letter_topic)
-    if following and source != "materialize":
-        if kafka is None or inputs:
-            raise click.UsageError(f"--follow --from {source} follows changefeed topics "
-                                   "(--kafka --topic), not files")
-        if checkpoint is not None or max_files_per_trigger is not None or \
-                max_records_per_trigger is not None or close:
-            raise click.UsageError(
-                "--checkpoint, --max-files-per-trigger, --max-records-per-trigger and --close "
-                f"do not go with --follow --from {source}: each round reads from the offsets "
-                "the table's last commit recorded, to the partitions' ends")
-    if kafka is not None and source != "materialize" and schema_registry is not None:
-        raise click.UsageError(f"--schema-registry is for Avro topics (--from materialize); "
-                               f"{source} topics are JSON")
-    if kafka is not None and source == "materialize" and schema_path is None and \
-            schema_registry is None:
-        raise click.UsageError("--kafka needs the messages' schema: --schema FILE or "
-                               "--schema-registry URL")
-    if source != "materialize" and schema_path is not None:
+    options = {"--kafka": kafka, "--topic": topics, "--schema-registry": schema_registry,
+               "--group": group, "--lenient": lenient, "--dead-letter-topic": dead_letter_topic,
+               "--follow": following, "--checkpoint": checkpoint,
+               "--max-files-per-trigger": max_files_per_trigger,
+               "--max-records-per-trigger": max_records_per_trigger,
+               "--until-idle": until_idle, "--no-fail-on-data-loss": tolerate_data_loss,
+               "--close": close, "--schema": schema_path}
+    given = [name for name, value in options.items()
+             if value is not None and value is not False and value != ()]
+    way = ingest_source(given, len(inputs), source=source)
+    if way.changefeed and schema_path is not None:
         from changelake.formats.tableschema import read_table_json
 
         read_table_json(schema_path)  # a bad table schema is named before Spark starts
-    if tolerate_data_loss and (not following or kafka is None or source != "materialize"):
-        raise click.UsageError("--no-fail-on-data-loss goes with --follow --kafka (--from "
-                               "materialize: the streaming source's failOnDataLoss)")
-    if following and is_remote(lake_dir):
+    if way.follow and is_remote(lake_dir):
         from changelake.errors import LakeError
 
         raise LakeError(f"lake {redact(str(lake_dir))}: --follow keeps its state in local "
                         "files beside the table and does not run on a remote lake yet; "
                         "run ingest rounds instead")
-    if following and source != "materialize":
+    if way.follow and way.changefeed:
         follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                           schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
                           until_idle, lenient, dead_letter_topic, table_format)
         return
-    if following:
-        if kafka is not None:
-            if inputs:
-                raise click.UsageError("--follow --kafka follows the topics: no INPUT as well")
-            if group is not None or max_files_per_trigger is not None:
-                raise click.UsageError("--group and --max-files-per-trigger do not go with "
-                                       "--follow --kafka (the checkpoint keeps the offsets)")
-        elif len(inputs) != 1 or max_records_per_trigger is not None:
-            raise click.UsageError("--follow follows one INPUT directory (no more than one "
-                                   "INPUT as well), or --kafka topics")
+    if way.follow:
         follow_files_or_topics(
             lake_dir, metastore_uri, master, spark_conf, ident, columns, schema_path, scd2,
             Path(inputs[0]) if inputs else None, checkpoint, trigger_seconds,
@@ -164,10 +134,6 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                         not tolerate_data_loss, lenient, dead_letter_topic)
             if kafka is not None else None, table_format)
         return
-    if kafka is not None and inputs:
-        raise click.UsageError("--kafka reads the topics: no input files as well")
-    if kafka is None and not inputs:
-        raise click.UsageError("no INPUT given (files or directories, or --kafka/--topic)")
     if kafka is not None:
         check_topics(kafka, topics, dead_letter_topic)
     refuse_hive_on_remote(lake_dir, table_format)
@@ -206,14 +172,3 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if waiting is not None:
         click.echo(f"changelake: {waiting}", err=True)
 
-
-def _check_lenient_topics(kafka: str | None, lenient: bool,
-                          dead_letter_topic: str | None) -> None:
-    """Usage errors of `ingest --lenient/--dead-letter-topic` (bad records of --kafka topics
-    set aside)."""
-    if kafka is None and (lenient or dead_letter_topic is not None):
-        raise click.UsageError("--lenient and --dead-letter-topic go with --kafka (bad records "
-                               "of topics)")
-    if dead_letter_topic is not None and not lenient:
-        raise click.UsageError("--dead-letter-topic takes the records --lenient sets aside: "
-                               "give --lenient too")
