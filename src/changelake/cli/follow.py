@@ -4,6 +4,9 @@ until SIGTERM / SIGINT (or --until-idle) and stops once the batch in flight has 
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +60,6 @@ def follow_files_or_topics(lake_dir: Path, metastore_uri: str | None, master: st
     """`ingest --follow`: run until SIGTERM / SIGINT (or --until-idle), then exit 0 once the
     batch in flight has committed (see lake/follow.py)."""
     import os
-    import signal
     from contextlib import ExitStack
 
     from changelake.lake.follow import (
@@ -104,8 +106,7 @@ def follow_files_or_topics(lake_dir: Path, metastore_uri: str | None, master: st
                                         max_files_per_trigger=max_files_per_trigger)
             address, kind = str(follow_dir.resolve()), None
         control = FollowControl()
-        previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        cleanup.enter_context(_stopped_by_signals(control))
         lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
         try:
             click.echo(f"changelake: following {address} into {ident}", err=True)
@@ -116,8 +117,6 @@ def follow_files_or_topics(lake_dir: Path, metastore_uri: str | None, master: st
                             losses=losses, **({"kind": kind} if kind is not None else {}))
         finally:
             lake.spark.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"micro-batch(es), {result.committed} committed", err=True)
 
@@ -132,8 +131,6 @@ def follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
     """`ingest --follow --kafka --from debezium|ydb`: rounds of exactly-once ingests until
     SIGTERM / SIGINT (the round in flight commits first) or --until-idle
     (lake/follow_changefeed.py)."""
-    import signal
-
     from changelake.lake import report
     from changelake.lake.follow import FollowControl
     from changelake.lake.follow_changefeed import follow_changefeed_topics
@@ -147,20 +144,30 @@ def follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
 
     check_topics(kafka, topics, dead_letter_topic)
     control = FollowControl()
-    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
-    try:
-        click.echo(f"changelake: following {','.join(topics)} at {kafka} into {ident}",
-                   err=True)
-        result = follow_changefeed_topics(
-            lake, ident, kafka, list(topics), source=source, key=columns,
-            table_schema=schema_path, group=group, scd2=scd2,
-            trigger_seconds=trigger_seconds, until_idle=until_idle, control=control,
-            progress=progress, lenient=lenient, dead_letter_topic=dead_letter_topic)
-    finally:
-        lake.spark.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with _stopped_by_signals(control):
+        lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
+        try:
+            click.echo(f"changelake: following {','.join(topics)} at {kafka} into {ident}",
+                       err=True)
+            result = follow_changefeed_topics(
+                lake, ident, kafka, list(topics), source=source, key=columns,
+                table_schema=schema_path, group=group, scd2=scd2,
+                trigger_seconds=trigger_seconds, until_idle=until_idle, control=control,
+                progress=progress, lenient=lenient, dead_letter_topic=dead_letter_topic)
+        finally:
+            lake.spark.stop()
     click.echo(f"changelake: follow {result.table}: stopped after {result.batches} "
                f"round(s), {result.committed} committed", err=True)
+
+
+@contextmanager
+def _stopped_by_signals(control: Any) -> Iterator[None]:
+    """SIGTERM and SIGINT ask `control` (a `FollowControl`) to stop, the batch or round in
+    flight committing first; the previous handlers come back at the end."""
+    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
