@@ -134,13 +134,14 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                         not tolerate_data_loss, lenient, dead_letter_topic)
             if kafka is not None else None, table_format)
         return
-    if kafka is not None:
+    if way.kafka:
+        assert kafka is not None
         check_topics(kafka, topics, dead_letter_topic)
     refuse_hive_on_remote(lake_dir, table_format)
     lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:
-            if kafka is not None and source != "materialize":
+            if way.kafka and way.changefeed:
                 from changelake.lake.kafka_changefeed import ingest_changefeed_topics
 
                 read = ingest_changefeed_topics(lake, ident, kafka, list(topics),
@@ -150,7 +151,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                                                 lenient=lenient,
                                                 dead_letter_topic=dead_letter_topic)
                 result = read.ingest
-            elif kafka is not None:
+            elif way.kafka:
                 from changelake.lake.kafka_ingest import ingest_topics
 
                 read = ingest_topics(lake, ident, kafka, list(topics), key=columns,
@@ -164,7 +165,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                                          scd2=scd2, close=close)
     finally:
         lake.spark.stop()
-    if kafka is not None:
+    if way.kafka:
         click.echo(f"changelake: {report.topics_line(read)}", err=True)
         report_topic_set_aside(read, dead_letter_topic)
     click.echo(report.ingest_line(result), err=True)
