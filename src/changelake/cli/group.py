@@ -19,7 +19,7 @@ from changelake.redact import redact
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def fail(message: str) -> None:
+def _fail(message: str) -> None:
     click.echo(f"changelake: error: {message}", err=True)
     sys.exit(2)
 
@@ -37,7 +37,7 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except ChangelakeError as error:  # one line, whatever the input held, no secret
-            fail(redact(" ".join(str(error).splitlines())))
+            _fail(redact(" ".join(str(error).splitlines())))
         except BrokenPipeError:
             sys.exit(0)  # the reader went away (e.g. `| head`)
         except OSError as error:
@@ -45,7 +45,7 @@ def user_errors(func: F) -> F:
                 sys.exit(0)
             # An OSError raised with a message alone (delta-rs's, pyarrow's) has no strerror.
             detail = error.strerror or " ".join(str(error).split()) or type(error).__name__
-            fail(redact(f"{error.filename or ''}: {detail}".lstrip(": ")))
+            _fail(redact(f"{error.filename or ''}: {detail}".lstrip(": ")))
         except click.ClickException:
             raise  # usage errors: click prints them
         except Exception as error:
