@@ -236,9 +236,9 @@ def test_a_command_keeps_pysparks_exception_log_off_stderr(spark, capfd, monkeyp
     from pyspark.errors import AnalysisException
     from pyspark.logger import PySparkLogger
 
-    from changelake import cli
+    from changelake.spark.session import SPARK_ERROR_LOGGERS, quiet_spark
 
-    loggers = [PySparkLogger.getLogger(n) for n in cli.SPARK_ERROR_LOGGERS]
+    loggers = [PySparkLogger.getLogger(n) for n in SPARK_ERROR_LOGGERS]
     levels = [logger.level for logger in loggers]
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
     spark_level = log4j.getLevel().toString()
@@ -248,7 +248,7 @@ def test_a_command_keeps_pysparks_exception_log_off_stderr(spark, capfd, monkeyp
                 monkeypatch.setenv("CHANGELAKE_DEBUG", "1")
             else:
                 monkeypatch.delenv("CHANGELAKE_DEBUG", raising=False)
-            cli._quiet_spark(spark)
+            quiet_spark(spark)
             capfd.readouterr()
             with pytest.raises(AnalysisException):
                 spark.range(1).select("no_such_column")

@@ -48,7 +48,7 @@ from changelake.lake.key_rule import KeyRuleError, Locate, check_one_row_per_key
 from changelake.lake.layout import SourceOffsets, TableState
 from changelake.lake.metastore import DEFAULT_PORT, serve
 from changelake.lake.schema import META_COLUMNS
-from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, statuses
+from changelake.lake.sources import DEFAULT_PROBE_SECONDS, check_as_of, lake_states, statuses
 from changelake.lake.sql import path_literal
 from changelake.lake.table import (
     DEFAULT_BUCKETS,
@@ -342,7 +342,7 @@ def snapshot(lake: Lake, table: str | TableIdentifier, *, as_of: int | None = No
     elif as_of is None:
         frame = handle.latest()
     else:
-        check_as_of(lake, handle.state(), as_of)
+        check_as_of(handle.state(), as_of, lambda: lake_states(lake))
         frame = handle.as_of(as_of)
     frame, instants = with_instants(frame)  # not PySpark's local times: see spark/instants
     for row in frame.toLocalIterator():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -170,13 +170,16 @@ def beyond_frontier(group: SourceTables, as_of: int, what: str) -> ConsistencyEr
         f"{group.frontier - 1}")
 
 
-def check_as_of(lake: Lake, state: TableState, as_of: int) -> None:
+def check_as_of(state: TableState, as_of: int,
+                states: Callable[[], Iterable[TableState]]) -> None:
     """Refuse AS OF `as_of` on a captured table where its source's other tables are not yet
     (see the module docstring). Beyond the table's own frontier the table's own error stands
-    (`Table.as_of`); a table captured from no source has nothing to check."""
+    (`Table.as_of`); a table captured from no source has nothing to check. `states` gives
+    the states of the lake's tables (read by Spark, or by the Arrow path), asked only for a
+    captured table."""
     if state.origin is None or (state.upper is not None and as_of >= state.upper):
         return
-    group = next(g for g in sources(lake) if g.source == state.origin.source)
+    group = next(g for g in group_sources(states()) if g.source == state.origin.source)
     if group.frontier is not None and as_of >= group.frontier:
         raise beyond_frontier(group, as_of, f"table {state.name}")
 

@@ -202,6 +202,25 @@ def quiet_glob_metadata_check(spark: SparkSession) -> None:
     log4j.core.config.Configurator.setLevel(GLOB_METADATA_CHECK, log4j.Level.ERROR)
 
 
+SPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+"""PySpark's loggers that write every exception PySpark raises, with its query context and
+Java stack trace, as JSON to stderr when it is raised: also the ones changelake catches and
+handles (a batch handed to the old path), and before the one line the CLI prints."""
+
+
+def quiet_spark(spark: SparkSession) -> None:
+    """A command says what went wrong in one line: Spark's log below ERROR, and PySpark's
+    exception log (`SPARK_ERROR_LOGGERS`), are off unless CHANGELAKE_DEBUG."""
+    import logging
+
+    spark.sparkContext.setLogLevel("ERROR")
+    if not os.environ.get("CHANGELAKE_DEBUG"):
+        from pyspark.logger import PySparkLogger
+
+        for name in SPARK_ERROR_LOGGERS:
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 LOCAL_GARBAGE_COLLECTOR = "-XX:+UseParallelGC"

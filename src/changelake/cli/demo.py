@@ -1,0 +1,46 @@
+"""`changelake demo`: its options; the demo itself is `changelake.demo.run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from changelake.cli.group import main, user_errors
+from changelake.cli.options import spark_options
+
+
+@main.command()
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--updates", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Size of the protocol demo's history.")
+@click.option("--rows", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Rows in the pipeline demo's snapshot.")
+@click.option("--transactions", type=click.IntRange(min=1), default=300, show_default=True,
+              help="Transactions in the pipeline demo's changefeed.")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where to keep the demo's files and lake (default: a temporary directory).")
+@click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
+@click.option("--postgres/--no-postgres", default=True, show_default=True,
+              help="Run the PostgreSQL capture part (an embedded server).")
+@click.option("--dsn", default=None,
+              help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
+                   "logical) instead of an embedded server; its tables are dropped after a "
+                   "passing run. Its password from PGPASSWORD, ~/.pgpass, PGPASSFILE or "
+                   "PGSERVICE, not the command line.")
+@spark_options
+@user_errors
+def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
+         protocol_only: bool, postgres: bool, dsn: str | None, master: str,
+         spark_conf: dict) -> None:
+    """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
+    a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
+    compaction and AS OF reads, on local Spark with the lake's embedded metastore; Kafka
+    topics (librdkafka's mock cluster) into and out of the lake; and an
+    embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
+    once and restarted, every table and a cross-table invariant checked."""
+    from changelake.demo.run import run_demo
+
+    run_demo(seed=seed, updates=updates, rows=rows, transactions=transactions,
+             workdir=workdir, protocol_only=protocol_only, postgres=postgres, dsn=dsn,
+             master=master, spark_conf=spark_conf)

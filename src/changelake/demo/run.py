@@ -1,0 +1,121 @@
+"""The demo run whole, as `changelake demo` shows it: each part of the package in turn, its
+figures as tables on the console and its checks as OK / FAILED lines; a mismatch is a
+`DemoMismatch`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from changelake.errors import ChangelakeError
+
+
+class DemoMismatch(ChangelakeError):
+    """A part of the demo whose result differs from its source's truth."""
+
+
+def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
+             protocol_only: bool, postgres: bool, dsn: str | None, master: str,
+             spark_conf: dict) -> None:
+    """Run the parts (`protocol`; unless `protocol_only`, `postgres` if asked, `pipeline`
+    and `kafka` on one local Spark session) in `workdir` (default: a temporary directory),
+    printing each one's figures and checks."""
+    from contextlib import ExitStack
+
+    from rich.console import Console
+
+    from changelake.demo.pipeline import run_pipeline_demo
+    from changelake.demo.protocol import run_protocol_demo
+
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="changelake-demo-") as tmp, ExitStack() as stack:
+        where = workdir or Path(tmp)
+        with console.status("writing, mangling and decoding a CDCv2 log ..."):
+            result = run_protocol_demo(where / "cdc", seed=seed, updates=updates)
+        print_steps(console, "1. CDCv2 through an at-least-once log (pure Python)", [
+            ("changes generated", f"{result.changes:,}"),
+            ("distinct updates (consolidated truth)", f"{result.truth:,}"),
+            ("messages written by two writers", f"{result.messages_written:,}"),
+            ("messages delivered (re-batched, duplicated, shuffled)",
+             f"{result.messages_delivered:,}"),
+            ("files (Avro OCF and JSON lines)", str(result.files)),
+            ("updates recovered", f"{result.recovered:,}"),
+            ("final frontier", str(result.frontier.to_json()))])
+        if not result.matches:
+            raise DemoMismatch("the recovered history differs from the generated one")
+        console.print("[bold green]OK[/]: recovered exactly the generated history, once "
+                      "each, in time order.")
+        if protocol_only:
+            return
+        lake_dir = where / "pipeline" / "lake"
+        captured = None
+        if postgres:
+            # Before this process opens the lake: the capture processes each hold the lake's
+            # embedded metastore while they run.
+            from changelake.demo import postgres as pg
+
+            if dsn is None:
+                dsn = stack.enter_context(pg.demo_database())
+            else:  # a slot left on the user's server would hold its WAL forever
+                stack.callback(pg.clean_up, dsn, tables=False)
+            spark_args = ["--master", master,
+                          *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
+            with console.status("PostgreSQL: a workload runs while changelake captures it "
+                                "(killed once, restarted) ..."):
+                captured = pg.run_postgres_capture(
+                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed)
+        from changelake.lake.catalog import lake_session
+        from changelake.spark.session import quiet_spark
+
+        with console.status("starting Spark (local, embedded Hive metastore) ..."):
+            spark = lake_session(lake_dir, master, conf=spark_conf)
+            quiet_spark(spark)
+        try:
+            with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
+                pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
+                                             transactions=transactions)
+            with console.status("Kafka (librdkafka's mock cluster): Debezium topic -> CDCv2 "
+                                "topic -> lake -> change feed topic ..."):
+                from changelake.demo.kafka import run_kafka_demo
+
+                kafka = run_kafka_demo(where / "kafka", spark, lake_dir, seed=seed)
+            pg_checks = []
+            if captured is not None:
+                with console.status("PostgreSQL: checking the lake against the database ..."):
+                    pg_checks = pg.check(spark, captured.dsn, lake_dir, seed=seed)
+        finally:
+            spark.stop()
+        print_steps(console, "2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)",
+                     [(step.name, step.figure) for step in pipeline.steps])
+        checks = list(pipeline.checks)
+        for name, passed in pipeline.checks:
+            console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
+        print_steps(console, "3. Debezium topic -> CDCv2 topic -> lake -> change feed topic "
+                     "(Kafka)", [(step.name, step.figure) for step in kafka.steps])
+        for name, passed in kafka.checks:
+            console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
+        checks += kafka.checks
+        if captured is not None:
+            print_steps(console, "4. PostgreSQL -> changelake capture -> lake tables",
+                         captured.steps)
+            for c in pg_checks:
+                console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
+                              f"{c.name}")
+            checks += [(c.name, c.passed) for c in pg_checks]
+        if captured is not None:
+            pg.clean_up(captured.dsn, tables=all(passed for _, passed in checks))
+        if not all(passed for _, passed in checks):
+            raise DemoMismatch("a lake table differs from its source's truth")
+
+
+def print_steps(console: Any, title: str, steps: list[tuple[str, str]]) -> None:
+    """A part's figures as a table titled `title`."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("step")
+    table.add_column("figure", justify="right")
+    for step, figure in steps:
+        table.add_row(step, figure)
+    console.print(table)
