@@ -12,7 +12,7 @@ from package_imports import package_imports
 
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["files", "identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2",
-         "delta_storage", "commit",
+         "delta_storage", "current_follower", "commit",
          "key_rule", "table", "compact", "changes", "catalog", "sources", "metastore", "commands",
          "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",
          "sql_endpoint"]

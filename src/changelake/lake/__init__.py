@@ -5,7 +5,9 @@ a local directory or any Hadoop FileSystem URI), `identifier` (names, checked on
 (files, manifests and the commit pointer) and `schema` (evolution) are values; `follow_lag`
 says how far a followed source is ahead of its table; `arrow` reads a
 committed state without a JVM (merge-on-read in pyarrow, for `status` and `snapshot`); `sql`
-and `scd2` turn a manifest into the SQL of its views; `commit` is the one commit path
+and `scd2` turn a manifest into the SQL of its views; `delta_storage` is the Delta Lake back
+end, and `current_follower` brings its `current` tables up to their commits in a thread of its
+own; `commit` is the one commit path
 (manifest, views, pointer, garbage collection) and the writer lock; `key_rule` is the rule
 a keyed table's commits keep (one row per key); `table` and `compact` are the operations, and
 `changes` reads a table out as a CDCv2 stream (its change feed); `catalog` ties a lake
