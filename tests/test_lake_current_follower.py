@@ -9,6 +9,7 @@ import json
 import random
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -114,3 +115,18 @@ def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, tmp_pa
     assert set(threads) == {"changelake-current" if follow else "MainThread"}
     assert rows_of(table.current()) == state_at(
         [((t, f"n{t}", t), t, 1) for t in range(5)], 4, keyed=True)
+
+
+def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, tmp_path):
+    lake = Lake(spark, tmp_path / "lake")
+    name = unique("killed")
+    rows = [((t, f"n{t}", t), t, 1) for t in range(3)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, "catch_up", lambda *_a, **_k: None)  # died before it
+        with following(lake):
+            table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+            for t in range(3):
+                table.commit(to_df(spark, [rows[t]]), [t], [t + 1])
+    restarted = Lake(spark, tmp_path / "lake").table(name)  # a new run, no follower yet
+    assert rows_of(restarted.current()) == Counter()  # `current` never got them
+    assert rows_of(restarted.latest()) == state_at(rows, 2, keyed=True)

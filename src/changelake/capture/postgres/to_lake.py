@@ -303,7 +303,8 @@ class LakeSink:
             return []
         if self.lake.current_follower is not None:  # `current` as of the last commit
             self.lake.current_follower.flush()
-        current: DataFrame = handles[table.qualified].current()
+        # `latest`: a run killed before its MERGE left `current` behind its commits.
+        current: DataFrame = handles[table.qualified].latest()
         current = current.select(*(
             current[quote(c)] if c in current.columns else F.lit(None).cast(f.dataType)
             .alias(c) for c, f in zip(table.columns, spark_schema(table), strict=True)))
