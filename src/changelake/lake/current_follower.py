@@ -42,10 +42,10 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
+from changelake.durable import SYNC_SLACK_SECONDS
 from changelake.lake import delta_storage
 from changelake.lake.identifier import TableIdentifier
-from changelake.lake.layout import TableState, current_path, updates_path
+from changelake.lake.layout import TableState, current_path
 
 INTERVAL_SECONDS = 5.0
 """The least time from the start of one catch-up to the start of the next (unless a flush
@@ -153,9 +153,7 @@ class CurrentFollower:
                 raise
             return  # another writer's commit caught it up meanwhile
         delta_storage.checkpoint_updates(spark, request.table_dir)
-        sync_tree(path, request.table_dir, newer_than=started)
-        sync_tree(updates_path(request.table_dir) / "_delta_log", request.table_dir,
-                  newer_than=started)
+        delta_storage.sync(request.table_dir, started)
 
 
 def _own_session(spark: SparkSession) -> SparkSession:
