@@ -193,15 +193,6 @@ class TopicReader:
         """The message a record of this topic holds (see `messages`); None if set aside."""
         return self._decode(record.value, record.partition, record.offset, set_aside)
 
-    def schemas_seen(self) -> list[CdcSchema]:
-        """The schemas the frames read so far named, each once."""
-        seen: list[CdcSchema] = []
-        for key in self.schemas:
-            schema = self.schemas[key]
-            if all(schema is not other for other in seen):
-                seen.append(schema)
-        return seen
-
     def records(self, ranges: Sequence[PartitionRange] | None = None) -> Iterator[Record]:
         """The records of `ranges` (default: the planned ones), undecoded: the bounded read
         that readers of other topic formats and of one partition's range share."""

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from changelake.protocol.time import Time, check_time, join, less_equal, meet
+from changelake.protocol.time import Time, check_time, join, less_equal
 
 
 def _minimal(times: Iterable[Time]) -> tuple[Time, ...]:
@@ -85,15 +85,6 @@ class Antichain:
     @classmethod
     def from_json(cls, value: list) -> Antichain:
         return cls(tuple(t) if isinstance(t, list) else t for t in value)
-
-
-def meet_all(times: Iterable[Time]) -> Time:
-    """Greatest lower bound of a non-empty collection of times."""
-    it = iter(times)
-    acc = next(it)
-    for t in it:
-        acc = meet(acc, t)
-    return acc
 
 
 FrontierLike: TypeAlias = "Antichain | Time | Iterable[Time]"

@@ -28,10 +28,6 @@ def less_equal(a: Time, b: Time) -> bool:
     return all(x <= y for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
 
 
-def less_than(a: Time, b: Time) -> bool:
-    return a != b and less_equal(a, b)
-
-
 def join(a: Time, b: Time) -> Time:
     """Least upper bound."""
     if type(a) is int:
@@ -44,11 +40,6 @@ def meet(a: Time, b: Time) -> Time:
     if type(a) is int:
         return a if a <= b else b  # type: ignore[operator,return-value]
     return tuple(x if x <= y else y for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
-
-
-def minimum_like(t: Time) -> Time:
-    """The least time of the same kind as `t` (0, or a tuple of zeros)."""
-    return 0 if type(t) is int else tuple(0 for _ in t)  # type: ignore[union-attr]
 
 
 MAX_TIME = 2**63 - 1

@@ -477,11 +477,6 @@ class MaterializeCdcReader(DataSourceReader):
         yield from arrow_batches(read_file(self.options, partition.path), self.schema)
 
 
-@dataclass(frozen=True)
-class FilesPartition(InputPartition):
-    paths: tuple[str, ...]
-
-
 class MaterializeCdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """New files since the last offset; an offset is the sorted list of files seen.
 

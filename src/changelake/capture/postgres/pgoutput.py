@@ -35,15 +35,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Final
 
 from changelake.errors import InputError
 from changelake.formats.change import UNCHANGED, _Unchanged
-
-#: PostgreSQL's epoch for timestamps on the wire: microseconds since 2000-01-01 UTC.
-POSTGRES_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
-
 
 #: A column's value on the wire: NULL, unchanged TOAST, text, or binary.
 Value = None | _Unchanged | str | bytes
@@ -62,10 +56,6 @@ def format_lsn(lsn: int) -> str:
 def parse_lsn(text: str) -> int:
     high, _, low = text.partition("/")
     return (int(high, 16) << 32) | int(low, 16)
-
-
-def to_datetime(micros: int) -> datetime:
-    return POSTGRES_EPOCH + timedelta(microseconds=micros)
 
 
 # -- the messages ------------------------------------------------------------------------------
