@@ -7,7 +7,7 @@ a connector restart that re-sends the last 2%), written once, goes
 
 * **A, changelake**: into a keyed Delta table (`key=["id"]`, `source="debezium"`, the feed
   closed: it is whole) by `changelake ingest --format delta` run as a process (its start-up
-  included), and by `commands.ingest` on a Lake with `storage="delta"` in this process, after
+  included), and by `ingest.ingest` on a Lake with `storage="delta"` in this process, after
   a 600-event warm-up as `bench_ingest.py` does. Besides the rows now, changelake keeps every
   update with its time (`snapshot --as-of T` for any T up to the frontier, `--history`,
   `changes`) and the table's frontier.
@@ -237,21 +237,21 @@ def main() -> None:
         sdp_run = sdp_run_seconds(sdp_log)
 
         # A in this process, warmed up as bench_ingest.py does
-        from changelake.lake import Lake, commands, lake_session
+        from changelake.lake import Lake, ingest, lake_session
 
         spark = lake_session(work / "lake", args.master)
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, work / "lake", storage="delta")
-        commands.ingest(lake, "bench.warm", [small], key=["id"], source="debezium", close=True)
+        ingest.ingest(lake, "bench.warm", [small], key=["id"], source="debezium", close=True)
         start = time.perf_counter()
-        report = commands.ingest(lake, "bench.items", [feed], key=["id"], source="debezium",
+        report = ingest.ingest(lake, "bench.items", [feed], key=["id"], source="debezium",
                                  close=True)
         ours = time.perf_counter() - start
 
         print(f"{lines:,} Debezium lines over {max(10, args.events // 6):,} keys, "
               f"{size / 2**20:.0f} MiB, master {args.master}")
         rows = [("changelake ingest (process)", ours_cli),
-                ("changelake commands.ingest (in process)", ours)]
+                ("changelake ingest.ingest (in process)", ours)]
         if sdp_error is None:
             rows.append(("AUTO CDC: spark-pipelines run (process)", sdp))
         for name, took in rows:

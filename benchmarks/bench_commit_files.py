@@ -48,7 +48,7 @@ def main() -> int:
     parser.add_argument("--source", choices=("debezium", "ydb"), default="debezium")
     args = parser.parse_args()
 
-    from changelake.lake import Lake, commands, lake_session
+    from changelake.lake import Lake, ingest, lake_session
     from changelake.lake.table import SEGMENT_DICTIONARY_BYTES
     from changelake.spark.changefeed import conversion
 
@@ -69,7 +69,7 @@ def main() -> int:
         coalesce = conversion.files_for
         conversion.files_for = lambda spark, events, partitions: partitions  # type: ignore
         try:
-            commands.ingest(lake, "bench.items", feed, key=["id"], **options)  # type: ignore[arg-type]
+            ingest.ingest(lake, "bench.items", feed, key=["id"], **options)  # type: ignore[arg-type]
         finally:
             conversion.files_for = coalesce
         table = lake.table("bench.items")

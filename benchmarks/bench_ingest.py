@@ -7,9 +7,9 @@ before-image, then a tombstone), and a connector restart that re-sends the last 
 
 The same lines are
 
-* ingested with `changelake.lake.commands.ingest` into a fresh keyed table, once on the JVM path
+* ingested with `changelake.lake.ingest.ingest` into a fresh keyed table, once on the JVM path
   (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
-  group, `changelake.spark.changefeed.udf`): the benchmark points `commands.convert_frames`
+  group, `changelake.spark.changefeed.udf`): the benchmark points `ingest.convert_frames`
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines;
@@ -321,13 +321,13 @@ def main() -> None:
     if args.driver_memory is not None:
         conf["spark.driver.memory"] = args.driver_memory
 
-    from changelake.lake import Lake, commands, lake_session
+    from changelake.lake import Lake, ingest, lake_session
     from changelake.spark import changefeed
     from changelake.spark.changefeed import pipeline
     from changelake.spark.changefeed import steps as changefeed_steps
 
     assert changefeed is not None
-    old_frames = commands.convert_frames
+    old_frames = ingest.convert_frames
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
         ydb = args.source == "ydb"
@@ -354,7 +354,7 @@ def main() -> None:
                          else f"{converted.path}: {converted.reason}")
             return converted
 
-        commands.convert_frames = frames  # type: ignore[assignment]
+        ingest.convert_frames = frames  # type: ignore[assignment]
         steps: list[str] = []  # the JVM path's step lines of the measured ingest
 
         class Steps(logging.Handler):
@@ -363,7 +363,7 @@ def main() -> None:
 
         logging.getLogger(changefeed_steps.__name__).addHandler(Steps())
         logging.getLogger(changefeed_steps.__name__).setLevel(logging.DEBUG)
-        commands.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
+        ingest.ingest(lake, "bench.warm", small, key=["id"], **options)  # type: ignore[arg-type]
         plain_write(spark, small, args.source, work / "warm.parquet")
 
         start = time.perf_counter()
@@ -371,7 +371,7 @@ def main() -> None:
         plain = time.perf_counter() - start
         steps.clear()
         start = time.perf_counter()
-        report = commands.ingest(lake, "bench.items", feed, key=["id"],
+        report = ingest.ingest(lake, "bench.items", feed, key=["id"],
                              **options)  # type: ignore[arg-type]
         ours = time.perf_counter() - start
         ours_steps = list(steps)
@@ -395,9 +395,9 @@ def main() -> None:
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
-            commands.convert_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
+            ingest.convert_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
             start = time.perf_counter()
-            old = commands.ingest(lake, "bench.old", feed, key=["id"],
+            old = ingest.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]
             took = time.perf_counter() - start
             rows.append((f"ingest, old path ({taken[-1].split(':')[0]})", took,
@@ -424,7 +424,7 @@ def main() -> None:
             plain_again = time.perf_counter() - start
             steps.clear()
             start = time.perf_counter()
-            commands.ingest(lake, "bench.again", feed, key=["id"],
+            ingest.ingest(lake, "bench.again", feed, key=["id"],
                             **options)  # type: ignore[arg-type]
             again = time.perf_counter() - start
             print(f"again, on the warm JVM: plain {plain_again:.2f} s, ingest {again:.2f} s "
@@ -433,7 +433,7 @@ def main() -> None:
                 print(f"  JVM path {line}")
         spark.stop()
     finally:
-        commands.convert_frames = old_frames
+        ingest.convert_frames = old_frames
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,5 +1,5 @@
 """Typing schemaless Materialize CDC rows: Spark's JSON inference over the updates' `data` texts
-(`lake.commands.materialize_frames`, `lake follow`), the texts handed over as a Python RDD
+(`lake.ingest.materialize_frames`, `lake follow`), the texts handed over as a Python RDD
 (`.rdd.map(lambda row: row[0])`, the way it was) against the JVM's reader on the column itself
 (`spark.json_schema.infer_json_schema`).
 

@@ -4,7 +4,7 @@ A Materialize CDC log of `--updates` updates (a key column `id`, two more column
 inserted once, a fifth of them updated later: a retraction and an insertion at one time; every
 message delivered twice, shuffled, in `--files` Avro container files) is ingested into a new
 keyed table, `--rounds` times with the check and as many without it
-(`commands.check_one_row_per_key` swapped for a no-op), alternating, in one process after one
+(`ingest.check_one_row_per_key` swapped for a no-op), alternating, in one process after one
 unmeasured ingest of each. Printed: each way's median seconds and their ratio, and the
 check's own time (timed around its call in the rounds with it) against the whole ingest.
 
@@ -89,7 +89,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args()
 
-    from changelake.lake import Lake, commands
+    from changelake.lake import Lake, ingest
     from changelake.lake.catalog import lake_session
 
     root = Path(tempfile.mkdtemp(prefix="bench-key-rule-"))
@@ -102,7 +102,7 @@ def main() -> int:
         spark = lake_session(root / "lake", master=args.master)
         spark.sparkContext.setLogLevel("ERROR")
         lake = Lake(spark, root / "lake")
-        checked = commands.check_one_row_per_key
+        checked = ingest.check_one_row_per_key
         check_seconds: list[float] = []
 
         def timed_check(*a: object, **k: object) -> None:
@@ -110,17 +110,17 @@ def main() -> int:
             checked(*a, **k)
             check_seconds.append(time.perf_counter() - start)
 
-        def ingest(check: bool) -> float:
-            commands.check_one_row_per_key = timed_check if check else (lambda *a, **k: None)
+        def timed_ingest(check: bool) -> float:
+            ingest.check_one_row_per_key = timed_check if check else (lambda *a, **k: None)
             start = time.perf_counter()
-            report = commands.ingest(lake, f"t_{uuid.uuid4().hex[:8]}", [log], key=["id"])
+            report = ingest.ingest(lake, f"t_{uuid.uuid4().hex[:8]}", [log], key=["id"])
             seconds = time.perf_counter() - start
             assert report.commit.written == distinct, report.commit
             return seconds
 
-        medians = alternate({"with the check": lambda: ingest(True),
-                             "without the check": lambda: ingest(False)}, args.rounds)
-        commands.check_one_row_per_key = checked
+        medians = alternate({"with the check": lambda: timed_ingest(True),
+                             "without the check": lambda: timed_ingest(False)}, args.rounds)
+        ingest.check_one_row_per_key = checked
         with_s, without_s = medians["with the check"], medians["without the check"]
         own = statistics.median(check_seconds[1:])  # not the warm-up's
         print(f"\ningest into a keyed table, median of {args.rounds}:")

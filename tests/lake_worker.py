@@ -16,7 +16,7 @@ passed through.
                                         --inputs F1,F2 [--inputs F1,F2,F3 ...]
     python tests/lake_worker.py compact --lake L --table T --seed S --metastore-uri U --stop FILE
 
-`ingest` runs `commands.ingest` of a keyed Debezium feed once per `--inputs` (comma-separated
+`ingest` runs `ingest.ingest` of a keyed Debezium feed once per `--inputs` (comma-separated
 files), as concurrent deliveries would. `compact` compacts whenever the table exists until FILE
 exists, then reports the table's rows and whether its changes apply exactly once. Each prints
 one JSON line `RESULT {...}` at the end.
@@ -150,12 +150,12 @@ def main() -> int:
         result = {"reads": reads, "bad": bad, "versions": len(versions)}
 
     if args.action == "ingest":
-        from changelake.lake import commands
+        from changelake.lake import ingest
 
         commits = []
         for n, files in enumerate(args.inputs):
             say(f"INGEST {n}")
-            report = commands.ingest(lake, args.table, files.split(","), key=["id"],
+            report = ingest.ingest(lake, args.table, files.split(","), key=["id"],
                                  source="debezium")
             c = report.commit
             commits.append([c.lower, c.upper, c.written, c.skipped])

@@ -29,7 +29,7 @@ from changelake.errors import SchemaError
 from changelake.formats.avro_values import python_to_plain
 from changelake.formats.materialize import read_all
 from changelake.lake.catalog import Lake
-from changelake.lake.commands import ingest
+from changelake.lake.ingest import ingest
 from changelake.local import decode_local
 from changelake.protocol import Progress
 

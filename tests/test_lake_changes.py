@@ -36,8 +36,8 @@ from changelake.errors import LakeError, SchemaError
 from changelake.formats.materialize import load_schema
 from changelake.lake import Lake, Table
 from changelake.lake.changes import cdc_schema_of, write_changes
-from changelake.lake.commands import ingest
 from changelake.lake.compact import compact
+from changelake.lake.ingest import ingest
 from changelake.local import decode_local
 from changelake.protocol import Antichain
 from changelake.spark.instants import with_instants

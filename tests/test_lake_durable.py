@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from changelake.capture.postgres.source import Source
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.lake.compact import compact
 from changelake.lake.layout import manifest_path, pointer_path
 from conftest import SAMPLES
@@ -74,7 +74,7 @@ def test_a_hive_ingest_and_compaction_sync_their_files_before_the_view_changes(
         spark, tmp_path, monkeypatch) -> None:
     lake = Lake(spark, tmp_path / "lake", storage="hive")
     log = record(monkeypatch)
-    report = commands.ingest(lake, "durable_hive", [SAMPLE], key=["order_id"],
+    report = ingest.ingest(lake, "durable_hive", [SAMPLE], key=["order_id"],
                              source="debezium", close=True)
     table = lake.table("durable_hive")
     state = table.state()
@@ -100,7 +100,7 @@ def test_a_delta_commit_syncs_its_data_and_log_before_it_returns(spark, tmp_path
                                                                  monkeypatch) -> None:
     lake = Lake(spark, tmp_path / "lake", storage="delta")
     log = record(monkeypatch)
-    commands.ingest(lake, "durable_delta", [SAMPLE], key=["order_id"], source="debezium",
+    ingest.ingest(lake, "durable_delta", [SAMPLE], key=["order_id"], source="debezium",
                     close=True)
     table = lake.table("durable_delta")
     state = table.state()

@@ -45,7 +45,7 @@ from pyspark.sql.types import (
 
 from changelake.errors import LakeError, SchemaError
 from changelake.lake import Lake, Table
-from changelake.lake.commands import plain
+from changelake.lake.arrow import plain
 from changelake.lake.compact import compact
 from changelake.lake.export import export_table, export_to_delta
 from changelake.lake.export.changes import pin

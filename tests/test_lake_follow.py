@@ -28,7 +28,7 @@ import pytest
 
 from changelake.errors import ChangelakeError, LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.lake import Lake, arrow, commands
+from changelake.lake import Lake, arrow, ingest
 from changelake.lake.follow import (
     CommitBatches,
     FollowControl,
@@ -104,7 +104,7 @@ def one_shot(spark, tmp_path: Path, source: Path, schema: Path | None
     """The differential reference: `ingest` of every file at once, in a lake of its own."""
     lake_dir = tmp_path / f"reference-{uuid.uuid4().hex[:6]}"
     name = f"ref_{uuid.uuid4().hex[:8]}"
-    commands.ingest(Lake(spark, lake_dir), name, [source], schema=schema)
+    ingest.ingest(Lake(spark, lake_dir), name, [source], schema=schema)
     return consolidated(lake_dir, name)
 
 

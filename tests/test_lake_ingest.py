@@ -17,7 +17,7 @@ from changefeed_cases import python_updates
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError, LakeError, SchemaError
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.values import freeze
 from conftest import SAMPLES
 from lake_history import keyed_history, messages, state_at
@@ -70,7 +70,7 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
                 if not str(cached.get(k).name() or "").startswith("Delta Table State")}
 
     cached = persisted()
-    first = commands.ingest(lake, name, [early], key=["id"], schema=schema_file)
+    first = ingest.ingest(lake, name, [early], key=["id"], schema=schema_file)
     assert first.created and first.frontier == [6]
     # The decoder's cached aggregate is released once the commit has read it. (Compared as
     # sets: the context's cleaner may drop an earlier test's checkpoints meanwhile.)
@@ -79,18 +79,18 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     assert Counter(tuple(r) for r in spark.table(name).collect()) == state_at(history, 5,
                                                                               keyed=True)
     # the early part again, then everything (overlapping): nothing doubled
-    again = commands.ingest(lake, name, [early], key=["id"], schema=schema_file)
+    again = ingest.ingest(lake, name, [early], key=["id"], schema=schema_file)
     assert again.commit.skipped
-    rest = commands.ingest(lake, name, [early, full], key=["id"], schema=schema_file)
+    rest = ingest.ingest(lake, name, [early, full], key=["id"], schema=schema_file)
     assert rest.commit.lower == 6 and rest.frontier == [12]
     assert Counter(tuple(r) for r in spark.table(name).collect()) == state_at(history, 11,
                                                                               keyed=True)
-    snap = list(commands.snapshot(lake, name, as_of=5))
+    snap = list(ingest.snapshot(lake, name, as_of=5))
     assert Counter((r["id"], r["name"], r["amount"]) for r in snap) == state_at(history, 5,
                                                                                keyed=True)
-    result = commands.compact(lake, name)
+    result = ingest.compact(lake, name)
     assert result.since == 11 and table.state().since == 11
-    [status] = [s for s in commands.status(lake) if s.name == name]
+    [status] = [s for s in ingest.status(lake) if s.name == name]
     assert (status.frontier, status.since, status.segments) == ([12], 11, 0)
     assert status.rows == len(state_at(history, 11, keyed=True)) and status.files > 0
 
@@ -114,11 +114,11 @@ def test_ingest_debezium(spark, lake, tmp_path):
     feed = tmp_path / "feed.jsonl"
     feed.write_text("\n".join(lines) + "\n")
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
-    report = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
+    report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium")
     # without transaction metadata the last position seen (500) is not known to be finished
     assert report.frontier == [500]
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne")}
-    again = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
+    again = ingest.ingest(lake, name, [feed], key=["id"], source="debezium")
     assert again.commit.skipped
     # the feed goes on (delivered again from the start): position 500 is now finished
     more = tmp_path / "more.jsonl"
@@ -126,7 +126,7 @@ def test_ingest_debezium(spark, lake, tmp_path):
                                                       {"id": 3, "name": "cyd"}, 600, 6),
                                debezium_line("c", None, {"id": 4, "name": "di"}, 700, 7)])
                     + "\n")
-    later = commands.ingest(lake, name, [more], key=["id"], source="debezium")
+    later = ingest.ingest(lake, name, [more], key=["id"], source="debezium")
     assert later.frontier == [700] and later.commit.lower == 500
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "anne"), (3, "cyd")}
 
@@ -159,7 +159,7 @@ def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, hive_lake, t
     name = f"files_{uuid.uuid4().hex[:8]}.t"
     partitions = 4 * spark.sparkContext.defaultParallelism
     with settings(spark, {"spark.sql.shuffle.partitions": str(partitions)}):
-        report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+        report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                  close=True)
     assert report.commit.written == 64
     table = lake.table(name)
@@ -190,7 +190,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
     feed.write_text("\n".join(lines) + "\n")
     name = f"tie_{uuid.uuid4().hex[:8]}.t"
     with caplog.at_level("INFO", logger=pipeline.__name__):
-        report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+        report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                  close=True)
     assert f"on the Python path: {TIED}" in caplog.text
     table = lake.table(name)
@@ -202,7 +202,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
     assert table.schema == old.changes.schema["data"].dataType
     caplog.clear()
     with caplog.at_level("INFO", logger=pipeline.__name__):
-        again = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+        again = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                 close=True)
     assert again.commit.skipped and f"on the Python path: {TIED}" in caplog.text
 
@@ -282,14 +282,14 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
     end = feed.times[-1] + 1
 
     with caplog.at_level("INFO", logger=pipeline.__name__):
-        first = commands.ingest(lake, name, first_input, key=["id"], source="debezium")
+        first = ingest.ingest(lake, name, first_input, key=["id"], source="debezium")
         assert first.frontier[0] < end
-        second = commands.ingest(lake, name, rest, key=["id"], source="debezium")
+        second = ingest.ingest(lake, name, rest, key=["id"], source="debezium")
         assert second.frontier == [end]  # every transaction is complete
         assert lake.table(name).state().upper == end
         # The same input again: all of it before the committed frontier, nothing to commit
         # (its frontier is its high water, as on the JVM path: no transaction counts).
-        again = commands.ingest(lake, name, rest, key=["id"], source="debezium")
+        again = ingest.ingest(lake, name, rest, key=["id"], source="debezium")
         assert again.commit.written == 0 and again.frontier[0] <= end
     assert caplog.text.count("on the Python path: unsupported: a source.sequence not in "
                              "Debezium's shape") == 3
@@ -359,11 +359,11 @@ def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
     files_before = set(lake.root.rglob("*.parquet"))
     with caplog.at_level("INFO", logger=pipeline.__name__):
         if bad == "wide":
-            report = commands.ingest(lake, name, [feed], key=["id"], source="debezium",
+            report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                      close=True)
         else:
             with pytest.raises(ChangefeedError, match=r"feed\.jsonl, line 2: after\.price: "):
-                commands.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
+                ingest.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
     assert "on the Python path: bad: a value Spark refuses" in caplog.text
     if bad == "not base64":
         assert set(lake.root.rglob("*.parquet")) == files_before
@@ -388,12 +388,12 @@ def test_a_changefeed_without_row_images_creates_no_table_and_changes_none(spark
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
     with pytest.raises(InputError, match=rf"no row images in {re.escape(str(empty))} \(.*"
                                          r"or nothing\), and no --schema"):
-        commands.ingest(lake, name, [empty], key=["id"], source="debezium")
+        ingest.ingest(lake, name, [empty], key=["id"], source="debezium")
     assert not spark.catalog.tableExists(name)
     feed = tmp_path / "feed.jsonl"
     feed.write_text(debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1) + "\n")
-    commands.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
-    report = commands.ingest(lake, name, [empty], key=["id"], source="debezium", close=True)
+    ingest.ingest(lake, name, [feed], key=["id"], source="debezium", close=True)
+    report = ingest.ingest(lake, name, [empty], key=["id"], source="debezium", close=True)
     assert report.commit.written == 0
     assert {tuple(r) for r in spark.table(name).collect()} == {(1, "ann")}
 
@@ -411,19 +411,19 @@ def test_a_column_the_source_adds_joins_a_keyed_table(spark, lake, tmp_path):
         debezium_line("c", None, {"id": 2, "name": "bob"}, 200, 2),
         debezium_line("c", None, {"id": 3, "name": "cy"}, 250, 3)]) + "\n")
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
-    first = commands.ingest(lake, name, [feed], key=["id"], source="debezium")
+    first = ingest.ingest(lake, name, [feed], key=["id"], source="debezium")
     assert first.frontier == [250]  # 250 is not known complete: the next batch brings it
     later = tmp_path / "later.jsonl"  # from 250 on, the rows have the new column
     later.write_text("\n".join([
         debezium_line("c", None, {"id": 3, "name": "cy", "vip": False}, 250, 3),
         debezium_line("u", None, {"id": 1, "name": "anne", "vip": True}, 300, 4)]) + "\n")
-    report = commands.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
+    report = ingest.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
     assert report.commit.schema_changed
     assert {tuple(r) for r in spark.table(name).collect()} == {
         (1, "anne", True), (2, "bob", None), (3, "cy", False)}
     assert {tuple(r) for r in lake.table(name).as_of(200).collect()} == {
         (1, "ann", None), (2, "bob", None)}
-    again = commands.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
+    again = ingest.ingest(lake, name, [later], key=["id"], source="debezium", close=True)
     assert again.commit.skipped
     assert "nothing new (committed through the end: the table is closed" in ingest_line(again)
 
@@ -437,17 +437,17 @@ def test_a_key_or_columns_a_table_cannot_have_are_refused_in_one_line(spark, lak
     name = f"dbz_{uuid.uuid4().hex[:8]}.t"
     with pytest.raises(ChangefeedError, match=r"feed.jsonl, line 1: cannot tell the key "
                                               r"\['ident'\]"):
-        commands.ingest(lake, name, [feed], key=["ident"], source="debezium")
+        ingest.ingest(lake, name, [feed], key=["ident"], source="debezium")
     # A key named in another case than the feed's says so (a new table's key is the feed's).
     with pytest.raises(ChangefeedError, match=r"cannot tell the key \['ID'\] .* \(key columns "
                        r"are matched in the feed's spelling: 'ID' is 'id' there\)"):
-        commands.ingest(lake, name, [feed], key=["ID"], source="debezium")
+        ingest.ingest(lake, name, [feed], key=["ID"], source="debezium")
     cased = tmp_path / "cased.jsonl"
     cased.write_text(debezium_line("c", None, {"id": 1, "ID": 2, "name": "ann"}, 100, 1)
                      + "\n")
     with pytest.raises(SchemaError, match=r"column names differ only in case: "
                                           r"\['id', 'ID', 'name'\]"):
-        commands.ingest(lake, name, [cased], key=["id"], source="debezium", close=True)
+        ingest.ingest(lake, name, [cased], key=["id"], source="debezium", close=True)
     assert not spark.catalog.tableExists(name)
 
 
@@ -458,7 +458,7 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
 
     sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
     name = f"hold_{uuid.uuid4().hex[:8]}.orders"
-    first = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium")
+    first = ingest.ingest(lake, name, [sample], key=["order_id"], source="debezium")
     (held,) = first.frontier
     assert held > 0 and first.waiting_for is not None
     assert f"time {held} complete" in first.waiting_for and "--close" in first.waiting_for
@@ -468,7 +468,7 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     rows = {r["order_id"]: r["product_id"] for r in spark.table(name).collect()}
     assert rows == {1: 1, 2: 2, 3: 2}
 
-    closed = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium",
+    closed = ingest.ingest(lake, name, [sample], key=["order_id"], source="debezium",
                          close=True)
     assert closed.frontier == [] and closed.waiting_for is None
     assert report.waiting_line(closed) is None
@@ -477,14 +477,14 @@ def test_ingest_says_what_it_holds_back_and_close_commits_it(spark, lake):
     assert rows == {1: 3, 2: 2, 3: 2}
     # The same input again without close: nothing new, and no note that its last transaction
     # waits (the closed table holds it).
-    again = commands.ingest(lake, name, [sample], key=["order_id"], source="debezium")
+    again = ingest.ingest(lake, name, [sample], key=["order_id"], source="debezium")
     assert again.commit.skipped and again.waiting_for is not None
     assert report.waiting_line(again) is None
 
 
 def test_close_is_refused_for_a_materialize_log(lake, tmp_path):
     with pytest.raises(LakeError, match="closes itself"):
-        commands.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)
+        ingest.ingest(lake, f"c_{uuid.uuid4().hex[:8]}.t", [tmp_path], close=True)
 
 
 YDB_TABLE = {"columns": [{"name": "id", "type": "Uint64"}, {"name": "name", "type": "Utf8"},
@@ -514,9 +514,9 @@ def test_a_ydb_changefeed_without_key_is_keyed_by_its_primary_key(spark, lake, t
     (tmp_path / "a.jsonl").write_text("\n".join(first) + "\n")
     (tmp_path / "b.jsonl").write_text("\n".join(first + second) + "\n")  # re-delivered
     name = f"ydbkey_{uuid.uuid4().hex[:8]}.items"
-    commands.ingest(lake, name, [tmp_path / "a.jsonl"], source="ydb", schema=schema)
+    ingest.ingest(lake, name, [tmp_path / "a.jsonl"], source="ydb", schema=schema)
     assert lake.table(name).state().key == ("id",)
-    commands.ingest(lake, name, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
+    ingest.ingest(lake, name, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
     rows = sorted(tuple(r) for r in spark.table(name).collect())
     assert rows == [(1, "a", 5), (3, "c", 3)]
 
@@ -524,7 +524,7 @@ def test_a_ydb_changefeed_without_key_is_keyed_by_its_primary_key(spark, lake, t
     lake.create_table(unkeyed, spark.table(name).schema)
     with pytest.raises(LakeError, match=r"has no key, but the changefeed is converted by its "
                                         r"table schema's primary key \(id\)"):
-        commands.ingest(lake, unkeyed, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
+        ingest.ingest(lake, unkeyed, [tmp_path / "b.jsonl"], source="ydb", schema=schema)
 
 
 def test_a_log_typed_now_into_a_table_of_its_text_is_refused_writing_nothing(spark, lake,
@@ -553,7 +553,7 @@ def test_a_log_typed_now_into_a_table_of_its_text_is_refused_writing_nothing(spa
                                         r"decimal\(10,2\).*nothing was written \(the "
                                         r"input's columns are those of its first Avro file's "
                                         r"own schema: .*more\.avro\)$"):
-        commands.ingest(lake, "shop.priced", [log])
+        ingest.ingest(lake, "shop.priced", [log])
     assert lake.table("shop.priced").state().upper == 5
     assert [tuple(r) for r in lake.table("shop.priced").current().collect()] == [(1, "12.50")]
 
@@ -580,11 +580,11 @@ def test_json_lines_without_a_schema_into_a_table_of_other_types_say_to_give_one
             write_json_lines(fo, [
                 Updates([(freeze({"k": n, "price": "1.25"}, ("k", "price")), lower, 1)]),
                 Progress.make([lower], [lower + 5], [(lower, 1)])], cdc)
-    commands.ingest(lake, "shop.typed", [logs[0]], key=["k"], schema=schema_file)
+    ingest.ingest(lake, "shop.typed", [logs[0]], key=["k"], schema=schema_file)
     with pytest.raises(SchemaError, match=r"column 'price' changes type from decimal\(10,2\) "
                        r"to string.* \(the input's columns were inferred from its JSON values, "
                        r"which carry no schema: give the log's Avro schema with --schema"):
-        commands.ingest(lake, "shop.typed", [logs[1]])
+        ingest.ingest(lake, "shop.typed", [logs[1]])
     assert lake.table("shop.typed").state().upper == 5
-    commands.ingest(lake, "shop.typed", [logs[1]], schema=schema_file)
+    ingest.ingest(lake, "shop.typed", [logs[1]], schema=schema_file)
     assert lake.table("shop.typed").state().upper == 10

@@ -1,7 +1,7 @@
 """`ingest --kafka --from debezium|ydb` (`lake/kafka_changefeed.py`): changefeed topics into a
 lake table exactly once, resuming from the offsets the table's commits recorded.
 
-The reference is the file ingest of the same events (`commands.ingest --from`, one run, closed):
+The reference is the file ingest of the same events (`ingest.ingest --from`, one run, closed):
 after every run over a growing topic, the Kafka table holds exactly the reference's updates
 below its frontier; after a closing run, exactly all of them. Runs read only from where the last
 commit left each partition, a run with nothing new commits nothing, and a connector restart
@@ -19,7 +19,7 @@ import pytest
 
 from changelake.errors import ChangefeedError, InputError, LakeError
 from changelake.kafka import MockCluster
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.lake.kafka_changefeed import ingest_changefeed_topics
 from conftest import seeded
 from kafka_helpers import cluster, new_topic
@@ -89,7 +89,7 @@ def produce_debezium(cluster: MockCluster, data: str, tx_topic: str | None, feed
 
 def reference(lake: Lake, paths: list[Path], source: str, **options: Any) -> str:
     name = f"ref_{uuid.uuid4().hex[:8]}.t"
-    commands.ingest(lake, name, paths, source=source, close=True, **options)
+    ingest.ingest(lake, name, paths, source=source, close=True, **options)
     return name
 
 
@@ -152,7 +152,7 @@ def test_ydb_topic_with_barriers_in_two_runs_equals_the_file_ingest(
     schema = tmp_path / "ydb.json"
     schema.write_bytes(orjson.dumps(SMALL_YDB))
     ref_open = f"ref_{uuid.uuid4().hex[:8]}.t"
-    commands.ingest(lake, ref_open, paths, source="ydb", schema=schema, key=["id"])
+    ingest.ingest(lake, ref_open, paths, source="ydb", schema=schema, key=["id"])
     topic = new_topic(cluster, 2)
     out = producer(cluster)
     files = [p.read_bytes().splitlines() for p in paths]

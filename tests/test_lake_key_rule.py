@@ -16,7 +16,7 @@ import pytest
 
 from changelake.errors import LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.values import freeze
 from lake_history import messages
 
@@ -66,7 +66,7 @@ def test_a_row_twice_in_a_keyed_table_is_refused_at_its_line_and_makes_no_table(
                     [((1, "a"), 1, 2), ((2, "b"), 1, 1), ((3, "c"), 2, 1)], 3)
     name = f"k_{uuid.uuid4().hex[:8]}.t"
     with pytest.raises(LakeError) as caught:
-        commands.ingest(lake, name, [log], key=["id"])
+        ingest.ingest(lake, name, [log], key=["id"])
     error = caught.value
     assert "key (id=1) has an insertion with diff 2 at time 1;" in str(error)
     assert "one row per key" in str(error) and "Nothing was written" in str(error)
@@ -75,7 +75,7 @@ def test_a_row_twice_in_a_keyed_table_is_refused_at_its_line_and_makes_no_table(
         log, {"id": 1, "name": "a"}, 1, 1)
     assert name not in [t.display for t in lake.tables()]
     # The same log is a fine multiset: an unkeyed table holds the row twice.
-    commands.ingest(lake, name, [log])
+    ingest.ingest(lake, name, [log])
     assert rows_of(spark, name) == Counter({(1, "a"): 2, (2, "b"): 1, (3, "c"): 1})
 
 
@@ -86,14 +86,14 @@ def test_two_rows_for_a_key_at_one_time_are_refused_and_the_table_keeps_its_comm
     first = write_log(tmp_path / "first.jsonl",
                       [((1, "a"), 0, 1), ((2, "b"), 0, 1), ((2, "b"), 1, -1), ((2, "B"), 1, 1)],
                       1)
-    report = commands.ingest(lake, name, [first], key=["id"])
+    report = ingest.ingest(lake, name, [first], key=["id"])
     assert report.frontier == [2]
     version = lake.table(name).state().version
     both = write_log(tmp_path / "both.jsonl",
                      [((1, "a"), 0, 1), ((2, "b"), 0, 1), ((2, "b"), 1, -1), ((2, "B"), 1, 1),
                       ((3, "x"), 2, 1), ((3, "y"), 2, 1), ((1, "a"), 3, -1)], 3)
     with pytest.raises(LakeError) as caught:
-        commands.ingest(lake, name, [both])
+        ingest.ingest(lake, name, [both])
     assert "key (id=3) has 2 insertions at time 2;" in str(caught.value)
     location = caught.value.location
     assert location is not None and location.file == str(both)
@@ -109,7 +109,7 @@ def test_two_rows_for_a_key_at_one_time_are_refused_and_the_table_keeps_its_comm
                      3)
     with pytest.raises(LakeError, match=r"key \(id=2\) has 2 retractions at time 2 \(and 1 "
                                         r"more \(key, time\) pair\);"):
-        commands.ingest(lake, name, [gone])
+        ingest.ingest(lake, name, [gone])
     assert lake.table(name).state().version == version
 
 

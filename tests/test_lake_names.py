@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from changelake.errors import LakeError, SchemaError
-from changelake.lake import Lake, TableIdentifier, commands
+from changelake.lake import Lake, TableIdentifier, ingest
 from changelake.protocol import Antichain
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
@@ -112,10 +112,10 @@ def test_cli_runs_on_a_lake_and_an_input_under_odd_paths(tmp_path):
         f'{{"op": "c", "before": null, "after": {{"id": {i}, "v": "x{i}"}}, "source": '
         f'{{"lsn": {100 + i}, "txId": {i}, "table": "t", "schema": "public"}}}}\n'
         for i in range(1, 4)))
-    ingest = cli("ingest", "--lake", str(lake), "--table", "t", "--key", "id",
+    ingested = cli("ingest", "--lake", str(lake), "--table", "t", "--key", "id",
                  "--from", "debezium", "--close", str(feed), cwd=tmp_path)
-    assert ingest.returncode == 0, ingest.stderr.decode()[-2000:]
-    assert "committed 3 updates" in ingest.stdout.decode() + ingest.stderr.decode()
+    assert ingested.returncode == 0, ingested.stderr.decode()[-2000:]
+    assert "committed 3 updates" in ingested.stdout.decode() + ingested.stderr.decode()
     assert (lake / "metastore" / "derby.log").exists()  # Derby's home is the lake's
     snapshot = cli("snapshot", "--lake", str(lake), "--table", "t", cwd=tmp_path)
     assert snapshot.returncode == 0, snapshot.stderr.decode()[-2000:]
@@ -195,7 +195,7 @@ def test_api_refuses_bad_table_names_with_nothing_created(spark, lake, tmp_path)
         with pytest.raises(LakeError):
             lake.exists(name)
         with pytest.raises(LakeError):
-            commands.ingest(lake, name, [feed])
+            ingest.ingest(lake, name, [feed])
     assert not (lake.root / "tables").exists()
     assert {d.name for d in spark.catalog.listDatabases()} == databases
     assert snapshot_tree(outside) == before

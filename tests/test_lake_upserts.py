@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from changelake.errors import LakeError
-from changelake.lake import commands
+from changelake.lake import ingest
 from changelake.lake.catalog import Lake
 from changelake.simulate import ORDER_COLUMNS, debezium_orders
 
@@ -29,24 +29,24 @@ def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> 
     lake = Lake(spark, tmp_path / "lake")
     table = "upserts.orders"
 
-    one = commands.ingest(lake, table, [first], key=["id"], source="debezium")
+    one = ingest.ingest(lake, table, [first], key=["id"], source="debezium")
     committed = one.commit.upper
     assert committed is not None and committed > 0  # the open tail waits for more input
     # An existing table keeps its key: another is refused before anything is read, as it
     # would find several rows of the table per key (a customer has several orders).
     with pytest.raises(LakeError, match=r"^table upserts\.orders is keyed by id, but the "
                        r"ingest gives the key customer: leave the key out, or give the"):
-        commands.ingest(lake, table, [first, rest], key=["customer"], source="debezium")
+        ingest.ingest(lake, table, [first, rest], key=["customer"], source="debezium")
     assert lake.table(table).state().version == one.commit.version
     # The topic is read again from the start, as a restarted consumer would: what is already
     # committed is skipped, and the rest is converted against the table's current rows, by
     # the table's key (left out here: it is the table's own).
-    two = commands.ingest(lake, table, [first, rest], source="debezium")
+    two = ingest.ingest(lake, table, [first, rest], source="debezium")
     upper = two.commit.upper
     assert upper is not None and upper > committed
     # An older delivery arriving late (as when two ingests race) has nothing new. (The key
     # is named in another case: names compare in any case, the table's spelling is kept.)
-    late = commands.ingest(lake, table, [first], key=["ID"], source="debezium")
+    late = ingest.ingest(lake, table, [first], key=["ID"], source="debezium")
     assert late.commit.skipped and late.commit.version == two.commit.version
     handle = lake.table(table)
     # Without transaction metadata or --close, the last transaction is not provably complete:
@@ -79,5 +79,5 @@ def test_a_line_of_another_table_is_refused(spark, tmp_path: Path) -> None:
     lake = Lake(spark, tmp_path / "lake")
     with pytest.raises(Exception, match=r"mixed\.jsonl, line 2: events of two tables, "
                        r"public\.orders and public\.customers: encode one table at a time"):
-        commands.ingest(lake, "orders", [feed], key=["id"], source="debezium", close=True)
+        ingest.ingest(lake, "orders", [feed], key=["id"], source="debezium", close=True)
     assert lake.handle("orders").load() is None

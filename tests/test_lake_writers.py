@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.lake.compact import compact
 from changelake.simulate import ORDER_COLUMNS
 from lake_history import changes_are_exactly_once, write_parts
@@ -38,10 +38,10 @@ def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2, storage: str | No
     errors: list[BaseException] = []
     done = threading.Event()
 
-    def ingest(rounds: list[list[str]]) -> None:
+    def write_rounds(rounds: list[list[str]]) -> None:
         try:
             for files in rounds:
-                c = commands.ingest(lake, name, files, key=["id"], source="debezium").commit
+                c = ingest.ingest(lake, name, files, key=["id"], source="debezium").commit
                 commits.append((c.lower, c.upper, c.skipped))
         except BaseException as error:  # reported below, with the seed
             errors.append(error)
@@ -55,8 +55,8 @@ def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2, storage: str | No
         except BaseException as error:
             errors.append(error)
 
-    writers = [threading.Thread(target=ingest, args=([[p1], [p1, p2]][-rounds:],)),
-               threading.Thread(target=ingest, args=([[p1, p2], [p1, p2, p3]][-rounds:],))]
+    writers = [threading.Thread(target=write_rounds, args=([[p1], [p1, p2]][-rounds:],)),
+               threading.Thread(target=write_rounds, args=([[p1, p2], [p1, p2, p3]][-rounds:],))]
     background = threading.Thread(target=compactor)
     background.start()
     for w in writers:

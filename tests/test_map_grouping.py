@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from changelake.formats.materialize import CdcSchema, cdc_schema_around, write_ocf
-from changelake.lake import Lake, commands
+from changelake.lake import Lake, ingest
 from changelake.lake.compact import compact
 from changelake.protocol import Antichain, Writer
 from changelake.spark.map_grouping import grouping_sql, restored_sql
@@ -112,9 +112,9 @@ def test_an_unkeyed_table_with_maps_exports_to_delta_incrementally(spark, tmp_pa
     lake = Lake(spark, tmp_path / "lake")
     name = f"maps_{uuid.uuid4().hex[:8]}.unkeyed"
     target = tmp_path / "delta"
-    commands.ingest(lake, name, logs[:1])
+    ingest.ingest(lake, name, logs[:1])
     export_to_delta(lake, name, target)
-    commands.ingest(lake, name, logs)
+    ingest.ingest(lake, name, logs)
     result = export_to_delta(lake, name, target)
     assert (result.inserted, result.deleted) == (1, 1)
     got = sorted(deltalake.DeltaTable(str(target)).to_pyarrow_table().to_pylist(),
@@ -140,9 +140,9 @@ def test_lake_tables_keep_the_null_values_of_maps(spark, tmp_path):
     lake = Lake(spark, tmp_path / "lake")
     prefix = f"maps_{uuid.uuid4().hex[:8]}"
     for name, key in ((f"{prefix}.keyed", ["k"]), (f"{prefix}.unkeyed", [])):
-        commands.ingest(lake, name, [Path(log)], key=key)
-        assert sorted(commands.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
-        assert sorted(commands.snapshot(lake, name, as_of=1), key=lambda r: r["k"]) \
+        ingest.ingest(lake, name, [Path(log)], key=key)
+        assert sorted(ingest.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
+        assert sorted(ingest.snapshot(lake, name, as_of=1), key=lambda r: r["k"]) \
             == rows[:2], name
         compact(lake.table(name))
-        assert sorted(commands.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
+        assert sorted(ingest.snapshot(lake, name), key=lambda r: r["k"]) == rows, name

@@ -97,7 +97,8 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     the topics."""
     from rich.console import Console
 
-    from changelake.lake import commands, report
+    from changelake.lake import ingest as lake_ingest
+    from changelake.lake import report
 
     ident, columns = table_and_key(table, key)
     options = {"--kafka": kafka, "--topic": topics, "--schema-registry": schema_registry,
@@ -160,7 +161,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
                                      dead_letter_topic=dead_letter_topic)
                 result = read.ingest
             else:
-                result = commands.ingest(lake, ident, list(inputs), key=columns,
+                result = lake_ingest.ingest(lake, ident, list(inputs), key=columns,
                                          source=source, schema=schema_path, progress=step,
                                          scd2=scd2, close=close)
     finally:

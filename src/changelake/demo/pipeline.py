@@ -60,7 +60,7 @@ def run_pipeline_demo(
     metastore; tests pass theirs).
     """
     from changelake.convert import encode_changefeed
-    from changelake.lake import commands
+    from changelake.lake import ingest
     from changelake.lake.catalog import Lake
 
     rng = random.Random(seed)
@@ -94,17 +94,17 @@ def run_pipeline_demo(
         if i == deliveries - 1 and deliveries > 1:  # the log re-delivers an earlier file
             first = delivered[0]
             (logdir / f"again-{first.name}").write_bytes(first.read_bytes())
-        report = commands.ingest(lake, table, [logdir], key=["id"], source="materialize",
+        report = ingest.ingest(lake, table, [logdir], key=["id"], source="materialize",
                              schema=schema_file)
         steps.append(PipelineStep(
             f"ingest after delivery {i + 1} (the whole log directory again)",
             f"{report.commit.written:,} new updates, frontier {report.frontier}"))
         if i == deliveries - 2:
-            result = commands.compact(lake, table)
+            result = ingest.compact(lake, table)
             steps.append(PipelineStep(
                 "compact", f"since {result.since_before} -> {result.since}, "
                            f"{len(result.buckets_touched)} bucket(s) rewritten"))
-    again = commands.ingest(lake, table, [logdir], key=["id"], source="materialize",
+    again = ingest.ingest(lake, table, [logdir], key=["id"], source="materialize",
                         schema=schema_file)
     checks.append(("ingesting the same log again changes nothing", again.commit.skipped))
 
@@ -130,13 +130,13 @@ def warm_up(workdir: Path, spark: Any) -> None:
     changefeed's JVM path, so that the classes both paths load are archived. Raises if a
     check fails: an archive of a run that went wrong would miss classes, not be wrong."""
     from changelake.errors import ChangelakeError
-    from changelake.lake import commands
+    from changelake.lake import ingest
     from changelake.lake.catalog import Lake
 
     result = run_pipeline_demo(workdir, spark, rows=40, transactions=60, deliveries=2)
     failed = [name for name, passed in result.checks if not passed]
     feed = workdir / "debezium" / "orders.jsonl"
-    report = commands.ingest(Lake(spark, workdir / "lake"), "demo.orders_from_debezium",
+    report = ingest.ingest(Lake(spark, workdir / "lake"), "demo.orders_from_debezium",
                              [feed], key=["id"], source="debezium", close=True)
     if failed or not report.commit.written:
         raise ChangelakeError(f"the class archive's training run failed: {failed or report}")

@@ -74,10 +74,10 @@ from changelake.durable import fsync_directory, sync_tree
 from changelake.errors import LakeError
 from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
-from changelake.lake.commands import DecodedInput, commit_input, flatten
 from changelake.lake.current_follower import following
 from changelake.lake.follow_lag import KIND, TOPICS
 from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.ingest import DecodedInput, commit_input, flatten
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ingest_key
 from changelake.protocol import Antichain

@@ -10,7 +10,7 @@ is lost or doubled.
 Why this needs no saved converter state. Converting a changefeed from the middle needs two things
 of what came before: each key's current row (an update without a before-image, a delete, must
 retract it) and the times. The lake table *is* the first: the conversion takes a key's previous
-row from the table's current rows, as the file ingest does (`commands.ingest`). And changefeed
+row from the table's current rows, as the file ingest does (`ingest.ingest`). And changefeed
 times are the source's own positions (a PostgreSQL LSN, a MySQL binlog place, a YDB step), the
 same whatever read a record comes in, so the table's committed frontier F says which records are
 in it: those of times below F. Records re-read below F are skipped by the conversion (`since`),
@@ -73,13 +73,13 @@ import orjson
 from changelake.errors import ChangefeedError, ChangelakeError, LakeError, Location
 from changelake.formats.tableschema import read_table_json
 from changelake.lake.catalog import Lake
-from changelake.lake.commands import (
+from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.ingest import (
     DecodedInput,
     changefeed_input,
     check_columns,
     frontier_after,
 )
-from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.kafka_ingest import (
     READERS,
     KafkaIngestReport,

@@ -66,14 +66,14 @@ from typing import TYPE_CHECKING, Any
 
 from changelake.errors import LakeError, SchemaError
 from changelake.lake.catalog import Lake
-from changelake.lake.commands import (
+from changelake.lake.identifier import TableIdentifier, check_name
+from changelake.lake.ingest import (
     DecodedInput,
     IngestReport,
     commit_input,
     decode_materialize,
     frontier_after,
 )
-from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.layout import PartitionOffsets, SourceOffsets, TableState, TopicOffsets
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ProgressFn
 from changelake.protocol import Antichain

@@ -22,8 +22,8 @@ from changelake.lake.arrow import TableStatus
 from changelake.values import json_safe
 
 if TYPE_CHECKING:  # types only: `status` and `snapshot` render here without Spark's modules
-    from changelake.lake.commands import IngestReport
     from changelake.lake.compact import CompactionResult
+    from changelake.lake.ingest import IngestReport
     from changelake.lake.kafka_ingest import KafkaIngestReport
     from changelake.lake.sources import SlotStatus, SourceStatus
     from changelake.lake.table import ProgressFn

@@ -318,7 +318,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
     """The updates of a batch without changes (heartbeats, tombstones, transaction lines), as
     the old path gives them: none, of the table schema's columns (each of its stated type,
-    else text), or of none without it (`lake.commands.check_columns` then makes no table of
+    else text), or of none without it (`lake.ingest.check_columns` then makes no table of
     it)."""
     fields = [] if table_schema is None else [
         f"{quote(c.name)}: {spark_type(c.type)}" for c in table_schema.columns]

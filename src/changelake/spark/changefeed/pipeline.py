@@ -1,5 +1,5 @@
 """Changefeed lines converted on Spark: by the JVM path where it covers the batch, else by the
-old path on the same lines. `convert_frames` is what `lake.commands.ingest` converts with.
+old path on the same lines. `convert_frames` is what `lake.ingest.ingest` converts with.
 
 The promise: the consolidated updates and the frontier `encode_changefeed` gives for the same
 lines (with the differences the two paths' modules list), or the first bad line named as the
@@ -55,7 +55,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     by the JVM path where it applies, else the old path on the same lines (see above).
     `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks), and so
     does a `reason` (why: a deferred check failed, `defer`, see `checked_conversion`).
-    `lake.commands.ingest` converts with `defer`, the checks settled by its commit's write,
+    `lake.ingest.ingest` converts with `defer`, the checks settled by its commit's write,
     and again with the `reason` they give where they fail.
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's

@@ -1,6 +1,7 @@
-"""The lake commands as functions: what `changelake ingest|snapshot|compact|status|metastore`
-run. Each takes a SparkSession (or the options to build one on the lake's metastore) and returns
-data; printing belongs to the CLI (`report.py` has rich renderers for it).
+"""The ingest core, and the lake's other commands as functions: what `changelake
+ingest|snapshot|compact|status|metastore` run. Each takes a SparkSession (or the options to
+build one on the lake's metastore) and returns data; printing belongs to the CLI (`report.py`
+has rich renderers for it).
 
     ingest(lake, table, inputs, key=..., source=..., schema=...)  -> IngestReport
     snapshot(lake, table, as_of=...)                              -> Iterator[dict]
