@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from changelake.errors import ChangefeedError
-from changelake.spark.changefeed.udf import changefeed_changes, convert
+from changelake.spark.changefeed.udf import changefeed_changes, run_converters
 from test_spark_changefeeds import lines_frame
 
 pytestmark = pytest.mark.spark
@@ -47,7 +47,7 @@ def test_more_truncates_than_the_bound_are_refused_in_one_line(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bound made 3 (10,000 truncates would be a long test): the 4th truncate, line 8, is
     named."""
-    monkeypatch.setattr(convert, "MAX_TRUNCATES", 3)
+    monkeypatch.setattr(run_converters, "MAX_TRUNCATES", 3)
     path = feed(tmp_path / "t.jsonl", 5)
     with pytest.raises(ChangefeedError) as caught:
         changefeed_changes(lines_frame(spark, [path]), source="debezium", keys=["id"],

@@ -5,7 +5,7 @@ The JVM path (`changefeed.pipeline`) converts what it covers with column express
 a batch it does not cover here, on the same executor-read lines. This path covers every line
 `encode_changefeed` accepts, at the price of a Python call per line and per key group. Its
 modules, a step each: `parse` (1, and the batch's columns), `progress` (2's barrier rule, 3),
-`convert` (4, 5), and `values` (a value's Spark and Arrow form); this module runs them.
+`run_converters` (4, 5), and `values` (a value's Spark and Arrow form); this module runs them.
 
 Input: a DataFrame of raw lines with `value` (the JSON text), `file` and `line` (as
 `spark.read.text` plus `input_file_name()` and a line number give them; one file = one topic
@@ -38,14 +38,14 @@ must be column expressions are written beside the Python rule they restate, in
    (`convert.progress.frontier_from` for Debezium, where a transaction before `since` holds
    nothing back; for YDB `PartitionFrontiers.frontier` over each file's last barrier,
    `convert.progress.ydb_frontier`).
-4. *Convert* (`convert.py`): with keys, `groupBy(key)` — cogrouped with the `state` table's rows
-   of the keys the batch touches, when one is given — and `applyInArrow`: each key's changes go
-   through a fresh `KeyedConverter` whose `State` holds that key's row, which orders them, drops
-   replays and stale events, resolves UNCHANGED from the state's row, and emits the updates at
-   times below the frontier. Truncates reach every key's group, and the state rows of keys the
-   batch does not touch (`mapInArrow`, no shuffle). The state is joined by key in Spark (the
-   batch's keys typed like the table's columns), so only the touched rows reach Python. Without
-   keys, an `ImageConverter` per Arrow batch of distinct events.
+4. *Convert* (`run_converters.py`): with keys, `groupBy(key)` — cogrouped with the `state`
+   table's rows of the keys the batch touches, when one is given — and `applyInArrow`: each
+   key's changes go through a fresh `KeyedConverter` whose `State` holds that key's row, which
+   orders them, drops replays and stale events, resolves UNCHANGED from the state's row, and
+   emits the updates at times below the frontier. Truncates reach every key's group, and the
+   state rows of keys the batch does not touch (`mapInArrow`, no shuffle). The state is joined
+   by key in Spark (the batch's keys typed like the table's columns), so only the touched rows
+   reach Python. Without keys, an `ImageConverter` per Arrow batch of distinct events.
 5. *Failures* inside a worker (schema drift, a value that does not fit its column's Spark type,
    a truncate without keys, ...) are rows of the output with an `error`, never exceptions: the
    output is checkpointed once, and the driver raises the first as one `ChangefeedError`
@@ -95,13 +95,13 @@ from changelake.errors import ChangefeedError, Location, SchemaError
 from changelake.formats.change import Op
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed.times import current_times
-from changelake.spark.changefeed.udf.convert import as_data, convert_images, convert_keyed
 from changelake.spark.changefeed.udf.parse import PARSED_DDL, batch_columns, parse_partition
 from changelake.spark.changefeed.udf.progress import (
     barrier_check,
     debezium_frontier,
     ydb_frontier,
 )
+from changelake.spark.changefeed.udf.run_converters import as_data, convert_images, convert_keyed
 from changelake.spark.session import stored
 
 if TYPE_CHECKING:
