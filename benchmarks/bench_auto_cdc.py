@@ -142,7 +142,7 @@ def sdp_project(work: Path, feed_dir: Path) -> tuple[Path, dict[str, str]]:
         "spark.driver.extraClassPath": ":".join(str(p) for p in require_jars()),
         **DELTA_CONF,
         "spark.sql.warehouse.dir": str(project / "warehouse"),
-        # as a changelake session has them (spark/session.py DEFAULT_CONF)
+        # as a changelake session has them (spark/settings.py DEFAULT_CONF)
         "spark.driver.memory": "2g",
         "spark.sql.shuffle.partitions": "8",
         "spark.default.parallelism": "4",

@@ -15,7 +15,7 @@ rest):
 * `java alone, as a UDF`: the same rows by `java_items(udf=True)`, the UDF's plan (the line
   cast to binary, `is_valid_utf8`, `DebeziumLine` returning a `Row`);
 * `parse step`: the ingest's whole parse step, `debezium_path._parsed`: Java's reading in the
-  tasks, each task's facts and chunk rows, checkpointed (`session.stored`);
+  tasks, each task's facts and chunk rows, checkpointed (`checkpoint.stored`);
 * `parse step, UDF and aggregates`: the same step as it was before Java read the tasks'
   lines itself: the UDF's plan (`java_items(udf=True)`) with `debezium_path._facts` observed over
   every line, checkpointed;
@@ -67,8 +67,9 @@ def main() -> None:
         parse_items,
     )
     from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.checkpoint import stored
     from changelake.spark.jvm import register
-    from changelake.spark.session import build_session, stored
+    from changelake.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-jvm-parse-"))
     try:

@@ -1,4 +1,4 @@
-"""A batch's checkpoint (`session.stored`): the project's chunks of row bytes against Spark's
+"""A batch's checkpoint (`checkpoint.stored`): the project's chunks of row bytes against Spark's
 `localCheckpoint`, measured in one process.
 
 The rows look like a parsed changefeed's (`--rows` of them, default 5M: a file index, a
@@ -9,7 +9,7 @@ round, alternating, in one session (`local[2]`, the project's settings):
 * plain: the frame run to Spark's `noop` sink, stored nowhere: what making the rows costs;
 * localCheckpoint: `frame.localCheckpoint(storageLevel=DISK_ONLY)` (Spark's own: each row
   serialized as an object of its own), then every stored row read to the `noop` sink;
-* chunks: `session.stored(frame)` with the project's jar (`StoredRows.java`), then read the
+* chunks: `checkpoint.stored(frame)` with the project's jar (`StoredRows.java`), then read the
   same way.
 
 Printed per way: the median seconds to store (the plain run for plain) and to read back, and
@@ -31,8 +31,9 @@ from pathlib import Path
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from changelake.spark.checkpoint import STORED_ROWS_CLASS, stored
 from changelake.spark.jvm import java_class
-from changelake.spark.session import STORED_ROWS_CLASS, build_session, stored
+from changelake.spark.session import build_session
 
 
 def source(spark: SparkSession, path: Path, rows: int, files: int) -> DataFrame:

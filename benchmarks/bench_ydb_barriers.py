@@ -92,7 +92,7 @@ def main() -> None:
     from changelake.lake import lake_session
     from changelake.spark.changefeed import barriers, ydb
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.session import stored
+    from changelake.spark.checkpoint import stored
 
     versions: list[tuple[str, ModuleType]] = [("this", barriers)]
     if args.against is not None:

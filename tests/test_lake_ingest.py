@@ -150,7 +150,7 @@ def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, hive_lake, t
     partition."""
     lake = hive_lake
     from changelake.spark.changefeed.conversion import files_for
-    from changelake.spark.session import settings
+    from changelake.spark.settings import settings
 
     lines = [debezium_line("c", None, {"id": k, "name": f"n{k}"}, 100 + k, k)
              for k in range(1, 65)]

@@ -223,7 +223,7 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     from pyspark.sql import functions as F
 
     from changelake.lake.table import SEGMENT_DICTIONARY_BYTES
-    from changelake.spark.session import settings
+    from changelake.spark.settings import settings
 
     distinct = SEGMENT_DICTIONARY_BYTES // 8 + 8_000  # longs past it, within 1 MiB
     # Each value four times in a row: a dictionary that pays for itself on the first page.

@@ -157,7 +157,7 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
     records below their block's barriers and the driver those below an earlier block's
     (`barriers.Blocks`, `marked_below`); where that is not told (here made so), the window
     finds the replays, with no scan first: the parse's job shuffled the records by key
-    (`session.kept_shuffle`), so no partition holds a block in read order. With careful
+    (`checkpoint.kept_shuffle`), so no partition holds a block in read order. With careful
     lines (a union of two parses, so a block's rows are in two partitions) the scan declines
     and the window decides."""
     scans: list[barriers.Below | None] = []

@@ -528,7 +528,7 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     from changelake.spark.changefeed import conversion, keyed
     from changelake.spark.changefeed.debezium_path import debezium_timed
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.session import NOT_ADAPTIVE, settings
+    from changelake.spark.settings import NOT_ADAPTIVE, settings
 
     cores = spark.sparkContext.defaultParallelism
     per_file = conversion.EVENTS_PER_FILE

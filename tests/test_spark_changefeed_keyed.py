@@ -30,7 +30,7 @@ from changelake.spark.changefeed.keyed import (
     java_ready,
 )
 from changelake.spark.changefeed.types import Decoder
-from changelake.spark.session import NOT_ADAPTIVE, settings
+from changelake.spark.settings import NOT_ADAPTIVE, settings
 from conftest import seeded
 
 COLUMNS = [ColumnSpec(n, t, t, Decoder(), Decoder()) for n, t in

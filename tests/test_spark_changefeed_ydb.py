@@ -668,8 +668,8 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.changefeed.ydb import with_content, ydb_columns, ydb_items
     from changelake.spark.changefeed.ydb_path import _YDB_NOT_STORED, _ydb_parsed_by_java
-    from changelake.spark.session import NOT_ADAPTIVE
-    from changelake.spark.session import settings as spark_settings
+    from changelake.spark.settings import NOT_ADAPTIVE
+    from changelake.spark.settings import settings as spark_settings
 
     assert set(WHOLE_OR_NOT) <= JVM_SAMPLES
     whole = []
@@ -725,8 +725,8 @@ def test_the_parse_shuffles_into_partitions_foreseen_from_the_files_lengths(
     from changelake.spark.changefeed import keyed
     from changelake.spark.changefeed.read import Lines, read_lines
     from changelake.spark.changefeed.ydb_path import BYTES_PER_RECORD, _parse_partitions
-    from changelake.spark.session import settings as spark_settings
-    from changelake.spark.session import stored
+    from changelake.spark.checkpoint import stored
+    from changelake.spark.settings import settings as spark_settings
 
     monkeypatch.setattr(keyed, "EVENTS_PER_PARTITION", 10)
     paths = []

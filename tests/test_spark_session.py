@@ -23,7 +23,7 @@ def test_the_local_test_session_runs_the_parallel_collector_and_keeps_the_derby_
 
 def test_the_local_test_session_writes_no_row_checksums(spark):
     """Spark 4.3 sums a checksum of every row a shuffle writes where either setting is on
-    (`session.LOCAL_CONF`): a local session has both off, as Spark's SQL conf reads them."""
+    (`settings.LOCAL_CONF`): a local session has both off, as Spark's SQL conf reads them."""
     conf = spark.sparkContext._jvm.org.apache.spark.sql.internal.SQLConf.get()
     assert not conf.shuffleOrderIndependentChecksumEnabled()
     assert not conf.shuffleChecksumMismatchFullRetryEnabled()
@@ -63,7 +63,7 @@ def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_
     from pyspark.sql import functions as F
 
     from changelake.spark import jvm
-    from changelake.spark.session import STORED_ROWS_CLASS, stored
+    from changelake.spark.checkpoint import STORED_ROWS_CLASS, stored
 
     if not java:
         monkeypatch.setenv(jvm.SWITCH_ENV, "off")
@@ -108,7 +108,8 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
     from pyspark.sql import functions as F
 
     from changelake.spark import jvm
-    from changelake.spark.session import NOT_ADAPTIVE, kept_shuffle, settings
+    from changelake.spark.checkpoint import kept_shuffle
+    from changelake.spark.settings import NOT_ADAPTIVE, settings
 
     refused = (Py4JJavaError, PySparkException)  # what the changefeed steps' `steps.guard` takes
 

@@ -308,7 +308,7 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
              state: TableState) -> None:
     """Apply to `current` the updates between the version it holds and `state` (committed),
     as one MERGE that records `state.version` (see the module docstring)."""
-    from changelake.spark.session import settings
+    from changelake.spark.settings import settings
 
     applied = transaction_version(spark, current_path(table_dir))
     if applied is not None and applied >= state.version:

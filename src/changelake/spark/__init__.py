@@ -19,7 +19,9 @@ DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka
 `kafka_records` (records of any Kafka reader into messages), `kafka_set_aside` (the records
 a lenient `kafka-cdc` read set aside: counted, named, sent to a dead-letter topic),
 `stream` (decoding a growing log with Structured Streaming), `decode_files` (`changelake
-decode --engine spark`), `session`, `errors` (input errors from the executors),
+decode --engine spark`), `session` (building a SparkSession), `settings` (its defaults, and
+SQL settings for a block), `checkpoint` (a plan run once and its result kept: `stored`,
+`kept_shuffle`), `errors` (input errors from the executors),
 `expressions` (column expressions built once per JVM), `driver_rows` (a few driver rows as a
 DataFrame the JVM reads, no Python worker), `json_schema` (Spark's JSON inference over a column,
 in the JVM), `jvm` (the project's Java classes), and

@@ -73,7 +73,7 @@ from changelake.errors import InputError, Location, ProtocolError
 from changelake.protocol import Antichain, Progress, Reader, Rejected, rules
 from changelake.protocol.antichain import as_frontier
 from changelake.spark.map_grouping import grouping_sql, restored_sql
-from changelake.spark.session import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
+from changelake.spark.settings import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

@@ -3,7 +3,7 @@
 Library functions take a SparkSession (or DataFrames) as arguments; only the edges (the CLI, the
 test fixture, benchmarks) call `build_session`. The defaults suit a small machine (2 cores):
 few shuffle partitions, adaptive execution, Arrow for Python UDFs, Kryo for what Spark
-serializes (`SERIALIZER`), and a local JVM's collector chosen for throughput
+serializes (`spark.settings`), and a local JVM's collector chosen for throughput
 (`LOCAL_GARBAGE_COLLECTOR`). Every default can be overridden with `conf`. A new JVM maps
 the classes Spark loads from the setup's archive (`class_archive`), where there is one.
 """
@@ -25,56 +25,12 @@ from typing import TYPE_CHECKING, Any
 from changelake.errors import ChangelakeError
 from changelake.redact import redact
 from changelake.spark.class_archive import archive_options, quoted_option
+from changelake.spark.settings import DEFAULT_CONF, LOCAL_CONF
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
-
-SERIALIZER = "org.apache.spark.serializer.KryoSerializer"
-"""Spark's serializer for the blocks it stores and the objects it sends (not the shuffles'
-rows, which have their own). A changefeed batch is checkpointed on disk (`stored`) two or three
-times, each as big as the batch, and with Java's serialization (Spark's default) writing and
-reading those blocks was a twentieth (the parse) to a sixth (the conversion) of a step's task
-time in a profile of a 1.1M-event Debezium ingest. With Kryo the parse and conversion jobs took
-about a tenth less executor CPU time (`bench_ingest.py` with Spark's event log,
-benchmarks/README.md)."""
-
-LOCAL_CONF: dict[str, str] = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    # Spark sums the checksums where either is on (`ShuffleExchangeExec`): both off.
-    "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
-    "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false",
-}
-"""A local session's defaults besides `DEFAULT_CONF`: loopback only, and no row checksums
-of the shuffles' map output. Spark 4.3 sums a checksum of every row a shuffle writes, to tell
-a retried map task that wrote other rows (a nondeterministic stage) and retry the stages
-after it; a local session's one executor is the driver, whose shuffle files no other
-executor fetches, so it loses none to retry. The checksums were a twentieth of the task
-time of a YDB conversion's map side (a Flight Recorder profile, benchmarks/README.md)."""
-
-DEFAULT_CONF: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "8",
-    "spark.default.parallelism": "4",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.enabled": "true",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.sql.session.timeZone": "UTC",
-    # Python workers hand a Python writer (the materialize-cdc and kafka-cdc sinks) each
-    # timestamp as a datetime in their local time without an offset: in UTC, which has no
-    # hour that happens twice, it is the instant exactly (not so in New York's November).
-    "spark.executorEnv.TZ": "UTC",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.driver.memory": "2g",
-    "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    "spark.serializer": SERIALIZER,
-    # Jobs that a thread submits in a pool of its own (`lake/current_follower.py`) share the
-    # cores with the writer's instead of holding them until they finish (FIFO); jobs of one
-    # pool still run first come, first served.
-    "spark.scheduler.mode": "FAIR",
-}
 
 
 def check_java() -> str:
@@ -298,57 +254,6 @@ def java_property(name: str, value: str) -> str:
     return quoted_option(f"-D{name}=", value)
 
 
-def stored(frame: DataFrame) -> DataFrame:
-    """`frame` checkpointed on the executors' local disk (DISK_ONLY), not in the heap: its
-    plan runs once, in one job that also makes its observations, and never again.
-
-    A changefeed batch is checkpointed more than once (its parsed lines, its keyed events, its
-    updates), each as big as the batch. Held in the heap, they leave less of it to the sorts,
-    which then spill more. On disk (mostly the page cache) they took no more time at 1.1M
-    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md).
-
-    With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`),
-    where `localCheckpoint` (without it) stores each row as an object of its own, serialized
-    one by one: measured apart, 0.78x the time to store and 0.73x to read back
-    (`benchmarks/bench_stored.py`). The stored frame keeps none of the plan's partitioning,
-    ordering or size estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import DataFrame
-
-    from changelake.spark.jvm import java_class
-
-    chunks = java_class(frame.sparkSession, STORED_ROWS_CLASS)
-    if chunks is not None:
-        return DataFrame(chunks.store(frame._jdf), frame.sparkSession)
-    return frame.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-
-
-STORED_ROWS_CLASS = "changelake.jvm.StoredRows"
-
-
-def kept_shuffle(frame: DataFrame) -> DataFrame | None:
-    """`frame`, whose plan ends in a shuffle (a `repartition` by columns), with the shuffle's
-    map side run once, by one job that also makes the plan's observations; the frame returned
-    reads the shuffle's files and says it is partitioned as the shuffle made it, so a later
-    step that needs those partitions shuffles nothing (`KeptShuffle.java`). Planned without
-    adaptive execution, so that the shuffle keeps the partitions asked for.
-
-    None where the session has no project jar: the caller takes a way without it (YDB's
-    parse, whose Java needs the jar too, then parses the batch the typed way)."""
-    from pyspark.sql import DataFrame
-
-    from changelake.spark.jvm import java_class
-
-    keeper = java_class(frame.sparkSession, KEPT_SHUFFLE_CLASS)
-    if keeper is None:
-        return None
-    with settings(frame.sparkSession, NOT_ADAPTIVE):
-        return DataFrame(keeper.keep(frame._jdf), frame.sparkSession)
-
-
-KEPT_SHUFFLE_CLASS = "changelake.jvm.KeptShuffle"
-
-
 LAUNCH_ENVIRONMENT = {
     "SPARK_LOCAL_IP": "127.0.0.1",  # halves start-up; loopback only
     # Python workers must run this interpreter (the one with changelake and pyspark), not
@@ -370,36 +275,6 @@ def _launch_environment() -> Iterator[None]:
     finally:
         for key in added:
             os.environ.pop(key, None)
-
-
-UNKNOWN_SIZE = 2**50
-"""A plan's size estimate this large means no estimate (Spark's default is the largest long):
-the input's size is not known before it is read."""
-
-
-NOT_ADAPTIVE = {"spark.sql.adaptive.enabled": "false"}
-"""The `settings` a plan is made with where adaptive execution must not run it: its shuffles
-then keep the partitions asked for, the plan reports its partitioning, and each stage is not
-a job of its own."""
-
-
-@contextmanager
-def settings(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
-    """The session's SQL settings `values` for the length of a block, then the earlier ones
-    again (a setting unset before is unset again). For what Spark reads when it plans, caches
-    or checkpoints a query, so that only the plans made inside the block are affected."""
-    conf = spark.conf
-    previous = {key: conf.get(key, None) for key in values}
-    for key, value in values.items():
-        conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                conf.unset(key)
-            else:
-                conf.set(key, value)
 
 
 JVM_LOG_ENV = "CHANGELAKE_JVM_LOG"

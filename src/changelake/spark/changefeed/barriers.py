@@ -285,7 +285,7 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None, *,
     rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
     second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
     spreads a window over partitions by it (`keyed.partitions_for`). Without `read_order`
-    (items shuffled by key: `session.kept_shuffle`), no partition holds a block in read
+    (items shuffled by key: `checkpoint.kept_shuffle`), no partition holds a block in read
     order, and the window does it without a scan first."""
     key = key_names(items.columns, keys)
     items = uint64_positions(items).withColumn("_same", identity())

@@ -38,7 +38,7 @@ from changelake.spark.changefeed.keyed import (
 )
 from changelake.spark.changefeed.steps import guard
 from changelake.spark.changefeed.types import Unsupported
-from changelake.spark.session import NOT_ADAPTIVE, settings
+from changelake.spark.settings import NOT_ADAPTIVE, settings
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ EVENTS_PER_FILE = 1_000_000
 def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     """How many partitions the updates of `events` keyed events, converted in `partitions`,
     are coalesced into: one per `EVENTS_PER_FILE` events, at least the session's default
-    parallelism (its cores, or `spark.default.parallelism`: 4 in `session.DEFAULT_CONF`), at
+    parallelism (its cores, or `spark.default.parallelism`: 4 in `settings.DEFAULT_CONF`), at
     most `partitions`.
 
     The conversion's partitions are small (`keyed.EVENTS_PER_PARTITION`: its sorts' memory;

@@ -3,7 +3,7 @@ wrapper): read, parse, facts, times, frontier, types, keyed conversion.
 
 The files are read on the executors (`read.py`) and parsed (`parse.py`: by the project's Java
 line reader where the session has its jar, else with one `from_json` per line; `_parsed`)
-into a checkpoint on the executors' disk (`session.stored`), and aggregates observed by the
+into a checkpoint on the executors' disk (`checkpoint.stored`), and aggregates observed by the
 same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
 (`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
 with windows by transaction and by file block (`times.py`); the columns' types are decided
@@ -67,8 +67,8 @@ from changelake.spark.changefeed.types import (
     spark_type,
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
+from changelake.spark.checkpoint import stored
 from changelake.spark.expressions import per_jvm, quote
-from changelake.spark.session import stored
 
 
 def _first_problem(frame: DataFrame) -> str | None:
@@ -140,7 +140,7 @@ _FACTS_ONLY = ("file", "flaw", "problem", "table")
 
 
 def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
-    """The parsed lines, checkpointed (`session.stored`) without `_FACTS_ONLY`, and their
+    """The parsed lines, checkpointed (`checkpoint.stored`) without `_FACTS_ONLY`, and their
     `_facts`, observed by the same job.
 
     With the project's jar, Java alone reads the lines first (`parse.java_items`); where it

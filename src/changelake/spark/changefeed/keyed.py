@@ -53,9 +53,10 @@ from changelake.spark.changefeed.types import (
     state_column,
     unchanged,
 )
+from changelake.spark.checkpoint import stored
 from changelake.spark.expressions import per_jvm, quote, selected
 from changelake.spark.jvm import register
-from changelake.spark.session import NOT_ADAPTIVE, settings, stored
+from changelake.spark.settings import NOT_ADAPTIVE, settings
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,7 @@ def key_names(columns: Sequence[str], keys: int) -> list[str]:
 
 
 def checkpoint(frame: DataFrame) -> DataFrame:
-    """`frame` checkpointed (`session.stored`), planned without adaptive execution: its
+    """`frame` checkpointed (`checkpoint.stored`), planned without adaptive execution: its
     shuffles then keep the partitions asked for (`by_key`), none coalesced, and the map side
     runs in the job that writes the checkpoint, not in a job of its own."""
     with settings(frame.sparkSession, NOT_ADAPTIVE):
@@ -373,7 +374,7 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
 
     Its plan is made here (Java takes its rows as Spark's internal rows, below a plan of its
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it
-    without adaptive execution (`session.NOT_ADAPTIVE`), so that the shuffle runs in the job
+    without adaptive execution (`settings.NOT_ADAPTIVE`), so that the shuffle runs in the job
     that reads the result (`checkpoint`, or the lake commit's write:
     `conversion.checked_conversion`) rather than here."""
     from changelake.spark.jvm import java_class

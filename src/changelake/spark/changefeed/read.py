@@ -55,8 +55,8 @@ from pyspark.sql import functions as F
 
 from changelake.errors import ChangefeedError, InputError, Location
 from changelake.formats.lines import MAX_LINE_BYTES, TOO_LONG, unreadable
+from changelake.spark.checkpoint import stored
 from changelake.spark.driver_rows import driver_rows
-from changelake.spark.session import stored
 from changelake.spark.uris import FILE_SCHEME, local_path
 
 _BLANK = r"^\s*$"

@@ -9,10 +9,10 @@ covers: records with virtual timestamps and barriers, or a batch without either;
 integer, Float/Double, Utf8 and Uuid columns; the primary key as key). The parse's job also
 observes the checks' aggregates (the lines' bounds among them: a flawed line is counted, not
 parsed, and `Lines.check` names it). Where Java parsed the batch, that job shuffles the rows
-by key (`session.kept_shuffle`, into partitions foreseen from the files' size:
+by key (`checkpoint.kept_shuffle`, into partitions foreseen from the files' size:
 `_parse_partitions`), and the conversion (`conversion.checked_conversion`) is that shuffle's
 reduce side: the rows are written and read once. Otherwise they are checkpointed
-(`session.stored`), then shuffled by the conversion.
+(`checkpoint.stored`), then shuffled by the conversion.
 
 The barrier rule (`barriers.py`): where Java parsed the batch, its tasks mark each record
 below a barrier of its block's earlier lines and report each block's highest barrier, the
@@ -59,7 +59,8 @@ from changelake.spark.changefeed.read import Lines, flaw
 from changelake.spark.changefeed.steps import Steps, guard
 from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.changefeed.ydb import untimed_positions, with_content, ydb_columns, ydb_items
-from changelake.spark.session import UNKNOWN_SIZE, kept_shuffle, stored
+from changelake.spark.checkpoint import kept_shuffle, stored
+from changelake.spark.settings import UNKNOWN_SIZE
 
 #: A YDB batch's parsed columns not kept (as Debezium's `_FACTS_ONLY`): `file`, which no step
 #: after the parse reads (the file's path is `Lines.files[file_index]`), and `ub`, all false
@@ -86,7 +87,7 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     parses the batch the typed way, which reads the lines Java leaves and names the problems.
     A flawed line is named by `Lines.check`.
 
-    The parse's job shuffles the rows by key (`session.kept_shuffle`), into the partitions
+    The parse's job shuffles the rows by key (`checkpoint.kept_shuffle`), into the partitions
     `_parse_partitions` foresees (the last item returned), so the conversion reads them as
     its reduce side: they are written and read once, as the shuffle's files, not also as a
     checkpoint of their own."""

@@ -17,10 +17,10 @@ operators, an explode and an aggregate: the conversion step took 0.59-0.66x the 
 1.1M events (benchmarks/README.md). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
 is one pass over each block of lines in read order where a window shuffled and sorted every
 record: the step took 4.3 s instead of 8.8 s at 1.1M records. And a batch's checkpoints
-(`session.stored`) are kept as chunks of their rows' bytes (`StoredRows.java`), where
+(`checkpoint.stored`) are kept as chunks of their rows' bytes (`StoredRows.java`), where
 Spark's `localCheckpoint` serialized each row as an object of its own; and a YDB batch's
 parsed rows are not stored at all, but kept as the shuffle by key that the parse's job
-writes and the conversion reads (`KeptShuffle.java`, `session.kept_shuffle`), which no
+writes and the conversion reads (`KeptShuffle.java`, `checkpoint.kept_shuffle`), which no
 DataFrame call can share between two jobs.
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on

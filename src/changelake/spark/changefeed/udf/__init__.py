@@ -102,7 +102,7 @@ from changelake.spark.changefeed.udf.progress import (
     ydb_frontier,
 )
 from changelake.spark.changefeed.udf.run_converters import as_data, convert_images, convert_keyed
-from changelake.spark.session import stored
+from changelake.spark.checkpoint import stored
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,0 +1,64 @@
+"""A frame's plan run once and its result kept for the steps after it: `stored` (rows
+checkpointed on the executors' local disk) and `kept_shuffle` (a shuffle's map side run once),
+each by the project's Java where the session has its jar (`spark.jvm`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from changelake.spark.settings import NOT_ADAPTIVE, settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+def stored(frame: DataFrame) -> DataFrame:
+    """`frame` checkpointed on the executors' local disk (DISK_ONLY), not in the heap: its
+    plan runs once, in one job that also makes its observations, and never again.
+
+    A changefeed batch is checkpointed more than once (its parsed lines, its keyed events, its
+    updates), each as big as the batch. Held in the heap, they leave less of it to the sorts,
+    which then spill more. On disk (mostly the page cache) they took no more time at 1.1M
+    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md).
+
+    With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`),
+    where `localCheckpoint` (without it) stores each row as an object of its own, serialized
+    one by one: measured apart, 0.78x the time to store and 0.73x to read back
+    (`benchmarks/bench_stored.py`). The stored frame keeps none of the plan's partitioning,
+    ordering or size estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
+
+    from changelake.spark.jvm import java_class
+
+    chunks = java_class(frame.sparkSession, STORED_ROWS_CLASS)
+    if chunks is not None:
+        return DataFrame(chunks.store(frame._jdf), frame.sparkSession)
+    return frame.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+
+
+STORED_ROWS_CLASS = "changelake.jvm.StoredRows"
+
+
+def kept_shuffle(frame: DataFrame) -> DataFrame | None:
+    """`frame`, whose plan ends in a shuffle (a `repartition` by columns), with the shuffle's
+    map side run once, by one job that also makes the plan's observations; the frame returned
+    reads the shuffle's files and says it is partitioned as the shuffle made it, so a later
+    step that needs those partitions shuffles nothing (`KeptShuffle.java`). Planned without
+    adaptive execution, so that the shuffle keeps the partitions asked for.
+
+    None where the session has no project jar: the caller takes a way without it (YDB's
+    parse, whose Java needs the jar too, then parses the batch the typed way)."""
+    from pyspark.sql import DataFrame
+
+    from changelake.spark.jvm import java_class
+
+    keeper = java_class(frame.sparkSession, KEPT_SHUFFLE_CLASS)
+    if keeper is None:
+        return None
+    with settings(frame.sparkSession, NOT_ADAPTIVE):
+        return DataFrame(keeper.keep(frame._jdf), frame.sparkSession)
+
+
+KEPT_SHUFFLE_CLASS = "changelake.jvm.KeptShuffle"
