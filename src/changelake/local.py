@@ -37,7 +37,8 @@ from changelake.formats.materialize import (
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.protocol import Antichain, Message, Reader, Rejected, Update, Writer
 from changelake.protocol.time import MAX_TIME, check_time
-from changelake.values import Record, freeze, short, thaw
+from changelake.text import short
+from changelake.values import Record, freeze, thaw
 
 _PLAIN = frozenset({str, int, bool, type(None)})
 

@@ -40,19 +40,6 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def short(value: object, width: int = 60) -> str:
-    """`repr(value)`, cut to `width` characters with "..." where longer: a value named in an
-    error message, which must stay one readable line however large the value."""
-    text = repr(value)
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
-def clip(text: str, width: int = 60) -> str:
-    """`text` cut to `width` characters with "..." where longer: a name taken from the input
-    (a table's, say) in an error message, which must stay a readable line."""
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
 def float32_text(value: float) -> str:
     """The shortest decimal text that reads back, as a float32, to `value` rounded to float32
     (`1.1`, not `1.100000023841858`): what PostgreSQL, Spark's `show()` and Avro-Java print

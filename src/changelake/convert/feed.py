@@ -48,7 +48,7 @@ from changelake.formats.ydb import YdbParser
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message
 from changelake.protocol.writer import Writer
-from changelake.values import clip
+from changelake.text import clip
 
 log = logging.getLogger(__name__)
 

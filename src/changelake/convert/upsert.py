@@ -34,7 +34,8 @@ from changelake.convert.base import Pending, WindowedConverter
 from changelake.errors import ChangefeedError
 from changelake.formats.change import UNCHANGED, Change, Op
 from changelake.protocol.messages import Update
-from changelake.values import Record, freeze, short
+from changelake.text import short
+from changelake.values import Record, freeze
 
 Key = tuple[Any, ...]
 

@@ -61,7 +61,7 @@ from changelake.formats.change import (
 )
 from changelake.formats.tableschema import TableSchema
 from changelake.protocol.time import MAX_TIME
-from changelake.values import short
+from changelake.text import short
 
 PLACEHOLDER = "__debezium_unavailable_value"
 PLACEHOLDER_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()

@@ -54,7 +54,8 @@ from changelake.formats import lines as jsonl
 from changelake.protocol.antichain import Antichain
 from changelake.protocol.messages import Message, Progress, Update, Updates
 from changelake.protocol.time import check_time
-from changelake.values import Record, freeze, short, thaw
+from changelake.text import short
+from changelake.values import Record, freeze, thaw
 
 NAMESPACE = "com.materialize.cdc"
 PROGRESS_BRANCH = f"{NAMESPACE}.progress"

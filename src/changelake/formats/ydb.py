@@ -50,7 +50,7 @@ from changelake.formats.change import NAN, UNCHANGED, Change, Item, Op, Resolved
 from changelake.formats.debezium import DebeziumParser, loads
 from changelake.formats.tableschema import TableSchema
 from changelake.protocol.time import MAX_TIME
-from changelake.values import short
+from changelake.text import short
 
 _OPTIONAL = re.compile(r"^Optional<(.*)>$")
 _INTS = {

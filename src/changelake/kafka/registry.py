@@ -31,7 +31,7 @@ from changelake.errors import SchemaError
 from changelake.formats.materialize import CdcSchema
 from changelake.kafka.errors import RegistryError
 from changelake.redact import redact
-from changelake.values import short
+from changelake.text import short
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 SCHEMA_NOT_FOUND = 40403  # the registry's error_code for an unknown schema id

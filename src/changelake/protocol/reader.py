@@ -46,7 +46,7 @@ from changelake.errors import Location, ProtocolError
 from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier
 from changelake.protocol.messages import Data, Message, Progress, Update, Updates
 from changelake.protocol.time import MAX_TIME, Time
-from changelake.values import short
+from changelake.text import short
 
 Batch = tuple[list[Update], Antichain]
 """A finished batch: the updates (in time order) at times that just became finished, and the

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-from changelake.values import short
+from changelake.text import short
 
 Time: TypeAlias = int | tuple[int, ...]
 

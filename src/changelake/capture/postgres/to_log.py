@@ -90,7 +90,7 @@ from changelake.formats.materialize import (
     read_all,
 )
 from changelake.protocol import Antichain, Message, Progress, Reader, Updates, Writer
-from changelake.values import short
+from changelake.text import short
 
 SUFFIX = ".avro"
 BATCH_SIZE = 1024  # updates per Avro datum, at most: fewer where they take more bytes
