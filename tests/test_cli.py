@@ -240,6 +240,12 @@ def test_a_command_keeps_pysparks_exception_log_off_stderr(spark, capfd, monkeyp
 
     loggers = [PySparkLogger.getLogger(n) for n in SPARK_ERROR_LOGGERS]
     levels = [logger.level for logger in loggers]
+    # A logger's handler holds the `sys.stderr` of the moment it was made, which an earlier
+    # test's capture may have replaced: point it at this test's.
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                monkeypatch.setattr(handler, "stream", sys.stderr)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger()
     spark_level = log4j.getLevel().toString()
     try:

@@ -261,7 +261,8 @@ class _Listener:
 
 
 @pytest.mark.spark
-def test_status_asks_the_servers_a_lake_names_only_with_live(spark, tmp_path: Path) -> None:
+def test_status_asks_the_servers_a_lake_names_only_with_live(spark, tmp_path: Path,
+                                                             monkeypatch) -> None:
     """A lake someone else wrote names a database (with a secret in its DSN, as lakes written
     before sslpassword was dropped hold it) and a Kafka cluster: `status` connects to neither
     unless asked (--live), and prints the secret in neither case."""
@@ -297,6 +298,7 @@ def test_status_asks_the_servers_a_lake_names_only_with_live(spark, tmp_path: Pa
         assert [o["error"] for o in row["offsets"]] == ["not asked (--live)"]
         assert [(s["slot"], s["reachable"], s["error"]) for s in source["slots"]] == [
             ("s", None, "not asked (--live)")]
+        monkeypatch.delenv("COLUMNS", raising=False)  # the table at its whole width
         shown = cli("status", "--lake", str(tmp_path / "lake"), "--format", "table")
         assert shown.exit_code == 0 and "not asked (--live)" in shown.output
         assert PW not in shown.output
