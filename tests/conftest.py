@@ -91,15 +91,43 @@ DEFAULT_CASES = {
     # the Hive format in the default run, on Delta in the slow tier.
     "test_lake_delta.py::test_compaction_folds_history_and_keeps_every_later_time_exact": 1,
     "test_capture_pg_truncate.py::test_a_truncate_empties_the_lake_table_by_a_spark_job": 1,
+    # One refused ALTER, one added column, two refused log changes in the default run.
+    "test_capture_pg_ddl.py::test_a_change_a_lake_table_cannot_follow_is_refused": 1,
+    "test_capture_pg_ddl.py::test_a_column_added_while_the_capture_runs": 1,
+    "test_capture_pg_ddl.py::test_a_change_of_a_logs_columns_is_refused": 2,
+    "test_capture_pg_ddl.py::test_a_change_of_a_logs_columns_while_it_runs_is_refused": 2,
+    "test_lake_current_follower.py::"
+    "test_updates_is_checkpointed_every_few_versions_off_the_commit": 1,
+}
+
+#: Whole tests the default run leaves to the slow tier: each a CLI process (or several) of
+#: 15-30 s whose rule a faster in-process test of the default run also checks.
+SLOW_TESTS = {
+    # the archive a command maps: test_the_setups_archive_is_mapped_by_a_commands_jvm
+    "test_class_archive.py::"
+    "test_a_failing_training_run_leaves_the_archive_there_was_and_nothing_else",
+    # the key rule's message: the in-process tests of test_lake_key_rule.py (a timestamp
+    # key's text in another time zone only here)
+    "test_lake_key_rule.py::test_the_command_line_says_it_in_one_line_with_the_keys_text",
+    # the busy metastore: test_a_process_that_stopped_its_session_opens_the_lake_again
+    "test_lake_metastore_busy.py::"
+    "test_a_second_process_on_the_embedded_metastore_is_told_what_to_do",
+    # Delta compaction: test_compaction_folds_history_and_keeps_every_later_time_exact
+    "test_lake_delta.py::test_compaction_folds_only_once_the_changes_reach_a_fraction_of_the_base",
+    # the reserved columns: the in-process tests of test_lake_reserved_columns.py
+    "test_lake_reserved_columns.py::test_ingest_of_a_cdc_log_with_a_time_column_is_one_line",
 }
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the cases of `DEFAULT_CASES` beyond each test's first ones `slow`."""
+    """Mark the cases of `DEFAULT_CASES` beyond each test's first ones, and `SLOW_TESTS`,
+    `slow`."""
     seen: dict[str, int] = {}
     for item in items:
         name = f"{item.path.name}::{getattr(item, 'originalname', item.name)}"
+        if name in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
         if name in DEFAULT_CASES:
             seen[name] = seen.get(name, 0) + 1
             if seen[name] > DEFAULT_CASES[name]:
