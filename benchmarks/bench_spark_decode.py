@@ -20,10 +20,7 @@ alternating, and the median of the per-round ratios is reported (rows/s count in
 * (b) a bare scan `count()`: the I/O floor (once);
 * (d) after each round, one job of one row (`spark.range(1).count()`) against the round's
   (a): the least that reading a decode's result adds, whatever the decode;
-* (c) the local `Reader` on a `--sample` of updates, delivered twice and shuffled, in-process;
-* stream: `--stream-batches` micro-batches of `--stream-updates` updates each (JSON-lines
-  Materialize CDC files read with the `materialize-cdc` source, as `spark/stream.py` does),
-  each through `DecodeBatches` (the `foreachBatch` function): seconds per batch.
+* (c) the local `Reader` on a `--sample` of updates, delivered twice and shuffled, in-process.
 
 It also prints how many Spark jobs one decode + count and one dropDuplicates().count() ran.
 
@@ -119,38 +116,6 @@ def local_reader(sample: int, times: int) -> tuple[float, int]:
     return seconds, len(deliveries)
 
 
-def stream_batches(spark, batches: int, per_batch: int) -> list[float]:
-    """Seconds per `DecodeBatches` call, one micro-batch of `per_batch` updates each."""
-    with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp:
-        return _stream_batches(spark, Path(tmp), batches, per_batch)
-
-
-def _stream_batches(spark, root: Path, batches: int, per_batch: int) -> list[float]:
-    from changelake.formats.materialize import CdcSchema, write_json_lines
-    from changelake.protocol import Writer
-    from changelake.spark.decode_files import read_messages_frame
-    from changelake.spark.stream import DecodeBatches
-
-    schema = CdcSchema.for_fields([{"name": "k", "type": "long"}, {"name": "v", "type": "long"}])
-    writer = Writer(batch_size=1000)
-    sink = DecodeBatches(root / "stream-out", root / "stream-state")
-    seconds = []
-    for batch in range(batches):
-        messages = []
-        for i in range(batch * per_batch, (batch + 1) * per_batch):
-            writer.push(Record((("k", i), ("v", i % 7))), i // 100, 1)
-        messages.extend(writer.finish_through((batch + 1) * per_batch // 100 - 1))
-        path = root / "stream-in" / f"{batch:05d}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("wb") as fo:
-            write_json_lines(fo, messages + messages[::3], schema)  # a third delivered twice
-        frame = read_messages_frame(spark, [str(path)], schema=schema)
-        start = time.perf_counter()
-        sink(frame, batch)
-        seconds.append(time.perf_counter() - start)
-    return seconds
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=500_000, help="distinct updates")
@@ -165,8 +130,6 @@ def main() -> int:
     parser.add_argument("--shuffle-partitions", type=int, default=200)
     parser.add_argument("--sample", type=int, default=1_000_000,
                         help="local Reader sample (0: skip)")
-    parser.add_argument("--stream-batches", type=int, default=5, help="0: skip")
-    parser.add_argument("--stream-updates", type=int, default=10_000)
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--keep", type=Path, default=None, help="reuse/keep input here")
@@ -257,8 +220,6 @@ def main() -> int:
         dedup_s = statistics.median(a for _, a in rounds)
 
         local = local_reader(args.sample, args.times) if args.sample else None
-        stream = (stream_batches(spark, args.stream_batches, args.stream_updates)
-                  if args.stream_batches else [])
 
         def rate(seconds: float, rows: int = deliveries) -> str:
             return f"{rows / seconds / 1e6:6.2f}M rows/s"
@@ -286,10 +247,6 @@ def main() -> int:
         if local is not None:
             print(f"  local Reader / Spark per row "
                   f"{(local[0] / local[1]) / (decode_s / deliveries):6.2f}x")
-        if stream:
-            print(f"\nStream: {args.stream_updates:,} updates per micro-batch, seconds per "
-                  f"batch: {', '.join(f'{x:.2f}' for x in stream)}; median "
-                  f"{statistics.median(stream):.2f} s (aim < 2)")
     finally:
         spark.stop()
         if args.keep is None:

@@ -11,8 +11,8 @@ import changelake.lake
 from package_imports import package_imports
 
 LAKE = Path(changelake.lake.__file__).parent
-ORDER = ["files", "identifier", "layout", "follow_lag", "arrow", "schema", "sql", "scd2",
-         "delta_storage", "current_follower", "commit",
+ORDER = ["files", "identifier", "layout", "follow_lag", "follow_state", "arrow", "schema", "sql",
+         "scd2", "delta_storage", "current_follower", "commit",
          "key_rule", "table", "compact", "changes", "catalog", "sources", "metastore", "ingest",
          "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",
          "sql_endpoint"]

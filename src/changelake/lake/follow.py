@@ -6,8 +6,8 @@ The source is a parameter: a function that returns the streaming DataFrame of me
 `materialize-cdc` source's shape, see `spark/source.py`); `directory_source` is the one for a
 directory of files, `topic_source` the one for Kafka topics (`kafka-cdc`, whose offsets Spark
 logs in the checkpoint as it logs a directory's file list). Each micro-batch runs
-`CommitBatches` (`foreachBatch`), which decodes as `spark/stream.py` does, with the lake table
-as the output and the frontier's keeper:
+`CommitBatches` (`foreachBatch`), which decodes with the state `lake/follow_state.py` keeps,
+the lake table as the output and the frontier's keeper:
 
 * Batch `n` decodes (the pending updates and statements kept after the previous batch, plus
   batch `n`'s messages) from the table's committed frontier F, under the table's writer lock.
@@ -76,13 +76,13 @@ from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
 from changelake.lake.current_follower import following
 from changelake.lake.follow_lag import KIND, TOPICS
+from changelake.lake.follow_state import PENDING, FollowState, latest_state, state_name
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.ingest import DecodedInput, commit_input, flatten
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
 from changelake.lake.table import DEFAULT_BUCKETS, CommitResult, ingest_key
 from changelake.protocol import Antichain
 from changelake.spark.json_schema import infer_json_schema
-from changelake.spark.stream import PENDING, StreamState, latest_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -380,9 +380,9 @@ class CommitBatches:
                 if not has_pending:
                     shutil.rmtree(temporary / PENDING, ignore_errors=True)
                 finished = decoded.updates
-            keep = StreamState(batch_id, frontier, still, has_pending)
+            keep = FollowState(batch_id, frontier, still, has_pending)
             (temporary / "state.json").write_text(json.dumps(keep.to_json()))
-            final = self.states / f"{batch_id:012d}"
+            final = self.states / state_name(batch_id)
             if final.exists():
                 shutil.rmtree(final)
             # The state is durable before the lake commit records the batch: the next batch
@@ -424,7 +424,7 @@ class CommitBatches:
 
     def _temporary(self, batch_id: int) -> Path:
         self.states.mkdir(parents=True, exist_ok=True)
-        return self.states / f".{batch_id:012d}-{uuid.uuid4().hex}"
+        return self.states / f".{state_name(batch_id)}-{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True, slots=True)
