@@ -22,7 +22,7 @@ from pg_workload import lake_rows
 def main(out: Path, argv: list[str]) -> int:
     from changelake.capture.postgres.to_lake import consistent_frontier
     from changelake.cli import main as cli
-    from changelake.lake.ingest import open_lake
+    from changelake.lake.api import open_lake
 
     try:
         cli.main(argv, prog_name="changelake", standalone_mode=False)

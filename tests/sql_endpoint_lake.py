@@ -12,7 +12,7 @@ Two tables, each committed in several steps:
   `note` added); frontier 20.
 
 Prints one line `RESULT {"as_of": ..., "now": ...}`: per table and time, the rows
-`ingest.snapshot(as_of=T)` gives (what `changelake snapshot --as-of T` prints), or for a
+`api.snapshot(as_of=T)` gives (what `changelake snapshot --as-of T` prints), or for a
 refused time {"error": its message}; and the orders as they are now. `build` and
 `as_of_answers` also make the same tables in a test's own session (under other names).
 """
@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from changelake.errors import ChangelakeError
-from changelake.lake import ingest
+from changelake.lake import api
 from changelake.lake.catalog import Lake
 
 ORDERS = StructType([StructField("id", LongType()), StructField("item", StringType()),
@@ -51,7 +51,7 @@ def build(lake: Lake, orders: str = "shop.orders", events: str = "events") -> No
                                 (3, "plum", None, 5, 1)]), 0, 10)
     table.commit(frame(ORDERS, [(1, "apple", 1, 12, -1), (1, "apple", 5, 12, 1),
                                 (2, "pear", 2, 15, -1), (4, "fig", 4, 18, 1)]), 10, 20)
-    ingest.compact(lake, orders, since=5)
+    api.compact(lake, orders, since=5)
     table.commit(frame(ORDERS, [(3, "plum", None, 25, -1), (3, "plum", 7, 25, 1)]), 20, 30)
 
     table = lake.create_table(events, EVENTS_1, buckets=2)
@@ -61,14 +61,14 @@ def build(lake: Lake, orders: str = "shop.orders", events: str = "events") -> No
 
 def as_of_answers(lake: Lake, tables: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Per table (`tables`: role in TIMES -> name) and time: the rows of `snapshot --as-of`
-    (`ingest.snapshot`), or {"error": its message}."""
+    (`api.snapshot`), or {"error": its message}."""
     result: dict[str, dict[str, Any]] = {}
     for role, times in TIMES.items():
         table = tables[role]
         answers: dict[str, Any] = {}
         for t in times:
             try:
-                answers[str(t)] = list(ingest.snapshot(lake, table, as_of=t))
+                answers[str(t)] = list(api.snapshot(lake, table, as_of=t))
             except ChangelakeError as error:
                 answers[str(t)] = {"error": str(error)}
         result[table] = answers
@@ -76,10 +76,10 @@ def as_of_answers(lake: Lake, tables: dict[str, str]) -> dict[str, dict[str, Any
 
 
 def main(lake_dir: str) -> None:
-    lake = ingest.open_lake(lake_dir, master="local[1]")
+    lake = api.open_lake(lake_dir, master="local[1]")
     build(lake)
     result = {"as_of": as_of_answers(lake, {"orders": "shop.orders", "events": "events"}),
-              "now": {"shop.orders": list(ingest.snapshot(lake, "shop.orders"))}}
+              "now": {"shop.orders": list(api.snapshot(lake, "shop.orders"))}}
     lake.spark.stop()
     print("RESULT " + json.dumps(result), flush=True)
 

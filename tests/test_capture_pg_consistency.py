@@ -29,7 +29,7 @@ from changelake.capture.postgres.consistency import kept_dsn, probe
 from changelake.capture.postgres.pgoutput import format_lsn, parse_lsn
 from changelake.capture.postgres.source import SourceError
 from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture, consistent_frontier
-from changelake.lake import ingest, report
+from changelake.lake import api, report
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin, TableState, read_manifest
 from changelake.lake.sources import ConsistencyError, find_source, sources
@@ -124,7 +124,7 @@ def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_pat
     assert find_source(lake, name) == find_source(lake, group.source) == group
 
     # status: per source, the tables, the consistent frontier as time and LSN, the slot's lag.
-    status = ingest.lake_status(lake, count_rows=False)
+    status = api.lake_status(lake, count_rows=False)
     assert {t.name: t.source for t in status.tables} == dict.fromkeys(TABLES, group.source)
     (line,) = status.sources
     assert (line.database, line.tables, line.frontier, line.frontier_lsn) == (
@@ -148,8 +148,8 @@ def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_pat
         invariant([r.asDict() for r in frames["public.accounts"].collect()],
                   [r.asDict() for r in frames["public.ledger"].collect()], at)
     for at in middle[:1]:
-        invariant(list(ingest.snapshot(lake, "public.accounts", as_of=at)),
-                  list(ingest.snapshot(lake, "public.ledger", as_of=at)), at)
+        invariant(list(api.snapshot(lake, "public.accounts", as_of=at)),
+                  list(api.snapshot(lake, "public.ledger", as_of=at)), at)
 
     # One table ahead of the other: AS OF between the frontiers is refused, naming the
     # consistent frontier; beyond the table's own frontier the table's own error stands.
@@ -161,11 +161,11 @@ def test_origin_consistent_frontier_and_database_as_of(spark, bank: str, tmp_pat
     expected = rf"consistent frontier of database {name} .*: {frontier} \(LSN " \
         rf"{format_lsn(frontier)}\); public.accounts committed only through {frontier - 1}"
     with pytest.raises(ConsistencyError, match=expected):
-        list(ingest.snapshot(lake, "public.ledger", as_of=frontier + 50))
+        list(api.snapshot(lake, "public.ledger", as_of=frontier + 50))
     with pytest.raises(ConsistencyError, match=expected):
         database_as_of(lake, name, frontier)
     with pytest.raises(Exception, match="is not final yet"):
-        list(ingest.snapshot(lake, "public.ledger", as_of=frontier + 100))
+        list(api.snapshot(lake, "public.ledger", as_of=frontier + 100))
     assert rows(database_as_of(lake, name)["public.ledger"]) == rows(ledger.as_of(frontier - 1))
     with pytest.raises(ConsistencyError, match="no tables captured from database 'nope'"):
         database_as_of(lake, "nope")
@@ -182,7 +182,7 @@ def test_status_says_unreachable_and_old_manifests_read(spark, tmp_path) -> None
     lake = Lake(spark, tmp_path / "lake")
     lake.create_table("public.t", T.StructType([T.StructField("id", T.LongType())]),
                       key=["id"], origin=gone)
-    status = ingest.lake_status(lake, count_rows=False)
+    status = api.lake_status(lake, count_rows=False)
     (line,) = status.sources
     (slot,) = line.slots
     assert not slot.reachable and slot.error.startswith("unreachable: ")
@@ -328,7 +328,7 @@ AHEAD = """
 import sys
 from pyspark.sql import types as T
 from rich.console import Console
-from changelake.lake.ingest import open_lake
+from changelake.lake.api import open_lake
 lake = open_lake(sys.argv[1], master="local[1]")
 ledger = lake.table("public.ledger")
 upper = ledger.state().upper

@@ -28,7 +28,7 @@ import pytest
 from changelake.errors import InputError, LakeError
 from changelake.formats.materialize import CdcSchema, encode_confluent
 from changelake.kafka import MockCluster, RegistryServer, SchemaRegistry, write_topic
-from changelake.lake import Lake, ingest
+from changelake.lake import Lake, api
 from changelake.lake.kafka_ingest import ingest_topics
 from changelake.protocol import Progress, Updates
 from changelake.protocol.messages import Message
@@ -109,7 +109,7 @@ def test_resume_reads_only_the_new_offsets(cluster: MockCluster, registry: Regis
 
     added = produce(cluster, topic, messages[cut:], rng)  # schema id 0: the reader's file
     # status: per partition the committed offset, the end now, the lag between them
-    lags = ingest.table_status(lake, name, count_rows=False, live=True).offsets
+    lags = api.table_status(lake, name, count_rows=False, live=True).offsets
     assert [(o["partition"], o["committed"]) for o in lags] == [
         (p.partition, p.resume) for p in recorded.partitions]
     assert all(o["lag"] == o["end"] - o["committed"] and o["error"] is None for o in lags)
@@ -128,7 +128,7 @@ def test_resume_reads_only_the_new_offsets(cluster: MockCluster, registry: Regis
     assert again.records == 0 and again.ingest.commit.skipped
     assert lake.table(name).state().version == second.ingest.commit.version
     # a compaction's version carries them too
-    ingest.compact(lake, name)
+    api.compact(lake, name)
     assert lake.table(name).state().offsets == second.offsets
 
 
@@ -260,7 +260,7 @@ def test_status_names_the_partition_that_holds_the_frontier_back(
     assert frontier[0] < min(reached[0], reached[1])
 
     def behind() -> list[int]:
-        lags = ingest.table_status(lake, name, count_rows=False, live=True).offsets
+        lags = api.table_status(lake, name, count_rows=False, live=True).offsets
         assert [o["reached"] for o in lags] == [
             p.reached for p in lake.table(name).state().offsets.topic(topic).partitions]
         return [o["partition"] for o in lags if o["holds_back"]]

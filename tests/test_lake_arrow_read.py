@@ -35,7 +35,7 @@ from pyspark.sql.types import (
 )
 
 from changelake.errors import LakeError
-from changelake.lake import Lake, arrow, ingest
+from changelake.lake import Lake, api, arrow
 from changelake.lake.commit import repair_pointer, writer_lock
 from changelake.lake.compact import CompactionPolicy, compact
 from changelake.lake.layout import (
@@ -71,7 +71,7 @@ def printed(rows) -> Counter:
 
 
 def spark_snapshot(lake: Lake, name: str, as_of: int | None = None) -> Counter:
-    return printed(ingest.snapshot(lake, name, as_of=as_of))
+    return printed(api.snapshot(lake, name, as_of=as_of))
 
 
 def arrow_snapshot(lake: Lake, name: str, as_of: int | None = None) -> Counter:
@@ -89,7 +89,7 @@ def assert_same(lake: Lake, name: str, times: list[int], *, flat: bool = True) -
         assert arrow_snapshot(lake, name, at) == spark_snapshot(lake, name, at), at
     state = lake.table(name).state()
     assert arrow.committed_state(lake.root, lake.handle(name).ident) == state
-    assert arrow.table_status(lake.root, state) == ingest.table_status(lake, name)
+    assert arrow.table_status(lake.root, state) == api.table_status(lake, name)
     # the Python helpers: the same multiset as a pyarrow Table, and through DuckDB
     table = arrow.read_table(lake.root, name)
     assert table.num_rows == sum(now.values())
@@ -168,12 +168,12 @@ def check_engines_agree(lake: Lake, name: str, changed_at: int, keyed: bool) -> 
         with pytest.raises(LakeError, match="has no key") as on_arrow:
             arrow.read_history(lake.root, ident)
         with pytest.raises(LakeError) as on_spark:
-            list(ingest.snapshot(lake, name, history=True))
+            list(api.snapshot(lake, name, history=True))
         assert str(on_arrow.value) == str(on_spark.value)
     else:  # SCD type 2 history, in the order `snapshot --history` prints it
         on_arrow = list(arrow.plain_rows(arrow.Merged.once(arrow.read_history(lake.root,
                                                                               ident))))
-        assert on_arrow == list(ingest.snapshot(lake, name, history=True))
+        assert on_arrow == list(api.snapshot(lake, name, history=True))
         assert any(r["valid_to"] is not None for r in on_arrow)
 
 
@@ -306,7 +306,7 @@ def test_a_manifest_without_a_commit_is_never_read(spark, lake):
         thread.join()
 
     # the writer died without its commit: the next Spark-side read removes its manifest
-    list(ingest.snapshot(lake, name))
+    list(api.snapshot(lake, name))
     assert manifest_versions(directory) == [0, 1]
     assert arrow_snapshot(lake, name) == before
 
@@ -323,7 +323,7 @@ def test_a_manifest_without_a_commit_is_never_read(spark, lake):
     pointer_path(directory).unlink()
     with pytest.raises(arrow.ArrowUnavailable, match="no commit pointer"):
         arrow.committed_state(lake.root, ident)
-    ingest.lake_status(lake, live=False)
+    api.lake_status(lake, live=False)
     assert read_pointer(directory) == 2
     assert arrow.committed_state(lake.root, ident) == table.state()
 
@@ -373,7 +373,7 @@ def test_cli_status_and_snapshot_need_no_jvm(spark, lake):
     status = cli("status", "--lake", root, "--format", "jsonl")
     assert status.returncode == 0, status.stderr
     assert status.stderr.decode().strip() == "NO-PYSPARK"
-    expected = ingest.lake_status(lake, live=False).tables
+    expected = api.lake_status(lake, live=False).tables
     assert [orjson.loads(line) for line in status.stdout.splitlines()] == [
         t.to_json() for t in expected]
 
@@ -383,7 +383,7 @@ def test_cli_status_and_snapshot_need_no_jvm(spark, lake):
         assert done.returncode == 0, done.stderr
         assert done.stderr.decode().strip() == "NO-PYSPARK"
         assert Counter(done.stdout.splitlines()) == Counter(
-            orjson.dumps(r) for r in ingest.snapshot(
+            orjson.dumps(r) for r in api.snapshot(
                 lake, name, as_of=None if as_of is None else int(as_of)))
 
     refused = cli("snapshot", "--lake", root, "--table", name, "--as-of", "3",

@@ -12,8 +12,8 @@ from package_imports import package_imports
 
 LAKE = Path(changelake.lake.__file__).parent
 ORDER = ["files", "identifier", "layout", "follow_lag", "follow_state", "arrow", "schema", "sql",
-         "scd2", "delta_storage", "current_follower", "commit",
-         "key_rule", "table", "compact", "changes", "catalog", "sources", "metastore", "ingest",
+         "scd2", "delta_storage", "current_follower", "commit", "key_rule", "table", "compact",
+         "changes", "catalog", "sources", "metastore", "api", "ingest",
          "kafka_ingest", "kafka_changefeed", "follow", "follow_changefeed", "report",
          "sql_endpoint"]
 

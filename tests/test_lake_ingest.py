@@ -17,7 +17,7 @@ from changefeed_cases import python_updates
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError, LakeError, SchemaError
 from changelake.formats.materialize import CdcSchema, write_json_lines
-from changelake.lake import Lake, ingest
+from changelake.lake import Lake, api, ingest
 from changelake.values import freeze
 from conftest import SAMPLES
 from lake_history import keyed_history, messages, state_at
@@ -85,12 +85,12 @@ def test_ingest_materialize_exactly_once(spark, lake, tmp_path):
     assert rest.commit.lower == 6 and rest.frontier == [12]
     assert Counter(tuple(r) for r in spark.table(name).collect()) == state_at(history, 11,
                                                                               keyed=True)
-    snap = list(ingest.snapshot(lake, name, as_of=5))
+    snap = list(api.snapshot(lake, name, as_of=5))
     assert Counter((r["id"], r["name"], r["amount"]) for r in snap) == state_at(history, 5,
                                                                                keyed=True)
-    result = ingest.compact(lake, name)
+    result = api.compact(lake, name)
     assert result.since == 11 and table.state().since == 11
-    [status] = [s for s in ingest.status(lake) if s.name == name]
+    [status] = [s for s in api.status(lake) if s.name == name]
     assert (status.frontier, status.since, status.segments) == ([12], 11, 0)
     assert status.rows == len(state_at(history, 11, keyed=True)) and status.files > 0
 

@@ -31,8 +31,9 @@ import pytest
 from pyspark.sql.types import StructType
 
 from changelake.errors import LakeError
+from changelake.lake.api import snapshot
+from changelake.lake.arrow import plain
 from changelake.lake.catalog import Lake
-from changelake.lake.ingest import plain, snapshot
 from changelake.lake.layout import Origin
 from changelake.lake.sql_endpoint import Endpoint, function_name, register_as_of, start
 from sql_endpoint_lake import META, ORDERS, TIMES, build

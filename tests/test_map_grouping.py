@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from changelake.formats.materialize import CdcSchema, cdc_schema_around, write_ocf
-from changelake.lake import Lake, ingest
+from changelake.lake import Lake, api, ingest
 from changelake.lake.compact import compact
 from changelake.protocol import Antichain, Writer
 from changelake.spark.map_grouping import grouping_sql, restored_sql
@@ -141,8 +141,8 @@ def test_lake_tables_keep_the_null_values_of_maps(spark, tmp_path):
     prefix = f"maps_{uuid.uuid4().hex[:8]}"
     for name, key in ((f"{prefix}.keyed", ["k"]), (f"{prefix}.unkeyed", [])):
         ingest.ingest(lake, name, [Path(log)], key=key)
-        assert sorted(ingest.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
-        assert sorted(ingest.snapshot(lake, name, as_of=1), key=lambda r: r["k"]) \
+        assert sorted(api.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
+        assert sorted(api.snapshot(lake, name, as_of=1), key=lambda r: r["k"]) \
             == rows[:2], name
         compact(lake.table(name))
-        assert sorted(ingest.snapshot(lake, name), key=lambda r: r["k"]) == rows, name
+        assert sorted(api.snapshot(lake, name), key=lambda r: r["k"]) == rows, name

@@ -55,7 +55,7 @@ def table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, .
 def open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict,
               table_format: str | None = None) -> Any:
     """The lake on a Spark session whose logs keep to errors (`quiet_spark`)."""
-    from changelake.lake.ingest import open_lake as open_on_spark
+    from changelake.lake.api import open_lake as open_on_spark
     from changelake.spark.session import quiet_spark
 
     lake = open_on_spark(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf,

@@ -28,7 +28,7 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     """Fold change segments into the buckets they touch and advance `since`."""
     from rich.console import Console
 
-    from changelake.lake import ingest, report
+    from changelake.lake import api, report
 
     ident, _ = table_and_key(table)
     since = checked_time(since, "--since")
@@ -36,7 +36,7 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
         with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
-            result = ingest.compact(lake, ident, since=since, progress=step)
+            result = api.compact(lake, ident, since=since, progress=step)
     finally:
         lake.spark.stop()
     click.echo(report.compact_line(result), err=True)
@@ -53,7 +53,7 @@ def metastore(lake_dir: Path, port: int | None) -> None:
     It has no authentication (Hive's metastore protocol has none but Kerberos): every local
     user may connect, change the lake's tables and register code that a Spark process on
     the lake runs as its user. Run it only on a machine (or container) you alone use."""
-    from changelake.lake import ingest
+    from changelake.lake import api
 
     if is_remote(lake_dir):
         from changelake.errors import LakeError
@@ -62,7 +62,7 @@ def metastore(lake_dir: Path, port: int | None) -> None:
                         "lake directory's metastore; a remote lake's is kept per machine "
                         "(CHANGELAKE_STATE_HOME), or give its commands a metastore service "
                         "of your own with --metastore-uri")
-    sys.exit(ingest.metastore(lake_dir, port=port))
+    sys.exit(api.metastore(lake_dir, port=port))
 
 
 @main.command("jvm-archive")

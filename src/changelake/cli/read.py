@@ -46,12 +46,12 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
             report.write_snapshot(rows, columns, fmt, sys.stdout.buffer)
             sys.stdout.buffer.flush()
             return
-    from changelake.lake import ingest
+    from changelake.lake import api
 
     lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
     try:
-        columns = ingest.snapshot_columns(lake, ident, history=history)
-        report.write_snapshot(ingest.snapshot(lake, ident, as_of=as_of, history=history),
+        columns = api.snapshot_columns(lake, ident, history=history)
+        report.write_snapshot(api.snapshot(lake, ident, as_of=as_of, history=history),
                               columns, fmt, sys.stdout.buffer)
         sys.stdout.buffer.flush()
     finally:
@@ -198,11 +198,11 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     engine = remote_engine(lake_dir, engine)
     result = _arrow_status(lake_dir, engine, live) if engine != "spark" else None
     if result is None:
-        from changelake.lake import ingest
+        from changelake.lake import api
 
         lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
         try:
-            result = ingest.lake_status(lake, live=live)
+            result = api.lake_status(lake, live=live)
         finally:
             lake.spark.stop()
     if fmt == "jsonl":

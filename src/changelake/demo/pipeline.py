@@ -60,7 +60,7 @@ def run_pipeline_demo(
     metastore; tests pass theirs).
     """
     from changelake.convert import encode_changefeed
-    from changelake.lake import ingest
+    from changelake.lake import api, ingest
     from changelake.lake.catalog import Lake
 
     rng = random.Random(seed)
@@ -100,7 +100,7 @@ def run_pipeline_demo(
             f"ingest after delivery {i + 1} (the whole log directory again)",
             f"{report.commit.written:,} new updates, frontier {report.frontier}"))
         if i == deliveries - 2:
-            result = ingest.compact(lake, table)
+            result = api.compact(lake, table)
             steps.append(PipelineStep(
                 "compact", f"since {result.since_before} -> {result.since}, "
                            f"{len(result.buckets_touched)} bucket(s) rewritten"))

@@ -12,8 +12,9 @@ own; `commit` is the one commit path
 a keyed table's commits keep (one row per key); `table` and `compact` are the operations, and
 `changes` reads a table out as a CDCv2 stream (its change feed); `catalog` ties a lake
 directory to a metastore; `sources` groups captured tables by their source database
-(one time domain, one consistent frontier); `ingest` is the ingest core and the rest of what
-the CLI runs (snapshot, compact, status), and the ingests from Kafka build on it (`kafka_ingest`
+(one time domain, one consistent frontier); `api` holds the lake's commands as functions
+(open a lake, snapshot, compact, status), `ingest` is the ingest core, and the ingests from
+Kafka build on it (`kafka_ingest`
 from topics of Materialize CDC messages, `kafka_changefeed` from Debezium and YDB topics,
 `follow` a streaming query over a directory or topics, `follow_changefeed` rounds of
 `kafka_changefeed` ingests), and `report`

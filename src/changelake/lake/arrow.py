@@ -513,7 +513,7 @@ def plain(value: Any) -> Any:
 
 
 def _as_snapshot_value(value: Any, kind: pa.DataType) -> Any:
-    """A value from Arrow's `to_pylist` as `ingest.snapshot` yields it from Spark's rows:
+    """A value from Arrow's `to_pylist` as `api.snapshot` yields it from Spark's rows:
     a timestamp as the UTC instant, a timestamp without a time zone as its wall-clock time,
     maps as dicts, a float (32-bit) as the double of its shortest text (see
     `values.float32_value`), not widened."""
@@ -550,7 +550,7 @@ def _needs_conversion(kind: pa.DataType) -> bool:
 
 
 def plain_rows(result: Merged, batch_rows: int = 65536) -> Iterator[dict[str, Any]]:
-    """The rows as `ingest.snapshot` yields them (plain dicts), each as many times as its
+    """The rows as `api.snapshot` yields them (plain dicts), each as many times as its
     multiplicity."""
     schema = result.rows.schema
     convert = [f for f in schema if _needs_conversion(f.type)]

@@ -55,9 +55,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from changelake.errors import LakeError
+from changelake.lake.api import open_lake
 from changelake.lake.catalog import Lake
 from changelake.lake.identifier import TableIdentifier
-from changelake.lake.ingest import open_lake
 from changelake.lake.layout import TableState
 from changelake.lake.schema import live_columns, logical_schema
 from changelake.lake.sources import SourceTables, beyond_frontier, group_sources
