@@ -67,12 +67,6 @@ class Op(enum.Enum):
     MESSAGE = "m"  # a logical-decoding message: not a row change
     TOMBSTONE = "tombstone"  # Kafka compaction marker after a delete: normally a no-op
 
-    @property
-    def writes_row(self) -> bool:
-        return self in _WRITES
-
-
-_WRITES = frozenset({Op.CREATE, Op.READ, Op.UPDATE, Op.UPSERT})
 
 Row: TypeAlias = Mapping[str, Any]
 
