@@ -79,8 +79,8 @@ def view_text(spark: SparkSession, ident: TableIdentifier) -> str | None:
 
     Asked of the metastore directly (Spark's external catalog), not through `DESCRIBE TABLE
     EXTENDED`: every command and every committed batch reads it, and the statement's analysis
-    made it take 2.6x as long (77 ms against 30 ms a read on the embedded metastore:
-    `benchmarks/bench_view_text.py`)."""
+    made each read markedly slower (`benchmarks/bench_view_text.py`; the figures are in
+    benchmarks/README.md, "The floor of a keyed conversion")."""
     catalog = spark._jsparkSession.sharedState().externalCatalog()  # type: ignore[union-attr]
     if not catalog.tableExists(ident.database, ident.name):
         return None

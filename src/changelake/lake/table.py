@@ -100,9 +100,9 @@ every distinct value of the file: up to 128k longs hashed, per column and file, 
 256 KiB that stops four times sooner, and a column of few distinct values (`_diff`, a status)
 still keeps its whole dictionary. Every segment is written so (`write_segment`: a commit's,
 and the part of a segment compaction keeps beyond `since`); compaction's runs, deltas and
-bases (`compact.py`) are written with Parquet's defaults. `bench_commit_files.py` at 1.1M
-events, 4 files: Debezium's updates written in 0.67x the time, YDB's in 0.88x, with 1.02x
-and 1.01x the bytes (benchmarks/README.md)."""
+bases (`compact.py`) are written with Parquet's defaults. Both feeds' updates were
+written faster for about the same bytes (`benchmarks/bench_commit_files.py`; benchmarks/README.md,
+"A commit's Parquet dictionaries stop at 256 KiB")."""
 
 
 def write_segment(rows: DataFrame, target: Path) -> None:

@@ -112,9 +112,10 @@ def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     writer was 19-21% of the samples of the conversion's reduce side, against 6%
     of the plain Parquet write's, whose files are larger. Coalesced, a task converts several
     partitions one after another (each sort's memory is freed as it is read out) and writes
-    one file. `bench_commit_files.py`: the 1.74M updates of 1.1M Debezium events written as
-    4 files took 0.79x the time of 8; in a cold ingest of those events the conversion's job
-    took 0.90x its wall time (benchmarks/README.md)."""
+    one file. Fewer, larger files were
+    written faster, and the conversion's job of a cold ingest was faster too
+    (`benchmarks/bench_commit_files.py`; benchmarks/README.md, "A change's `sequence` read by
+    hand; fewer, larger files a commit")."""
     cores = spark.sparkContext.defaultParallelism
     return min(partitions, max(cores, -(-events // EVENTS_PER_FILE)))
 
@@ -137,10 +138,10 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     That job writes a checkpoint, and its checks are settled here, unless `defer`: then the
     updates come back unread, with the `DeferredChecks` the job that writes them must settle
     (the lake commit's, which writes the table's files straight from the conversion, instead of
-    from a checkpoint written and read again for it: YDB's ingest took 0.91x the time at 1.1M
-    and 11M events, Debezium's no measurable difference; one copy of the updates on disk
-    fewer for both: benchmarks/README.md). Before the checkpoint, the events were
-    checkpointed, an aggregate by key and position read them back for the check, and the
+    from a checkpoint written and read again for it: faster for YDB's ingest, no measurable
+    difference for Debezium's, and one copy of the updates on disk fewer for both:
+    benchmarks/README.md, "Changefeed ingest on the JVM path"). Before the checkpoint, the
+    events were checkpointed, an aggregate by key and position read them back for the check, and the
     lake's write converted them.
 
     `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have

@@ -40,8 +40,8 @@ Mind the plan's shape when changing these expressions. A `from_json` is evaluate
 interpretation, which keeps its projection out of whole-stage code generation. Where the last
 projection had none (`data_collections` typed in the envelope, or the sequence read by
 `split`), Spark compiled the whole read and parse into one generated method, too long for the
-JIT (HotSpot compiles none over 8,000 bytes), and the step took 1.6-2x as long at 1.1M lines
-(benchmarks/README.md).
+JIT (HotSpot compiles none over 8,000 bytes), and the step was much slower (benchmarks/README.md,
+"The parse's plan shape").
 
 Where the Python parser asks whether a field is present (`in`), this step asks
 `json_object_keys` of the line (the envelope's `payload`, and the keys of a body without
@@ -191,7 +191,7 @@ def _sequence(raw: Column) -> tuple[Column, Column]:
     """Whether `source.sequence` is in Debezium's shape (`_SEQUENCE`), and its two entries as
     written (`["12"`, `null]`), split at the comma: in that shape the only comma is the one
     between them. No `from_json` here: each costs a Jackson parser and its 8 KiB buffer per
-    line (with one, the parse took 8.85 s against 7.71 s at 1.1M lines: benchmarks/README.md)."""
+    line, which made the parse measurably slower (benchmarks/README.md, "The parse profiled")."""
     return raw.rlike(_SEQUENCE), F.split(raw, ",", 2)
 
 
@@ -200,7 +200,7 @@ def _lsn(ok: Column, entry: Column, i: int) -> Column:
     sequence is not in that shape), else its at most 18 digits. In that shape the first entry
     is `[null` or `["digits"`, the second `null]` or `"digits"]`, so the digits are cut out
     by their place (a `btrim` of the brackets and quotes scanned every entry's bytes for each
-    of them: the parse took about 0.2 s longer at 1.1M lines, benchmarks/README.md)."""
+    of them, which made the parse slower: benchmarks/README.md, "The parse profiled")."""
     digits = entry.substr(F.lit(3 - i), F.length(entry) - F.lit(3))
     return F.when(ok & (entry != F.lit(("[null", "null]")[i])), digits.cast("bigint"))
 
@@ -242,7 +242,8 @@ def _string_valued(value: Column, *names: str) -> Column:
     as the object, where the encoder refuses the line. The line is looked at for a key of one
     of `names` followed by a string (an image column of that name holding a string is one too,
     and sends the batch to the old path for nothing). Each pattern opens with a literal, which
-    Java's regular expressions skip to (the images' two cost +0.3 s of the parse at 1.1M)."""
+    Java's regular expressions skip to (the images' two patterns still cost the parse time:
+    benchmarks/README.md, "Source names of another JSON kind")."""
     out = F.lit(False)
     for name in names:
         out = out | _key_then(value, name, '"')
@@ -282,9 +283,9 @@ def odd_names(table: str | None) -> bool:
     where this path would write Spark's text (`false`, `true`) into the name; a field the
     name does not hold (`db` beside a `schema`) is one the encoder does not read either.
 
-    Looked at once, on the driver: a per-line check of the three names cost about 1.1x (with a
-    check of its own for each, 1.8x: its generated code too long for the JIT) the parse's time
-    at 1.1M lines (benchmarks/README.md)."""
+    Looked at once, on the driver: a per-line check of the three names lengthened the parse
+    (more so with a check of its own for each, whose generated code was too long for the JIT:
+    benchmarks/README.md, "Source names of another JSON kind: a per-line check is not free")."""
     return table is not None and any(re.match(_ODD_NAME, part) for part in table.split("."))
 
 
@@ -317,8 +318,8 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
     the Spark functions' reading; `jvm=False` is the Spark functions' way for every line.
 
     The expressions are built once per JVM (`_steps`, `expressions.per_jvm`): built per call,
-    they were about 8,000 round trips to the JVM, two seconds of driver time before any job
-    ran (`benchmarks/bench_fixed_cost.py`)."""
+    they were about 8,000 round trips to the JVM, driver time before any job ran
+    (`benchmarks/bench_fixed_cost.py`)."""
     java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
     carry: tuple[str, ...] = ()
     if java:
