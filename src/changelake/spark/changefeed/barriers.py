@@ -11,11 +11,12 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   images), a replay after a consumer restart. When the batch has barriers, the running
   highest barrier of each file finds the records below it: one pass of the project's Java
   over the parsed lines in the order they were read (`scan_below`, `BarrierScan.java`: a
-  block of lines lies in one partition, so no shuffle; the barrier step of a YDB ingest of
-  1.1M records took 4.3 s instead of 8.8 s: benchmarks/README.md), or where that does not
-  apply (no jar, or a parse that split a block between partitions) `times.highest_before`, a
-  window by chunk of lines, the earlier chunks' highest carried by the driver (one window by
-  file held a whole file in one task's buffer, the driver's JVM at 2.5 GiB for 11M records).
+  block of lines lies in one partition, so no shuffle, and the barrier step of a YDB ingest
+  was faster than the window's: benchmarks/README.md, "Figures moved out of docstrings"),
+  or where that does not apply (no jar, or a parse that split a block between partitions)
+  `times.highest_before`, a window by chunk of lines, the earlier chunks' highest carried by
+  the driver (one window by file held a whole file in one task's buffer, and the driver's JVM
+  grew with the file: benchmarks/README.md, "Figures moved out of docstrings").
   Only the records below, few in a good feed (the replays), are then looked up among the
   earlier records of their file by their identity (`barrier_rule`: a join on the key, the
   position and a 64-bit hash of the op and images, `identity`).
@@ -26,15 +27,15 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   key's events in order anyway, finds each record below repeated among its key's events at
   its position (`keyed.java_convert`'s `barriers`). The records below at times it does not
   convert, it only counts, and they are looked up as above (`unrepeated_outside`). No scan,
-  rescan or lookup of every record (5.4 s of task time at 1.1M records, 21 s at 11M:
-  benchmarks/README.md).
+  rescan or lookup of every record (benchmarks/README.md, "YDB's barrier rule checked by
+  the conversion").
 * *Frontier*: each file's highest barrier (from what finds the records below: the blocks'
   reports, the scan's summary rows, or the window's aggregate rows by chunk of lines:
   `Barriers.last`); 0 while some file has none, else the least of their steps.
 
 What the steps need to know of the parsed lines as a whole (`LineFacts`) is observed while the
-parse's job checkpoints them, not read back from the checkpoint by a job of its own (one that
-took 2.3 s of a 33 s YDB ingest of 1.1M records: benchmarks/README.md).
+parse's job checkpoints them, not read back from the checkpoint by a job of its own (a job
+that cost a YDB ingest time of its own: benchmarks/README.md, "Figures moved out of docstrings").
 """
 
 from __future__ import annotations
@@ -62,8 +63,8 @@ from changelake.spark.jvm import java_class
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
-#: 65 MB at most pass through the driver). At 11M events with 2% replayed (218k below) the
-#: broadcast join took half the time of the shuffled one (benchmarks/README.md).
+#: 65 MB at most pass through the driver). Broadcast, the join was faster than shuffled at
+#: 11M events with 2% replayed (benchmarks/README.md, "Figures moved out of docstrings").
 BROADCAST_BELOW = 500_000
 
 #: The problem of a batch that breaks the rule (a record below its partition's barrier that
@@ -179,9 +180,9 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     the file's earlier blocks comes from the scan's one summary row per block: only a block
     whose least position is below the earlier blocks' highest (in a good feed, one that
     holds replays of an earlier block's records) is read again, from that barrier, and only
-    the partition that holds it (`BarrierScan.rescan`): at 1.1M records read in 4 MB blocks,
-    this took 1.5-2.1 s where a join that found them among every record took 2.7-3.0 s
-    (benchmarks/README.md). And the lookup of the records below reads only the partitions
+    the partition that holds it (`BarrierScan.rescan`), which was faster than a join that
+    found them among every record (benchmarks/README.md, "Figures moved out of docstrings").
+    And the lookup of the records below reads only the partitions
     whose blocks' positions reach theirs (`Below.earlier`, `BarrierScan.only`).
 
     `items` must be a checkpoint (the parse's, `stored`), or another plan whose partitions
@@ -281,9 +282,9 @@ def barrier_rule(items: DataFrame, keys: int, size: int | None = None, *,
     `identity`), and kept; in a good feed they are few (the replays), and are then
     broadcast to the join that looks each one up among the earlier records of its file by its
     identity (many are joined without broadcasting). Only the identity's narrow columns are
-    shuffled or broadcast, never the images: at 11M records with 2% replayed (218k below) the
-    rule takes 0.34-0.38x the time it took when a join fetched each one's images and a
-    second shuffled every record's (benchmarks/README.md). `size`, the batch's lines about,
+    shuffled or broadcast, never the images: faster than when a join fetched each one's images
+    and a second shuffled every record's (benchmarks/README.md, "YDB's steps, and the barrier
+    rule's lookup without the images"). `size`, the batch's lines about,
     spreads a window over partitions by it (`keyed.partitions_for`). Without `read_order`
     (items shuffled by key: `checkpoint.kept_shuffle`), no partition holds a block in read
     order, and the window does it without a scan first."""

@@ -194,8 +194,9 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     has them already.
 
     A running maximum over the whole order would be one window partition per stream, held by
-    one task: its window buffer grows with the stream (a YDB partition file of 5.5M records
-    took the driver's JVM from 1.0 to 2.5 GiB: benchmarks/README.md). So the order is cut into
+    one task: its window buffer grows with the stream, and so did the driver's JVM for a large
+    YDB partition file (benchmarks/README.md, "YDB's driver memory: the barrier window by
+    chunks of lines", and "Figures moved out of docstrings"). So the order is cut into
     chunks of 2**`CHUNK_BITS` consecutive `row`s: one aggregate row per chunk reaches the
     driver, which carries the highest value of the earlier chunks (a few rows, broadcast
     back), and a window partitioned by chunk adds the highest of the earlier rows of the same
@@ -205,9 +206,8 @@ def highest_before(spark: SparkSession, frame: DataFrame, *, stream: Sequence[st
     The window only runs over the chunks that need it: with `wanted`, a chunk in which no
     row that moves comes before the last wanted row (the aggregate row says so) gives each
     wanted row the earlier chunks' highest as it is, with no shuffle. A batch's snapshot rows
-    come before its streamed changes, so their chunks need no window: at 1.1M Debezium
-    events that window, a shuffle and sort of every change, took about 1 s
-    (benchmarks/README.md)."""
+    come before its streamed changes, so their chunks need no window, a shuffle and sort of
+    every change (benchmarks/README.md, "Figures moved out of docstrings")."""
     if chunks is None:
         chunks = chunks_of(spark, frame, stream=stream, row=row, moves=moves,
                            per_file=per_file, wanted=wanted)

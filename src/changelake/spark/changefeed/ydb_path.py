@@ -21,9 +21,9 @@ that each record below repeats an earlier one (the few outside the times it conv
 counts, and a join looks them up after it); elsewhere, one Java pass over each block of
 lines in read order (a window by chunk of lines where that does not apply) and a join of the
 few records below a barrier. The frontier comes from each file's highest barrier, found by
-the same steps. The rule in the conversion saves the scan, its rescan and the lookup (5.4 s
-of task time at 1.1M records, 21 s at 11M), less what the marking adds to the conversion
-(benchmarks/README.md).
+the same steps. The rule in the conversion saves the scan, its rescan and the lookup, less
+what the marking adds to the conversion (benchmarks/README.md, "YDB's barrier rule checked
+by the conversion").
 
 Where it may differ from `encode_changefeed` (shared with the old path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder

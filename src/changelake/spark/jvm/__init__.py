@@ -4,8 +4,8 @@ Why Java at all: the parse was the largest step of a Debezium ingest (about a th
 time at 1.1M events), and most of it was Spark's JSON functions (`from_json` against a wide
 nested schema, `json_object_keys`, regular expressions over the text) and the rules' column
 expressions over their result. One streaming pass of Jackson over the line in a Java UDF
-(`DebeziumLine.java`) applies the same rules with no Python on the executors; the parse then
-takes 0.65-0.7x the time at 1.1M lines (benchmarks/README.md). The same goes for the row
+(`DebeziumLine.java`) applies the same rules with no Python on the executors, and the parse is
+faster (benchmarks/README.md, "Figures moved out of docstrings"). The same goes for the row
 images the conversion reads against the columns' types (`DebeziumImage.java`), which
 `from_json` read through a char reader made for every image, and for the YDB lines the typed
 parse reads (`YdbLine.java`), which a regular expression proved simple before `from_json` read
@@ -13,15 +13,15 @@ them; a YDB batch whose every line Java reads is read in the tasks into the pars
 (`YdbLines.java`, as `DebeziumLines.java` does for Debezium), with none of the expressions.
 And the keyed conversion (`KeyedConversion.java`, called through Py4J, not a UDF) makes one
 pass over each key's events where Spark's windows copied every event through four window
-operators, an explode and an aggregate: the conversion step took 0.59-0.66x the time at
-1.1M events (benchmarks/README.md). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
+operators, an explode and an aggregate, and the conversion step is faster (benchmarks/README.md,
+"Figures moved out of docstrings"). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
 is one pass over each block of lines in read order where a window shuffled and sorted every
-record: the step took 4.3 s instead of 8.8 s at 1.1M records. And a batch's checkpoints
-(`checkpoint.stored`) are kept as chunks of their rows' bytes (`StoredRows.java`), where
-Spark's `localCheckpoint` serialized each row as an object of its own; and a YDB batch's
-parsed rows are not stored at all, but kept as the shuffle by key that the parse's job
-writes and the conversion reads (`KeptShuffle.java`, `checkpoint.kept_shuffle`), which no
-DataFrame call can share between two jobs.
+record, and the step is faster (benchmarks/README.md, "Figures moved out of docstrings").
+And a batch's checkpoints (`checkpoint.stored`) are kept as chunks of their rows' bytes
+(`StoredRows.java`), where Spark's `localCheckpoint` serialized each row as an object of its
+own; and a YDB batch's parsed rows are not stored at all, but kept as the shuffle by key that
+the parse's job writes and the conversion reads (`KeptShuffle.java`, `checkpoint.kept_shuffle`),
+which no DataFrame call can share between two jobs.
 
 How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
 `spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
