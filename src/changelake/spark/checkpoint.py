@@ -20,12 +20,14 @@ def stored(frame: DataFrame) -> DataFrame:
     A changefeed batch is checkpointed more than once (its parsed lines, its keyed events, its
     updates), each as big as the batch. Held in the heap, they leave less of it to the sorts,
     which then spill more. On disk (mostly the page cache) they took no more time at 1.1M
-    events, and at 11M the ingest took 0.73x the time (benchmarks/README.md).
+    events, and less at 11M (benchmarks/README.md, "Checkpoints on disk, driver memory
+    measured apart").
 
     With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`),
     where `localCheckpoint` (without it) stores each row as an object of its own, serialized
-    one by one: measured apart, 0.78x the time to store and 0.73x to read back
-    (`benchmarks/bench_stored.py`). The stored frame keeps none of the plan's partitioning,
+    one by one: measured apart, both the store and the read back are faster
+    (`benchmarks/bench_stored.py`; benchmarks/README.md, "The parse's checkpoint measured, and
+    stored as chunks of row bytes"). The stored frame keeps none of the plan's partitioning,
     ordering or size estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame

@@ -15,10 +15,10 @@ restating a single protocol rule:
   The rows are shuffled whole, with no partial aggregate before the shuffle: that only pays
   where copies of an update fall in one map task, and a log's copies mostly come later (a
   re-send after a restart, in another file), while a hash map of every distinct update a task
-  reads is built for nothing. With each update's two copies anywhere, decode + count went from
-  1.32-1.38x to 1.13-1.18x `dropDuplicates().count()` at 4M input rows (benchmarks/README.md);
-  with every update four times in one file it was the slower way (1.2x the time) until the
-  partitions were fixed (`_partitions_for`), and is now as fast as before (1.63x, 1.12 s).
+  reads is built for nothing. With each update's two copies anywhere, decode + count came
+  nearer `dropDuplicates().count()`; with every update four times in one file it was the
+  slower way until the partitions were fixed (`_partitions_for`), and is now as fast as
+  before (benchmarks/README.md, "Spark decode", and "Figures moved out of docstrings").
 * Per covered time, the number of distinct updates (a handful of rows, one per time) is
   compared on the driver with the expected count by the rules' Python functions: fewer means
   the time is unfinished and holds the frontier back, more is `excess-updates`. The frontier is
@@ -299,8 +299,8 @@ tiny, each a task in every job that reads it. `decode` sets it while it caches."
 CACHE_COMPRESSION = "spark.sql.inMemoryColumnarStorage.compressed"
 """Spark compresses a cached plan's columns unless this is false. `decode` caches its aggregate
 uncompressed: it is read twice or so and then dropped, and choosing and applying an encoding
-per column and batch cost more than the memory saved (measured at 1M input rows: the cache
-built in about a quarter less time in one pair of builds, and took about 1.5x the memory)."""
+per column and batch cost more than the memory saved (measured at 1M input rows: the
+uncompressed cache built faster, and took more memory: benchmarks/README.md, "Spark decode")."""
 
 _CACHE_SETTINGS = {CACHED_PLAN_COALESCING: "true", CACHE_COMPRESSION: "false"}
 
@@ -346,10 +346,10 @@ execution's target, for the Parquet of benchmarks/README.md."""
 ONE_WAVE_BYTES_PER_CORE = 16 * 2**20
 """Input up to this much per core (as `INPUT_BYTES_PER_PARTITION` counts it) gets one
 partition of the aggregate per core, larger input at least two per core (`_partitions_for`).
-Two a core balance the cores when tasks are long (at 4M input rows, 43 MiB, two partitions
-took 1.06x the time of four); for a small input a second wave of tasks costs more than it
-balances, in the aggregate's reduce side and in every read of the cache (at 1M, 11 MiB, one
-partition a core took 0.90x and 0.95x the time: benchmarks/README.md, 2026-12-01)."""
+Two a core balance the cores when tasks are long (at 4M input rows, two partitions were
+slower than four); for a small input a second wave of tasks costs more than it balances, in
+the aggregate's reduce side and in every read of the cache (at 1M, one partition a core was
+faster: benchmarks/README.md, "Spark decode", 2026-12-01)."""
 
 
 def _partitions_for(relevant: DataFrame) -> int | None:
@@ -360,9 +360,9 @@ def _partitions_for(relevant: DataFrame) -> int | None:
     Fixed partitions let one job run the aggregate, build the cache and take the counts
     (`_persist_for_decode`); under adaptive execution each stage is a job of its own and the
     map side writes every one of `spark.sql.shuffle.partitions` (200 by default). Decode +
-    count against dropDuplicates().count() of Parquet input, two runs each: 1M input rows
-    1.08x and 1.25x (1.32x and 1.46x under adaptive execution), 4M 1.10x and 1.07x (1.13x,
-    1.18x), 20M 0.89x (benchmarks/README.md)."""
+    count against dropDuplicates().count() of Parquet input was faster with fixed partitions
+    than under adaptive execution at 1M and 4M input rows (benchmarks/README.md, "Spark
+    decode")."""
     size = relevant._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()
     if size >= UNKNOWN_SIZE:
         return None
@@ -617,7 +617,8 @@ def _rejected(
     `rejected_schema`. One SQL query over the aggregate: its first part selects no row
     (`WHERE false` reads nothing) and gives every column its type and nullability. With
     nothing set aside (strict mode, always) that part alone, as a `selectExpr` of the same
-    list: no temporary view, which took about 0.025 s of a decode's driver time."""
+    list: no temporary view, which cost a decode driver time (benchmarks/README.md, "Figures
+    moved out of docstrings")."""
     none = grouped.where("false")
     if not statements and not with_updates:
         return none.selectExpr(*_REJECTED_NONE)

@@ -436,10 +436,10 @@ def arrow_batches(rows: Iterable[tuple[Any, ...]], schema: StructType
     """`rows` (of `message_type`, `updates` first) as Arrow record batches of the Arrow schema
     PySpark's worker expects for `schema` (its `to_arrow_schema(schema, timezone="UTC")`),
     each column converted by pyarrow at once. Yielded as tuples, the rows would be converted
-    by PySpark's own Python converter, value by value at every depth of a message's updates:
-    seven times as long for a file of 400k updates (2.5 s against 0.33 s, a throwaway timing
-    of the two on the same rows, whose batches were equal): the read of a 2M-update log took
-    0.74x the time with these batches (`benchmarks/bench_source_read.py`)."""
+    by PySpark's own Python converter, value by value at every depth of a message's updates,
+    several times slower than pyarrow's, and the read of a log is faster with these batches
+    (`benchmarks/bench_source_read.py`; benchmarks/README.md, "The `materialize-cdc` read:
+    Arrow batches")."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
