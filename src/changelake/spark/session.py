@@ -183,9 +183,9 @@ LOCAL_GARBAGE_COLLECTOR = "-XX:+UseParallelGC"
 """The collector of a local session's JVM, which runs the tasks as well as the driver. The
 JVM's own choice on these machines is G1, which spends its cycles keeping pauses short, for
 a server that answers requests; a batch job wants the most work done between pauses, which
-is the parallel collector's aim. Measured with `bench_ingest.py` (benchmarks/README.md): a
-Debezium ingest took about a tenth less time with it, at 1.1M and 11M events, and so did
-Spark's plain Parquet write of the same lines."""
+is the parallel collector's aim. Measured with `bench_ingest.py`, a Debezium ingest was
+faster with it, at 1.1M and 11M events, and so was Spark's plain Parquet write of the same
+lines (benchmarks/README.md, "The floor of a keyed conversion")."""
 
 _NAMES_A_COLLECTOR = re.compile(r"-XX:[+-]Use\w*GC\b")
 _JVM_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS")

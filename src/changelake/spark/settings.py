@@ -17,10 +17,9 @@ SERIALIZER = "org.apache.spark.serializer.KryoSerializer"
 """Spark's serializer for the blocks it stores and the objects it sends (not the shuffles'
 rows, which have their own). A changefeed batch is checkpointed on disk (`stored`) two or three
 times, each as big as the batch, and with Java's serialization (Spark's default) writing and
-reading those blocks was a twentieth (the parse) to a sixth (the conversion) of a step's task
-time in a profile of a 1.1M-event Debezium ingest. With Kryo the parse and conversion jobs took
-about a tenth less executor CPU time (`bench_ingest.py` with Spark's event log,
-benchmarks/README.md)."""
+reading those blocks was a share of each step's task time in a profile of a Debezium ingest.
+With Kryo the parse and conversion jobs took less executor CPU time (`bench_ingest.py` with
+Spark's event log: benchmarks/README.md, "The floor of a keyed conversion", 2026-11-27)."""
 
 LOCAL_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
@@ -33,8 +32,9 @@ LOCAL_CONF: dict[str, str] = {
 of the shuffles' map output. Spark 4.3 sums a checksum of every row a shuffle writes, to tell
 a retried map task that wrote other rows (a nondeterministic stage) and retry the stages
 after it; a local session's one executor is the driver, whose shuffle files no other
-executor fetches, so it loses none to retry. The checksums were a twentieth of the task
-time of a YDB conversion's map side (a Flight Recorder profile, benchmarks/README.md)."""
+executor fetches, so it loses none to retry. The checksums were a share of the task time
+of a YDB conversion's map side (a Flight Recorder profile: benchmarks/README.md, "Fewer
+decimals, no row checksums, lighter YDB items")."""
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "8",

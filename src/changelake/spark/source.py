@@ -168,8 +168,8 @@ def _same(v: Any) -> Any:
 def _record_converter(names: list[str], converters: list[Converter]) -> Converter:
     """A frozen record (a `Record` of (name, value) pairs; a field it lacks is null) to the
     Spark row's tuple, in `names`' order. Its values are taken by name in C (`dict`, then
-    `itemgetter`), not by a Python call per field: 200k records of three fields in 0.07 s
-    against 0.17-0.20 s (a throwaway timing, one process, alternated)."""
+    `itemgetter`), not by a Python call per field, which was slower (a throwaway timing:
+    benchmarks/README.md, "The `materialize-cdc` read: Arrow batches")."""
     if not names:
         return lambda v: None if v is None else ()
     pick = operator.itemgetter(*names)

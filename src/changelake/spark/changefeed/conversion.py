@@ -109,8 +109,9 @@ def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     key, the values a key's updates share) fills its dictionary (up to
     `lake.table.SEGMENT_DICTIONARY_BYTES`) before Parquet drops it: with a file per
     conversion partition and Parquet's default 1 MiB dictionaries, Parquet's dictionary
-    writer was 19-21% of the samples of the conversion's reduce side, against 6%
-    of the plain Parquet write's, whose files are larger. Coalesced, a task converts several
+    writer took a far larger share of the conversion's reduce side than of the plain Parquet
+    write's, whose files are larger (a profile: benchmarks/README.md, "A change's `sequence`
+    read by hand; fewer, larger files a commit"). Coalesced, a task converts several
     partitions one after another (each sort's memory is freed as it is read out) and writes
     one file. Fewer, larger files were
     written faster, and the conversion's job of a cold ingest was faster too

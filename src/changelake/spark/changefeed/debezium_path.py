@@ -84,9 +84,9 @@ def _facts() -> list[Column]:
     reads them again for it. Built once per JVM (`expressions.per_jvm`). Where Java reads the
     lines in the tasks (`parse.java_items`), each task counts them itself and the
     observation gathers one row a task (`_merged_facts`): Spark's aggregates, evaluated for
-    every line, were about 6% of a warm ingest's executor time (a profile,
-    benchmarks/README.md). The two give the same facts (`tests/test_spark_changefeed_jvm.py`,
-    `tests/test_spark_changefeed_debezium.py`)."""
+    every line, were a measurable share of a warm ingest's executor time (a profile:
+    benchmarks/README.md, "The floor of a keyed conversion"). The two give the same facts
+    (`tests/test_spark_changefeed_jvm.py`, `tests/test_spark_changefeed_debezium.py`)."""
     change = F.col("kind") == "change"
     return [
         F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
@@ -134,8 +134,8 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
 
 #: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint (the
 #: file's name is `Lines.files[file_index]`), which is then a line's path and three fields
-#: smaller on the executors' disk. The parse's job alone, warm, at 1.1M lines: about 4% less
-#: time; end to end within the noise (benchmarks/README.md).
+#: smaller on the executors' disk. The parse's job alone is a little faster; end to end the
+#: difference is within the noise (benchmarks/README.md, "The floor of a keyed conversion").
 _FACTS_ONLY = ("file", "flaw", "problem", "table")
 
 

@@ -405,9 +405,10 @@ def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
 
     Made before the shuffle by key (`conversion.checked_conversion`), so that a decimal(20,0),
     which Spark reads through a `BigDecimal` wherever it hashes, compares or converts one, is
-    read once: the shuffle then hashes, moves and sorts longs (the decimals' hashing was a
-    fourteenth of the map side at 11M YDB events, their conversion before the sort a twelfth
-    of the reduce side: benchmarks/README.md). YDB's Java parse makes its rows so itself
+    read once: the shuffle then hashes, moves and sorts longs (the decimals' hashing in the map
+    side and their conversion before the sort in the reduce side were both among a YDB
+    conversion's costs in a profile: benchmarks/README.md, "Fewer decimals, no row checksums,
+    lighter YDB items"). YDB's Java parse makes its rows so itself
     (`java_ready_schema`), and they pass here as they are."""
     from pyspark.sql.types import ArrayType
 
@@ -429,8 +430,9 @@ def java_ready_schema(schema: T.StructType, keys: int) -> T.StructType:
     column in its place: each decimal(20,0) key as `k<i>_long` and `k<i>_negative`, positions
     of Uint64s as longs. A reader that makes its rows in this form itself (YDB's Java parse,
     `ydb.java_items`) spares the decimals from the parse to the conversion: each is read
-    through a `BigDecimal` wherever Spark converts or compares one (a quarter of the
-    conversion's map side at 11M YDB events: benchmarks/README.md)."""
+    through a `BigDecimal` wherever Spark converts or compares one (a large share of the
+    conversion's map side in a profile: benchmarks/README.md, "YDB's keys and positions made
+    as longs by the parse")."""
     decimals = {f"k{i}" for i in range(keys)
                 if schema[f"k{i}"].dataType.simpleString() == "decimal(20,0)"}
     fields: list[T.StructField] = []
