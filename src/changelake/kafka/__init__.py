@@ -1,4 +1,4 @@
-"""Kafka in and out (issue 11), through confluent-kafka (librdkafka).
+"""Kafka in and out, through confluent-kafka (librdkafka).
 
 The public API:
 

@@ -1,4 +1,4 @@
-"""Changefeed topics as the source of `encode --from debezium|ydb` (issue 11, slice 2).
+"""Changefeed topics as the source of `encode --from debezium|ydb`.
 
 A Debezium connector writes one topic per table (record key: the row's primary key as JSON,
 value: the change event, with or without the `schema`/`payload` envelope; a tombstone, a null

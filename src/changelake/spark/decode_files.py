@@ -1,6 +1,6 @@
 """`changelake decode --engine spark`: the decode job on Spark, with the local engine's output.
 
-The contract (issue 2) is the local engine's: every recovered update exactly once as a JSON
+The contract is the local engine's: every recovered update exactly once as a JSON
 line, in time order, then the final frontier. To print the *same bytes*, the files are read
 with `dataAs=json`: each `data` travels through Spark as the canonical JSON text that the local
 engine prints (orjson of the thawed row), so no Avro-to-Spark type mapping can change a value,
