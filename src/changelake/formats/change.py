@@ -1,4 +1,5 @@
-"""The one shape every changefeed parses into, so conversion rules are written once.
+"""The one shape every changefeed parses into, so the Python conversion rules are written once
+for both feeds.
 
 Debezium JSON (`debezium.py`) and YDB JSON (`ydb.py`) say the same things in different words:
 a row was created, read by a snapshot, updated, deleted; a table was truncated; a transaction

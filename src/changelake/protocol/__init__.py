@@ -1,7 +1,9 @@
 """The CDCv2 protocol in pure Python: times, frontiers, statements, the Reader and the Writer.
 
 Nothing here imports Spark: the Spark layer resolves progress statements on the driver with
-this same code, so every protocol rule is stated once.
+this same code, so the protocol's rules are stated once, here; the few that the Spark decoder
+evaluates over a whole log have Spark SQL twins beside them in `rules.py`, which
+`tests/test_protocol_rules.py` checks in pairs.
 """
 
 from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier

@@ -11,8 +11,9 @@ What users import:
 * `split_messages(messages)`: a messages DataFrame (one message per row) into decode's input.
 * `messages_from_records(records, schema=...)`: Kafka records from any reader (Spark's own
   `kafka` source, or `kafka-cdc` with `output=records`) into `kafka-cdc`'s message rows.
-* `build_session(...)`: a SparkSession with the project's defaults (edges only: library
-  functions take the session, or DataFrames, as arguments).
+* `build_session(...)`: a SparkSession with the project's defaults. Library functions take the
+  session, or DataFrames, as arguments; the few that build one when none is given say so
+  (`lake.api.open_lake` without `spark`, `decode_files.decode_with_spark`).
 
 The modules, one job each: `decoder` and `encoder` (the two directions of the protocol over
 DataFrames), `source` and `kafka_source` (the data sources of files and of Kafka topics),

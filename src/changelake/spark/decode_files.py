@@ -179,6 +179,7 @@ def decode_with_spark(
     conf: dict[str, str] | None = None,
 ) -> DecodeReport:
     """The CLI's Spark engine: same arguments and report as `changelake.local.decode_local`.
+    It builds its own session (`build_session(master, conf=conf)`); `decode_files` takes one.
 
     Standard input (no paths) is spooled to a temporary file first: executors read files.
     """

@@ -13,10 +13,12 @@ partition, as for `encode --from`). Output (`ChangefeedFrames`): `changes` as `(
 time long, diff long)` for the finished times, the `frontier` (times below it are finished;
 None = closed), and `rejected` lines with the reason. The changes feed `changelake.spark.encoder`.
 
-Each rule is written once: the pure-Python pieces run inside Spark, and the few rules that
-must be column expressions are written beside the Python rule they restate, in
-`changelake.convert`, where a test compares the two on generated feeds
-(`tests/test_convert_spark_rules.py`):
+On this path the rules are the Python specification's own: the pure-Python pieces run inside
+Spark, and the few rules that must be column expressions are written beside the Python rule
+they restate, in `changelake.convert`, where a test compares the two on generated feeds
+(`tests/test_convert_spark_rules.py`). The JVM path states the rules again, in column
+expressions and the project's Java, and tests compare it with `encode_changefeed`
+(`tests/test_spark_changefeeds.py`, `tests/test_spark_changefeed_jvm.py`):
 
 1. *Parse* (`parse.py`, `mapInPandas`, fully parallel): each line through `DebeziumParser` /
    `YdbParser`, into one row per item. Images, keys and positions travel pickled, so
