@@ -26,8 +26,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * batch's parse (benchmarks/README.md).
  *
  * The promise: for a line this returns a row for, the expression holds and `from_json` gives
- * the same row (`tests/test_spark_changefeed_ydb_line.py` compares them). It keeps it by
- * reading only what is plainly simple, and deferring the rest:
+ * the same row (`tests/test_spark_changefeed_ydb.py`,
+ * `test_the_java_line_reader_reads_as_the_typed_parse`, compares them). It keeps it by reading
+ * only what is plainly simple, and deferring the rest:
  * <ul>
  * <li>a line with a backslash, a byte-order mark or a replacement character anywhere (so every
  * name and string is spelled as its text, as the expression spells names; an escape the
