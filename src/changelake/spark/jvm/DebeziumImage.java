@@ -21,8 +21,8 @@ import org.apache.spark.sql.api.java.UDF2;
  *
  * Why: `from_json` makes a `java.io.InputStreamReader`, with its 8 KiB buffer, for every text
  * it parses, and reads it through Jackson's char parser; with the refusal checks' text searches
- * (`keyed._first_char`) that was about a tenth of a Debezium ingest's task time (a Flight
- * Recorder profile, benchmarks/README.md).
+ * (`keyed._first_char`) that was a sizeable share of a Debezium ingest's task time (a Flight
+ * Recorder profile: benchmarks/README.md, "The floor of a keyed conversion").
  *
  * The promise: for an image this returns a row for, `from_json` gives exactly the same row
  * and refuses nothing (`tests/test_spark_changefeed_image.py` compares the two). It keeps it

@@ -45,8 +45,8 @@ final class Positions {
      * Two unscaled values of one decimal type, as Spark stores a decimal wider than a long
      * (big-endian two's complement, `BigInteger.toByteArray`), compared without building a
      * `BigDecimal` of each: the sign, then the bytes, the shorter sign-extended. With
-     * `BigDecimal`s, `compare` was 4.6% of a YDB ingest's task samples; 3.0% so (Flight
-     * Recorder profiles, benchmarks/README.md).
+     * `BigDecimal`s, `compare` was a larger share of a YDB ingest's task samples (Flight
+     * Recorder profiles: benchmarks/README.md, "The floor of a keyed conversion").
      */
     static int compareSigned(byte[] a, byte[] b) {
         boolean aNegative = a.length > 0 && a[0] < 0, bNegative = b.length > 0 && b[0] < 0;

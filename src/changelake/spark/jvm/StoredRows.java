@@ -34,10 +34,10 @@ import scala.Option;
  * block store serializes one by one (Kryo: a class, a length, a fresh copy of the row's bytes
  * both ways, and a reset per row). Here a task copies its rows' bytes into chunks of about a
  * megabyte, and the block store moves a few hundred chunks. Measured apart
- * (`benchmarks/bench_stored.py`, 5M rows shaped as a parsed changefeed's): the store took
- * 0.78x `localCheckpoint`'s time and the read back 0.73x; what storing adds to making the
- * rows, 0.66x. In a whole ingest the checkpoints are a small share, and the gain was within
- * the runs' noise (benchmarks/README.md).
+ * (`benchmarks/bench_stored.py`, rows shaped as a parsed changefeed's), the store and the read
+ * back are faster than `localCheckpoint`'s. In a whole ingest the checkpoints are a small
+ * share, and the gain was within the runs' noise (benchmarks/README.md, "The parse's
+ * checkpoint measured, and stored as chunks of row bytes").
  *
  * A chunk holds rows one after another, each as an 8-byte length and the row's bytes (a
  * multiple of 8, as every `UnsafeRow`'s is), so that every row starts 8-aligned in the chunk.

@@ -42,12 +42,12 @@ import org.apache.spark.unsafe.types.UTF8String;
  * scan (`BarrierScan`) finds below their block's earlier barriers, and the block's highest
  * barrier is reported (`tests/test_spark_changefeed_barriers.py`).
  *
- * Why: in a profile of YDB ingests of 1.1M lines, `YdbLine` itself was a quarter of the parse
- * job's executor samples; most of the rest was the typed parse's expressions over its struct
+ * Why: in a profile of YDB ingests, `YdbLine` itself was a large share of the parse job's
+ * executor samples; most of the rest was the typed parse's expressions over its struct
  * (a row built per image, each value checked against its YDB type's range), the conversion of
- * the UDF's `Row`, the UTF-8 check and the cast to binary. The parse step then took 0.6-0.75x
- * the time at 1.1M lines; at 11M, reading the text and writing the checkpoint are most of what
- * is left (benchmarks/README.md).
+ * the UDF's `Row`, the UTF-8 check and the cast to binary. Read here the parse step is faster;
+ * at 11M lines, reading the text and writing the checkpoint are most of what is left
+ * (benchmarks/README.md, "The floor of a keyed conversion").
  */
 public final class YdbLines {
     private YdbLines() {}
