@@ -17,8 +17,9 @@ On this path the rules are the Python specification's own: the pure-Python piece
 Spark, and the few rules that must be column expressions are written beside the Python rule
 they restate, in `changelake.convert`, where a test compares the two on generated feeds
 (`tests/test_convert_spark_rules.py`). The JVM path states the rules again, in column
-expressions and the project's Java, and tests compare it with `encode_changefeed`
-(`tests/test_spark_changefeeds.py`, `tests/test_spark_changefeed_jvm.py`):
+expressions and the project's Java; tests compare the Spark paths with `encode_changefeed`
+(`tests/test_spark_changefeeds.py`) and the Java readers with the column expressions
+(`tests/test_spark_changefeed_jvm.py`):
 
 1. *Parse* (`parse.py`, `mapInPandas`, fully parallel): each line through `DebeziumParser` /
    `YdbParser`, into one row per item. Images, keys and positions travel pickled, so
