@@ -59,8 +59,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import shutil
 import threading
 import time
 import uuid
@@ -75,8 +73,21 @@ from changelake.errors import LakeError
 from changelake.formats.materialize import load_schema_text
 from changelake.lake.catalog import Lake
 from changelake.lake.current_follower import following
+from changelake.lake.files import (
+    RemotePath,
+    lake_root,
+    parquet_source,
+    remove_tree,
+    replace_whole,
+)
 from changelake.lake.follow_lag import KIND, TOPICS
-from changelake.lake.follow_state import PENDING, FollowState, latest_state, state_name
+from changelake.lake.follow_state import (
+    PENDING,
+    STATE_FILE,
+    FollowState,
+    latest_state,
+    state_name,
+)
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.ingest import DecodedInput, commit_input, flatten
 from changelake.lake.layout import SourceOffsets, StreamMark, TableState
@@ -110,13 +121,24 @@ durable), `committed` (with the lake commit's result; None when it recorded the 
 with)."""
 
 
-def default_checkpoint(lake: Lake, table: str | TableIdentifier) -> Path:
+Checkpoint = Path | RemotePath
+"""A follow's checkpoint: a local directory, or a URI on any Hadoop FileSystem (`s3a://`)."""
+
+
+def default_checkpoint(lake: Lake, table: str | TableIdentifier) -> Checkpoint:
     return lake.handle(table).directory / FOLLOW_DIR
 
 
-def check_checkpoint(checkpoint: Path, table: str, address: str) -> None:
+def checkpoint_root(checkpoint: str | Path | RemotePath) -> Checkpoint:
+    """A checkpoint as given (`--checkpoint`): a local directory resolved, or a remote URI
+    (never through `Path`, which would fold `s3a://b` into `s3a:/b`)."""
+    return lake_root(checkpoint)
+
+
+def check_checkpoint(checkpoint: Checkpoint, table: str, address: str) -> None:
     """Record what the checkpoint follows at its first use; a checkpoint made for another table
     or source is refused (its offsets belong to that source)."""
+    checkpoint = checkpoint_root(checkpoint)
     path = checkpoint / OWNER
     if path.exists():
         raw = json.loads(path.read_text())
@@ -126,14 +148,11 @@ def check_checkpoint(checkpoint: Path, table: str, address: str) -> None:
                             "--checkpoint")
         return
     checkpoint.mkdir(parents=True, exist_ok=True)
-    temporary = checkpoint / f".{OWNER}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"table": table, "source": address}))
-    sync_tree(temporary)
-    os.replace(temporary, path)
-    fsync_directory(checkpoint)
+    # locally: beside it, synced, renamed, the directory synced; remotely: one whole PUT
+    replace_whole(path, json.dumps({"table": table, "source": address}))
 
 
-def spark_checkpoint_id(checkpoint: Path) -> str:
+def spark_checkpoint_id(checkpoint: Checkpoint) -> str:
     """The identity of Spark's checkpoint (its `metadata`, written when the query starts): a
     new one when the old was deleted, whose batch ids start again at 0."""
     return str(json.loads((checkpoint / SPARK_DIR / "metadata").read_text())["id"])
@@ -222,22 +241,23 @@ def topic_source(bootstrap: str, topics: Sequence[str], *, schema: Path | None =
     return messages
 
 
-def _rows(directory: Path) -> int:
+def _rows(directory: Checkpoint) -> int:
     """Rows in a directory of Parquet files, from their footers."""
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.glob("*.parquet"))
+    return sum(pq.ParquetFile(parquet_source(p)).metadata.num_rows
+               for p in directory.glob("*.parquet"))
 
 
-def _states_before(states: Path, batch: int) -> None:
+def _states_before(states: Checkpoint, batch: int) -> None:
     """Forget the states a committed batch `batch` has replaced, leftovers of crashed
     attempts, and the states of a Spark checkpoint that was replaced."""
     for other in states.parent.iterdir():
         if other != states:
-            shutil.rmtree(other, ignore_errors=True)
+            remove_tree(other)
     for path in states.iterdir():
         if path.name.startswith(".") or (path.name.isdigit() and int(path.name) < batch):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
 
 
 @dataclass
@@ -263,7 +283,8 @@ class StopRequested(Exception):
 class CommitBatches:
     """The `foreachBatch` function: one micro-batch of messages in, one table version out."""
 
-    def __init__(self, lake: Lake, table: str | TableIdentifier, checkpoint: Path,
+    def __init__(self, lake: Lake, table: str | TableIdentifier,
+                 checkpoint: str | Path | RemotePath,
                  identity: str | None, address: str, control: FollowControl, *,
                  key: Sequence[str] = (), buckets: int = DEFAULT_BUCKETS,
                  scd2: bool = False, progress: BatchProgress | None = None,
@@ -271,7 +292,7 @@ class CommitBatches:
                  losses: LossReport | None = None) -> None:
         self.lake = lake
         self.handle = lake.handle(table)
-        self.checkpoint = Path(checkpoint).resolve()
+        self.checkpoint = checkpoint_root(checkpoint)
         self._identity = identity
         self.address = address
         self.control = control
@@ -313,7 +334,7 @@ class CommitBatches:
         return self._identity
 
     @property
-    def states(self) -> Path:
+    def states(self) -> Checkpoint:
         """Where this checkpoint's batches keep their pending state."""
         return self.checkpoint / STATE_DIR / self.identity
 
@@ -362,9 +383,9 @@ class CommitBatches:
             statements = list(dict.fromkeys([*kept, *translate_errors(collect_statements,
                                                                       progress, kept)]))
             since = Antichain([committed]) if committed is not None else Antichain()
+            temporary = self._temporary(batch_id)
             if committed is None:  # closed: nothing can be added; record the batch only
                 frontier, still, finished, has_pending = Antichain(), (), None, False
-                temporary = self._temporary(batch_id)
                 temporary.mkdir(parents=True)
             else:
                 decoded = translate_errors(
@@ -373,23 +394,14 @@ class CommitBatches:
                 cleanup.callback(decoded.unpersist)
                 frontier = decoded.frontier
                 still = tuple(p for p in statements if not p.upper.le(frontier))
-                temporary = self._temporary(batch_id)
                 assert decoded.pending is not None
                 translate_errors(decoded.pending.write.parquet, str(temporary / PENDING))
                 has_pending = _rows(temporary / PENDING) > 0
                 if not has_pending:
-                    shutil.rmtree(temporary / PENDING, ignore_errors=True)
+                    remove_tree(temporary / PENDING)
                 finished = decoded.updates
             keep = FollowState(batch_id, frontier, still, has_pending)
-            (temporary / "state.json").write_text(json.dumps(keep.to_json()))
-            final = self.states / state_name(batch_id)
-            if final.exists():
-                shutil.rmtree(final)
-            # The state is durable before the lake commit records the batch: the next batch
-            # starts from it (a lost one would lose its pending updates for good).
-            sync_tree(temporary, self.checkpoint)
-            os.replace(temporary, final)
-            fsync_directory(self.states)
+            self._keep(temporary, keep)
             self.progress(batch_id, "state", None)
             rows = None
             if finished is not None:
@@ -422,9 +434,35 @@ class CommitBatches:
         _states_before(self.states, batch_id)
         return True
 
-    def _temporary(self, batch_id: int) -> Path:
+    def _temporary(self, batch_id: int) -> Checkpoint:
+        """Where batch `batch_id`'s state is written. Locally a hidden name, renamed to the
+        final one once whole (`_keep`). On a remote store, where a directory's rename is no
+        atomic step (a copy of each object, then a delete), the final name itself, emptied
+        first (a crashed attempt's leftovers): its `state.json`, written last, marks it whole
+        (`latest_state` passes over a state without one)."""
+        if isinstance(self.states, RemotePath):
+            final = self.states / state_name(batch_id)
+            remove_tree(final)
+            return final
         self.states.mkdir(parents=True, exist_ok=True)
         return self.states / f".{state_name(batch_id)}-{uuid.uuid4().hex}"
+
+    def _keep(self, temporary: Checkpoint, keep: FollowState) -> None:
+        """Make batch `keep.batch`'s state, written at `temporary` but for its `state.json`,
+        the one the next batch finds, whole and durable, before the lake commit records the
+        batch: the next batch starts from it (a lost one would lose its pending updates for
+        good)."""
+        text = json.dumps(keep.to_json())
+        if isinstance(temporary, RemotePath):  # an acknowledged PUT is durable and whole
+            (temporary / STATE_FILE).write_text(text)
+            return
+        (temporary / STATE_FILE).write_text(text)
+        final = self.states / state_name(keep.batch)
+        if final.exists():
+            remove_tree(final)
+        sync_tree(temporary, self.checkpoint)
+        temporary.replace(final)
+        fsync_directory(self.states)
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,7 +476,7 @@ class FollowReport:
 
 
 def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, address: str, *,
-           checkpoint: Path | None = None, key: Sequence[str] = (),
+           checkpoint: str | Path | RemotePath | None = None, key: Sequence[str] = (),
            buckets: int = DEFAULT_BUCKETS, scd2: bool = False, trigger_seconds: float = 2.0,
            until_idle: float | None = None, control: FollowControl | None = None,
            progress: BatchProgress | None = None, kind: str = KIND,
@@ -459,8 +497,8 @@ def follow(lake: Lake, table: str | TableIdentifier, source: MessagesSource, add
         check_name(column, f"table {handle.name}: key column")
     if trigger_seconds <= 0:
         raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
-    checkpoint = Path(checkpoint if checkpoint is not None
-                      else default_checkpoint(lake, handle.ident)).resolve()
+    checkpoint = checkpoint_root(checkpoint if checkpoint is not None
+                                 else default_checkpoint(lake, handle.ident))
     existing = handle.load()
     if existing is not None and existing.offsets is not None and (
             existing.offsets.kind != kind or existing.offsets.stream is None):

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from changelake.errors import LakeError
 from changelake.lake.layout import SourceOffsets
 
 SPARK_OFFSETS = ("spark", "offsets")
@@ -45,10 +46,22 @@ class FollowLag:
     records_behind: int | None = None  # followed topics: records not yet committed
 
 
-def committed_files(checkpoint: Path, batch: int) -> set[str]:
+def _offsets_log(checkpoint: Any, batch: int) -> Any:
+    """Batch `batch`'s entry of Spark's offsets log in the checkpoint at `checkpoint` (a
+    directory, or a URI on a remote store: read through its Hadoop FileSystem, or pyarrow's
+    S3 without a JVM)."""
+    from changelake.lake.files import lake_root
+
+    path = lake_root(str(checkpoint))
+    for part in (*SPARK_OFFSETS, str(batch)):
+        path = path / part
+    return path
+
+
+def committed_files(checkpoint: Any, batch: int) -> set[str]:
     """The files the source had handed out up to batch `batch` (Spark's offsets log)."""
-    path = checkpoint.joinpath(*SPARK_OFFSETS, str(batch))
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in _offsets_log(checkpoint, batch).read_text().splitlines()
+             if line.strip()]
     return set(json.loads(lines[-1])["files"])
 
 
@@ -65,8 +78,8 @@ def follow_lag(offsets: SourceOffsets, now: float | None = None) -> FollowLag:
     assert mark is not None
     source = Path(offsets.address)
     try:
-        seen = committed_files(Path(mark.directory), mark.batch)
-    except (OSError, ValueError, KeyError, IndexError) as error:
+        seen = committed_files(mark.directory, mark.batch)
+    except (OSError, ValueError, KeyError, IndexError, LakeError) as error:
         return FollowLag(str(source), mark.batch, None, None,
                          f"checkpoint {mark.directory} unreadable: {error}")
     try:
@@ -80,11 +93,11 @@ def follow_lag(offsets: SourceOffsets, now: float | None = None) -> FollowLag:
     return FollowLag(str(source), mark.batch, len(behind), seconds)
 
 
-def checkpoint_offsets(checkpoint: Path, batch: int) -> dict[str, dict[str, int]]:
+def checkpoint_offsets(checkpoint: Any, batch: int) -> dict[str, dict[str, int]]:
     """What the topics' source had handed out up to batch `batch`: its offsets in Spark's log,
     `{topic: {partition: next offset}}`."""
-    path = checkpoint.joinpath(*SPARK_OFFSETS, str(batch))
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in _offsets_log(checkpoint, batch).read_text().splitlines()
+             if line.strip()]
     return json.loads(lines[-1])
 
 
@@ -101,8 +114,8 @@ def topics_lag(offsets: SourceOffsets, now: float | None = None,
     assert mark is not None
     bootstrap, _, _ = offsets.address.removeprefix("kafka://").partition("/")
     try:
-        read = checkpoint_offsets(Path(mark.directory), mark.batch)
-    except (OSError, ValueError, KeyError, IndexError) as error:
+        read = checkpoint_offsets(mark.directory, mark.batch)
+    except (OSError, ValueError, KeyError, IndexError, LakeError) as error:
         return FollowLag(offsets.address, mark.batch, None, None,
                          f"checkpoint {mark.directory} unreadable: {error}")
     consumer = status_consumer(bootstrap)

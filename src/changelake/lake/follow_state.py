@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from changelake.protocol import Antichain, Progress
@@ -25,6 +24,8 @@ from changelake.protocol.reader import progress_from_json, progress_to_json
 BATCH_DIGITS = 12
 PENDING = "pending"
 """A state's pending updates, as Parquet, when there are any."""
+STATE_FILE = "state.json"
+"""A state's frontier and statements; written last, it marks the state whole."""
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,22 @@ def state_name(batch: int) -> str:
     return f"{batch:0{BATCH_DIGITS}d}"
 
 
-def latest_state(state_dir: Path, before: int | None = None) -> tuple[FollowState, Path] | None:
-    """The last state in `state_dir` (before batch `before`, if given), with its directory."""
+def latest_state(state_dir: Any, before: int | None = None) -> tuple[FollowState, Any] | None:
+    """The last whole state in `state_dir` (a `Path`, or a `RemotePath` of a checkpoint on a
+    remote store), before batch `before` if given, with its directory. A state directory
+    without its `state.json`, written last, is a crashed attempt's, not whole: passed over
+    (on a remote store a state is written in place, see `follow.CommitBatches._temporary`)."""
     if not state_dir.is_dir():
         return None
     batches = sorted(
-        int(p.name) for p in state_dir.iterdir() if p.name.isdigit() and p.is_dir()
-    )
-    if before is not None:
-        batches = [b for b in batches if b < before]
-    if not batches:
-        return None
-    path = state_dir / state_name(batches[-1])
-    return FollowState.from_json(json.loads((path / "state.json").read_text())), path
+        (int(p.name) for p in state_dir.iterdir() if p.name.isdigit()), reverse=True)
+    for batch in batches:
+        if before is not None and batch >= before:
+            continue
+        path = state_dir / state_name(batch)
+        try:
+            text = (path / STATE_FILE).read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        return FollowState.from_json(json.loads(text)), path
+    return None
