@@ -2,7 +2,8 @@
 the real console script: every lake command once, with the results a local lake gives; a
 lake that cannot be reached, a bucket that does not exist and missing credentials each one
 line naming the URI (exit 2, no traceback, no secret); a Hive-format table refused there;
-and a second writer refused cleanly by the table's lock object.
+and a second writer refused cleanly by the table's lock object. (`ingest --follow` on an S3
+lake: `test_lake_s3_follow.py`.)
 
 The key pair and the endpoint reach the commands in the AWS SDK's environment variables only
 (`s3_server.command_environment`), never on a command line."""
@@ -217,15 +218,16 @@ def test_a_hive_format_table_is_refused_on_a_remote_lake(s3: S3Server, tmp_path)
     assert s3.keys("hive/") == []
 
 
-def test_follow_and_the_metastore_service_are_refused_on_a_remote_lake(
+def test_the_metastore_service_and_a_hive_follow_are_refused_on_a_remote_lake(
         s3: S3Server, tmp_path: Path) -> None:
-    """`ingest --follow` keeps local state beside the table, and `changelake metastore`
-    serves a local lake directory: on a remote lake each is one line, before anything is
-    made (a URI taken for a path would make a local `s3a:` folder)."""
+    """`changelake metastore` serves a local lake directory, and a Hive-format table cannot
+    live on a remote lake (`ingest --follow` runs there: `test_lake_s3_follow.py`): each is
+    one line, before anything is made (a URI taken for a path would make a local `s3a:`
+    folder)."""
     uri = s3.lake("follow")
     env = environment(s3, tmp_path)
     refused(run("ingest", "--lake", uri, "--table", "t", "--follow", str(tmp_path),
-                cwd=tmp_path, env=env), uri)
+                "--format", "hive", cwd=tmp_path, env=env), uri)
     refused(run("metastore", "--lake", uri, cwd=tmp_path, env=env), uri)
     assert s3.keys("follow/") == [] and not (tmp_path / "s3a:").exists()
 

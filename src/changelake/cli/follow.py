@@ -53,7 +53,7 @@ def _follow_set_aside(kafka: TopicFollow) -> Any:
 def follow_files_or_topics(lake_dir: Path, metastore_uri: str | None, master: str,
                            spark_conf: dict, ident: Any, columns: tuple[str, ...],
                            schema_path: Path | None, scd2: bool, follow_dir: Path | None,
-                           checkpoint: Path | None, trigger_seconds: float,
+                           checkpoint: str | None, trigger_seconds: float,
                            max_files_per_trigger: int | None, until_idle: float | None,
                            kafka: TopicFollow | None = None,
                            table_format: str | None = None) -> None:

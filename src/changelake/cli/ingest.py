@@ -64,9 +64,9 @@ from changelake.redact import redact
                    "query commits each micro-batch exactly once, until SIGTERM or SIGINT (the "
                    "batch in flight commits first).")
 @click.option("--checkpoint", "checkpoint", default=None, metavar="DIR",
-              type=click.Path(file_okay=False, path_type=Path),
-              help="With --follow: the streaming checkpoint (default: _follow in the table's "
-                   "directory). Restart with the same one to resume.")
+              help="With --follow: the streaming checkpoint, a directory or a URI such as "
+                   "s3a://bucket/prefix (default: _follow in the table's directory, on the "
+                   "lake's store). Restart with the same one to resume.")
 @click.option("--trigger-seconds", type=click.FloatRange(min=0, min_open=True), default=2.0,
               show_default=True, help="With --follow: how often to look for new files.")
 @click.option("--max-files-per-trigger", type=click.IntRange(min=1), default=None,
@@ -87,7 +87,7 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,
            kafka: str | None, topics: tuple[str, ...], schema_registry: str | None,
            group: str | None, lenient: bool, dead_letter_topic: str | None,
-           following: bool, checkpoint: Path | None,
+           following: bool, checkpoint: str | None,
            trigger_seconds: float, max_files_per_trigger: int | None,
            max_records_per_trigger: int | None, until_idle: float | None,
            tolerate_data_loss: bool, table_format: str | None,
@@ -115,12 +115,13 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         from changelake.formats.tableschema import read_table_json
 
         read_table_json(schema_path)  # a bad table schema is named before Spark starts
-    if way.follow and is_remote(lake_dir):
+    if way.follow and way.changefeed and is_remote(lake_dir):
         from changelake.errors import LakeError
 
-        raise LakeError(f"lake {redact(str(lake_dir))}: --follow keeps its state in local "
-                        "files beside the table and does not run on a remote lake yet; "
-                        "run ingest rounds instead")
+        raise LakeError(f"lake {redact(str(lake_dir))}: --follow --from {source} does not "
+                        "run on a remote lake yet; run ingest rounds instead")
+    if way.follow:
+        refuse_hive_on_remote(lake_dir, table_format)
     if way.follow and way.changefeed:
         follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                           schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
