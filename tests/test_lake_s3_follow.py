@@ -28,8 +28,6 @@ from test_lake_s3 import CLI, environment, ok, run
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
-pytestmark = pytest.mark.spark
-
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:

@@ -12,9 +12,12 @@ the lake table as the output and the frontier's keeper:
 * Batch `n` decodes (the pending updates and statements kept after the previous batch, plus
   batch `n`'s messages) from the table's committed frontier F, under the table's writer lock.
 * It writes what stays unfinished (the distinct updates at or beyond the new frontier, the
-  statements not wholly behind it) to `state/<id>/<n>` in the checkpoint (hidden name, then
-  rename), before the lake commit; `<id>` is the identity of Spark's checkpoint (`metadata`),
-  new whenever Spark's checkpoint is new and its batch ids start again at 0.
+  statements not wholly behind it) to `state/<id>/<n>` in the checkpoint (locally: hidden
+  name, synced, then renamed; on a remote store, where a directory's rename is not atomic:
+  in place, its `state.json` last, which marks it whole), before the lake commit; `<id>` is
+  the identity of Spark's checkpoint (`metadata`), new whenever Spark's checkpoint is new and
+  its batch ids start again at 0. The checkpoint is a local directory or a URI on any Hadoop
+  FileSystem (`files.RemotePath`): by default on the lake's store, beside the table.
 * It commits the finished updates with `commit_input`, the same commit recording the batch
   (`layout.StreamMark`: the checkpoint's identity, its directory and `n`), so every batch makes
   one table version, possibly with no rows. Then the states before `n` are removed.
@@ -26,9 +29,10 @@ lake commit made, or skipped because the table could not be created yet: no rows
 Crash windows (`kill -9` anywhere; Spark logs batch `n`'s offsets, its file list, before
 running it, and replays exactly that batch on restart):
 
-* before `state/<n>` is in place, or after it and before the lake commit: the replay starts
-  from the same `state/<m>` with the same messages and the same committed frontier, so it
-  computes the same result, replaces `state/<n>` (identical) and commits: nothing lost;
+* before `state/<n>` is in place (or whole), or after it and before the lake commit: the
+  replay starts from the same `state/<m>` with the same messages and the same committed
+  frontier, so it computes the same result, replaces `state/<n>` (identical) and commits:
+  nothing lost;
 * after the lake commit (before Spark logged the batch as done): the table's mark names this
   checkpoint and batch `n`, so the replay commits nothing and returns.
 
