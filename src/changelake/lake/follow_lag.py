@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from changelake.errors import LakeError
+from changelake.lake.files import lake_root
 from changelake.lake.layout import SourceOffsets
 
 SPARK_OFFSETS = ("spark", "offsets")
@@ -50,8 +51,6 @@ def _offsets_log(checkpoint: Any, batch: int) -> Any:
     """Batch `batch`'s entry of Spark's offsets log in the checkpoint at `checkpoint` (a
     directory, or a URI on a remote store: read through its Hadoop FileSystem, or pyarrow's
     S3 without a JVM)."""
-    from changelake.lake.files import lake_root
-
     path = lake_root(str(checkpoint))
     for part in (*SPARK_OFFSETS, str(batch)):
         path = path / part
