@@ -325,9 +325,9 @@ def follow_args(lake_dir: Path, name: str, source: Path, schema: Path, *extra: s
 class Follower:
     """A `changelake ingest --follow` process, its stderr read line by line on a thread."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], environment: dict[str, str] | None = None) -> None:
         self.process = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        text=True, env=env(), cwd=ROOT)
+                                        text=True, env=environment or env(), cwd=ROOT)
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -339,6 +339,9 @@ class Follower:
 
     def steps(self) -> list[str]:
         return [line for line in self.lines if line.startswith("changelake: batch ")]
+
+    def committed(self) -> int:
+        return sum(": committed" in s for s in self.steps())
 
     def wait_for(self, count: int, timeout: float = 240) -> None:
         deadline = time.monotonic() + timeout
@@ -359,23 +362,17 @@ class Follower:
         return code
 
 
-def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
-    rng = seeded(seed)
-    parts = pieces(rng, 5)
-    source, schema = tmp_path / "src", schema_file(tmp_path)
-    lake_dir, name = tmp_path / "lake", "followed"
-    drop(source, 0, parts[0])
-    first = Follower(follow_args(lake_dir, name, source, schema))
-    # Each file after the first comes once the batch before it committed; the kill lands at
-    # a seeded step line (started, state, committed: before, inside and after a batch), a
-    # seeded moment later.
+def kill_mid_stream(first: Follower, rng, source: Path, parts: list) -> tuple[int, float]:
+    """Feed `first` the files of `parts` and SIGKILL it, then drop the files it did not get.
+    Each file after the first comes once the batch before it committed; the kill lands at a
+    seeded step line (started, state, committed: before, inside and after a batch), a seeded
+    moment later. Returns (the step, the moment)."""
     kill_at = rng.randrange(1, 3 * 3)
     delay = rng.choice([0.0, 0.05, 0.3])
     dropped = 1
     while len(first.steps()) < kill_at:
         first.wait_for(len(first.steps()) + 1)
-        committed = sum(": committed" in s for s in first.steps())
-        if committed >= dropped and dropped < len(parts):
+        if first.committed() >= dropped and dropped < len(parts):
             drop(source, dropped, parts[dropped])
             dropped += 1
     time.sleep(delay)
@@ -383,6 +380,17 @@ def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
     first.finish()
     for n in range(dropped, len(parts)):
         drop(source, n, parts[n])
+    return kill_at, delay
+
+
+def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
+    rng = seeded(seed)
+    parts = pieces(rng, 5)
+    source, schema = tmp_path / "src", schema_file(tmp_path)
+    lake_dir, name = tmp_path / "lake", "followed"
+    drop(source, 0, parts[0])
+    first = Follower(follow_args(lake_dir, name, source, schema))
+    kill_at, delay = kill_mid_stream(first, rng, source, parts)
     second = Follower(follow_args(lake_dir, name, source, schema, "--until-idle", "4"))
     assert second.finish() == 0, "\n".join(second.lines[-20:])
     assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema), (

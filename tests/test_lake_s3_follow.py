@@ -10,11 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +19,7 @@ import pytest
 
 from conftest import seeded
 from s3_server import S3Server, s3_server
-from test_lake_follow import drop, pieces, schema_file
+from test_lake_follow import Follower, drop, kill_mid_stream, pieces, schema_file
 from test_lake_s3 import CLI, environment, ok, run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,47 +44,6 @@ def follow_args(lake: str, name: str, source: Path, schema: Path, *extra: str) -
     return [*CLI, "ingest", "--lake", lake, "--table", name, "--schema", str(schema),
             "--follow", str(source), "--trigger-seconds", "0.5", "--max-files-per-trigger",
             "1", "--conf", "spark.sql.shuffle.partitions=2", "--master", "local[1]", *extra]
-
-
-class Follower:
-    """A `changelake ingest --follow` process on the S3 lake, its stderr read on a thread."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(args, stderr=subprocess.PIPE,
-                                        stdout=subprocess.DEVNULL, text=True, env=env,
-                                        cwd=ROOT)
-        self.lines: list[str] = []
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def steps(self) -> list[str]:
-        return [line for line in self.lines if line.startswith("changelake: batch ")]
-
-    def committed(self) -> int:
-        return sum(": committed" in s for s in self.steps())
-
-    def wait_for(self, count: int, timeout: float = 240) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.steps()) < count:
-            if self.process.poll() is not None:
-                self.reader.join(timeout=5)
-                if len(self.steps()) >= count:
-                    return
-                raise AssertionError(f"follow exited {self.process.returncode}: "
-                                     + "\n".join(self.lines[-20:]))
-            if time.monotonic() > deadline:
-                raise AssertionError("no progress: " + "\n".join(self.lines[-20:]))
-            time.sleep(0.05)
-
-    def finish(self, timeout: float = 300) -> int:
-        code = self.process.wait(timeout=timeout)
-        self.reader.join(timeout=5)
-        return code
 
 
 CONSOLIDATED = """
@@ -180,19 +136,7 @@ def test_sigkill_and_restart_on_s3_nothing_lost_nothing_doubled(s3: S3Server, tm
     lake, name = s3.lake(f"killed-{seed}"), "followed"
     drop(source, 0, parts[0])
     first = Follower(follow_args(lake, name, source, schema), env)
-    kill_at = rng.randrange(1, 3 * 3)
-    delay = rng.choice([0.0, 0.05, 0.3])
-    dropped = 1
-    while len(first.steps()) < kill_at:
-        first.wait_for(len(first.steps()) + 1)
-        if first.committed() >= dropped and dropped < len(parts):
-            drop(source, dropped, parts[dropped])
-            dropped += 1
-    time.sleep(delay)
-    first.process.send_signal(signal.SIGKILL)
-    first.finish()
-    for n in range(dropped, len(parts)):
-        drop(source, n, parts[n])
+    kill_at, delay = kill_mid_stream(first, rng, source, parts)
     one_shot = reference(tmp_path, source, schema, env)
     second = Follower(follow_args(lake, name, source, schema, "--until-idle", "4"), env)
     assert second.finish() == 0, "\n".join(second.lines[-20:])
