@@ -144,6 +144,9 @@ class RemotePath:
     def with_name(self, name: str) -> RemotePath:
         return self.parent / name
 
+    def with_suffix(self, suffix: str) -> RemotePath:
+        return self.with_name(PurePosixPath(self.name).with_suffix(suffix).name)
+
     # ------------------------------------------------------------------- the store itself
 
     def _java(self) -> tuple[Any, Any]:

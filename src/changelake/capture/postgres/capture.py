@@ -222,7 +222,13 @@ START_NOTE = ("a capture's initial snapshot is being taken: until every table ho
 
 
 def _write_durably(path: Path, text: str = START_NOTE) -> None:
+    """`text` in the file `path`, on the disk before this returns; a sink on a remote lake
+    gives a path of its store (`lake.files.RemotePath`), whose acknowledged write is
+    durable."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not isinstance(path, Path):
+        path.write_text(text)
+        return
     with open(path, "w") as f:
         f.write(text)
         f.flush()
