@@ -1,8 +1,13 @@
-"""`capture postgres --lake s3a://...` against moto's S3 server on loopback and the embedded
-PostgreSQL, through the real console script: the initial snapshot and the changes after it
-land in Delta tables that live only on the S3 server, a second run resumes from the slot,
-and the tables then hold the database's rows (read back without a JVM, `--engine arrow`,
-and by `status`'s consistent frontier). The lake's other commands on S3:
+"""`capture`, `export` and `sql` on a lake that lives only on moto's S3 server on loopback,
+through the real console script.
+
+`capture postgres --lake s3a://...` from the embedded PostgreSQL: the initial snapshot and
+the changes after it land in Delta tables on the S3 server, a second run resumes from the
+slot, and the tables then hold the database's rows (read back without a JVM, `--engine
+arrow`, and by `status`'s consistent frontier). `export --to delta` of the captured table into a
+local Delta table, read back by delta-rs (and, slow, an export run twice: the second adds
+nothing). `sql` (slow: three JVMs) serves an S3 lake's table and its AS OF function to
+beeline. The lake's other commands on S3:
 `test_lake_s3.py`; follow: `test_lake_s3_follow.py`."""
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from pathlib import Path
 import orjson
 import psycopg2
 import pytest
+from deltalake import DeltaTable
 
 from conftest import execute
 from s3_server import SECRET_KEY, S3Server, s3_server
-from test_lake_s3 import environment, ok, run
+from test_lake_s3 import AT_0, NOW, SAMPLE, environment, ok, run
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +75,79 @@ def test_capture_into_an_s3_lake_and_resume(s3: S3Server, pg_dsn: str, tmp_path:
     assert table["rows"] == len(database_rows(pg_dsn)) and table["source"]
     (source,) = [r for r in lines if "database" in r]  # its consistent frontier
     assert source["tables"] == ["shop.orders"] and source["frontier_lsn"], source
+    # `export` from the S3 lake: the captured table as a local Delta table
+    target = tmp_path / "exported"
+    ok(run("export", "--lake", lake, "--master", "local[1]", "--table", "shop.orders", "--to",
+           "delta", str(target), env=env))
+    exported = DeltaTable(str(target)).to_pyarrow_table().to_pylist()
+    assert sorted((r["id"], r["item"], r["qty"]) for r in exported) == database_rows(pg_dsn)
     keys = s3.keys("capture/")
     assert any("_delta_log" in k for k in keys), keys[:20]
     for key in keys:  # the DSN's and the S3 key's secrets stay out of the lake's metadata
         if key.endswith((".json", ".crc")):
             body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
             assert SECRET_KEY.encode() not in body
+
+
+def ingested(s3: S3Server, prefix: str, env: dict[str, str]) -> str:
+    """A lake on the S3 server holding `test_lake_s3`'s sample as table shop.orders."""
+    lake = s3.lake(prefix)
+    ok(run("ingest", "--lake", lake, "--master", "local[1]", "--table", "shop.orders",
+           "--key", "order_id", "--from", "debezium", "--close", str(SAMPLE), env=env))
+    return lake
+
+
+@pytest.mark.slow  # three Spark processes; the capture test exports once in the default run
+@pytest.mark.timeout(1200)
+def test_export_from_an_s3_lake_into_a_delta_table(s3: S3Server, tmp_path: Path) -> None:
+    env = environment(s3, tmp_path)
+    lake = ingested(s3, "export", env)
+    target = str(tmp_path / "exported" / "orders")
+    export = ["export", "--lake", lake, "--master", "local[1]", "--table", "shop.orders",
+              "--to", "delta", target]
+    ok(run(*export, env=env))
+    ok(run(*export, env=env))  # nothing new: exactly once, no second copy
+    rows = DeltaTable(target).to_pyarrow_table().to_pylist()
+    assert sorted((r["order_id"], r["product_id"]) for r in rows) == NOW
+
+
+@pytest.mark.slow  # the ingest, the server and beeline: three JVMs
+@pytest.mark.timeout(1200)
+def test_sql_serves_an_s3_lake(s3: S3Server, tmp_path: Path) -> None:
+    import contextlib
+    import os
+    import re
+    import signal
+    import subprocess
+    import time
+
+    from test_lake_sql_endpoint import CLI, beeline, results
+
+    env = environment(s3, tmp_path)
+    lake = ingested(s3, "sql", env)
+    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        server = subprocess.Popen([*CLI, "sql", "--lake", lake, "--master", "local[1]"],
+                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "listening" not in out.read_text() and server.poll() is None:
+            assert time.monotonic() < deadline, "the endpoint did not start in time"
+            time.sleep(0.5)
+        assert server.poll() is None, err.read_text()[-3000:]
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/", out.read_text()).group(1))
+        script = tmp_path / "queries.sql"
+        script.write_text("SELECT 'now' AS q, order_id, product_id FROM shop.orders;\n"
+                          "SELECT 'at0' AS q, order_id, product_id "
+                          "FROM shop_orders_as_of(0);\n")
+        got = results(beeline(port, script).stdout)
+        assert sorted((int(a), int(b)) for a, b in got["now"]) == NOW
+        assert sorted((int(a), int(b)) for a, b in got["at0"]) == AT_0
+        assert SECRET_KEY not in out.read_text() + err.read_text()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(120) == 0, err.read_text()[-3000:]
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()

@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 
 from changelake.durable import exclusive_lock
 from changelake.errors import SchemaError
+from changelake.lake.files import RemotePath, parquet_source, remove_tree
 from changelake.private import process_alive
 from changelake.spark_arrow import NoArrowType, arrow_of
 
@@ -69,23 +70,40 @@ export locks in `LAKE/_export/locks/`."""
 
 
 @contextmanager
-def export_lock(lake_root: Path, target: str | Path) -> Iterator[None]:
+def export_lock(lake_root: Path | RemotePath, target: str | Path) -> Iterator[None]:
     """Hold an exclusive lock for exports to `target` from this lake (a `flock`, which the
     kernel releases when the process dies), so two runs do not apply the same changes twice.
-    `target` names the target: a Delta table's path, an Iceberg catalog and table."""
+    `target` names the target: a Delta table's path, an Iceberg catalog and table. On a
+    remote lake the lock is an object made by a conditional PUT (`commit.remote_writer_lock`,
+    whose rules for a holder that died apply)."""
     import hashlib
 
+    from changelake.lake.commit import remote_writer_lock
+
     locks = lake_root / STAGING / "locks"
+    name = hashlib.sha256(str(target).encode()).hexdigest()[:32]
+    if isinstance(locks, RemotePath):
+        with remote_writer_lock(locks / name):
+            yield
+        return
     locks.mkdir(parents=True, exist_ok=True)
-    with exclusive_lock(locks / hashlib.sha256(str(target).encode()).hexdigest()[:32]):
+    with exclusive_lock(locks / name):
         yield
 
 
 @contextmanager
-def staging_dir(lake_root: Path) -> Iterator[Path]:
+def staging_dir(lake_root: Path | RemotePath) -> Iterator[Path | RemotePath]:
     """A fresh staging directory under the lake, removed afterwards. A run killed before it
-    could remove its own leaves one behind: the next run removes those whose process is gone."""
+    could remove its own leaves one behind: the next run removes those whose process is gone
+    (on a local lake; a remote lake's are named by a process of any host, and stay)."""
     top = lake_root / STAGING
+    if isinstance(top, RemotePath):
+        path = top / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        try:
+            yield path
+        finally:
+            remove_tree(path)
+        return
     top.mkdir(parents=True, exist_ok=True)
     for old in top.iterdir():
         if old.name == "locks":
@@ -100,7 +118,7 @@ def staging_dir(lake_root: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def staged_batches(frame: DataFrame, schema: pa.Schema, directory: Path
+def staged_batches(frame: DataFrame, schema: pa.Schema, directory: Path | RemotePath
                    ) -> pa.RecordBatchReader:
     """Write `frame` with Spark into `directory` (Parquet, by the executors) and return a
     reader streaming it back in batches on `schema` (see the module docstring), in the frame's
@@ -115,7 +133,8 @@ def staged_batches(frame: DataFrame, schema: pa.Schema, directory: Path
         for path in files:  # one file at a time, in order
             # Spark writes timestamps as INT96 by default: read them as microseconds, which
             # holds every Spark timestamp (nanoseconds would overflow beyond the year 2262).
-            with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as parquet:
+            with pq.ParquetFile(parquet_source(path),
+                                coerce_int96_timestamp_unit="us") as parquet:
                 for batch in parquet.iter_batches(columns=schema.names):
                     if batch.num_rows:
                         yield cast_batch(batch, schema)
