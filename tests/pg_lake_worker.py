@@ -29,7 +29,8 @@ def main(out: Path, argv: list[str]) -> int:
     except SystemExit as e:  # the command's own exit (an error: its line is on stderr)
         if e.code:
             return int(e.code)
-    lake_dir = Path(argv[argv.index("--lake") + 1])
+    given = argv[argv.index("--lake") + 1]
+    lake_dir = given if "://" in given else Path(given)  # a lake URI (`s3a://`) as it is
     master = argv[argv.index("--master") + 1] if "--master" in argv else "local[1]"
     lake = open_lake(lake_dir, master=master)
     try:

@@ -449,14 +449,16 @@ def kill_and_check(dsn: str, seed: int, destination: Destination, workdir: Path,
 WORKER = Path(__file__).resolve().parent / "pg_lake_worker.py"
 
 
-def lake_destination(lake: Path, master: str = "local[1]") -> Destination:
-    """`--lake DIR`: finished by `pg_lake_worker.py`, which runs the same CLI command in its
-    process and then reads the tables through the lake's own metastore (one Spark start-up
-    for both)."""
+def lake_destination(lake: Path | str, master: str = "local[1]", *,
+                     dump: Path | None = None) -> Destination:
+    """`--lake DIR` (or a lake URI: `s3a://...`, its store's settings in the environment):
+    finished by `pg_lake_worker.py`, which runs the same CLI command in its process and then
+    reads the tables through the lake's own metastore (one Spark start-up for both), into
+    `dump` (default: beside a local lake)."""
     import pickle
 
     def finish(argv: list[str]) -> Captured:
-        out = lake.parent / f"{lake.name}.dump"
+        out = dump if dump is not None else Path(lake).parent / f"{Path(lake).name}.dump"
         done = subprocess.run([sys.executable, str(WORKER), str(out), "--", *argv[1:]],
                               capture_output=True, timeout=900)
         assert done.returncode == 0, done.stderr.decode()[-3000:]

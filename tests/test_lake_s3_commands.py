@@ -7,8 +7,10 @@ slot, and the tables then hold the database's rows (read back without a JVM, `--
 arrow`, and by `status`'s consistent frontier). `export --to delta` of the captured table into a
 local Delta table, read back by delta-rs (and, slow, an export run twice: the second adds
 nothing). `sql` (slow: three JVMs) serves an S3 lake's table and its AS OF function to
-beeline. The lake's other commands on S3:
-`test_lake_s3.py`; follow: `test_lake_s3_follow.py`."""
+beeline. `ingest --follow --kafka --from debezium` (slow) follows a topic into an S3 lake,
+and (slow) a capture killed with SIGKILL under a workload loses and doubles nothing.
+The lake's other commands on S3: `test_lake_s3.py`; a directory followed:
+`test_lake_s3_follow.py`."""
 
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ import pytest
 from deltalake import DeltaTable
 
 from conftest import execute
+from kafka_helpers import cluster
 from s3_server import SECRET_KEY, S3Server, s3_server
 from test_lake_s3 import AT_0, NOW, SAMPLE, environment, ok, run
+
+__all__ = ["cluster"]  # fixtures
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +156,56 @@ def test_sql_serves_an_s3_lake(s3: S3Server, tmp_path: Path) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+@pytest.mark.slow  # two Spark processes besides the reference ingest in the test's session
+@pytest.mark.timeout(1200)
+def test_changefeed_follow_into_an_s3_lake(s3: S3Server, cluster, spark, tmp_path: Path
+                                           ) -> None:
+    """`ingest --follow --kafka --from debezium` into a lake on S3 (rounds of Kafka ingests,
+    each committed with its offsets in the Delta table's log), then `ingest --kafka --close`:
+    the table's rows are those of the file ingest of the same events."""
+    from changelake.lake import Lake, api
+    from conftest import seeded
+    from kafka_helpers import new_topic
+    from test_kafka_changefeed import pg_feed, write_files
+    from test_lake_kafka_changefeed import produce_debezium, reference
+
+    feed = pg_feed(seeded(86).randrange(1 << 30), transactions=12, metadata=False)
+    local = Lake(spark, tmp_path / "reference-lake")
+    ref = reference(local, write_files(feed, tmp_path, metadata=False), "debezium", key=["id"])
+    data = new_topic(cluster, 3)
+    produce_debezium(cluster, data, None, feed, slice(0, len(feed.events)), 3)
+    lake, env = s3.lake("changefeed-follow"), environment(s3, tmp_path)
+    base = ["ingest", "--lake", lake, "--table", "t", "--key", "id", "--from", "debezium",
+            "--kafka", cluster.bootstrap, "--topic", data, "--master", "local[1]"]
+    followed = ok(run(*base, "--follow", "--trigger-seconds", "0.5", "--until-idle", "2",
+                      env=env))
+    assert b"round 1: read " in followed.stderr
+    ok(run(*base, "--close", env=env))
+    out = ok(run("snapshot", "--lake", lake, "--table", "t", "--format", "jsonl", "--engine",
+                 "arrow", env=env))
+
+    def shown(row: dict) -> tuple:
+        return tuple(sorted((k, str(v)) for k, v in row.items()))
+
+    got = sorted(shown(orjson.loads(line)) for line in out.stdout.splitlines())
+    want = sorted(shown(r) for r in api.snapshot(local, ref))
+    assert got == want and got
+
+
+@pytest.mark.slow  # two to four Spark processes, killed and restarted
+@pytest.mark.timeout(1800)
+def test_kill_capture_into_an_s3_lake(s3: S3Server, pg_dsn: str, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`test_capture_pg_kill`'s kill -9 of a capture under a workload, into a lake only on the
+    S3 server: after the restarts, every table equals its PostgreSQL table and the slot is
+    not confirmed past the lake's frontier."""
+    from pg_workload import kill_and_check, lake_destination
+
+    for name, value in s3.environment().items():  # the capture runs inherit them
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CHANGELAKE_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("CHANGELAKE_TABLE_FORMAT", raising=False)
+    kill_and_check(pg_dsn, 3, lake_destination(s3.lake("kill"), dump=tmp_path / "lake.dump"),
+                   tmp_path)

@@ -12,9 +12,8 @@ from changelake.cli.follow import TopicFollow, follow_changefeed, follow_files_o
 from changelake.cli.group import main, user_errors
 from changelake.cli.ingest_sources import check_topics, ingest_source
 from changelake.cli.lake_access import open_lake, refuse_hive_on_remote, table_and_key
-from changelake.cli.options import is_remote, lake_options, table_format_option
+from changelake.cli.options import lake_options, table_format_option
 from changelake.cli.set_aside import report_topic_set_aside
-from changelake.redact import redact
 
 
 @main.command()
@@ -115,11 +114,6 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         from changelake.formats.tableschema import read_table_json
 
         read_table_json(schema_path)  # a bad table schema is named before Spark starts
-    if way.follow and way.changefeed and is_remote(lake_dir):
-        from changelake.errors import LakeError
-
-        raise LakeError(f"lake {redact(str(lake_dir))}: --follow --from {source} does not "
-                        "run on a remote lake yet; run ingest rounds instead")
     if way.follow:
         refuse_hive_on_remote(lake_dir, table_format)
     if way.follow and way.changefeed:
