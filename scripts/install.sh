@@ -23,7 +23,7 @@ fi
 
 [ -x .venv/bin/python ] || "$python_bin" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[test]'
+.venv/bin/python -m pip install --quiet -e '.[test,docs]'
 # Delta Lake's Spark jars from Maven Central, once, into .venv (src/changelake/spark/maven.py).
 .venv/bin/python -m changelake.spark.maven
 # The Java line reader (spark/jvm): compiled now where a JDK is, not at the first session.

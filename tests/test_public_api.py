@@ -1,5 +1,6 @@
-"""The names users import are the functions and classes the README's API section shows, and
-using the package leaves the caller's process environment alone."""
+"""The names users import are the functions and classes the Python API page shows
+(docs/reference/python.md), and using the package leaves the caller's process environment
+alone."""
 
 from __future__ import annotations
 

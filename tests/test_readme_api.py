@@ -1,12 +1,13 @@
-"""The README's Python API examples run as written: extracted from the README itself and
-executed one after another in one namespace, by a fresh Python process (its own Spark, as a
-user's would be) in a directory holding seed 000's schema and changefeed, as the README
-says."""
+"""The Python API examples run as written: extracted from docs/reference/python.md (the blocks
+marked `<!-- run: python-api -->`, once the README's API section) and executed one after
+another in one namespace, by a fresh Python process (its own Spark, as a user's would be) in a
+copy of examples/materialize/ (seed 000's schema and changefeed), as the page says."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +16,18 @@ import pytest
 
 from seeds import seed000_changefeed, seed000_schema
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "reference" / "python.md"
+EXAMPLES = ROOT / "examples" / "materialize"
+MARK = "<!-- run: python-api -->"
 
 RUNNER = """
 import json, re, sys
 from pathlib import Path
 
-section = Path(sys.argv[1]).read_text()
-section = section[section.index("## Python API"):]
-section = section[: section.index("\\n## ", 1)]
+page = Path(sys.argv[1]).read_text()
 namespace = {}
-for block in re.findall(r"```python\\n(.*?)```", section, re.S):
+for block in re.findall(sys.argv[2] + r"\\n```python\\n(.*?)```", page, re.S):
     exec(compile(block, sys.argv[1], "exec"), namespace)
 result, table = namespace["result"], namespace["table"]
 print(json.dumps({
@@ -36,13 +38,18 @@ print(json.dumps({
 
 
 def api_examples() -> list[str]:
-    text = README.read_text()
-    section = text[text.index("## Python API"):]
-    section = section[: section.index("\n## ", 1)]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    return re.findall(re.escape(MARK) + r"\n```python\n(.*?)```", PAGE.read_text(), re.S)
 
 
-def test_the_readme_has_one_example_per_package():
+def test_the_examples_files_are_seed_000():
+    """examples/materialize/ is the Materialize docs' example as the seed text gives it (the
+    doubled `{{` that opens the docs' first line made one)."""
+    assert json.loads((EXAMPLES / "schema.json").read_text()) == seed000_schema()
+    assert (EXAMPLES / "log" / "changefeed.jsonl").read_text() == \
+        seed000_changefeed().replace("{{", "{", 1)
+
+
+def test_the_page_has_one_example_per_package():
     heads = [block.splitlines()[0] for block in api_examples()]
     assert heads == ["from changelake.protocol import Reader, Writer",
                      "from changelake.spark import build_session, decode, encode, register, "
@@ -51,13 +58,10 @@ def test_the_readme_has_one_example_per_package():
 
 
 @pytest.mark.spark
-def test_the_readme_api_examples_run_as_written(tmp_path):
-    (tmp_path / "schema.json").write_text(json.dumps(seed000_schema()))
-    (tmp_path / "log").mkdir()
-    # The docs print the changefeed's first line with a doubled `{{`; a real log has one.
-    changefeed = seed000_changefeed().replace("{{", "{", 1)
-    (tmp_path / "log" / "changefeed.jsonl").write_text(changefeed)
-    done = subprocess.run([sys.executable, "-c", RUNNER, str(README)], cwd=tmp_path,
+def test_the_api_examples_run_as_written(tmp_path):
+    shutil.copytree(EXAMPLES, tmp_path, dirs_exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", RUNNER, str(PAGE), re.escape(MARK)],
+                          cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
