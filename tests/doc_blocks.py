@@ -7,7 +7,8 @@ fence, which the tests read and a reader does not see:
   prints (stdout and stderr as a terminal shows them; `> FILE` sends stdout to FILE, and the
   lines shown are then its stderr). `tests/test_docs_examples.py` runs them in-process against
   a copy of `examples/` and compares. An output line `...` stands for any lines, `...` inside
-  a line for any text; a command shown without output is only required to succeed.
+  a line for any text; a command shown without output is only required to succeed, one that
+  shows a `changelake: error:` line to fail with exit status 2.
 * `<!-- run: sql -->`: the SQL endpoint's example; its queries run in the test session.
 * `<!-- run: python-api -->`, `<!-- run: kafka-python -->`: Python examples that
   `tests/test_readme_api.py` and `tests/test_kafka_readme.py` run in fresh processes.

@@ -43,8 +43,9 @@ from doc_blocks import (
 #: stopped): at most this many, so that examples stay runnable.
 MAX_NOT_RUN = 12
 
-#: Commands that change a lake (the rest only read it, or work on files).
+#: Commands that change a lake, and those that do not open one (the rest read it).
 MUTATING = {"ingest", "compact", "export", "capture"}
+NO_LAKE = {"encode", "decode"}
 
 DATABASE = "shop"  # the examples' tables: dropped from the test session before and after
 
@@ -91,6 +92,11 @@ def test_cli_blocks_name_real_commands_and_options() -> None:
                                    f"of {cmd.name}"
 
 
+def changed(result: Result) -> bool:
+    """Whether a lake command changed the lake (an ingest of nothing new did not)."""
+    return ": nothing new" not in result.output
+
+
 def _drop_database(spark) -> None:
     if spark.catalog.databaseExists(DATABASE):
         for table in spark.catalog.listTables(DATABASE):
@@ -101,9 +107,9 @@ def _drop_database(spark) -> None:
 
 class Sandbox:
     """One copy of `examples/` where the pages' commands run in order. `history` is the lake
-    commands run in it so far; a page's command whose page ran the same lake commands before
-    it is run here, and a lake command another page already ran at the same point of its
-    sequence gives that run's output."""
+    commands run in it so far that changed it. A page's lake command runs here if the page
+    ran the same lake commands before it; one that another page already ran at the same point
+    of its sequence gives that run's output (as a fresh copy would print it)."""
 
     def __init__(self, root: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:
         from changelake.cli import ingest as cli_ingest
@@ -114,7 +120,7 @@ class Sandbox:
         self.root = root
         shutil.copytree(EXAMPLES, root / "examples")
         self.history: tuple[tuple[str, ...], ...] = ()
-        self.seen: dict[tuple, tuple[int, str, bytes]] = {}
+        self.seen: dict[tuple, Result] = {}
 
         def shared_lake(lake_dir, metastore_uri, master, conf, table_format=None):
             return Lake(spark, lake_dir, storage=table_format)
@@ -129,16 +135,21 @@ class Sandbox:
         from changelake.cli import main
 
         key = (page_history, argv)
-        if argv[0] in MUTATING and key in self.seen:
+        if argv[0] not in NO_LAKE and key in self.seen:
             return self.seen[key]
-        assert page_history == self.history, (
+        lake = argv[argv.index("--lake") + 1] if "--lake" in argv else None
+        assert argv[0] in NO_LAKE or not (self.root / str(lake)).exists() \
+            or page_history == self.history, (
             f"{where}: {' '.join(argv)} runs on a lake made by {page_history}, but the "
             f"sandbox's lake was made by {self.history}: give the page the same commands as "
             "the tour, or teach this test a second sandbox")
+        started = time.monotonic()
         result = CliRunner(env=self.env).invoke(main, list(argv), catch_exceptions=False)
-        if argv[0] in MUTATING:
+        print(f"{time.monotonic() - started:6.2f} s  {where}  {' '.join(argv)}")
+        if argv[0] not in NO_LAKE:
             self.seen[key] = result
-            self.history = (*self.history, argv)
+            if argv[0] in MUTATING and changed(result):
+                self.history = (*self.history, argv)
         return result
 
 
@@ -154,13 +165,15 @@ def test_the_pages_commands_print_what_the_pages_show(spark, tmp_path: Path,
             for command in commands(block):
                 page = histories.get(block.path, ())
                 result = sandbox.run(page, command.argv, block.where)
-                if command.argv[0] in MUTATING:
+                if command.argv[0] in MUTATING and changed(result):
                     histories[block.path] = (*page, command.argv)
                 shown = result.output
                 if command.stdout_to is not None:  # the lines shown are then its stderr
                     (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
                     shown = result.stderr
-                assert result.exit_code == 0, (
+                # an example of an error shows its error line: exit status 2
+                failing = any(line.startswith("changelake: error:") for line in command.expected)
+                assert result.exit_code == (2 if failing else 0), (
                     f"{block.where}: {' '.join(command.argv)}: exit {result.exit_code}\n"
                     f"{result.output}")
                 if command.expected:

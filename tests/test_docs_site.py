@@ -1,0 +1,108 @@
+"""The documentation site builds (`mkdocs build --strict`: a broken link, a missing anchor, a
+page left out of the nav or a bad API reference fails it), and its command reference has an
+entry for every command and option of the click group, so a new option without one fails
+here. Also the README's links, and the search index a reader's search box uses."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built once, strictly, into a temporary directory (a few seconds)."""
+    assert MKDOCS.exists(), "mkdocs is in the `docs` extra that scripts/install.sh installs"
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([str(MKDOCS), "build", "--strict", "--quiet", "-f",
+                           str(ROOT / "mkdocs.yml"), "-d", str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-5000:]
+    return out
+
+
+def walk(command: click.Command, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...],
+                                                                         click.Command]]:
+    yield path, command
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            yield from walk(sub, (*path, name))
+
+
+def sections(page: str) -> dict[str, str]:
+    """The command reference's HTML cut at each command's heading (`id="changelake-..."`)."""
+    cuts = [(m.start(), m.group(1)) for m in re.finditer(r'id="(changelake(?:-[\w-]+)?)"',
+                                                         page)]
+    return {name: page[start: (cuts[i + 1][0] if i + 1 < len(cuts) else len(page))]
+            for i, (start, name) in enumerate(cuts)}
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    for page in ("index.html", "getting-started/index.html", "reference/cli/index.html",
+                 "reference/python/index.html", "guides/debezium/index.html",
+                 "platform-notes/index.html", "security/index.html"):
+        assert (site / page).is_file(), page
+    # mkdocstrings rendered the public API from the docstrings
+    api = (site / "reference" / "python" / "index.html").read_text()
+    for name in ("changelake.protocol.Writer", "changelake.spark.decode",
+                 "changelake.lake.catalog.Lake", "changelake.kafka.write_topic"):
+        assert f'id="{name}"' in api, name
+
+
+def test_every_command_and_option_has_a_reference_entry(site: Path) -> None:
+    from changelake.cli import main
+
+    page = html.unescape((site / "reference" / "cli" / "index.html").read_text())
+    found = sections(page)
+    missing = []
+    for path, command in walk(main, ("changelake",)):
+        anchor = "-".join(path)
+        if anchor not in found:
+            missing.append(" ".join(path))
+            continue
+        text = found[anchor]
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                missing.extend(f"{' '.join(path)} {opt}" for opt in
+                               (*param.opts, *param.secondary_opts) if opt not in text)
+        first_line = (command.help or "").split("\n")[0].strip()
+        if first_line and first_line[:40] not in " ".join(text.split()):
+            missing.append(f"{' '.join(path)}: its help text")
+    assert not missing, f"no reference entry for: {missing}"
+
+
+def test_the_search_index_finds_the_frontier(site: Path) -> None:
+    """What the search box searches (Material's lunr index) holds the concepts page's
+    sections on the frontier."""
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    hits = [d["location"] for d in index["docs"] if "frontier" in d["text"].lower()]
+    assert any(h.startswith("concepts/") for h in hits), hits[:10]
+
+
+def test_the_readmes_links_lead_somewhere() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+        assert (ROOT / target).exists(), target
+
+
+def test_the_readme_still_opens_with_the_two_set_up_commands() -> None:
+    """CI and the issue's reader take the first two commands from lines 3-6."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert lines[2] == "```bash" and lines[5] == "```"
+    assert lines[3].startswith("bash scripts/install.sh && .venv/bin/changelake demo   #")
+    assert lines[4].startswith(".venv/bin/pytest ")
