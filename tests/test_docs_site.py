@@ -106,3 +106,30 @@ def test_the_readme_still_opens_with_the_two_set_up_commands() -> None:
     assert lines[2] == "```bash" and lines[5] == "```"
     assert lines[3].startswith("bash scripts/install.sh && .venv/bin/changelake demo   #")
     assert lines[4].startswith(".venv/bin/pytest ")
+
+
+def test_each_commands_help_gives_an_example_and_its_docs_page() -> None:
+    """`changelake --help` and each command's `--help` read like the reference's first
+    paragraph: what it does, an example (of real options), and the docs page to read."""
+    from changelake.cli import main
+
+    for path, command in walk(main, ("changelake",)):
+        text = command.help or ""
+        assert "Example" in text, f"{' '.join(path)}: no example in its help"
+        pages = re.findall(r"docs/[\w/.-]+\.md", text)
+        assert pages, f"{' '.join(path)}: no docs page in its help"
+        for page in pages:
+            assert (ROOT / page).is_file(), f"{' '.join(path)}: {page}"
+        shown = re.split(r"\n\s*(?:Guide|Docs)", text.split("Example", 1)[1])[0]
+        example = " ".join(line.strip().rstrip("\\") for line in shown.splitlines()[1:])
+        for line in re.split(r"(?=\bchangelake )", example):
+            words = line.split()
+            if not words:
+                continue
+            cmd: click.Command = main
+            rest = words[1:]
+            while isinstance(cmd, click.Group):
+                cmd = cmd.commands[rest.pop(0)]
+            known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+            given = {w for w in rest if w.startswith("--")}
+            assert given <= known, f"{' '.join(path)}: {sorted(given - known)}"

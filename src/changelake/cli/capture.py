@@ -15,7 +15,13 @@ from changelake.cli.options import LakeLocation, spark_options, table_format_opt
 @main.group()
 def capture() -> None:
     """Capture a database's changes into lake tables or Materialize CDC logs (exactly once, one
-    time domain)."""
+    time domain).
+
+    \b
+    Example:
+      changelake capture postgres --dsn 'host=db dbname=shop user=capture' \\
+        --publication shop_pub --slot changelake_shop --create-slot --lake lake
+    Guide: docs/guides/postgres.md."""
 
 
 @capture.command("postgres")
@@ -51,7 +57,15 @@ def capture_postgres(lake_dir: Path | None, out_dir: Path | None, metastore_uri:
                      until_idle: float | None, max_txns: int | None,
                      table_format: str | None) -> None:
     """Stream a PostgreSQL publication through a pgoutput slot into lake tables (--lake) or
-    Materialize CDC logs (--out) named schema.table, each transaction at its commit LSN."""
+    Materialize CDC logs (--out) named schema.table, each transaction at its commit LSN.
+
+    The password comes from PGPASSWORD, ~/.pgpass, PGPASSFILE or PGSERVICE, never the DSN.
+
+    \b
+    Example:
+      changelake capture postgres --dsn 'host=db dbname=shop user=capture' \\
+        --publication shop_pub --slot changelake_shop --create-slot --lake lake
+    Guide: docs/guides/postgres.md."""
     if (lake_dir is None) == (out_dir is None):
         raise click.UsageError("give exactly one of --lake DIR (lake tables) and --out DIR "
                                "(Materialize CDC logs)")

@@ -51,7 +51,13 @@ def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Pa
            group: str | None, master: str, spark_conf: dict, inputs: tuple[str, ...]) -> None:
     """Read Materialize CDC messages (Avro OCF or JSON lines, any order and duplication; or a
     Kafka topic's, with --kafka) and print the recovered history as JSON lines, then the
-    frontier."""
+    frontier.
+
+    \b
+    Example:
+      changelake decode --schema examples/materialize/schema.json \\
+        examples/materialize/log/changefeed.jsonl
+    Guide: docs/guides/materialize.md (topics: docs/guides/kafka.md)."""
     schema = read_schema(schema_path)
     out = sys.stdout.buffer
     from_topic = _kafka_target(kafka, topic, inputs, "reads the topic")

@@ -38,7 +38,12 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
     compaction and AS OF reads, on local Spark with the lake's embedded metastore; Kafka
     topics (librdkafka's mock cluster) into and out of the lake; and an
     embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
-    once and restarted, every table and a cross-table invariant checked."""
+    once and restarted, every table and a cross-table invariant checked.
+
+    \b
+    Example (about 4 minutes on 2 cores; --protocol-only: seconds):
+      changelake demo
+    Docs: docs/getting-started.md (The demo)."""
     from changelake.demo.run import run_demo
 
     run_demo(seed=seed, updates=updates, rows=rows, transactions=transactions,

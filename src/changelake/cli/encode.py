@@ -59,7 +59,13 @@ def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str
            source_topics: tuple[str, ...], group: str | None, inputs: tuple[str, ...]) -> None:
     """Write Materialize CDC messages from changes: JSON lines {"data":..,"time":..,"diff":..}
     with {"finished": T} marks, or a Debezium / YDB changefeed (--from; files, or topics with
-    --kafka); to stdout, an Avro file (--avro) or a Kafka topic (--to-kafka)."""
+    --kafka); to stdout, an Avro file (--avro) or a Kafka topic (--to-kafka).
+
+    \b
+    Example:
+      changelake encode --from debezium --key id --close examples/orders.jsonl \\
+        > orders.cdc.jsonl
+    Guides: docs/guides/debezium.md, ydb.md, materialize.md."""
     out = sys.stdout.buffer
     if source_kafka is not None or source_topics or group is not None:
         _check_changefeed_topics(source, source_kafka, source_topics, group, inputs)

@@ -99,7 +99,20 @@ _python_show_warning = warnings.showwarning
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="changelake")
 def main() -> None:
-    """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark."""
+    """Changefeeds to exactly-once CDCv2 (Materialize CDC) and lake tables on Spark.
+
+    Debezium, YDB and Materialize CDC feeds (files or Kafka topics) and PostgreSQL
+    databases into lake tables (Delta or Hive format, local or s3a://) that read AS OF
+    any time, each update exactly once whatever the log duplicated, reordered or
+    re-batched.
+
+    \b
+    Example (the tour of README.md and docs/getting-started.md):
+      changelake ingest --lake lake --table shop.orders --from debezium --key id \\
+        --close examples/orders.jsonl
+      changelake snapshot --lake lake --table shop.orders --as-of 1250
+    Docs: docs/index.md (a MkDocs site: .venv/bin/mkdocs serve); every command and
+    option: docs/reference/cli.md; a command's own: changelake COMMAND --help."""
     import os
 
     from changelake.private import temporary_folder

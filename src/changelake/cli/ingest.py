@@ -93,7 +93,13 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            inputs: tuple[str, ...]) -> None:
     """Decode (or convert) INPUT (or --kafka topics) and commit what is new to a lake table,
     exactly once; or (--follow) keep doing so as files appear in a directory, or records in
-    the topics."""
+    the topics.
+
+    \b
+    Example:
+      changelake ingest --lake lake --table shop.orders --from debezium --key id \\
+        --close examples/orders.jsonl
+    Guides: docs/guides/debezium.md, kafka.md, operating.md (--follow)."""
     from rich.console import Console
 
     from changelake.lake import ingest as lake_ingest

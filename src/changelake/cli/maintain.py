@@ -25,7 +25,12 @@ from changelake.redact import redact
 @user_errors
 def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
             table: str, since: int | None) -> None:
-    """Fold change segments into the buckets they touch and advance `since`."""
+    """Fold change segments into the buckets they touch and advance `since`.
+
+    \b
+    Example:
+      changelake compact --lake lake --table shop.orders --since 1500
+    Guide: docs/guides/operating.md (Compaction)."""
     from rich.console import Console
 
     from changelake.lake import api, report
@@ -52,7 +57,14 @@ def metastore(lake_dir: Path, port: int | None) -> None:
     Spark processes can use the lake at once (--metastore-uri thrift://127.0.0.1:PORT).
     It has no authentication (Hive's metastore protocol has none but Kerberos): every local
     user may connect, change the lake's tables and register code that a Spark process on
-    the lake runs as its user. Run it only on a machine (or container) you alone use."""
+    the lake runs as its user. Run it only on a machine (or container) you alone use.
+
+    \b
+    Example:
+      changelake metastore --lake lake --port 9083 &
+      changelake snapshot --lake lake --metastore-uri thrift://127.0.0.1:9083 \\
+        --table shop.orders
+    Guide: docs/guides/operating.md (The metastore); docs/security.md."""
     from changelake.lake import api
 
     if is_remote(lake_dir):
@@ -75,7 +87,12 @@ def metastore(lake_dir: Path, port: int | None) -> None:
 def jvm_archive(path: Path | None, if_changed: bool) -> None:
     """Archive the classes Spark loads, so that every later Spark command's JVM maps them
     instead of loading them (seconds off each start). The setup runs it; run it again after
-    upgrading Java or pyspark (an archive they no longer match is ignored, not wrong)."""
+    upgrading Java or pyspark (an archive they no longer match is ignored, not wrong).
+
+    \b
+    Example:
+      changelake jvm-archive --if-changed
+    Docs: docs/getting-started.md (Install)."""
     from changelake.demo.pipeline import warm_up
     from changelake.lake.catalog import lake_session
     from changelake.spark import class_archive

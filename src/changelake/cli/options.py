@@ -115,7 +115,7 @@ def lake_options(func: F) -> F:
                         help="The lake directory (data files and the embedded metastore), or "
                              "a Hadoop FileSystem URI: s3a://BUCKET/PREFIX (credentials and "
                              "endpoint from the AWS environment variables or --conf "
-                             "spark.hadoop.fs.s3a.*; see README, Lake on object storage).")(func)
+                             "spark.hadoop.fs.s3a.*; see docs/guides/storage.md).")(func)
 
 
 def table_format_option(func: F) -> F:

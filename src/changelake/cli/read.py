@@ -29,7 +29,12 @@ from changelake.cli.options import checked_time, engine_option, lake_options
 def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
              table: str, as_of: int | None, history: bool, fmt: str | None,
              engine: str) -> None:
-    """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history."""
+    """Print the rows of a lake table now, AS OF a time, or its SCD type 2 history.
+
+    \b
+    Example:
+      changelake snapshot --lake lake --table shop.orders --as-of 1250 --format csv
+    Docs: docs/getting-started.md (the tour), docs/concepts.md (AS OF)."""
     if history and as_of is not None:
         raise click.UsageError("--history and --as-of are exclusive")
     from changelake.lake import report
@@ -109,7 +114,13 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
             table: str, since: int, until: int | None, snapshot: bool, avro: Path | None,
             history: bool, batch_size: int, schema_out: Path | None) -> None:
     """Print a lake table's changes in [--since, --until) as Materialize CDC messages (JSON
-    lines like `encode`'s, or --avro FILE) with exact progress statements: a change feed."""
+    lines like `encode`'s, or --avro FILE) with exact progress statements: a change feed.
+
+    \b
+    Example:
+      changelake changes --lake lake --table shop.orders --since 1800 \\
+        --schema-out changes.schema.json > changes.jsonl
+    Guide: docs/guides/materialize.md (A table's change feed)."""
     if history and avro is not None:
         raise click.UsageError("--history prints decoded lines; it does not go with --avro")
     from changelake.lake.changes import write_changes
@@ -149,7 +160,12 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
            warehouse: str | None) -> None:
     """Export a lake table to a Delta or an Iceberg table: the whole table on the first run,
     then only the changes since the last run, exactly once (the frontier is in the target's
-    commits)."""
+    commits).
+
+    \b
+    Example:
+      changelake export --lake lake --table shop.orders --to delta orders_delta
+    Guide: docs/guides/export.md."""
     from changelake.lake.export import export_table
 
     kind, target = to
@@ -188,7 +204,12 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     table ingested from Kafka, its offsets and, with --live, their lag. Without --live no
     server the lake names is contacted: "not asked (--live)" where the lag would be.
 
-    jsonl: a line per table (with "name"), then a line per source database (with "database")."""
+    jsonl: a line per table (with "name"), then a line per source database (with "database").
+
+    \b
+    Example:
+      changelake status --lake lake --format jsonl
+    Guide: docs/guides/operating.md (Status)."""
     import orjson
 
     from changelake.lake import report

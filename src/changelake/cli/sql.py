@@ -36,7 +36,12 @@ def sql_endpoint(lake_dir: Path, metastore_uri: str | None, master: str, spark_c
       SELECT * FROM orders_as_of(1200)        -- table default.orders
       SELECT * FROM shop_orders_as_of(1200)   -- table shop.orders
     A time outside the table's [since, frontier) is refused with snapshot's error. Tables
-    ingested with --scd2 also have their NAME_history view."""
+    ingested with --scd2 also have their NAME_history view.
+
+    \b
+    Example:
+      changelake sql --lake lake --port 10000
+    Guide: docs/guides/sql.md; docs/security.md."""
     from changelake.lake.sql_endpoint import serve_lake
 
     existing_lake(lake_dir)
