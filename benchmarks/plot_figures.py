@@ -1,0 +1,98 @@
+"""The Performance page's plots (docs/performance.md), drawn from the figures the benchmarks
+printed into the measurement log `benchmarks/README.md`, so a new run logged there gives new
+plots: `python benchmarks/plot_figures.py` (matplotlib: `pip install -e '.[plots]'`) writes
+`docs/img/startup.png` and `docs/img/ingest.png`.
+
+The figures are read from the log's blocks as the scripts print them: `bench_startup.py`'s
+lines (`  ingest --from debezium     with  13.65 s   without  18.53 s    0.74x the time`) and
+the table of the Delta ingest on a quiet machine (`| 1.1M | 6.14 s | 22.49 s | ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "benchmarks" / "README.md"
+OUT = ROOT / "docs" / "img"
+
+STARTUP = re.compile(r"^\s+(\S.*?\S)\s+with\s+([\d.]+) s\s+without\s+([\d.]+) s", re.M)
+INGEST_SECTION = "Debezium ingest into Delta on a quiet machine"
+INGEST_ROW = re.compile(r"^\| ([\d.]+M) \| ([\d.]+) s \| ([\d.]+) s \|", re.M)
+
+
+def startup_figures(log: str) -> list[tuple[str, float, float]]:
+    """(command, seconds with the class archive, seconds without), from the last block of
+    `bench_startup.py` output in the log."""
+    section = log[log.index("## Spark command start-up"):]
+    section = section[: section.index("\n## ", 1)]
+    return [(name, float(w), float(wo)) for name, w, wo in STARTUP.findall(section)]
+
+
+def ingest_figures(log: str) -> list[tuple[str, float, float]]:
+    """(events, plain Delta write seconds, ingest seconds) of the quiet-machine Delta run."""
+    section = log[log.index(INGEST_SECTION):]
+    section = section[: section.index("\n## ", 1)]
+    return [(n, float(plain), float(ingest)) for n, plain, ingest in INGEST_ROW.findall(section)]
+
+
+def plot(out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    log = LOG.read_text()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    figures = startup_figures(log)
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    names = [n for n, _, _ in figures]
+    ys = range(len(figures))
+    ax.barh([y + 0.2 for y in ys], [wo for _, _, wo in figures], height=0.4,
+            label="without the class archive", color="#bbbbbb")
+    ax.barh([y - 0.2 for y in ys], [w for _, w, _ in figures], height=0.4,
+            label="with it (changelake jvm-archive)", color="#3f6fb5")
+    ax.set_yticks(list(ys), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds, a tiny input (median of 5, 2 cores)")
+    ax.set_title("Spark command start-up")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    written.append(out / "startup.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    figures = ingest_figures(log)
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    labels = [f"{n} events" for n, _, _ in figures]
+    ys = range(len(figures))
+    ax.barh([y + 0.2 for y in ys], [i for _, _, i in figures], height=0.4,
+            label="changelake ingest --from debezium (Delta)", color="#3f6fb5")
+    ax.barh([y - 0.2 for y in ys], [p for _, p, _ in figures], height=0.4,
+            label="a plain Delta write of the same rows", color="#bbbbbb")
+    ax.set_yticks(list(ys), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds (2 cores, a quiet machine)")
+    ax.set_title("Debezium ingest into a new Delta table")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    written.append(out / "ingest.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="where the PNG files go")
+    args = parser.parse_args()
+    for path in plot(args.out):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
