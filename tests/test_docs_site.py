@@ -133,3 +133,11 @@ def test_each_commands_help_gives_an_example_and_its_docs_page() -> None:
             known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
             given = {w for w in rest if w.startswith("--")}
             assert given <= known, f"{' '.join(path)}: {sorted(given - known)}"
+
+
+def test_the_readmes_anchors_into_the_docs_exist(site: Path) -> None:
+    """The README is not part of the site, so mkdocs does not check its links' anchors."""
+    text = (ROOT / "README.md").read_text()
+    for page, anchor in re.findall(r"\]\(docs/([^)#]+)\.md#([^)]+)\)", text):
+        built = site / ("" if page == "index" else page) / "index.html"
+        assert f'id="{anchor}"' in built.read_text(), f"docs/{page}.md#{anchor}"
