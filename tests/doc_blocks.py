@@ -9,7 +9,8 @@ fence, which the tests read and a reader does not see:
   a copy of `examples/` and compares. An output line `...` stands for any lines, `...` inside
   a line for any text; a command shown without output is only required to succeed, one that
   shows a `changelake: error:` line to fail with exit status 2.
-* `<!-- run: sql -->`: the SQL endpoint's example; its queries run in the test session.
+* `<!-- run: sql -->`: the SQL endpoint's example: the slow tier starts `changelake sql` on
+  the tour's lake and runs its queries with beeline (each such block has the README's queries).
 * `<!-- run: python-api -->`, `<!-- run: kafka-python -->`: Python examples that
   `tests/test_readme_api.py` and `tests/test_kafka_readme.py` run in fresh processes.
 * `<!-- not run: REASON -->`: a block that needs what a test run does not have (a broker, a
