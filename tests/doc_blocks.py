@@ -13,6 +13,8 @@ fence, which the tests read and a reader does not see:
   the tour's lake and runs its queries with beeline (each such block has the README's queries).
 * `<!-- run: python-api -->`, `<!-- run: kafka-python -->`: Python examples that
   `tests/test_readme_api.py` and `tests/test_kafka_readme.py` run in fresh processes.
+* `<!-- file: PATH -->`: a JSON block that shows a file of the repository: it must be that
+  file's content.
 * `<!-- not run: REASON -->`: a block that needs what a test run does not have (a broker, a
   cluster, S3 credentials); counted, so they stay few.
 
@@ -38,7 +40,7 @@ RUN_KINDS = {"cli", "sql", "python-api", "kafka-python"}
 PROMPT = "$ .venv/bin/changelake "
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
-_MARK = re.compile(r"^<!--\s*(run|not run):\s*(.*?)\s*-->\s*$")
+_MARK = re.compile(r"^<!--\s*(run|not run|file):\s*(.*?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,16 @@ def test_every_code_block_is_run_or_says_why_not() -> None:
     print(f"code blocks: {len(code)}; run: {dict(kinds)}; not run: {len(not_run)}")
 
 
+def test_a_block_that_shows_a_file_is_that_file() -> None:
+    import json
+
+    shown = [b for b in all_blocks() if b.mark == "file"]
+    assert shown
+    for block in shown:
+        assert json.loads(block.text) == json.loads((ROOT / block.detail).read_text()), \
+            block.where
+
+
 def test_cli_blocks_name_real_commands_and_options() -> None:
     """Every command line of a `cli` block names a real command and its real options (no
     invented option), checked without running anything."""
