@@ -15,6 +15,7 @@ does, a process per command, then `changelake sql` and beeline on its queries
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -82,25 +83,34 @@ def test_a_block_that_shows_a_file_is_that_file() -> None:
             block.where
 
 
-def test_cli_blocks_name_real_commands_and_options() -> None:
-    """Every command line of a `cli` block names a real command and its real options (no
-    invented option), checked without running anything."""
+def test_command_lines_name_real_commands_and_options() -> None:
+    """Every changelake command line of the pages (the `cli` blocks' and those of the blocks
+    that do not run, `bash` ones) names a real command and its real options (no invented
+    option), checked without running anything."""
     import click
 
     from changelake.cli import main
 
+    lines: list[tuple[str, list[str]]] = []
     for block in marked("cli"):
-        for command in commands(block):
-            words = list(command.argv)
-            cmd: click.Command = main
-            while isinstance(cmd, click.Group):
-                name = words.pop(0)
-                assert name in cmd.commands, f"{block.where}: no command {name}"
-                cmd = cmd.commands[name]
-            known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
-            given = {w.split("=", 1)[0] for w in words if w.startswith("-")}
-            assert given <= known, f"{block.where}: {sorted(given - known)} not options " \
-                                   f"of {cmd.name}"
+        lines.extend((block.where, list(c.argv)) for c in commands(block))
+    for block in all_blocks():
+        if block.language == "bash" and block.mark is not None:
+            text = block.text.replace("\\\n", " ")
+            for line in text.splitlines():
+                line = line.split("#", 1)[0].strip().rstrip("&").strip()
+                if line.startswith(".venv/bin/changelake "):
+                    lines.append((block.where, shlex.split(line)[1:]))
+    assert len(lines) >= 30
+    for where, words in lines:
+        cmd: click.Command = main
+        while isinstance(cmd, click.Group):
+            name = words.pop(0)
+            assert name in cmd.commands, f"{where}: no command {name}"
+            cmd = cmd.commands[name]
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        given = {w.split("=", 1)[0] for w in words if w.startswith("-") and w != "-"}
+        assert given <= known, f"{where}: {sorted(given - known)} not options of {cmd.name}"
 
 
 def changed(result: Result) -> bool:
