@@ -1,16 +1,15 @@
-"""`capture`, `export` and `sql` on a lake that lives only on moto's S3 server on loopback,
-through the real console script.
+"""`capture`, `export`, `sql` and changefeed follow on a lake that lives only on moto's S3
+server on loopback, through the real console script.
 
 `capture postgres --lake s3a://...` from the embedded PostgreSQL: the initial snapshot and
 the changes after it land in Delta tables on the S3 server, a second run resumes from the
 slot, and the tables then hold the database's rows (read back without a JVM, `--engine
-arrow`, and by `status`'s consistent frontier). `export --to delta` of the captured table into a
-local Delta table, read back by delta-rs (and, slow, an export run twice: the second adds
-nothing). `sql` (slow: three JVMs) serves an S3 lake's table and its AS OF function to
-beeline. `ingest --follow --kafka --from debezium` (slow) follows a topic into an S3 lake,
-and (slow) a capture killed with SIGKILL under a workload loses and doubles nothing.
-The lake's other commands on S3: `test_lake_s3.py`; a directory followed:
-`test_lake_s3_follow.py`."""
+arrow`, and by `status`'s consistent frontier); `export --to delta` of the captured table
+into a local Delta table, read back by delta-rs. Slow: an export into a Delta table on the
+S3 server, run twice (the second adds nothing); `sql` serving an S3 lake's table and its AS
+OF function to beeline; `ingest --follow --kafka --from debezium` into an S3 lake; a capture
+killed with SIGKILL under a workload, losing and doubling nothing. The lake's other commands
+on S3: `test_lake_s3.py`; a directory followed: `test_lake_s3_follow.py`."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from deltalake import DeltaTable
 
 from conftest import execute
 from kafka_helpers import cluster
-from s3_server import SECRET_KEY, S3Server, s3_server
+from s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server
 from test_lake_s3 import AT_0, NOW, SAMPLE, environment, ok, run
 
 __all__ = ["cluster"]  # fixtures
@@ -104,15 +103,19 @@ def ingested(s3: S3Server, prefix: str, env: dict[str, str]) -> str:
 
 @pytest.mark.slow  # three Spark processes; the capture test exports once in the default run
 @pytest.mark.timeout(1200)
-def test_export_from_an_s3_lake_into_a_delta_table(s3: S3Server, tmp_path: Path) -> None:
+def test_export_from_an_s3_lake_into_a_delta_table_on_s3(s3: S3Server, tmp_path: Path) -> None:
     env = environment(s3, tmp_path)
     lake = ingested(s3, "export", env)
-    target = str(tmp_path / "exported" / "orders")
+    target = f"s3a://{s3.bucket}/exported/orders"
     export = ["export", "--lake", lake, "--master", "local[1]", "--table", "shop.orders",
               "--to", "delta", target]
     ok(run(*export, env=env))
     ok(run(*export, env=env))  # nothing new: exactly once, no second copy
-    rows = DeltaTable(target).to_pyarrow_table().to_pylist()
+    store = {"AWS_ENDPOINT_URL": s3.endpoint, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
+             "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    exported = DeltaTable(target.replace("s3a://", "s3://"), storage_options=store)
+    assert exported.version() == 0  # the second run committed nothing
+    rows = exported.to_pyarrow_table().to_pylist()
     assert sorted((r["order_id"], r["product_id"]) for r in rows) == NOW
 
 

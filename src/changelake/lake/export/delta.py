@@ -80,6 +80,7 @@ from changelake.lake.export.changes import (
     unkeyed_changes,
 )
 from changelake.lake.export.result import ExportResult
+from changelake.lake.files import RemotePath, delta_uri, is_remote, storage_options
 from changelake.lake.identifier import TableIdentifier
 
 APP_PREFIX = "changelake:"
@@ -100,23 +101,39 @@ def export_to_delta(lake: Lake, table: str | TableIdentifier, path: str | Path, 
                     target_file_size: int = TARGET_FILE_SIZE) -> ExportResult:
     """Bring the Delta table at `path` to `table`'s committed frontier (see the module
     docstring): the whole table on the first run, the changes since the last run after."""
-    target = Path(path).resolve()
+    target = RemotePath(str(path)) if is_remote(path) else Path(path).resolve()
     with export_lock(lake.root, target):
         return _export(lake, table, target, target_file_size)
 
 
-def _export(lake: Lake, table: str | TableIdentifier, target: Path, file_size: int
-            ) -> ExportResult:
+def _options(target: Path | RemotePath) -> dict[str, str] | None:
+    """delta-rs's storage options for `target`: on S3 the lake's endpoint and key pair
+    (`files.storage_options`), and commits by conditional PUT (`If-None-Match`), so that a
+    second writer's commit of the same version fails instead of overwriting the first's."""
+    options = storage_options(target)
+    if options is not None:
+        options["conditional_put"] = "etag"
+    return options
+
+
+def _open(target: Path | RemotePath) -> Any:
+    from deltalake import DeltaTable
+
+    return DeltaTable(delta_uri(target), storage_options=_options(target))
+
+
+def _export(lake: Lake, table: str | TableIdentifier, target: Path | RemotePath,
+            file_size: int) -> ExportResult:
     from deltalake import DeltaTable
 
     pinned = pin(lake.table(table))
     schema = arrow_schema(pinned.logical, pinned.name)
     app_id = APP_PREFIX + pinned.identity
     after = frontier_json(pinned.frontier)
-    if not DeltaTable.is_deltatable(str(target)):
+    if not DeltaTable.is_deltatable(delta_uri(target), storage_options=_options(target)):
         _check_fresh(target, pinned)
         return _write_full(lake, pinned, target, schema, app_id, None, None, [], file_size)
-    delta = DeltaTable(str(target))
+    delta = _open(target)
     last = delta.transaction_version(app_id)
     if last is None:
         raise LakeError(_foreign(delta, target, pinned))
@@ -162,7 +179,7 @@ def _commit_properties(lake: Lake, pinned: Pinned, app_id: str, before: int | No
                             app_transactions=[Transaction(app_id=app_id, version=version)])
 
 
-def _check_fresh(target: Path, pinned: Pinned) -> None:
+def _check_fresh(target: Path | RemotePath, pinned: Pinned) -> None:
     """A new export's target: absent, empty, or holding only what a first export killed before
     its commit leaves (Delta data files and an uncommitted `_delta_log`)."""
     if not target.exists():
@@ -179,7 +196,7 @@ def _check_fresh(target: Path, pinned: Pinned) -> None:
                         "was changed")
 
 
-def _foreign(delta: Any, target: Path, pinned: Pinned) -> str:
+def _foreign(delta: Any, target: Path | RemotePath, pinned: Pinned) -> str:
     """The error for a Delta table that holds no export of this lake table."""
     meta = delta.metadata()
     description = meta.description or ""
@@ -227,14 +244,14 @@ def _delta_type(kind: Any) -> str:
     return match.group(1) if match else text
 
 
-def _write_full(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: str,
-                lower: int | None, delta: Any, added: list[str], file_size: int
+def _write_full(lake: Lake, pinned: Pinned, target: Path | RemotePath, schema: pa.Schema,
+                app_id: str, lower: int | None, delta: Any, added: list[str], file_size: int
                 ) -> ExportResult:
     """Write the whole table at the pinned frontier: a new Delta table, or (`delta`) over the
     existing one, in one commit. A keyed table is written in key order (Spark sorts it), so
     each Delta file holds a range of keys and a later merge, which prunes files by their key
     statistics, reads and rewrites only the files whose range holds a changed key."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
 
     mode = "full"
     props = _commit_properties(lake, pinned, app_id, lower, mode)
@@ -245,14 +262,16 @@ def _write_full(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app
             rows = rows.orderBy(*[f"`{k}`" for k in pinned.state.key])
         reader = staged_batches(rows, schema, stage)
         if delta is None:
-            target.mkdir(parents=True, exist_ok=True)
-            write_deltalake(str(target), reader, mode="error", name=pinned.name,
+            if isinstance(target, Path):  # a store has no directories to make
+                target.mkdir(parents=True, exist_ok=True)
+            write_deltalake(delta_uri(target), reader, mode="error", name=pinned.name,
+                            storage_options=_options(target),
                             description=f"changelake export of lake table {pinned.identity}",
                             target_file_size=file_size, commit_properties=props)
         else:
             write_deltalake(delta, reader, mode="overwrite", target_file_size=file_size,
                             schema_mode="merge" if added else None, commit_properties=props)
-    written = DeltaTable(str(target))
+    written = _open(target)
     metrics = written.history(1)[0].get("operationMetrics", {})
     before = None if delta is None else _json(frontier_json(lower))
     return ExportResult(pinned.name, KIND, str(target), before,
@@ -265,10 +284,10 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _merge(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: str,
+def _merge(lake: Lake, pinned: Pinned, target: Path | RemotePath, schema: pa.Schema, app_id: str,
            lower: int, delta: Any, added: list[str]) -> ExportResult:
     """Apply the changes in `[lower, frontier)` as one Delta commit."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     mode = "incremental"
@@ -311,7 +330,7 @@ def _merge(lake: Lake, pinned: Pinned, target: Path, schema: pa.Schema, app_id: 
         raise LakeError(f"export of {pinned.name} to {target}: the Delta commit failed "
                         f"({' '.join(str(error).split())[:200]}); another writer committed "
                         "meanwhile: run the export again") from None
-    written = DeltaTable(str(target))
+    written = _open(target)
     return ExportResult(pinned.name, KIND, str(target), _json(frontier_json(lower)),
                         _json(frontier_json(pinned.frontier)), mode,
                         inserted=int(metrics.get("num_target_rows_inserted", 0)),
