@@ -395,7 +395,7 @@ def main() -> None:
                 (f"ingest, JVM path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
-            ingest.convert_frames = lambda *a, **k: frames(*a, jvm=False, **k)  # type: ignore[assignment]
+            ingest.convert_frames = lambda *a, **k: frames(*a, python_path=True, **k)  # type: ignore[assignment]
             start = time.perf_counter()
             old = ingest.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]

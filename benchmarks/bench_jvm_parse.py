@@ -77,8 +77,7 @@ def main() -> None:
         events = in_child(write_feed, feed, args.events)
         spark = build_session(args.master)
         spark.sparkContext.setLogLevel("ERROR")
-        if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
-            sys.exit("bench_jvm_parse: the session has no Java line reader (is there a JDK?)")
+        register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
 
         def lines() -> DataFrame:
             return read_lines(spark, [str(feed)]).bounded
@@ -95,7 +94,6 @@ def main() -> None:
         def parse_step_before() -> DataFrame:
             observed = Observation()
             java = java_items(lines(), udf=True)
-            assert java is not None
             left = F.count_if(F.col("_deferred")).alias("_deferred")
             stored(java.observe(observed, *debezium_path._facts(), left,
                                 F.collect_set("shape").alias("shapes"))

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Set up changelake in .venv inside this checkout. Fails early, in one line, without Java 17+.
+# Set up changelake in .venv inside this checkout. Fails early, in one line, without a JDK 17+.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 java_bin="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 if ! command -v "$java_bin" >/dev/null 2>&1; then
-  echo "changelake setup: Java 17 or newer is required for Spark and was not found." >&2
-  echo "  Install it (Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME." >&2
+  echo "changelake setup: a JDK 17 or newer is required for Spark and was not found." >&2
+  echo "  Install it (Debian/Ubuntu: apt-get install openjdk-17-jdk-headless) or set JAVA_HOME." >&2
   exit 1
 fi
 java_version=$("$java_bin" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)
 if [ -z "$java_version" ] || [ "$java_version" -lt 17 ]; then
   echo "changelake setup: Java 17 or newer is required for Spark; found version '${java_version:-unknown}'." >&2
+  exit 1
+fi
+javac_bin="${JAVA_HOME:+$JAVA_HOME/bin/}javac"
+if ! command -v "$javac_bin" >/dev/null 2>&1; then
+  echo "changelake setup: a JDK 17+ (javac) is required to build changelake's Java code; found a JRE only (apt-get install openjdk-17-jdk-headless)." >&2
   exit 1
 fi
 
@@ -26,7 +31,8 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[test,docs]'
 # Delta Lake's Spark jars from Maven Central, once, into .venv (src/changelake/spark/maven.py).
 .venv/bin/python -m changelake.spark.maven
-# The Java line reader (spark/jvm): compiled now where a JDK is, not at the first session.
+# The project's Java code (spark/jvm), which Spark sessions need: compiled now, not at the
+# first session.
 .venv/bin/python -c 'from changelake.spark.jvm import jar; jar()'
 # The classes Spark loads, archived once for every later JVM to map instead of loading them
 # (src/changelake/spark/class_archive.py): seconds off each Spark command's start. Made again

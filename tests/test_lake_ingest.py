@@ -198,7 +198,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
     assert [f.rows for f in table.state().files if f.rows] == [report.commit.written]
     assert_the_encoders(table, feed, ["id", "name"])
     old = pipeline.convert_frames(spark, [feed], "debezium", ["id"], None, close=True,
-                                  jvm=False)
+                                  python_path=True)
     assert table.schema == old.changes.schema["data"].dataType
     caplog.clear()
     with caplog.at_level("INFO", logger=pipeline.__name__):

@@ -440,7 +440,7 @@ def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Pa
 
 def test_the_old_path_on_request_converts_what_the_jvm_path_does(spark: Any,
                                                                  tmp_path: Path) -> None:
-    """`jvm=False` (the benchmark's comparison) really takes the old path, and it agrees."""
+    """`python_path` (the benchmark's comparison) really takes the old path, and it agrees."""
     from test_spark_changefeeds import python_workers
 
     python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter
@@ -448,8 +448,10 @@ def test_the_old_path_on_request_converts_what_the_jvm_path_does(spark: Any,
     table = tmp_path / "table.json"
     table.write_text(json.dumps(PG_TABLE))
     jvm = convert_frames(spark, paths, "debezium", ["id"], table, close=False)
-    old = convert_frames(spark, paths, "debezium", ["id"], table, close=False, jvm=False)
-    assert (jvm.path, old.path, old.reason) == ("jvm", "python-udf", "the old path was asked for")
+    old = convert_frames(spark, paths, "debezium", ["id"], table, close=False,
+                         python_path=True)
+    assert (jvm.path, old.path) == ("jvm", "python-udf")
+    assert old.reason == "the Python path was asked for"
     assert old.frontier == jvm.frontier
     assert spark_updates(old.changes) == spark_updates(jvm.changes)
 
@@ -780,7 +782,7 @@ def test_a_transaction_whose_events_disagree_on_sequence_is_timed_as_the_encoder
         orjson.dumps({"status": "BEGIN", "id": "7", "event_count": None}),
         change(110, 1), change(120, 2),
         orjson.dumps({"status": "END", "id": "7", "event_count": 2})]) + b"\n")
-    got = convert_frames(spark, [path], "debezium", ["id"], None, jvm=jvm)
+    got = convert_frames(spark, [path], "debezium", ["id"], None, python_path=not jvm)
     messages = list(encode_changefeed([path], source="debezium", keys=["id"],
                                       table_schema=None, close=False, lenient=False))
     assert got.path == ("jvm" if jvm else "python-udf")
@@ -892,7 +894,7 @@ def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
     for schema, fields in [(None, ""), (schema_file, "id:bigint,name:string")]:
         for jvm in (True, False):
             got = convert_frames(spark, [path], "debezium", ["id"], schema, close=close,
-                                 jvm=jvm)
+                                 python_path=not jvm)
             assert got.path == ("jvm" if jvm else "python-udf"), got.reason
             assert got.changes.count() == 0 and not expected.updates
             assert got.changes.schema["data"].dataType.simpleString() == f"struct<{fields}>"

@@ -1,7 +1,7 @@
 """The Java line reader (`spark/jvm/DebeziumLine.java`) gives exactly the Spark functions' items.
 
-`parse_items` reads a line in Java where the session has the project's jar, and with the Spark
-functions where Java leaves it (or `jvm=False`). The two must agree on every column of every
+`parse_items` reads a line in Java, and with the Spark functions where Java leaves it (or
+`jvm=False`). The two must agree on every column of every
 line: here on the format samples, generated histories, lines at each rule's edge, and random
 mutations of connector lines. A batch whose Spark reading fails (a field of the wrong JSON
 kind, in FAILFAST mode) must fail with Java too. These tests also check that Java reads the
@@ -78,7 +78,6 @@ def _tasks_read_as_the_udf(lines: Any) -> list[Any]:
     from changelake.spark.changefeed.parse import java_items
 
     tasks, planned = java_items(lines), java_items(lines, udf=True)
-    assert tasks is not None and planned is not None
     assert tasks.schema == planned.schema
     rows = tasks.collect()
     assert sorted(rows, key=repr) == sorted(planned.collect(), key=repr)
@@ -108,15 +107,11 @@ def _write(path: Path, lines: list[Any]) -> Path:
 
 @pytest.fixture(scope="module")
 def java(spark: Any) -> None:
-    """The session reads lines in Java: `build_session` put the jar on it (a JDK is here)."""
-    import shutil
-
+    """The session reads lines in Java: `build_session` put the jar on it."""
     from changelake.spark.changefeed.parse import JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE
     from changelake.spark.jvm import register
 
-    if shutil.which("javac") is None:
-        pytest.skip("no JDK (javac) on this machine: the Spark functions read every line")
-    assert register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
+    register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
 
 
 def test_every_debezium_sample_reads_the_same(spark: Any, java: None, tmp_path: Path) -> None:
@@ -354,32 +349,56 @@ def test_the_tasks_hold_the_lines_to_the_bounds_as_spark_does(spark: Any, java: 
     assert [r["_deferred"] for r in sorted(rows, key=lambda r: r["row"])][:2] == [False, False]
 
 
-def test_without_the_jar_nothing_is_registered_or_built(spark: Any, monkeypatch: Any) -> None:
-    """`CHANGELAKE_JVM=off`: no jar, no function; `parse_items` then reads with the Spark
-    functions alone (what a machine without a JDK does)."""
+def test_without_a_jdk_there_is_no_jar_and_an_error_says_so(tmp_path: Path,
+                                                             monkeypatch: Any) -> None:
+    """No `javac` on the PATH or in JAVA_HOME: `jar()` raises, in one line, what is needed."""
+    from changelake.errors import ChangelakeError
     from changelake.spark import jvm
-    from changelake.spark.changefeed.parse import JVM_LINE_CLASS, JVM_LINE_TYPE
 
-    monkeypatch.setenv(jvm.SWITCH_ENV, "off")
-    assert jvm.jar() is None
-    assert not jvm.register(spark, "changelake_not_registered", JVM_LINE_CLASS, JVM_LINE_TYPE)
-    assert not spark.catalog.functionExists("changelake_not_registered")
-    monkeypatch.setenv(jvm.SWITCH_ENV, "on")
-    assert not jvm.register(spark, "changelake_no_such_class", "changelake.jvm.Nothing",
-                            JVM_LINE_TYPE)
+    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
+    monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jre"))
+    with pytest.raises(ChangelakeError, match=r"needs a JDK 17 or later \(`javac`\)") as raised:
+        jvm.jar()
+    assert "\n" not in str(raised.value)
+    assert not list(tmp_path.glob("*.jar"))
+
+
+def test_a_failed_compile_is_an_error_with_javacs_first_error(tmp_path: Path,
+                                                               monkeypatch: Any) -> None:
+    from changelake.errors import ChangelakeError
+    from changelake.spark import jvm
+
+    source = tmp_path / "DebeziumLine.java"
+    source.write_text("package changelake.jvm; class DebeziumLine { int x = ; }\n")
+    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
+    monkeypatch.setattr(jvm, "SOURCES", (source,))
+    with pytest.raises(ChangelakeError, match=r"needs a JDK 17.*failed: .*error") as raised:
+        jvm.jar()
+    assert "\n" not in str(raised.value)
+
+
+def test_a_session_without_the_jar_is_told_what_to_add(spark: Any) -> None:
+    """A class the session's JVM lacks (as all of the jar's are on a session the caller built
+    without it): `register` and `java_class` name the jar to put on `spark.jars`."""
+    from changelake.errors import ChangelakeError
+    from changelake.spark import jvm
+    from changelake.spark.changefeed.parse import JVM_LINE_TYPE
+
+    with pytest.raises(ChangelakeError, match=r"spark\.jars=.*changelake-jvm-.*\.jar"):
+        jvm.register(spark, "changelake_no_such_class", "changelake.jvm.Nothing", JVM_LINE_TYPE)
+    assert not spark.catalog.functionExists("changelake_no_such_class")
+    with pytest.raises(ChangelakeError, match=r"has no changelake\.jvm\.Nothing"):
+        jvm.java_class(spark, "changelake.jvm.Nothing")
 
 
 def test_the_jar_is_built_once_per_source_and_spark(tmp_path: Path, monkeypatch: Any) -> None:
     """Compiled into the environment's folder under a name that changes with the sources."""
-    import shutil
-
     from changelake.spark import jvm
 
-    if shutil.which("javac") is None:
-        pytest.skip("no JDK (javac) on this machine")
     monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
     built = jvm.jar()
-    assert built is not None and built.parent == tmp_path
+    assert built.parent == tmp_path
     stamp = built.stat().st_mtime_ns
     assert jvm.jar() == built and built.stat().st_mtime_ns == stamp  # not compiled again
     import zipfile
@@ -390,7 +409,7 @@ def test_the_jar_is_built_once_per_source_and_spark(tmp_path: Path, monkeypatch:
     source.write_text(jvm.SOURCES[0].read_text() + "\n// changed\n")
     monkeypatch.setattr(jvm, "SOURCES", (source, *jvm.SOURCES[1:]))
     changed = jvm.jar()  # compiled (the classes DebeziumLine uses are among the sources)
-    assert changed is not None and changed != built
+    assert changed != built
 
 
 def test_the_parse_step_is_java_alone_where_java_reads_every_line(
@@ -574,7 +593,6 @@ def test_the_image_shapes_infer_as_spark_infers(spark: Any, tmp_path: Path) -> N
         paths[-1].write_bytes(b"\n".join(lines) + b"\n")
     # Every batch read by Java in one job, a file each; each batch's shapes are its file's.
     items = java_items(read_lines(spark, [str(p) for p in paths]).bounded)
-    assert items is not None
     read = items.select("file_index", "shape", "after_raw", "before_raw", "_deferred").collect()
     assert not any(r["_deferred"] for r in read)
     assert "*" not in {r["shape"] for r in read}  # no task passed on its bound of shapes
@@ -601,6 +619,5 @@ def test_a_task_passes_on_a_bounded_number_of_shapes(spark: Any, tmp_path: Path)
     path.write_bytes(b"".join(orjson.dumps(_change(PG_SOURCE, after={f"c{i}": i})) + b"\n"
                               for i in range(400)))
     items = java_items(read_lines(spark, [str(path)]).bounded.coalesce(1))
-    assert items is not None
     shapes = [r["shape"] for r in items.select("shape").collect()]
     assert len(set(shapes)) == 257 and shapes[256:] == ["*"] * 144

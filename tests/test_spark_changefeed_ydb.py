@@ -523,7 +523,7 @@ def test_the_java_line_reader_reads_as_the_typed_parse(spark: Any) -> None:
     columns = ydb_columns(schema, ["k"])
     ddl = line_struct(schema, columns)
     java = java_line_reader(spark, schema, columns, ddl)
-    assert java is not None, "the test session has the project's jar"
+    assert java is not None, "keys of one type"
     function, spec = java
     plain = _plain_lines(400)
     twice = [b'{"key":[1],"key":[2],"update":{}}', b'{"key":[1],"update":{"v":1,"v":2}}',
@@ -600,7 +600,7 @@ def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, ta
     path.write_bytes(b"\n".join(lines) + b"\n")
     bounded = read_lines(spark, [str(path)]).bounded.repartition(partitions)
     java = ydb.java_items(bounded, schema, columns)
-    assert java is not None, "the test session has the project's jar"
+    assert java is not None, "keys of one type"
     clean = bounded.where(flaw(F.col("value")).isNull())
     typed = ydb._typed_items(clean, schema, columns, all_simple=False)
     keys = len(schema.primary_key)

@@ -101,7 +101,7 @@ def test_a_column_the_table_lacks_is_null_in_its_rows_on_both_paths(spark: Any,
     for state in (lower, lower.withColumnRenamed("name", "NAME")):
         for jvm in (True, False):
             got = convert_frames(spark, paths, "debezium", ["id"], table, close=True,
-                                 state=state, jvm=jvm)
+                                 state=state, python_path=not jvm)
             assert (got.path == "jvm") == jvm, got.reason
             assert spark_updates(got.changes) == expected, (state.columns, jvm)
 

@@ -50,24 +50,17 @@ def test_a_collector_named_in_the_jvms_environment_is_left_alone(monkeypatch, va
     assert driver_java_options("local[2]", "", "") == ""
 
 
-@pytest.mark.parametrize("java", [True, False], ids=["chunks", "localCheckpoint"])
-def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_path,
-                                                                      monkeypatch, java):
-    """`stored`, by the project's `StoredRows.java` (the test session has the jar) and, with
-    the Java code off, by `localCheckpoint`: every row and value back as it went in, rows of
-    all sizes across the chunks (one bigger than a chunk, which starts one of its own), empty
-    partitions, nulls, nested values and wide decimals; the observations of the stored plan
-    made by its one job; and the plan never run again (its input files are gone when the rows
-    are read the second time)."""
+def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_path):
+    """`stored`, by the project's `StoredRows.java`: every row and value back as it went in,
+    rows of all sizes across the chunks (one bigger than a chunk, which starts one of its own),
+    empty partitions, nulls, nested values and wide decimals; the observations of the stored
+    plan made by its one job; and the plan never run again (its input files are gone when the
+    rows are read the second time)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from changelake.spark import jvm
-    from changelake.spark.checkpoint import STORED_ROWS_CLASS, stored
+    from changelake.spark.checkpoint import stored
 
-    if not java:
-        monkeypatch.setenv(jvm.SWITCH_ENV, "off")
-    assert (jvm.java_class(spark, STORED_ROWS_CLASS) is not None) == java
     source = tmp_path / "rows"
     rows = 60_000
     spark.range(rows).selectExpr(
@@ -95,19 +88,18 @@ def test_stored_rows_come_back_whole_and_their_plan_never_runs_again(spark, tmp_
 
 
 def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_columns(
-        spark, tmp_path, monkeypatch):
+        spark, tmp_path):
     """`kept_shuffle`, by the project's `KeptShuffle.java`: its one job makes the plan's
     observations; the rows come back whole, each key in one of the partitions asked for,
     from the shuffle's files (the input is gone when they are read); a later `repartition`
     by the same columns into as many partitions and an aggregate by them plan no shuffle; a
     plan that does not end in a shuffle is refused, and a failing map side fails the call as
-    an action would. Without a jar it is None (the caller takes a way without it)."""
+    an action would."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from changelake.spark import jvm
     from changelake.spark.checkpoint import kept_shuffle
     from changelake.spark.settings import NOT_ADAPTIVE, settings
 
@@ -120,7 +112,7 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
     expected = sorted(frame.collect())
     observed = Observation()
     kept = kept_shuffle(frame.observe(observed, F.count("*").alias("n")).repartition(6, "k"))
-    assert kept is not None and observed.get == {"n": len(expected)}
+    assert observed.get == {"n": len(expected)}
     for path in source.glob("*.parquet"):
         path.unlink()
     assert sorted(kept.collect()) == expected
@@ -140,8 +132,6 @@ def test_a_kept_shuffle_is_read_from_its_files_and_needs_no_shuffle_by_its_colum
         "id", "CASE WHEN id = 42 THEN raise_error('boom at 42') END AS x").repartition(3, "id")
     with pytest.raises(refused, match="boom at 42"):
         kept_shuffle(failing)
-    monkeypatch.setenv(jvm.SWITCH_ENV, "off")
-    assert kept_shuffle(frame) is None
 
 
 def test_a_session_built_here_logs_no_warning_for_a_glob_it_reads(spark):

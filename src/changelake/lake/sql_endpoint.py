@@ -4,8 +4,8 @@ BI tools, `beeline` and any Hive JDBC/ODBC driver speak HiveServer2's Thrift pro
 own Thrift server (`HiveThriftServer2`, in PySpark's jars) speaks it, so we start it inside the
 lake's SparkSession, through PySpark's JVM gateway: it then runs on that session's metastore
 (the lake's embedded Derby, which admits one JVM, or the `--metastore-uri` service), and every
-table is the view a commit publishes, read as any Spark SQL reader reads it. Nothing is
-compiled and no jar is added.
+table is the view a commit publishes, read as any Spark SQL reader reads it. The server is
+Spark's own: of the project's jar (`spark.jvm`) it uses only the password check, below.
 
 The promise: the endpoint listens on 127.0.0.1 only and prints one line saying where
 (`jdbc:hive2://127.0.0.1:P/default`) once it accepts connections; it serves
@@ -331,18 +331,6 @@ def check_password_file(path: Path | str) -> Path:
     return path
 
 
-def _password_jar() -> str:
-    """The project's jar, which holds `PASSWORD_CLASS`; refused where there is none."""
-    from changelake.spark.jvm import SWITCH_ENV, enabled, jar
-
-    built = jar() if enabled() else None
-    if built is None:
-        why = (f"{SWITCH_ENV} is off" if not enabled()
-               else "it could not be compiled (no JDK 17+ javac found, or it failed)")
-        raise LakeError(f"--password-file needs changelake's Java code, and {why}")
-    return str(built)
-
-
 def _bound_socket(service: Any) -> Any:
     """The server socket the Thrift service listens on, once it does (else None): what it
     actually bound, whatever its settings said."""
@@ -481,9 +469,11 @@ def serve_lake(lake_dir: Path | str, port: int = 0, *, master: str = "local[*]",
     settings = {**(conf or {}), **SESSION_CONF}
     checked = None
     if password_file is not None:
+        from changelake.spark.jvm import jar
+
         checked = check_password_file(password_file)
         key = "spark.driver.extraClassPath"  # the system class loader's, which HiveConf uses
-        settings[key] = os.pathsep.join(p for p in (settings.get(key), _password_jar()) if p)
+        settings[key] = os.pathsep.join(p for p in (settings.get(key), str(jar())) if p)
     for variable in ENV_OVERRIDES:
         os.environ.pop(variable, None)  # before the JVM starts: it would read them
     lake = open_lake(lake_dir, master=master, metastore_uri=metastore_uri, conf=settings)

@@ -1,6 +1,6 @@
 """A frame's plan run once and its result kept for the steps after it: `stored` (rows
 checkpointed on the executors' local disk) and `kept_shuffle` (a shuffle's map side run once),
-each by the project's Java where the session has its jar (`spark.jvm`).
+each by the project's Java (`spark.jvm`).
 """
 
 from __future__ import annotations
@@ -23,42 +23,34 @@ def stored(frame: DataFrame) -> DataFrame:
     events, and less at 11M (benchmarks/README.md, "Checkpoints on disk, driver memory
     measured apart").
 
-    With the project's jar the rows are stored as chunks of their bytes (`StoredRows.java`),
-    where `localCheckpoint` (without it) stores each row as an object of its own, serialized
-    one by one: measured apart, both the store and the read back are faster
-    (`benchmarks/bench_stored.py`; benchmarks/README.md, "The parse's checkpoint measured, and
-    stored as chunks of row bytes"). The stored frame keeps none of the plan's partitioning,
-    ordering or size estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
-    from pyspark import StorageLevel
+    The rows are stored as chunks of their bytes (`StoredRows.java`), where Spark's
+    `localCheckpoint` stores each row as an object of its own, serialized one by one: measured
+    apart, both the store and the read back are faster (`benchmarks/bench_stored.py`;
+    benchmarks/README.md, "The parse's checkpoint measured, and stored as chunks of row
+    bytes"). The stored frame keeps none of the plan's partitioning, ordering or size
+    estimate, which `localCheckpoint`'s keeps (see `StoredRows.java`)."""
     from pyspark.sql import DataFrame
 
     from changelake.spark.jvm import java_class
 
     chunks = java_class(frame.sparkSession, STORED_ROWS_CLASS)
-    if chunks is not None:
-        return DataFrame(chunks.store(frame._jdf), frame.sparkSession)
-    return frame.localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    return DataFrame(chunks.store(frame._jdf), frame.sparkSession)
 
 
 STORED_ROWS_CLASS = "changelake.jvm.StoredRows"
 
 
-def kept_shuffle(frame: DataFrame) -> DataFrame | None:
+def kept_shuffle(frame: DataFrame) -> DataFrame:
     """`frame`, whose plan ends in a shuffle (a `repartition` by columns), with the shuffle's
     map side run once, by one job that also makes the plan's observations; the frame returned
     reads the shuffle's files and says it is partitioned as the shuffle made it, so a later
     step that needs those partitions shuffles nothing (`KeptShuffle.java`). Planned without
-    adaptive execution, so that the shuffle keeps the partitions asked for.
-
-    None where the session has no project jar: the caller takes a way without it (YDB's
-    parse, whose Java needs the jar too, then parses the batch the typed way)."""
+    adaptive execution, so that the shuffle keeps the partitions asked for."""
     from pyspark.sql import DataFrame
 
     from changelake.spark.jvm import java_class
 
     keeper = java_class(frame.sparkSession, KEPT_SHUFFLE_CLASS)
-    if keeper is None:
-        return None
     with settings(frame.sparkSession, NOT_ADAPTIVE):
         return DataFrame(keeper.keep(frame._jdf), frame.sparkSession)
 

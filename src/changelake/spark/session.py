@@ -207,15 +207,12 @@ def driver_java_options(master: str, derby_home: str, given: str) -> str:
 
 
 def _add_project_jar(settings: dict[str, str]) -> None:
-    """The project's jar (`spark.jvm`) on `spark.jars`, after any the caller named: with it,
-    the changefeed parse reads lines in Java (see `spark.jvm`); without it (no JDK), the
-    Spark-functions way."""
+    """The project's jar (`spark.jvm`) on `spark.jars`, after any the caller named: the
+    changefeed path's Java, which a session needs (`jar()` raises where no JDK can build it)."""
     from changelake.spark.jvm import jar
 
-    built = jar()
-    if built is not None:
-        jars = [j for j in settings.get("spark.jars", "").split(",") if j]
-        settings["spark.jars"] = ",".join([*jars, str(built)])
+    jars = [j for j in settings.get("spark.jars", "").split(",") if j]
+    settings["spark.jars"] = ",".join([*jars, str(jar())])
 
 
 def _add_delta(settings: dict[str, str]) -> None:

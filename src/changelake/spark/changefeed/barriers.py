@@ -13,7 +13,7 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   over the parsed lines in the order they were read (`scan_below`, `BarrierScan.java`: a
   block of lines lies in one partition, so no shuffle, and the barrier step of a YDB ingest
   was faster than the window's: benchmarks/README.md, "Figures moved out of docstrings"),
-  or where that does not apply (no jar, or a parse that split a block between partitions)
+  or where that does not apply (a parse that split a block between partitions, or reordered it)
   `times.highest_before`, a window by chunk of lines, the earlier chunks' highest carried by
   the driver (one window by file held a whole file in one task's buffer, and the driver's JVM
   grew with the file: benchmarks/README.md, "Figures moved out of docstrings").
@@ -189,14 +189,14 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     hold the same rows each time it runs: the rescan and the lookup read partitions by the
     numbers the scan saw.
 
-    None where the session has no jar, the positions are of a type it does not compare, or
-    the pass found a block's rows split between partitions or out of order (a parse that
-    reordered them: `ydb_items`' careful lines are a union): the window then does it."""
-    scanner = java_class(items.sparkSession, JVM_SCAN_CLASS)
+    None where the positions are of a type it does not compare, or the pass found a block's
+    rows split between partitions or out of order (a parse that reordered them: `ydb_items`'
+    careful lines are a union): the window then does it."""
     position = items.schema["pos"].dataType
-    if scanner is None or not isinstance(position, T.ArrayType) \
+    if not isinstance(position, T.ArrayType) \
             or position.elementType.simpleString() not in JAVA_POSITIONS:
         return None
+    scanner = java_class(items.sparkSession, JVM_SCAN_CLASS)
     spark = items.sparkSession
     lines = _narrow(items, keep).where(F.col("kind").isin("change", "resolved")).select(
         F.col("file_index").cast("int"), F.col("block").cast("bigint"),

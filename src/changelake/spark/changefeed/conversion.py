@@ -1,12 +1,11 @@
 """The keyed conversion, checked by the job that reads it: the step both formats end in.
 
-A batch's keyed events (`keyed.typed_events` for Debezium's, `ydb.py`'s for YDB's) are
-shuffled by key once (or come shuffled by YDB's parse: `ydb_path.py`), only the columns the
-conversion reads (`_WANTED`), and converted in the tasks, joined with the table's rows: by
-the project's Java (`keyed.java_convert`, one pass over each key's events) where the session
-has the jar, else by `keyed.convert`'s windows. The updates come in fewer partitions than the
-conversion's, each of them several of its partitions converted one after another
-(`files_for`): the lake commit writes a file per partition.
+A batch's keyed events (`keyed.typed_events` for Debezium's, `ydb.py`'s for YDB's) are shuffled
+by key once (or come shuffled by YDB's parse: `ydb_path.py`), only the columns the conversion
+reads (`_WANTED`), and converted in the tasks, joined with the table's rows, by the project's
+Java (`keyed.java_convert`, one pass over each key's events). The updates come in fewer
+partitions than the conversion's, each of them several of its partitions converted one after
+another (`files_for`): the lake commit writes a file per partition.
 The checks (a key problem; two writes of one key at one position with different rows; with
 YDB's barriers, a record below its partition's barrier that repeats no earlier one) are
 aggregates that the job reading the updates observes (`DataFrame.observe`), not a pass of
@@ -29,7 +28,6 @@ from changelake.spark.changefeed.keyed import (
     ColumnSpec,
     by_key,
     checkpoint,
-    convert,
     java_convert,
     java_ready,
     key_names,
@@ -70,18 +68,16 @@ _BARRIERS_WANTED = ("_below", "_same", "_outside")
 
 def _by_key(events: DataFrame, keys: int, partitions: int, *,
             barriers: bool = False) -> DataFrame:
-    """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with
-    `barriers`), shuffled by key (`by_key`) into `partitions` (`_partitions`' count); where the
-    session has the Java conversion, with the keys and positions it reads (`java_ready`)
-    made before the shuffle. Where the events already come in that many partitions by key
-    (`_ydb_parsed_by_java`), Spark plans no shuffle here (the one asked for is the
-    partitioning they have)."""
+    """The keyed events' key and `_WANTED` columns (and `_BARRIERS_WANTED`, with `barriers`),
+    shuffled by key (`by_key`) into `partitions` (`_partitions`' count), with the keys and
+    positions the Java conversion reads (`java_ready`) made before the shuffle. Where the
+    events already come in that many partitions by key (`_ydb_parsed_by_java`), Spark plans no
+    shuffle here (the one asked for is the partitioning they have)."""
     wanted = (*_WANTED, *_BARRIERS_WANTED) if barriers else _WANTED
     if "ub" not in events.columns:  # all false (YDB's): made again after the shuffle
         wanted = tuple(c for c in wanted if c != "ub")
     events = events.select(*key_names(events.columns, keys), *wanted)
-    ready = java_ready(events, keys)
-    return by_key(events if ready is None else ready, keys, partitions)
+    return by_key(java_ready(events, keys), keys, partitions)
 
 
 def _partitions(spark: SparkSession, size: int, partitions: int | None) -> int:
@@ -129,11 +125,10 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
                        ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
-    are `marks`') and converted (`keyed.java_convert`, else `keyed.convert`) into fewer,
-    larger partitions (`files_for`), and checked
-    (`convert`'s `checks`: a key problem, or two writes of one key at one position with
-    different rows where the order would need their text; the Java conversion's report rows,
-    observed the same way) by the job that reads them: a problem is `Unsupported`, once that
+    are `marks`') and converted (`keyed.java_convert`) into fewer, larger partitions
+    (`files_for`), and checked (the Java conversion's report rows: a key problem, or two
+    writes of one key at one position with different rows where the order would need their
+    text) by the job that reads them: a problem is `Unsupported`, once that
     job is done.
 
     That job writes a checkpoint, and its checks are settled here, unless `defer`: then the
@@ -158,10 +153,6 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     def converted() -> DataFrame:
         with settings(spark, NOT_ADAPTIVE):  # see `keyed.java_convert`
             java = java_convert(shuffled, columns, keys, state, barriers=barriers)
-            if java is None:
-                if barriers:
-                    raise Unsupported("the barrier rule in a conversion without Java")
-                return convert(shuffled, columns, keys, state, checks=checks)
             return (java.observe(checks, F.min("problem").alias("problem"),
                                  F.max("tied").alias("tied"),
                                  F.max("unrepeated").alias("unrepeated"),

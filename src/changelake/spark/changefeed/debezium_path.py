@@ -2,28 +2,27 @@
 wrapper): read, parse, facts, times, frontier, types, keyed conversion.
 
 The files are read on the executors (`read.py`) and parsed (`parse.py`: by the project's Java
-line reader where the session has its jar, else with one `from_json` per line; `_parsed`)
-into a checkpoint on the executors' disk (`checkpoint.stored`), and aggregates observed by the
-same job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound
-(`read.flaw`) and tell the later steps what they need of the batch. The changes are timed
-with windows by transaction and by file block (`times.py`); the columns' types are decided
-(`types.py`: the table schema, the state, the Debezium schema, else what Spark's JSON inference
-over every image finds; that is found in any case, as it also finds image columns beyond the
-table's: from the images' shapes, which the Java line reader gives and the parse's job
-collects, `types.inferred_from_shapes`, else by the inference itself, one more pass) and
-each image read against them once (`keyed.typed_images`: in Java where the session has the
-jar and the image is plain, else `from_json`); the keyed events are converted and checked by
-`conversion.checked_conversion`; without keys, converted by their images (`unkeyed.py`); the
-frontier comes from aggregates (`progress.py`). The driver sees one row per chunk of 2**16
-lines (only when snapshot rows need the current time: `times.py`), a handful of aggregate
-rows, and the images' distinct shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed
-of one table).
+line reader, and with one `from_json` per line where it leaves a line; `_parsed`) into a
+checkpoint on the executors' disk (`checkpoint.stored`), and aggregates observed by the same
+job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound (`read.flaw`)
+and tell the later steps what they need of the batch. The changes are timed with windows by
+transaction and by file block (`times.py`); the columns' types are decided (`types.py`: the
+table schema, the state, the Debezium schema, else what Spark's JSON inference over every image
+finds; that is found in any case, as it also finds image columns beyond the table's: from the
+images' shapes, which the Java line reader gives and the parse's job collects,
+`types.inferred_from_shapes`, else by the inference itself, one more pass) and each image read
+against them once (`keyed.typed_images`: in Java where the image is plain, else `from_json`);
+the keyed events are converted and checked by `conversion.checked_conversion`; without keys,
+converted by their images (`unkeyed.py`); the frontier comes from aggregates (`progress.py`).
+The driver sees one row per chunk of 2**16 lines (only when snapshot rows need the current
+time: `times.py`), a handful of aggregate rows, and the images' distinct shapes (at most
+`DebeziumLine.SHAPES` a task; a few in a feed of one table).
 
 Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`): non-default
 `UpsertOptions`, any bad line, a key column that no image has, truncates, logical messages,
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told apart
-by a 64-bit hash of the row: `keyed.convert`), null keys, nested Connect types and logical
+by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect types and logical
 types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs
 between lines, and the lenient mode (`strict=False`).
 
@@ -143,24 +142,23 @@ def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
     """The parsed lines, checkpointed (`checkpoint.stored`) without `_FACTS_ONLY`, and their
     `_facts`, observed by the same job.
 
-    With the project's jar, Java alone reads the lines first (`parse.java_items`); where it
-    read every one (a batch of the shapes connectors write: changes, transaction boundaries,
-    tombstones, heartbeats), that is the parse, without any of the Spark functions'
-    expressions (which cost even over the lines Java read: `parse_items`). Where it left some,
-    that job's work is dropped and `parse_items` reads the batch again, Java's lines and the
-    rest. Java's job also collects the rows `times.chunks_of` would aggregate (`chunks`, one
-    per chunk of lines that has a change), so that placing snapshot rows in time reads the
-    checkpoint no more (`times.assign_times`' `chunk_rows`)."""
+    Java alone reads the lines first (`parse.java_items`); where it read every one (a batch of
+    the shapes connectors write: changes, transaction boundaries, tombstones, heartbeats), that
+    is the parse, without any of the Spark functions' expressions (which cost even over the
+    lines Java read: `parse_items`). Where it left some, that job's work is dropped and
+    `parse_items` reads the batch again, Java's lines and the rest. Java's job also collects
+    the rows `times.chunks_of` would aggregate (`chunks`, one per chunk of lines that has a
+    change), so that placing snapshot rows in time reads the checkpoint no more
+    (`times.assign_times`' `chunk_rows`)."""
     java = java_items(lines.bounded, chunk_bits=times.CHUNK_BITS)
-    if java is not None:
-        observed = Observation()
-        tasks = F.collect_list("_facts").alias("tasks")  # one a task
-        chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
-        items = guard(lambda: stored(java.observe(observed, tasks, chunks).drop(
-            "_deferred", "shape", "_chunk", "_facts", *_FACTS_ONLY)))
-        found = _merged_facts(observed.get["tasks"])
-        if not found.pop("_deferred"):
-            return items, {**found, "chunks": observed.get["chunks"]}
+    observed = Observation()
+    tasks = F.collect_list("_facts").alias("tasks")  # one a task
+    chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
+    items = guard(lambda: stored(java.observe(observed, tasks, chunks).drop(
+        "_deferred", "shape", "_chunk", "_facts", *_FACTS_ONLY)))
+    found = _merged_facts(observed.get["tasks"])
+    if not found.pop("_deferred"):
+        return items, {**found, "chunks": observed.get["chunks"]}
     facts = Observation()
     items = guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
                                   .drop(*_FACTS_ONLY)))

@@ -4,8 +4,8 @@ Mirrors `convert.upsert.KeyedConverter` with the default `UpsertOptions` (order 
 tombstones ignored, deletes by op d), for the events at times in `[since, frontier)`:
 
 * *Images* are read against the column types (`types.py`): by the project's Java image reader
-  where the session has the jar (`java_image_reader`), and by `from_json` where Java leaves an
-  image (a value of another kind than its column's, say) or there is no jar; then decoded, and
+  (`java_image_reader`), and by `from_json` where Java leaves an image (a value of another
+  kind than its column's, say) or reads none of the columns' raw types; then decoded, and
   each value marked when it is Debezium's unavailable placeholder (`UNCHANGED`).
 * *Key* (`_key`): from the after image, else the before image, skipping an image whose key
   holds UNCHANGED. An update whose before image names another key is two events at one
@@ -17,7 +17,7 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
   running maximum over all earlier events is that of the applied ones). Equal: a replay; below:
   stale. Two writes of one key at one position with different rows would be ordered by their
   text (`repr`), which this path does not restate: `Unsupported`, where it matters (at the
-  greatest position the key has reached; `convert`'s `checks`).
+  greatest position the key has reached; `java_convert`'s `tied`).
 * *Rows* (`_merge`): a written column is the after image's value; an UNCHANGED one keeps the
   key's previous row's value, which is the last real value written since the key's last
   applied delete (`segment`), else the table's row (state) when no delete was applied yet, else
@@ -25,12 +25,11 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
 * *Updates*: each applied event retracts the key's previous row (the state's for the first)
   and inserts its own (a delete none), at its time; equal pairs cancel when consolidated.
 
-The rules are stated twice, the same way: `convert` with windows by key (what a session without
-the project's jar runs, and the statement the Java is tested against), and `java_convert`,
-one pass of `KeyedConversion.java` over each key's events, sorted, in the tasks (what a session
-with the jar runs: `conversion.checked_conversion`). Four window operators, each copying every
-event into its buffer, an explode and an aggregate were most of the conversion's time; the
-pass holds nothing but one key's updates at one time (benchmarks/README.md).
+The rules run in `java_convert`: one pass of `KeyedConversion.java` over each key's events,
+sorted, in the tasks (`conversion.checked_conversion`), where Spark's windows (four window
+operators, each copying every event into its buffer, an explode and an aggregate) were most of
+the conversion's time; the pass holds nothing but one key's updates at one time
+(benchmarks/README.md). The differential tests hold it to `convert.upsert.KeyedConverter`.
 """
 
 from __future__ import annotations
@@ -41,13 +40,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import (
     Decoder,
+    Unsupported,
     decimal_literal,
     decode,
     state_column,
@@ -91,15 +91,14 @@ def java_image_reader(spark: SparkSession, columns: Sequence[ColumnSpec]
                       ) -> tuple[str, str] | None:
     """The SQL function that reads an image as `_parsed` does, in Java (`DebeziumImage.java`:
     null where it leaves the image to `from_json`; given the image's text cast to binary, its
-    bytes), and its second argument, the columns;
-    None where the session has no jar or a raw type is not one Java reads. One function per
-    struct of raw types, named by a digest of it: its return type is the struct."""
+    bytes), and its second argument, the columns; None where a raw type is not one Java reads.
+    One function per struct of raw types, named by a digest of it: its return type is the
+    struct."""
     if any(c.raw_type not in _JAVA_RAW_TYPES for c in columns):
         return None
     struct = _raw_struct(columns)
     name = "changelake_debezium_image_" + hashlib.sha256(struct.encode()).hexdigest()[:16]
-    if not register(spark, name, JVM_IMAGE_CLASS, f"struct<{struct}>"):
-        return None
+    register(spark, name, JVM_IMAGE_CLASS, f"struct<{struct}>")
     return name, json.dumps([[c.name, c.raw_type] for c in columns], ensure_ascii=False)
 
 
@@ -275,10 +274,11 @@ def _event_steps(columns: tuple[ColumnSpec, ...], keys: tuple[str, ...]
 TIED = "unsupported: two rows for one key at one position"
 
 
-#: The keyed events one partition holds, about, at most. `convert`'s windows sort a
-#: partition's events, so with a fixed number of partitions each task's sort (its memory, its
-#: spills) grew with the batch: 11M Debezium events in the session's 8 partitions are 1.4M
-#: events a task. Measured neither faster nor slower at 1.1M and 11M (benchmarks/README.md).
+#: The keyed events one partition holds, about, at most. The conversion sorts a partition's
+#: events (`java_convert`), so with a fixed number of partitions each task's sort (its
+#: memory, its spills) grew with the batch: 11M Debezium events in the session's 8
+#: partitions are 1.4M events a task. Measured neither faster nor slower at 1.1M and 11M
+#: (benchmarks/README.md).
 EVENTS_PER_PARTITION = 200_000
 
 
@@ -291,8 +291,7 @@ def partitions_for(spark: SparkSession, events: int) -> int:
 
 def by_key(events: DataFrame, keys: int, partitions: int) -> DataFrame:
     """`events` hash-partitioned by their key columns `k0..` (or their longs, `java_ready`)
-    into `partitions` (see `partitions_for`). `convert` groups them by key (its windows) and
-    by key, row and time (its consolidation), and `java_convert` reads each key's events in
+    into `partitions` (see `partitions_for`). `java_convert` reads each key's events in
     one partition, which this partitioning serves, so they are shuffled once, here, when the
     conversion runs in the same job (`conversion.checked_conversion`)."""
     return events.repartition(partitions, *key_names(events.columns, keys))
@@ -314,7 +313,7 @@ def checkpoint(frame: DataFrame) -> DataFrame:
 
 
 def problem_of(least: str | None, tied: bool | None) -> str | None:
-    """The events' problem from the two aggregates `convert` observes with `checks`: the
+    """The events' problem from two aggregates of `java_convert`'s report rows: the
     least of their `problem`s, else `TIED` when two writes of one key at one position hold
     different rows where the order would need their text, else None."""
     return least if least is not None else TIED if tied else None
@@ -357,13 +356,15 @@ JAVA_POSITIONS = ("bigint", "decimal(20,0)")
 
 
 def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                 state: DataFrame | None, *, barriers: bool = False) -> DataFrame | None:
-    """`convert` by the project's Java (`KeyedConversion.java`: one pass over each key's
-    events, in the tasks, instead of four windows, an explode and an aggregate), as
+                 state: DataFrame | None, *, barriers: bool = False) -> DataFrame:
+    """`(data struct, time, diff)` of the events (already limited to the times to convert;
+    `state`: the table's current rows, one per key), by the project's Java
+    (`KeyedConversion.java`: one pass over each key's events, in the tasks), as
     `(data, time, diff, problem, tied, unrepeated, outside)`: the updates (the last four
     null), and in a partition whose events had a problem or a tie, one row with no data and
-    diff 0 that holds what `convert`'s `checks` observe. None where the session has no jar or
-    the positions are of a type it does not compare. `events` may come `java_ready`.
+    diff 0 that holds them (`problem_of`): `tied` where two writes of one key at one position
+    hold different rows, which the Python converter orders by their text. `events` may come
+    `java_ready`.
 
     With `barriers`, YDB's barrier rule is checked too, for the events given: each has
     `_below` (it lies below the highest barrier read before it in its file), `_same` (a hash
@@ -381,8 +382,6 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
 
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
     ready = java_ready(events, len(keys))
-    if converter is None or ready is None:
-        return None
     with_state = unchanged_before(_with_state(ready, columns, keys, state), columns)
     kcols = [F.col(name) for name in key_names(ready.columns, len(keys))]
     rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
@@ -396,12 +395,12 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
                                        barriers), events.sparkSession)
 
 
-def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
+def java_ready(events: DataFrame, keys: int) -> DataFrame:
     """`events` with their key columns and positions as the Java conversion sorts and
     compares them: each decimal(20,0) key as its two longs (`_as_longs`), the positions as
     longs (`_positions_as_longs`), the other columns as they are; as they come where they are
-    so already. None where the session has no jar or the positions are of a type Java does
-    not compare.
+    so already. Positions are arrays of longs (Debezium's) or of Uint64s (YDB's); another
+    type is `Unsupported`.
 
     Made before the shuffle by key (`conversion.checked_conversion`), so that a decimal(20,0),
     which Spark reads through a `BigDecimal` wherever it hashes, compares or converts one, is
@@ -412,13 +411,11 @@ def java_ready(events: DataFrame, keys: int) -> DataFrame | None:
     (`java_ready_schema`), and they pass here as they are."""
     from pyspark.sql.types import ArrayType
 
-    from changelake.spark.jvm import java_class
-
     position = events.schema["pos"].dataType
-    if java_class(events.sparkSession, JVM_CONVERSION_CLASS) is None \
-            or not isinstance(position, ArrayType) \
+    if not isinstance(position, ArrayType) \
             or position.elementType.simpleString() not in JAVA_POSITIONS:
-        return None
+        raise Unsupported(f"positions of type {position.simpleString()}, which the Java "
+                          f"conversion does not compare")
     longs = _longs_of_keys(events, keys)
     taken = {f"k{i}" for i in range(keys)} | {"pos"} | set(key_names(events.columns, keys))
     return events.select(*longs, _positions_as_longs(position.elementType),
@@ -518,82 +515,3 @@ def _positions_as_longs(element: Any) -> Column:
     if element.simpleString() != "decimal(20,0)":
         return F.col("pos")
     return F.transform("pos", lambda x: _flipped(x, "a position")).alias("pos")
-
-
-def convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-            state: DataFrame | None, checks: Observation | None = None) -> DataFrame:
-    """`(data struct, time, diff)`, consolidated, for the events (already limited to the times
-    to convert). `state`: the table's current rows, one per key.
-
-    Every window is over one key's events in `(time, pos, rank)` order, so the events are
-    sorted once (none at all if `by_key` partitioned them and nothing reordered them since):
-    a value of the key's current segment is the running last one whose `segment` is the
-    current row's. A row holds its key's values, so the updates are consolidated by key, row
-    and time, within the key's partition, without another shuffle.
-
-    `checks` observes, over every event, the two aggregates `problem_of` reads, in the job
-    that runs the conversion instead of a pass of its own: the least `problem`, and `tied`,
-    whether a write meets, at the greatest `(pos, rank)` of its key's earlier events, a
-    write of another row (another `content` hash). That is where the Python converter and
-    this window part: it orders one key's events at one `(time, pos, rank)` by their rows'
-    text and applies a write whose `(pos, rank, text)` is above the key's last applied one,
-    where the window takes a write equal to it in `(pos, rank)` for a replay. A write at a
-    position that a later one of its key has passed is stale to both, whatever its row: no
-    tie. And a tie is always found: of the writes at one place that no later position has
-    passed, the first whose row differs from the first's meets only equal rows before it, so
-    `_seen` holds their hash. This holds whatever the times (a Debezium snapshot row takes
-    the time of the lines before it, so a key's writes at one position need not be
-    neighbours in the window's order)."""
-    names = [c.name for c in columns]
-    kcols = [f"k{i}" for i in range(len(keys))]
-    events = unchanged_before(_with_state(events, columns, keys, state), columns)
-    order = Window.partitionBy(*kcols).orderBy("time", "pos", "rank")
-    # The greatest (position, rank) of the key's earlier events, and of those the greatest
-    # content: while no tie is found, the content of the write applied at that place.
-    events = events.withColumn("_seen", F.max(F.struct("pos", "rank", "content")).over(
-        order.rowsBetween(Window.unboundedPreceding, -1)))
-    seen_pos, seen_rank = F.col("_seen.pos"), F.col("_seen.rank")
-    if checks is not None:
-        tied = (F.col("rank") == 1) & (seen_rank == 1) & (seen_pos == F.col("pos")) \
-            & (F.col("_seen.content") != F.col("content"))
-        events = events.observe(checks, F.min("problem").alias("problem"),
-                                F.max(tied).alias("tied"))
-    applied = events.where(F.col("_seen").isNull() | (F.struct("pos", "rank") > F.struct(
-        seen_pos.alias("pos"), seen_rank.alias("rank"))))
-    upto = order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    write = ~F.col("is_delete")
-    # A segment starts at a delete (and at the key's first event); its first write follows a
-    # delete or is the key's first event.
-    applied = applied.withColumns({
-        "segment": F.sum(F.col("is_delete").cast("int")).over(upto),
-        "_n": F.row_number().over(order),
-        "_first_write": write & F.coalesce(F.lag("is_delete").over(order), F.lit(True))})
-    segment = F.col("segment")
-    # The segment's first write's before image, for every column at once, and each column's
-    # last real value: running `last`s over one frame, computed by one window operator.
-    first = F.last(F.when(F.col("_first_write"), F.struct(
-        segment.alias("s"), F.col("b").alias("b"), F.col("ub").alias("ub"))),
-        ignorenulls=True).over(upto)
-    reals = {f"_real{i}": F.last(F.when(write & ~F.col("ua")[n], F.struct(
-        segment.alias("s"), F.col("a")[n].alias("v"))), ignorenulls=True).over(upto)
-        for i, n in enumerate(names)}
-    applied = applied.withColumns({"_first": first, **reals})
-    fallback = F.col("_first")
-    from_state = (segment == 0) & F.col("st").isNotNull()
-    values = []
-    for i, n in enumerate(names):
-        real = F.col(f"_real{i}")
-        values.append(F.when(real["s"] == segment, real["v"])
-                      .when(from_state, F.col("st")[n])
-                      .when((fallback["s"] == segment) & ~fallback["ub"][n], fallback["b"][n])
-                      .alias(n))
-    rows = applied.withColumn("new", F.when(write, F.struct(*values)))
-    previous = F.when(F.col("_n") == 1, F.col("st")).otherwise(F.lag("new").over(order))
-    rows = rows.withColumn("old", previous)
-    updates = rows.select(*kcols, "time", F.explode(F.array(
-        F.struct(F.col("old").alias("data"), F.lit(-1).cast("long").alias("diff")),
-        F.struct(F.col("new").alias("data"), F.lit(1).cast("long").alias("diff")))).alias("u"))
-    return (updates.where(F.col("u.data").isNotNull())
-            .groupBy(*kcols, F.col("u.data").alias("data"), "time")
-            .agg(F.sum("u.diff").alias("diff")).where(F.col("diff") != 0)
-            .select("data", "time", "diff"))

@@ -13,11 +13,10 @@ Mirrors `formats.debezium.DebeziumParser.parse` (envelopes, classification) and 
   MySQL `(binlog number, pos, row)` and time `number << 32 | pos`, or the `file=..,pos=..` of the
   transaction id, else the transaction's first position (`tx_min`); snapshot rows no time.
 
-Where the session has the project's jar (`spark.jvm`: a JDK compiled it), a line in the shape
-connectors write is read by Java instead (`JVM_LINE`, `spark/jvm/DebeziumLine.java`): one
-Jackson pass that applies these rules to a line none of them finds a `problem` on, and leaves
-every other line to the Spark functions. The two give the same columns on every line
-(`tests/test_spark_changefeed_jvm.py`). Two ways to use it:
+A line in the shape connectors write is read by the project's Java instead (`JVM_LINE`,
+`spark/jvm/DebeziumLine.java`): one Jackson pass that applies these rules to a line none of
+them finds a `problem` on, and leaves every other line to the Spark functions. The two give the
+same columns on every line (`tests/test_spark_changefeed_jvm.py`). Two ways to use it:
 
 * `java_items`: Java's reading alone, with a flag on the lines it leaves. The ingest's parse
   step takes it where Java read every line of the batch (`debezium_path._parsed`). Java reads each
@@ -26,7 +25,7 @@ every other line to the Spark functions. The two give the same columns on every 
 * `parse_items` (with `jvm`): Java's lines, and the Spark functions for the rest, which read
   Java's lines as null. A null costs each of their expressions little, but they are many, so
   this takes longer than Java alone (benchmarks/README.md). `jvm=False`: the Spark functions
-  alone.
+  alone, which the tests compare Java's reading with.
 
 Each line is parsed once against one schema (`ENVELOPE`): the envelope's fields, the `payload`
 of a wrapped line as a struct of the same fields, and the `source` block as a typed struct. Only
@@ -313,16 +312,16 @@ def _present(s: Column, skeys: Column, name: str) -> Column:
 
 
 def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
-    """One row per line: see the module docstring for the columns' rules. With `jvm` (and
-    the project's jar on the session: `spark.jvm`), the lines Java reads (`JVM_LINE`) skip
-    the Spark functions' reading; `jvm=False` is the Spark functions' way for every line.
+    """One row per line: see the module docstring for the columns' rules. With `jvm`, the
+    lines Java reads (`JVM_LINE`) skip the Spark functions' reading; `jvm=False` is the Spark
+    functions' way for every line (to compare the two: tests, benchmarks).
 
     The expressions are built once per JVM (`_steps`, `expressions.per_jvm`): built per call,
     they were about 8,000 round trips to the JVM, driver time before any job ran
     (`benchmarks/bench_fixed_cost.py`)."""
-    java = jvm and register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
     carry: tuple[str, ...] = ()
-    if java:
+    if jvm:
+        register(lines.sparkSession, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
         lines = _java_read(lines)
         # What Java read, the Spark functions read as null (each of them costs little there).
         lines = lines.withColumn("value", F.when(F.col("_j").isNull(), F.col("value")))
@@ -331,7 +330,7 @@ def parse_items(lines: DataFrame, *, jvm: bool = True) -> DataFrame:
         lines = lines.select("file", "file_index", "block", "row", "value",
                              flaw(F.col("value")).alias("flaw"))
     items = selected(lines, _steps(carry))
-    return _read_by_java(items) if java else items
+    return _read_by_java(items) if jvm else items
 
 
 @per_jvm
@@ -381,12 +380,12 @@ def _steps(carry: tuple[str, ...]) -> tuple[list[Column | str], ...]:
 
 
 def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = None
-               ) -> DataFrame | None:
+               ) -> DataFrame:
     """`parse_items`' columns as Java alone reads the lines (`JVM_LINE`), `shape` (see
     `JVM_LINE_TYPE`), and `_deferred`,
     true on the lines Java leaves (their columns are then null and `problem` too): the parse
     without any of the Spark functions' expressions, for a caller that takes it only where
-    Java read every line (`debezium_path._parsed`). None where the session has no jar.
+    Java read every line (`debezium_path._parsed`).
 
     The rows come from Java's own pass over each task's lines (`JVM_LINES_CLASS`), in the
     layout of the UDF's plan (`_java_read`, `_java_columns`), whose schema it is given: the
@@ -398,12 +397,11 @@ def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = 
     collects instead of a pass of its own; and `_facts` (`TASK_FACTS`), on each task's last
     line, which that job observes instead of aggregating every line."""
     spark = lines.sparkSession
-    if not register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE):
-        return None
+    register(spark, JVM_LINE, JVM_LINE_CLASS, JVM_LINE_TYPE)
     planned = _java_read(lines).select(*_java_columns())
-    reader = None if udf else java_class(spark, JVM_LINES_CLASS)
-    if reader is None:
+    if udf:
         return planned
+    reader = java_class(spark, JVM_LINES_CLASS)
     places = lines.select("file", F.col("file_index").cast("int"), F.col("block").cast("bigint"),
                           F.col("row").cast("bigint"), "value")
     schema = T.StructType([*planned.schema.fields, T.StructField("_chunk", CHUNK),

@@ -49,12 +49,13 @@ log = logging.getLogger(__name__)
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
                    key: Sequence[str], schema_file: Path | None, *,
                    state: DataFrame | None = None, since: int | None = None,
-                   close: bool = False, jvm: bool = True, defer: bool = False,
+                   close: bool = False, python_path: bool = False, defer: bool = False,
                    reason: str | None = None) -> Converted:
     """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier,
     by the JVM path where it applies, else the old path on the same lines (see above).
-    `jvm=False` takes the old path whatever the batch (to compare the two: benchmarks), and so
-    does a `reason` (why: a deferred check failed, `defer`, see `checked_conversion`).
+    `python_path` takes the old path whatever the batch (to compare the two: tests,
+    benchmarks), and so does a `reason` (why: a deferred check failed, `defer`, see
+    `checked_conversion`).
     `lake.ingest.ingest` converts with `defer`, the checks settled by its commit's write,
     and again with the `reason` they give where they fail.
 
@@ -68,28 +69,28 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
     files = [str(p) for p in expand_paths([str(p) for p in inputs])]
     table_json = read_table_json(schema_file) if schema_file else None
     return convert_lines(spark, read_lines(spark, files), source, key, table_json,
-                         state=state, since=since, close=close, jvm=jvm, defer=defer,
-                         reason=reason)
+                         state=state, since=since, close=close, python_path=python_path,
+                         defer=defer, reason=reason)
 
 
 def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[str],
                   table_json: dict[str, Any] | None, *, state: DataFrame | None = None,
                   since: int | None = None, close: bool = False,
-                  old_path: bool = True, jvm: bool = True, defer: bool = False,
+                  old_path: bool = True, python_path: bool = False, defer: bool = False,
                   reason: str | None = None) -> Converted:
     """`convert_frames` on lines already read. Without `old_path`, a batch the JVM path does
     not cover is only read by the old path to name its first bad line (`ChangefeedError`);
     one without a bad line raises `Unsupported`: for Kafka partitions (`read.record_lines`),
     whose order across partitions the old path, reading file after file, does not keep.
-    Without `jvm`, or with a `reason`, the old path converts the batch, whatever it holds.
+    With `python_path`, or a `reason`, the old path converts the batch, whatever it holds.
     `defer`: the JVM path's keyed conversion is checked by the job that reads it
     (`Converted.checks`), not before it is returned."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     if schema is not None:
         schema.check_keys(keys)  # as the encoder does, before a line is read
-    if reason is None and not jvm:
-        reason = "the old path was asked for"
+    if reason is None and python_path:
+        reason = "the Python path was asked for"
     if source == "ydb":
         if schema is None:
             reason = "unsupported: YDB without a table schema"

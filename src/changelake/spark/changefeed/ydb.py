@@ -25,7 +25,7 @@ schema (`_simple`), so that the expensive one is paid only by the lines that nee
   in any order. A simple line can still be one the Python parser refuses (two bodies, a value
   beyond its type's range, a step beyond a long, an erase with a newImage, an OLD_IMAGE
   record): the typed parse names that in `problem` as the careful parse does.
-  Where the session has the project's jar, Java reads the lines that are plainly simple
+  Java reads the lines that are plainly simple
   (`java_line_reader`, `YdbLine.java`: no escape anywhere, one JSON object of these shapes,
   every value of its column's kind and within what `from_json` reads it as) into the same
   struct in one pass, and the expression and `from_json` run only on the lines it leaves.
@@ -298,16 +298,15 @@ def java_line_reader(spark: SparkSession, schema: TableSchema, columns: Sequence
                      ddl: str) -> tuple[str, str] | None:
     """The SQL function that reads a simple line into `from_json`'s struct (`ddl`) in Java
     (`YdbLine.java`: null where it leaves the line to `_simple` and `from_json`), and its
-    second argument, the table; None where the session has no jar or the key columns have
-    more than one Spark type (`from_json` then reads the key as text). One function per
-    struct, named by a digest of it: its return type is the struct."""
+    second argument, the table; None where the key columns have more than one Spark type
+    (`from_json` then reads the key as text). One function per struct, named by a digest of
+    it: its return type is the struct."""
     typed = {c.name: c.out_type for c in columns}
     keys = list(schema.primary_key)
     if len({typed[k] for k in keys}) != 1:
         return None
     name = "changelake_ydb_line_" + hashlib.sha256(ddl.encode()).hexdigest()[:16]
-    if not register(spark, name, JVM_LINE_CLASS, ddl):
-        return None
+    register(spark, name, JVM_LINE_CLASS, ddl)
     return name, java_table(schema, columns)
 
 
@@ -351,18 +350,16 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
     on: their columns are null but those the typed parse never makes null, which are as it
     makes them for a line it leaves to the careful parse, of kind "careful"), and `_facts`
     (`TASK_FACTS`, on each task's last line): for a caller that takes the rows only where
-    Java read every line (`ydb_path.ydb_changes`). None where `java_line_reader` is None or
-    the session has no jar.
+    Java read every line (`ydb_path.ydb_changes`). None where `java_line_reader` is None.
 
     The layout is the typed parse's, whose plan is made (not run) for its schema, with the
     Uint64 key columns and the positions as the Java conversion reads them
     (`keyed.java_ready_schema`): made as longs here, they are never decimals on their way to
     it. The two are compared in `tests/test_spark_changefeed_ydb.py`."""
     spark = lines.sparkSession
-    reader = java_class(spark, JVM_LINES_CLASS)
-    if reader is None or java_line_reader(spark, schema, columns,
-                                          line_struct(schema, columns)) is None:
+    if java_line_reader(spark, schema, columns, line_struct(schema, columns)) is None:
         return None
+    reader = java_class(spark, JVM_LINES_CLASS)
     planned = _typed_items(lines, schema, columns, all_simple=False)
     ready = java_ready_schema(planned.schema, len(schema.primary_key))
     out = T.StructType([*ready.fields, T.StructField("_below", T.BooleanType()),

@@ -1,18 +1,17 @@
 """A keyed YDB JSON batch on the JVM path: parse, barrier rule, frontier, keyed conversion.
 
-`ydb_changes` parses the batch by the project's Java in the tasks where the session has the
-jar and Java reads every line of it (the records YDB writes, with nothing the typed parse
-would find a problem in: `ydb.java_items`, `_ydb_parsed_by_java`), else with one typed
-`from_json` against the table schema's types where a line is provably simple (in Java where
-the line is plainly so), with the VARIANT parse otherwise (`ydb.py`, which says what it
-covers: records with virtual timestamps and barriers, or a batch without either; Bool,
-integer, Float/Double, Utf8 and Uuid columns; the primary key as key). The parse's job also
-observes the checks' aggregates (the lines' bounds among them: a flawed line is counted, not
-parsed, and `Lines.check` names it). Where Java parsed the batch, that job shuffles the rows
-by key (`checkpoint.kept_shuffle`, into partitions foreseen from the files' size:
-`_parse_partitions`), and the conversion (`conversion.checked_conversion`) is that shuffle's
-reduce side: the rows are written and read once. Otherwise they are checkpointed
-(`checkpoint.stored`), then shuffled by the conversion.
+`ydb_changes` parses the batch by the project's Java in the tasks where Java reads every line
+of it (the records YDB writes, with nothing the typed parse would find a problem in:
+`ydb.java_items`, `_ydb_parsed_by_java`), else with one typed `from_json` against the table
+schema's types where a line is provably simple (in Java where the line is plainly so), with the
+VARIANT parse otherwise (`ydb.py`, which says what it covers: records with virtual timestamps
+and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
+the primary key as key). The parse's job also observes the checks' aggregates (the lines'
+bounds among them: a flawed line is counted, not parsed, and `Lines.check` names it). Where
+Java parsed the batch, that job shuffles the rows by key (`checkpoint.kept_shuffle`, into
+partitions foreseen from the files' size: `_parse_partitions`), and the conversion
+(`conversion.checked_conversion`) is that shuffle's reduce side: the rows are written and read
+once. Otherwise they are checkpointed (`checkpoint.stored`), then shuffled by the conversion.
 
 The barrier rule (`barriers.py`): where Java parsed the batch, its tasks mark each record
 below a barrier of its block's earlier lines and report each block's highest barrier, the
@@ -83,8 +82,9 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     observed by the same job: where Java read every line (the records YDB writes, without a
     problem), that is the typed parse's result without its expressions over every line, with
     `_below` (see `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`:
-    None where the tasks could not tell it). None where it left a line (or has no jar): the caller
-    parses the batch the typed way, which reads the lines Java leaves and names the problems.
+    None where the tasks could not tell it). None where it left a line (or `ydb.java_items`
+    is None: keys of more than one type): the caller parses the batch the typed way, which
+    reads the lines Java leaves and names the problems.
     A flawed line is named by `Lines.check`.
 
     The parse's job shuffles the rows by key (`checkpoint.kept_shuffle`), into the partitions
@@ -100,8 +100,6 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     partitions = _parse_partitions(read)
     keys = len(schema.primary_key)
     items = guard(lambda: kept_shuffle(by_key(parsed, keys, partitions)))
-    if items is None:  # no jar: `java_items` was None already
-        return None
     tasks = observed.get["tasks"]
     count = {name: sum(t[name] for t in tasks) for name in ydb.TASK_COUNTS}
     if count["flawed"]:
@@ -177,8 +175,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         raise Unsupported("records without ts beside records with ts or barriers")
     size = facts.timed + facts.untimed
     # The barrier rule: checked by the conversion where the parse's tasks found it within
-    # their blocks (the records it does not see, by a lookup after it), else on its own. The
-    # tasks are the project's Java, whose jar holds the conversion too.
+    # their blocks (the records it does not see, by a lookup after it), else on its own.
     in_conversion = bool(facts.barriers) and blocks is not None
     last: dict[int, Any] = {}  # each file's highest barrier: none without barriers
     if in_conversion:

@@ -28,9 +28,10 @@ How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it o
 PySpark's own jars (Jackson, Spark's Java API) the first time, into a folder of this Python
 environment (`sys.prefix`, so `.venv` in a checkout), named by a digest of the sources and
 the PySpark version, so that a changed source or Spark is compiled again and an unchanged one
-never is. Where no JDK is found (a JRE has no `javac`), its compiler fails (a warning says
-so), or `CHANGELAKE_JVM=off`, there is no jar: every caller then takes its Spark-functions
-path, which gives the same result, slower. `register` says which way a session goes.
+never is. The jar is required on Spark: where no JDK 17+ is found (a JRE has no `javac`) or
+its compiler fails, `jar()` raises a `ChangelakeError` saying so; and `register` and
+`java_class` raise one naming the jar to add to `spark.jars` for a session built without it
+(one the caller built, not `build_session`).
 """
 
 from __future__ import annotations
@@ -42,30 +43,21 @@ import stat
 import subprocess
 import sys
 import tempfile
-import warnings
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from changelake.errors import ChangelakeWarning
+from changelake.errors import ChangelakeError
 from changelake.private import private_folder, temporary_folder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-SWITCH_ENV = "CHANGELAKE_JVM"
-"""`off` (or `0`, `false`, `no`): build no jar, register nothing; the Spark functions run."""
 
 SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
                 for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
                              "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
                              "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle",
                              "PasswordFile"))
-
-
-def enabled() -> bool:
-    """Whether `CHANGELAKE_JVM` leaves the Java code on (the default)."""
-    return os.environ.get(SWITCH_ENV, "on").strip().lower() not in ("off", "0", "false", "no")
 
 
 def _spark_jars() -> Path:
@@ -108,12 +100,10 @@ def _folder() -> Path:
     return private_folder(temporary_folder("changelake-jvm"))
 
 
-def jar() -> Path | None:
-    """The compiled jar, compiled now if need be; None where it cannot be (see the module
-    docstring). Safe for processes starting at once: each compiles in a folder of its own and
-    renames the jar into place."""
-    if not enabled():
-        return None
+def jar() -> Path:
+    """The compiled jar, compiled now if need be; a `ChangelakeError` where it cannot be (no
+    `javac`, or it failed). Safe for processes starting at once: each compiles in a folder of
+    its own and renames the jar into place."""
     target = _folder() / f"changelake-jvm-{_digest()}.jar"
     if target.exists():
         return target
@@ -122,7 +112,9 @@ def jar() -> Path | None:
     if java_home and (Path(java_home) / "bin" / "javac").exists():
         javac = str(Path(java_home) / "bin" / "javac")
     if javac is None:
-        return None
+        raise ChangelakeError(f"changelake's Spark path needs a JDK 17 or later (`javac`), and "
+                              f"none was found on PATH or in JAVA_HOME ({java_home or 'unset'}); "
+                              f"a JRE alone is not enough")
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
         classes = Path(work) / "classes"
         classes.mkdir()
@@ -130,10 +122,8 @@ def jar() -> Path | None:
             [javac, "-nowarn", "--release", "17", "-cp", f"{_spark_jars()}/*",
              "-d", str(classes), *map(str, SOURCES)],
             capture_output=True, text=True)
-        if done.returncode != 0:  # a JDK that cannot compile them: the Spark functions' way
-            warnings.warn(compile_failed(javac, done.stderr or done.stdout), ChangelakeWarning,
-                          stacklevel=2)
-            return None
+        if done.returncode != 0:
+            raise ChangelakeError(compile_failed(javac, done.stderr or done.stdout))
         built = Path(work) / "out.jar"
         with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:
             out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
@@ -151,31 +141,34 @@ def compile_failed(javac: str, output: str) -> str:
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
     first = first[:300] if first else "no output"
-    return (f"compiling changelake's Java code with {javac} failed ({first}), so Spark's own "
-            f"functions do its work (slower, same result); use a JDK 17 or later, or set "
-            f"{SWITCH_ENV}=off to skip the attempt")
+    return (f"changelake's Spark path needs a JDK 17 or later (`javac`), and compiling its "
+            f"Java code with {javac} failed: {first}")
 
 
-def register(spark: SparkSession, name: str, class_name: str, return_type: str) -> bool:
-    """Whether `spark` has the jar's class `class_name` as the SQL function `name`
-    (registered here the first time it is asked): false where its JVM lacks the jar (see the
-    module docstring) or `CHANGELAKE_JVM` is off."""
-    if not enabled():
-        return False
+def register(spark: SparkSession, name: str, class_name: str, return_type: str) -> None:
+    """Registers the jar's class `class_name` as `spark`'s SQL function `name` (once: later
+    calls find it); a `ChangelakeError` where `spark`'s JVM lacks the jar (`missing_jar`)."""
     if spark.catalog.functionExists(name):
-        return True
+        return
     try:
         spark.udf.registerJavaFunction(name, class_name, return_type)
-    except Exception:  # the class is not on this JVM's class path
-        return False
-    return True
+    except Exception as e:  # the class is not on this JVM's class path
+        if _found_class(spark, class_name) is None:
+            raise missing_jar(class_name) from e
+        raise
 
 
-def java_class(spark: SparkSession, class_name: str) -> Any | None:
+def java_class(spark: SparkSession, class_name: str) -> Any:
     """The jar's class `class_name` on `spark`'s JVM (its static methods callable through
-    Py4J), or None where the JVM lacks the jar or `CHANGELAKE_JVM` is off."""
-    if not enabled():
-        return None
+    Py4J); a `ChangelakeError` where the JVM lacks the jar (`missing_jar`)."""
+    found = _found_class(spark, class_name)
+    if found is None:
+        raise missing_jar(class_name)
+    return found
+
+
+def _found_class(spark: SparkSession, class_name: str) -> Any | None:
+    """`java_class`, or None where `spark`'s JVM has no such class."""
     from py4j.java_gateway import JavaClass
 
     jvm = spark.sparkContext._jvm
@@ -184,3 +177,11 @@ def java_class(spark: SparkSession, class_name: str) -> Any | None:
     for part in class_name.split("."):
         found = getattr(found, part)
     return found if isinstance(found, JavaClass) else None
+
+
+def missing_jar(class_name: str) -> ChangelakeError:
+    """The error for a session built without the jar: what to add, and where it is."""
+    return ChangelakeError(
+        f"this SparkSession has no {class_name}: changelake's Spark path needs its jar on the "
+        f"session's class path; build the session with changelake.spark.session.build_session, "
+        f"or set spark.jars={jar()} (with any other jars) before the session starts")
