@@ -10,9 +10,9 @@ seconds and its ratio to the plain write of that round:
 * `parse`: `parse.parse_items` over the lines, to Spark's `noop` sink (nothing stored);
 * `parse + facts, stored`: `debezium_path._parsed`, the parse checkpointed with its facts
   observed (what the ingest's first step does);
-* `convert`: `keyed.convert` of the events, already typed, shuffled by key and checkpointed
-  (`debezium_path.debezium_timed`, `keyed.typed_events`, `keyed.by_key`), to the `noop` sink:
-  the windows and the consolidation of the ingest's conversion step
+* `convert`: `keyed.java_convert` of the events, already typed, made `java_ready`, shuffled
+  by key and checkpointed (`debezium_path.debezium_timed`, `keyed.typed_events`,
+  `keyed.by_key`), to the `noop` sink: the Java pass of the ingest's conversion step
   (`conversion.checked_conversion`), without the image parse, the shuffle and the checkpoint
   written.
 
@@ -71,10 +71,10 @@ def main() -> None:
             shutil.rmtree(work / "plain.parquet", ignore_errors=True)  # the last round's
             plain_write(spark, [feed], "debezium", work / "plain.parquet")
 
-        # The events `convert` reads, made once, by the ingest's own steps.
+        # The events `java_convert` reads, made once, by the ingest's own steps.
         batch = debezium_path.debezium_timed(spark, read_lines(spark, [str(feed)]))
-        events_frame = keyed.checkpoint(keyed.by_key(
-            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1,
+        events_frame = keyed.checkpoint(keyed.by_key(keyed.java_ready(
+            keyed.typed_events(batch.changes, batch.columns, ["id"]), 1), 1,
             keyed.partitions_for(spark, batch.size)))
         columns = batch.columns
 
@@ -82,7 +82,7 @@ def main() -> None:
             ("parse", lambda: noop(parse_items(read_lines(spark, [str(feed)]).bounded))),
             ("parse + facts, stored",
              lambda: debezium_path._parsed(read_lines(spark, [str(feed)]))),
-            ("convert", lambda: noop(keyed.convert(events_frame, columns, ["id"], None))),
+            ("convert", lambda: noop(keyed.java_convert(events_frame, columns, ["id"], None))),
         ]
         if args.images:
             steps += image_steps(spark, feed, noop)

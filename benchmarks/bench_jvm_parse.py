@@ -1,11 +1,10 @@
 """The Debezium parse with the Java line reader against the Spark functions alone, in one run.
 
 `parse.parse_items` reads each line in Java (`spark/jvm/DebeziumLine.java`, a UDF in the jar
-`build_session` puts on the session) where the session has the jar, and leaves the lines Java
-does not read to the Spark functions; `parse_items(..., jvm=False)` reads every line with the
-Spark functions (what a machine without a JDK does). The script times, to Spark's `noop` sink,
-`--rounds` rounds in one session (the first, the JIT's warm-up, is not counted; medians of the
-rest):
+`build_session` puts on the session), and leaves the lines Java does not read to the Spark
+functions; `parse_items(..., jvm=False)` reads every line with the Spark functions. The script
+times, to Spark's `noop` sink, `--rounds` rounds in one session (the first, the JIT's warm-up,
+is not counted; medians of the rest):
 
 * `text`: the lines as `read.read_lines` reads them, nothing parsed (the I/O floor);
 * `reader`: Spark's JSON reader with the image's schema, as `bench_ingest.plain_write` reads;

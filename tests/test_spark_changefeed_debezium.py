@@ -337,7 +337,7 @@ def test_a_write_at_a_position_its_key_has_passed_is_no_tie(spark: Any, tmp_path
     """A snapshot row read again after a later change of its key (with its own row or
     another; it takes the time of the line before it, above the change's) is stale to the
     encoder whatever its row, so the JVM path converts the batch: only writes at the greatest
-    position a key has reached must hold one row (`keyed.convert`'s `checks`)."""
+    position a key has reached must hold one row (`keyed.java_convert`'s tie check)."""
     name = "a" if late == "the same row" else "z"
     path = tmp_path / "late-snapshot.jsonl"
     path.write_bytes(b"\n".join([

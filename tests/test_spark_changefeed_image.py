@@ -84,7 +84,7 @@ def _read(spark: Any, texts: list[str]) -> tuple[list[Any], list[Any] | None]:
     from pyspark.sql import functions as F
 
     java = java_image_reader(spark, COLUMNS)
-    assert java is not None, "the test session has the project's jar"
+    assert java is not None, "raw types Java reads"
     function, spec = java
     frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, text string")
     read_by_java = F.call_function(function, F.col("text").cast("binary"), F.lit(spec))

@@ -313,7 +313,7 @@ def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(
         spark: Any, tmp_path: Path, copies: list[bool]) -> None:
     """A record repeated at its position, once with another row (`copies`: after the record,
     each copy with its own row or another; the repeats of its own row are replays): the JVM
-    path hands the batch to the old path (the tie check of `keyed.convert`'s `checks`),
+    path hands the batch to the old path (the tie check of `keyed.java_convert`),
     which gives the encoder's updates."""
     paths, _, _ = write_ydb(HISTORY, tmp_path)
     path, lines, at = next((path, lines, i) for path in paths
