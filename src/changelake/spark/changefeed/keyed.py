@@ -5,7 +5,7 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
 
 * *Images* are read against the column types (`types.py`): by the project's Java image reader
   (`java_image_reader`), and by `from_json` where Java leaves an image (a value of another
-  kind than its column's, say) or reads none of the columns' raw types; then decoded, and
+  kind than its column's, say) or does not read a column's raw type; then decoded, and
   each value marked when it is Debezium's unavailable placeholder (`UNCHANGED`).
 * *Key* (`_key`): from the after image, else the before image, skipping an image whose key
   holds UNCHANGED. An update whose before image names another key is two events at one
