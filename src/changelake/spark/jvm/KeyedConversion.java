@@ -24,15 +24,17 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * The keyed conversion (`keyed.convert`) as one pass over each key's events, in the tasks:
- * what `convert`'s four windows, its explode and its consolidation compute, without a row
- * copied from one operator into the next.
+ * The keyed conversion as one pass over each key's events, in the tasks: the rules of
+ * `convert.upsert.KeyedConverter` (`keyed.py` states them for Spark), with nothing copied from
+ * one operator into the next, where Spark's windows needed four window operators, an explode
+ * and an aggregate.
  *
  * The promise: given the events `keyed.java_convert` hands it (each partition's rows sorted by
- * key, then `(time, pos, rank)`, every key's rows in one partition), the updates are exactly
- * `convert`'s, and the two checks are exactly what `convert` observes (`tests/
- * test_spark_changefeed_keyed.py` compares the two on generated events). Each rule below is
- * the window it replaces, by name:
+ * key, then `(time, pos, rank)`, every key's rows in one partition), the updates and the two
+ * checks are those of the rules' plain-Python statement in `tests/
+ * test_spark_changefeed_keyed.py`, which compares the two on generated events (and the
+ * changefeed tests compare whole conversions with `encode_changefeed`). The rules, each named
+ * as Spark's windows named the column it was:
  * <ul>
  * <li>`_seen`: the greatest `(pos, rank, content)` of the key's earlier events, applied or
  * not. An event is applied when its `(pos, rank)` is above `_seen`'s (or it is the key's
