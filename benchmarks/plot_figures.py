@@ -48,41 +48,34 @@ def plot(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
 
-    figures = startup_figures(log)
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    names = [n for n, _, _ in figures]
-    ys = range(len(figures))
-    ax.barh([y + 0.2 for y in ys], [wo for _, _, wo in figures], height=0.4,
-            label="without the class archive", color="#bbbbbb")
-    ax.barh([y - 0.2 for y in ys], [w for _, w, _ in figures], height=0.4,
-            label="with it (changelake jvm-archive)", color="#3f6fb5")
-    ax.set_yticks(list(ys), names)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds, a tiny input (median of 5, 2 cores)")
-    ax.set_title("Spark command start-up")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout()
-    written.append(out / "startup.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    def bars(name: str, title: str, xlabel: str, labels: list[str],
+             upper: tuple[str, list[float], str], lower: tuple[str, list[float], str]) -> None:
+        """Two bars a row (`upper` above `lower`: label, values, colour), saved as NAME.png."""
+        fig, ax = plt.subplots(figsize=(7, 3.4))
+        ys = range(len(labels))
+        for shift, (label, values, color) in ((0.2, upper), (-0.2, lower)):
+            ax.barh([y + shift for y in ys], values, height=0.4, label=label, color=color)
+        ax.set_yticks(list(ys), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8,
+                  frameon=False)
+        fig.tight_layout()
+        written.append(out / f"{name}.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
 
+    figures = startup_figures(log)
+    bars("startup", "Spark command start-up", "seconds, a tiny input (median of 5, 2 cores)",
+         [n for n, _, _ in figures],
+         ("without the class archive", [wo for _, _, wo in figures], "#bbbbbb"),
+         ("with it (changelake jvm-archive)", [w for _, w, _ in figures], "#3f6fb5"))
     figures = ingest_figures(log)
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    labels = [f"{n} events" for n, _, _ in figures]
-    ys = range(len(figures))
-    ax.barh([y + 0.2 for y in ys], [i for _, _, i in figures], height=0.4,
-            label="changelake ingest --from debezium (Delta)", color="#3f6fb5")
-    ax.barh([y - 0.2 for y in ys], [p for _, p, _ in figures], height=0.4,
-            label="a plain Delta write of the same rows", color="#bbbbbb")
-    ax.set_yticks(list(ys), labels)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds (2 cores, a quiet machine)")
-    ax.set_title("Debezium ingest into a new Delta table")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
-    fig.tight_layout()
-    written.append(out / "ingest.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    bars("ingest", "Debezium ingest into a new Delta table",
+         "seconds (2 cores, a quiet machine)", [f"{n} events" for n, _, _ in figures],
+         ("changelake ingest --from debezium (Delta)", [i for _, _, i in figures], "#3f6fb5"),
+         ("a plain Delta write of the same rows", [p for _, p, _ in figures], "#bbbbbb"))
     return written
 
 

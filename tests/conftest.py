@@ -116,6 +116,17 @@ SLOW_TESTS = {
     "test_lake_delta.py::test_compaction_folds_only_once_the_changes_reach_a_fraction_of_the_base",
     # the reserved columns: the in-process tests of test_lake_reserved_columns.py
     "test_lake_reserved_columns.py::test_ingest_of_a_cdc_log_with_a_time_column_is_one_line",
+    # follow on S3 (two minutes on CI): the slow tier's kill seeds compare the same tables;
+    # follow itself: test_lake_follow.py, and the S3 lake: test_lake_s3.py's ingest
+    "test_lake_s3_follow.py::test_follow_into_an_s3_lake_equals_one_shot_ingest",
+    # the private JVM log removed after a command: test_the_jvm_log_is_private_and_a_planted_
+    # link_refused (its creation) and the sweep of old logs in the default run
+    "test_private_files.py::test_a_command_that_succeeds_removes_its_jvm_log",
+    # an S3 store's errors: test_missing_credentials_are_one_line in the default run
+    "test_lake_s3.py::test_a_bucket_that_does_not_exist_is_one_line",
+    "test_lake_s3.py::test_a_store_that_cannot_be_reached_is_one_line",
+    # odd lake and input paths through a JVM's options: the name rules in-process
+    "test_lake_names.py::test_cli_runs_on_a_lake_and_an_input_under_odd_paths",
 }
 
 

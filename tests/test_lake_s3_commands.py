@@ -122,28 +122,13 @@ def test_export_from_an_s3_lake_into_a_delta_table_on_s3(s3: S3Server, tmp_path:
 @pytest.mark.slow  # the ingest, the server and beeline: three JVMs
 @pytest.mark.timeout(1200)
 def test_sql_serves_an_s3_lake(s3: S3Server, tmp_path: Path) -> None:
-    import contextlib
-    import os
     import re
     import signal
-    import subprocess
-    import time
 
-    from test_lake_sql_endpoint import CLI, beeline, results
+    from test_lake_sql_endpoint import beeline, results, sql_server
 
     env = environment(s3, tmp_path)
-    lake = ingested(s3, "sql", env)
-    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        server = subprocess.Popen([*CLI, "sql", "--lake", lake, "--master", "local[1]"],
-                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env,
-                                  start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while "listening" not in out.read_text() and server.poll() is None:
-            assert time.monotonic() < deadline, "the endpoint did not start in time"
-            time.sleep(0.5)
-        assert server.poll() is None, err.read_text()[-3000:]
+    with sql_server(ingested(s3, "sql", env), tmp_path, env) as (server, out, err):
         port = int(re.search(r"127\.0\.0\.1:(\d+)/", out.read_text()).group(1))
         script = tmp_path / "queries.sql"
         script.write_text("SELECT 'now' AS q, order_id, product_id FROM shop.orders;\n"
@@ -155,10 +140,6 @@ def test_sql_serves_an_s3_lake(s3: S3Server, tmp_path: Path) -> None:
         assert SECRET_KEY not in out.read_text() + err.read_text()
         server.send_signal(signal.SIGTERM)
         assert server.wait(120) == 0, err.read_text()[-3000:]
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
 
 
 @pytest.mark.slow  # two Spark processes besides the reference ingest in the test's session

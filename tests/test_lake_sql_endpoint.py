@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,31 @@ def listening_addresses(port: int) -> set[str]:
 LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
 
 
+@contextlib.contextmanager
+def sql_server(lake: str, tmp_path: Path, env: dict[str, str] | None = None,
+               options: tuple[str, ...] = ()) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
+    """`changelake sql --lake LAKE [OPTIONS]` in a process group of its own, given once it
+    says it is listening: the process, and the files its stdout and stderr go to. Whatever is
+    left of the group when the block ends is killed (its JVM too)."""
+    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
+    with open(out, "wb") as o, open(err, "wb") as e:
+        server = subprocess.Popen([*CLI, "sql", "--lake", lake, "--master", "local[1]",
+                                   *options],
+                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL, env=env,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "listening" not in out.read_text() and server.poll() is None:
+            assert time.monotonic() < deadline, "the endpoint did not start in time"
+            time.sleep(0.5)
+        assert server.poll() is None, err.read_text()[-3000:]
+        yield server, out, err
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/net/tcp")
 def test_sql_endpoint_serves_the_lake_over_jdbc(tmp_path: Path) -> None:
@@ -242,17 +268,7 @@ def test_sql_endpoint_serves_the_lake_over_jdbc(tmp_path: Path) -> None:
     truth = json.loads(next(line for line in made.stdout.splitlines()
                             if line.startswith("RESULT "))[len("RESULT "):])
 
-    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        server = subprocess.Popen([*CLI, "sql", "--lake", str(lake_dir), "--master", "local[1]"],
-                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while "listening" not in out.read_text() and server.poll() is None:
-            assert time.monotonic() < deadline, "the endpoint did not start in time"
-            time.sleep(0.5)
-        assert server.poll() is None, err.read_text()[-3000:]
+    with sql_server(str(lake_dir), tmp_path) as (server, out, err):
         (line,) = out.read_text().splitlines()
         match = re.fullmatch(r"changelake sql: listening on jdbc:hive2://127\.0\.0\.1:(\d+)"
                              r"/default \(loopback only, no authentication\); stop it with "
@@ -296,10 +312,6 @@ def test_sql_endpoint_serves_the_lake_over_jdbc(tmp_path: Path) -> None:
         assert server.wait(120) == 0, err.read_text()[-3000:]
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0  # no longer listening
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(server.pid, signal.SIGKILL)  # whatever is left of it, its JVM too
-        server.wait()
 
 
 # --------------------------------------------------------------------------- --password-file
@@ -350,18 +362,8 @@ def test_with_a_password_file_only_its_password_connects(tmp_path: Path) -> None
         path.chmod(0o600)
     script = tmp_path / "q.sql"
     script.write_text("SELECT 'asked' AS q, 41 + 1 AS answer;\n")
-    out, err = tmp_path / "sql.out", tmp_path / "sql.err"
-    with open(out, "wb") as o, open(err, "wb") as e:
-        server = subprocess.Popen([*CLI, "sql", "--lake", str(lake_dir), "--master", "local[1]",
-                                   "--password-file", str(password)],
-                                  stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                                  start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while "listening" not in out.read_text() and server.poll() is None:
-            assert time.monotonic() < deadline, "the endpoint did not start in time"
-            time.sleep(0.5)
-        assert server.poll() is None, err.read_text()[-3000:]
+    with sql_server(str(lake_dir), tmp_path,
+                    options=("--password-file", str(password))) as (server, out, err):
         (line,) = out.read_text().splitlines()
         match = re.fullmatch(r"changelake sql: listening on jdbc:hive2://127\.0\.0\.1:(\d+)"
                              rf"/default \(loopback only, password from {re.escape(str(password))}"
@@ -381,7 +383,3 @@ def test_with_a_password_file_only_its_password_connects(tmp_path: Path) -> None
 
         server.send_signal(signal.SIGTERM)
         assert server.wait(120) == 0, err.read_text()[-3000:]
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
