@@ -1,12 +1,13 @@
 """`capture`, `export`, `sql` and changefeed follow on a lake that lives only on moto's S3
-server on loopback, through the real console script.
+server on loopback, through the real console script; all in the slow tier (each several
+Spark processes).
 
 `capture postgres --lake s3a://...` from the embedded PostgreSQL: the initial snapshot and
 the changes after it land in Delta tables on the S3 server, a second run resumes from the
 slot, and the tables then hold the database's rows (read back without a JVM, `--engine
 arrow`, and by `status`'s consistent frontier); `export --to delta` of the captured table
-into a local Delta table, read back by delta-rs. Slow: an export into a Delta table on the
-S3 server, run twice (the second adds nothing); `sql` serving an S3 lake's table and its AS
+into a local Delta table, read back by delta-rs. An export into a Delta table on the S3
+server, run twice (the second adds nothing); `sql` serving an S3 lake's table and its AS
 OF function to beeline; `ingest --follow --kafka --from debezium` into an S3 lake; a capture
 killed with SIGKILL under a workload, losing and doubling nothing. The lake's other commands
 on S3: `test_lake_s3.py`; a directory followed: `test_lake_s3_follow.py`."""
@@ -51,6 +52,9 @@ def lake_rows(lake: str, env: dict[str, str]) -> list[tuple[int, str, int]]:
                                                                  out.stdout.splitlines()))
 
 
+@pytest.mark.slow  # four Spark processes (75-150 s on CI): the default run's S3 lake is
+# test_lake_s3.py's (ingest, both engines' reads, status, the lock, the credentials)
+@pytest.mark.timeout(1200)
 def test_capture_into_an_s3_lake_and_resume(s3: S3Server, pg_dsn: str, tmp_path: Path) -> None:
     execute(pg_dsn,
             "CREATE SCHEMA shop",
@@ -101,7 +105,7 @@ def ingested(s3: S3Server, prefix: str, env: dict[str, str]) -> str:
     return lake
 
 
-@pytest.mark.slow  # three Spark processes; the capture test exports once in the default run
+@pytest.mark.slow  # three Spark processes
 @pytest.mark.timeout(1200)
 def test_export_from_an_s3_lake_into_a_delta_table_on_s3(s3: S3Server, tmp_path: Path) -> None:
     env = environment(s3, tmp_path)
