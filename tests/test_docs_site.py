@@ -9,6 +9,7 @@ import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -141,3 +142,81 @@ def test_the_readmes_anchors_into_the_docs_exist(site: Path) -> None:
     for page, anchor in re.findall(r"\]\(docs/([^)#]+)\.md#([^)]+)\)", text):
         built = site / ("" if page == "index" else page) / "index.html"
         assert f'id="{anchor}"' in built.read_text(), f"docs/{page}.md#{anchor}"
+
+
+# -- the site as a reader sees it: headless Chromium (Debian's `chromium`, which .ci/run
+# installs) over the built pages served on 127.0.0.1
+
+CHROMIUM = shutil.which("chromium")
+HEADLESS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--window-size=1280,900", "--virtual-time-budget=15000"]
+"""Without the background-networking flags Chromium keeps asking hosts this machine cannot
+reach; the virtual time lets the page's scripts (search, Mermaid) finish before the dump."""
+
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[str]:
+    """The built site over HTTP on 127.0.0.1 (the search index is fetched by a script, which a
+    file:// page may not do), stopped after."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    http.server.SimpleHTTPRequestHandler.log_message = lambda *args: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chromium(tmp_path: Path, *args: str) -> str:
+    assert CHROMIUM is not None
+    done = subprocess.run([CHROMIUM, *HEADLESS, f"--user-data-dir={tmp_path / 'profile'}",
+                           *args], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def artifacts(tmp_path: Path) -> Path:
+    """Where the screenshots are kept: `CHANGELAKE_TEST_ARTIFACTS` if set, else the test's
+    temporary directory."""
+    folder = Path(os.environ.get("CHANGELAKE_TEST_ARTIFACTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@needs_chromium
+@pytest.mark.parametrize("page", ["", "guides/debezium/"])
+def test_a_page_renders_with_its_diagrams(served: str, tmp_path: Path, page: str) -> None:
+    """The home page and a guide, screenshotted, and the home page's Mermaid diagram drawn by
+    the runtime the site serves itself: nothing is fetched from a CDN."""
+    shot = artifacts(tmp_path) / f"docs-{page.strip('/').replace('/', '-') or 'home'}.png"
+    chromium(tmp_path, f"--screenshot={shot}", f"{served}/{page}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    dom = chromium(tmp_path, "--dump-dom", f"{served}/{page}")
+    if page == "":
+        # Material draws each diagram into a shadow root of a `div.mermaid` that replaces the
+        # `pre.mermaid` holding its source; a source left as it is was never drawn.
+        assert '<div class="mermaid">' in dom, dom[:3000]
+        assert '<pre class="mermaid">' not in dom, dom[:3000]
+
+
+@needs_chromium
+def test_the_search_box_finds_frontier(served: str, tmp_path: Path) -> None:
+    """The search box, given "frontier" (`?q=`, as a shared search link opens it), lists
+    matching pages, the Concepts page among them."""
+    dom = chromium(tmp_path, "--dump-dom", f"{served}/?q=frontier")
+    found = re.search(r'class="md-search-result__meta">(\d+) matching document', dom)
+    assert found and int(found.group(1)) > 0, dom[-3000:]
+    items = re.findall(r'<li class="md-search-result__item">.*?</li>', dom, re.S)
+    assert any("Concepts" in item for item in items), items[:3]
