@@ -86,7 +86,6 @@ idle database does not hold WAL back.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections import Counter
@@ -109,6 +108,7 @@ from changelake.capture.postgres.source import (
 )
 from changelake.capture.postgres.transactions import MEMORY_BYTES, Transaction
 from changelake.capture.postgres.types import catalog
+from changelake.lake.files import replace_whole
 
 #: A table's updates in a batch: (row, time) -> diff.
 Rows = Counter[tuple[Values, int]]
@@ -222,17 +222,9 @@ START_NOTE = ("a capture's initial snapshot is being taken: until every table ho
 
 
 def _write_durably(path: Path, text: str = START_NOTE) -> None:
-    """`text` in the file `path`, on the disk before this returns; a sink on a remote lake
-    gives a path of its store (`lake.files.RemotePath`), whose acknowledged write is
-    durable."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not isinstance(path, Path):
-        path.write_text(text)
-        return
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    """`text` in the file `path`, whole and on the disk (or, a sink on a remote lake giving a
+    path of its store, in an acknowledged write) before this returns."""
+    replace_whole(path, text)
 
 
 class Capture:

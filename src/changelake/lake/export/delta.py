@@ -80,7 +80,7 @@ from changelake.lake.export.changes import (
     unkeyed_changes,
 )
 from changelake.lake.export.result import ExportResult
-from changelake.lake.files import RemotePath, delta_uri, is_remote, storage_options
+from changelake.lake.files import RemotePath, delta_uri, lake_root, storage_options
 from changelake.lake.identifier import TableIdentifier
 
 APP_PREFIX = "changelake:"
@@ -101,7 +101,7 @@ def export_to_delta(lake: Lake, table: str | TableIdentifier, path: str | Path, 
                     target_file_size: int = TARGET_FILE_SIZE) -> ExportResult:
     """Bring the Delta table at `path` to `table`'s committed frontier (see the module
     docstring): the whole table on the first run, the changes since the last run after."""
-    target = RemotePath(str(path)) if is_remote(path) else Path(path).resolve()
+    target = lake_root(path)  # a local directory resolved, or a store's URI
     with export_lock(lake.root, target):
         return _export(lake, table, target, target_file_size)
 
