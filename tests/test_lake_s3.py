@@ -267,6 +267,33 @@ def test_the_lock_object_is_made_by_a_conditional_put(s3: S3Server, tmp_path) ->
         "held_a": "writer 1"}
 
 
+def test_a_remote_parquet_file_is_read_as_pyarrow_asks(s3: S3Server, tmp_path) -> None:
+    """`files.parquet_source` on S3 (the export's staged parts, the footers a commit reads):
+    the footer costs a few kilobytes, a row group about its own size, never the whole object;
+    and the file reads the same through the session's Hadoop FileSystem and without a JVM."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    local = tmp_path / "part.parquet"
+    rows = 400_000
+    pq.write_table(pa.table({"id": pa.array(range(rows), pa.int64()),
+                             "text": pa.array([f"row {i:09d}" * 3 for i in range(rows)])}),
+                   local, row_group_size=rows // 8, compression="none")
+    s3.client().put_object(Bucket=s3.bucket, Key="read/part.parquet", Body=local.read_bytes())
+    worker = Path(__file__).parent / "s3_read_worker.py"
+    out = subprocess.run([sys.executable, str(worker), s3.lake("read") + "/part.parquet",
+                          str(local)], capture_output=True, timeout=600,
+                         env=environment(s3, tmp_path), text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    got = json.loads(line[len("RESULT "):])
+    size = local.stat().st_size
+    assert got["size"] == size > 8 << 20
+    assert got["footer_fetched"] <= 64 << 10  # pyarrow reads the last 64 KiB
+    assert got["groups_fetched"] - got["footer_fetched"] < size // 4
+    assert got["same_with_spark"] and got["same_without_spark"]
+
+
 @pytest.mark.slow
 def test_a_dead_writers_lock_on_this_host_is_taken_over(s3: S3Server, tmp_path) -> None:
     """A lock object left by a killed writer on this host (its process is gone) does not

@@ -19,7 +19,8 @@ differ.
 * `create_exclusive(path, text)`: the file made only if nothing is at `path`, atomically
   (`O_EXCL` locally; on S3 a conditional PUT, `If-None-Match: *`, which S3A 3.5 sends for
   `fs.option.create.conditional.overwrite`): the remote writer lock (`commit.writer_lock`).
-* `parquet_source(path)`: what pyarrow opens as a Parquet file.
+* `parquet_source(path)`: what pyarrow opens as a Parquet file, read as pyarrow asks
+  (a remote file is never held whole).
 * `storage_options(path)`: delta-rs's settings for a Delta table at `path` (None: local),
   from the session's S3A settings and the AWS SDK's environment.
 
@@ -30,11 +31,13 @@ one line naming the URI, with no secret in it.
 from __future__ import annotations
 
 import fnmatch
+import io
 import os
 import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 from typing import Any
@@ -492,13 +495,90 @@ CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
 """Hadoop's create option for a PUT that fails where an object already is (S3A 3.5)."""
 
 
-def parquet_source(path: Path | RemotePath) -> Any:
-    """What `pyarrow.parquet.ParquetFile` opens for the file at `path`."""
-    if isinstance(path, RemotePath):
-        import pyarrow as pa
+@contextmanager
+def parquet_source(path: Path | RemotePath) -> Iterator[Any]:
+    """What `pyarrow.parquet.ParquetFile` opens for the file at `path`, while the `with`
+    lasts: a local path as it is; a remote file as a seekable stream that reads what pyarrow
+    asks for (the footer, then each column chunk it reads), never the whole object at once.
+    With a Spark session, through the session's Hadoop FileSystem (`RemoteInput`), so the
+    store's settings and credentials are Spark's; without one, pyarrow's S3 file system."""
+    if not isinstance(path, RemotePath):
+        yield path
+        return
+    if _no_jvm():
+        stream = _arrow_call(path, lambda fs: fs.open_input_file(_arrow_key(path)))
+    else:
+        stream = RemoteInput(path)
+    with stream:
+        yield stream
 
-        return pa.BufferReader(path.read_bytes())
-    return path
+
+class RemoteInput(io.RawIOBase):
+    """A remote file read through the session's Hadoop FileSystem as a seekable binary file:
+    each `readinto` one positioned read of at most `CHUNK` bytes (`InputStream.readNBytes`,
+    which py4j hands back as bytes), so memory holds what the caller asked for, not the
+    object."""
+
+    CHUNK = 8 << 20
+
+    def __init__(self, path: RemotePath) -> None:
+        super().__init__()
+        fs, java_path = path._java()
+        self._path = path
+        self._size = int(_call(path, lambda: fs.getFileStatus(java_path)).getLen())
+        self._stream = _call(path, lambda: fs.open(java_path))
+        self._position = 0
+        self.fetched = 0  # bytes read from the store so far
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def read(self, size: int = -1) -> bytes:
+        """`size` bytes (all that is left if fewer, or if `size` < 0): whole, as pyarrow
+        expects of a read, in positioned reads of `CHUNK` bytes."""
+        wanted = self._size - self._position if size < 0 else \
+            min(size, max(0, self._size - self._position))
+        out = bytearray(wanted)
+        done = 0
+        while done < wanted:
+            got = self.readinto(memoryview(out)[done:])
+            if got == 0:
+                break
+            done += got
+        return bytes(out[:done])
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        wanted = min(len(view), self.CHUNK, max(0, self._size - self._position))
+        if wanted == 0:
+            return 0
+        stream, position = self._stream, self._position
+
+        def read() -> bytes:
+            stream.seek(position)
+            return bytes(stream.readNBytes(wanted))
+
+        data = _call(self._path, read)
+        view[:len(data)] = data
+        self._position += len(data)
+        self.fetched += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.close()
+        super().close()
 
 
 def probe(root: RemotePath) -> None:

@@ -249,8 +249,11 @@ def _rows(directory: Checkpoint) -> int:
     """Rows in a directory of Parquet files, from their footers."""
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(parquet_source(p)).metadata.num_rows
-               for p in directory.glob("*.parquet"))
+    rows = 0
+    for path in directory.glob("*.parquet"):
+        with parquet_source(path) as source:
+            rows += pq.ParquetFile(source).metadata.num_rows
+    return rows
 
 
 def _states_before(states: Checkpoint, batch: int) -> None:

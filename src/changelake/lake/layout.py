@@ -45,6 +45,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from changelake.errors import LakeError
 from changelake.lake.files import parquet_source, replace_whole
@@ -368,26 +369,35 @@ def parquet_stats(directory: Path) -> tuple[int, int, int | None, int | None]:
                for part in path.relative_to(directory).parts):
             continue
         size += path.stat().st_size
-        source = parquet_source(path)
-        meta = pq.ParquetFile(source).metadata
-        rows += meta.num_rows
-        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
-        if "_time" not in names:
-            continue
-        index = names.index("_time")
-        for g in range(meta.num_row_groups):
-            group = meta.row_group(g)
-            if not group.num_rows:
-                continue
-            stats = group.column(index).statistics
-            if stats is not None and stats.has_min_max:
-                g_lo, g_hi = stats.min, stats.max
-            else:  # no statistics written: read the one column
-                column = pq.ParquetFile(source).read_row_group(g, columns=["_time"]).column(0)
-                g_lo, g_hi = min(column.to_pylist()), max(column.to_pylist())
+        with parquet_source(path) as source:
+            found = _time_bounds(pq.ParquetFile(source))
+        rows += found[0]
+        for g_lo, g_hi in found[1]:
             lo = g_lo if lo is None else min(lo, g_lo)
             hi = g_hi if hi is None else max(hi, g_hi)
     return rows, size, lo, hi
+
+
+def _time_bounds(parquet: Any) -> tuple[int, list[tuple[Any, Any]]]:
+    """A Parquet file's rows and each non-empty row group's least and greatest `_time`, from
+    the statistics (the one column read where none were written); no bounds without `_time`."""
+    meta = parquet.metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if "_time" not in names:
+        return meta.num_rows, []
+    index = names.index("_time")
+    bounds = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if not group.num_rows:
+            continue
+        stats = group.column(index).statistics
+        if stats is not None and stats.has_min_max:
+            bounds.append((stats.min, stats.max))
+        else:
+            values = parquet.read_row_group(g, columns=["_time"]).column(0).to_pylist()
+            bounds.append((min(values), max(values)))
+    return meta.num_rows, bounds
 
 
 def file_set_leaves(table_dir: Path) -> Iterable[str]:

@@ -133,8 +133,8 @@ def staged_batches(frame: DataFrame, schema: pa.Schema, directory: Path | Remote
         for path in files:  # one file at a time, in order
             # Spark writes timestamps as INT96 by default: read them as microseconds, which
             # holds every Spark timestamp (nanoseconds would overflow beyond the year 2262).
-            with pq.ParquetFile(parquet_source(path),
-                                coerce_int96_timestamp_unit="us") as parquet:
+            with parquet_source(path) as source, \
+                    pq.ParquetFile(source, coerce_int96_timestamp_unit="us") as parquet:
                 for batch in parquet.iter_batches(columns=schema.names):
                     if batch.num_rows:
                         yield cast_batch(batch, schema)
