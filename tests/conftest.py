@@ -249,3 +249,17 @@ def execute(dsn: str, *statements: str) -> None:
                 cursor.execute(statement)
     finally:
         conn.close()
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[object]:
+    """One Apache Kafka broker (KRaft, one node) for the test run, on 127.0.0.1
+    (`changelake.kafka.broker`): tests share it, each with topics of its own
+    (`kafka_helpers.new_topic`). It has a SASL/PLAIN listener too (`sasl_bootstrap`), with one
+    user, `kafka_helpers.SASL_USER`, whose password is made for the run. Killed at the end of
+    the run, or with the test process."""
+    from changelake.kafka.broker import KafkaBroker
+    from kafka_helpers import SASL_PASSWORD, SASL_USER
+
+    with KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, die_with_parent=True) as running:
+        yield running

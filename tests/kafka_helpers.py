@@ -1,10 +1,13 @@
-"""Shared pieces of the Kafka tests: a mock cluster and a registry per test module, fresh
-topics, the schema of `simulate`'s rows, and the checks every decode must pass."""
+"""Shared pieces of the Kafka tests: a mock cluster and a registry per test module (the real
+broker is the run's `broker` fixture, in conftest.py), fresh topics on either, the schema of
+`simulate`'s rows, and the checks every decode must pass."""
 
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -15,6 +18,22 @@ from changelake.protocol import Update
 
 ROW_FIELDS = [{"name": "id", "type": "long"}, {"name": "v", "type": "long"}]
 _names = itertools.count()
+
+SASL_USER = "changelake-test"
+SASL_PASSWORD = f"pw-{secrets.token_hex(12)}"
+"""The test broker's SASL/PLAIN user: a password made for the run, which tests look for in
+every output (it must never be printed)."""
+
+
+class Cluster(Protocol):
+    """A cluster tests make topics on: `MockCluster` or `KafkaBroker`."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def create_topic(self, name: str, partitions: int = 1, replication: int = 1) -> None: ...
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None: ...
 
 
 def row_schema() -> CdcSchema:
@@ -34,14 +53,14 @@ def registry() -> Iterator[RegistryServer]:
         yield server
 
 
-def new_topic(cluster: MockCluster, partitions: int = 4) -> str:
-    """A fresh topic (each test its own, on the module's cluster)."""
+def new_topic(cluster: Cluster, partitions: int = 4) -> str:
+    """A fresh topic (each test its own, on the module's mock cluster or the run's broker)."""
     name = f"cdc-{next(_names)}"
     cluster.create_topic(name, partitions)
     return name
 
 
-def produce_raw(cluster: MockCluster, topic: str, records: Sequence[tuple[int, bytes | None]]
+def produce_raw(cluster: Cluster, topic: str, records: Sequence[tuple[int, bytes | None]]
                 ) -> None:
     """Records (partition, value) as they are: for messages a sink would never write."""
     producer = Producer({"bootstrap.servers": cluster.bootstrap})
@@ -50,7 +69,7 @@ def produce_raw(cluster: MockCluster, topic: str, records: Sequence[tuple[int, b
     assert producer.flush(30) == 0
 
 
-def raw_records(cluster: MockCluster, topic: str, partitions: int
+def raw_records(cluster: Cluster, topic: str, partitions: int
                 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Every record of the topic as (partition, offset, key, value)."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw",
