@@ -406,17 +406,39 @@ class KafkaBroker:
     def create_topic(self, name: str, partitions: int = 1, replication: int = 1,
                      config: Mapping[str, str] | None = None) -> None:
         """A topic of `partitions` partitions (replication is always 1 here), with topic
-        settings `config` (`cleanup.policy`, `retention.ms`, ...)."""
+        settings `config` (`cleanup.policy`, `retention.ms`, ...). A topic of that name being
+        deleted (`delete_topic` just now) is waited for."""
+        from confluent_kafka import KafkaError
         from confluent_kafka.admin import NewTopic
 
         topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
                          config=dict(config or {}))
-        self._await(self.admin().create_topics([topic]),  # type: ignore[attr-defined]
-                    f"create topic {name!r}")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._await(self.admin().create_topics([topic]),  # type: ignore[attr-defined]
+                            f"create topic {name!r}")
+                return
+            except TopicError as error:
+                code = getattr(error, "code", None)
+                if code != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise
+                if name not in self._topics():
+                    time.sleep(0.2)  # the deletion is not finished
+                    continue
+                raise
 
     def delete_topic(self, name: str) -> None:
+        """Delete a topic and its records, waiting until the metadata no longer names it;
+        `create_topic` may make it again, its offsets starting at 0."""
         self._await(self.admin().delete_topics([name]),  # type: ignore[attr-defined]
                     f"delete topic {name!r}")
+        deadline = time.monotonic() + 30
+        while name in self._topics() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def _topics(self) -> set[str]:
+        return set(self.admin().list_topics(timeout=30).topics)  # type: ignore[attr-defined]
 
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         """The Admin API's DeleteRecords: the partition's first offset becomes `before`."""
@@ -430,13 +452,17 @@ class KafkaBroker:
 
     @staticmethod
     def _await(futures: Mapping[object, object], what: str) -> None:
+        from confluent_kafka import KafkaException
+
         from changelake.kafka.client import describe
 
         for future in futures.values():
             try:
                 future.result(30)  # type: ignore[attr-defined]
-            except Exception as error:
-                raise TopicError(f"cannot {what}: {describe(error)}") from None
+            except KafkaException as error:
+                failure = TopicError(f"cannot {what}: {describe(error)}")
+                failure.code = error.args[0].code() if error.args else None  # type: ignore
+                raise failure from None
 
 
 def _die_with_parent() -> None:
