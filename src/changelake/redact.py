@@ -23,6 +23,9 @@ The password of a DSN belongs in the environment (`PGPASSWORD`), a password file
 (`PGPASSFILE`, `~/.pgpass`) or a service file (`PGSERVICE`); `redact(dsn, drop=True)` is the
 DSN to keep, which libpq completes from those again.
 
+Secrets a process was given apart from any DSN (a Kafka password in `--kafka-conf`) are
+`remember`ed: every later `redact` masks each of them wherever it appears.
+
 Only the standard library: every layer may import this module.
 """
 
@@ -61,6 +64,17 @@ _JSON = re.compile(
 
 _DROPPED = "\0"
 
+_REMEMBERED: set[str] = set()
+MIN_REMEMBERED = 3
+"""Shorter secrets are not remembered: masking every `ab` would garble the text and hide
+nothing a guess would not find."""
+
+
+def remember(secret: str) -> None:
+    """A secret value this process holds: every later `redact` masks it wherever it is."""
+    if len(secret) >= MIN_REMEMBERED and secret != MASK:
+        _REMEMBERED.add(secret)
+
 
 def is_secret_key(name: str) -> bool:
     """Whether a parameter called `name` holds a secret (see the module docstring)."""
@@ -77,6 +91,8 @@ def redact(text: str, *, known: str | None = None, drop: bool = False) -> str:
     if known:
         for secret in sorted(_secrets(known), key=len, reverse=True):
             text = text.replace(secret, MASK)
+    for secret in sorted(_REMEMBERED, key=len, reverse=True):
+        text = text.replace(secret, MASK)
 
     def userinfo(m: re.Match[str]) -> str:
         if drop:

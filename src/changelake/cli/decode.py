@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from changelake.cli.group import main, user_errors
-from changelake.cli.options import kafka_options, read_schema, since_frontier, spark_options
+from changelake.cli.options import (
+    kafka_options,
+    kafka_security_options,
+    read_schema,
+    since_frontier,
+    spark_options,
+)
 from changelake.cli.set_aside import report_set_aside
 
 
@@ -45,6 +51,7 @@ def _kafka_target(kafka: str | None, topic: str | None, inputs: tuple[str, ...],
                    "read (needs --state).")
 @spark_options
 @click.argument("inputs", nargs=-1, type=click.Path())
+@kafka_security_options
 @user_errors
 def decode(schema_path: Path | None, lenient: bool, since: int | None, state: Path | None,
            engine: str, kafka: str | None, topic: str | None, schema_registry: str | None,

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from changelake.cli.group import main, user_errors
-from changelake.cli.options import read_schema
+from changelake.cli.options import kafka_security_options, read_schema
 from changelake.cli.set_aside import report_set_aside
 
 
@@ -51,6 +51,7 @@ from changelake.cli.set_aside import report_set_aside
                    "group how far each partition was read (for monitoring: every run converts "
                    "the topics whole; ingest --kafka --from debezium|ydb resumes from offsets).")
 @click.argument("inputs", nargs=-1, type=click.Path())
+@kafka_security_options
 @user_errors
 def encode(schema_path: Path | None, close: bool, avro: Path | None, source: str,
            key: str | None, table_schema: Path | None, batch_size: int, lenient: bool,

@@ -12,7 +12,7 @@ from changelake.cli.follow import TopicFollow, follow_changefeed, follow_files_o
 from changelake.cli.group import main, user_errors
 from changelake.cli.ingest_sources import check_topics, ingest_source
 from changelake.cli.lake_access import open_lake, refuse_hive_on_remote, table_and_key
-from changelake.cli.options import lake_options, table_format_option
+from changelake.cli.options import kafka_security_options, lake_options, table_format_option
 from changelake.cli.set_aside import report_topic_set_aside
 
 
@@ -81,6 +81,7 @@ from changelake.cli.set_aside import report_topic_set_aside
                    "record still held (default: an error naming topic, partition and offsets).")
 @table_format_option
 @click.argument("inputs", nargs=-1, type=click.Path())
+@kafka_security_options
 @user_errors
 def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict, table: str,
            key: str | None, source: str, schema_path: Path | None, scd2: bool, close: bool,

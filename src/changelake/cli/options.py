@@ -77,6 +77,44 @@ def kafka_options(role: str) -> Callable[[F], F]:
     return decorate
 
 
+def kafka_security_options(func: F) -> F:
+    """--kafka-conf and --kafka-config: librdkafka security settings for every Kafka client
+    the command makes (`kafka.security`). Put it above `user_errors`: it sets the settings for
+    the command's run (`security.use`) and clears them after; a setting that cannot be used is
+    one line, exit status 2, naming a key, never a value."""
+    from functools import wraps
+
+    from changelake.cli.group import user_errors
+
+    @wraps(func)
+    def wrapper(*args: Any, kafka_conf: tuple[str, ...] = (),
+                kafka_config: Path | None = None, **kwargs: Any) -> Any:
+        from changelake.kafka import security
+
+        def run() -> Any:
+            security.use(security.from_command_line(kafka_conf, kafka_config))
+            try:
+                return func(*args, **kwargs)
+            finally:
+                security.use(None)
+
+        return user_errors(run)()
+
+    wrapper = click.option(
+        "--kafka-config", "kafka_config", default=None, metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Kafka client settings for every Kafka connection of the command (security: "
+             "SASL, SSL), a Java-style properties file: librdkafka's names, or the Java "
+             "client's sasl.jaas.config (PLAIN, SCRAM) and PEM truststore. Never "
+             "printed.")(wrapper)
+    wrapper = click.option(
+        "--kafka-conf", "kafka_conf", multiple=True, metavar="KEY=VALUE",
+        help="A Kafka client setting (librdkafka's name, e.g. security.protocol=SASL_SSL, "
+             "sasl.mechanism=PLAIN, sasl.username=U, sasl.password=P), over --kafka-config's "
+             "(repeatable). Never printed.")(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
 class LakeLocation(click.ParamType):
     """`--lake`: a local directory (a `Path`, as `click.Path(file_okay=False)` gives it), or
     the URI of a lake on another file system (`s3a://bucket/prefix`, `hdfs://...`) as text,

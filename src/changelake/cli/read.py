@@ -12,7 +12,12 @@ import click
 
 from changelake.cli.group import main, user_errors
 from changelake.cli.lake_access import existing_lake, open_lake, remote_engine, table_and_key
-from changelake.cli.options import checked_time, engine_option, lake_options
+from changelake.cli.options import (
+    checked_time,
+    engine_option,
+    kafka_security_options,
+    lake_options,
+)
 
 
 @main.command()
@@ -195,6 +200,7 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
               help="Also ask the servers the lake's metadata names (source databases, Kafka "
                    "clusters) for their lag, with your credentials (.pgpass, PGPASSWORD, ...).")
 @engine_option
+@kafka_security_options
 @user_errors
 def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: dict,
            fmt: str | None, live: bool, engine: str) -> None:

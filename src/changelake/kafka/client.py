@@ -43,10 +43,14 @@ class BrokerWatch:
 
     def __init__(self) -> None:
         self.all_down = False
+        self.authentication: str | None = None  # librdkafka's reason, when SASL/SSL refused us
 
     def __call__(self, error: KafkaError) -> None:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             self.all_down = True
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL,
+                            KafkaError.SASL_AUTHENTICATION_FAILED):
+            self.authentication = describe(error)
         log.error("%s", describe(error))
 
 
@@ -58,8 +62,11 @@ def watch_of(settings: Mapping[str, Any]) -> BrokerWatch | None:
 
 
 def client_config(bootstrap: str, role: str, extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The settings of a client of the cluster at `bootstrap`; `extra` (security settings and
-    the like, librdkafka names) overrides them."""
+    """The settings of a client of the cluster at `bootstrap`: the process's security settings
+    (`security.use`: `--kafka-conf`, `--kafka-config`) over ours; `extra` (the caller's,
+    librdkafka names) overrides both."""
+    from changelake.kafka.security import current
+
     if not bootstrap.strip():
         raise TopicError("--kafka: no bootstrap servers given")
     config: dict[str, Any] = {
@@ -68,6 +75,7 @@ def client_config(bootstrap: str, role: str, extra: Mapping[str, Any] | None) ->
         "logger": log,
         "error_cb": BrokerWatch(),
     }
+    config.update(current().config())
     config.update(extra or {})
     return config
 
@@ -130,6 +138,10 @@ def _metadata(client: Any, bootstrap: str, topic: str, timeout: float,
     late = _code(failure) in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
     if watch is not None and late and first < timeout:
         client.poll(0)  # serves the error callback
+        if watch.authentication is not None:
+            raise TopicError(f"cannot reach Kafka at {bootstrap}: the broker refused our "
+                             f"credentials or security settings (--kafka-conf, "
+                             f"--kafka-config): {watch.authentication}")
         if watch.all_down:
             raise TopicError(f"cannot reach Kafka at {bootstrap}: no broker answered within "
                              f"{CONNECT_TIMEOUT:g} s (every bootstrap server refused the "

@@ -203,6 +203,10 @@ def connector_records(spark: Any, options: Mapping[str, str]) -> Any:
     `kafka-cdc`'s `output=records`. A session without the connector is named."""
     from pyspark.errors import AnalysisException
 
+    if "securityFile" in options:
+        raise LakeError("ingest --kafka with reader kafka (Spark's connector) takes no "
+                        "--kafka-conf/--kafka-config yet: its settings would be options Spark "
+                        "shows; the default reader, kafka-cdc, takes them")
     connector = {k: v for k, v in options.items()
                  if k.startswith("kafka.") or k.endswith("Offsets")}
     try:

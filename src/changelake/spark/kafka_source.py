@@ -40,9 +40,15 @@ Options:
   it) where each data-loss warning is also written, one line, for the process that runs the
   query to show: the planner runs in a Python process the driver's JVM starts, whose log is
   neither that process's nor its terminal.
-* `kafka.*`: other librdkafka settings (security and the like), passed to every consumer;
-  not `kafka.auto.offset.reset` (refused, as Spark's source refuses it: `startingOffsets` says
-  where a read starts, `failOnDataLoss` what happens when its records are gone).
+* `kafka.*`: other librdkafka settings, passed to every consumer; not
+  `kafka.auto.offset.reset` (refused, as Spark's source refuses it: `startingOffsets` says
+  where a read starts, `failOnDataLoss` what happens when its records are gone). Options are
+  shown by Spark (plans, the UI): no secrets here.
+* `securityFile`: a file of this user's on the driver's host holding librdkafka security
+  settings (`kafka.security.shared_file`: a command's `--kafka-conf`/`--kafka-config`, which
+  `reader_options` names). The planner reads it on the driver; the settings reach the
+  executors inside the reader Spark sends them, under every `kafka.*` option, and are never
+  an option themselves (`KafkaOptions.security`, left out of its `repr`).
 
 Strict mode: a bad record (not a frame, unknown schema id, corrupt Avro, a tombstone) fails the
 job with one line naming topic, partition and offset (`spark.errors.translate_errors` brings it
@@ -98,7 +104,7 @@ import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,7 +145,12 @@ def reader_options(bootstrap: str, topics: Sequence[str], *, avro_schema: str | 
     """The options of a `kafka-cdc` read (batch or streaming) of `topics`: the cluster, the
     schema (`avro_schema`, its JSON text) and the registry, and librdkafka settings as
     `kafka.*` (text or numbers only: options reach the executors as text)."""
+    from changelake.kafka.security import shared_file
+
     options = {"kafka.bootstrap.servers": bootstrap, "topics": ",".join(topics)}
+    security = shared_file()  # the command's --kafka-conf: a file's name, not the settings
+    if security is not None:
+        options["securityFile"] = str(security)
     if avro_schema is not None:
         options["avroSchema"] = avro_schema
     if schema_registry is not None:
@@ -179,6 +190,9 @@ class KafkaOptions:
     records: bool = False  # output=records: the records undecoded, as Spark's `kafka` gives
     fail_on_data_loss: bool = True  # records gone before they were read: fail (else warn)
     loss_report: str | None = None  # the driver's file of data-loss warnings (`LossReport`)
+    # librdkafka security settings, read on the driver from the `securityFile` option
+    # (`kafka.security.shared_file`): they reach the executors inside the tasks, never shown
+    security: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> KafkaOptions:
@@ -216,11 +230,16 @@ class KafkaOptions:
         ending = raw.get("endingoffsets", "latest")
         for name, value in (("startingOffsets", starting), ("endingOffsets", ending)):
             _parse_offsets(name, value)
+        security: tuple[tuple[str, str], ...] = ()
+        if raw.get("securityfile"):
+            from changelake.kafka.security import load_file
+
+            security = tuple(sorted(load_file(raw["securityfile"]).settings.items()))
         return cls(bootstrap, topics, starting, ending, avro, registry,
                    raw.get("lenient", "false").lower() in ("true", "1", "yes"), config,
                    int(limit) if limit else None, records=output == "records",
                    fail_on_data_loss=fail_on_data_loss == "true",
-                   loss_report=raw.get("lossreport") or None)
+                   loss_report=raw.get("lossreport") or None, security=security)
 
     def given_schema(self) -> Any:
         from changelake.formats.materialize import CdcSchema
@@ -270,7 +289,9 @@ class KafkaOptions:
         return CdcSchema.from_json(orjson.loads(self.row_schema))
 
     def consumer_config(self) -> dict[str, str]:
-        return dict(self.config)
+        """The librdkafka settings of every client of this read: the security settings, then
+        the `kafka.*` options."""
+        return {**dict(self.security), **dict(self.config)}
 
 
 def _parse_offsets(name: str, value: str) -> str | Offsets:
