@@ -69,11 +69,14 @@ def produce_raw(cluster: Cluster, topic: str, records: Sequence[tuple[int, bytes
     assert producer.flush(30) == 0
 
 
-def raw_records(cluster: Cluster, topic: str, partitions: int
+def raw_records(cluster: Cluster, topic: str, partitions: int, *,
+                isolation: str = "read_committed"
                 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
-    """Every record of the topic as (partition, offset, key, value)."""
+    """Every record of the topic as (partition, offset, key, value); `isolation`
+    read_uncommitted shows aborted transactions' records too (on a broker)."""
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "raw",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation})
     ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
             for p in range(partitions)}
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

@@ -1,10 +1,12 @@
 """The Kafka sink against the mock cluster: what `write_topic` produces, read back by the source
 and the reference Reader, through the adversary of `simulate` (duplicates, re-batching, several
-writers, any order across partitions)."""
+writers, any order across partitions). Transactions against the run's Apache Kafka broker: the
+mock models no read-committed isolation, so only a broker shows an aborted one unread."""
 
 from __future__ import annotations
 
 import struct
+import time
 from collections import defaultdict
 
 import pytest
@@ -18,6 +20,7 @@ from changelake.kafka import (
     value_subject,
     write_topic,
 )
+from changelake.kafka.broker import KafkaBroker
 from changelake.kafka.sink import message_key
 from changelake.protocol import Progress, collect
 from changelake.simulate import justified, mangle, random_history, write
@@ -84,18 +87,22 @@ def test_frames_keys_and_partitions(cluster: MockCluster, registry: RegistryServ
     assert all(len(places) == 1 for places in by_key.values())  # each twice, in one place
 
 
-def test_transactional_sink_commits_per_progress_statement(cluster: MockCluster) -> None:
+def test_transactional_sink_commits_per_progress_statement(broker: KafkaBroker) -> None:
     history = random_history(seeded(14), updates=200, times=12)
-    topic = new_topic(cluster, partitions=2)
+    topic = new_topic(broker, partitions=2)
     messages = write(history, batch_size=6)
-    report = write_topic(messages, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+    report = write_topic(messages, bootstrap=broker.bootstrap, topic=topic, schema=row_schema(),
                          transactional_id=f"{topic}-sink")
     statements = sum(isinstance(m, Progress) for m in messages)
     assert report.transactions == statements + 1  # each statement's, and the (empty) last
     # the same id again fences the first producer and writes duplicates: absorbed
-    write_topic(messages[: len(messages) // 2], bootstrap=cluster.bootstrap, topic=topic,
+    write_topic(messages[: len(messages) // 2], bootstrap=broker.bootstrap, topic=topic,
                 schema=row_schema(), transactional_id=f"{topic}-sink")
-    result = collect(read_topic(cluster.bootstrap, topic, schema=row_schema()))
+    # every message once or twice, and the transactions' markers: offsets no record has
+    records = raw_records(broker, topic, 2)
+    assert len(records) == len(messages) + len(messages) // 2
+    assert max(o for _, o, _, _ in records) > len(records) // 2
+    result = collect(read_topic(broker.bootstrap, topic, schema=row_schema()))
     assert as_set(result.updates) == as_set(history.truth)
     assert result.frontier.to_json() == []
 
@@ -109,18 +116,29 @@ def test_missing_topic_is_refused_before_writing_and_not_created(cluster: MockCl
                         schema=row_schema())
 
 
-def test_bad_input_aborts_the_open_transaction(cluster: MockCluster) -> None:
-    """An error in the messages (bad input upstream) propagates, after the abort."""
-    history = random_history(seeded(15), updates=50, times=5)
-    topic = new_topic(cluster, partitions=2)
+def test_bad_input_aborts_the_open_transaction(broker: KafkaBroker) -> None:
+    """An error in the messages (bad input upstream) propagates, after the abort: a reader
+    (read-committed) sees the transactions committed before it, not the aborted one, which a
+    read-uncommitted consumer shows was written."""
+    history = random_history(seeded(15), updates=80, times=5)
+    topic = new_topic(broker, partitions=2)
+    messages = write(history, batch_size=4)
+    first = next(i for i, m in enumerate(messages) if isinstance(m, Progress)) + 1
+    assert first + 2 < len(messages) and not isinstance(messages[first + 1], Progress)
 
     def failing():
-        yield from write(history, batch_size=4)[:3]
+        yield from messages[:first + 2]
+        time.sleep(1)  # the open transaction's records sent, before the abort
         raise ValueError("upstream input broke")
 
     with pytest.raises(ValueError, match="upstream input broke"):
-        write_topic(failing(), bootstrap=cluster.bootstrap, topic=topic, schema=row_schema(),
+        write_topic(failing(), bootstrap=broker.bootstrap, topic=topic, schema=row_schema(),
                     transactional_id=f"{topic}-sink")
+    read = read_topic(broker.bootstrap, topic, schema=row_schema())
+    assert len(read) == first  # the first transaction's, up to its progress statement
+    assert as_set(collect(read).updates) == as_set(collect(messages[:first]).updates)
+    uncommitted = raw_records(broker, topic, 2, isolation="read_uncommitted")
+    assert len(uncommitted) == first + 2
 
 
 def test_a_message_too_large_for_the_producer_is_cut_into_messages_that_fit(
