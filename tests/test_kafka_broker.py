@@ -84,3 +84,22 @@ def test_a_broker_that_cannot_start_is_one_line_naming_its_log(tmp_path: Path) -
     assert "\n" not in message
     assert str(tmp_path / "bad" / "broker.log") in message
     assert (tmp_path / "bad" / "broker.log").stat().st_size > 0
+
+
+def test_the_setup_fetches_once_and_without_maven_says_so_in_one_line(tmp_path: Path) -> None:
+    import re
+
+    from changelake.kafka.broker import KAFKA_VERSION, POM, fetch_jars, jar_folder, jars_present
+
+    root = Path(__file__).resolve().parents[1]
+    pom = (root / POM).read_text()
+    assert re.search(r"<kafka.version>(.*?)</kafka.version>", pom)[1] == KAFKA_VERSION  # type: ignore[index]
+    assert jars_present()  # the setup ran: a second run needs no Maven and changes nothing
+    before = sorted(p.name for p in jar_folder().iterdir())
+    assert fetch_jars(root / POM, mvn="no-such-mvn") == jar_folder()
+    assert sorted(p.name for p in jar_folder().iterdir()) == before
+    assert f"kafka_2.13-{KAFKA_VERSION}.jar" in before
+    with pytest.raises(BrokerError) as failure:
+        fetch_jars(root / POM, mvn="no-such-mvn", target=tmp_path / "jars")
+    assert "Maven (`no-such-mvn`) is required" in str(failure.value)
+    assert "\n" not in str(failure.value) and not (tmp_path / "jars").exists()

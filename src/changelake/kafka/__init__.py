@@ -13,10 +13,12 @@ The public API:
 * `SchemaRegistry`: the registry client; `RegistryServer` and `MockCluster`: an in-memory
   registry and librdkafka's mock cluster, served on 127.0.0.1 for tests and the demo.
 
-One module per job: `client` (settings, log, metadata), `registry`, `schemas` (which schema
-decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster`, `registry_server`, and
-`dead_letter` (records a lenient read set aside, produced to a dead-letter topic). The
-Spark data source `kafka-cdc`, whose executors read the partitions with `source`, is
+One module per job: `client` (settings, log, metadata), `security` (`--kafka-conf`,
+`--kafka-config`: SASL and SSL settings for every client), `registry`, `schemas` (which schema
+decodes a frame), `sink`, `source`, `decode`, `changefeed`, `cluster` (librdkafka's mock),
+`broker` (a real Apache Kafka broker, for tests), `registry_server`, and `dead_letter`
+(records a lenient read set aside, produced to a dead-letter topic). The Spark data source
+`kafka-cdc`, whose executors read the partitions with `source`, is
 `changelake.spark.kafka_source`.
 """
 

@@ -86,18 +86,21 @@ def jar_folder() -> Path:
     return Path(sys.prefix) / "share" / "changelake" / "jars" / f"kafka-{KAFKA_VERSION}"
 
 
-def jars_present() -> bool:
-    """Whether `fetch_jars` completed here (it writes `.complete` last)."""
-    return (jar_folder() / ".complete").is_file()
+def jars_present(target: Path | None = None) -> bool:
+    """Whether `fetch_jars` completed in `target` (default `jar_folder()`): it writes
+    `.complete` last."""
+    return ((jar_folder() if target is None else target) / ".complete").is_file()
 
 
-def fetch_jars(pom: Path, repository: str | None = None, *, mvn: str = "mvn") -> Path:
-    """Copy the broker's jars (the runtime dependencies of `pom`) into `jar_folder()` with
-    Maven, unless they are there already; `repository` (default `CHANGELAKE_MAVEN_REPO`, else
-    Maven Central) is the repository Maven resolves them from. A `BrokerError` in one line when
-    Maven is missing or fails (its output is kept in a file the message names)."""
-    target = jar_folder()
-    if jars_present():
+def fetch_jars(pom: Path, repository: str | None = None, *, mvn: str = "mvn",
+               target: Path | None = None) -> Path:
+    """Copy the broker's jars (the runtime dependencies of `pom`) into `target` (default
+    `jar_folder()`) with Maven, unless they are there already (then Maven is not needed);
+    `repository` (default `CHANGELAKE_MAVEN_REPO`, else Maven Central) is the repository Maven
+    resolves them from. A `BrokerError` in one line when Maven is missing or fails (its output
+    is kept in a file the message names)."""
+    target = jar_folder() if target is None else target
+    if jars_present(target):
         return target
     found = shutil.which(mvn)
     if found is None:

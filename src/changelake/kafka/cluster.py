@@ -1,7 +1,8 @@
 """librdkafka's mock cluster: a Kafka protocol server on 127.0.0.1, for tests and the demo.
 
-No broker can be installed here, but librdkafka (which confluent-kafka bundles) carries an
-in-process implementation of the Kafka protocol: produce, fetch, idempotent and transactional
+librdkafka (which confluent-kafka bundles) carries an in-process implementation of the Kafka
+protocol, a fast stand-in for a broker (`broker.KafkaBroker` runs Apache Kafka itself, for what
+only a broker does): produce, fetch, idempotent and transactional
 producers, consumer groups and committed offsets. Any client or process can use it through its
 bootstrap address while the `MockCluster` that owns it lives.
 
