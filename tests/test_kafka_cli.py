@@ -161,8 +161,13 @@ def big_history() -> History:
 
 @pytest.mark.parametrize("transactional", [
     False, pytest.param(True, marks=pytest.mark.slow)])
-def test_sink_killed_mid_write_and_run_again(cluster: MockCluster, tmp_path: Path,
+def test_sink_killed_mid_write_and_run_again(request: pytest.FixtureRequest, tmp_path: Path,
                                              transactional: bool) -> None:
+    """Killed, the sink leaves a prefix a reader decodes; run again, the whole history. The
+    transactional sink runs against the real broker: its killed producer's transaction stays
+    open, and a read-committed read ends at it (the mock has no isolation to show that),
+    until the re-run's producer fences it."""
+    cluster = request.getfixturevalue("broker" if transactional else "cluster")
     history = big_history()
     schema, changes = schema_file(tmp_path), write_changes(history, tmp_path / "big.jsonl")
     topic = new_topic(cluster, partitions=3)

@@ -25,6 +25,7 @@ from changelake.kafka import (
     value_subject,
     write_topic,
 )
+from changelake.kafka.broker import KafkaBroker
 from changelake.protocol import collect
 from changelake.simulate import random_history, write
 from conftest import seeded
@@ -76,11 +77,12 @@ def test_missing_topic_and_missing_schema(cluster: MockCluster) -> None:
         read_topic(cluster.bootstrap, "nothing-here")
 
 
-def test_group_resumes_with_the_reader_state(cluster: MockCluster, tmp_path: Path) -> None:
+def test_group_resumes_with_the_reader_state(broker: KafkaBroker, tmp_path: Path) -> None:
     """Three runs of one group, each after more messages: each reads only what is new, and
-    together they print the history exactly once."""
+    together they print the history exactly once. On the real broker: its group coordinator
+    keeps the committed offsets."""
     history = random_history(seeded(22), updates=300, times=15)
-    topic = new_topic(cluster, partitions=4)
+    topic = new_topic(broker, partitions=4)
     messages = write(history, batch_size=4)
     state = tmp_path / "reader.json"
     thirds = [messages[: len(messages) // 3], messages[len(messages) // 3: 2 * len(messages) // 3],
@@ -88,13 +90,13 @@ def test_group_resumes_with_the_reader_state(cluster: MockCluster, tmp_path: Pat
     printed: list[tuple] = []
     read_before = 0
     for part in thirds:
-        write_topic(part, bootstrap=cluster.bootstrap, topic=topic, schema=row_schema())
+        write_topic(part, bootstrap=broker.bootstrap, topic=topic, schema=row_schema())
         out = io.BytesIO()
-        decode_topic(cluster.bootstrap, topic, out, schema=row_schema(), group="g1",
+        decode_topic(broker.bootstrap, topic, out, schema=row_schema(), group="g1",
                      state=state)
         updates, frontier = history_lines(out.getvalue())
         printed += sorted(updates)
-        with TopicReader(cluster.bootstrap, topic, group="g1", schema=row_schema()) as reader:
+        with TopicReader(broker.bootstrap, topic, group="g1", schema=row_schema()) as reader:
             committed = reader.committed()
             assert sum(committed.values()) == read_before + len(part)
             read_before += len(part)
