@@ -131,6 +131,9 @@ SLOW_TESTS = {
     # test_the_broker_keeps_records_across_a_clean_and_a_killed_restart, in the default run
     "test_kafka_broker_reads.py::"
     "test_a_broker_restart_during_an_ingest_loses_and_doubles_nothing",
+    # a lake ingest through SASL (most of a minute): the executors' read with the settings,
+    # test_a_kafka_cdc_read_on_the_executors_takes_the_settings, in the default run
+    "test_kafka_security.py::test_ingest_reads_on_the_executors_with_the_settings",
 }
 
 

@@ -10,6 +10,7 @@ import json
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -19,7 +20,6 @@ from changelake.cli import main
 from changelake.kafka import security
 from changelake.kafka.broker import KafkaBroker
 from changelake.kafka.security import (
-    KafkaSecurity,
     SecurityError,
     from_command_line,
     parse_properties,
@@ -141,26 +141,29 @@ def test_encode_and_decode_through_sasl_and_a_wrong_password(broker: KafkaBroker
     assert not security.current()  # each command clears what it set
 
 
-@pytest.mark.spark
-def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBroker,
-                                                         tmp_path: Path) -> None:
-    """The planner runs in a process of Spark's, the reads on executors: neither sees this
-    process's settings, only what the `securityFile` option's file gave the reader."""
+def produce_history(broker: KafkaBroker, seed: int) -> tuple[Any, str]:
     from changelake.kafka import write_topic
-    from changelake.lake import Lake
-    from changelake.lake.kafka_ingest import ingest_topics
     from changelake.simulate import random_history, write
-    from changelake.spark.kafka_source import KafkaOptions, reader_options
     from conftest import seeded
 
-    history = random_history(seeded(90), updates=120, times=8)
+    history = random_history(seeded(seed), updates=120, times=8)
     topic = new_topic(broker, partitions=3)
     write_topic(write(history, batch_size=5), bootstrap=broker.bootstrap, topic=topic,
                 schema=row_schema())
-    schema = tmp_path / "schema.json"
-    schema.write_bytes(orjson.dumps(row_schema().avro))
-    lake = Lake(spark, tmp_path / "lake")
-    name = f"s_{uuid.uuid4().hex[:8]}"
+    return history, topic
+
+
+@pytest.mark.spark
+def test_a_kafka_cdc_read_on_the_executors_takes_the_settings(spark, broker: KafkaBroker
+                                                               ) -> None:
+    """The planner runs in a process of Spark's, the reads on executors: neither sees this
+    process's settings, only what the `securityFile` option's file gave the reader (the SASL
+    listener refuses a client without them: the CLI test above)."""
+    from changelake.spark import kafka_source
+    from changelake.spark.kafka_source import KafkaOptions, reader_options
+
+    _history, topic = produce_history(broker, 91)
+    plain = held_records(spark, reader_options(broker.bootstrap, [topic]))
     assert broker.sasl_bootstrap is not None
     security.use(from_command_line(sasl_items()))
     try:
@@ -171,17 +174,48 @@ def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBro
         parsed = KafkaOptions.parse({**options, "output": "records"})
         assert SASL_PASSWORD not in repr(parsed)
         assert parsed.consumer_config()["sasl.password"] == SASL_PASSWORD
-        report = ingest_topics(lake, name, broker.sasl_bootstrap, topic, schema=schema)
+        frame = (spark.read.format(kafka_source.NAME).options(**options, output="records")
+                 .load())
+        assert SASL_PASSWORD not in frame._jdf.queryExecution().toString()
+        assert held_records(spark, options) == plain
     finally:
         security.use(None)
     assert not shared.exists()  # removed when the settings went
+    assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
+
+
+def held_records(spark: Any, options: dict[str, str]) -> list[tuple]:
+    from changelake.spark import kafka_source
+
+    kafka_source.register(spark)
+    rows = (spark.read.format(kafka_source.NAME).options(**options, output="records").load()
+            .select("partition", "offset", "value").collect())
+    return sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
+
+
+@pytest.mark.spark
+def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBroker,
+                                                         tmp_path: Path) -> None:
+    """`ingest --kafka`'s read (planned here, read by `kafka-cdc` on the executors) through
+    the SASL listener: the table holds the history; the password is in no setting of the
+    session and not in the table's metadata."""
+    from changelake.lake import Lake
+    from changelake.lake.kafka_ingest import ingest_topics
+
+    history, topic = produce_history(broker, 90)
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(orjson.dumps(row_schema().avro))
+    lake = Lake(spark, tmp_path / "lake")
+    name = f"s_{uuid.uuid4().hex[:8]}"
+    assert broker.sasl_bootstrap is not None
+    security.use(from_command_line(sasl_items()))
+    try:
+        report = ingest_topics(lake, name, broker.sasl_bootstrap, topic, schema=schema)
+    finally:
+        security.use(None)
     rows = Counter((r["id"], r["v"], r["_time"], r["_diff"])
                    for r in lake.table(name).updates().collect())
     assert rows == Counter((d.get("id"), d.get("v"), t, r) for d, t, r in history.truth)
     assert report.records > 0
-    conf = json.dumps(spark.sparkContext.getConf().getAll())
-    assert SASL_PASSWORD not in conf
-    metadata = json.dumps(lake.table(name).state().offsets.to_json()
-                          if hasattr(lake.table(name).state().offsets, "to_json") else "")
-    assert SASL_PASSWORD not in metadata
-    assert not isinstance(security.current(), KafkaSecurity) or not security.current()
+    assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
+    assert SASL_PASSWORD not in repr(lake.table(name).state())

@@ -19,10 +19,11 @@ import pytest
 
 from changelake.errors import ChangefeedError, InputError, LakeError
 from changelake.kafka import MockCluster
+from changelake.kafka.broker import KafkaBroker
 from changelake.lake import Lake, ingest
 from changelake.lake.kafka_changefeed import ingest_changefeed_topics
 from conftest import seeded
-from kafka_helpers import cluster, new_topic
+from kafka_helpers import Cluster, cluster, new_topic
 from test_convert_history import write_ydb
 from test_kafka_changefeed import Feed, _key, pg_feed, producer, write_files, ydb_history
 
@@ -49,7 +50,7 @@ def updates(lake: Lake, name: str, below: int | None = None) -> Counter:
     return out
 
 
-def group_offsets(cluster: MockCluster, group: str, topic: str, partitions: int
+def group_offsets(cluster: Cluster, group: str, topic: str, partitions: int
                   ) -> dict[int, int]:
     """The offsets a consumer group has committed for the topic's partitions."""
     from confluent_kafka import Consumer, TopicPartition
@@ -68,7 +69,7 @@ def _xid(value: bytes) -> int:
     return (event.get("payload") or event)["source"]["txId"]
 
 
-def produce_debezium(cluster: MockCluster, data: str, tx_topic: str | None, feed: Feed,
+def produce_debezium(cluster: Cluster, data: str, tx_topic: str | None, feed: Feed,
                      events: slice, partitions: int) -> None:
     """The events of `events` on the table's topic (by key), and the transaction topic's BEGIN
     and END of each transaction whose last event is among them."""
@@ -97,7 +98,10 @@ def reference(lake: Lake, paths: list[Path], source: str, **options: Any) -> str
 @pytest.mark.slow
 @pytest.mark.parametrize("metadata", [False, True])
 def test_debezium_topic_in_three_runs_then_closed_equals_the_file_ingest(
-        cluster: MockCluster, lake: Lake, tmp_path: Path, metadata: bool) -> None:
+        broker: KafkaBroker, lake: Lake, tmp_path: Path, metadata: bool) -> None:
+    """Three runs, a connector's replay, then closed; the runs' positions committed to a
+    consumer group too, on the real broker (a group coordinator's offsets)."""
+    cluster = broker
     feed = pg_feed(seeded(81 + metadata).randrange(1 << 30), transactions=16,
                    metadata=metadata)
     ref = reference(lake, write_files(feed, tmp_path, metadata=metadata), "debezium",

@@ -44,6 +44,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -146,11 +147,16 @@ def _java() -> str:
     return found
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct TCP ports on 127.0.0.1 that nothing listens on now (all bound at once,
+    then let go)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 def _cluster_id() -> str:
@@ -185,24 +191,25 @@ class KafkaBroker:
                  heap: str = "512m", check_interval_ms: int = 1000,
                  settings: Mapping[str, str] | None = None,
                  start_timeout: float = 90.0, die_with_parent: bool = False) -> None:
+        for name, password in (sasl_users or {}).items():
+            if not re.fullmatch(r"[\w.\-]+", name) or not password \
+                    or any(c in password for c in '"\\\n\r'):
+                raise ValueError("a SASL user's name is letters, digits, '_', '.' or '-'; its "
+                                 "password non-empty, without quotes, backslashes or line "
+                                 "breaks")
         self._owns_folder = folder is None
         if folder is None:
             folder = Path(tempfile.mkdtemp(prefix="changelake-kafka-"))
         self.folder = private_folder(Path(folder))
-        for name, password in (sasl_users or {}).items():
-            for text in (name, password):
-                if any(c in text for c in '"\\\n\r') or not text:
-                    raise ValueError("a SASL user's name and password must be non-empty, "
-                                     "without quotes, backslashes or line breaks")
         self.sasl_users = dict(sasl_users or {})
         self.heap = heap
         self.check_interval_ms = check_interval_ms
         self.settings = dict(settings or {})
         self.start_timeout = start_timeout
         self.die_with_parent = die_with_parent
-        self.port = free_port()
-        self.controller_port = free_port()
-        self.sasl_port = free_port() if self.sasl_users else None
+        ports = free_ports(3 if self.sasl_users else 2)
+        self.port, self.controller_port = ports[0], ports[1]
+        self.sasl_port = ports[2] if self.sasl_users else None
         self._process: subprocess.Popen[bytes] | None = None
         self._admin: object | None = None
 
