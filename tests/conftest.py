@@ -259,9 +259,9 @@ def execute(dsn: str, *statements: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[object]:
+def broker_server() -> Iterator[object]:
     """One Apache Kafka broker (KRaft, one node) for the test run, on 127.0.0.1
-    (`changelake.kafka.broker`): tests share it, each with topics of its own
+    (`changelake.kafka.broker`): tests share it through `broker`, each with topics of its own
     (`kafka_helpers.new_topic`). It has a SASL/PLAIN listener too (`sasl_bootstrap`), with one
     user, `kafka_helpers.SASL_USER`, whose password is made for the run. Killed at the end of
     the run, or with the test process."""
@@ -270,3 +270,10 @@ def broker() -> Iterator[object]:
 
     with KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, die_with_parent=True) as running:
         yield running
+
+
+@pytest.fixture
+def broker(broker_server: object) -> object:
+    """The run's broker, running: started again if a test before stopped or killed it (and
+    failed before starting it again)."""
+    return broker_server.start()  # type: ignore[attr-defined]
