@@ -134,6 +134,7 @@ SLOW_TESTS = {
     # a lake ingest through SASL (most of a minute): the executors' read with the settings,
     # test_a_kafka_cdc_read_on_the_executors_takes_the_settings, in the default run
     "test_kafka_security.py::test_ingest_reads_on_the_executors_with_the_settings",
+    "test_kafka_security.py::test_a_follow_reads_through_sasl",
 }
 
 

@@ -219,3 +219,39 @@ def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBro
     assert report.records > 0
     assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
     assert SASL_PASSWORD not in repr(lake.table(name).state())
+
+
+def test_sparks_own_connector_is_refused_the_settings_in_one_line() -> None:
+    """Spark's `kafka` connector takes settings only as options, which Spark shows: with
+    security settings the reader `kafka` is refused, before any Spark work."""
+    from changelake.errors import LakeError
+    from changelake.lake.kafka_ingest import connector_records
+
+    with pytest.raises(LakeError, match=r"reader kafka .* takes no --kafka-conf"):
+        connector_records(None, {"securityFile": "/nonexistent", "topics": "t"})
+
+
+@pytest.mark.spark
+def test_a_follow_reads_through_sasl(spark, broker: KafkaBroker, tmp_path: Path) -> None:
+    """`ingest --follow --kafka`'s streaming source: its reader, made once when the query
+    starts, takes the settings from the file; micro-batches read through SASL."""
+    from changelake.lake import Lake
+    from changelake.lake.follow import TOPICS, follow, topic_source, topics_address
+
+    history, topic = produce_history(broker, 92)
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(orjson.dumps(row_schema().avro))
+    lake = Lake(spark, tmp_path / "lake")
+    name = f"f_{uuid.uuid4().hex[:8]}"
+    assert broker.sasl_bootstrap is not None
+    security.use(from_command_line(sasl_items()))
+    try:
+        done = follow(lake, name, topic_source(broker.sasl_bootstrap, [topic], schema=schema),
+                      topics_address(broker.sasl_bootstrap, [topic]), kind=TOPICS,
+                      trigger_seconds=0.5, until_idle=1.5)
+    finally:
+        security.use(None)
+    assert done.committed >= 1
+    rows = Counter((r["id"], r["v"], r["_time"], r["_diff"])
+                   for r in lake.table(name).updates().collect())
+    assert rows == Counter((d.get("id"), d.get("v"), t, r) for d, t, r in history.truth)
