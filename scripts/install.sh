@@ -33,8 +33,8 @@ fi
 .venv/bin/python -m changelake.spark.maven
 # Apache Kafka's broker (KRaft, one node) that the tests and the demo start
 # (src/changelake/kafka/broker.py): its jars copied once by Maven from Maven Central (or
-# CHANGELAKE_MAVEN_REPO) into .venv. Nothing to do when they are there; one line when Maven is
-# missing or cannot reach the repository.
+# CHANGELAKE_MAVEN_REPO) into .venv, and its class archive (half its start). Nothing to do when
+# they are there; one line when Maven is missing or cannot reach the repository.
 .venv/bin/python -m changelake.kafka.broker jvm/kafka-broker/pom.xml
 # The project's Java code (spark/jvm), which Spark sessions need: compiled now, not at the
 # first session.

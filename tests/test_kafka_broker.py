@@ -103,3 +103,19 @@ def test_the_setup_fetches_once_and_without_maven_says_so_in_one_line(tmp_path: 
         fetch_jars(root / POM, mvn="no-such-mvn", target=tmp_path / "jars")
     assert "Maven (`no-such-mvn`) is required" in str(failure.value)
     assert "\n" not in str(failure.value) and not (tmp_path / "jars").exists()
+
+
+def test_the_setups_class_archive_is_mapped_by_the_brokers_jvm(broker: KafkaBroker) -> None:
+    """`-Xshare:on` makes a JVM fail unless it maps the archive: the setup's archive fits this
+    Java and the broker's class path, and the broker's JVM is told to map it."""
+    import subprocess
+
+    from changelake.kafka.broker import MAIN_CLASS, _java, archive_path, jar_folder
+
+    archive = archive_path()
+    assert archive.is_file(), "scripts/install.sh makes it (python -m changelake.kafka.broker)"
+    assert f"-XX:SharedArchiveFile={archive}" in broker._command(MAIN_CLASS)
+    done = subprocess.run([_java(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
+                           "-cp", f"{jar_folder()}/*", "-version"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
