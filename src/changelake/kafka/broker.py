@@ -177,6 +177,11 @@ def _java() -> str:
     return found
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    return free_ports(1)[0]
+
+
 def free_ports(count: int) -> list[int]:
     """`count` distinct TCP ports on 127.0.0.1 that nothing listens on now (all bound at once,
     then let go)."""
@@ -508,9 +513,11 @@ class KafkaBroker:
         for future in futures.values():
             try:
                 future.result(30)  # type: ignore[attr-defined]
-            except KafkaException as error:
+            except Exception as error:  # KafkaException, or a bad argument's
                 failure = TopicError(f"cannot {what}: {describe(error)}")
-                failure.code = error.args[0].code() if error.args else None  # type: ignore
+                kafka_error = error.args[0] if isinstance(error, KafkaException) and \
+                    error.args else None
+                failure.code = getattr(kafka_error, "code", lambda: None)()  # type: ignore
                 raise failure from None
 
 
