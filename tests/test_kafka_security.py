@@ -1,8 +1,9 @@
 """Kafka security settings (`--kafka-conf`, `--kafka-config`: `kafka/security.py`) against the
-test broker's SASL/PLAIN listener: the right password works end to end (`encode --to-kafka`,
-`decode --kafka`, and `ingest --kafka`, whose executors read with the settings the planner
-sent them), a wrong one is one line with exit status 2, and no password is printed anywhere:
-error lines, help, the reader's options and repr, the Spark session's settings."""
+test broker's SASL listener (PLAIN, and SCRAM-SHA-512 from a Java client's JAAS line): the
+right password works end to end (`encode --to-kafka`, `decode --kafka`, a `kafka-cdc` read
+and `ingest --kafka`, whose executors read with the settings the planner sent them), a wrong
+one is one line with exit status 2, and no password is printed anywhere: error lines, help,
+the reader's options and repr, the Spark session's settings."""
 
 from __future__ import annotations
 
@@ -126,6 +127,14 @@ def test_encode_and_decode_through_sasl_and_a_wrong_password(broker: KafkaBroker
     plain = cli("decode", "--schema", SCHEMA, "--kafka", broker.bootstrap, "--topic", topic)
     assert read.output == plain.output and '"diff"' in read.output
     assert SASL_PASSWORD not in printed(read)
+    scram = tmp_path / "scram.properties"
+    scram.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{SASL_USER}" password="{SASL_PASSWORD}";\n')
+    read = cli("decode", "--schema", SCHEMA, "--kafka", broker.sasl_bootstrap, "--topic", topic,
+               "--kafka-config", str(scram))
+    assert read.exit_code == 0 and read.output == plain.output, printed(read)
 
     wrong = SASL_PASSWORD + "-wrong"
     for args in (["decode", "--schema", SCHEMA, "--kafka", broker.sasl_bootstrap, "--topic",

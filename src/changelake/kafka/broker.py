@@ -25,8 +25,9 @@ What it promises:
   transaction-state topics (one partition each), no initial rebalance delay, a small heap, the
   log cleaner and retention checked every `check_interval_ms` (Kafka's defaults are minutes),
   and any `settings` given (broker settings, Kafka's names), which win.
-* With `sasl_users` (name -> password), a second listener, SASL_PLAINTEXT with the PLAIN
-  mechanism, which accepts exactly those users: `sasl_bootstrap` is its address. The
+* With `sasl_users` (name -> password), a second listener, SASL_PLAINTEXT with the PLAIN and
+  SCRAM-SHA-512 mechanisms, which accepts exactly those users: `sasl_bootstrap` is its
+  address (their SCRAM credentials are added through the Admin API at the first start). The
   PLAINTEXT listener stays open beside it (no authorizer, no ACLs): a broker to test clients'
   security settings against, not a secure broker.
 * `create_topic`, `delete_topic`, `delete_records`: the Admin API's, on the PLAINTEXT listener,
@@ -36,7 +37,7 @@ Its JVM maps the class archive the setup made (`make_archive`, `ARCHIVE_NAME`) w
 is one: a start in about half the time.
 
 What it does not do: more than one node (no replication, no leader election, no ISR shrink);
-SSL or SCRAM listeners; run anywhere but 127.0.0.1; outlive its owner: `close()` (the `with`
+SSL listeners; run anywhere but 127.0.0.1; outlive its owner: `close()` (the `with`
 block's end) kills the JVM and, for a folder it made itself, removes the folder. Without
 `die_with_parent`, an owner killed before that leaves a JVM behind, which `broker.pid` in the
 folder names.
@@ -309,9 +310,11 @@ class KafkaBroker:
             protocols.append("SASL_PLAINTEXT:SASL_PLAINTEXT")
             users = " ".join(f'user_{name}="{password}"'
                              for name, password in self.sasl_users.items())
-            out["sasl.enabled.mechanisms"] = "PLAIN"
+            out["sasl.enabled.mechanisms"] = "PLAIN,SCRAM-SHA-512"
             out["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};")
+            out["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;")
         out["listeners"] = ",".join([*listeners,
                                      f"CONTROLLER://127.0.0.1:{self.controller_port}"])
         out["advertised.listeners"] = ",".join(listeners)
@@ -371,10 +374,30 @@ class KafkaBroker:
         _write_private(self.folder / "broker.pid", f"{self._process.pid}\n")
         try:
             self._wait_ready()
+            self._add_scram_users()
         except BaseException:
             self.kill()
             raise
         return self
+
+    def _add_scram_users(self) -> None:
+        """The SASL users' SCRAM-SHA-512 credentials, once (the cluster's metadata keeps them
+        across restarts)."""
+        marker = self.folder / "scram-users"
+        if not self.sasl_users or marker.exists():
+            return
+        from confluent_kafka.admin import (
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        upserts = [UserScramCredentialUpsertion(name, info, password.encode())
+                   for name, password in self.sasl_users.items()]
+        self._await(self.admin().alter_user_scram_credentials(upserts),  # type: ignore
+                    "add the SASL users' SCRAM credentials")
+        _write_private(marker, "\n".join(self.sasl_users) + "\n")
 
     def _wait_ready(self) -> None:
         from confluent_kafka.admin import AdminClient
