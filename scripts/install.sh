@@ -20,6 +20,11 @@ if ! command -v "$javac_bin" >/dev/null 2>&1; then
   exit 1
 fi
 
+if ! command -v mvn >/dev/null 2>&1; then
+  echo "changelake setup: Maven (mvn) is required to build the Debezium runner and was not found (apt-get install maven)." >&2
+  exit 1
+fi
+
 python_bin="${PYTHON:-python3}"
 if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
   echo "changelake setup: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)." >&2
@@ -39,6 +44,10 @@ fi
 # The project's Java code (spark/jvm), which Spark sessions need: compiled now, not at the
 # first session.
 .venv/bin/python -c 'from changelake.spark.jvm import jar; jar()'
+# changelake's Debezium runner (jvm/debezium-runner): Debezium's embedded PostgreSQL connector
+# writing to Kafka, with every jar it needs, into .venv (changelake.capture.debezium). Needs
+# Maven; skipped when already built from the same sources.
+bash scripts/build-debezium-runner.sh
 # The classes Spark loads, archived once for every later JVM to map instead of loading them
 # (src/changelake/spark/class_archive.py): seconds off each Spark command's start. Made again
 # only when Java or pyspark changed. Without it everything works, only slower to start.
