@@ -99,7 +99,9 @@ def _facts() -> list[Column]:
         F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
         .alias("metadata"),
         F.max(F.when(change, F.col("ptime"))).alias("high"),
-        F.min("schema").alias("schema"), F.max("schema").alias("other_schema"),
+        # The changes' schemas: BEGIN/END lines and heartbeats have their own.
+        F.min(F.when(change, F.col("schema"))).alias("schema"),
+        F.max(F.when(change, F.col("schema"))).alias("other_schema"),
         F.count(F.when(change & F.col("schema").isNull(), 1)).alias("schemaless"),
         F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
                  F.when(change & (F.col("after_raw").isNotNull()
@@ -222,7 +224,7 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
         if len(raws) > 1:
             raise Unsupported(f"column {n}: decoded two ways")
         raw = raws.pop() if raws else kind
-        if raw != kind and kind != "string":
+        if raw != kind and kind != "string" and decoders != {"float"}:
             raise Unsupported(f"column {n}: a {kind} decoded from text")
         if decoders != {"plain"} and Decoder() in (with_schema, without):
             raise Unsupported(f"column {n}: decoded on some lines only")

@@ -46,6 +46,7 @@ from pyspark.sql import types as T
 
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import (
+    FLOAT_WORDS,
     Decoder,
     Unsupported,
     decimal_literal,
@@ -120,7 +121,18 @@ def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
     number, boolean, array or object read into a string column as its text (the old path
     refuses a value of another kind than its column's), a number beyond a double read as an
     infinity (orjson refuses the line; the text "Infinity" is one), and an integer beyond 64
-    bits read exactly (orjson reads it as a float). None: nothing to refuse."""
+    bits read exactly (orjson reads it as a float); for a Connect float read as text, a
+    string other than `FLOAT_WORDS`, a value of another JSON kind than a number, and a number
+    beyond a double. None: nothing to refuse."""
+    if c.with_schema.kind == "float" and c.without_schema.kind == "float":
+        first = _first_char(raw, c.name)
+        word = (first == '"') & (value.isin(*FLOAT_WORDS) | unchanged(value))
+        number = first.isin("-", *"0123456789")
+        infinite = F.abs(value.cast("double")) == F.lit(float("inf"))
+        return F.when(first.isNotNull() & (first != "n") & ~word & ~number,
+                      f"column {c.name}: a value that is not a number, nor one of "
+                      f"{', '.join(FLOAT_WORDS)}") \
+            .when(number & infinite, f"column {c.name}: a number beyond a double")
     if c.with_schema.kind != "plain" or c.without_schema.kind != "plain":
         return None
     if c.raw_type == "string":
@@ -160,7 +172,9 @@ def _image(raw: Column, parsed: Column, has_schema: Column,
         refused = _refused(raw, value, c)
         if refused is not None:
             checked = F.when(refused.isNotNull(), F.raise_error(refused)).otherwise(checked)
-        if checked is not decoded:
+        if checked is not decoded and c.with_schema.kind == "float":
+            decoded = checked  # Java reads a quoted word as any string: checked all the same
+        elif checked is not decoded:
             decoded = F.when(by_java, decoded).otherwise(checked)
         flag = unchanged(value) if c.raw_type == "string" else F.lit(False)
         flag = F.coalesce(flag, F.lit(False))

@@ -11,9 +11,11 @@ A column's *raw* type is what `from_json` reads from the image before decoding: 
 except for Connect `bytes` (base64) and `Decimal` (base64 two's complement with the schema's
 scale), read as strings, and Debezium's dates, times and timestamps (`_TEMPORAL`), read as
 bigint; each is decoded by expressions that give exactly the text
-`formats.debezium.decode_value` gives (`temporal.py` for the temporal ones). Types the
-plain-JSON convention writes as strings that this path cannot yet decode in the JVM (other
-logical types, nested structs, arrays) raise `Unsupported`: the old path converts those.
+`formats.debezium.decode_value` gives (`temporal.py` for the temporal ones). Other logical
+types are read by their Connect type, as `decode_value` reads them (real Debezium's jsonb,
+timestamptz, uuid and enum columns are strings); those this path cannot yet decode in the JVM
+(`VariableScaleDecimal`'s struct, nested structs, arrays) raise `Unsupported`: the old path
+converts those.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ _CONNECT = {"int8": "bigint", "int16": "bigint", "int32": "bigint", "int64": "bi
             "float": "double", "float32": "double", "float64": "double", "double": "double",
             "boolean": "boolean", "string": "string"}
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
+FLOATS = frozenset({"float", "float32", "float64", "double"})
+FLOAT_WORDS = ("NaN", "Infinity", "-Infinity")
+"""JsonConverter's text for a double it cannot write as a JSON number."""
+BITS = "io.debezium.data.Bits"
+_STRUCTURED = frozenset({"io.debezium.data.VariableScaleDecimal"})
+"""Logical types `decode_value` decodes from a structure this path does not read."""
 
 
 def decimal_literal(n: int) -> Column:
@@ -89,8 +97,11 @@ _TEMPORAL = {
 @dataclass(frozen=True)
 class Decoder:
     """How one column's raw JSON value becomes its plain-JSON value: `kind` is "plain" (as
-    read), "bytes" (base64 to a string of code points 0-255), "decimal" (with `scale`), or
-    "date", "time", "timestamp" (an integer count of `per_second` units, to ISO text)."""
+    read), "bytes" (base64 to a string of code points 0-255), "decimal" (with `scale`),
+    "date", "time", "timestamp" (an integer count of `per_second` units, to ISO text), or
+    "float" (a Connect float or double: a number, or the strings "NaN", "Infinity" and
+    "-Infinity" that Kafka's JsonConverter writes for those values, read as text, then as a
+    double; `keyed._refused` refuses other strings, as `decode_value` does)."""
 
     kind: str = "plain"
     scale: int = 0
@@ -118,10 +129,18 @@ def connect_decoder(field: Mapping[str, Any] | None) -> tuple[Decoder, str | Non
     if name in _TEMPORAL:
         kind_, per_second = _TEMPORAL[name]
         return Decoder(kind_, per_second=per_second), "string"
-    if name is not None:
+    if name == BITS:
+        return Decoder("bytes"), "string"
+    if name in _STRUCTURED:
         raise Unsupported(f"Connect logical type {name}")
+    # Any other logical type is read by its Connect type, as `decode_value` reads a name it
+    # does not know: real Debezium's `io.debezium.data.Json` (jsonb), `...time.ZonedTimestamp`
+    # (timestamptz), `...data.Uuid`, `...data.Enum` are strings; `...time.MicroDuration`
+    # (interval) an int64.
     if kind == "bytes":
         return Decoder("bytes"), "string"
+    if kind in FLOATS:
+        return Decoder("float"), "double"
     if kind in _CONNECT:
         return Decoder(), _CONNECT[kind]
     raise Unsupported(f"Connect type {kind}")
@@ -191,6 +210,8 @@ def decode(raw: Column, decoder: Decoder) -> Column:
     """The plain-JSON value of a raw column, as `formats.debezium.decode_value` gives it."""
     if decoder.kind == "bytes":
         return F.decode(F.unbase64(raw), "ISO-8859-1")
+    if decoder.kind == "float":
+        return raw.cast("double")
     if decoder.kind == "date":
         return date_text(raw)
     if decoder.kind == "time":

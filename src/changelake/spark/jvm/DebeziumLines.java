@@ -104,12 +104,14 @@ public final class DebeziumLines {
             if (out[FLAW] != null) flawed++;
             if (Boolean.TRUE.equals(out[DEFERRED])) deferred++;
             UTF8String kind = (UTF8String) out[KIND], schemaText = (UTF8String) out[SCHEMA];
-            schema = least(schema, schemaText);
-            otherSchema = greatest(otherSchema, schemaText);
             if (out[TX_ORDER] != null || BEGIN.equals(kind) || END.equals(kind)) metadata++;
             if (out[SHAPE] != null) shapes.add((UTF8String) out[SHAPE]);
             if (!change) return;
             changes++;
+            // The changes' schemas only: a transaction topic's BEGIN/END and a heartbeat carry
+            // schemas of their own (real Debezium with schemas.enable).
+            schema = least(schema, schemaText);
+            otherSchema = greatest(otherSchema, schemaText);
             table = least(table, (UTF8String) out[TABLE]);
             otherTable = greatest(otherTable, (UTF8String) out[TABLE]);
             Long ptime = (Long) out[PTIME];
