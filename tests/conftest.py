@@ -103,6 +103,10 @@ DEFAULT_CASES = {
 #: Whole tests the default run leaves to the slow tier: each a CLI process (or several) of
 #: 15-30 s whose rule a faster in-process test of the default run also checks.
 SLOW_TESTS = {
+    # real Debezium and a real broker, then a Spark ingest per table (minutes): the JVM path's
+    # reading of what real Debezium writes is test_debezium_real_samples.py's, in the default run
+    "test_debezium_pipeline.py::"
+    "test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database",
     # the archive a command maps: test_the_setups_archive_is_mapped_by_a_commands_jvm
     "test_class_archive.py::"
     "test_a_failing_training_run_leaves_the_archive_there_was_and_nothing_else",

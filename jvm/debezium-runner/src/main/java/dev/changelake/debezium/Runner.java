@@ -62,7 +62,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * </ul>
  *
  * <p>On stdout, one line per event of the runner's life ({@code changelake-debezium: started},
- * {@code ... streaming}, {@code ... stopped}); Debezium's and Kafka's log on stderr. SIGTERM
+ * {@code ... polling}, {@code ... streaming} once the initial snapshot is sent and the log is
+ * read, {@code ... stopped}); Debezium's and Kafka's log on stderr. SIGTERM
  * stops the engine, which stores the offsets of what was sent. Exit status 0 after a stop, 1
  * when the engine failed, 2 for a bad command line.
  */
@@ -131,7 +132,7 @@ public final class Runner {
 
                     @Override
                     public void pollingStarted() {
-                        say("streaming");
+                        say("polling");
                     }
                 })
                 .using((success, message, error) -> {
@@ -164,12 +165,45 @@ public final class Runner {
             Runtime.getRuntime().halt(0);
         }, "changelake-debezium-stop");
         Runtime.getRuntime().addShutdownHook(hook);
+        Thread watch = new Thread(() -> watchStreaming(done), "changelake-debezium-watch");
+        watch.setDaemon(true);
+        watch.start();
         engine.run();
         done.await();
         if (!succeeded.get() || failure.get() != null) {
             Runtime.getRuntime().removeShutdownHook(hook);
             say("failed");
             System.exit(1);
+        }
+    }
+
+    /**
+     * Says "streaming" once the connector reads the database's log: its initial snapshot (if
+     * any) is sent. The engine's callbacks say only that polling began, which is before the
+     * snapshot; Debezium's streaming metrics (JMX, {@code context=streaming}) say
+     * {@code Connected} once the stream is open.
+     */
+    private static void watchStreaming(CountDownLatch done) {
+        javax.management.MBeanServer server =
+                java.lang.management.ManagementFactory.getPlatformMBeanServer();
+        try {
+            javax.management.ObjectName pattern = new javax.management.ObjectName(
+                    "debezium.*:type=connector-metrics,context=streaming,*");
+            while (done.getCount() > 0) {
+                for (javax.management.ObjectName name : server.queryNames(pattern, null)) {
+                    try {
+                        if (Boolean.TRUE.equals(server.getAttribute(name, "Connected"))) {
+                            say("streaming");
+                            return;
+                        }
+                    } catch (javax.management.JMException e) {
+                        // not registered yet, or gone: look again
+                    }
+                }
+                Thread.sleep(100);
+            }
+        } catch (javax.management.MalformedObjectNameException | InterruptedException e) {
+            System.err.println("changelake-debezium: watch: " + e);
         }
     }
 
