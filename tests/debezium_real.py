@@ -3,7 +3,7 @@ PostgreSQL, for the tests: a scripted workload whose every statement the samples
 `tests/data/debezium-real/` recorded, and helpers to read a topic whole and to know that
 Debezium has sent everything up to a point.
 
-    python tests/debezium_real.py BOOTSTRAP   # records the samples again (needs a broker)
+    python tests/debezium_real.py             # records the samples again (a broker of its own)
 
 The samples are what Debezium 3.6.1 wrote to Kafka, one JSON line per record
 (`{"key": ..., "value": ...}`, Kafka's dump form, which `--from debezium` reads), per topic:
@@ -149,4 +149,10 @@ def record(bootstrap: str, out: Path = SAMPLES) -> None:
 
 
 if __name__ == "__main__":
-    record(sys.argv[1])
+    if len(sys.argv) > 1:
+        record(sys.argv[1])
+    else:
+        from changelake.kafka.broker import KafkaBroker
+
+        with KafkaBroker() as broker:
+            record(broker.bootstrap)

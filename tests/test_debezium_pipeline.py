@@ -22,14 +22,11 @@ the body from: the lake would hold NULL; `test_debezium_real_samples.py` keeps t
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import subprocess
 import sys
 import time
-import types
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +73,6 @@ class PipelineWorkload(Workload):
         return super()._doc_change(c)
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[Any]:
-    """A real Kafka broker on 127.0.0.1 (`kafka.broker.KafkaBroker`)."""
-    bootstrap = os.environ.get("CHANGELAKE_DEBEZIUM_TEST_BOOTSTRAP")  # development only
-    if bootstrap:
-        yield types.SimpleNamespace(bootstrap=bootstrap)
-        return
-    module = pytest.importorskip("changelake.kafka.broker")
-    with module.KafkaBroker(tmp_path / "broker") as running:
-        yield running
-
-
 def database_rows(dsn: str) -> dict[str, Counter]:
     conn = psycopg2.connect(dsn)
     out = {}
@@ -104,6 +89,7 @@ def database_rows(dsn: str) -> dict[str, Counter]:
 @pytest.mark.timeout(1800)
 def test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database(
         pg_dsn: str, broker: Any, tmp_path: Path) -> None:
+    """`broker`: conftest's real Kafka broker (`kafka.broker.KafkaBroker`)."""
     seed = 69
     print(f"workload seed: {seed}")
     prefix = f"{PREFIX}{int(time.time() * 1000) % 10**9}"  # topics of this run only
