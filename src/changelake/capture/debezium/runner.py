@@ -161,10 +161,12 @@ def _utf16(c: str) -> list[int]:
 
 
 class DebeziumRunner:
-    """The runner as a child process: `start()` (returns once Debezium is streaming, its
-    initial snapshot sent), `stop()` (SIGTERM: the engine stores the offsets of what Kafka
-    holds), `kill()` (SIGKILL), and again `start()`, resuming from the same `state`. A context
-    manager kills what is left at its end. Debezium's log goes to `state/debezium.log`."""
+    """The runner as a child process: `start()` (returns once Debezium reads the log, its
+    initial snapshot read: Debezium's streaming metrics say `Connected`; the snapshot's last
+    records may still be on their way to Kafka), `stop()` (SIGTERM: the engine stores the
+    offsets of what Kafka holds), `kill()` (SIGKILL), and again `start()`, resuming from the
+    same `state`. A context manager kills what is left at its end. Debezium's log goes to
+    `state/debezium.log`."""
 
     def __init__(self, config: DebeziumConfig) -> None:
         self.config = config
