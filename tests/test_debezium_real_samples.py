@@ -72,16 +72,11 @@ def test_a_keyed_table_of_many_types_converts_on_spark_as_the_encoder_does(
         assert (one["price"], one["doc"], one["at"], one["day"]) == (
             "1.50", '{"a": 1}', "2024-05-01T10:00:00.123456Z", "2024-05-01")
         assert final[4]["doc"] == "null" and final[4]["data"] == "\u00de"
-
-
-def test_the_unchanged_toast_value_is_the_rows_previous_one(spark: Any, tmp_path: Path) -> None:
-    """The update of `items` 1 that left `big` out (`__debezium_unavailable_value`) keeps
-    the snapshot's value."""
-    updates = converted(spark, "items", ["id"], True, tmp_path)
-    ones = [dict(data) for (data, _), diff in updates.items()
-            if dict(data)["id"] == 1 and dict(data)["name"] == "one!" and diff > 0]
-    assert {row["big"][:1] for row in ones} == {"x", "z"}
-    assert all(len(row["big"]) in (5000, 3000) for row in ones)
+        # The update of 1 that left `big` out (`__debezium_unavailable_value`) kept the
+        # snapshot's value: the row it made has it.
+        ones = {dict(data)["big"] for (data, _), diff in updates.items()
+                if dict(data)["id"] == 1 and dict(data)["name"] == "one!" and diff > 0}
+        assert ones == {"x" * 5000, "z" * 3000}
 
 
 def test_a_table_without_a_key_converts_on_spark_as_the_encoder_does(spark: Any,
