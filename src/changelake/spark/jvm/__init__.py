@@ -36,6 +36,7 @@ its compiler fails, `jar()` raises a `ChangelakeError` saying so; and `register`
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -43,6 +44,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,6 +108,7 @@ def jar() -> Path:
     its own and renames the jar into place."""
     target = _folder() / f"changelake-jvm-{_digest()}.jar"
     if target.exists():
+        _used(target)
         return target
     javac = shutil.which("javac")
     java_home = os.environ.get("JAVA_HOME")
@@ -130,10 +133,27 @@ def jar() -> Path:
             for path in sorted(classes.rglob("*.class")):
                 out.write(path, path.relative_to(classes).as_posix())
         os.replace(built, target)
+    unused = time.time() - STALE_AFTER_SECONDS
     for stale in target.parent.glob("changelake-jvm-*.jar"):  # of earlier sources or Sparks
-        if stale != target:
-            stale.unlink(missing_ok=True)
+        try:
+            if stale != target and stale.stat().st_mtime < unused:
+                stale.unlink(missing_ok=True)
+        except OSError:
+            pass
     return target
+
+
+STALE_AFTER_SECONDS = 7 * 24 * 3600.0
+"""A jar of other sources is removed once no session has asked for it for this long: one of
+another changelake in the same environment (a `--follow` still running the version an
+upgrade replaced, two checkouts on one environment) is in use, and a session that starts
+while its jar is removed fails (Spark serves `spark.jars` from their paths)."""
+
+
+def _used(path: Path) -> None:
+    """Mark the jar as asked for now (its modification time), for `STALE_AFTER_SECONDS`."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def compile_failed(javac: str, output: str) -> str:
