@@ -227,6 +227,37 @@ def test_current_catches_up_after_a_crash_between_the_two_tables(spark, lake):
     assert rows_of(spark.table(name)) == Counter({(2, "b", 2): 1, (3, "c", 3): 1})
 
 
+def test_a_writer_reads_previous_rows_from_current_not_every_update(spark, lake):
+    """A keyed table's rows at the writer's committed state (where a conversion takes each
+    key's previous row) are read from `current`'s files, not from every file of `updates`:
+    a commit reads what the table holds now, not what it was ever given (on S3 a GET per
+    file of `updates`, per commit: `benchmarks/bench_s3.py`). Where `current` trails (the
+    MERGE never ran) they are merged on read from `updates`, and equal."""
+    from changelake.lake import delta_storage
+
+    name = unique("previous")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    for t in range(4):
+        table.commit(to_df(spark, [((t, f"r{t}", t), t, 1)]), t, t + 1)
+    table.commit(to_df(spark, [((0, "r0", 0), 4, -1), ((0, "new", 9), 4, 1)]), 4, 5)
+    want = Counter({(0, "new", 9): 1, (1, "r1", 1): 1, (2, "r2", 2): 1, (3, "r3", 3): 1})
+    with table.writer() as writer:
+        now = writer.current()
+        assert rows_of(now) == want
+        read = now.inputFiles()
+    assert read and all("/current/" in f and "/updates/" not in f for f in read), read
+    real = delta_storage.catch_up
+    delta_storage.catch_up = lambda *args, **kwargs: None  # `current` left behind
+    try:
+        table.commit(to_df(spark, [((5, "r5", 5), 5, 1)]), 5, 6)
+    finally:
+        delta_storage.catch_up = real
+    with table.writer() as writer:
+        behind = writer.current()
+        assert rows_of(behind) == want + Counter({(5, "r5", 5): 1})
+        assert any("/updates/" in f for f in behind.inputFiles())
+
+
 def test_history_view_and_added_column(spark, lake):
     from pyspark.sql.types import LongType, StructField, StructType
 

@@ -129,6 +129,36 @@ def _delta_rs(path: Path, version: int | None = None):
     return DeltaTable(delta_uri(path), version=version, storage_options=storage_options(path))
 
 
+def current_at(spark: SparkSession, table_dir: Path, state: TableState) -> DataFrame | None:
+    """A keyed table's rows at the committed `state`, read from `current` at the Delta
+    version of it that recorded `state.version` (pinned: a `current_follower` MERGE after
+    it is not seen), on the logical schema; None where `current` does not hold that version
+    (it trails: a follower's MERGE to come, or a crash between the two commits).
+
+    What a writer reads a key's previous row from (`TableWriter.current`): the rows now,
+    not every retained update merged on read, so that a commit reads as much as the table
+    holds now, not as much as it has ever been given (every file of `updates` until a
+    compaction folds them: on an object store, a GET each, per commit)."""
+    if not state.keyed:
+        return None
+    path = current_path(table_dir)
+    if not (path / "_delta_log").is_dir():
+        return None
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        log = _delta_rs(path)
+    except TableNotFoundError:
+        return None
+    if log.transaction_version(APP_ID) != state.version:
+        return None
+    frame = spark.read.format("delta").option("versionAsOf", log.version()).load(str(path))
+    have = {c.lower(): c for c in frame.columns}
+    return frame.select(*[
+        (F.col(quote(have[f.name.lower()])) if f.name.lower() in have else F.lit(None))
+        .cast(f.dataType).alias(f.name) for f in logical_schema(state.versions).fields])
+
+
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
     """The table's committed version (the commit point: see the module docstring)."""
     return transaction_version(spark, updates_path(table_dir))

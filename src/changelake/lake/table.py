@@ -348,8 +348,14 @@ class TableWriter:
         return changefeed_key(self.name, self.state, key, table_json)
 
     def current(self) -> DataFrame:
-        """The table's rows at the committed state held under the lock."""
+        """The table's rows at the committed state held under the lock: a keyed Delta
+        table's `current` where it holds that state (`delta_storage.current_at`), else merged
+        on read from the state's updates."""
         state = self.committed()
+        if state.storage == delta_storage.STORAGE:
+            held = delta_storage.current_at(self.spark, self.table.directory, state)
+            if held is not None:
+                return held
         return self.spark.sql(state_sql(state, self.table.directory, marker=False))
 
     def publish(self, state: TableState, *, retain: int = DEFAULT_RETAIN,
