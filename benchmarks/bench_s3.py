@@ -89,10 +89,10 @@ def what(key: str) -> str:
     import re
 
     key = re.sub(r"^bench/(tables/bench/[a-z]+/)?", "", key)
-    key = re.sub(r"\d{5,}", "N", key)
-    key = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}", "UUID", key)
-    key = re.sub(r"part-N-UUID[^/]*", "part-*", key)
-    return key
+    key = re.sub(r"/(part|cdc)-[^/]*", r"/\1-*", key)
+    key = re.sub(r"/\.\d+\.crc\.[^/]*\.tmp", "/.N.crc.*.tmp", key)
+    key = re.sub(r"\d{3,}", "N", key)
+    return re.sub(r"v\d+\.json", "vN.json", key)
 
 
 def objects(requests: list[tuple[str, str]]) -> dict[str, int]:
@@ -150,9 +150,10 @@ def measure(lake_uri: str, counts: RequestCounts, work: Path, args: argparse.Nam
     result["rows"] = sum(1 for _ in api.snapshot(lake, "bench.items"))
     step("snapshot_spark", start)
 
-    parts = sorted((work / "parts").iterdir())
+    parts = sorted((work / "parts").iterdir())[:args.commits]
     commits: list[dict[str, Any]] = []
-    for k in range(1, len(parts) + 1):
+    upto = len(parts) if "://" in lake_uri else min(len(parts), args.local_commits)
+    for k in range(1, upto + 1):
         start = time.perf_counter()
         done = ingest.ingest(lake, "bench.inc", parts[:k], key=["id"], source="debezium")
         seconds = time.perf_counter() - start
@@ -192,16 +193,22 @@ def requests_line(requests: dict[str, int], n: float = 1) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=60_000,
+    parser.add_argument("--events", type=int, default=20_000,
                         help="events of the feed the big ingest and snapshot take")
-    parser.add_argument("--commits", type=int, default=40)
+    parser.add_argument("--commits", type=int, default=20)
+    parser.add_argument("--local-commits", type=int, default=6,
+                        help="how many of the incremental ingests the local lake runs too "
+                             "(for the ratio; its requests are not counted)")
     parser.add_argument("--chunk", type=int, default=120,
                         help="events per incremental ingest")
-    parser.add_argument("--at", default="1,10,20,40",
+    parser.add_argument("--at", default="1,10,20",
                         help="the commits whose requests are shown one by one")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--partitions", type=int, default=4,
                         help="spark.sql.shuffle.partitions")
+    parser.add_argument("--objects", action="store_true",
+                        help="also the requests of the commits --at by object (the Delta "
+                             "log's commits and checkpoints, data files, manifests, lock)")
     parser.add_argument("--child", choices=("local", "s3"), help=argparse.SUPPRESS)
     parser.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -213,9 +220,11 @@ def main() -> None:
     try:
         events = write_feed(work / "feed.jsonl", args.events)
         write_feed(work / "small.jsonl", 600, seed=3)
-        write_feed(work / "incremental.jsonl", args.commits * args.chunk, seed=5)
+        write_feed(work / "incremental.jsonl", (args.commits + 1) * args.chunk, seed=5)
         (work / "parts").mkdir()
-        cut_feed(work / "incremental.jsonl", work / "parts", args.commits)
+        # one part more than is ingested: the last holds the feed's replayed tail, and its
+        # last transaction, which no later part completes
+        cut_feed(work / "incremental.jsonl", work / "parts", args.commits + 1)
         argv = sys.argv[1:]
         local = run_child("local", work, argv)
         s3 = run_child("s3", work, argv)
@@ -236,17 +245,21 @@ def report(args: argparse.Namespace, events: int, local: dict[str, Any],
         print(f"{name:16} {a['seconds']:8.2f} {b['seconds']:8.2f} "
               f"{b['seconds'] / a['seconds']:7.2f}x   {requests_line(b['requests'])}")
     lc, sc = local["commits"], s3["commits"]
+    both = len(lc)
     total_l = sum(c["seconds"] for c in lc[1:])
-    total_s = sum(c["seconds"] for c in sc[1:])
-    print(f"{'commits 2..' + str(len(sc)):16} {total_l:8.2f} {total_s:8.2f} "
-          f"{total_s / total_l:7.2f}x   (each: local {total_l / (len(lc) - 1):.2f} s, "
-          f"S3 {total_s / (len(sc) - 1):.2f} s)")
+    total_s = sum(c["seconds"] for c in sc[1:both])
+    if both > 1:
+        print(f"{'commits 2..' + str(both):16} {total_l:8.2f} {total_s:8.2f} "
+              f"{total_s / total_l:7.2f}x   (each: local {total_l / (both - 1):.2f} s, "
+              f"S3 {total_s / (both - 1):.2f} s; the server's time "
+              f"{sum(c['server'] for c in sc[1:both]) / (both - 1):.2f} s)")
     print("requests per commit on S3 (the commit's own, then means over windows):")
     for n in [int(x) for x in args.at.split(",") if 0 < int(x) <= len(sc)]:
         c = sc[n - 1]
+        local_s = f"local {lc[n - 1]['seconds']:.2f} s, " if n <= both else ""
         print(f"  commit {n:3}: {sum(c['requests'].values()):4} = "
-              f"{requests_line(c['requests'])}  {c['seconds']:.2f} s "
-              f"(local {lc[n - 1]['seconds']:.2f} s), {c['written']} updates")
+              f"{requests_line(c['requests'])}  {c['seconds']:.2f} s ({local_s}server "
+              f"{c['server']:.2f} s), {c['written']} updates")
     for low in range(2, len(sc) + 1, 10):
         window = sc[low - 1:low + 9]
         total: Counter[str] = Counter()
@@ -254,6 +267,13 @@ def report(args: argparse.Namespace, events: int, local: dict[str, Any],
             total.update(c["requests"])
         print(f"  commits {low:3}..{low + len(window) - 1:<3} mean: "
               f"{sum(total.values()) / len(window):6.1f} = {requests_line(total, len(window))}")
+    if args.objects:
+        shown = [int(x) for x in args.at.split(",") if 0 < int(x) <= len(sc)]
+        print("requests by object, commits " + ", ".join(map(str, shown)) + ":")
+        names = sorted({k for n in shown for k in sc[n - 1]["objects"]})
+        for name in names:
+            print(f"  {name[:70]:70} " + " ".join(
+                f"{sc[n - 1]['objects'].get(name, 0):4}" for n in shown))
 
 
 if __name__ == "__main__":
