@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -54,22 +55,25 @@ def _wait_for(predicate, what: str, bound: float = 90.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Path]]]:
-    root = tmp_path_factory.mktemp("cluster")
+@contextmanager
+def standalone(root: Path, environment: dict[str, str] | None = None
+               ) -> Iterator[tuple[str, list[Path]]]:
+    """A master and two workers (one core, 1 GiB each) on 127.0.0.1, their logs and work
+    directories under `root`, their environment `environment` (default this process's):
+    (the master's URL, the workers' work directories); stopped on exit."""
     home = _spark_home()
     # Without SPARK_SCALA_VERSION a worker looks for a source build and cannot launch
     # executors ("Cannot find any build directories"): PySpark ships no RELEASE layout.
     (library,) = (home / "jars").glob("scala-library-*.jar")
     scala = ".".join(library.stem.split("-")[-1].split(".")[:2])
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOCAL_IP="127.0.0.1",
-               SPARK_SCALA_VERSION=scala, PYSPARK_PYTHON=sys.executable)
+    env = dict(os.environ if environment is None else environment, SPARK_HOME=str(home),
+               SPARK_LOCAL_IP="127.0.0.1", SPARK_SCALA_VERSION=scala,
+               PYSPARK_PYTHON=sys.executable)
     java = shutil.which("java") or "/usr/bin/java"
     classpath = f"{home / 'jars'}/*"
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     processes: list[subprocess.Popen] = []
-    logs: list[Path] = []
 
     def start(name: str, *args: str) -> Path:
         log = root / f"{name}.log"
@@ -78,7 +82,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
                 [java, "-Xmx512m", "-cp", classpath, *args],
                 stdout=out, stderr=subprocess.STDOUT, env=env,
             ))
-        logs.append(log)
         return log
 
     work_dirs = [root / "worker-1", root / "worker-2"]
@@ -107,6 +110,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Path]]]:
+    with standalone(tmp_path_factory.mktemp("cluster")) as running:
+        yield running
 
 
 def _log(root: Path) -> Path:
