@@ -2,8 +2,9 @@
 the real console script: every lake command once, with the results a local lake gives; a
 lake that cannot be reached, a bucket that does not exist and missing credentials each one
 line naming the URI (exit 2, no traceback, no secret); a Hive-format table refused there;
-and a second writer refused cleanly by the table's lock object. (`ingest --follow` on an S3
-lake: `test_lake_s3_follow.py`.)
+a second writer refused cleanly by the table's lock object; and (slow tier) Debezium ingests
+killed with SIGKILL while they hold the table and run again, nothing lost or doubled.
+(`ingest --follow` on an S3 lake: `test_lake_s3_follow.py`.)
 
 The key pair and the endpoint reach the commands in the AWS SDK's environment variables only
 (`s3_server.command_environment`), never on a command line."""
@@ -312,3 +313,109 @@ def test_a_dead_writers_lock_on_this_host_is_taken_over(s3: S3Server, tmp_path) 
     assert pairs(run("snapshot", "--lake", uri, "--master", "local[1]", "--table",
                      "shop.orders", "--format", "jsonl", env=env)) == NOW
 
+
+
+# ------------------------------------------------------------------------ kill -9 of ingest
+
+
+ORDERS_READ = """
+import json, os, sys
+from changelake.lake import arrow
+from changelake.lake.identifier import TableIdentifier
+ident = TableIdentifier.parse(sys.argv[2])
+state = arrow.committed_state(sys.argv[1], ident)
+rows = arrow.updates(state, ident.directory(arrow.lake_tables_dir(sys.argv[1]))).to_pylist()
+print(json.dumps([[r["id"], r["customer"], r["amount_cents"], r["status"], r["_time"],
+                   r["_diff"]] for r in rows]))
+sys.stdout.flush()
+os._exit(0)  # not the AWS SDK's teardown at exit, which has aborted ("terminate called")
+"""
+
+
+def killed_while_writing(args: list[str], env: dict[str, str], s3: S3Server, lock: str,
+                         delay: float) -> bool:
+    """Run `changelake *args`, and SIGKILL it `delay` seconds after the table's lock object
+    appears (the writer holds the table: converting, committing, or releasing): its process
+    group, its Spark JVM included, as a machine's end would take it (a JVM left running
+    would go on writing beside the re-run). True if it was killed, False if it ended first."""
+    import time
+
+    from changelake.demo.postgres import kill_group
+
+    process = subprocess.Popen([*CLI, *args], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while process.poll() is None and time.monotonic() < deadline:
+            if lock in s3.keys(lock):
+                time.sleep(delay)
+                break
+            time.sleep(0.1)
+        killed = process.poll() is None
+    finally:
+        kill_group(process)
+    return killed
+
+
+@pytest.mark.slow  # five Spark processes, two of them killed
+@pytest.mark.timeout(2400)
+def test_kill9_of_debezium_ingests_into_an_s3_lake(s3: S3Server, tmp_path) -> None:
+    """A Debezium feed delivered as a growing set of files, each delivery one `ingest` into a
+    lake on S3, two of them killed with SIGKILL at a seeded moment while they hold the
+    table's lock and run again: the killed writer's lock object is taken over (this host, its
+    process gone), and the table's updates are those of the feed, each once (no update lost,
+    none doubled: every key's diffs sum to 0 or 1, each (row, time) once), its rows the
+    feed's last state."""
+    import random as _random
+
+    from changelake.simulate import debezium_orders
+    from conftest import seeded
+
+    rng = seeded(6604)
+    feed = debezium_orders(_random.Random(rng.randrange(1 << 30)), rows=15, transactions=40,
+                           replay=3)
+    cuts = sorted(rng.sample(range(5, len(feed.events) - 5), 2))
+    parts = []
+    for n, (a, b) in enumerate(zip([0, *cuts], [*cuts, len(feed.events)], strict=True)):
+        part = tmp_path / f"part-{n}.jsonl"
+        part.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[a:b]))
+        parts.append(str(part))
+    uri, env = s3.lake("killed-ingest"), environment(s3, tmp_path)
+    env["CHANGELAKE_LOCK_WAIT_SECONDS"] = "120"  # the killed JVM's exit, then the takeover
+    lock = "killed-ingest/tables/shop/orders/_lock"
+
+    def ingest(files: list[str], *extra: str) -> list[str]:
+        return ["ingest", "--lake", uri, "--master", "local[1]", "--table", "shop.orders",
+                "--key", "id", "--from", "debezium", *extra, *files]
+
+    ok(run(*ingest(parts[:1]), env=env))
+    kills = []  # (killed, the lock object left behind)
+    for files, extra in ((parts[:2], ()), (parts, ("--close",))):
+        killed = killed_while_writing(ingest(files, *extra), env, s3, lock, rng.uniform(0, 3))
+        kills.append((killed, lock in s3.keys(lock)))
+        ok(run(*ingest(files, *extra), env=env))  # the re-run finishes the delivery
+        assert lock not in s3.keys(lock)  # taken over, and released
+    # at least one run was killed holding the lock, which its re-run took over
+    assert (True, True) in kills, kills
+
+    read = subprocess.run([sys.executable, "-c", ORDERS_READ, uri, "shop.orders"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert read.returncode == 0, read.stderr[-3000:]
+    per_row_time: dict[tuple, int] = {}
+    per_key: dict[int, int] = {}
+    for *row, time, diff in json.loads(read.stdout):
+        per_row_time[(*row, time)] = per_row_time.get((*row, time), 0) + diff
+        per_key[row[0]] = per_key.get(row[0], 0) + diff
+    assert all(d in (-1, 1) for d in per_row_time.values() if d), per_row_time
+    assert all(d in (0, 1) for d in per_key.values()), per_key
+    final = feed.states[-1][1]
+    want = sorted((r["id"], r["customer"], r["amount_cents"], r["status"])
+                  for r in final.values())
+    got = pairs_of_orders(run("snapshot", "--lake", uri, "--table", "shop.orders",
+                              "--format", "jsonl", "--engine", "arrow", env=env))
+    assert got == want
+
+
+def pairs_of_orders(out: subprocess.CompletedProcess) -> list[tuple]:
+    return sorted((r["id"], r["customer"], r["amount_cents"], r["status"])
+                  for r in map(orjson.loads, ok(out).stdout.splitlines()))
