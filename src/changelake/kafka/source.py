@@ -151,6 +151,24 @@ class TopicReader:
 
     # ---------------------------------------------------------------------------- the plan
 
+    def _committed(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
+        """The group's committed offsets of `partitions`. An error the broker calls retriable
+        (its group coordinator moving or still loading, as after a broker's start) is asked
+        again until the timeout; any other is one line."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return consumer.committed([TopicPartition(self.topic, p) for p in partitions],
+                                          timeout=self.timeout)
+            except KafkaException as error:
+                cause = error.args[0] if error.args else None
+                if getattr(cause, "retriable", lambda: False)() and \
+                        time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise TopicError(f"topic {self.topic!r}: cannot read the offsets of group "
+                                 f"{self.group!r}: {describe(error)}") from None
+
     def plan(self) -> list[PartitionRange]:
         """Each partition's range for this read: from the group's committed offset (or the
         partition's beginning) to its end now."""
@@ -159,12 +177,7 @@ class TopicReader:
                                    self._watch)
         committed: dict[int, int] = {}
         if self.group is not None:
-            try:
-                found = consumer.committed([TopicPartition(self.topic, p) for p in partitions],
-                                           timeout=self.timeout)
-            except KafkaException as error:
-                raise TopicError(f"topic {self.topic!r}: cannot read the offsets of group "
-                                 f"{self.group!r}: {describe(error)}") from None
+            found = self._committed(consumer, partitions)
             committed = {tp.partition: tp.offset for tp in found if tp.offset >= 0}
         ranges = []
         for partition in partitions:
