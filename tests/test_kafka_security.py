@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,32 @@ def test_a_kafka_cdc_read_on_the_executors_takes_the_settings(spark, broker: Kaf
     assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
 
 
+@contextmanager
+def sasl_settings() -> Iterator[None]:
+    """The SASL settings in force (`security.use`) while the `with` lasts."""
+    security.use(from_command_line(sasl_items()))
+    try:
+        yield
+    finally:
+        security.use(None)
+
+
+def produce_history_with_schema(broker: KafkaBroker, seed: int, tmp_path: Path
+                                ) -> tuple[Any, str, Path]:
+    """`produce_history`, and the rows' CDC schema in a file."""
+    history, topic = produce_history(broker, seed)
+    schema = tmp_path / "schema.json"
+    schema.write_bytes(orjson.dumps(row_schema().avro))
+    return history, topic, schema
+
+
+def assert_holds(lake: Any, name: str, history: Any) -> None:
+    """The table's updates are the history's, each once."""
+    rows = Counter((r["id"], r["v"], r["_time"], r["_diff"])
+                   for r in lake.table(name).updates().collect())
+    assert rows == Counter((d.get("id"), d.get("v"), t, r) for d, t, r in history.truth)
+
+
 def held_records(spark: Any, options: dict[str, str]) -> list[tuple]:
     from changelake.spark import kafka_source
 
@@ -211,20 +239,13 @@ def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBro
     from changelake.lake import Lake
     from changelake.lake.kafka_ingest import ingest_topics
 
-    history, topic = produce_history(broker, 90)
-    schema = tmp_path / "schema.json"
-    schema.write_bytes(orjson.dumps(row_schema().avro))
+    history, topic, schema = produce_history_with_schema(broker, 90, tmp_path)
     lake = Lake(spark, tmp_path / "lake")
     name = f"s_{uuid.uuid4().hex[:8]}"
     assert broker.sasl_bootstrap is not None
-    security.use(from_command_line(sasl_items()))
-    try:
+    with sasl_settings():
         report = ingest_topics(lake, name, broker.sasl_bootstrap, topic, schema=schema)
-    finally:
-        security.use(None)
-    rows = Counter((r["id"], r["v"], r["_time"], r["_diff"])
-                   for r in lake.table(name).updates().collect())
-    assert rows == Counter((d.get("id"), d.get("v"), t, r) for d, t, r in history.truth)
+    assert_holds(lake, name, history)
     assert report.records > 0
     assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
     assert SASL_PASSWORD not in repr(lake.table(name).state())
@@ -247,20 +268,13 @@ def test_a_follow_reads_through_sasl(spark, broker: KafkaBroker, tmp_path: Path)
     from changelake.lake import Lake
     from changelake.lake.follow import TOPICS, follow, topic_source, topics_address
 
-    history, topic = produce_history(broker, 92)
-    schema = tmp_path / "schema.json"
-    schema.write_bytes(orjson.dumps(row_schema().avro))
+    history, topic, schema = produce_history_with_schema(broker, 92, tmp_path)
     lake = Lake(spark, tmp_path / "lake")
     name = f"f_{uuid.uuid4().hex[:8]}"
     assert broker.sasl_bootstrap is not None
-    security.use(from_command_line(sasl_items()))
-    try:
+    with sasl_settings():
         done = follow(lake, name, topic_source(broker.sasl_bootstrap, [topic], schema=schema),
                       topics_address(broker.sasl_bootstrap, [topic]), kind=TOPICS,
                       trigger_seconds=0.5, until_idle=1.5)
-    finally:
-        security.use(None)
     assert done.committed >= 1
-    rows = Counter((r["id"], r["v"], r["_time"], r["_diff"])
-                   for r in lake.table(name).updates().collect())
-    assert rows == Counter((d.get("id"), d.get("v"), t, r) for d, t, r in history.truth)
+    assert_holds(lake, name, history)
