@@ -39,6 +39,11 @@ from changelake.protocol.messages import Message
 
 _BATCH = 500  # messages per consume() call, which returns when it has them or after _WAIT s
 _WAIT = 0.1
+# The group coordinator moving or still loading, as after a broker's start: librdkafka does
+# not always mark these retriable when committed() returns them.
+_COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR,
+                                 KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                 KafkaError.COORDINATOR_NOT_AVAILABLE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,23 +156,29 @@ class TopicReader:
 
     # ---------------------------------------------------------------------------- the plan
 
-    def _committed(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
-        """The group's committed offsets of `partitions`. An error the broker calls retriable
-        (its group coordinator moving or still loading, as after a broker's start) is asked
-        again until the timeout; any other is one line."""
+    def _with_coordinator(self, call: Any, doing: str) -> Any:
+        """`call()` against the group's coordinator. An error the broker calls retriable, or
+        the coordinator moving or still loading (as after a broker's start), is asked again
+        until the timeout; any other is one line saying what was being done."""
         deadline = time.monotonic() + self.timeout
         while True:
             try:
-                return consumer.committed([TopicPartition(self.topic, p) for p in partitions],
-                                          timeout=self.timeout)
+                return call()
             except KafkaException as error:
                 cause = error.args[0] if error.args else None
-                if getattr(cause, "retriable", lambda: False)() and \
-                        time.monotonic() < deadline:
+                moving = getattr(cause, "retriable", lambda: False)() or \
+                    getattr(cause, "code", lambda: None)() in _COORDINATOR_MOVING
+                if moving and time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
-                raise TopicError(f"topic {self.topic!r}: cannot read the offsets of group "
+                raise TopicError(f"topic {self.topic!r}: cannot {doing} of group "
                                  f"{self.group!r}: {describe(error)}") from None
+
+    def _committed(self, consumer: Consumer, partitions: list[int]) -> list[TopicPartition]:
+        """The group's committed offsets of `partitions`."""
+        wanted = [TopicPartition(self.topic, p) for p in partitions]
+        return self._with_coordinator(
+            lambda: consumer.committed(wanted, timeout=self.timeout), "read the offsets")
 
     def plan(self) -> list[PartitionRange]:
         """Each partition's range for this read: from the group's committed offset (or the
@@ -282,11 +293,10 @@ class TopicReader:
                      if end > 0]
         if not positions:
             return
-        try:
-            answer = self._open().commit(offsets=positions, asynchronous=False)
-        except KafkaException as error:
-            raise TopicError(f"topic {self.topic!r}: cannot commit the offsets of group "
-                             f"{self.group!r}: {describe(error)}") from None
+        consumer = self._open()
+        answer = self._with_coordinator(
+            lambda: consumer.commit(offsets=positions, asynchronous=False),
+            "commit the offsets")
         failed = [tp for tp in answer or [] if tp.error is not None]
         if failed:
             raise TopicError(f"topic {self.topic!r} partition {failed[0].partition}: cannot "
@@ -300,8 +310,7 @@ class TopicReader:
         consumer = self._open()
         partitions = partitions_of(consumer, self.bootstrap, self.topic, self.timeout,
                                    self._watch)
-        found = consumer.committed([TopicPartition(self.topic, p) for p in partitions],
-                                   timeout=self.timeout)
+        found = self._committed(consumer, partitions)
         return {tp.partition: tp.offset for tp in found if tp.offset != OFFSET_INVALID}
 
     # ---------------------------------------------------------------------------- lifecycle
