@@ -243,6 +243,65 @@ def _jaas(value: str, origin: str) -> dict[str, str]:
     return out
 
 
+# ------------------------------------------------------------ for Spark's Kafka connector
+
+
+_JAVA_SAME = frozenset({"security.protocol", "sasl.kerberos.service.name",
+                        "ssl.endpoint.identification.algorithm", "ssl.cipher.suites",
+                        "ssl.keystore.password", "ssl.key.password",
+                        "client.id", "client.rack"})
+"""librdkafka keys the Java clients spell alike (and take alike)."""
+
+_SCRAM = {"SCRAM-SHA-256", "SCRAM-SHA-512"}
+
+
+def java_config(settings: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka security settings (`KafkaSecurity.settings`) as the Java clients' (Spark's
+    Kafka connector's `kafka.*` options), or a `SecurityError` naming the key that has no
+    Java equivalent here: `sasl.username`/`sasl.password` become `sasl.jaas.config` with the
+    PLAIN or SCRAM login module of `sasl.mechanism` (librdkafka's `sasl.mechanisms` too),
+    `ssl.ca.location` a PEM truststore, `ssl.endpoint.identification.algorithm=none` empty.
+    Values are never in a message."""
+    given = dict(settings)
+    out: dict[str, str] = {}
+    mechanism = (given.pop("sasl.mechanism", None) or given.pop("sasl.mechanisms", None)
+                 or "").strip().upper()
+    given.pop("sasl.mechanisms", None)
+    username = given.pop("sasl.username", None)
+    password = given.pop("sasl.password", None)
+    if mechanism:
+        out["sasl.mechanism"] = mechanism
+    if username is not None or password is not None:
+        if mechanism not in {"PLAIN", *_SCRAM}:
+            raise SecurityError(f"Spark's Kafka connector: sasl.username and sasl.password "
+                                f"with sasl.mechanism {mechanism or '(none)'}: PLAIN and "
+                                "SCRAM-SHA-256/512 are translated, give sasl.jaas.config in "
+                                "a Java client's terms for another")
+        module = _LOGIN_MODULES[0] if mechanism == "PLAIN" else _LOGIN_MODULES[1]
+
+        def quoted(text: str | None) -> str:
+            return '"' + (text or "").replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        out["sasl.jaas.config"] = (f"{module} required username={quoted(username)} "
+                                   f"password={quoted(password)};")
+    for key, value in given.items():
+        if key == "ssl.ca.location":
+            out["ssl.truststore.location"] = value
+            out["ssl.truststore.type"] = "PEM"
+        elif key == "ssl.keystore.location":  # librdkafka's keystore is PKCS#12
+            out[key] = value
+            out["ssl.keystore.type"] = "PKCS12"
+        elif key == "ssl.endpoint.identification.algorithm" and value.strip() == "none":
+            out[key] = ""
+        elif key in _JAVA_SAME:
+            out[key] = value
+        else:
+            raise SecurityError(f"Spark's Kafka connector: the setting {key} has no Java "
+                                "client equivalent changelake knows; read with the kafka-cdc "
+                                "reader, which takes librdkafka's settings")
+    return out
+
+
 # ---------------------------------------------------------------------- the process's own
 
 

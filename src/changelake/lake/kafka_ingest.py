@@ -200,23 +200,31 @@ def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
 def connector_records(spark: Any, options: Mapping[str, str]) -> Any:
     """The records Spark's own `kafka` source reads with the `kafka-cdc` reader's `options`
     (its `kafka.*` settings and offsets; `topics` becomes `subscribe`): the columns of
-    `kafka-cdc`'s `output=records`. A session without the connector is named."""
+    `kafka-cdc`'s `output=records`. The security settings of `securityFile` (the command's
+    `--kafka-conf`) become the Java clients' `kafka.*` options (`security.java_config`), which
+    Spark masks wherever it shows options (`session.KAFKA_REDACTION`). A session without the
+    connector is named."""
     from pyspark.errors import AnalysisException
 
-    if "securityFile" in options:
-        raise LakeError("ingest --kafka with reader kafka (Spark's connector) takes no "
-                        "--kafka-conf/--kafka-config yet: its settings would be options Spark "
-                        "shows; the default reader, kafka-cdc, takes them")
+    from changelake.kafka.security import java_config, load_file
+
     connector = {k: v for k, v in options.items()
-                 if k.startswith("kafka.") or k.endswith("Offsets")}
+                 if k.startswith("kafka.") or k.endswith("Offsets") or k == "failOnDataLoss"}
+    if "securityFile" in options:
+        secured = java_config(load_file(options["securityFile"]).settings)
+        connector.update({f"kafka.{k}": v for k, v in secured.items()})
+    # librdkafka's default, so kafka-cdc's: aborted transactions are never read (the Java
+    # clients' default is read_uncommitted)
+    connector.setdefault("kafka.isolation.level", "read_committed")
     try:
         return spark.read.format("kafka").options(
             **connector, subscribe=options["topics"]).load()
     except AnalysisException as error:
         if "kafka" in str(error).lower() and "find" in str(error).lower():
             raise LakeError("ingest --kafka with reader kafka needs Spark's Kafka connector "
-                            "(spark-sql-kafka) in the session, which this Spark does not "
-                            "have; the default reader, kafka-cdc, needs nothing") from None
+                            "(spark-sql-kafka) in the session: run scripts/install.sh (or "
+                            "`python -m changelake.spark.maven`); the reader kafka-cdc needs "
+                            "nothing") from None
         raise
 
 

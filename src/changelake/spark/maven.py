@@ -1,5 +1,6 @@
-"""The JVM libraries changelake's Spark sessions load from Maven Central: Delta Lake's, and
-Hadoop's S3A connector with the AWS SDK modules it uses (for a lake on `s3a://`).
+"""The JVM libraries changelake's Spark sessions load from Maven Central: Delta Lake's,
+Spark's own Kafka connector and Avro functions (`KAFKA_ARTIFACTS`), and Hadoop's S3A connector
+with the AWS SDK modules it uses (for a lake on `s3a://`).
 
 PySpark's own jars have no Delta Lake. `scripts/install.sh` fetches the artifacts of
 `ARTIFACTS` once into this Python environment (`sys.prefix`, so `.venv` in a checkout:
@@ -23,6 +24,15 @@ session on a remote lake adds to `spark.jars`.
 
 `CHANGELAKE_MAVEN_REPO` names another repository (a mirror or a proxy that serves Maven
 Central's layout); the default is Maven Central.
+
+Spark's Kafka connector (`spark-sql-kafka-0-10`, the `kafka` source) and `spark-avro`
+(`from_avro`) are PySpark's version; the connector's pom (4.2.0) declares, besides
+`spark-token-provider-kafka-0-10` of the same version, `kafka-clients` 3.9.2 and
+`commons-pool2` 2.13.1 (`kafka.version` and `commons-pool2.version` of `spark-parent` 4.2.0),
+fetched here; the rest of their trees (`zstd-jni`, `lz4-java`, `snappy-java`, `slf4j-api`,
+`jsr305`, `scala-parallel-collections`, `spark-tags`, `hadoop-client-runtime`, and `avro`,
+`xz` for spark-avro) are in PySpark's jars, at the versions Spark is built with.
+`kafka_jars()` is what every session adds to `spark.jars` (`session.build_session`).
 """
 
 from __future__ import annotations
@@ -100,7 +110,27 @@ OBJECT_STORE_ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("software.amazon.s3.analyticsaccelerator", "analyticsaccelerator-s3", "1.3.1"),
 )
 
-ARTIFACTS: tuple[Artifact, ...] = DELTA_ARTIFACTS + OBJECT_STORE_ARTIFACTS
+SPARK_VERSION = "4.2.0"
+"""PySpark's version (`pyproject.toml`): Spark's Kafka connector and spark-avro are built
+against one Spark release and must be the session's."""
+
+KAFKA_CLIENTS_VERSION = "3.9.2"
+"""The `kafka-clients` of `spark-sql-kafka-0-10_2.13` 4.2.0's pom (`kafka.version`)."""
+
+COMMONS_POOL2_VERSION = "2.13.1"
+"""The `commons-pool2` of that pom (`commons-pool2.version`): the connector's consumer pool."""
+
+KAFKA_ARTIFACTS: tuple[Artifact, ...] = (
+    Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
+    Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", SPARK_VERSION),
+    Artifact("org.apache.kafka", "kafka-clients", KAFKA_CLIENTS_VERSION),
+    Artifact("org.apache.commons", "commons-pool2", COMMONS_POOL2_VERSION),
+    Artifact("org.apache.spark", "spark-avro_2.13", SPARK_VERSION),
+)
+"""Spark's own `kafka` source (batch and streaming) with what it needs beyond PySpark's jars,
+and `spark-avro` (`from_avro`, `to_avro`)."""
+
+ARTIFACTS: tuple[Artifact, ...] = DELTA_ARTIFACTS + KAFKA_ARTIFACTS + OBJECT_STORE_ARTIFACTS
 """Everything the setup fetches."""
 
 DELTA_CONF: dict[str, str] = {
@@ -125,6 +155,12 @@ def jar_dir() -> Path:
 def jars() -> list[Path] | None:
     """Delta Lake's fetched jars, or None where any is missing (`fetch` has not run here)."""
     return _present(DELTA_ARTIFACTS)
+
+
+def kafka_jars() -> list[Path] | None:
+    """Spark's Kafka connector's and spark-avro's fetched jars (`KAFKA_ARTIFACTS`), or None
+    where any is missing."""
+    return _present(KAFKA_ARTIFACTS)
 
 
 def object_store_jars() -> list[Path] | None:

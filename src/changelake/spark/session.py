@@ -94,6 +94,7 @@ def build_session(
         settings[JAVA_OPTIONS] = options
     _add_project_jar(settings)
     _add_delta(settings)
+    _add_kafka(settings)
     if object_store:
         _add_object_store(settings)
     for key, value in settings.items():
@@ -228,6 +229,20 @@ def _add_delta(settings: dict[str, str]) -> None:
     settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
     for key, value in DELTA_CONF.items():
         settings.setdefault(key, value)
+
+
+def _add_kafka(settings: dict[str, str]) -> None:
+    """Spark's Kafka connector and spark-avro (`spark.maven.kafka_jars`) on `spark.jars`,
+    where the setup fetched them, and Spark's redaction extended to the connector's security
+    settings (`KAFKA_REDACTION`). On every session: they are loaded only when a query uses
+    them (spark.jars joins the driver's class loader; no class is read at start), and adding
+    them costs no measurable start time (docs/platform-notes.md)."""
+    from changelake.spark.maven import kafka_jars
+
+    found = kafka_jars()
+    if found is not None:
+        named = [j for j in settings.get("spark.jars", "").split(",") if j]
+        settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
 
 
 def _add_object_store(settings: dict[str, str]) -> None:
