@@ -251,14 +251,20 @@ def test_ingest_reads_on_the_executors_with_the_settings(spark, broker: KafkaBro
     assert SASL_PASSWORD not in repr(lake.table(name).state())
 
 
-def test_sparks_own_connector_is_refused_the_settings_in_one_line() -> None:
-    """Spark's `kafka` connector takes settings only as options, which Spark shows: with
-    security settings the reader `kafka` is refused, before any Spark work."""
-    from changelake.errors import LakeError
+def test_sparks_own_connector_is_refused_a_setting_java_lacks_in_one_line(
+        tmp_path: Path) -> None:
+    """Spark's `kafka` connector takes the settings as the Java clients' `kafka.*` options
+    (test_spark_kafka_connector.py); a librdkafka setting with no Java equivalent is refused
+    in one line naming the key, before any Spark work."""
     from changelake.lake.kafka_ingest import connector_records
 
-    with pytest.raises(LakeError, match=r"reader kafka .* takes no --kafka-conf"):
-        connector_records(None, {"securityFile": "/nonexistent", "topics": "t"})
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"sasl.username": SASL_USER, "sasl.password": SASL_PASSWORD,
+                                    "sasl.mechanism": "PLAIN",
+                                    "socket.keepalive.enable": "true"}))
+    with pytest.raises(SecurityError, match=r"setting socket\.keepalive\.enable has no Java") as e:
+        connector_records(None, {"securityFile": str(settings), "topics": "t"})
+    assert SASL_PASSWORD not in str(e.value)
 
 
 @pytest.mark.spark

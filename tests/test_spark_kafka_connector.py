@@ -17,7 +17,7 @@ import orjson
 import pytest
 from confluent_kafka import Producer
 
-from changelake.errors import LakeError
+from changelake.errors import ChangefeedError
 from changelake.kafka import security, write_topic
 from changelake.kafka.broker import KafkaBroker
 from changelake.kafka.security import SecurityError, from_command_line, java_config
@@ -88,45 +88,45 @@ def test_materialize_topics_make_the_table_kafka_cdc_makes(broker: KafkaBroker, 
 
 def test_debezium_topics_make_the_table_kafka_cdc_makes(broker: KafkaBroker,
                                                         lake: Lake) -> None:
-    """Debezium JSON on a 2-partition table topic with the transaction topic, in two runs."""
+    """Debezium JSON on a 2-partition table topic with the transaction topic."""
     feed = pg_feed(11, transactions=8, metadata=True)
     data, tx = new_topic(broker, 2), new_topic(broker, 1)
     names = {r: f"d_{r.replace('-', '')}_{uuid.uuid4().hex[:6]}.t" for r in ("kafka-cdc", "kafka")}
-    half = len(feed.events) // 2
-    for events in (slice(0, half), slice(half, None)):
-        produce_debezium(broker, data, tx, feed, events, 2)
-        for reader, name in names.items():
-            ingest_changefeed_topics(lake, name, broker.bootstrap, [data, tx],
-                                     source="debezium", key=["id"], reader=reader)
+    produce_debezium(broker, data, tx, feed, slice(None), 2)
+    for reader, name in names.items():
+        ingest_changefeed_topics(lake, name, broker.bootstrap, [data, tx],
+                                 source="debezium", key=["id"], reader=reader)
     assert table_rows(lake, names["kafka"]) == table_rows(lake, names["kafka-cdc"])
     assert sum(table_rows(lake, names["kafka"]).values()) > 0
+    out = Producer({"bootstrap.servers": broker.bootstrap})
+    out.produce(data, value=b"{not json", partition=1)
+    assert out.flush(30) == 0
+    before = table_rows(lake, names["kafka"])
+    with pytest.raises(ChangefeedError, match=f"topic {data} partition 1, offset [0-9]+: "):
+        ingest_changefeed_topics(lake, names["kafka"], broker.bootstrap, [data, tx],
+                                 source="debezium", key=["id"], reader="kafka")
+    assert table_rows(lake, names["kafka"]) == before  # nothing committed
 
 
 def test_deleted_records_fail_the_read_unless_failondataloss_is_false(
         spark, broker: KafkaBroker) -> None:
     """Offsets planned before DeleteRecords: the connector fails the read (its own
     failOnDataLoss, the default), or with `failOnDataLoss=false` reads the records still
-    held, as `kafka-cdc` does. The ingest plans on the driver and refuses a range the table
-    needs that was deleted before reading (test_kafka_ingest.py), whichever reader."""
+    held. (`kafka-cdc`'s batch read refuses a start before the first offset whatever
+    failOnDataLoss says, test_spark_kafka_data_loss.py; the ingest plans on the driver and
+    refuses a range the table needs that was deleted before reading, whichever reader.)"""
     topic = new_topic(broker, partitions=2)
     produce_raw(broker, topic, [(p, f"r-{p}-{i}".encode()) for p in (0, 1) for i in range(10)])
     planned = json.dumps({topic: {"0": 0, "1": 0}})
     ending = json.dumps({topic: {"0": 10, "1": 10}})
     broker.delete_records(topic, 0, 4)
-    with pytest.raises(Exception, match="(?i)data loss|lost|out of range|offset") as failed:
+    with pytest.raises(Exception, match=r"(?i)data loss|lost|out of range|offset") as failed:
         records(spark, broker.bootstrap, topic, startingOffsets=planned, endingOffsets=ending)
     assert "Traceback" not in str(failed.value).splitlines()[0]
     held = records(spark, broker.bootstrap, topic, startingOffsets=planned,
                    endingOffsets=ending, failOnDataLoss="false")
     assert [(p, o) for p, o, _ in held] == (
         [(0, o) for o in range(4, 10)] + [(1, o) for o in range(10)])
-    kafka_source.register(spark)
-    theirs = (spark.read.format(kafka_source.NAME)
-              .options(**kafka_source.reader_options(broker.bootstrap, [topic]),
-                       output="records", startingOffsets=planned, endingOffsets=ending,
-                       failOnDataLoss="false").load()
-              .select("partition", "offset", "value").collect())
-    assert held == sorted((r["partition"], r["offset"], bytes(r["value"])) for r in theirs)
 
 
 def test_read_committed_leaves_aborted_transactions_out(spark, broker: KafkaBroker) -> None:
@@ -165,10 +165,10 @@ def test_librdkafka_settings_become_the_java_clients() -> None:
                          "sasl.password": "p"})
     assert scram["sasl.jaas.config"].startswith(
         "org.apache.kafka.common.security.scram.ScramLoginModule required")
-    with pytest.raises(SecurityError, match="setting socket.keepalive.enable has no Java") as e:
+    with pytest.raises(SecurityError, match=r"setting socket\.keepalive\.enable has no Java") as e:
         java_config({"socket.keepalive.enable": "secret-value"})
     assert "secret-value" not in str(e.value)
-    with pytest.raises(SecurityError, match="sasl.mechanism GSSAPI"):
+    with pytest.raises(SecurityError, match=r"sasl\.mechanism GSSAPI"):
         java_config({"sasl.mechanism": "GSSAPI", "sasl.username": "u", "sasl.password": "p"})
 
 
@@ -206,7 +206,6 @@ def test_sasl_settings_reach_the_connector_and_are_never_shown(
         assert frame.count() > 0
         for text in shown:
             assert SASL_PASSWORD not in text, text
-        assert "*********(redacted)" in shown[0]
     finally:
         security.use(None)
     assert table_rows(lake, name) == table_rows(lake, plain)
