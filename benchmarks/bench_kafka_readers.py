@@ -11,7 +11,9 @@ unmeasured read of each (`bench_key_rule.alternate`), to `write.format("noop")`:
   same columns): what each reader costs by itself;
 * messages: the records decoded into the message rows the ingest takes (`kafka-cdc`'s
   messages, decoded in its reader's Python task, against the connector's records decoded by
-  `kafka_records.messages_from_records`, a Python UDF over the records).
+  `kafka_records.messages_from_records`, a Python UDF over the records);
+* from_avro: the connector's records decoded in the JVM by spark-avro's `from_avro` over
+  `substring(value, 6)` (`kafka_records.messages_from_avro`), against kafka-cdc's messages.
 
 Printed: each way's median seconds and the ratio connector / kafka-cdc (below 1: the
 connector takes less time).
@@ -50,7 +52,7 @@ def main() -> int:
     from changelake.lake.kafka_ingest import connector_records
     from changelake.simulate import random_history, write
     from changelake.spark import kafka_source
-    from changelake.spark.kafka_records import messages_from_records
+    from changelake.spark.kafka_records import messages_from_avro, messages_from_records
     from changelake.spark.session import build_session
 
     schema = CdcSchema.for_fields([{"name": "id", "type": "long"},
@@ -85,11 +87,15 @@ def main() -> int:
                   "kafka-cdc": cdc("records").count()}  # type: ignore[attr-defined]
         assert counts["connector"] == counts["kafka-cdc"] == report.messages, counts
         results = {}
-        for what in ("records", "messages"):
+        for what in ("records", "messages", "from_avro"):
             print(f"\n{what}:", flush=True)
             if what == "records":
                 ways = {"connector": lambda: timed(connector_records(spark, options)),
                         "kafka-cdc": lambda: timed(cdc("records"))}
+            elif what == "from_avro":
+                ways = {"connector": lambda: timed(messages_from_avro(
+                            connector_records(spark, options), schema)),
+                        "kafka-cdc": lambda: timed(cdc("messages"))}
             else:
                 ways = {"connector": lambda: timed(messages_from_records(
                             connector_records(spark, options), schema=schema, topic=topic)),

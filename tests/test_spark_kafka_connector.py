@@ -222,3 +222,36 @@ def test_sasl_settings_reach_the_connector_and_are_never_shown(
     output = capfd.readouterr()
     assert SASL_PASSWORD not in output.out + output.err
     assert SASL_PASSWORD[::-1] not in output.out + output.err
+
+
+def test_from_avro_decodes_confluent_frames_as_the_python_decoder_does(
+        spark, broker: KafkaBroker) -> None:
+    """spark-avro's `from_avro` over `substring(value, 6)` (the Confluent header stripped)
+    gives the very rows `messages_from_records` gives; a frame of another schema id fails
+    naming topic, partition and offset."""
+    from changelake.errors import InputError
+    from changelake.spark.errors import translate_errors
+    from changelake.spark.kafka_records import messages_from_avro, messages_from_records
+
+    history = random_history(seeded(305), updates=80, times=6)
+    topic = new_topic(broker, partitions=2)
+    write_topic(write(history, batch_size=4), bootstrap=broker.bootstrap, topic=topic,
+                schema=row_schema())
+    read = connector_records(spark, kafka_source.reader_options(broker.bootstrap, [topic]))
+
+    def rows(frame: Any) -> list[Any]:
+        return sorted((r.asDict(recursive=True) for r in frame.collect()),
+                      key=lambda r: (r["_file"], r["_offset"]))
+
+    jvm = rows(messages_from_avro(read, row_schema()))
+    assert jvm == rows(messages_from_records(read, schema=row_schema()))
+    assert len(jvm) > 0 and any(r["progress"] for r in jvm) and any(r["updates"] for r in jvm)
+    for partition, value in ((1, b"\x00\x00\x00\x00\x07not avro"),  # another schema id
+                             (0, b"\x00\x00\x00\x00\x00\x09"),  # no such union branch
+                             (0, None)):  # a tombstone
+        bad = new_topic(broker, partitions=2)
+        produce_raw(broker, bad, [(partition, value)])
+        read = connector_records(spark, kafka_source.reader_options(broker.bootstrap, [bad]))
+        with pytest.raises(InputError, match=rf"topic {bad} partition {partition}, offset 0: "
+                                             "not a Confluent frame of schema id 0"):
+            translate_errors(messages_from_avro(read, row_schema()).collect)

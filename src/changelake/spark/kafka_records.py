@@ -74,4 +74,58 @@ def messages_from_records(records: DataFrame, *, schema: CdcSchema | Path | str 
     return records.sparkSession.createDataFrame(decoded, message_type(data_type))
 
 
-__all__ = ["RECORD_COLUMNS", "messages_from_records"]
+CONFLUENT_HEADER_ID0 = "X'0000000000'"
+"""A Confluent frame's 5-byte header (magic byte 0, schema id 0, big-endian) as a SQL literal."""
+
+
+def messages_from_avro(records: DataFrame, schema: CdcSchema | Path | str) -> DataFrame:
+    """The records' messages, decoded in the JVM by spark-avro's `from_avro` (the session
+    needs `spark-avro`: `spark.maven.KAFKA_ARTIFACTS`): each value a Confluent frame of
+    schema id 0 whose body is the Materialize CDC union `schema` writes, the 5-byte header
+    stripped by `substring(value, 6)`. The same rows as `messages_from_records` for such
+    records, never leaving the JVM; a record that is not such a frame (another schema id,
+    a single-object frame, a tombstone, corrupt Avro) fails the job naming topic, partition
+    and offset (`spark.errors.translate_errors` makes it an `InputError`): those take
+    `messages_from_records`, which finds schemas by id and fingerprint."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    given = load_schema(Path(schema)) if isinstance(schema, str | Path) else schema
+    data_type, _ = data_type_of(given)
+    target = message_type(data_type)
+    # spark-avro's deserializer takes a record at the root, not the CDC union ("Attempting to
+    # treat union[array, progress] as a RECORD"); a record of one field is encoded as that
+    # field alone, so the same bytes read as a record whose one field is the union
+    envelope = {"type": "record", "name": "envelope", "namespace": "changelake",
+                "fields": [{"name": "message", "type": given.avro}]}
+    body = from_avro(F.expr("substring(value, 6)"), orjson.dumps(envelope).decode(),
+                     {"mode": "PERMISSIVE"})
+    framed = F.expr(f"value IS NOT NULL AND substring(value, 1, 5) = {CONFLUENT_HEADER_ID0}")
+    where = F.concat(F.lit("topic "), F.col("topic"), F.lit(" partition "),
+                     F.col("partition").cast("string"), F.lit(", offset "),
+                     F.col("offset").cast("string"))
+    bad = F.raise_error(F.concat(F.lit(f"{INPUT_ERROR_MARK}<<"), where, F.lit(
+        ": not a Confluent frame of schema id 0 holding a Materialize CDC message "
+        "(from_avro reads only those)>>")))
+    checked = records.select(
+        F.when(framed, body).alias("_m"), "topic", "partition", "offset")
+    checked = checked.select(
+        F.when(F.col("_m").isNull() | F.col("_m.message").isNull(),
+               bad.cast(checked.schema["_m"].dataType))
+        .otherwise(F.col("_m")).alias("_m"), "topic", "partition", "offset")
+    rows = checked.select(
+        F.col("_m.message.member0").alias("updates"),
+        F.col("_m.message.member1").alias("progress"),
+        F.concat(F.lit("topic "), F.col("topic"), F.lit(" partition "),
+                 F.col("partition").cast("string")).alias("_file"),
+        F.lit(None).cast("long").alias("_line"), F.col("offset").alias("_offset"),
+        F.lit(None).cast("string").alias("_error"))
+    got = [f.dataType.simpleString() for f in rows.schema.fields]
+    want = [f.dataType.simpleString() for f in target.fields]
+    if got != want:
+        raise SchemaError(f"from_avro types the schema's rows as {got[0]}, changelake as "
+                          f"{want[0]}: decode with messages_from_records")
+    return rows.select(*(F.col(f.name).cast(f.dataType) for f in target.fields))
+
+
+__all__ = ["RECORD_COLUMNS", "messages_from_avro", "messages_from_records"]

@@ -1,8 +1,27 @@
 """`kafka-cdc`: a Python Data Source for Kafka topics of Materialize CDC messages, batch and
 streaming, read on the executors.
 
-Spark's own Kafka connector is a Maven jar that PySpark does not ship, so this reads through
-confluent-kafka (librdkafka). The driver plans only: one metadata call per topic and one
+This reads through confluent-kafka (librdkafka). Spark's own Kafka connector
+(`spark-sql-kafka-0-10`, which the setup fetches: `spark.maven.KAFKA_ARTIFACTS`) reads the same
+records as the ingest's `reader="kafka"` (`lake.kafka_ingest.connector_records`, its records
+decoded by `kafka_records.messages_from_records`): offsets, partitions, `failOnDataLoss`,
+read-committed and SASL/SSL settings as `kafka.*` options all do the job there. `kafka-cdc`
+stays the default reader, and the only one, for what the connector does not do here:
+
+* decode in the reading task: a Materialize CDC topic's records decoded into messages where
+  they are read; the connector's records cross to a Python UDF for that, about twice the time
+  (`benchmarks/bench_kafka_readers.py`, benchmarks/README.md), and read alone they took 1.6x
+  kafka-cdc's time at 90k records on 2 cores;
+* `lenient` (records set aside as `_error` rows, the dead-letter topic) and the streaming
+  source of `ingest --follow --kafka` (its `lossReport`, `maxRecordsPerTrigger`), which the
+  ingest wires to this source only;
+* librdkafka's settings: any `kafka.*` librdkafka takes, and every security setting, which
+  the connector gets only where a Java client's equivalent exists
+  (`kafka.security.java_config`); and librdkafka's mock cluster (`kafka.MockCluster`), which
+  the Java clients cannot use (their admin client's `listNodes` times out), so the fast tests;
+* no JVM libraries: a session without the fetched jars still reads Kafka.
+
+The driver plans only: one metadata call per topic and one
 watermark call per partition give each partition's offsets; each input partition is one
 topic-partition's range `[start, end)`, read on an executor by its own consumer (a
 `kafka.source.TopicReader` assigned to that range, no consumer group) and decoded there with
