@@ -189,9 +189,18 @@ def _messages_frame(spark: Any, bootstrap: str, plans: Sequence[tuple[str, Seque
 def _connector_messages(spark: Any, options: Mapping[str, str], given: Any,
                         schema_registry: str | None,
                         plans: Sequence[tuple[str, Sequence[Any]]]) -> Any:
-    """Spark's own `kafka` source's records of the same ranges, as `kafka-cdc`'s rows."""
-    from changelake.spark.kafka_records import messages_from_records
+    """Spark's own `kafka` source's records of the same ranges, as `kafka-cdc`'s rows: with a
+    schema and no registry (every frame of schema id 0) decoded in the JVM by spark-avro's
+    `from_avro` (`messages_from_avro`: about half kafka-cdc's time, benchmarks/README.md),
+    else by kafka-cdc's decoder in a Python UDF (`messages_from_records`: ids by the registry,
+    single-object frames; and where from_avro would type a column otherwise)."""
+    from changelake.spark.kafka_records import messages_from_avro, messages_from_records
 
+    if given is not None and schema_registry is None:
+        try:
+            return messages_from_avro(connector_records(spark, options), given)
+        except SchemaError:  # from_avro types some column otherwise (a logical type)
+            pass
     return messages_from_records(connector_records(spark, options), schema=given,
                                  schema_registry=schema_registry,
                                  topic=plans[0][0] if plans else None)

@@ -106,7 +106,8 @@ def messages_from_avro(records: DataFrame, schema: CdcSchema | Path | str) -> Da
                      F.col("offset").cast("string"))
     bad = F.raise_error(F.concat(F.lit(f"{INPUT_ERROR_MARK}<<"), where, F.lit(
         ": not a Confluent frame of schema id 0 holding a Materialize CDC message "
-        "(from_avro reads only those)>>")))
+        "(spark-avro's from_avro reads only those; the reader kafka-cdc also reads "
+        "single-object frames)>>")))
     checked = records.select(
         F.when(framed, body).alias("_m"), "topic", "partition", "offset")
     checked = checked.select(

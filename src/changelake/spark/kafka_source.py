@@ -8,10 +8,12 @@ decoded by `kafka_records.messages_from_records`): offsets, partitions, `failOnD
 read-committed and SASL/SSL settings as `kafka.*` options all do the job there. `kafka-cdc`
 stays the default reader, and the only one, for what the connector does not do here:
 
-* decode in the reading task: a Materialize CDC topic's records decoded into messages where
-  they are read; the connector's records cross to a Python UDF for that, about twice the time
-  (`benchmarks/bench_kafka_readers.py`, benchmarks/README.md), and read alone they took 1.6x
-  kafka-cdc's time at 90k records on 2 cores;
+* decode frames the JVM cannot: single-object Avro and registry schema ids, decoded where
+  they are read; after the connector those cross to a Python UDF, about twice kafka-cdc's
+  time (`benchmarks/bench_kafka_readers.py`, benchmarks/README.md). A topic of schema-id-0
+  frames is another matter: the connector's records decoded by spark-avro's `from_avro`
+  (`kafka_records.messages_from_avro`, what `reader="kafka"` does with a schema and no
+  registry) took 0.57x kafka-cdc's time;
 * `lenient` (records set aside as `_error` rows, the dead-letter topic) and the streaming
   source of `ingest --follow --kafka` (its `lossReport`, `maxRecordsPerTrigger`), which the
   ingest wires to this source only;
