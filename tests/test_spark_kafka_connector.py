@@ -219,6 +219,7 @@ def test_sasl_settings_reach_the_connector_and_are_never_shown(
     for text in (str(failed.value), repr(failed.value)):
         assert SASL_PASSWORD not in text and SASL_PASSWORD[::-1] not in text
     assert SASL_PASSWORD not in json.dumps(spark.sparkContext.getConf().getAll())
+    assert "jaas" in spark.conf.get("spark.sql.redaction.options.regex")
     output = capfd.readouterr()
     assert SASL_PASSWORD not in output.out + output.err
     assert SASL_PASSWORD[::-1] not in output.out + output.err

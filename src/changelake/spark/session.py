@@ -233,16 +233,29 @@ def _add_delta(settings: dict[str, str]) -> None:
 
 def _add_kafka(settings: dict[str, str]) -> None:
     """Spark's Kafka connector and spark-avro (`spark.maven.kafka_jars`) on `spark.jars`,
-    where the setup fetched them, and Spark's redaction extended to the connector's security
-    settings (`KAFKA_REDACTION`). On every session: they are loaded only when a query uses
-    them (spark.jars joins the driver's class loader; no class is read at start), and adding
-    them costs no measurable start time (docs/platform-notes.md)."""
+    where the setup fetched them, and Spark's redaction of options extended to the
+    connector's security settings (`KAFKA_REDACTION`). On every session: their classes load
+    only when a query uses them (spark.jars joins the driver's class loader), and adding them
+    costs no measurable start time (docs/platform-notes.md)."""
     from changelake.spark.maven import kafka_jars
 
     found = kafka_jars()
     if found is not None:
         named = [j for j in settings.get("spark.jars", "").split(",") if j]
         settings["spark.jars"] = ",".join([*named, *(str(j) for j in found)])
+    settings.setdefault(OPTIONS_REDACTION, KAFKA_REDACTION)
+
+
+OPTIONS_REDACTION = "spark.sql.redaction.options.regex"
+
+KAFKA_REDACTION = r"(?i)url|jaas|password|secret|token|ssl\.key|credential"
+"""Spark's `spark.sql.redaction.options.regex` (default `(?i)url`): a data source option
+whose key or value matches is shown masked wherever Spark shows options (a streaming
+source's description, a scan's). A batch read of the `kafka` source shows no option in its
+plans (tested: the SASL password is in no plan text), so this is the guard for the rest: the
+Kafka connector's `kafka.sasl.jaas.config` (its value holds `password=`), `kafka.ssl.key.*`,
+and any `*password*` option; `spark.redaction.regex`'s default already masks settings and
+environment values of that kind. A session's own setting wins."""
 
 
 def _add_object_store(settings: dict[str, str]) -> None:
