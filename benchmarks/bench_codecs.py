@@ -77,7 +77,8 @@ def main() -> None:
             ("JSON lines -> messages, schema-checked", jsonl, lambda: count_updates(jsonl, True)),
             ("JSON lines -> messages, no schema", jsonl, lambda: count_updates(jsonl, False)),
         ]
-        from changelake.formats.materialize import _python_datum, message_to_avro_json
+        from changelake.formats.materialize import message_to_avro_json
+        from changelake.formats.materialize.write import _python_datum
 
         datums = [_python_datum(m, schema) for m in log]
         avro_json = [message_to_avro_json(m, schema) for m in log]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from changelake.errors import Location
 from changelake.formats import avro_values as av
-from changelake.formats.materialize import (
+from changelake.formats.materialize.values import (
     _schemaless_row,
     _updates_fast,
     _updates_fast_schemaless,

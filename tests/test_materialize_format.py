@@ -178,7 +178,7 @@ def test_truncated_avro_names_the_offset_and_keeps_earlier_blocks(tmp_path: Path
 
 
 def _python_records(messages: list, schema: CdcSchema) -> list:
-    from changelake.formats.materialize import _python_datum
+    from changelake.formats.materialize.write import _python_datum
 
     return [_python_datum(m, schema) for m in messages]
 
