@@ -21,7 +21,7 @@ if ! command -v "$javac_bin" >/dev/null 2>&1; then
 fi
 
 if ! command -v mvn >/dev/null 2>&1; then
-  echo "changelake setup: Maven (mvn) is required to build the Debezium runner and was not found (apt-get install maven)." >&2
+  echo "changelake setup: Maven (mvn) is required to build changelake's Java code and the Debezium runner and was not found (apt-get install maven)." >&2
   exit 1
 fi
 
@@ -41,9 +41,11 @@ fi
 # CHANGELAKE_MAVEN_REPO) into .venv, and its class archive (half its start). Nothing to do when
 # they are there; one line when Maven is missing or cannot reach the repository.
 .venv/bin/python -m changelake.kafka.broker jvm/kafka-broker/pom.xml
-# The project's Java code (spark/jvm), which Spark sessions need: compiled now, not at the
-# first session.
-.venv/bin/python -c 'from changelake.spark.jvm import jar; jar()'
+# The project's Java code (src/changelake/spark/jvm), which Spark sessions need: the Maven
+# module jvm/spark-rules, built with its JUnit tests (`mvn -q -B package`) into the package as
+# changelake-spark-rules.jar, its manifest recording the sources' digest. Skipped when the jar
+# is of the same sources.
+.venv/bin/python -m changelake.spark.jvm
 # changelake's Debezium runner (jvm/debezium-runner): Debezium's embedded PostgreSQL connector
 # writing to Kafka, with every jar it needs, into .venv (changelake.capture.debezium). Needs
 # Maven; skipped when already built from the same sources.

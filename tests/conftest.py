@@ -179,6 +179,12 @@ SLOW_TESTS = {
     "test_spark_kafka_connector.py::test_debezium_topics_make_the_table_kafka_cdc_makes",
     "test_spark_kafka_connector.py::"
     "test_sasl_settings_reach_the_connector_and_are_never_shown",
+    # a real Maven build of the jar (15-40 s): the install builds it, with its JUnit tests,
+    # and test_a_current_packaged_jar_is_taken_without_maven_or_a_jdk is in the default run
+    "test_spark_jvm_jar.py::test_a_stale_jar_is_built_by_maven_once_and_then_taken",
+    # a failed Maven build through the CLI: in-process in
+    # test_a_failed_build_is_one_error_with_mavens_first_error
+    "test_spark_jvm_jar.py::test_a_failed_build_is_one_error_line_from_the_command_line",
 }
 
 

@@ -1,5 +1,5 @@
 """changelake's files under the machine's shared temporary folder are this user's alone: the
-compiled jar's fallback folder (a jar planted there would be loaded into every session) and
+built jar's fallback folder (a jar planted there would be loaded into every session) and
 the JVM's log (Spark's messages, which quote input). Folders mode 0700, owned by the user,
 refused otherwise; files mode 0600, never through a link; logs removed."""
 
@@ -115,9 +115,10 @@ def test_the_jar_is_never_taken_from_a_planted_folder(tmp_path: Path, monkeypatc
     shared.chmod(0o1777)
     monkeypatch.setattr(sys, "prefix", str(prefix))
     monkeypatch.setattr(tempfile, "tempdir", str(shared))
+    monkeypatch.setattr(jvm, "PACKAGED", tmp_path / "missing.jar")  # a jar must be built
     planted = shared / f"changelake-jvm-{os.geteuid()}"
     planted.mkdir(mode=0o755)
-    (planted / f"changelake-jvm-{jvm._digest()}.jar").write_bytes(b"PK")
+    (planted / f"changelake-spark-rules-{jvm._digest()}.jar").write_bytes(b"PK")
     os.chown(planted, 65534, 65534)
     with pytest.raises(PrivateFolderError,
                        match=rf"{re.escape(str(planted))}: .* owned by uid 65534"):
@@ -178,29 +179,3 @@ def test_a_command_that_succeeds_removes_its_jvm_log(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     folder = shared / f"changelake-{os.geteuid()}"
     assert mode(folder) == 0o700 and list(folder.iterdir()) == []
-
-
-# -- a javac that fails ---------------------------------------------------------------------
-
-FAILING_JAVAC = {"JDK_JAVAC_OPTIONS": "-Xbogus"}  # javac reads its options from there too
-
-
-def test_a_failed_javac_is_one_error_line(tmp_path: Path) -> None:
-    """javac refusing to compile (here: an option it does not know, from its environment) is
-    one `changelake: error:` line naming javac's error, before Spark starts (the jar is
-    required); not Python's traceback nor javac's whole output."""
-    source = tmp_path / "in.jsonl"
-    source.write_text("\n")
-    prefix = tmp_path / "env"  # a fresh environment folder: no jar compiled yet
-    run = ("import sys; sys.prefix = sys.argv.pop(1); sys.argv[0] = 'changelake'; "
-           "from changelake.cli import main; main()")
-    done = subprocess.run(
-        [sys.executable, "-c", run, str(prefix), "ingest", "--lake", str(tmp_path / "lake"),
-         "--table", "t", "--master", "local[1]", str(source)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, **FAILING_JAVAC})
-    [error] = done.stderr.splitlines()
-    assert error.startswith("changelake: error: changelake's Spark path needs a JDK 17 or "
-                            "later (`javac`), and compiling its Java code with ")
-    assert error.endswith("failed: error: invalid flag: -Xbogus")
-    assert done.returncode == 2
-    assert not list((prefix / "share" / "changelake").glob("*.jar"))

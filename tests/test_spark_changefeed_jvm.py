@@ -349,35 +349,6 @@ def test_the_tasks_hold_the_lines_to_the_bounds_as_spark_does(spark: Any, java: 
     assert [r["_deferred"] for r in sorted(rows, key=lambda r: r["row"])][:2] == [False, False]
 
 
-def test_without_a_jdk_there_is_no_jar_and_an_error_says_so(tmp_path: Path,
-                                                             monkeypatch: Any) -> None:
-    """No `javac` on the PATH or in JAVA_HOME: `jar()` raises, in one line, what is needed."""
-    from changelake.errors import ChangelakeError
-    from changelake.spark import jvm
-
-    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
-    monkeypatch.setattr(jvm.shutil, "which", lambda name: None)
-    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jre"))
-    with pytest.raises(ChangelakeError, match=r"needs a JDK 17 or later \(`javac`\)") as raised:
-        jvm.jar()
-    assert "\n" not in str(raised.value)
-    assert not list(tmp_path.glob("*.jar"))
-
-
-def test_a_failed_compile_is_an_error_with_javacs_first_error(tmp_path: Path,
-                                                               monkeypatch: Any) -> None:
-    from changelake.errors import ChangelakeError
-    from changelake.spark import jvm
-
-    source = tmp_path / "DebeziumLine.java"
-    source.write_text("package changelake.jvm; class DebeziumLine { int x = ; }\n")
-    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
-    monkeypatch.setattr(jvm, "SOURCES", (source,))
-    with pytest.raises(ChangelakeError, match=r"needs a JDK 17.*failed: .*error") as raised:
-        jvm.jar()
-    assert "\n" not in str(raised.value)
-
-
 def test_a_session_without_the_jar_is_told_what_to_add(spark: Any) -> None:
     """A class the session's JVM lacks (as all of the jar's are on a session the caller built
     without it): `register` and `java_class` name the jar to put on `spark.jars`."""
@@ -385,32 +356,11 @@ def test_a_session_without_the_jar_is_told_what_to_add(spark: Any) -> None:
     from changelake.spark import jvm
     from changelake.spark.changefeed.parse import JVM_LINE_TYPE
 
-    with pytest.raises(ChangelakeError, match=r"spark\.jars=.*changelake-jvm-.*\.jar"):
+    with pytest.raises(ChangelakeError, match=r"spark\.jars=.*changelake-spark-rules.*\.jar"):
         jvm.register(spark, "changelake_no_such_class", "changelake.jvm.Nothing", JVM_LINE_TYPE)
     assert not spark.catalog.functionExists("changelake_no_such_class")
     with pytest.raises(ChangelakeError, match=r"has no changelake\.jvm\.Nothing"):
         jvm.java_class(spark, "changelake.jvm.Nothing")
-
-
-def test_the_jar_is_built_once_per_source_and_spark(tmp_path: Path, monkeypatch: Any) -> None:
-    """Compiled into the environment's folder under a name that changes with the sources."""
-    from changelake.spark import jvm
-
-    monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
-    built = jvm.jar()
-    assert built.parent == tmp_path
-    inode, content = built.stat().st_ino, built.read_bytes()
-    # not compiled again: the same file (a use may refresh its time, `jvm.jar`'s sweep)
-    assert jvm.jar() == built and built.stat().st_ino == inode and built.read_bytes() == content
-    import zipfile
-
-    with zipfile.ZipFile(built) as archive:
-        assert "changelake/jvm/DebeziumLine.class" in archive.namelist()
-    source = tmp_path / "DebeziumLine.java"
-    source.write_text(jvm.SOURCES[0].read_text() + "\n// changed\n")
-    monkeypatch.setattr(jvm, "SOURCES", (source, *jvm.SOURCES[1:]))
-    changed = jvm.jar()  # compiled (the classes DebeziumLine uses are among the sources)
-    assert changed != built
 
 
 def test_the_parse_step_is_java_alone_where_java_reads_every_line(

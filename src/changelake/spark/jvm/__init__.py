@@ -23,15 +23,21 @@ own; and a YDB batch's parsed rows are not stored at all, but kept as the shuffl
 the parse's job writes and the conversion reads (`KeptShuffle.java`, `checkpoint.kept_shuffle`),
 which no DataFrame call can share between two jobs.
 
-How it gets onto the JVM: `build_session` asks `jar()` for the jar and puts it on
-`spark.jars` before the JVM starts. `jar()` compiles the sources with `javac` against
-PySpark's own jars (Jackson, Spark's Java API) the first time, into a folder of this Python
-environment (`sys.prefix`, so `.venv` in a checkout), named by a digest of the sources and
-the PySpark version, so that a changed source or Spark is compiled again and an unchanged one
-never is. The jar is required on Spark: where no JDK 17+ is found (a JRE has no `javac`) or
-its compiler fails, `jar()` raises a `ChangelakeError` saying so; and `register` and
-`java_class` raise one naming the jar to add to `spark.jars` for a session built without it
-(one the caller built, not `build_session`).
+How it gets onto the JVM: the sources are the Maven module `jvm/spark-rules` (its
+`pom.xml` compiles them in place, against the jars PySpark 4.2.0 bundles, and runs the JUnit
+tests of their rules). `scripts/install.sh` builds it (`python -m changelake.spark.jvm`, which
+runs `mvn -q -B package`) into this package, `changelake-spark-rules.jar`, package data that a
+wheel ships; its manifest records the digest of the sources and the PySpark version it was
+built from (`_digest`). `build_session` asks `jar()` for the jar and puts it on `spark.jars`
+before the JVM starts. `jar()` takes the packaged jar where its digest is the sources' (read
+from the manifest: no subprocess), else one built by Maven for these sources in a folder of
+this Python environment (`sys.prefix`, so `.venv` in a checkout), named by the digest: a
+checkout whose Java changed since the install builds it again, once, without the tests. The
+jar is required on Spark: where it must be built and no Maven, no JDK 17+ (a JRE has no
+`javac`) or no module (`jvm/spark-rules/pom.xml`, in a checkout only) is found, or Maven fails,
+`jar()` raises a `ChangelakeError` saying so; and `register` and `java_class` raise one naming
+the jar to add to `spark.jars` for a session built without it (one the caller built, not
+`build_session`).
 """
 
 from __future__ import annotations
@@ -55,26 +61,44 @@ from changelake.private import private_folder, temporary_folder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SOURCES = tuple(Path(__file__).with_name(f"{name}.java")
-                for name in ("DebeziumLine", "DebeziumLines", "DebeziumImage", "JsonBytes",
-                             "UniqueKeys", "YdbLine", "YdbLines", "SparkType", "Positions",
-                             "KeyedConversion", "BarrierScan", "StoredRows", "KeptShuffle",
-                             "PasswordFile"))
+HERE = Path(__file__).resolve().parent
+SOURCES = tuple(sorted(HERE.rglob("*.java")))
+"""The Java sources: what the module's `pom.xml` compiles (`**/*.java` of this folder)."""
 
+PACKAGED = HERE / "changelake-spark-rules.jar"
+"""The jar `scripts/install.sh` builds into this package (package data: a wheel ships it)."""
 
-def _spark_jars() -> Path:
-    import pyspark
+MODULE = HERE.parents[2].parent / "jvm" / "spark-rules"
+"""The Maven module that builds the jar: in a checkout, `jvm/spark-rules` beside `src/`."""
 
-    return Path(pyspark.__file__).parent / "jars"
+DIGEST_ATTRIBUTE = "Changelake-Digest"
+"""The jar manifest's attribute holding the `_digest` of what it was built from."""
+
+BUILT_NAME = "changelake-spark-rules.jar"
+"""The jar's name in Maven's build folder (the pom's `finalName`)."""
 
 
 def _digest() -> str:
+    """The sources' and PySpark's version's digest: a jar built from others is stale."""
     import pyspark
 
     h = hashlib.sha256(pyspark.__version__.encode())
     for source in SOURCES:
         h.update(source.read_bytes())
     return h.hexdigest()[:16]
+
+
+def recorded_digest(path: Path) -> str | None:
+    """The digest `path`'s manifest records (`DIGEST_ATTRIBUTE`); None where there is no such
+    jar, or no digest in it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            manifest = archive.read("META-INF/MANIFEST.MF").decode("utf-8", "replace")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return None
+    prefix = f"{DIGEST_ATTRIBUTE}: "
+    return next((line[len(prefix):].strip() for line in manifest.splitlines()
+                 if line.startswith(prefix)), None)
 
 
 def _trusted(folder: Path) -> bool:
@@ -89,9 +113,10 @@ def _trusted(folder: Path) -> bool:
 
 
 def _folder() -> Path:
-    """Where the jar is kept: in this Python environment if this user can write there and no
-    one else can, else in this user's private folder under the machine's temporary folder
-    (`changelake.private`: a jar planted there would be loaded into every session)."""
+    """Where a jar built after the install is kept: in this Python environment if this user
+    can write there and no one else can, else in this user's private folder under the
+    machine's temporary folder (`changelake.private`: a jar planted there would be loaded into
+    every session)."""
     home = Path(sys.prefix) / "share" / "changelake"
     try:
         home.mkdir(parents=True, exist_ok=True)
@@ -103,38 +128,20 @@ def _folder() -> Path:
 
 
 def jar() -> Path:
-    """The compiled jar, compiled now if need be; a `ChangelakeError` where it cannot be (no
-    `javac`, or it failed). Safe for processes starting at once: each compiles in a folder of
-    its own and renames the jar into place."""
-    target = _folder() / f"changelake-jvm-{_digest()}.jar"
+    """The jar of these sources: the packaged one where its recorded digest is theirs (no
+    subprocess), else one built for them by Maven now or before (`build`, without its tests);
+    a `ChangelakeError` in one line where it cannot be built. Safe for processes starting at
+    once: each builds in a folder of its own and renames the jar into place."""
+    digest = _digest()
+    if recorded_digest(PACKAGED) == digest:
+        return PACKAGED
+    target = _folder() / f"changelake-spark-rules-{digest}.jar"
     if target.exists():
         _used(target)
         return target
-    javac = shutil.which("javac")
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "javac").exists():
-        javac = str(Path(java_home) / "bin" / "javac")
-    if javac is None:
-        raise ChangelakeError(f"changelake's Spark path needs a JDK 17 or later (`javac`), and "
-                              f"none was found on PATH or in JAVA_HOME ({java_home or 'unset'}); "
-                              f"a JRE alone is not enough")
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
-        classes = Path(work) / "classes"
-        classes.mkdir()
-        done = subprocess.run(
-            [javac, "-nowarn", "--release", "17", "-cp", f"{_spark_jars()}/*",
-             "-d", str(classes), *map(str, SOURCES)],
-            capture_output=True, text=True)
-        if done.returncode != 0:
-            raise ChangelakeError(compile_failed(javac, done.stderr or done.stdout))
-        built = Path(work) / "out.jar"
-        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:
-            out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-            for path in sorted(classes.rglob("*.class")):
-                out.write(path, path.relative_to(classes).as_posix())
-        os.replace(built, target)
+    build(target, digest, tests=False)
     unused = time.time() - STALE_AFTER_SECONDS
-    for stale in target.parent.glob("changelake-jvm-*.jar"):  # of earlier sources or Sparks
+    for stale in target.parent.glob("changelake-spark-rules-*.jar"):  # of other sources
         try:
             if stale != target and stale.stat().st_mtime < unused:
                 stale.unlink(missing_ok=True)
@@ -143,9 +150,72 @@ def jar() -> Path:
     return target
 
 
+def build(target: Path, digest: str, *, tests: bool) -> Path:
+    """Build the jar with Maven (`MODULE`'s `pom.xml`), its manifest recording `digest`, and
+    rename it to `target`. With `tests`, Maven runs the JUnit tests (the install's build) and
+    resolves online; without, it skips them and tries offline first (`~/.m2` has what the
+    install fetched), then online where offline lacked an artifact. Maven builds in a
+    temporary folder beside `target`, so that builds started at once share nothing but the
+    rename. A `ChangelakeError` in one line where Maven, a JDK or the module is missing, or
+    Maven fails."""
+    mvn = shutil.which("mvn")
+    pom = MODULE / "pom.xml"
+    why = (f"changelake's Spark path needs its jar built from its Java sources (the packaged "
+           f"one, {PACKAGED.name}, is {_state(PACKAGED)})")
+    if not pom.is_file():
+        raise ChangelakeError(f"{why}, and the Maven module that builds it ({pom}) is not "
+                              f"there: reinstall changelake")
+    if mvn is None:
+        raise ChangelakeError(f"{why}, which needs Maven (`mvn`), and none was found on PATH "
+                              f"(Debian/Ubuntu: apt-get install maven)")
+    javac = _javac()
+    if javac is None:
+        java_home = os.environ.get("JAVA_HOME")
+        raise ChangelakeError(f"{why}, which needs a JDK 17 or later (`javac`), and none was "
+                              f"found on PATH or in JAVA_HOME ({java_home or 'unset'}); a JRE "
+                              f"alone is not enough")
+    from changelake.spark.maven import CENTRAL, REPOSITORY_ENV
+
+    repository = os.environ.get(REPOSITORY_ENV) or CENTRAL
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as work:
+        command = [mvn, "-q", "-B", "-f", str(pom), "package", f"-Dchangelake.digest={digest}",
+                   f"-Dchangelake.build={Path(work) / 'target'}", f"-Dmaven.repo={repository}"]
+        attempts = [command] if tests else [[*command, "-o", "-Dmaven.test.skip=true"],
+                                            [*command, "-Dmaven.test.skip=true"]]
+        for attempt in attempts:
+            done = subprocess.run(attempt, capture_output=True, text=True,
+                                  env={**os.environ, "JAVA_HOME": str(Path(javac).parents[1])})
+            # online again only where offline lacked something, not for a compile error
+            if done.returncode == 0 or "offline" not in done.stdout + done.stderr:
+                break
+        if done.returncode != 0:
+            raise ChangelakeError(build_failed(done.stdout + done.stderr))
+        os.replace(Path(work) / "target" / BUILT_NAME, target)
+    return target
+
+
+def _state(path: Path) -> str:
+    """What is wrong with the packaged jar at `path`, in a few words."""
+    recorded = recorded_digest(path)
+    if recorded is None:
+        return "missing" if not path.exists() else "without a recorded digest"
+    return f"of other sources or another PySpark (digest {recorded}, not {_digest()})"
+
+
+def _javac() -> str | None:
+    """The JDK's `javac` Maven compiles with: JAVA_HOME's, else the PATH's (resolved, so that
+    its JDK's folder is two levels up); None where there is none."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "javac").exists():
+        return str(Path(java_home) / "bin" / "javac")
+    found = shutil.which("javac")
+    return str(Path(found).resolve()) if found else None
+
+
 STALE_AFTER_SECONDS = 7 * 24 * 3600.0
-"""A jar of other sources is removed once no session has asked for it for this long: one of
-another changelake in the same environment (a `--follow` still running the version an
+"""A built jar of other sources is removed once no session has asked for it for this long:
+one of another changelake in the same environment (a `--follow` still running the version an
 upgrade replaced, two checkouts on one environment) is in use, and a session that starts
 while its jar is removed fails (Spark serves `spark.jars` from their paths)."""
 
@@ -156,13 +226,16 @@ def _used(path: Path) -> None:
         os.utime(path)
 
 
-def compile_failed(javac: str, output: str) -> str:
-    """The one line saying that `javac` failed: its first error, and what that means."""
+def build_failed(output: str) -> str:
+    """The one line saying that Maven failed: its first error, and what that means."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line.lower()), lines[0] if lines else "")
+    errors = [line.removeprefix("[ERROR]").strip() for line in lines
+              if line.startswith("[ERROR]") and line.removeprefix("[ERROR]").strip()]
+    first = next((line for line in errors if ".java" in line),
+                 errors[0] if errors else lines[0] if lines else "")
     first = first[:300] if first else "no output"
-    return (f"changelake's Spark path needs a JDK 17 or later (`javac`), and compiling its "
-            f"Java code with {javac} failed: {first}")
+    return (f"changelake's Spark path needs its jar, and building it from its Java sources "
+            f"with Maven failed: {first}")
 
 
 def register(spark: SparkSession, name: str, class_name: str, return_type: str) -> None:
