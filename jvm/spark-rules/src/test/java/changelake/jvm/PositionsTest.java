@@ -7,7 +7,8 @@ import java.util.Random;
 import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.GenericArrayData;
-import org.apache.spark.sql.types.DataTypes;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.LongType$;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.DecimalType;
 import org.junit.jupiter.api.Test;
@@ -15,7 +16,9 @@ import org.junit.jupiter.api.Test;
 /** `Positions.compare`: Spark's order of arrays (null first, element by element with nulls
  * first, then the shorter); and `compareSigned`, the order of two's complement bytes. */
 class PositionsTest {
-    static final DecimalType UINT64 = DataTypes.createDecimalType(20, 0);
+    static final DecimalType UINT64 = new DecimalType(20, 0);
+    /** Spark's bigint (not through `DataTypes`, whose loading needs ICU's collations). */
+    static final DataType BIGINT = LongType$.MODULE$;
 
     static ArrayData longs(long... values) {
         return UnsafeArrayData.fromPrimitiveArray(values);
@@ -31,27 +34,27 @@ class PositionsTest {
 
     @Test
     void aNullArrayComesFirst() {
-        assertEquals(0, Positions.compare(null, null, DataTypes.LongType));
-        assertEquals(-1, sign(Positions.compare(null, longs(), DataTypes.LongType)));
-        assertEquals(1, sign(Positions.compare(longs(), null, DataTypes.LongType)));
+        assertEquals(0, Positions.compare(null, null, BIGINT));
+        assertEquals(-1, sign(Positions.compare(null, longs(), BIGINT)));
+        assertEquals(1, sign(Positions.compare(longs(), null, BIGINT)));
     }
 
     @Test
     void bigintArraysCompareElementByElementThenByLength() {
-        assertEquals(-1, sign(Positions.compare(longs(1, 2, 3), longs(1, 3), DataTypes.LongType)));
-        assertEquals(1, sign(Positions.compare(longs(2), longs(1, 9, 9), DataTypes.LongType)));
-        assertEquals(-1, sign(Positions.compare(longs(1, 2), longs(1, 2, 0), DataTypes.LongType)));
-        assertEquals(0, Positions.compare(longs(1, 2), longs(1, 2), DataTypes.LongType));
+        assertEquals(-1, sign(Positions.compare(longs(1, 2, 3), longs(1, 3), BIGINT)));
+        assertEquals(1, sign(Positions.compare(longs(2), longs(1, 9, 9), BIGINT)));
+        assertEquals(-1, sign(Positions.compare(longs(1, 2), longs(1, 2, 0), BIGINT)));
+        assertEquals(0, Positions.compare(longs(1, 2), longs(1, 2), BIGINT));
         assertEquals(-1, sign(Positions.compare(longs(Long.MIN_VALUE), longs(-1),
-                                                DataTypes.LongType)));
+                                                BIGINT)));
     }
 
     @Test
     void aNullElementComesFirst() {
         ArrayData withNull = generic(1L, null);
-        assertEquals(-1, sign(Positions.compare(withNull, generic(1L, 0L), DataTypes.LongType)));
-        assertEquals(1, sign(Positions.compare(generic(1L, 0L), withNull, DataTypes.LongType)));
-        assertEquals(0, Positions.compare(withNull, generic(1L, null), DataTypes.LongType));
+        assertEquals(-1, sign(Positions.compare(withNull, generic(1L, 0L), BIGINT)));
+        assertEquals(1, sign(Positions.compare(generic(1L, 0L), withNull, BIGINT)));
+        assertEquals(0, Positions.compare(withNull, generic(1L, null), BIGINT));
     }
 
     @Test
