@@ -52,19 +52,6 @@ def test_a_current_packaged_jar_is_taken_without_maven_or_a_jdk(
     assert not (tmp_path / "built").exists()
 
 
-def test_the_installs_jar_records_the_digest_of_these_sources() -> None:
-    """`python -m changelake.spark.jvm` (the install's step) built the packaged jar from these
-    sources: each class's file is in it, and its manifest names their digest."""
-    if not jvm.PACKAGED.exists():
-        pytest.fail(f"no {jvm.PACKAGED}: run scripts/install.sh (or python -m "
-                    f"changelake.spark.jvm)")
-    assert jvm.recorded_digest(jvm.PACKAGED) == jvm._digest(), (
-        "the Java sources changed since the install: run python -m changelake.spark.jvm")
-    with zipfile.ZipFile(jvm.PACKAGED) as archive:
-        names = set(archive.namelist())
-    assert {f"changelake/jvm/{s.stem}.class" for s in jvm.SOURCES} <= names
-
-
 def test_a_stale_jar_is_built_by_maven_once_and_then_taken(tmp_path: Path,
                                                           monkeypatch: Any) -> None:
     """A packaged jar of other sources: `jar()` builds one with Maven into the environment's
