@@ -185,6 +185,8 @@ SLOW_TESTS = {
     # a failed Maven build through the CLI: in-process in
     # test_a_failed_build_is_one_error_with_mavens_first_error
     "test_spark_jvm_jar.py::test_a_failed_build_is_one_error_line_from_the_command_line",
+    # two real Maven builds at once: the rename into place is the same as one build's
+    "test_spark_jvm_jar.py::test_processes_building_at_once_each_get_the_one_jar",
 }
 
 

@@ -143,3 +143,24 @@ def test_a_failed_build_is_one_error_line_from_the_command_line(tmp_path: Path) 
     assert "Broken.java" in error
     assert done.returncode == 2
     assert not list((prefix / "share" / "changelake").glob("*.jar"))
+
+
+def test_processes_building_at_once_each_get_the_one_jar(tmp_path: Path) -> None:
+    """Two processes that find the jar stale at once each build in a folder of their own and
+    rename into place: both take the same path, which holds a whole jar of these sources, and
+    no build folder is left."""
+    prefix = tmp_path / "env"
+    run = ("import sys; from pathlib import Path; sys.prefix = sys.argv[1]; "
+           "from changelake.spark import jvm; jvm.PACKAGED = Path(sys.argv[2]); "
+           "print(jvm.jar())")
+    starts = [subprocess.Popen([sys.executable, "-c", run, str(prefix),
+                                str(tmp_path / "missing.jar")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in starts]
+    assert [p.returncode for p in starts] == [0, 0], [err for _, err in outs]
+    paths = {out.strip() for out, _ in outs}
+    folder = prefix / "share" / "changelake"
+    assert paths == {str(folder / f"changelake-spark-rules-{jvm._digest()}.jar")}
+    assert jvm.recorded_digest(Path(paths.pop())) == jvm._digest()
+    assert [p.name for p in folder.iterdir()] == [f"changelake-spark-rules-{jvm._digest()}.jar"]
