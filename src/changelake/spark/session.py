@@ -209,7 +209,8 @@ def driver_java_options(master: str, derby_home: str, given: str) -> str:
 
 def _add_project_jar(settings: dict[str, str]) -> None:
     """The project's jar (`spark.jvm`) on `spark.jars`, after any the caller named: the
-    changefeed path's Java, which a session needs (`jar()` raises where no JDK can build it)."""
+    changefeed path's Java, which a session needs (`jar()` raises where it is stale and cannot
+    be built)."""
     from changelake.spark.jvm import jar
 
     jars = [j for j in settings.get("spark.jars", "").split(",") if j]

@@ -31,7 +31,8 @@ wheel ships; its manifest records the digest of the sources and the PySpark vers
 built from (`_digest`). `build_session` asks `jar()` for the jar and puts it on `spark.jars`
 before the JVM starts. `jar()` takes the packaged jar where its digest is the sources' (read
 from the manifest: no subprocess), else one built by Maven for these sources in a folder of
-this Python environment (`sys.prefix`, so `.venv` in a checkout), named by the digest: a
+this Python environment (`sys.prefix`, so `.venv` in a checkout; else this user's private
+temporary folder: `_folder`), named by the digest: a
 checkout whose Java changed since the install builds it again, once, without the tests. The
 jar is required on Spark: where it must be built and no Maven, no JDK 17+ (a JRE has no
 `javac`) or no module (`jvm/spark-rules/pom.xml`, in a checkout only) is found, or Maven fails,
