@@ -182,9 +182,16 @@ class DebeziumLineTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"t", "m", "x"})
-    void truncatesMessagesAndUnknownOpsAreLeft(String op) {
+    @ValueSource(strings = {"m", "x", "C", ""})
+    void messagesAndUnknownOpsAreLeft(String op) {
         assertDeferred(change(op, "null", "null", PG_SOURCE));
+        assertDeferred(change(op, "null", "{\"id\":1}", PG_SOURCE));
+    }
+
+    @Test
+    void aTruncateWithAnImageIsLeft() {
+        assertDeferred(change("t", "{\"id\":1}", "null", PG_SOURCE));
+        assertDeferred(change("t", "null", "{\"id\":1}", MYSQL_SOURCE));
     }
 
     @Test
