@@ -142,7 +142,10 @@ def jar() -> Path:
         return target
     build(target, digest, tests=False)
     unused = time.time() - STALE_AFTER_SECONDS
-    for stale in target.parent.glob("changelake-spark-rules-*.jar"):  # of other sources
+    # of other sources, and those javac compiled before Maven built the jar
+    olds = [*target.parent.glob("changelake-spark-rules-*.jar"),
+            *target.parent.glob("changelake-jvm-*.jar")]
+    for stale in olds:
         try:
             if stale != target and stale.stat().st_mtime < unused:
                 stale.unlink(missing_ok=True)
