@@ -60,6 +60,8 @@ public final class PasswordFile implements PasswdAuthenticationProvider {
         throw new AuthenticationException("changelake sql: the password file is empty");
       }
       return line.getBytes(StandardCharsets.UTF_8);
+    } catch (AuthenticationException e) {
+      throw e;  // an IOException too: its own reason, not "cannot be read"
     } catch (IOException | UnsupportedOperationException e) {
       throw new AuthenticationException("changelake sql: the password file cannot be read");
     }
