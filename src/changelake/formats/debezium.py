@@ -1,5 +1,8 @@
 """Debezium JSON values (PostgreSQL, MySQL, and YDB's DEBEZIUM_JSON) into `Change`s.
 
+Why one module of over 500 lines: the envelope rules and the value decoding of one format: the
+specification the Spark path is tested against, kept whole.
+
 Envelopes accepted (SPEC §1.2): schema+payload, bare payload, `{"payload": ...}`,
 `{"schema": null, "payload": ...}`, and tombstones (a `null` line or a null payload). A line may
 also be a Kafka record dump `{"key": <key JSON>, "value": <value JSON>}`; the key then names the

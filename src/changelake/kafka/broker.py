@@ -1,6 +1,9 @@
 """A real Apache Kafka broker on 127.0.0.1: one node, broker and controller in one JVM (KRaft),
 for the tests and the demo.
 
+Why one module of over 500 lines: the broker's jars, its settings and its process are one life
+(fetch, start, kill, restart).
+
 librdkafka's mock cluster (`cluster.MockCluster`) serves the Kafka protocol in-process, but it
 is not a broker: it has no read-committed isolation, no log cleaner (compaction, retention),
 no restart, no security. `KafkaBroker` runs Apache Kafka itself, from Maven Central's jars

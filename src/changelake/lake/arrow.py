@@ -1,5 +1,8 @@
 """Reading a lake table without a JVM: the committed manifest's files, merged on read in Arrow.
 
+Why one module of over 500 lines: the whole read without a JVM, which must equal Spark's view:
+the merge stays beside what it merges.
+
 `status`, `snapshot` and `snapshot --as-of` of a table that fits one machine need no Spark: the
 manifest of the committed version names every file set, and the merge on read (`sql.py`) is a
 sort and a group-by. This module does both with pyarrow and imports no pyspark, so a read

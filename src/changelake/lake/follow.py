@@ -2,6 +2,9 @@
 lake table by a long-lived Structured Streaming query, each micro-batch exactly once, across
 SIGKILL and restart from the checkpoint.
 
+Why one module of over 500 lines: the streaming query, its checkpoint and its stop control
+share one exactly-once argument.
+
 The source is a parameter: a function that returns the streaming DataFrame of messages (the
 `materialize-cdc` source's shape, see `spark/source.py`); `directory_source` is the one for a
 directory of files, `topic_source` the one for Kafka topics (`kafka-cdc`, whose offsets Spark

@@ -1,6 +1,9 @@
 """`changelake ingest --kafka`: topics of Materialize CDC messages into a lake table, exactly
 once, resuming from the offsets the table's last commit recorded.
 
+Why one module of over 500 lines: the plan, read and commit of one ingest share the offsets
+argument below.
+
 The offsets live in the lake, not in a consumer group: each commit's manifest records, per topic
 and partition, where the next read starts (`layout.PartitionOffsets.resume`), written by the
 same commit point as the data read from those offsets. So a crash anywhere before the commit

@@ -1,5 +1,8 @@
 """`Table`: a lake table's operations: commit (exactly once), read now or AS OF, compact, status.
 
+Why one module of over 500 lines: the commit rule below, the checks that guard it and the
+writer that applies them are one invariant (the committed frontier).
+
 The core write is `Table.commit(updates, lower, upper)`: the updates of the frontier interval
 `[lower, upper)`, as the table's columns plus `_time` and `_diff`. The table records the
 frontier it has committed (F), and

@@ -1,5 +1,9 @@
 """The CDCv2 reader: recovers an exactly-once, time-ordered history from a mangled log.
 
+Why one module of over 500 lines: the reader's rules, the bounds it tracks and the validation
+of a whole message before any of it applies are one argument, read top to bottom; the JSON form
+of progress and `collect` are its own entry points.
+
 The log may duplicate, reorder and re-batch both kinds of statement (see `messages.py`). The
 reader collects them and reports, whenever it can, a *frontier*: every update at a time not
 beyond it is known, exactly once, and has been handed out in time order.

@@ -1,5 +1,8 @@
 """`materialize-cdc`: a Python Data Source for directories of Materialize CDC files.
 
+Why one module of over 500 lines: one Spark Data Source (source, batch and stream readers,
+writer), whose classes share its options and type mapping.
+
 Spark's own Avro module is not bundled with PySpark, so this wraps the pure-Python codecs of
 `changelake.formats.materialize` (fastavro for object container files, orjson for Avro-JSON
 lines; the kind is detected per file). Each file is one input partition, read on an executor;

@@ -1,5 +1,8 @@
 """One PostgreSQL database as a source: its publication, its slot, its snapshot, its stream.
 
+Why one module of over 500 lines: one source's life (connect, slot, snapshot, stream, confirm)
+under one promise, below, that spans all of it.
+
 The promise: every transaction that commits in the database and touches a captured table is
 delivered once as a `Transaction`, in commit order, after the rows the initial snapshot read
 (if one is taken), with no gap and no overlap between the two; and the slot's confirmed

@@ -1,5 +1,8 @@
 """Incremental export of a lake table to an Iceberg table (pyiceberg, a SQL catalog).
 
+Why one module of over 500 lines: one export's plan, schema mapping and commit, whose exactly-
+once argument spans them.
+
     export_to_iceberg(lake, "shop.orders", "sqlite:////abs/catalog.db")  -> ExportResult
 
 What the Iceberg table holds: the lake table's state at its committed frontier F, that is what
