@@ -21,11 +21,29 @@ def test_pipeline_demo_checks_pass(spark, tmp_path: Path) -> None:
     assert not failed and len(result.checks) >= 4
 
 
-@pytest.mark.slow  # the README's demo command runs it; the Kafka tests cover its parts
-def test_kafka_demo_checks_pass(spark, tmp_path: Path) -> None:
-    from changelake.demo.kafka import run_kafka_demo
+@pytest.mark.slow  # DURATION; by default test_debezium_real_samples.py (real Debezium's
+# records through the Spark path), test_lake_kafka_changefeed.py (the ingest from topics) and
+# test_demo_postgres.py (the database side) cover its pieces
+@pytest.mark.timeout(1200)
+@pytest.mark.usefixtures("no_public_views")
+def test_debezium_demo_equals_the_database_and_the_capture(spark, pg_dsn: str, broker,
+                                                           tmp_path: Path) -> None:
+    """The demo's Debezium part beside the capture (in this process), on one workload: real
+    Debezium killed once and restarted, its topics on the real broker ingested twice; each
+    table equals the database and the capture's table, now and AS OF transactions' ends."""
+    from changelake.demo import debezium as dbz
+    from changelake.demo.postgres import capture_in_process, run_postgres_capture
 
-    result = run_kafka_demo(tmp_path, spark, tmp_path / "lake", rows=30, transactions=40,
-                            table="demo.t_kafka_demo")
-    failed = [name for name, passed in result.checks if not passed]
-    assert not failed and len(result.checks) == 4
+    lake = tmp_path / "lake"
+    demo = dbz.DebeziumDemo(pg_dsn, broker.bootstrap, tmp_path / "debezium", seed=3)
+    try:
+        run_postgres_capture(pg_dsn, lake, capture_in_process(spark), seed=3,
+                             transactions=160, before_workload=demo.start)
+        demo.finish()
+    finally:
+        demo.kill()
+    assert not (tmp_path / "debezium" / "debezium.properties").exists()
+    assert any(step.startswith("Debezium killed") for step, _ in demo.steps), demo.steps
+    checks = demo.ingest(spark, lake) + dbz.check(spark, pg_dsn, lake, times=4, seed=3)
+    failed = [c.name for c in checks if not c.passed]
+    assert not failed and len(checks) == 3 * len(dbz.TABLES) + 1, (failed, demo.steps)

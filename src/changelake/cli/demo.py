@@ -22,12 +22,13 @@ from changelake.cli.options import spark_options
               help="Where to keep the demo's files and lake (default: a temporary directory).")
 @click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
 @click.option("--postgres/--no-postgres", default=True, show_default=True,
-              help="Run the PostgreSQL capture part (an embedded server).")
+              help="Run the PostgreSQL parts (an embedded server): changelake's own "
+                   "capture and Debezium's, through a Kafka broker.")
 @click.option("--dsn", default=None,
-              help="Run the PostgreSQL part on this database (PostgreSQL 12+, wal_level = "
-                   "logical) instead of an embedded server; its tables are dropped after a "
-                   "passing run. Its password from PGPASSWORD, ~/.pgpass, PGPASSFILE or "
-                   "PGSERVICE, not the command line.")
+              help="Run the PostgreSQL parts on this database (PostgreSQL 12+, wal_level = "
+                   "logical) instead of an embedded server; its tables, publications and "
+                   "slots are dropped after a passing run. Its password from PGPASSWORD, "
+                   "~/.pgpass, PGPASSFILE or PGSERVICE, not the command line.")
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
@@ -35,10 +36,12 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
          spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
     a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
-    compaction and AS OF reads, on local Spark with the lake's embedded metastore; Kafka
-    topics (librdkafka's mock cluster) into and out of the lake; and an
+    compaction and AS OF reads, on local Spark with the lake's embedded metastore; an
     embedded PostgreSQL captured into lake tables while a workload runs, the capture killed
-    once and restarted, every table and a cross-table invariant checked.
+    once and restarted, every table and a cross-table invariant checked; and beside it, on
+    the same workload, real Debezium writing to a real Kafka broker (Debezium killed once and
+    restarted), its topics ingested into lake tables that must equal the database and the
+    capture's tables, now and AS OF several transactions.
 
     \b
     Example (about 4 minutes on 2 cores; --protocol-only: seconds):

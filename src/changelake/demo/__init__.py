@@ -2,11 +2,11 @@
 
 Four parts, each a module: `protocol` (a mangled CDCv2 log decoded exactly, pure Python),
 `pipeline` (a Debezium changefeed through CDCv2 and an at-least-once log into a lake table, on
-Spark), `kafka` (a Debezium topic through a CDCv2 topic into a lake table from recorded
-offsets, and the table's change feed out to a topic and decoded back) and `postgres` (an
-embedded PostgreSQL captured into lake tables while a workload runs, the capture killed once
-and restarted, every table and the cross-table invariant checked). Any mismatch is a non-zero
-exit of the command.
+Spark), `postgres` (an embedded PostgreSQL captured into lake tables while a workload runs, the
+capture killed once and restarted, every table and the cross-table invariant checked) and
+`debezium` (beside that capture, on the same workload, real Debezium writing to a real Kafka
+broker, killed once and restarted, its topics ingested into lake tables that must equal the
+database's and the capture's tables). Any mismatch is a non-zero exit of the command.
 """
 
 from changelake.demo.pipeline import PipelineResult, PipelineStep, run_pipeline_demo

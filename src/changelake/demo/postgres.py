@@ -51,6 +51,10 @@ OPENING = Decimal("1000.00")
 DOCUMENTS = 5  # in the opening rows (so in the snapshot), with TOASTed bodies
 PUBLICATION = "changelake_demo"
 SLOT = "changelake_demo"
+DEBEZIUM_PUBLICATION = "changelake_demo_dbz"
+DEBEZIUM_SLOT = "changelake_demo_dbz"
+"""The slot and publication of the Debezium part (`demo/debezium.py`), which reads the same
+database beside the capture: made by Debezium, checked for and dropped here with the others."""
 TABLES = ("public.accounts", "public.documents", "public.events", "public.ledger")
 
 SCHEMA = f"""
@@ -106,6 +110,7 @@ class Workload(threading.Thread):
         self.streaming = threading.Event()
         self.stop = threading.Event()
         self.counts = WorkloadCounts()
+        self.done = 0  # transactions finished (committed or rolled back)
         self.error: BaseException | None = None
         self._next_document = DOCUMENTS + 1
         self._documents: list[int] = list(range(1, DOCUMENTS + 1))
@@ -124,6 +129,7 @@ class Workload(threading.Thread):
                             return
                         self._one(cursor, step)
                         conn.commit()
+                        self.done += 1
                         time.sleep(self.pause)
             finally:
                 conn.close()
@@ -217,9 +223,10 @@ def prepare(dsn: str) -> None:
             cursor.execute("SELECT 'table ' || relname FROM pg_class WHERE relnamespace = "
                            "'public'::regnamespace AND relname = ANY(%s) UNION ALL "
                            "SELECT 'publication ' || pubname FROM pg_publication WHERE "
-                           "pubname = %s UNION ALL SELECT 'replication slot ' || slot_name "
-                           "FROM pg_replication_slots WHERE slot_name = %s",
-                           ([t.split(".")[1] for t in TABLES], PUBLICATION, SLOT))
+                           "pubname = ANY(%s) UNION ALL SELECT 'replication slot ' || "
+                           "slot_name FROM pg_replication_slots WHERE slot_name = ANY(%s)",
+                           ([t.split(".")[1] for t in TABLES],
+                            [PUBLICATION, DEBEZIUM_PUBLICATION], [SLOT, DEBEZIUM_SLOT]))
             present = [r[0] for r in cursor.fetchall()]
             if present:
                 raise DemoDatabaseError(
@@ -232,17 +239,28 @@ def prepare(dsn: str) -> None:
         conn.close()
 
 
-def clean_up(dsn: str, *, tables: bool) -> None:
-    """Drop the demo's slot (a slot left behind holds the server's WAL forever), and with
-    `tables` its publication and tables too."""
+def clean_up(dsn: str, *, tables: bool, wait: float = 10.0) -> None:
+    """Drop the demo's slots, the capture's and Debezium's (a slot left behind holds the
+    server's WAL forever), and with `tables` their publications and the tables too. A slot
+    still in use (a walsender outlives its client by a moment) is waited for up to `wait`
+    seconds, then left."""
     conn = connect(dsn)
     conn.autocommit = True
     try:
         with conn.cursor() as cursor:
-            cursor.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
-                           "pg_replication_slots WHERE slot_name = %s AND NOT active", (SLOT,))
+            deadline = time.monotonic() + wait
+            while True:
+                cursor.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                               "pg_replication_slots WHERE slot_name = ANY(%s) AND NOT active",
+                               ([SLOT, DEBEZIUM_SLOT],))
+                cursor.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = "
+                               "ANY(%s)", ([SLOT, DEBEZIUM_SLOT],))
+                if cursor.fetchone()[0] == 0 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             if tables:
-                cursor.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}")
+                cursor.execute(f"DROP PUBLICATION IF EXISTS {PUBLICATION}, "
+                               f"{DEBEZIUM_PUBLICATION}")
                 cursor.execute("DROP TABLE IF EXISTS " + ", ".join(TABLES))
     finally:
         conn.close()
@@ -394,8 +412,14 @@ def capture_in_process(spark: Any, *, until_idle: float = 2.0) -> Capture:
 # ------------------------------------------------------------------------------ the checks
 
 
-def _database_rows(dsn: str, lake: Any, name: str) -> tuple[Counter, Counter]:
-    """The table's rows in the database and in the lake, each as the capture's values."""
+def database_rows(dsn: str, lake: Any, name: str, *, lake_name: str | None = None,
+                  columns: Sequence[str] | None = None) -> tuple[Counter, Counter]:
+    """The database table `name`'s rows and those of the lake table `lake_name` (default: the
+    capture's, `name`), each as the capture's values: the lake's columns cast to the capture's
+    Spark types (a no-op for the capture's own tables; Debezium's text for `timestamptz`, say,
+    becomes a timestamp). `columns`: only these (default: all of the database table's)."""
+    from pyspark.sql import functions as F
+
     from changelake.capture.postgres.rows import Table
     from changelake.capture.postgres.to_lake import _from_spark
     from changelake.capture.postgres.types import catalog
@@ -404,16 +428,18 @@ def _database_rows(dsn: str, lake: Any, name: str) -> tuple[Counter, Counter]:
     try:
         with conn.cursor() as cursor:
             table = Table.from_catalog(cursor, name, catalog(conn.cursor()))
-            cursor.execute(f"SELECT {', '.join(f'{c}::text' for c in table.columns)} "
-                           f"FROM {name}")
+            picked = [(c, kind) for c, kind in zip(table.columns, table.types, strict=True)
+                      if columns is None or c in columns]
+            cursor.execute(f"SELECT {', '.join(f'{c}::text' for c, _ in picked)} FROM {name}")
             database = Counter(tuple(None if v is None else kind.read(v)
-                                     for kind, v in zip(table.types, row, strict=True))
+                                     for (_, kind), v in zip(picked, row, strict=True))
                                for row in cursor.fetchall())
     finally:
         conn.close()
-    kinds = [t.spark for t in table.types]
-    frame = lake.table(name).current().select(*table.columns)
-    captured = Counter(tuple(_from_spark(k, v) for k, v in zip(kinds, row, strict=True))
+    frame = lake.table(lake_name or name).current().select(
+        *(F.col(f"`{c}`").cast(kind.spark).alias(c) for c, kind in picked))
+    captured = Counter(tuple(_from_spark(kind.spark, v)
+                             for (_, kind), v in zip(picked, row, strict=True))
                        for row in frame.collect())
     return database, captured
 
@@ -442,7 +468,7 @@ def check(spark: Any, dsn: str, lake_dir: Path, *, times: int = 6, seed: int = 0
     lake = Lake(spark, lake_dir)
     checks = []
     for name in TABLES:
-        database, captured = _database_rows(dsn, lake, name)
+        database, captured = database_rows(dsn, lake, name)
         checks.append(Check(f"{name}: the lake table equals the database table "
                             f"({sum(database.values()):,} rows)", database == captured))
     frontier = consistent_frontier(lake, TABLES)
@@ -475,12 +501,19 @@ class PostgresDemo:
 
 
 def run_postgres_capture(dsn: str, lake_dir: Path, capture: Capture, *, seed: int = 0,
-                         transactions: int = 600) -> PostgresDemo:
+                         transactions: int = 600,
+                         before_workload: Callable[[Workload], None] | None = None
+                         ) -> PostgresDemo:
     """Create the demo's tables in the (empty) database at `dsn`, run the workload and capture
-    it into `lake_dir` at the same time. The checks are `check`, once a SparkSession on the
-    lake's metastore can be had (the capture process holds an embedded one while it runs)."""
+    it into `lake_dir` at the same time. `before_workload` is called with the workload once
+    the tables exist and before its first transaction (the Debezium part starts its connector
+    there, so that it sees every transaction). The checks are `check`, once a SparkSession on
+    the lake's metastore can be had (the capture process holds an embedded one while it
+    runs)."""
     prepare(dsn)
     workload = Workload(dsn, seed=seed, transactions=transactions)
+    if before_workload is not None:
+        before_workload(workload)
     workload.start()
     try:
         steps = capture(dsn, lake_dir, workload)

@@ -18,9 +18,10 @@ class DemoMismatch(ChangelakeError):
 def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
              protocol_only: bool, postgres: bool, dsn: str | None, master: str,
              spark_conf: dict) -> None:
-    """Run the parts (`protocol`; unless `protocol_only`, `postgres` if asked, `pipeline`
-    and `kafka` on one local Spark session) in `workdir` (default: a temporary directory),
-    printing each one's figures and checks."""
+    """Run the parts (`protocol`; unless `protocol_only`, `pipeline` on a local Spark session
+    and, if `postgres`, the `postgres` capture and `debezium` beside it, on one database and
+    its workload) in `workdir` (default: a temporary directory), printing each one's figures
+    and checks. The broker, Debezium and the embedded database are stopped in every path."""
     from contextlib import ExitStack
 
     from rich.console import Console
@@ -49,7 +50,7 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
         if protocol_only:
             return
         lake_dir = where / "pipeline" / "lake"
-        captured = None
+        captured = debezium = None
         if postgres:
             # Before this process opens the lake: the capture processes each hold the lake's
             # embedded metastore while they run.
@@ -61,10 +62,21 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
                 stack.callback(pg.clean_up, dsn, tables=False)
             spark_args = ["--master", master,
                           *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
-            with console.status("PostgreSQL: a workload runs while changelake captures it "
-                                "(killed once, restarted) ..."):
+            from changelake.demo.debezium import DebeziumDemo
+            from changelake.kafka.broker import KafkaBroker
+
+            with console.status("starting a Kafka broker (KRaft, one node) ..."):
+                broker = stack.enter_context(KafkaBroker(where / "kafka",
+                                                         die_with_parent=True))
+            debezium = DebeziumDemo(dsn, broker.bootstrap, where / "debezium", seed=seed)
+            stack.callback(debezium.kill)  # before the database and broker stop
+            with console.status("PostgreSQL: a workload runs while changelake and Debezium "
+                                "capture it (each killed once, restarted) ..."):
                 captured = pg.run_postgres_capture(
-                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed)
+                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed,
+                    before_workload=debezium.start)
+            with console.status("Debezium: sending the last transaction, stopping ..."):
+                debezium.finish()
         from changelake.lake.catalog import lake_session
         from changelake.spark.session import quiet_spark
 
@@ -75,15 +87,18 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
             with console.status("changefeed -> CDCv2 -> log -> lake, compaction, checks ..."):
                 pipeline = run_pipeline_demo(where / "pipeline", spark, seed=seed, rows=rows,
                                              transactions=transactions)
-            with console.status("Kafka (librdkafka's mock cluster): Debezium topic -> CDCv2 "
-                                "topic -> lake -> change feed topic ..."):
-                from changelake.demo.kafka import run_kafka_demo
+            pg_checks, dbz_checks = [], []
+            if captured is not None and debezium is not None:
+                from changelake.demo import debezium as dbz
 
-                kafka = run_kafka_demo(where / "kafka", spark, lake_dir, seed=seed)
-            pg_checks = []
-            if captured is not None:
                 with console.status("PostgreSQL: checking the lake against the database ..."):
                     pg_checks = pg.check(spark, captured.dsn, lake_dir, seed=seed)
+                with console.status("Debezium's topics -> lake tables (ingest --kafka, "
+                                    "twice) ..."):
+                    dbz_checks = debezium.ingest(spark, lake_dir)
+                with console.status("Debezium's tables against the database and the "
+                                    "capture's ..."):
+                    dbz_checks += dbz.check(spark, captured.dsn, lake_dir, seed=seed)
         finally:
             spark.stop()
         print_steps(console, "2. Debezium -> CDCv2 -> at-least-once log -> lake table (Spark)",
@@ -91,18 +106,18 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
         checks = list(pipeline.checks)
         for name, passed in pipeline.checks:
             console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
-        print_steps(console, "3. Debezium topic -> CDCv2 topic -> lake -> change feed topic "
-                     "(Kafka)", [(step.name, step.figure) for step in kafka.steps])
-        for name, passed in kafka.checks:
-            console.print(f"{'[bold green]OK[/]' if passed else '[bold red]FAILED[/]'}: {name}")
-        checks += kafka.checks
-        if captured is not None:
-            print_steps(console, "4. PostgreSQL -> changelake capture -> lake tables",
+        if captured is not None and debezium is not None:
+            print_steps(console, "3. PostgreSQL -> changelake capture -> lake tables",
                          captured.steps)
             for c in pg_checks:
                 console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
                               f"{c.name}")
-            checks += [(c.name, c.passed) for c in pg_checks]
+            print_steps(console, "4. The same workload: PostgreSQL -> Debezium -> Kafka broker "
+                         "-> ingest --kafka -> lake tables", debezium.steps)
+            for c in dbz_checks:
+                console.print(f"{'[bold green]OK[/]' if c.passed else '[bold red]FAILED[/]'}: "
+                              f"{c.name}")
+            checks += [(c.name, c.passed) for c in pg_checks + dbz_checks]
         if captured is not None:
             pg.clean_up(captured.dsn, tables=all(passed for _, passed in checks))
         if not all(passed for _, passed in checks):
