@@ -21,9 +21,11 @@ def test_pipeline_demo_checks_pass(spark, tmp_path: Path) -> None:
     assert not failed and len(result.checks) >= 4
 
 
-@pytest.mark.slow  # DURATION; by default test_debezium_real_samples.py (real Debezium's
-# records through the Spark path), test_lake_kafka_changefeed.py (the ingest from topics) and
-# test_demo_postgres.py (the database side) cover its pieces
+@pytest.mark.slow  # minutes (6 on a loaded 2-core machine): the README's demo command runs
+# it; by default test_debezium_real_samples.py (real Debezium's records through the Spark
+# path), test_lake_kafka_changefeed.py (the ingest from topics) and
+# test_demo_postgres.py::test_the_demo_refuses_a_database_holding_its_objects_and_cleans_up
+# (the database side) cover its pieces
 @pytest.mark.timeout(1200)
 @pytest.mark.usefixtures("no_public_views")
 def test_debezium_demo_equals_the_database_and_the_capture(spark, pg_dsn: str, broker,

@@ -34,7 +34,8 @@ def test_postgres_demo_checks_pass_and_can_fail(spark, pg_dsn: str, tmp_path: Pa
 
 def test_the_demo_refuses_a_database_holding_its_objects_and_cleans_up(pg_dsn: str) -> None:
     """`changelake demo --dsn` on a user's database: it never touches their objects, and it
-    leaves no slot behind (a slot holds the server's WAL forever)."""
+    leaves no slot behind, the capture's nor Debezium's (a slot holds the server's WAL
+    forever)."""
     from changelake.demo.postgres import DemoDatabaseError, clean_up, prepare
 
     conn = psycopg2.connect(pg_dsn)
@@ -49,8 +50,12 @@ def test_the_demo_refuses_a_database_holding_its_objects_and_cleans_up(pg_dsn: s
         prepare(pg_dsn)
         cursor.execute("SELECT pg_create_logical_replication_slot('changelake_demo', "
                        "'pgoutput')")
+        # Debezium's, of the demo's Debezium part, made by Debezium itself.
+        cursor.execute("SELECT pg_create_logical_replication_slot('changelake_demo_dbz', "
+                       "'pgoutput')")
         with pytest.raises(DemoDatabaseError, match="publication changelake_demo, "
-                           "replication slot changelake_demo, table accounts"):
+                           "replication slot changelake_demo, replication slot "
+                           "changelake_demo_dbz, table accounts"):
             prepare(pg_dsn)
         clean_up(pg_dsn, tables=False)
         cursor.execute("SELECT count(*) FROM pg_replication_slots")
