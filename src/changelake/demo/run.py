@@ -62,8 +62,13 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
                 stack.callback(pg.clean_up, dsn, tables=False)
             spark_args = ["--master", master,
                           *(a for k, v in spark_conf.items() for a in ("--conf", f"{k}={v}"))]
+            import shutil
+
             from changelake.demo.debezium import DebeziumDemo
             from changelake.kafka.broker import KafkaBroker
+
+            for old in ("kafka", "debezium"):  # a --workdir used before: its topics and
+                shutil.rmtree(where / old, ignore_errors=True)  # offsets are another run's
 
             with console.status("starting a Kafka broker (KRaft, one node) ..."):
                 broker = stack.enter_context(KafkaBroker(where / "kafka",
