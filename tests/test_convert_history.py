@@ -58,7 +58,9 @@ class PgHistory:
 
 
 @st.composite
-def pg_histories(draw: Any) -> PgHistory:
+def pg_histories(draw: Any, truncates: bool = False) -> PgHistory:
+    """A history; with `truncates`, some transactions hold a truncate (`("truncate",)`: every
+    row goes), first in the history or anywhere after."""
     names = st.sampled_from(["ann", "bob", "cy", "dee"])
     amounts = st.integers(-10**6, 10**6)
     notes = st.sampled_from(["short", "x" * 50, "toasted text"])
@@ -70,8 +72,12 @@ def pg_histories(draw: Any) -> PgHistory:
     for _ in range(draw(st.integers(1, 8))):
         ops: list[tuple[Any, ...]] = []
         for _ in range(draw(st.integers(1, 4))):
-            kind = draw(st.sampled_from(["insert", "update", "delete", "rekey"]
-                                        if state else ["insert"]))
+            kinds = ["insert", "update", "delete", "rekey"] if state else ["insert"]
+            kind = draw(st.sampled_from([*kinds, "truncate"] if truncates else kinds))
+            if kind == "truncate":
+                state.clear()
+                ops.append(("truncate",))
+                continue
             if kind == "insert":
                 next_id += 1
                 state[next_id] = (draw(names), draw(amounts), draw(notes))
@@ -177,6 +183,9 @@ def write_pg(history: PgHistory, directory: Path) -> tuple[list[Path], list[int]
                 lines.append((event("d", {**key_only, "id": op[1]}, None), index))
                 lines.append((b"null", index))
                 del state[op[1]]
+            elif op[0] == "truncate":
+                lines.append((event("t", None, None), index))
+                state.clear()
             else:
                 lines.append((event("d", {**key_only, "id": op[1]}, None), index))
                 lines.append((b"null", index))

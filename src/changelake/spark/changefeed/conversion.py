@@ -26,6 +26,7 @@ from pyspark.sql import functions as F
 from changelake.spark.changefeed.barriers import BELOW_UNREPEATED
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
+    Truncate,
     by_key,
     checkpoint,
     java_convert,
@@ -121,7 +122,7 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
                        state: DataFrame | None, size: int, *, defer: bool = False,
                        barriers: bool = False,
                        after: Callable[[dict[str, Any]], str | None] | None = None,
-                       partitions: int | None = None
+                       partitions: int | None = None, truncates: Sequence[Truncate] = ()
                        ) -> tuple[DataFrame, DeferredChecks | None]:
     """Keyed events shuffled by key once (`by_key`, into partitions for about `size` events:
     `partitions_for`; only the columns the conversion reads, `_WANTED`: the lines' places
@@ -143,7 +144,8 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
     `barriers`: the Java conversion checks YDB's barrier rule over the events too (they have
     `_below`, `_same` and `_outside`: `keyed.java_convert`); `after`, a check of the job's
     settling that follows its own (`DeferredChecks.after`); `partitions`, those the events
-    already come in by key (see `_partitions`)."""
+    already come in by key (see `_partitions`); `truncates`, a Debezium batch's (see
+    `keyed.java_convert`)."""
     checks = Observation()
     spark = events.sparkSession
     into = _partitions(spark, size, partitions)
@@ -152,7 +154,8 @@ def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: S
 
     def converted() -> DataFrame:
         with settings(spark, NOT_ADAPTIVE):  # see `keyed.java_convert`
-            java = java_convert(shuffled, columns, keys, state, barriers=barriers)
+            java = java_convert(shuffled, columns, keys, state, barriers=barriers,
+                                truncates=truncates)
             return (java.observe(checks, F.min("problem").alias("problem"),
                                  F.max("tied").alias("tied"),
                                  F.max("unrepeated").alias("unrepeated"),

@@ -49,7 +49,7 @@ from pyspark.sql import functions as F
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed import times
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
-from changelake.spark.changefeed.keyed import ColumnSpec, typed_events
+from changelake.spark.changefeed.keyed import MAX_TRUNCATES, ColumnSpec, typed_events
 from changelake.spark.changefeed.parse import java_items, odd_name_lines, odd_names, parse_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines
@@ -179,9 +179,14 @@ def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
 def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
              state: DataFrame | None) -> list[ColumnSpec]:
     """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
-    if facts["first"] is None:  # changes, none with an image (a batch of none returns before)
+    if facts["first"] is not None:
+        names = _column_names(facts["first"], schema)
+    elif schema is not None:  # changes, none with an image: truncates
+        names = list(schema.names)
+    elif state is not None:
+        names = list(state.columns)
+    else:  # (a batch of no changes returns before)
         raise Unsupported("no row images in the batch")
-    names = _column_names(facts["first"], schema)
     if len({n.lower() for n in names}) != len(names):  # Spark finds fields in any case
         raise Unsupported("column names that differ only in case")
     if facts["schema"] != facts["other_schema"] and \
@@ -299,20 +304,40 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     if not batch.size:
         return Converted(_no_updates(spark, table_schema), batch.frontier, "jvm",
                          marks=batch.marks)
+    truncates = _truncates(batch.changes)
+    changes = batch.changes.where(F.col("op") != "t") if truncates else batch.changes
     if not keys:
-        events = guard(lambda: stored(image_events(batch.changes, batch.columns)))
+        if truncates and since is not None:
+            raise Unsupported("unsupported: a truncate without keys over a table's earlier "
+                              "rows (the conversion does not hold them)")
+        events = guard(lambda: stored(image_events(changes, batch.columns)))
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
-        return Converted(convert_images(events.where(F.col("problem").isNull())),
+        return Converted(convert_images(events.where(F.col("problem").isNull()), truncates),
                          batch.frontier, "jvm", marks=batch.marks)
     absent = [k for k in keys if k not in {c.name for c in batch.columns}]
     if absent:  # the encoder may still tell them from the key records, or names the line
         raise Unsupported(f"key columns {absent} that no image has")
-    converted, checks = checked_conversion(typed_events(batch.changes, batch.columns, keys),
-                                           batch.columns, keys, state, batch.size, defer=defer)
+    converted, checks = checked_conversion(typed_events(changes, batch.columns, keys),
+                                           batch.columns, keys, state, batch.size, defer=defer,
+                                           truncates=[(t, pos) for t, pos, _ in truncates])
     steps.done("events, ties, conversion")
     return Converted(converted, batch.frontier, "jvm", marks=batch.marks, checks=checks)
+
+
+def _truncates(changes: DataFrame) -> list[tuple[int, tuple[int, ...], tuple[int, ...]]]:
+    """The batch's truncates (the changes of op t, at the times converted): each distinct
+    `(time, pos)` and the place `(file_index, block, row)` of its first line, at most
+    `keyed.MAX_TRUNCATES` of them (more: `Unsupported`, the Python path converts the batch).
+    Collected, bounded: the conversion hands them to every task."""
+    rows = guard(lambda: changes.where(F.col("op") == "t").groupBy("time", "pos")
+                 .agg(F.min(F.struct("file_index", "block", "row")).alias("place"))
+                 .limit(MAX_TRUNCATES + 1).collect())
+    if len(rows) > MAX_TRUNCATES:
+        raise Unsupported(f"unsupported: more than {MAX_TRUNCATES} truncates in one batch")
+    return sorted((int(r["time"]), tuple(int(p) for p in r["pos"]), tuple(r["place"]))
+                  for r in rows)
 
 
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:

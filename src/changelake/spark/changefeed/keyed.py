@@ -333,14 +333,11 @@ def problem_of(least: str | None, tied: bool | None) -> str | None:
     return least if least is not None else TIED if tied else None
 
 
-def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                state: DataFrame | None) -> DataFrame:
-    """`events` with `st`, their key's row in `state` (the table's current rows, one per key:
-    its columns cast to the output types), or null. Joined by the events' key columns as
-    they are (`key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
-    if state is None:
-        return events.withColumn("st", F.lit(None).cast(
-            "struct<" + ", ".join(f"{quote(c.name)}: {c.out_type}" for c in columns) + ">"))
+def _table_rows(state: DataFrame, events: DataFrame, columns: Sequence[ColumnSpec],
+                keys: Sequence[str]) -> DataFrame:
+    """`state`'s rows as the key columns of `events` (`key_names`: a decimal(20,0) key as
+    its longs where `java_ready` made them) and `st`, the row's columns cast to the output
+    types."""
     types = {c.name: c.out_type for c in columns}
     present = {c.lower() for c in state.columns}
     table_rows = state.select(*[F.col(k).cast(types[k]).alias(f"k{i}")
@@ -350,7 +347,35 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
     names = key_names(events.columns, len(keys))
     if names != [f"k{i}" for i in range(len(keys))]:
         table_rows = table_rows.select(*_longs_of_keys(table_rows, len(keys)), "st")
-    return events.join(table_rows, names, "left")
+    return table_rows
+
+
+def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                state: DataFrame | None) -> DataFrame:
+    """`events` with `st`, their key's row in `state` (the table's current rows, one per key:
+    its columns cast to the output types), or null. Joined by the events' key columns as
+    they are (`key_names`: a decimal(20,0) key as its longs where `java_ready` made them)."""
+    if state is None:
+        return events.withColumn("st", F.lit(None).cast(
+            "struct<" + ", ".join(f"{quote(c.name)}: {c.out_type}" for c in columns) + ">"))
+    return events.join(_table_rows(state, events, columns, keys),
+                       key_names(events.columns, len(keys)), "left")
+
+
+#: The most truncates one batch of the JVM path converts: they are collected to the driver
+#: (`debezium_path.debezium_changes`) and handed to every task of the conversion, so their
+#: number is bounded; a batch with more goes to the Python path (which has its own bound,
+#: `udf.run_converters.MAX_TRUNCATES`).
+MAX_TRUNCATES = 1000
+
+#: A truncate: its time and its position (longs, as `java_ready` makes them).
+Truncate = tuple[int, tuple[int, ...]]
+
+
+def truncates_text(truncates: Sequence[Truncate]) -> str:
+    """`truncates` as `KeyedConversion.convert` reads them: `time:p0,p1,..` each, `;` between,
+    in `(time, pos)` order, each once."""
+    return ";".join(f"{t}:{','.join(str(p) for p in pos)}" for t, pos in sorted(set(truncates)))
 
 
 def unchanged_before(events: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame:
@@ -370,7 +395,8 @@ JAVA_POSITIONS = ("bigint", "decimal(20,0)")
 
 
 def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
-                 state: DataFrame | None, *, barriers: bool = False) -> DataFrame:
+                 state: DataFrame | None, *, barriers: bool = False,
+                 truncates: Sequence[Truncate] = ()) -> DataFrame:
     """`(data struct, time, diff)` of the events (already limited to the times to convert;
     `state`: the table's current rows, one per key), by the project's Java
     (`KeyedConversion.java`: one pass over each key's events, in the tasks), as
@@ -391,7 +417,14 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     own): `events` must already be partitioned by key (`by_key`), and the caller makes it
     without adaptive execution (`settings.NOT_ADAPTIVE`), so that the shuffle runs in the job
     that reads the result (`checkpoint`, or the lake commit's write:
-    `conversion.checked_conversion`) rather than here."""
+    `conversion.checked_conversion`) rather than here.
+
+    `truncates` (a Debezium batch's, at times in `[since, frontier)`, at most
+    `MAX_TRUNCATES`): each is a delete of every key at its time and position, in the Java
+    pass for the keys that have events (`KeyedConversion.java`'s class comment), and here,
+    for the keys that only `state` holds: their rows are retracted at the first truncate's
+    time, as `KeyedConverter._truncate` retracts the state's rows of keys it has not seen.
+    Those keys are found by an anti-join on the executors, none collected."""
     from changelake.spark.jvm import java_class
 
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
@@ -405,8 +438,21 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
         F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
         F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
     order = ordered.columns[:len(kcols) + 3]
-    return DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf, len(kcols),
-                                       barriers), events.sparkSession)
+    converted = DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf,
+                                            len(kcols), barriers, truncates_text(truncates)),
+                          events.sparkSession)
+    if not truncates or state is None:
+        return converted
+    names = key_names(ready.columns, len(keys))
+    first = min(truncates)[0]
+    untouched = _table_rows(state, ready, columns, keys).join(
+        ready.select(*names), names, "left_anti")
+    return converted.unionByName(untouched.select(
+        F.col("st").alias("data"), F.lit(first).cast("bigint").alias("time"),
+        F.lit(-1).cast("bigint").alias("diff"), F.lit(None).cast("string").alias("problem"),
+        F.lit(None).cast("boolean").alias("tied"),
+        F.lit(None).cast("boolean").alias("unrepeated"),
+        F.lit(None).cast("bigint").alias("outside")))
 
 
 def java_ready(events: DataFrame, keys: int) -> DataFrame:

@@ -57,7 +57,7 @@ own over the text (`read.Lines.bounded`).
 
 What this step does not do the Python way sets `problem` on the row: a line the Python parser
 rejects (with its own message, which this path does not restate), and a line it accepts that
-this path does not convert yet (Kafka record dumps, truncates, logical messages, YDB's
+this path does not convert yet (Kafka record dumps, logical messages, YDB's
 DEBEZIUM_JSON, changes without a position). `from_json` runs in FAILFAST mode, so a value of the
 wrong JSON type fails the job instead of becoming null, and as strictly as orjson (`STRICT`:
 no single quotes, no NaN, nothing after the line's value). A string field takes any JSON
@@ -533,8 +533,8 @@ def _classify(carry: tuple[str, ...] = ()) -> tuple[list[Column | str], ...]:
     change_problem = _problems(
         (F.col("_kafka"), "unsupported: a Kafka record dump"),
         (ydb, "unsupported: YDB's DEBEZIUM_JSON"),
-        (b["op"].isin("t", "m"), "unsupported: a truncate or logical message"),
-        (~b["op"].isin("c", "r", "u", "d"), "bad: unknown op"),
+        (b["op"] == "m", "unsupported: a logical message"),
+        (~b["op"].isin("c", "r", "u", "d", "t"), "bad: unknown op"),
         (b["source"].isNull(), "bad: no source block"),
         (F.col("_not_text"), "unsupported: a source.snapshot or gtid that may not be text"),
         (negative, "bad: a negative position"),

@@ -14,8 +14,13 @@ double column) are one image, as they are one frozen row to the Python converter
 
 What the converter refuses sets `problem` on the change, so that the caller hands the batch to
 the old path, which names the line with the converter's own message: an update or delete
-without a before-image, an image holding Debezium's unavailable placeholder (TOAST). A
-truncate never gets here (`parse.py` marks it unsupported).
+without a before-image, an image holding Debezium's unavailable placeholder (TOAST).
+
+A truncate retracts, at its time, every row inserted and not yet retracted: each update is
+compensated at the first truncate after it (`_compensated`), so between two truncates the
+rows start from nothing, as `ImageConverter`'s live rows do. Only what this conversion
+inserted: over a table's earlier rows (a batch with `since`) a truncate without keys is
+`Unsupported` (`debezium_path.debezium_changes`).
 """
 
 from __future__ import annotations
@@ -47,15 +52,47 @@ def image_events(changes: DataFrame, columns: Sequence[ColumnSpec]) -> DataFrame
     return frame.withColumn("problem", problem)
 
 
-def convert_images(events: DataFrame) -> DataFrame:
-    """`(data struct, time, diff)`, consolidated, for `image_events` without a problem."""
+def convert_images(events: DataFrame,
+                   truncates: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]] = ()
+                   ) -> DataFrame:
+    """`(data struct, time, diff)`, consolidated, for `image_events` without a problem (and
+    without truncates). `truncates`: the batch's, each `(time, pos, place of its first line)`
+    (`debezium_path._truncates`); see `_compensated`."""
     distinct = events.groupBy("pos", "op", "_has_a", "a", "_has_b", "b").agg(
         F.min_by("time", F.struct("file_index", "block", "row")).alias("time"))
     retract = F.when(F.col("op").isin("u", "d"), F.col("b"))
     insert = F.when(F.col("_has_a"), F.col("a"))
-    updates = distinct.select("time", F.explode(F.array(
+    updates = distinct.select("time", "pos", F.explode(F.array(
         F.struct(retract.alias("data"), F.lit(-1).cast("long").alias("diff")),
         F.struct(insert.alias("data"), F.lit(1).cast("long").alias("diff")))).alias("u"))
-    return (updates.where(F.col("u.data").isNotNull())
-            .groupBy(F.col("u.data").alias("data"), "time")
-            .agg(F.sum("u.diff").alias("diff")).where(F.col("diff") != 0))
+    updates = updates.where(F.col("u.data").isNotNull()).select(
+        F.col("u.data").alias("data"), "time", "pos", F.col("u.diff").alias("diff"))
+    if truncates:
+        updates = _compensated(updates, truncates)
+    return (updates.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
+            .where(F.col("diff") != 0))
+
+
+def _compensated(updates: DataFrame,
+                 truncates: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]]
+                 ) -> DataFrame:
+    """`updates` (data, time, pos, diff) and, for each, its opposite at the time of the first
+    truncate after it in `(time, pos)` order, as `ImageConverter` retracts at a truncate every
+    row it inserted and not yet retracted (its count since the truncate before, which is the
+    sum of those updates). A truncate is one event by its position (`event_identity`: a
+    replay is the same truncate), at the time of its first line; an update at a truncate's
+    very `(time, pos)` counts as after it."""
+    first: dict[tuple[int, ...], tuple[tuple[int, ...], int]] = {}
+    for time, pos, place in truncates:
+        if pos not in first or place < first[pos][0]:
+            first[pos] = (place, time)
+    cuts = sorted((time, pos) for pos, (_, time) in first.items())
+    cut_array = F.array(*[F.struct(F.lit(t).cast("bigint").alias("t"),
+                                   F.array(*[F.lit(p).cast("bigint") for p in pos]).alias("p"))
+                          for t, pos in cuts])
+    here = F.struct(F.col("time").cast("bigint").alias("t"), F.col("pos").alias("p"))
+    after = F.filter(cut_array, lambda c: c > here)
+    at = F.when(F.size(after) > 0, after[0]["t"])
+    compensation = updates.where(at.isNotNull()).select(
+        "data", at.alias("time"), "pos", (-F.col("diff")).alias("diff"))
+    return updates.unionByName(compensation)

@@ -41,7 +41,8 @@ import org.apache.spark.sql.api.java.UDF1;
  * body with none of op, before, after, status and source that is neither a schema change nor
  * a heartbeat, a source `snapshot` not among the flags Debezium writes, a `gtid` unlike a
  * GTID;</li>
- * <li>every line `_classify` sets a `problem` on (an unknown op, a truncate, YDB's Debezium
+ * <li>a truncate (op t) with a before or after image;</li>
+ * <li>every line `_classify` sets a `problem` on (an unknown op, a logical message, YDB's Debezium
  * JSON, a negative or missing position, a sequence not in Debezium's shape, a bad binlog
  * position or transaction id, a delete with an after image, a change without one, a
  * boundary with a bad status, id, count or collection entry), a change that also has a
@@ -262,8 +263,12 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     private static Object[] change(Body b, String schema, Shapes shapes) throws Defer {
         Src s = b.src;
         if (s == null) throw DEFER;  // bad: no source block
-        if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")))
-            throw DEFER;  // truncates, messages, unknown ops
+        boolean truncate = b.op.equals("t");
+        if (!(b.op.equals("c") || b.op.equals("r") || b.op.equals("u") || b.op.equals("d")
+              || truncate))
+            throw DEFER;  // messages, unknown ops
+        if (truncate && (b.before != null || b.after != null)) throw DEFER;  // a truncate's
+        // images: rare, and no connector writes them
         if (s.present("step") || "ydb".equals(s.connector)) throw DEFER;  // YDB's Debezium JSON
         if (negative(s.lsn) || negative(s.txId) || negative(s.pos) || negative(s.row))
             throw DEFER;
@@ -271,7 +276,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         String op = b.op.equals("c") && snapshot ? "r" : b.op;
         if (b.status != null) throw DEFER;  // a change with a boundary's status: rare
         if (b.op.equals("d") && b.after != null) throw DEFER;  // bad: a delete with an after
-        if (!op.equals("d") && b.after == null) throw DEFER;  // bad: no after image
+        if (!op.equals("d") && !truncate && b.after == null) throw DEFER;  // bad: no after
         String txId = b.txRawId == null ? null : txId(b.txRawId);
         boolean pg = s.present("lsn") || s.present("txId") || s.present("sequence");
         Long[] pos;

@@ -15,6 +15,7 @@ import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
@@ -66,6 +67,15 @@ import org.apache.spark.unsafe.types.UTF8String;
  * A record below that lies outside the times converted (`_outside`) is only counted
  * (`outside`): its repeat may lie there too, where the caller looks it up.
  *
+ * Truncates (`truncates`, a batch's few, in `(time, pos)` order) are, to each key, a delete
+ * at the truncate's time and position with no image, merged into the key's events in their
+ * order (`(time, pos, rank)`, rank 0): what `KeyedConverter._truncate` does to each key it
+ * knows is what a delete at that place does (its row retracted where the place is above the
+ * key's, the key then deleted at that place), and the converter's floor (everything at or
+ * below the latest truncate is stale) is then each key's own rule, the key having reached at
+ * least that place. A key the batch has no event of is not read here: the caller retracts its
+ * table's row at the first truncate (`keyed.java_convert`).
+ *
  * Nothing is held beyond one key's updates at one time (`Updates`), and the identities of one
  * run. A partition whose events had a problem, a tie or a record below its barrier unrepeated
  * ends with one more row, with no data, that says so (`problem`, `tied`, `unrepeated`): the
@@ -89,6 +99,16 @@ public final class KeyedConversion {
      * boolean, `_same` bigint and `_outside` boolean (see the class comment).
      */
     public static Dataset<Row> convert(Dataset<Row> events, int keys, boolean barriers) {
+        return convert(events, keys, barriers, "");
+    }
+
+    /**
+     * `convert`, with `truncates`: the batch's truncates as text, `time:p0,p1,...` each,
+     * separated by `;`, in `(time, pos)` order (positions of longs, as `java_ready` makes
+     * them); empty for none (see the class comment).
+     */
+    public static Dataset<Row> convert(Dataset<Row> events, int keys, boolean barriers,
+                                       String truncates) {
         StructType in = events.schema();
         StructType data = (StructType) in.fields()[keys + 4].dataType();
         StructType out = new StructType(new StructField[] {
@@ -105,7 +125,7 @@ public final class KeyedConversion {
             .dataType()).elementType();
         RDD<InternalRow> rows = events.queryExecution().toRdd();
         RDD<InternalRow> updates = rows.toJavaRDD()
-            .mapPartitions(new Partition(keyTypes, position, data, barriers)).rdd();
+            .mapPartitions(new Partition(keyTypes, position, data, barriers, truncates)).rdd();
         return events.sparkSession().internalCreateDataFrame(updates, out, false);
     }
 
@@ -117,17 +137,20 @@ public final class KeyedConversion {
         private final DataType position;
         private final StructType data;
         private final boolean barriers;
+        private final String truncates;
 
-        Partition(DataType[] keyTypes, DataType position, StructType data, boolean barriers) {
+        Partition(DataType[] keyTypes, DataType position, StructType data, boolean barriers,
+                  String truncates) {
             this.keyTypes = keyTypes;
             this.position = position;
             this.data = data;
             this.barriers = barriers;
+            this.truncates = truncates;
         }
 
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
-            return new Updates(rows, keyTypes, position, data, barriers);
+            return new Updates(rows, keyTypes, position, data, barriers, truncates);
         }
     }
 
@@ -160,6 +183,11 @@ public final class KeyedConversion {
         private long outside;
         private boolean reported;
         private final boolean barriers;
+        // The batch's truncates in order (`truncateTimes`, `truncatePositions`), and the next
+        // one the current key has not met yet.
+        private final long[] truncateTimes;
+        private final ArrayData[] truncatePositions;
+        private int nextTruncate;
         // The current run of one key, time, position and rank: its identities so far
         // (`identities[0, identityCount)`), and whether one of their records lies above its
         // barrier (`answered`). Positions are YDB's, longs (`keyed._positions_as_longs`),
@@ -189,8 +217,19 @@ public final class KeyedConversion {
         private long sumsTime;
 
         Updates(Iterator<InternalRow> rows, DataType[] keyTypes, DataType position,
-                StructType data, boolean barriers) {
+                StructType data, boolean barriers, String truncates) {
             this.rows = rows;
+            String[] items = truncates.isEmpty() ? new String[0] : truncates.split(";");
+            this.truncateTimes = new long[items.length];
+            this.truncatePositions = new ArrayData[items.length];
+            for (int i = 0; i < items.length; i++) {
+                String[] parts = items[i].split(":");
+                truncateTimes[i] = Long.parseLong(parts[0]);
+                String[] numbers = parts[1].split(",");
+                long[] pos = new long[numbers.length];
+                for (int j = 0; j < numbers.length; j++) pos[j] = Long.parseLong(numbers[j]);
+                truncatePositions[i] = new GenericArrayData(pos);
+            }
             this.barriers = barriers;
             this.keyTypes = keyTypes;
             this.position = position;
@@ -207,6 +246,7 @@ public final class KeyedConversion {
                 ready.clear();
                 next = 0;
                 if (!rows.hasNext()) {
+                    if (key != null) truncatesAfter(null, 0L, null, 0);
                     flush();
                     if (barriers) closeRun();
                     if (!ready.isEmpty()) break;
@@ -222,6 +262,7 @@ public final class KeyedConversion {
                 // The input's rows may be one buffer, read again: what outlives `row` is copied.
                 InternalRow row = rows.next();
                 if (key == null || !sameKey(row)) {
+                    if (key != null) truncatesAfter(null, 0L, null, 0);
                     flush();
                     start(row);
                 }
@@ -266,7 +307,48 @@ public final class KeyedConversion {
             firstBefore = null;
             firstUnchanged = null;
             previous = stateValues == null ? null : row(stateValues);
+            nextTruncate = 0;
             if (barriers) closeRun();
+        }
+
+        /**
+         * The current key's truncates before an event at `(time, pos, rank)` (`row` null: all
+         * that are left), each applied as a delete without image (see the class comment).
+         */
+        private void truncatesAfter(InternalRow row, long time, ArrayData pos, int rank) {
+            while (nextTruncate < truncateTimes.length) {
+                long at = truncateTimes[nextTruncate];
+                ArrayData where = truncatePositions[nextTruncate];
+                if (row != null) {
+                    int c = Long.compare(at, time);
+                    if (c == 0) c = compare(where, pos);
+                    if (c == 0) c = Integer.compare(0, rank);
+                    if (c >= 0) return;  // at or after the event
+                }
+                nextTruncate++;
+                truncate(at, where);
+            }
+        }
+
+        /** A truncate, to the current key: a delete at `(time, pos)` with no image. */
+        private void truncate(long time, ArrayData pos) {
+            boolean apply = seen == null;
+            if (!apply) {
+                int c = compare(pos, seen.pos());
+                apply = c > 0 || (c == 0 && 0 > seen.rank());
+            }
+            if (seen == null || greater(pos, 0, Long.MIN_VALUE, seen)) {
+                seen = new Place(pos, 0, Long.MIN_VALUE);
+            }
+            if (!apply) return;
+            if (time != sumsTime) {
+                flush();
+                sumsTime = time;
+            }
+            segment++;
+            if (previous != null) sums.merge(previous, -1L, Long::sum);
+            previous = null;
+            lastDelete = true;
         }
 
         /** The barrier rule for one event (`barriers`): see the class comment. */
@@ -330,6 +412,7 @@ public final class KeyedConversion {
             }
             ArrayData pos = row.isNullAt(ordinal(1)) ? null : row.getArray(ordinal(1));
             int rank = row.getInt(ordinal(2));
+            if (truncateTimes.length > 0) truncatesAfter(row, row.getLong(ordinal(0)), pos, rank);
             long content = row.getLong(ordinal(8));
             boolean delete = row.getBoolean(ordinal(3));
             if (barriers) barrier(row, row.getLong(ordinal(0)), pos, rank);
