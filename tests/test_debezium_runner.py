@@ -52,6 +52,17 @@ def test_the_command_line_holds_no_secret(tmp_path: Path, monkeypatch: pytest.Mo
     assert without.debezium_properties()["database.password"] == "from-env"
 
 
+def test_truncates_are_written_unless_debeziums_default_is_asked_for(tmp_path: Path) -> None:
+    on = DebeziumConfig(dsn="host=127.0.0.1 user=u", bootstrap="b", state=tmp_path)
+    assert on.debezium_properties()["skipped.operations"] == "none"
+    off = DebeziumConfig(dsn="host=127.0.0.1 user=u", bootstrap="b", state=tmp_path,
+                         truncates=False)
+    assert "skipped.operations" not in off.debezium_properties()  # Debezium's `t`
+    given = DebeziumConfig(dsn="host=127.0.0.1 user=u", bootstrap="b", state=tmp_path,
+                           properties={"skipped.operations": "t,d"})
+    assert given.debezium_properties()["skipped.operations"] == "t,d"
+
+
 @needs_runner
 def test_a_runner_that_cannot_connect_says_so_without_the_password(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on

@@ -69,8 +69,11 @@ class DebeziumConfig:
     publication has). `publication` is made by Debezium for `tables` unless it exists
     (`publication.autocreate.mode=filtered`); `slot` is made at the first start. `schemas`:
     the JSON converter's `schemas.enable`. `partitions`: the partitions of a topic the runner
-    creates (0: the broker's automatic creation). `properties`: any other Debezium property,
-    which wins over what this class sets."""
+    creates (0: the broker's automatic creation). `truncates`: a `TRUNCATE` is written as a
+    truncate event (op t; `skipped.operations=none`), which `ingest --kafka --from debezium`
+    converts into the retraction of every row; False keeps Debezium's own default, which
+    skips truncates (`skipped.operations=t`: a truncated table then keeps its rows in the
+    lake). `properties`: any other Debezium property, which wins over what this class sets."""
 
     dsn: str
     bootstrap: str
@@ -82,6 +85,7 @@ class DebeziumConfig:
     schemas: bool = True
     partitions: int = 1
     snapshot_mode: str = "initial"
+    truncates: bool = True
     properties: Mapping[str, str] = field(default_factory=dict)
 
     def debezium_properties(self) -> dict[str, str]:
@@ -107,6 +111,8 @@ class DebeziumConfig:
             "snapshot.mode": self.snapshot_mode,
             "provide.transaction.metadata": "true",
         }
+        if self.truncates:
+            props["skipped.operations"] = "none"
         if password:
             props["database.password"] = password
         if parts.get("sslmode"):
