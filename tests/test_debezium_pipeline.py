@@ -11,11 +11,14 @@ it re-sends the tail after its last stored offsets. Then each table is ingested 
 line (`--follow --until-idle`), and every lake table holds exactly the database's rows:
 nothing lost, nothing doubled.
 
-Three things of the workload are left out here, each a gap of changelake's found with real
+The workload's `TRUNCATE events, marks` (a keyed table and one without a key, in one
+transaction) reaches Kafka as truncate events (`DebeziumConfig` writes them:
+`skipped.operations=none`), and the lake retracts every row of both tables there.
+
+Two things of the workload are left out here, each a gap of changelake's found with real
 Debezium (docs/guides/debezium.md, "Real Debezium"): the `tags int[]` column (arrays: the Spark
 path, which `ingest --kafka` uses alone, refuses them; Debezium's `column.exclude.list` drops
-it), TRUNCATE (Debezium skips it by default, and its `t` events are refused by that path: the
-workload deletes every row instead), and an update that moves a document's key while its TOAST
+it), and an update that moves a document's key while its TOAST
 body is unchanged (the new key's row has Debezium's placeholder and no previous row to take
 the body from: the lake would hold NULL; `test_debezium_real_samples.py` keeps that case).
 
@@ -63,13 +66,13 @@ DATABASE_QUERIES = {
 
 class PipelineWorkload(Workload):
     """`pg_workload.Workload` without what the pipeline cannot carry yet (module docstring):
-    a truncate becomes deletes, and a document keeps its key."""
+    a document keeps its key."""
+
+    truncated = False
 
     def _truncate(self, c: Any) -> None:
-        c.execute("DELETE FROM events")
-        c.execute("DELETE FROM marks")
-        self.events.clear()
-        self.marks.clear()
+        super()._truncate(c)
+        self.truncated = True
 
     def _doc_change(self, c: Any) -> None:
         """`Workload._doc_change` with its re-keying update made an update of the version."""
@@ -139,6 +142,7 @@ def test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database(
         happened.append("started again")
         workload.join()
         assert workload.error is None, workload.error
+        assert workload.truncated
         # A change to every table after the restart: a table whose topic holds only a
         # snapshot (the restart's, when the first run's snapshot offsets were not stored yet)
         # has no time past it, and `ingest --kafka` commits nothing of it (module docstring).
@@ -156,6 +160,9 @@ def test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database(
     ends = [r["value"]["payload"] for r in topic_records(broker.bootstrap,
                                                          f"{prefix}.transaction")
             if r["value"] and r["value"]["payload"]["status"] == "END"]
+    truncates = [r for r in topic_records(broker.bootstrap, f"{prefix}.public.marks")
+                 if r["value"] and r["value"]["payload"]["op"] == "t"]
+    assert truncates, "no truncate event: Debezium skipped the TRUNCATE"
     resent = len(ends) - len({e["id"] for e in ends})
     happened.append(f"{len(ends)} ENDs on the transaction topic, {resent} re-sent")
     assert resent > 0, happened  # the restart re-sent what the kill had not stored

@@ -441,3 +441,44 @@ def test_cli_follow_killed_and_restarted_then_closed(
     (table,) = [orjson.loads(line) for line in status.stdout.splitlines()]
     assert {o["topic"] for o in table["offsets"]} == {data}
     assert all(o["lag"] == 0 for o in table["offsets"])
+
+
+@pytest.mark.slow
+def test_a_truncate_on_the_topic_lands_in_two_runs_equal_to_the_file_ingest(
+        broker: KafkaBroker, lake: Lake, tmp_path: Path) -> None:
+    """Rows; then a truncate, more rows, and a connector's replay of the truncate, read by a
+    second run over the first's table (its rows then retracted): the Spark path converts the
+    truncate (the Kafka ingest refused it before), and once closed the table equals the file
+    ingest of the same events."""
+    from test_convert_history import PG_TABLE, write_pg
+    from test_spark_changefeed_truncate import LAKE_HISTORY
+
+    paths, _, _ = write_pg(LAKE_HISTORY, tmp_path)
+    table = tmp_path / "table.json"
+    table.write_bytes(orjson.dumps(PG_TABLE))
+    ref = reference(lake, paths, "debezium", key=["id"], schema=table)
+    expected = updates(lake, ref)
+    lines = paths[0].read_bytes().splitlines()
+    assert any(b'"op":"t"' in line for line in lines[4:])
+    topic = new_topic(broker, 1)
+    name = f"k_{uuid.uuid4().hex[:8]}.t"
+
+    def produce(values: list[bytes]) -> None:
+        out = producer(broker)
+        for value in values:
+            out.produce(topic, value=None if value == b"null" else value, partition=0)
+        assert out.flush(30) == 0
+
+    produce(lines[:4])
+    first = ingest_changefeed_topics(lake, name, broker.bootstrap, [topic], source="debezium",
+                                     key=["id"], table_schema=table)
+    assert updates(lake, name) == updates(lake, ref, below=first.ingest.frontier[0])
+    produce(lines[4:])
+    second = ingest_changefeed_topics(lake, name, broker.bootstrap, [topic], source="debezium",
+                                      key=["id"], table_schema=table)
+    assert second.ingest.frontier[0] > first.ingest.frontier[0]
+    assert updates(lake, name) == updates(lake, ref, below=second.ingest.frontier[0])
+    assert any("-1" in dict(row)["_diff"] for row in updates(lake, name))
+    ingest_changefeed_topics(lake, name, broker.bootstrap, [topic], source="debezium",
+                             key=["id"], table_schema=table, close=True)
+    assert updates(lake, name) == expected

@@ -171,6 +171,10 @@ def _edges() -> list[Any]:
         _change({**pg, "step": None}), _change({**pg, "connector": "ydb"}),
         _change(pg, "d"), {**_change(pg, "d"), "after": None, "before": {"id": 1}},
         {**_change(pg), "after": None}, _change(pg, "t"), _change(pg, "x"),
+        # A truncate as connectors write it (no image): Java reads it; with an image it
+        # leaves it.
+        {**_change(pg, "t"), "after": None}, {**_change(my, "t"), "after": None},
+        {**_change(pg, "t"), "after": None, "before": {"id": 1}},
         {**_change(pg), "source": None}, {**_change(pg), "status": "END"},
         {**_change(pg), "after": {"id": 1, "note": "a \"after\": \"b"}},
         {**_change(pg), "after": {"id": 1, "after": "text"}},
@@ -216,6 +220,15 @@ def test_lines_at_each_rules_edge_read_the_same(spark: Any, java: None, tmp_path
     path = _write(tmp_path / "edges.jsonl", edges)
     read = _agree(spark, path)
     assert 20 <= read < len(edges)  # Java reads the connectors' shapes and leaves the rest
+
+
+def test_a_truncate_is_read_by_java_and_one_with_an_image_left(spark: Any, java: None,
+                                                               tmp_path: Path) -> None:
+    plain = {**_change(PG_SOURCE, "t"), "after": None}
+    path = _write(tmp_path / "t.jsonl", [plain, {"schema": None, "payload": plain}])
+    assert _agree(spark, path) == 2
+    imaged = _write(tmp_path / "ti.jsonl", [{**plain, "before": {"id": 1}}])
+    assert _agree(spark, imaged) == 0
 
 
 @pytest.mark.parametrize("bad", [

@@ -183,9 +183,9 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                     raise type(error)(f"{error.reason} ({typed_by})", error.location) from None
                 raise
         else:
-            # A keyed table's previous rows come from the table itself (upserts by key), at
-            # the state read under the lock.
-            state = writer.current() if existing and key else None
+            # The table's previous rows come from the table itself (a keyed table's upserts
+            # by key; any table's truncate), at the state read under the lock.
+            state = writer.current() if existing else None
             since = committed if existing else None
 
             def convert_and_commit(reason: str | None) -> tuple[DecodedInput, CommitResult]:

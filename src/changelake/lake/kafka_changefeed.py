@@ -49,9 +49,10 @@ that holds the frontier back, as for Materialize CDC topics.
 The records are read on the executors (`kafka-cdc` with `output=records`, one task per
 partition's range) into lines (`changefeed.read.record_lines`: tombstones are no lines) and
 converted by the JVM path of `spark.changefeed.pipeline`. A batch that path does not cover is
-refused with its reason (truncates, a Debezium schema that changes inside the read, ...: see
-`debezium_path.py`), after the old path has named its first bad record, if it has one, by topic,
-partition and offset; nothing is committed then.
+refused with its reason (a Debezium schema that changes inside the read, more than 1000
+truncates, ...: see `debezium_path.py`), after the old path has named its first bad record, if
+it has one, by topic, partition and offset; nothing is committed then. The table's current
+rows go to the conversion whether it is keyed or not: a truncate retracts them.
 
 Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, not a JSON
 object, or marked bad by the parse) and converts the rest; a record set aside is never needed
@@ -180,7 +181,7 @@ def ingest_changefeed_topics(
             return run.unchanged("the topics hold no records beyond the committed offsets")
         existing = state is not None
         converted = _convert(lake.spark, lines, source, key, table_json, close=close,
-                             state=writer.current() if existing and key else None,
+                             state=writer.current() if existing else None,
                              since=committed if existing else None)
         check_columns(converted.changes, existing, "--schema",
                       f"the records read from {', '.join(names)}")

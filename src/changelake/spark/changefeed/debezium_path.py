@@ -18,8 +18,16 @@ The driver sees one row per chunk of 2**16 lines (only when snapshot rows need t
 time: `times.py`), a handful of aggregate rows, and the images' distinct shapes (at most
 `DebeziumLine.SHAPES` a task; a few in a feed of one table).
 
+Truncates (op t) are changes like any other up to the conversion (times, frontier, marks),
+then collected (`_truncates`: at most `keyed.MAX_TRUNCATES`, 1000, a batch) and handed to it:
+keyed, each is a delete of every key at its time and position (`keyed.java_convert`); without
+keys, each update is compensated at the next truncate (`unkeyed._compensated`), and the
+table's rows before the batch (`state`) are retracted at the first (`_truncated_rows`).
+
 Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`): non-default
-`UpsertOptions`, any bad line, a key column that no image has, truncates, logical messages,
+`UpsertOptions`, any bad line, a key column that no image has, more than 1000 truncates, a
+truncate without keys over a table (`since`) whose rows are not given (`state`; the old path
+refuses it too), logical messages,
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told apart
 by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect types and logical
@@ -64,6 +72,7 @@ from changelake.spark.changefeed.types import (
     infer_images,
     inferred_from_shapes,
     spark_type,
+    state_column,
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
 from changelake.spark.checkpoint import stored
@@ -307,15 +316,20 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     truncates = _truncates(batch.changes)
     changes = batch.changes.where(F.col("op") != "t") if truncates else batch.changes
     if not keys:
-        if truncates and since is not None:
+        if truncates and state is None and since is not None:
             raise Unsupported("unsupported: a truncate without keys over a table's earlier "
-                              "rows (the conversion does not hold them)")
+                              "rows, without them (`state`)")
         events = guard(lambda: stored(image_events(changes, batch.columns)))
         problem = _first_problem(events)
         if problem is not None:
             raise Unsupported(problem)
-        return Converted(convert_images(events.where(F.col("problem").isNull()), truncates),
-                         batch.frontier, "jvm", marks=batch.marks)
+        converted = convert_images(events.where(F.col("problem").isNull()), truncates)
+        if truncates and state is not None:  # consolidated with the batch's own
+            converted = (converted.unionByName(_truncated_rows(state, batch.columns,
+                                                               truncates))
+                         .groupBy("data", "time").agg(F.sum("diff").alias("diff"))
+                         .where(F.col("diff") != 0))
+        return Converted(converted, batch.frontier, "jvm", marks=batch.marks)
     absent = [k for k in keys if k not in {c.name for c in batch.columns}]
     if absent:  # the encoder may still tell them from the key records, or names the line
         raise Unsupported(f"key columns {absent} that no image has")
@@ -338,6 +352,21 @@ def _truncates(changes: DataFrame) -> list[tuple[int, tuple[int, ...], tuple[int
         raise Unsupported(f"unsupported: more than {MAX_TRUNCATES} truncates in one batch")
     return sorted((int(r["time"]), tuple(int(p) for p in r["pos"]), tuple(r["place"]))
                   for r in rows)
+
+
+def _truncated_rows(state: DataFrame, columns: Sequence[ColumnSpec],
+                   truncates: Sequence[tuple[int, tuple[int, ...], tuple[int, ...]]]
+                   ) -> DataFrame:
+    """Without keys: the table's rows before the batch (`state`, one row per copy), each
+    retracted at the first truncate's time. They are what `ImageConverter` would hold live
+    there had it converted the table's whole history (the table is the sum of its updates):
+    the batch's own updates are compensated by `unkeyed._compensated`."""
+    present = {c.lower() for c in state.columns}
+    first = min(time for time, _, _ in truncates)
+    return state.select(
+        F.struct(*[state_column(present, c.name, c.out_type).alias(c.name)
+                   for c in columns]).alias("data"),
+        F.lit(first).cast("bigint").alias("time"), F.lit(-1).cast("bigint").alias("diff"))
 
 
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:

@@ -24,6 +24,10 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
   the first write's before image value, else null.
 * *Updates*: each applied event retracts the key's previous row (the state's for the first)
   and inserts its own (a delete none), at its time; equal pairs cancel when consolidated.
+* *Truncates* (a Debezium batch's few, `MAX_TRUNCATES`): to each key, a delete at the
+  truncate's time and position, which `KeyedConverter._truncate` is, key by key (its floor
+  then each key's own rule); a key only the state holds is retracted at the first truncate
+  (`java_convert`).
 
 The rules run in `java_convert`: one pass of `KeyedConversion.java` over each key's events,
 sorted, in the tasks (`conversion.checked_conversion`), where Spark's windows (four window

@@ -61,6 +61,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's
     previous row from it, so an update or delete of a row committed earlier retracts it.
+    Without keys (one row per copy), the JVM path retracts them at a truncate.
     `since` is the table's committed frontier: changes before it are already in `state`.
     `close`: the input is the whole feed, so every time in it is finished (the frontier is
     None); without it, the times the feed cannot show complete stay open."""
@@ -113,8 +114,10 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
     from changelake.spark.changefeed.udf import changefeed_changes
 
     numbered = lines.numbered().select("value", "file", "line")
+    # without keys the Python path takes no state (a truncate without keys it refuses)
     frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]
-                                keys=list(key) or None, table_schema=table_json, state=state,
+                                keys=list(key) or None, table_schema=table_json,
+                                state=state if keys else None,
                                 since=since, close=close)
     changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
                .where(F.col("diff") != 0))
