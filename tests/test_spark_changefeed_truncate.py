@@ -6,6 +6,7 @@ Python path."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,9 @@ def test_a_truncate_retracts_rows_only_the_state_holds(spark: Any, tmp_path: Pat
 @given(history=pg_histories(truncates=True), close=st.booleans())
 def test_generated_histories_with_truncates_match_the_encoder(
         spark: Any, tmp_path_factory: Any, history: PgHistory, close: bool) -> None:
+    # The first line with its schema: a feed none of whose changes has one (and a table
+    # schema with a Connect decimal) goes to the Python path, truncates or not.
+    history = replace(history, shapes=[0, *history.shapes[1:]])
     directory = tmp_path_factory.mktemp("pg")
     paths, _, _ = write_pg(history, directory)
     check(spark, paths, directory, PG_TABLE, close)
