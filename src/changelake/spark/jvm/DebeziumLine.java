@@ -71,12 +71,12 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
         "true", "first", "last", "first_in_data_collection", "last_in_data_collection",
         "false", "incremental");
     private static final Set<String> HEARTBEAT = Set.of("ts_ms", "ts_us", "ts_ns");
-    // `parse._classify`'s regular expressions, as Spark's `rlike`/`regexp_extract` use them
-    // (java.util.regex, `find`).
+    // The parser's rules as regular expressions (java.util.regex, `find`). The binlog's end at
+    // `\z`, the text's end, as the parser reads it (`$` also matches before a last newline).
     private static final Pattern PG_TX = Pattern.compile("^\\d+:\\d+$");
-    private static final Pattern BINLOG = Pattern.compile("\\.([0-9]+)$");
-    private static final Pattern TX_FILE = Pattern.compile("(?:^|,)file=[^,]*\\.([0-9]+)(?:,|$)");
-    private static final Pattern TX_POS = Pattern.compile("(?:^|,)pos=([0-9]+)(?:,|$)");
+    private static final Pattern BINLOG = Pattern.compile("\\.([0-9]+)\\z");
+    private static final Pattern TX_FILE = Pattern.compile("(?:^|,)file=[^,]*\\.([0-9]+)(?:,|\\z)");
+    private static final Pattern TX_POS = Pattern.compile("(?:^|,)pos=([0-9]+)(?:,|\\z)");
 
     /** Thrown where the line is left to the Spark functions. */
     private static final class Defer extends Exception {
@@ -225,9 +225,14 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
             }
             if (p.currentToken() != JsonToken.END_OBJECT || p.nextToken() != null) throw DEFER;
         }
-        boolean wrapped = top.envelopeFieldsNull() && hasPayload;
+        // The parser asks whether a field is present (`in`), not whether it is null.
+        boolean wrapped = hasPayload && !(top.keys.contains("op") || top.keys.contains("before")
+            || top.keys.contains("after") || top.keys.contains("status")
+            || top.keys.contains("source"));
         if (wrapped && payload == null) return tombstone(schema);
         Body b = wrapped ? payload : top;
+        if ((b.op == null && b.keys.contains("op"))
+            || (b.status == null && b.keys.contains("status"))) throw DEFER;  // the parser refuses
         if (b.envelopeFieldsNull()) return skipped(b, wrapped ? schema : null);
         if (b.op != null) {
             String text = new String(line, StandardCharsets.ISO_8859_1);
