@@ -7,7 +7,7 @@ seconds and its ratio to the plain write of that round:
 
 * `plain write`: `bench_ingest.plain_write`, Spark's JSON reader with an explicit schema, the
   `after` images to Parquet;
-* `parse`: `parse.parse_items` over the lines, to Spark's `noop` sink (nothing stored);
+* `parse`: `parse.java_items` over the lines, to Spark's `noop` sink (nothing stored);
 * `parse + facts, stored`: `debezium_path._parsed`, the parse checkpointed with its facts
   observed (what the ingest's first step does);
 * `convert`: `keyed.java_convert` of the events, already typed, made `java_ready`, shuffled
@@ -53,7 +53,7 @@ def main() -> None:
     from pyspark.sql import DataFrame
 
     from changelake.spark.changefeed import debezium_path, keyed
-    from changelake.spark.changefeed.parse import parse_items
+    from changelake.spark.changefeed.parse import java_items
     from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import build_session
 
@@ -79,7 +79,7 @@ def main() -> None:
         columns = batch.columns
 
         steps: list[tuple[str, Callable[[], object]]] = [
-            ("parse", lambda: noop(parse_items(read_lines(spark, [str(feed)]).bounded))),
+            ("parse", lambda: noop(java_items(read_lines(spark, [str(feed)]).bounded))),
             ("parse + facts, stored",
              lambda: debezium_path._parsed(read_lines(spark, [str(feed)]))),
             ("convert", lambda: noop(keyed.java_convert(events_frame, columns, ["id"], None))),

@@ -2,12 +2,10 @@
 pays whatever its size, with the steps' column expressions built once per JVM
 (`spark.expressions.per_jvm`) and built anew for every batch (`expressions.forget` first).
 
-Three small batches (`--events`, 2,000 by default), each converted `--rounds` times in each way,
+Two small batches (`--events`, 2,000 by default), each converted `--rounds` times in each way,
 alternating, on one warm session:
 
 * `debezium`: `bench_ingest.py`'s Debezium feed, which Java reads whole (`convert_frames`);
-* `debezium-spark`: the same lines through the Spark functions' parse (`parse.parse_items`
-  without Java, checkpointed and counted): the parse a batch takes where Java leaves a line;
 * `ydb`: `bench_ingest.py`'s YDB feed, two partitions (`convert_frames`).
 
 Baseline, in the same run: `spark.read.text` of the same files, counted. Printed per batch:
@@ -47,9 +45,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from changelake.spark import expressions
-    from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.pipeline import convert_frames
-    from changelake.spark.changefeed.read import read_lines
     from changelake.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
@@ -64,12 +60,7 @@ def main() -> None:
     def convert(paths: list[Path], source: str, schema: Path | None) -> Callable[[], Any]:
         return lambda: convert_frames(spark, paths, source, ["id"], schema).changes.count()
 
-    def spark_parse() -> int:
-        lines = read_lines(spark, [str(p) for p in debezium])
-        return parse_items(lines.bounded, jvm=False).localCheckpoint().count()
-
     batches = {"debezium": (debezium, convert(debezium, "debezium", None)),
-               "debezium-spark": (debezium, spark_parse),
                "ydb": (ydb, convert(ydb, "ydb", table))}
     for name, (paths, action) in batches.items():
         def baseline(paths: list[Path] = paths) -> int:

@@ -291,8 +291,9 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
         # (its frontier is its high water, as on the JVM path: no transaction counts).
         again = ingest.ingest(lake, name, rest, key=["id"], source="debezium")
         assert again.commit.written == 0 and again.frontier[0] <= end
-    assert caplog.text.count("on the Python path: unsupported: a source.sequence not in "
-                             "Debezium's shape") == 3
+    # every change's source.sequence is not in Debezium's shape: Java leaves it
+    assert len(re.findall(r"on the Python path: unsupported: [0-9]+ line\(s\) the Java line "
+                          r"reader leaves", caplog.text)) == 3
     table = lake.table(name)
     assert table.state().upper == end
     assert_the_encoders(table, whole, ["id", "name", "v"])

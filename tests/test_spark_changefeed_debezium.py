@@ -293,8 +293,8 @@ def test_null_fields_of_another_connector_change_nothing(spark: Any, tmp_path: P
 def test_a_null_postgresql_field_is_postgresql_beside_mysql_positions(spark: Any,
                                                                       tmp_path: Path) -> None:
     """`"lsn": null` makes a source PostgreSQL to the Python parser even with MySQL's `file`
-    and `pos`: a change without a PostgreSQL position, which the JVM path hands to the old
-    path (it would be a MySQL position if null fields were taken as absent)."""
+    and `pos`: a change without a PostgreSQL position, which the Java line reader leaves, to
+    the Python path (it would be a MySQL position if null fields were taken as absent)."""
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     _with_source_fields(paths[0], {"lsn": None, "txId": None, "sequence": None,
                                    "file": "mysql-bin.000003", "pos": 154})
@@ -302,7 +302,7 @@ def test_a_null_postgresql_field_is_postgresql_beside_mysql_positions(spark: Any
     table.write_text(json.dumps(PG_TABLE))
     got = convert_frames(spark, paths, "debezium", ["id"], table, close=True)
     assert got.path == "python-udf"
-    assert "without a position" in str(got.reason)
+    assert "the Java line reader leaves" in str(got.reason)  # as it does a change without one
     messages = list(encode_changefeed(paths, source="debezium", keys=["id"],
                                       table_schema=PG_TABLE, close=True, lenient=False))
     assert spark_updates(got.changes) == python_updates(messages)
@@ -487,9 +487,10 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
     holds every parsed line, without the columns only the facts read."""
     from pyspark.sql import functions as F
 
-    from changelake.spark.changefeed.debezium_path import _FACTS_ONLY, _facts, _parsed
-    from changelake.spark.changefeed.parse import parse_items
+    from changelake.spark.changefeed.debezium_path import _FACTS_ONLY, _parsed
+    from changelake.spark.changefeed.parse import java_items
     from changelake.spark.changefeed.read import read_lines
+    from debezium_items import aggregated_facts
 
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:  # a tombstone, a blank line, a transaction boundary
@@ -499,8 +500,8 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
     for files in ([str(p) for p in paths], [str(blank)]):
         lines = read_lines(spark, files)
         items, observed = _parsed(lines)
-        parsed = parse_items(lines.bounded)
-        aggregated = parsed.agg(*_facts()).first().asDict()
+        parsed = java_items(lines.bounded, udf=True)
+        aggregated = aggregated_facts(parsed)
         observed = dict(observed)
         shapes = observed.pop("shapes")  # Java read every line: the images' shapes too
         observed.pop("chunks")  # and the chunks' rows (`test_spark_changefeed_jvm.py`)
@@ -508,7 +509,7 @@ def test_the_facts_observed_are_the_aggregates_over_every_parsed_line(spark: Any
             str(blank)])
         assert observed == aggregated
         assert not set(_FACTS_ONLY) & set(items.columns)
-        kept = parsed.drop(*_FACTS_ONLY)
+        kept = parsed.drop("_deferred", "shape", *_FACTS_ONLY)
         assert items.exceptAll(kept).count() == 0
         assert kept.exceptAll(items).count() == 0
         assert observed["flawed"] == 0

@@ -1,11 +1,11 @@
-"""The Java line reader (`spark/jvm/DebeziumLine.java`) gives exactly the Spark functions' items.
+"""The Java line reader (`spark/jvm/DebeziumLine.java`) reads each line as the specification does.
 
-`parse_items` reads a line in Java, and with the Spark functions where Java leaves it (or
-`jvm=False`). The two must agree on every column of every
-line: here on the format samples, generated histories, lines at each rule's edge, and random
-mutations of connector lines. A batch whose Spark reading fails (a field of the wrong JSON
-kind, in FAILFAST mode) must fail with Java too. These tests also check that Java reads the
-lines in the shape connectors write (else they would pass with Java reading nothing).
+Every line Java reads gives the row the Python parser's item for it makes (`DebeziumParser`,
+the specification: `debezium_items.spec_item`, `as_spec`); every line it leaves is one the
+parser rejects or one the Java file lists as left (`debezium_items.left_as_documented`):
+here on the format samples, generated histories, lines at each rule's edge, and random
+mutations of connector lines. These tests also check that Java reads the lines in the shape
+connectors write (else they would pass with Java reading nothing).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from changefeed_cases import PG_CASES
 from conftest import SAMPLES
+from debezium_items import aggregated_facts, as_spec, left_as_documented, spec_item
 from test_convert_history import write_pg
 
 pytestmark = pytest.mark.spark
@@ -43,23 +44,8 @@ def _line(value: Any) -> bytes:
     return value if isinstance(value, bytes) else orjson.dumps(value)
 
 
-def _parse_both(spark: Any, paths: list[Path]) -> tuple[Any, Any]:
-    """`parse_items` with Java and without, each checkpointed; or the exceptions they raise."""
-    from changelake.spark.changefeed.parse import parse_items
-    from changelake.spark.changefeed.read import read_lines
-
-    lines = read_lines(spark, list(map(str, paths)))
-    out = []
-    for jvm in (True, False):
-        try:
-            out.append(parse_items(lines.bounded, jvm=jvm).localCheckpoint())
-        except Exception as error:  # compared below
-            out.append(error)
-    return out[0], out[1]
-
-
 def _java_reads(spark: Any, paths: list[Path]) -> int:
-    """How many of the files' lines Java reads (does not leave to the Spark functions), once
+    """How many of the files' lines Java reads (does not leave to the Python path), once
     `_tasks_read_as_the_udf`."""
     from pyspark.sql import functions as F
 
@@ -84,20 +70,28 @@ def _tasks_read_as_the_udf(lines: Any) -> list[Any]:
     return rows
 
 
-def _agree(spark: Any, *paths: Path, refused: bool = True) -> int:
-    """Both readings agree (both fail, or give the same rows); how many lines Java read.
-    Without `refused`, the Spark functions must read the files."""
-    java, functions = _parse_both(spark, list(paths))
-    if isinstance(functions, Exception):
-        assert refused, functions
-        assert isinstance(java, Exception), f"Java read what the Spark functions refuse: {paths}"
-        return 0
-    assert not isinstance(java, Exception), java
-    assert java.columns == functions.columns
-    assert java.schema == functions.schema
-    assert java.exceptAll(functions).count() == 0
-    assert functions.exceptAll(java).count() == 0
-    return _java_reads(spark, list(paths))
+def _agree(spark: Any, *paths: Path) -> int:
+    """Java's reading of the files held to the specification, line by line (see the module
+    docstring); how many lines Java read."""
+    from changelake.errors import ChangefeedError
+    from changelake.spark.changefeed.read import read_lines
+
+    rows = sorted(_tasks_read_as_the_udf(read_lines(spark, list(map(str, paths))).bounded),
+                  key=lambda r: (r["file_index"], r["block"], r["row"]))
+    texts = [line.removesuffix(b"\r") for path in paths
+             for line in path.read_bytes().split(b"\n") if line.strip()]
+    assert len(rows) == len(texts)
+    read = 0
+    for row, text in zip(rows, texts, strict=True):
+        spec = spec_item(text)
+        if row["_deferred"]:
+            assert isinstance(spec, ChangefeedError) or left_as_documented(text, spec), \
+                f"Java leaves a line the parser reads: {text!r} {spec}"
+        else:
+            assert not isinstance(spec, ChangefeedError), f"Java reads {text!r}: {spec}"
+            assert as_spec(row) == spec, text
+            read += 1
+    return read
 
 
 def _write(path: Path, lines: list[Any]) -> Path:
@@ -242,9 +236,12 @@ def test_a_truncate_is_read_by_java_and_one_with_an_image_left(spark: Any, java:
     # Valid UTF-8 (NUL is a character), which Jackson would read from bytes as UTF-16 text.
     orjson.dumps(_change(PG_SOURCE)).decode().encode("utf-16-le"),
 ])
-def test_a_field_of_another_kind_reads_the_same(spark: Any, java: None, tmp_path: Path,
+def test_a_field_of_another_kind_is_left_by_java(spark: Any, java: None, tmp_path: Path,
                                                 bad: Any) -> None:
-    _agree(spark, _write(tmp_path / "bad.jsonl", [_change(PG_SOURCE), bad]))
+    """A field of another JSON kind than Java reads it as, or a line that is not one JSON
+    value: Java leaves the line (and the parser rejects it or it is one Java lists as left),
+    and reads the connector line beside it."""
+    assert _agree(spark, _write(tmp_path / "bad.jsonl", [_change(PG_SOURCE), bad])) == 1
 
 
 def _twice(line: dict[str, Any], opening: bytes, name: bytes = b'"dup":1',
@@ -264,8 +261,8 @@ _WIDE = {f"c{i}": i for i in range(40)}  # more keys than `UniqueKeys` compares 
 def test_a_key_twice_in_any_object_is_left_by_java(spark: Any, java: None,
                                                     tmp_path: Path) -> None:
     """Jackson's duplicate detection is `UniqueKeys` now: every object Java walks, or skips,
-    or copies, holding a key twice, leaves its line to the Spark functions, and the two
-    readings agree on the batch; the same lines without the second key are Java's."""
+    or copies, holding a key twice, leaves its line (to the Python path); the same lines
+    without the second key are Java's, as the parser reads them."""
     change = _change(PG_SOURCE)
     tx_end = {"status": "END", "id": "600:5000", "event_count": 1, "ts_ms": 1,
               "data_collections": [{"data_collection": "public.t", "event_count": 1}]}
@@ -338,7 +335,7 @@ def _mutated(draw: Any) -> bytes:
 def test_mutated_connector_lines_read_the_same(spark: Any, java: None,
                                                tmp_path_factory: Any, lines: list[bytes]) -> None:
     directory = tmp_path_factory.mktemp("mutated")
-    _agree(spark, _write(directory / "feed.jsonl", lines), refused=False)
+    _agree(spark, _write(directory / "feed.jsonl", lines))
 
 
 def test_the_tasks_hold_the_lines_to_the_bounds_as_spark_does(spark: Any, java: None,
@@ -376,41 +373,42 @@ def test_a_session_without_the_jar_is_told_what_to_add(spark: Any) -> None:
         jvm.java_class(spark, "changelake.jvm.Nothing")
 
 
-def test_the_parse_step_is_java_alone_where_java_reads_every_line(
-        spark: Any, java: None, tmp_path: Path, monkeypatch: Any) -> None:
-    """`debezium_path._parsed` takes Java's reading alone for a batch of connector lines, and reads
-    a batch with one line Java leaves again with `parse_items`: either way the checkpoint and
-    the observed facts are what `parse_items` gives."""
+def test_the_parse_step_is_java_alone_and_a_line_it_leaves_goes_to_the_python_path(
+        spark: Any, java: None, tmp_path: Path) -> None:
+    """`debezium_path._parsed` takes Java's reading for a batch of connector lines: the
+    checkpoint is Java's rows and the facts are their aggregates. A batch with one line Java
+    leaves (a key twice) is no batch of the Spark path (`Unsupported`, naming the count), and
+    `convert_lines` converts it on the Python path, to the parser's reading of that line."""
     from changelake.spark.changefeed import debezium_path
+    from changelake.spark.changefeed.parse import java_items
+    from changelake.spark.changefeed.pipeline import convert_lines
     from changelake.spark.changefeed.read import read_lines
+    from changelake.spark.changefeed.types import Unsupported
 
-    real = debezium_path.parse_items
-    calls: list[int] = []
-
-    def counted(frame: Any) -> Any:
-        calls.append(1)
-        return real(frame)
-
-    monkeypatch.setattr(debezium_path, "parse_items", counted)
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:  # a tombstone, a heartbeat, a boundary
         fh.write(b'null\n{"ts_ms": 5}\n{"status": "BEGIN", "id": "7", "event_count": null}\n')
+    lines = read_lines(spark, list(map(str, paths)))
+    items, facts = debezium_path._parsed(lines)
+    expected = java_items(lines.bounded, udf=True)
+    assert facts.pop("shapes")  # the images' shapes
+    facts.pop("chunks")  # `test_the_parse_step_collects_the_chunks_rows`
+    assert facts == aggregated_facts(expected) and facts["_deferred"] == 0
+    kept = expected.drop("_deferred", "shape", *debezium_path._FACTS_ONLY)
+    assert items.columns == kept.columns
+    assert items.exceptAll(kept).count() == 0 == kept.exceptAll(items).count()
+
     odd = _write(tmp_path / "odd.jsonl", [  # a duplicate key: Java leaves the line
         b'{"op":"c","before":null,"after":{"id":1,"id":2},"source":'
-        + orjson.dumps(PG_SOURCE) + b"}"])
-    for files, parses in (([*paths], 0), ([*paths, odd], 1)):
-        calls.clear()
-        lines = read_lines(spark, list(map(str, files)))
-        items, facts = debezium_path._parsed(lines)
-        assert len(calls) == parses
-        expected = real(lines.bounded)
-        shapes = facts.pop("shapes", None)  # the images' shapes: Java's reading alone has them
-        assert (shapes is not None) == (parses == 0)
-        facts.pop("chunks", None)  # `test_the_parse_step_collects_the_chunks_rows`
-        assert facts == expected.agg(*debezium_path._facts()).first().asDict()
-        kept = expected.drop(*debezium_path._FACTS_ONLY)
-        assert items.columns == kept.columns
-        assert items.exceptAll(kept).count() == 0 == kept.exceptAll(items).count()
+        + orjson.dumps({**PG_SOURCE, "table": "other"}) + b"}"])
+    with_odd = read_lines(spark, list(map(str, [odd])))
+    assert debezium_path._parsed(with_odd)[1]["_deferred"] == 1
+    with pytest.raises(Unsupported, match=r"^unsupported: 1 line\(s\) the Java line reader"):
+        debezium_path.debezium_timed(spark, with_odd)
+    converted = convert_lines(spark, with_odd, "debezium", ["id"], None, close=True)
+    assert converted.path == "python-udf"
+    assert [r.asDict(recursive=True) for r in converted.changes.collect()] == [
+        {"data": {"id": 2}, "time": 4000, "diff": 1}]  # orjson keeps the last of two keys
 
 
 @pytest.mark.parametrize("bits", [1, 3, 16])
@@ -467,13 +465,13 @@ def test_the_parse_step_collects_the_chunks_rows(spark: Any, java: None, tmp_pat
 
 def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: None,
                                                              tmp_path: Path) -> None:
-    """Where Java reads every line, the facts the parse's job gathers from the tasks
-    (`DebeziumLines.Facts`, `debezium_path._merged_facts`) are `_facts` aggregated over the parsed
-    lines: over each Debezium sample Java reads whole, and over those samples and changes of
+    """The facts the parse's job gathers from the tasks (`DebeziumLines.Facts`,
+    `debezium_path._merged_facts`) are Spark's aggregates over the parsed lines
+    (`debezium_items.aggregated_facts`): over each Debezium sample, and over the samples Java
+    reads whole, and over those samples and changes of
     two tables together, in one task and in several. Among them are lines wrapped in a Connect
     schema, transaction metadata, a change at its transaction's time and two tables."""
     from changelake.spark.changefeed import debezium_path
-    from changelake.spark.changefeed.parse import parse_items
     from changelake.spark.changefeed.read import read_lines
 
     two = _write(tmp_path / "two.jsonl", [
@@ -483,18 +481,17 @@ def test_the_tasks_facts_are_the_aggregates_over_their_lines(spark: Any, java: N
         _change({**PG_SOURCE, "sequence": None}, "c")])  # at its transaction's time
 
     def facts(bounded: Any) -> tuple[dict[str, Any], int]:
-        """The merged facts, or `{}` where Java left a line; and how many tasks gave them."""
+        """The merged facts, or `{}` where Java left a line (they are still the aggregates);
+        and how many tasks gave them."""
         rows = [r["_facts"] for r in debezium_path.java_items(bounded, chunk_bits=16)
                 .where("_facts IS NOT NULL").select("_facts").collect()]
         found = debezium_path._merged_facts(rows)
-        if found.pop("_deferred"):
-            return {}, len(rows)  # `parse_items` reads such a batch (and its facts)
-        expected = parse_items(bounded).agg(*debezium_path._facts()).first().asDict()
+        expected = aggregated_facts(debezium_path.java_items(bounded, udf=True))
         shapes = found.pop("shapes")
         assert found == expected
         assert shapes == sorted({r["shape"] for r in debezium_path.java_items(bounded).collect()
                                  if r["shape"] is not None})
-        return found, len(rows)
+        return ({} if found["_deferred"] else found), len(rows)
 
     whole = [p for p in sorted(SAMPLES.glob("*dbz*.jsonl"))
              if facts(read_lines(spark, [str(p)]).bounded)[0]]

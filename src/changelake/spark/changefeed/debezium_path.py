@@ -2,21 +2,22 @@
 wrapper): read, parse, facts, times, frontier, types, keyed conversion.
 
 The files are read on the executors (`read.py`) and parsed (`parse.py`: by the project's Java
-line reader, and with one `from_json` per line where it leaves a line; `_parsed`) into a
-checkpoint on the executors' disk (`checkpoint.stored`), and aggregates observed by the same
-job (`_facts`, no pass of their own) hold the lines to UTF-8 and the line bound (`read.flaw`)
-and tell the later steps what they need of the batch. The changes are timed with windows by
-transaction and by file block (`times.py`); the columns' types are decided (`types.py`: the
-table schema, the state, the Debezium schema, else what Spark's JSON inference over every image
-finds; that is found in any case, as it also finds image columns beyond the table's: from the
-images' shapes, which the Java line reader gives and the parse's job collects,
-`types.inferred_from_shapes`, else by the inference itself, one more pass) and each image read
-against them once (`keyed.typed_images`: in Java where the image is plain, else `from_json`);
-the keyed events are converted and checked by `conversion.checked_conversion`; without keys,
-converted by their images (`unkeyed.py`); the frontier comes from aggregates (`progress.py`).
-The driver sees one row per chunk of 2**16 lines (only when snapshot rows need the current
-time: `times.py`), a handful of aggregate rows, and the images' distinct shapes (at most
-`DebeziumLine.SHAPES` a task; a few in a feed of one table).
+line reader; a batch with a line it leaves goes to the Python path; `_parsed`) into a
+checkpoint on the executors' disk (`checkpoint.stored`), and what the tasks gather of their
+lines, observed by the same job (`_merged_facts`, no pass of their own), holds the lines to
+UTF-8 and the line bound (`read.flaw`) and tells the later steps what they need of the batch.
+The changes are timed with windows by transaction and by file block (`times.py`); the columns'
+types are decided (`types.py`: the table schema, the state, the Debezium schema, else what
+Spark's JSON inference over every image finds; that is found in any case, as it also finds
+image columns beyond the table's: from the images' shapes, which the Java line reader gives and
+the parse's job collects, `types.inferred_from_shapes`, else by the inference itself, one more
+pass) and each image read against them once (`keyed.typed_images`: in Java where the image is
+plain, else `from_json`); the keyed events are converted and checked by
+`conversion.checked_conversion`; without keys, converted by their images (`unkeyed.py`); the
+frontier comes from aggregates (`progress.py`). The driver sees one row per chunk of 2**16
+lines (only when snapshot rows need the current time: `times.py`), a handful of aggregate rows,
+and the images' distinct shapes (at most `DebeziumLine.SHAPES` a task; a few in a feed of one
+table).
 
 Truncates (op t) are changes like any other up to the conversion (times, frontier, marks),
 then collected (`_truncates`: at most `keyed.MAX_TRUNCATES`, 1000, a batch) and handed to it:
@@ -25,9 +26,10 @@ keys, each update is compensated at the next truncate (`unkeyed._compensated`), 
 table's rows before the batch (`state`) are retracted at the first (`_truncated_rows`).
 
 Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`): non-default
-`UpsertOptions`, any bad line, a key column that no image has, more than 1000 truncates, a
-truncate without keys over a table (`since`) whose rows are not given (`state`; the old path
-refuses it too), logical messages,
+`UpsertOptions`, any line the Java line reader leaves (`DebeziumLine.java`: any bad line
+among them, a truncate with an image, logical messages), a key column that no image has, more
+than 1000 truncates, a truncate without keys over a table (`since`) whose rows are not given
+(`state`; the old path refuses it too),
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told apart
 by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect types and logical
@@ -51,14 +53,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed import times
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
 from changelake.spark.changefeed.keyed import MAX_TRUNCATES, ColumnSpec, typed_events
-from changelake.spark.changefeed.parse import java_items, odd_name_lines, odd_names, parse_items
+from changelake.spark.changefeed.parse import java_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines
 from changelake.spark.changefeed.steps import Steps, guard
@@ -76,7 +78,7 @@ from changelake.spark.changefeed.types import (
 )
 from changelake.spark.changefeed.unkeyed import convert_images, image_events
 from changelake.spark.checkpoint import stored
-from changelake.spark.expressions import per_jvm, quote
+from changelake.spark.expressions import quote
 
 
 def _first_problem(frame: DataFrame) -> str | None:
@@ -85,42 +87,11 @@ def _first_problem(frame: DataFrame) -> str | None:
     return row[0] if row is not None else None
 
 
-@per_jvm
-def _facts() -> list[Column]:
-    """What the later steps need to know about the batch: aggregates over the parsed lines,
-    observed while they are checkpointed (`DataFrame.observe`), so that no pass of its own
-    reads them again for it. Built once per JVM (`expressions.per_jvm`). Where Java reads the
-    lines in the tasks (`parse.java_items`), each task counts them itself and the
-    observation gathers one row a task (`_merged_facts`): Spark's aggregates, evaluated for
-    every line, were a measurable share of a warm ingest's executor time (a profile:
-    benchmarks/README.md, "The floor of a keyed conversion"). The two give the same facts
-    (`tests/test_spark_changefeed_jvm.py`, `tests/test_spark_changefeed_debezium.py`)."""
-    change = F.col("kind") == "change"
-    return [
-        F.count("flaw").alias("flawed"), F.min("problem").alias("problem"),
-        F.count(F.when(change, 1)).alias("changes"),
-        # Two tables or one: the least and the greatest name differ or not (a distinct count
-        # is no aggregate an observation can run).
-        F.min(F.when(change, F.col("table"))).alias("table"),
-        F.max(F.when(change, F.col("table"))).alias("other_table"),
-        F.count(F.when(change & F.col("ptime").isNull(), 1)).alias("untimed"),
-        F.count(F.when(change & F.col("tx_min"), 1)).alias("by_tx"),
-        F.count(F.when(F.col("kind").isin("BEGIN", "END") | F.col("tx_order").isNotNull(), 1))
-        .alias("metadata"),
-        F.max(F.when(change, F.col("ptime"))).alias("high"),
-        # The changes' schemas: BEGIN/END lines and heartbeats have their own.
-        F.min(F.when(change, F.col("schema"))).alias("schema"),
-        F.max(F.when(change, F.col("schema"))).alias("other_schema"),
-        F.count(F.when(change & F.col("schema").isNull(), 1)).alias("schemaless"),
-        F.min_by(F.when(change, F.struct("after_raw", "before_raw", "schema")),
-                 F.when(change & (F.col("after_raw").isNotNull()
-                                  | F.col("before_raw").isNotNull()),
-                        F.struct("file_index", "block", "row"))).alias("first")]
-
-
 def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
-    """`_facts` (and `_deferred`, `shapes`) from the tasks' `parse.TASK_FACTS` rows: what the
-    aggregates give over all of their lines."""
+    """What the later steps need to know of the batch, from the tasks' `parse.TASK_FACTS`
+    rows: what aggregates over all of the parsed lines give (`flawed`, `changes`, the least
+    and greatest `table` and `schema` of a change, ...; `tests/test_spark_changefeed_jvm.py`
+    holds them to such aggregates), with `_deferred` (the lines Java left) and `shapes`."""
     def pick(choose: Callable[..., Any], name: str) -> Any:
         values = [t[name] for t in tasks if t[name] is not None]
         return choose(values) if values else None
@@ -130,7 +101,7 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
     counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred")
     total = {n: sum(t[n] for t in tasks) for n in counts}
     return {
-        "flawed": total["flawed"], "problem": None, "changes": total["changes"],
+        "flawed": total["flawed"], "changes": total["changes"],
         "table": pick(min, "table"), "other_table": pick(max, "other_table"),
         "untimed": total["untimed"], "by_tx": total["by_tx"], "metadata": total["metadata"],
         "high": pick(max, "high"), "schema": pick(min, "schema"),
@@ -142,7 +113,7 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
         "shapes": sorted({s for t in tasks for s in t["shapes"]})}
 
 
-#: The parsed lines' columns that only `_facts` reads: not stored in the checkpoint (the
+#: The parsed lines' columns that only the facts read: not stored in the checkpoint (the
 #: file's name is `Lines.files[file_index]`), which is then a line's path and three fields
 #: smaller on the executors' disk. The parse's job alone is a little faster; end to end the
 #: difference is within the noise (benchmarks/README.md, "The floor of a keyed conversion").
@@ -150,30 +121,19 @@ _FACTS_ONLY = ("file", "flaw", "problem", "table")
 
 
 def _parsed(lines: Lines) -> tuple[DataFrame, dict[str, Any]]:
-    """The parsed lines, checkpointed (`checkpoint.stored`) without `_FACTS_ONLY`, and their
-    `_facts`, observed by the same job.
-
-    Java alone reads the lines first (`parse.java_items`); where it read every one (a batch of
-    the shapes connectors write: changes, transaction boundaries, tombstones, heartbeats), that
-    is the parse, without any of the Spark functions' expressions (which cost even over the
-    lines Java read: `parse_items`). Where it left some, that job's work is dropped and
-    `parse_items` reads the batch again, Java's lines and the rest. Java's job also collects
-    the rows `times.chunks_of` would aggregate (`chunks`, one per chunk of lines that has a
-    change), so that placing snapshot rows in time reads the checkpoint no more
-    (`times.assign_times`' `chunk_rows`)."""
+    """The lines as Java reads them (`parse.java_items`), checkpointed (`checkpoint.stored`)
+    without `_FACTS_ONLY`, and the batch's facts (`_merged_facts`) gathered by the same job,
+    with `chunks`: the rows `times.chunks_of` would aggregate (one per chunk of lines that has
+    a change), so that placing snapshot rows in time reads the checkpoint no more
+    (`times.assign_times`' `chunk_rows`). `_deferred` counts the lines Java left: the caller
+    hands such a batch to the Python path."""
     java = java_items(lines.bounded, chunk_bits=times.CHUNK_BITS)
     observed = Observation()
     tasks = F.collect_list("_facts").alias("tasks")  # one a task
     chunks = F.collect_list("_chunk").alias("chunks")  # one per chunk of 2**16 lines
     items = guard(lambda: stored(java.observe(observed, tasks, chunks).drop(
         "_deferred", "shape", "_chunk", "_facts", *_FACTS_ONLY)))
-    found = _merged_facts(observed.get["tasks"])
-    if not found.pop("_deferred"):
-        return items, {**found, "chunks": observed.get["chunks"]}
-    facts = Observation()
-    items = guard(lambda: stored(parse_items(lines.bounded).observe(facts, *_facts())
-                                  .drop(*_FACTS_ONLY)))
-    return items, facts.get
+    return items, {**_merged_facts(observed.get["tasks"]), "chunks": observed.get["chunks"]}
 
 
 def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
@@ -270,13 +230,12 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
     steps.done("read + parse + facts")
     if facts["flawed"]:
         raise Unsupported("a line over the bound or not UTF-8")  # `convert_frames` names it
-    if facts["problem"] is not None:
-        raise Unsupported(facts["problem"])
+    if facts["_deferred"]:
+        raise Unsupported(f"unsupported: {facts['_deferred']} line(s) the Java line reader "
+                          "leaves (a shape it does not read, a truncate, a logical message, "
+                          "a bad line, ...: `DebeziumLine.java`)")
     if facts["table"] != facts["other_table"]:
         raise Unsupported("bad: events of two tables")
-    if odd_names(facts["table"]) and \
-            guard(lambda: odd_name_lines(lines.bounded).first()) is not None:
-        raise Unsupported("unsupported: a source table, schema or db that may not be text")
     changes = items.where(F.col("kind") == "change")
     timed = assign_times(spark, changes, by_tx=bool(facts["by_tx"]),
                          untimed=int(facts["untimed"]), per_file=lines.per_file,

@@ -26,20 +26,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed.conversion import Converted
 from changelake.spark.changefeed.debezium_path import debezium_changes
-from changelake.spark.changefeed.parse import ENVELOPE, parse_items
+from changelake.spark.changefeed.parse import deferred_lines
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.steps import guard
 from changelake.spark.changefeed.types import Unsupported
+from changelake.spark.changefeed.udf.parse import rejected_lines
 from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
 from changelake.spark.changefeed.ydb_path import ydb_changes
 
@@ -130,38 +133,36 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
 def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,
               key: Sequence[str]) -> DataFrame:
     """The lines a lenient read sets aside before converting the rest: `file`, `file_index`,
-    `row` and `reason`. A line over the bound or not UTF-8, one that is not a JSON object, and
-    one the parse marks bad (its problem starts with "bad"; `parse.py`, `ydb.py`). What the
-    conversion refuses later (a value Spark cannot read into the envelope, an image column
+    `row` and `reason`. A line over the bound or not UTF-8; for Debezium, every line the Java
+    line reader leaves (`parse.deferred_lines`: few in a connector's feed) that the Python
+    parser (`DebeziumParser`, the specification, in `mapInPandas`) rejects, with the reason
+    the Python path gives it; for YDB, a line that is not a JSON object, and one the parse
+    marks bad (its problem starts with "bad"; `ydb.py`). What the conversion refuses later (a
+    line Java leaves that the parser accepts, a value Spark cannot read, an image column
     beyond the table's) still stops the read: it is `Unsupported`. Checkpointed: few rows in
     a good feed, read by the caller twice (to drop them, to report them)."""
     value = F.col("value")
     flawed = flaw(value)
-    shape = (F.when(flawed == 1, F.lit(TOO_LONG)).when(flawed == 2, F.lit("not UTF-8 text"))
-             .when((F.trim(value) != "null") & F.json_object_keys(value).isNull(),
-                   F.lit("not a JSON object")))
+    schema = TableSchema.from_json(table_json) if table_json is not None else None
+    shape = F.when(flawed == 1, F.lit(TOO_LONG)).when(flawed == 2, F.lit("not UTF-8 text"))
+    if source != "ydb":
+        first = lines.bounded.select("file", "file_index", "row", shape.alias("reason")) \
+            .where(F.col("reason").isNotNull())
+        deferred = deferred_lines(lines.frame).select("file", "file_index", "row", "value")
+        out = T.StructType([*deferred.drop("value").schema.fields,
+                            T.StructField("reason", T.StringType())])
+        parsed = deferred.mapInPandas(partial(rejected_lines, source, schema), out)
+        return guard(lambda: first.unionByName(parsed).localCheckpoint())
+    shape = shape.when((F.trim(value) != "null") & F.json_object_keys(value).isNull(),
+                       F.lit("not a JSON object"))
     first = lines.bounded.select("file", "file_index", "row", shape.alias("reason")) \
         .where(F.col("reason").isNotNull())
     rest = lines.frame.join(first.select("file_index", "row"), ["file_index", "row"],
                             "left_anti")
-    if source == "ydb":
-        schema = TableSchema.from_json(table_json) if table_json is not None else None
-        if schema is None:
-            raise Unsupported("unsupported: YDB without a table schema")
-        keys = list(key) or list(schema.primary_key)
-        items = ydb_items(rest, schema, ydb_columns(schema, keys), careful=True)
-    else:
-        # what the parse's FAILFAST envelope would stop the whole read at: a field of the
-        # wrong JSON kind (a text `source`, say), found here line by line
-        corrupt = F.from_json("value", f"{ENVELOPE}, _corrupt string", {
-            "mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt"})["_corrupt"]
-        kinds = rest.select("file", "file_index", "row", F.when(
-            corrupt.isNotNull() & (F.trim("value") != "null"),
-            F.lit("not a Debezium event: a field of the wrong JSON kind")).alias("reason")) \
-            .where(F.col("reason").isNotNull())
-        first = first.unionByName(kinds)
-        items = parse_items(rest.join(kinds.select("file_index", "row"),
-                                      ["file_index", "row"], "left_anti"))
+    if schema is None:
+        raise Unsupported("unsupported: YDB without a table schema")
+    keys = list(key) or list(schema.primary_key)
+    items = ydb_items(rest, schema, ydb_columns(schema, keys), careful=True)
     parsed = items.where(F.col("problem").startswith("bad")) \
         .select("file", "file_index", "row", F.col("problem").alias("reason"))
     return guard(lambda: first.unionByName(parsed).localCheckpoint())

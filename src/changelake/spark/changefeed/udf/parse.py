@@ -77,6 +77,25 @@ def parse_partition(source: str, schema: TableSchema | None, keys: Sequence[str]
                          "item": pickle.dumps(seen)}], columns=names)
 
 
+def rejected_lines(source: str, schema: TableSchema | None,
+                   frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+    """The lines of `frames` (`value`, `file`, `row`, ...) the Python parser rejects, without
+    `value`, with `reason`: the parser's own, as `parse_partition` gives it (one parser per
+    partition, as there)."""
+    parser = _parser(source, schema)
+    for frame in frames:
+        reasons: list[str | None] = []
+        for value, file, row in zip(frame["value"], frame["file"], frame["row"], strict=True):
+            try:
+                parser.parse_line(value, Location(file, int(row)))
+            except ChangefeedError as error:
+                reasons.append(error.reason)
+            else:
+                reasons.append(None)
+        out = frame.drop(columns="value").assign(reason=reasons)
+        yield out[out["reason"].notna()]
+
+
 @dataclass
 class Seen:
     """The columns of a partition's images: the first image's names (by file, line) and the
