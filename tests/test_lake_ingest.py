@@ -179,7 +179,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
     old path decides (the first attempt created it). The same feed again (nothing new to
     write) has its check settled by a job of its own, and still goes to the old path."""
     lake = hive_lake
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import dispatch, pipeline
     from changelake.spark.changefeed.keyed import TIED
 
     lines = [debezium_line("c", None, {"id": 1, "name": "ann"}, 100, 1),
@@ -189,7 +189,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
     feed = tmp_path / "feed.jsonl"
     feed.write_text("\n".join(lines) + "\n")
     name = f"tie_{uuid.uuid4().hex[:8]}.t"
-    with caplog.at_level("INFO", logger=pipeline.__name__):
+    with caplog.at_level("INFO", logger=dispatch.__name__):
         report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                  close=True)
     assert f"on the Python path: {TIED}" in caplog.text
@@ -201,7 +201,7 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
                                   python_path=True)
     assert table.schema == old.changes.schema["data"].dataType
     caplog.clear()
-    with caplog.at_level("INFO", logger=pipeline.__name__):
+    with caplog.at_level("INFO", logger=dispatch.__name__):
         again = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                 close=True)
     assert again.commit.skipped and f"on the Python path: {TIED}" in caplog.text
@@ -263,7 +263,7 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
     events (and, re-sent, its END) incomplete: it must hold no frontier back, or every later
     ingest stays below the committed frontier and commits nothing. The next ingest reaches the
     end of the feed, and the table holds the encoder's updates of the whole feed."""
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import dispatch
 
     feed = pg_feed(random.Random(88).randrange(1 << 30), transactions=12)
     feed.events = [(key, _spaced(value)) for key, value in feed.events]
@@ -281,7 +281,7 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
     name = f"replay_{uuid.uuid4().hex[:8]}.t"
     end = feed.times[-1] + 1
 
-    with caplog.at_level("INFO", logger=pipeline.__name__):
+    with caplog.at_level("INFO", logger=dispatch.__name__):
         first = ingest.ingest(lake, name, first_input, key=["id"], source="debezium")
         assert first.frontier[0] < end
         second = ingest.ingest(lake, name, rest, key=["id"], source="debezium")
@@ -349,7 +349,7 @@ def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
     text that is no base64, which it refuses naming the line. Either way no file of the
     refused write remains, and the old path commits its updates (the encoder's) or nothing."""
     lake = hive_lake
-    from changelake.spark.changefeed import pipeline
+    from changelake.spark.changefeed import dispatch
 
     odd = _cents(10**20 + 7, 9) if bad == "wide" else "not base64!"
     lines = [priced_line("c", 1, _cents(499, 2), 100), priced_line("c", 2, odd, 200),
@@ -358,7 +358,7 @@ def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
     feed.write_text("\n".join(lines) + "\n")
     name = f"refused_{uuid.uuid4().hex[:8]}.t"
     files_before = set(lake.root.rglob("*.parquet"))
-    with caplog.at_level("INFO", logger=pipeline.__name__):
+    with caplog.at_level("INFO", logger=dispatch.__name__):
         if bad == "wide":
             report = ingest.ingest(lake, name, [feed], key=["id"], source="debezium",
                                      close=True)

@@ -462,8 +462,8 @@ def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) ->
     from pyspark.sql import functions as F
 
     from changelake.errors import ChangelakeError
+    from changelake.spark.changefeed.dispatch import Unsupported
     from changelake.spark.changefeed.steps import guard
-    from changelake.spark.changefeed.types import Unsupported
 
     def failing(message: str) -> Any:
         return lambda: spark.range(1).select(F.raise_error(F.lit(message))).collect()

@@ -1,9 +1,10 @@
-"""The modules of `changelake.spark.changefeed` import one another only downwards: the steps
-first, then the checked conversion both formats end in, then one module per format, and the
-choice of path (`pipeline.py`) on top. A step that imported a format's module, or the
-conversion that imported a step above it, would tie the layers `pipeline.py`'s docstring
-describes into a cycle; this keeps the folder telling the architecture. Imports inside
-functions count too (a lazy import is still a dependency)."""
+"""The modules of `changelake.spark.changefeed` import one another only downwards: which
+batches each path takes (`dispatch.py`, with the `Unsupported` any step may raise) first, the
+steps next, then the checked conversion both formats end in, then one module per format, and
+the conversion on one path or the other (`pipeline.py`) on top. A step that imported a format's
+module, or the conversion that imported a step above it, would tie the layers `pipeline.py`'s
+docstring describes into a cycle; this keeps the folder telling the architecture. Imports
+inside functions count too (a lazy import is still a dependency)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from package_imports import package_imports
 
 CHANGEFEED = Path(changelake.spark.changefeed.__file__).parent
 PACKAGE = "changelake.spark.changefeed"
-ORDER = ["read", "temporal", "times", "progress", "types", "parse", "keyed", "unkeyed",
+ORDER = ["dispatch", "read", "temporal", "times", "progress", "types", "parse", "keyed", "unkeyed",
          "ydb_variant", "ydb", "barriers", "steps", "conversion", "debezium_path", "ydb_path",
          "udf", "pipeline"]
 

@@ -380,10 +380,10 @@ def test_the_parse_step_is_java_alone_and_a_line_it_leaves_goes_to_the_python_pa
     leaves (a key twice) is no batch of the Spark path (`Unsupported`, naming the count), and
     `convert_lines` converts it on the Python path, to the parser's reading of that line."""
     from changelake.spark.changefeed import debezium_path
+    from changelake.spark.changefeed.dispatch import Unsupported
     from changelake.spark.changefeed.parse import java_items
     from changelake.spark.changefeed.pipeline import convert_lines
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.changefeed.types import Unsupported
 
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:  # a tombstone, a heartbeat, a boundary

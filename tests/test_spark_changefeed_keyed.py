@@ -222,7 +222,7 @@ def test_java_conversion_with_the_table_rows(spark: Any) -> None:
 
 
 def test_no_java_conversion_for_positions_it_does_not_compare(spark: Any) -> None:
-    from changelake.spark.changefeed.types import Unsupported
+    from changelake.spark.changefeed.dispatch import Unsupported
 
     events = spark.createDataFrame([], _schema(False).replace("array<bigint>", "array<string>"))
     with pytest.raises(Unsupported, match="positions of type array<string>"):

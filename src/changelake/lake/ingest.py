@@ -45,8 +45,8 @@ from changelake.lake.table import (
 )
 from changelake.protocol import Antichain
 from changelake.protocol.reader import waiting_reason
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.pipeline import Converted, convert_frames
-from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.errors import translate_errors
 
 # ---------------------------------------------------------------------------------- ingest

@@ -205,9 +205,9 @@ def _set_aside(lines: Any, source: str, table_json: dict[str, Any] | None,
     (how many, and all of them or a sample), as `kafka_set_aside.collect` reports them."""
     from pyspark.sql import functions as F
 
+    from changelake.spark.changefeed.dispatch import Unsupported
     from changelake.spark.changefeed.pipeline import bad_lines
     from changelake.spark.changefeed.read import Lines
-    from changelake.spark.changefeed.types import Unsupported
     from changelake.spark.errors import translate_errors
 
     try:
@@ -248,8 +248,8 @@ def _convert(spark: Any, lines: Any, source: str, key: Sequence[str],
              table_json: dict[str, Any] | None, **options: Any) -> Any:
     """The JVM conversion of the lines; a batch it does not cover is refused, its first bad
     record named by topic, partition and offset."""
+    from changelake.spark.changefeed.dispatch import Unsupported
     from changelake.spark.changefeed.pipeline import convert_lines
-    from changelake.spark.changefeed.types import Unsupported
 
     try:
         return convert_lines(spark, lines, source, key, table_json, old_path=False, **options)

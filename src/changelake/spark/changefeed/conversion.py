@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from changelake.spark.changefeed.barriers import BELOW_UNREPEATED
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
     Truncate,
@@ -36,7 +37,6 @@ from changelake.spark.changefeed.keyed import (
     problem_of,
 )
 from changelake.spark.changefeed.steps import guard
-from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.settings import NOT_ADAPTIVE, settings
 
 

@@ -59,6 +59,7 @@ from pyspark.sql import functions as F
 from changelake.formats.tableschema import TableSchema
 from changelake.spark.changefeed import times
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import MAX_TRUNCATES, ColumnSpec, typed_events
 from changelake.spark.changefeed.parse import java_items
 from changelake.spark.changefeed.progress import debezium_frontier
@@ -68,7 +69,6 @@ from changelake.spark.changefeed.times import assign_times
 from changelake.spark.changefeed.types import (
     SUPPORTED,
     Decoder,
-    Unsupported,
     connect_decoder,
     image_fields,
     infer_images,

@@ -48,11 +48,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.parse import FAILFAST
 from changelake.spark.changefeed.types import (
     FLOAT_WORDS,
     Decoder,
-    Unsupported,
     decimal_literal,
     decode,
     state_column,

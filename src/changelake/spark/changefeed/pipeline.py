@@ -24,7 +24,6 @@ its docstring lists).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -38,15 +37,13 @@ from changelake.formats.lines import TOO_LONG
 from changelake.formats.tableschema import TableSchema, read_table_json
 from changelake.spark.changefeed.conversion import Converted
 from changelake.spark.changefeed.debezium_path import debezium_changes
+from changelake.spark.changefeed.dispatch import Unsupported, choose, reason_before_reading
 from changelake.spark.changefeed.parse import deferred_lines
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.steps import guard
-from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.changefeed.udf.parse import rejected_lines
 from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
 from changelake.spark.changefeed.ydb_path import ydb_changes
-
-log = logging.getLogger(__name__)
 
 
 def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: str,
@@ -93,41 +90,37 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
     if schema is not None:
         schema.check_keys(keys)  # as the encoder does, before a line is read
-    if reason is None and python_path:
-        reason = "the Python path was asked for"
-    if source == "ydb":
-        if schema is None:
-            reason = "unsupported: YDB without a table schema"
-        elif not keys:
-            reason = "unsupported: YDB without key columns"
-    if reason is None:
-        try:
-            if source == "ydb":
-                assert schema is not None
-                return ydb_changes(spark, lines, keys=keys, table_schema=schema, close=close,
-                                   state=state, since=since, defer=defer)
-            return debezium_changes(spark, lines, keys=keys, table_schema=schema, close=close,
-                                    state=state, since=since, defer=defer)
-        except Unsupported as why:
-            reason = str(why)
-    log.info("changefeed conversion on the Python path: %s", reason)
-    # The JVM path's parse checks the bounds of a batch it converts; one it gives up on (for
-    # whatever reason, a bad line included), or never reads, is checked here.
-    lines.check()
-    from changelake.spark.changefeed.udf import changefeed_changes
 
-    numbered = lines.numbered().select("value", "file", "line")
-    # without keys the Python path takes no state (a truncate without keys it refuses)
-    frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]
-                                keys=list(key) or None, table_schema=table_json,
-                                state=state if keys else None,
-                                since=since, close=close)
-    changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
-               .where(F.col("diff") != 0))
-    if not old_path:
-        changes.count()  # the old path names the first bad line, if there is one
-        raise Unsupported(str(reason))
-    return Converted(changes, frames.frontier, "python-udf", reason)
+    def spark_path() -> Converted:
+        if source == "ydb":
+            assert schema is not None
+            return ydb_changes(spark, lines, keys=keys, table_schema=schema, close=close,
+                               state=state, since=since, defer=defer)
+        return debezium_changes(spark, lines, keys=keys, table_schema=schema, close=close,
+                                state=state, since=since, defer=defer)
+
+    def on_python_path(why: str) -> Converted:
+        # The Spark path's parse checks the bounds of a batch it converts; one it gives up on
+        # (for whatever reason, a bad line included), or never reads, is checked here.
+        lines.check()
+        from changelake.spark.changefeed.udf import changefeed_changes
+
+        numbered = lines.numbered().select("value", "file", "line")
+        frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]
+                                    keys=list(key) or None, table_schema=table_json,
+                                    # without keys the Python path takes no state (a
+                                    # truncate without keys it refuses)
+                                    state=state if keys else None,
+                                    since=since, close=close)
+        changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
+                   .where(F.col("diff") != 0))
+        if not old_path:
+            changes.count()  # the Python path names the first bad line, if there is one
+            raise Unsupported(why)
+        return Converted(changes, frames.frontier, "python-udf", why)
+
+    return choose(spark_path, on_python_path, reason_before_reading(
+        source, schema, keys, python_path=python_path, reason=reason))
 
 
 def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,

@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from changelake.errors import ChangelakeError
-from changelake.spark.changefeed.types import Unsupported
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.errors import input_error
 
 log = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from changelake.formats.debezium import PLACEHOLDER, PLACEHOLDER_B64
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.temporal import date_text, time_text, timestamp_text
 from changelake.spark.json_schema import infer_json_schema
 
@@ -55,10 +56,6 @@ def decimal_literal(n: int) -> Column:
     """`n` as a decimal(20,0) literal: Uint64 values and the bounds of what the encoder reads
     as an integer, beyond a long."""
     return F.lit(str(n)).cast("decimal(20,0)")
-
-
-class Unsupported(Exception):
-    """The feed needs something this path does not do yet; the old path converts it."""
 
 
 def state_column(present: Collection[str], name: str, kind: str) -> Column:

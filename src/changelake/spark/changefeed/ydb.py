@@ -66,6 +66,7 @@ from changelake.formats.lines import MAX_LINE_BYTES
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import _base_type
 from changelake.protocol.time import MAX_TIME
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import (
     ColumnSpec,
     flipped_long,
@@ -75,7 +76,6 @@ from changelake.spark.changefeed.keyed import (
 from changelake.spark.changefeed.parse import STRICT
 from changelake.spark.changefeed.types import (
     Decoder,
-    Unsupported,
     decimal_literal,
     spark_type,
 )

@@ -53,10 +53,10 @@ from changelake.spark.changefeed.barriers import (
     unrepeated_outside,
 )
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
+from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import ColumnSpec, by_key, partitions_for
 from changelake.spark.changefeed.read import Lines, flaw
 from changelake.spark.changefeed.steps import Steps, guard
-from changelake.spark.changefeed.types import Unsupported
 from changelake.spark.changefeed.ydb import untimed_positions, with_content, ydb_columns, ydb_items
 from changelake.spark.checkpoint import kept_shuffle, stored
 from changelake.spark.settings import UNKNOWN_SIZE
