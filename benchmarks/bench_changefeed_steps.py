@@ -1,4 +1,4 @@
-"""Where a Debezium ingest's time goes: the JVM path's heavy steps timed apart, against the
+"""Where a Debezium ingest's time goes: the Spark path's heavy steps timed apart, against the
 plain Parquet write of the same feed, in one Spark session.
 
 The feed is `bench_ingest.py`'s (PostgreSQL, `--events` events over `events // 6` keys). Each

@@ -7,8 +7,8 @@ before-image, then a tombstone), and a connector restart that re-sends the last 
 
 The same lines are
 
-* ingested with `changelake.lake.ingest.ingest` into a fresh keyed table, once on the JVM path
-  (`changelake.spark.changefeed`) and, with `--old`, once on the old path (Python UDF per key
+* ingested with `changelake.lake.ingest.ingest` into a fresh keyed table, once on the Spark path
+  (`changelake.spark.changefeed`) and, with `--old`, once on the Python path (Python UDF per key
   group, `changelake.spark.changefeed.udf`): the benchmark points `ingest.convert_frames`
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
@@ -31,7 +31,7 @@ Printed: events per second of each, the ratio ingest/plain rate, the peak RSS of
 driver (the Python process and the JVM, from the kernel's high-water marks; the feed is
 written by a child process, so the Python figure is the ingest's; and, to tell how much of
 the JVM's is the heap its collector chose to keep, the sums of its memory pools' peak
-committed sizes, heap and non-heap: `jvm_pools_mb`), and the JVM path's
+committed sizes, heap and non-heap: `jvm_pools_mb`), and the Spark path's
 steps (seconds and Spark jobs each, from `steps.Steps`' debug log; the lake's final job,
 which runs the keyed conversion and its checks and writes the table's files, is the rest of
 the ingest's time).
@@ -297,7 +297,7 @@ def floor_write(spark: Any, paths: list[Path], source: str, out: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=110_000)
-    parser.add_argument("--old", action="store_true", help="also time the old path")
+    parser.add_argument("--old", action="store_true", help="also time the Python path")
     parser.add_argument("--floor", action="store_true",
                         help="also time the least keyed conversion (`floor_write`)")
     parser.add_argument("--again", action="store_true",
@@ -355,7 +355,7 @@ def main() -> None:
             return converted
 
         ingest.convert_frames = frames  # type: ignore[assignment]
-        steps: list[str] = []  # the JVM path's step lines of the measured ingest
+        steps: list[str] = []  # the Spark path's step lines of the measured ingest
 
         class Steps(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
@@ -392,7 +392,7 @@ def main() -> None:
                          f"warm JVM: {plain_warm / floor:.2f}x the plain write run again "
                          f"after it ({plain_warm:.2f} s)"))
         rows += [
-                (f"ingest, JVM path ({taken[-1]})", ours,
+                (f"ingest, Spark path ({taken[-1]})", ours,
                  f"{report.commit.written:,} updates, frontier {report.frontier}")]
         if args.old:
             ingest.convert_frames = lambda *a, **k: frames(*a, python_path=True, **k)  # type: ignore[assignment]
@@ -400,7 +400,7 @@ def main() -> None:
             old = ingest.ingest(lake, "bench.old", feed, key=["id"],
                               **options)  # type: ignore[arg-type]
             took = time.perf_counter() - start
-            rows.append((f"ingest, old path ({taken[-1].split(':')[0]})", took,
+            rows.append((f"ingest, Python path ({taken[-1].split(':')[0]})", took,
                          f"{old.commit.written:,} updates, frontier {old.frontier}"))
         python, jvm = peak_rss_mb(spark)
         size = sum(p.stat().st_size for p in feed)
@@ -417,7 +417,7 @@ def main() -> None:
         if args.conf:
             print(f"settings: {' '.join(args.conf)}")
         for line in ours_steps:
-            print(f"  JVM path {line}")
+            print(f"  Spark path {line}")
         if args.again:  # after the peak RSS figures, which the runs below would raise
             start = time.perf_counter()
             plain_write(spark, feed, args.source, work / "plain-again.parquet")
@@ -430,7 +430,7 @@ def main() -> None:
             print(f"again, on the warm JVM: plain {plain_again:.2f} s, ingest {again:.2f} s "
                   f"({taken[-1]}), {plain_again / again:.2f}x plain")
             for line in steps:
-                print(f"  JVM path {line}")
+                print(f"  Spark path {line}")
         spark.stop()
     finally:
         ingest.convert_frames = old_frames

@@ -8,7 +8,7 @@ each a fresh process on a fresh lake where it writes one; printed: the median se
 each and their ratio (with / without), per command.
 
 * `ingest --from debezium`: a Debezium feed (`simulate.debezium_orders`, `--rows` rows) into a
-  new keyed table: the changefeed's JVM path and the embedded metastore;
+  new keyed table: the changefeed's Spark path and the embedded metastore;
 * `snapshot --engine spark` of that table;
 * `decode --engine spark` of a Materialize CDC log of the same feed.
 

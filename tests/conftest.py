@@ -35,7 +35,7 @@ def pytest_report_header() -> str:
     return "hypothesis: derandomized (profile changelake); random tests print their seed"
 
 #: Parametrized tests whose first cases cover their edge in the default run: the slow tier
-#: (`pytest -m slow`) runs the rest. Each case is a Spark conversion (often the old path's
+#: (`pytest -m slow`) runs the rest. Each case is a Spark conversion (often the Python path's
 #: too) or a CLI process of its own, seconds each; the default run must stay within 20 minutes
 #: on 2 cores. Test (file::function) -> the number of its cases the default run keeps.
 DEFAULT_CASES = {
@@ -67,7 +67,7 @@ DEFAULT_CASES = {
     "test_spark_changefeed_debezium.py::"
     "test_a_write_at_a_position_its_key_has_passed_is_no_tie": 1,
     "test_spark_changefeed_jvm.py::test_a_field_of_another_kind_reads_the_same": 3,
-    "test_spark_changefeed_ydb.py::test_two_rows_for_one_key_at_one_position_go_to_the_old_path":
+    "test_spark_changefeed_ydb.py::test_two_rows_for_one_key_at_one_position_go_to_the_python_path":
         1,
     "test_spark_changefeed_ydb.py::test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one":
         2,
@@ -83,8 +83,9 @@ DEFAULT_CASES = {
     "test_lake_kafka_changefeed.py::"
     "test_a_replayed_tail_after_a_cut_transaction_lets_the_frontier_advance": 1,
     "test_lake_arrow_read.py::test_arrow_and_spark_read_the_same_rows": 1,
-    "test_lake_ingest.py::test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path": 1,
-    "test_lake_ingest.py::test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path": 1,
+    "test_lake_ingest.py::"
+    "test_a_value_spark_refuses_in_the_commits_write_goes_to_the_python_path": 1,
+    "test_lake_ingest.py::test_a_replayed_tail_lets_the_frontier_advance_on_the_python_path": 1,
     # The name rules are checked in-process on every bad name (test_parse_refuses, the API
     # test); the CLI's own processes need only show that it asks them first.
     "test_lake_names.py::test_cli_refuses_a_bad_table_name_before_anything_is_created": 5,
@@ -110,7 +111,7 @@ DEFAULT_CASES = {
 #: Whole tests the default run leaves to the slow tier: each a CLI process (or several) of
 #: 15-30 s whose rule a faster in-process test of the default run also checks.
 SLOW_TESTS = {
-    # real Debezium and a real broker, then a Spark ingest per table (minutes): the JVM path's
+    # real Debezium and a real broker, then a Spark ingest per table (minutes): the Spark path's
     # reading of what real Debezium writes is test_debezium_real_samples.py's, in the default run
     "test_debezium_pipeline.py::"
     "test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database",
@@ -166,12 +167,12 @@ SLOW_TESTS = {
     # the class archive mapped by a command: a start-up speed, not a result
     "test_class_archive.py::test_the_setups_archive_is_mapped_by_a_commands_jvm",
     # edges of the Python path on Spark: the encoder's differential tests in the default run
-    "test_spark_changefeed_debezium.py::test_a_bad_line_goes_to_the_old_path_with_its_error",
-    "test_spark_changefeed_debezium.py::test_two_rows_for_one_key_at_one_position_go_to_the_old_path",
+    "test_spark_changefeed_debezium.py::test_a_bad_line_goes_to_the_python_path_with_its_error",
+    "test_spark_changefeed_debezium.py::test_two_rows_for_one_key_at_one_position_go_to_the_python_path",
     "test_spark_changefeed_debezium.py::"
     "test_without_keys_a_missing_before_image_is_the_encoders_error",
     "test_spark_changefeed_debezium.py::test_columns_that_differ_only_in_case_are_the_encoders_rows",
-    "test_spark_changefeed_ydb.py::test_a_late_record_is_named_by_the_old_path",
+    "test_spark_changefeed_ydb.py::test_a_late_record_is_named_by_the_python_path",
     # Spark's Kafka connector against kafka-cdc, four and two lake ingests (1.5 minutes,
     # 80 s), and its SASL read (25 s): its offsets, data loss and read-committed and the
     # settings' translation in the default run (test_spark_kafka_connector.py)

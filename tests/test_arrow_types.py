@@ -55,7 +55,7 @@ UDF_KINDS = {"bigint": T.LongType(), "double": T.DoubleType(), "boolean": T.Bool
 
 
 @pytest.mark.parametrize("kind", sorted(ARROW_TYPES))
-def test_the_old_paths_udfs_map_their_kinds_as_a_read_does(kind: str):
+def test_the_python_paths_udfs_map_their_kinds_as_a_read_does(kind: str):
     """The UDFs name a column's type by its SQL name (`bigint`), the reads by its JSON name
     (`long`): both reach the same Arrow type."""
     spark_type = UDF_KINDS[kind]

@@ -1,4 +1,4 @@
-"""The old path's Spark times (`spark.changefeed.udf.changes_in_time`) against the Python
+"""The Python path's Spark times (`spark.changefeed.udf.changes_in_time`) against the Python
 rules they restate, on generated feeds: `convert.base.spark_transaction_time` against
 `DebeziumParser`'s transaction times, and `times.current_times` (in chunks of two lines to
 many) against `WindowedConverter.time_of` (see their docstrings for the domain: one batch, no

@@ -8,7 +8,7 @@ these have: a schema on every BEGIN/END record, logical types the Spark path ref
 NaN and infinities as the strings JsonConverter writes, a TOAST column an update leaves
 unchanged, deletes whose before-image has every non-key column null, tombstones with a null
 key (a table without a primary key), and transaction ids whose LSN differs between BEGIN, the
-changes and END. Each table's topic with the transaction topic converts on the JVM path
+changes and END. Each table's topic with the transaction topic converts on the Spark path
 (never refused) to the encoder's updates and frontier."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ TRANSACTIONS = SAMPLES / "real.transaction.jsonl"
 
 def converted(spark: Any, table: str, keys: list[str], close: bool, tmp_path: Path) -> Any:
     """The table's topic and the transaction topic as `ingest --kafka` reads them (values
-    only, by topic, partition and offset) through the JVM path, and as files of the same
+    only, by topic, partition and offset) through the Spark path, and as files of the same
     values through the encoder: the same updates and frontier. Returns the updates."""
     topics = {f"real.public.{table}": SAMPLES / f"real.public.{table}.jsonl",
               "real.transaction": TRANSACTIONS}
@@ -50,7 +50,7 @@ def converted(spark: Any, table: str, keys: list[str], close: bool, tmp_path: Pa
         paths.append(path)
     frame = spark.createDataFrame(records, RECORDS_SCHEMA)
     lines = record_lines(spark, frame, [(topic, 0) for topic in topics])
-    got = convert_lines(spark, lines, "debezium", keys, None, close=close, old_path=False)
+    got = convert_lines(spark, lines, "debezium", keys, None, close=close, python_path=False)
     messages = list(encode_changefeed(paths, source="debezium", keys=keys or None,
                                       table_schema=None, close=close, lenient=False))
     expected = collect(messages)

@@ -170,14 +170,14 @@ def test_a_changefeed_batch_is_written_in_files_of_many_keys(spark, hive_lake, t
     assert_the_encoders(table, feed, ["id", "name"])
 
 
-def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hive_lake, tmp_path,
+def test_a_check_the_commit_settles_undoes_its_write_for_the_python_path(spark, hive_lake, tmp_path,
                                                                     caplog):
     """The keyed conversion is checked by the commit's own write (`DeferredChecks`), not by
     a checkpoint before it. Where the check fails (a key written twice at one position with
-    other rows: a tie the JVM path leaves to the old one), what that write made is not
-    committed, and the old path's updates are (the encoder's), in a table of the columns the
-    old path decides (the first attempt created it). The same feed again (nothing new to
-    write) has its check settled by a job of its own, and still goes to the old path."""
+    other rows: a tie the Spark path leaves to the old one), what that write made is not
+    committed, and the Python path's updates are (the encoder's), in a table of the columns the
+    Python path decides (the first attempt created it). The same feed again (nothing new to
+    write) has its check settled by a job of its own, and still goes to the Python path."""
     lake = hive_lake
     from changelake.spark.changefeed import dispatch, pipeline
     from changelake.spark.changefeed.keyed import TIED
@@ -209,8 +209,8 @@ def test_a_check_the_commit_settles_undoes_its_write_for_the_old_path(spark, hiv
 
 def _spaced(value: bytes | None) -> bytes | None:
     """A Debezium value with its `source.sequence` written with spaces (`[null, "5000"]`, as a
-    JSON writer other than Debezium's may write it): the encoder reads it, the JVM path reads
-    only Debezium's own shape and hands such a batch to the old path."""
+    JSON writer other than Debezium's may write it): the encoder reads it, the Spark path reads
+    only Debezium's own shape and hands such a batch to the Python path."""
     if value is None:
         return None
     event = json.loads(value)
@@ -252,11 +252,11 @@ def _feed_files(feed: Feed, directory: Path, events: list[int], ends_of: list[in
 
 
 @pytest.mark.parametrize("resend_metadata", [False, True])
-def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
+def test_a_replayed_tail_lets_the_frontier_advance_on_the_python_path(
         spark, lake, tmp_path, caplog, resend_metadata: bool) -> None:
     """The file path's twin of the Kafka test
     (`test_a_replayed_tail_after_a_cut_transaction_lets_the_frontier_advance`), through the
-    old path (every `sequence` written with spaces): the first ingest is cut inside a
+    Python path (every `sequence` written with spaces): the first ingest is cut inside a
     transaction; the next input resumes at that transaction's first event and goes to the end,
     and a connector restart has re-sent the tail from inside an earlier transaction (with or
     without its BEGIN and END). That transaction is behind the committed frontier, its first
@@ -288,7 +288,7 @@ def test_a_replayed_tail_lets_the_frontier_advance_on_the_old_path(
         assert second.frontier == [end]  # every transaction is complete
         assert lake.table(name).state().upper == end
         # The same input again: all of it before the committed frontier, nothing to commit
-        # (its frontier is its high water, as on the JVM path: no transaction counts).
+        # (its frontier is its high water, as on the Spark path: no transaction counts).
         again = ingest.ingest(lake, name, rest, key=["id"], source="debezium")
         assert again.commit.written == 0 and again.frontier[0] <= end
     # every change's source.sequence is not in Debezium's shape: Java leaves it
@@ -342,12 +342,12 @@ def _cents(unscaled: int, width: int) -> str:
 
 
 @pytest.mark.parametrize("bad", ["wide", "not base64"])
-def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_old_path(
+def test_a_value_spark_refuses_in_the_commits_write_goes_to_the_python_path(
         spark, hive_lake, tmp_path, caplog, bad):
     """A value the deferred conversion's own job refuses (read against the columns' types in
-    the commit's write): a decimal wider than 8 bytes, which the old path reads exactly, or
+    the commit's write): a decimal wider than 8 bytes, which the Python path reads exactly, or
     text that is no base64, which it refuses naming the line. Either way no file of the
-    refused write remains, and the old path commits its updates (the encoder's) or nothing."""
+    refused write remains, and the Python path commits its updates (the encoder's) or nothing."""
     lake = hive_lake
     from changelake.spark.changefeed import dispatch
 

@@ -43,14 +43,14 @@ pytestmark = pytest.mark.spark
 
 def _slow(*values: Any) -> list[Any]:
     """More cases of an edge the default run already covers with one or two: the slow tier
-    runs them (each is a Spark conversion, and the old path's, of a feed of its own)."""
+    runs them (each is a Spark conversion, and the Python path's, of a feed of its own)."""
     return [pytest.param(v, marks=pytest.mark.slow) for v in values]
 
 
 def check(spark: Any, paths: list[Path], tmp_path: Path, table: dict[str, Any] | None,
           close: bool, rows: list[dict[str, Any]] | None = None,
           keys: list[str] | None = None) -> Counter[Any]:
-    """The JVM path and the encoder on the same files (and the same initial rows): the same
+    """The Spark path and the encoder on the same files (and the same initial rows): the same
     updates and frontier. Returns the updates. `keys`: ["id"] unless given ([] for none)."""
     keys = ["id"] if keys is None else keys
     schema_file = None
@@ -164,7 +164,7 @@ def test_a_file_named_twice_is_read_twice(spark: Any, tmp_path: Path) -> None:
         == [(0, 1, "a"), (0, 4, "b"), (1, 1, "a"), (1, 4, "b")]
 
 
-def test_a_bad_line_goes_to_the_old_path_with_its_error(spark: Any, tmp_path: Path) -> None:
+def test_a_bad_line_goes_to_the_python_path_with_its_error(spark: Any, tmp_path: Path) -> None:
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with open(paths[0], "ab") as fh:
         fh.write(b'{"op": "u", "after": {"id": "x"}, "source": {"lsn": -1}}\n')
@@ -198,7 +198,7 @@ def test_a_line_out_of_bounds_is_named_as_the_encoder_names_it(spark: Any, tmp_p
 def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
                                                                    tmp_path: Path) -> None:
     """PostgreSQL's default replica identity sends updates without before-images: without
-    keys the JVM path hands the batch over, and the error names the encoder's line."""
+    keys the Spark path hands the batch over, and the error names the encoder's line."""
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with pytest.raises(ChangefeedError) as encoder:
         list(encode_changefeed(paths, source="debezium", keys=None, table_schema=None,
@@ -212,7 +212,7 @@ def test_without_keys_a_missing_before_image_is_the_encoders_error(spark: Any,
 
 @pytest.mark.parametrize("keys", [["id"], ["ORDER_ID"], ["order_id", "nope"]])
 def test_a_key_no_image_has_is_the_encoders_error(spark: Any, keys: list[str]) -> None:
-    """`--key` naming a column the images do not have (a typo, the wrong table): the JVM path
+    """`--key` naming a column the images do not have (a typo, the wrong table): the Spark path
     hands the batch over, and the error names the encoder's line and rule, not Spark's
     missing struct field. A column of the same name in another case is not the key either
     (the encoder's names are exact; Spark's struct fields are found in any case)."""
@@ -222,7 +222,7 @@ def test_a_key_no_image_has_is_the_encoders_error(spark: Any, keys: list[str]) -
                                close=True, lenient=False))
     with pytest.raises(ChangefeedError) as spark_error:
         convert_frames(spark, paths, "debezium", keys, None, close=True)
-    # The old path looks at the whole batch, so it adds how many more lines are bad.
+    # The Python path looks at the whole batch, so it adds how many more lines are bad.
     assert str(spark_error.value).startswith(str(encoder.value))
     assert f"line 1: cannot tell the key {keys}" in str(encoder.value)
 
@@ -243,7 +243,7 @@ def _feed_of(tmp_path: Path, images: list[tuple[str, dict[str, Any]]]) -> Path:
 def test_columns_that_differ_only_in_case_are_the_encoders_rows(spark: Any,
                                                                 tmp_path: Path) -> None:
     """Images with `id` and `ID`: two columns to the encoder, one ambiguous field to Spark's
-    resolver. The JVM path hands the batch over (it was an internal error), and the old path
+    resolver. The Spark path hands the batch over (it was an internal error), and the Python path
     gives the encoder's updates; a lake table refuses such columns with its own error."""
     path = _feed_of(tmp_path, [("c", {"id": 1, "ID": 10, "name": "a"}),
                                ("c", {"id": 2, "ID": 20, "name": "b"}),
@@ -284,7 +284,7 @@ def _with_source_fields(path: Path, fields: dict[str, Any]) -> None:
 
 def test_null_fields_of_another_connector_change_nothing(spark: Any, tmp_path: Path) -> None:
     """A PostgreSQL source that also holds MySQL's `file` and `pos`, null: PostgreSQL by its
-    values, as the Python parser decides by presence, on the JVM path."""
+    values, as the Python parser decides by presence, on the Spark path."""
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     _with_source_fields(paths[0], {"file": None, "pos": None, "row": None})
     check(spark, paths, tmp_path, PG_TABLE, True)
@@ -308,10 +308,10 @@ def test_a_null_postgresql_field_is_postgresql_beside_mysql_positions(spark: Any
     assert spark_updates(got.changes) == python_updates(messages)
 
 
-def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(spark: Any,
+def test_two_rows_for_one_key_at_one_position_go_to_the_python_path(spark: Any,
                                                                   tmp_path: Path) -> None:
-    """A change re-sent with another row at its position: the JVM path cannot order the two
-    as the Python converter does (by their text), so it hands the batch to the old path,
+    """A change re-sent with another row at its position: the Spark path cannot order the two
+    as the Python converter does (by their text), so it hands the batch to the Python path,
     which gives the encoder's updates."""
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     lines = paths[0].read_bytes().splitlines()
@@ -336,7 +336,7 @@ def test_a_write_at_a_position_its_key_has_passed_is_no_tie(spark: Any, tmp_path
                                                              late: str) -> None:
     """A snapshot row read again after a later change of its key (with its own row or
     another; it takes the time of the line before it, above the change's) is stale to the
-    encoder whatever its row, so the JVM path converts the batch: only writes at the greatest
+    encoder whatever its row, so the Spark path converts the batch: only writes at the greatest
     position a key has reached must hold one row (`keyed.java_convert`'s tie check)."""
     name = "a" if late == "the same row" else "z"
     path = tmp_path / "late-snapshot.jsonl"
@@ -359,7 +359,7 @@ def test_keys_equal_in_python_are_one_key_in_spark(spark: Any, tmp_path: Path) -
 
 def test_temporal_columns_convert_in_the_jvm(spark: Any, tmp_path: Path) -> None:
     """Dates, times and timestamps by their Connect schema: decoded to the encoder's ISO text
-    on the JVM path (`temporal.py`), updates and a replay included."""
+    on the Spark path (`temporal.py`), updates and a replay included."""
     fields = [{"field": "id", "type": "int32"},
               {"field": "day", "type": "int32", "name": "io.debezium.time.Date",
                "optional": True},
@@ -387,7 +387,7 @@ def test_temporal_columns_convert_in_the_jvm(spark: Any, tmp_path: Path) -> None
 def test_a_decimal_written_as_a_json_number_is_not_read_as_base64(spark: Any,
                                                                   tmp_path: Path) -> None:
     """`decimal.format=NUMERIC` writes a Connect Decimal as a number, whose text base64 would
-    misread (`1234` is valid base64): the batch goes to the old path and agrees."""
+    misread (`1234` is valid base64): the batch goes to the Python path and agrees."""
     decimal = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
                "parameters": {"scale": "2"}, "optional": True, "field": "amount"}
     schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "optional": True,
@@ -424,7 +424,7 @@ def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Pa
     from changelake.spark.changefeed.udf import changefeed_changes
     from test_spark_changefeeds import lines_frame, python_workers
 
-    python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter
+    python_workers.__wrapped__(spark)  # the Python path's Python workers: this interpreter
     history = PG_CASES[1]
     assert history.metadata
     paths, times, _ = write_pg(history, tmp_path)
@@ -438,12 +438,12 @@ def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Pa
     assert old.frontier == times[-1] + 1
 
 
-def test_the_old_path_on_request_converts_what_the_jvm_path_does(spark: Any,
+def test_the_python_path_on_request_converts_what_the_spark_path_does(spark: Any,
                                                                  tmp_path: Path) -> None:
-    """`python_path` (the benchmark's comparison) really takes the old path, and it agrees."""
+    """`python_path` (the benchmark's comparison) really takes the Python path, and it agrees."""
     from test_spark_changefeeds import python_workers
 
-    python_workers.__wrapped__(spark)  # the old path's Python workers: this interpreter
+    python_workers.__wrapped__(spark)  # the Python path's Python workers: this interpreter
     paths, _, _ = write_pg(PG_CASES[1], tmp_path)
     table = tmp_path / "table.json"
     table.write_text(json.dumps(PG_TABLE))
@@ -456,9 +456,9 @@ def test_the_old_path_on_request_converts_what_the_jvm_path_does(spark: Any,
     assert spark_updates(old.changes) == spark_updates(jvm.changes)
 
 
-def test_spark_short_of_memory_is_said_not_hidden_by_the_old_path(spark: Any) -> None:
-    """A value Spark refuses sends the batch to the old path; Spark short of memory does not
-    (the old path would hold more of the batch at once): it is an error that says so."""
+def test_spark_short_of_memory_is_said_not_hidden_by_the_python_path(spark: Any) -> None:
+    """A value Spark refuses sends the batch to the Python path; Spark short of memory does not
+    (the Python path would hold more of the batch at once): it is an error that says so."""
     from pyspark.sql import functions as F
 
     from changelake.errors import ChangelakeError
@@ -583,7 +583,7 @@ def _change_line(lsn: int, key: int, name: str, op: str = "c",
 def test_json_orjson_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
                                                     bad: bytes) -> None:
     """Spark's JSON functions read leniently by default (single quotes, NaN, and nothing
-    after the line's first value is looked at): the JVM path must refuse what the encoder
+    after the line's first value is looked at): the Spark path must refuse what the encoder
     refuses, with the encoder's message naming the line, not convert it."""
     path = tmp_path / "feed.jsonl"
     path.write_bytes(b"\n".join([_change_line(110, 1, "a"), _change_line(120, 2, "b"), bad,
@@ -608,7 +608,7 @@ def _sequence_feed(path: Path, sequence: str) -> Path:
 def test_a_sequence_the_encoder_refuses_is_refused_at_its_line(spark: Any, tmp_path: Path,
                                                                sequence: str) -> None:
     """A cast reads `"-5"`, `" 5"` and `"+5"` as numbers; the encoder reads an LSN as
-    digits only. The JVM path converted such a line (at time -5, for the first)."""
+    digits only. The Spark path converted such a line (at time -5, for the first)."""
     _both_refuse(spark, _sequence_feed(tmp_path / "feed.jsonl", sequence),
                  "feed.jsonl, line 2: ")
 
@@ -656,7 +656,7 @@ def test_a_snapshot_flag_of_any_json_kind_converts_or_is_refused_as_the_encoder_
         spark: Any, tmp_path: Path, value: bytes) -> None:
     """`source.snapshot` is a string or a boolean; the encoder refuses a line with any other
     kind there. Spark reads a number, an object or an array into the string field as its
-    text, so the JVM path took `"snapshot": 1` for a row that is not a snapshot's."""
+    text, so the Spark path took `"snapshot": 1` for a row that is not a snapshot's."""
     path = _sequence_feed(tmp_path / "feed.jsonl", '["120","130"]')
     lines = path.read_bytes().splitlines()
     assert b'"snapshot":"false",' in lines[1]
@@ -670,7 +670,7 @@ def test_a_snapshot_flag_of_any_json_kind_converts_or_is_refused_as_the_encoder_
 def test_a_gtid_of_another_json_kind_converts_as_the_encoder_reads_it(
         spark: Any, tmp_path: Path, gtid: bytes) -> None:
     """The encoder takes a MySQL gtid for the transaction only when it is a string. Spark
-    reads a number into the string field as its text: the JVM path put two changes at
+    reads a number into the string field as its text: the Spark path put two changes at
     different binlog positions into one transaction, at one time."""
     def line(pos: int, key: int) -> bytes:
         return orjson.dumps({"op": "c", "before": None, "after": {"id": key, "name": "n"},
@@ -689,7 +689,7 @@ def test_a_gtid_of_another_json_kind_converts_as_the_encoder_reads_it(
 def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
                                                                   tmp_path: Path) -> None:
     """An END whose `data_collections` is a JSON string holding the array: the encoder wants
-    the array itself; the JVM path used to parse the text and read the counts from it."""
+    the array itself; the Spark path used to parse the text and read the counts from it."""
     def change(lsn: int, key: int, tx: int) -> bytes:
         return orjson.dumps({
             "op": "c", "before": None, "after": {"id": key, "name": "n"},
@@ -709,7 +709,7 @@ def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
 @pytest.mark.parametrize("case", [
     # (the source's names as written, the name Spark's text of them gave the table, whether
     # the encoder's name is that one, so that its entry finishes the transaction, whether the
-    # JVM path converts the batch, whether the events carry their Connect schema)
+    # Spark path converts the batch, whether the events carry their Connect schema)
     (b'"schema":"public","table":false', "public.false", False, False, False),
     # a string that looks like a number's text: the lines are looked at, and it stays a name
     (b'"schema":"public","table":"2024"', "public.2024", True, True, False),
@@ -726,13 +726,13 @@ def test_data_collections_written_as_text_is_refused_at_its_line(spark: Any,
            (b'"db":false,"table":"items"', "false.items", False, False, False),
            (b'"schema":"public","table":false', "public.false", False, False, True),
            # a schema that looks like a number's text, on a wrapped line: the envelope's
-           # `"schema": {` pairs with it, and the batch goes to the old path for nothing
+           # `"schema": {` pairs with it, and the batch goes to the Python path for nothing
            (b'"schema":"2024","table":"items"', "2024.items", True, False, True))])
 def test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it(
         spark: Any, tmp_path: Path, case: tuple[bytes, str, bool, bool, bool]) -> None:
     """The encoder names a change's table with Python's reading of `source.table` and of
     `schema or db`: `false` or `0` is no table (nor prefix), `true` is `True`. Spark reads
-    them into the string fields as their text, so the JVM path named the table `public.false`
+    them into the string fields as their text, so the Spark path named the table `public.false`
     and matched it with an END's `data_collections` entry of that name: its count (2, all
     seen) finished the transaction where the encoder expects the END's `event_count` (3)."""
     names, text, finished, jvm, wrapped = case
@@ -769,7 +769,7 @@ def test_a_table_name_of_another_json_kind_is_read_as_the_encoder_reads_it(
 def test_a_transaction_whose_events_disagree_on_sequence_is_timed_as_the_encoder_times_it(
         spark: Any, tmp_path: Path, jvm: bool) -> None:
     """The encoder times a PostgreSQL event with `sequence` by its own `sequence[0]`, even in
-    a transaction whose events disagree on it (no connector writes one). The old path gave
+    a transaction whose events disagree on it (no connector writes one). The Python path gave
     every event of a transaction its first event's time: both changes at 105, and the
     frontier 106 where the encoder's is 115."""
     def change(lsn: int, key: int) -> bytes:
@@ -813,14 +813,14 @@ def _image_feed(path: Path, second: dict[str, Any]) -> Path:
 def test_an_image_written_as_a_json_string_is_refused_at_its_line(
         spark: Any, tmp_path: Path, second: dict[str, Any]) -> None:
     """JSON written into a string twice: Spark reads an object into a text field as its text
-    and a string as its content, so the JVM path read `"after": "{..}"` as the object."""
+    and a string as its content, so the Spark path read `"after": "{..}"` as the object."""
     _both_refuse(spark, _image_feed(tmp_path / "feed.jsonl", second), "feed.jsonl, line 2: ")
 
 
 def test_a_column_named_after_holding_text_converts_as_the_encoder_does(
         spark: Any, tmp_path: Path) -> None:
     """What the look for a string image also finds: a column named `after` with a string
-    value. The batch converts to the encoder's updates (on the old path)."""
+    value. The batch converts to the encoder's updates (on the Python path)."""
     path = _image_feed(tmp_path / "feed.jsonl", {"after": {"id": 2, "name": "b"}})
     path.write_bytes(path.read_bytes().replace(b'"name"', b'"after"'))
     got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
@@ -881,9 +881,9 @@ def test_a_byte_order_mark_opening_a_file_is_dropped_by_both_paths(spark: Any,
 def test_a_batch_without_row_images_converts_to_nothing_as_the_encoder_does(
         spark: Any, tmp_path: Path, close: bool) -> None:
     """Heartbeats, tombstones, transaction boundaries, blank lines: no columns to check the
-    key against, and nothing to convert (the old path used to refuse the key). The JVM path
+    key against, and nothing to convert (the Python path used to refuse the key). The Spark path
     converts it (the Kafka ingest has no other), to no updates of the table schema's columns,
-    or of none without one, as the old path does."""
+    or of none without one, as the Python path does."""
     path = tmp_path / "feed.jsonl"
     path.write_bytes(b'{"ts_ms": 5}\nnull\n\n'
                      b'{"status": "BEGIN", "id": "9", "event_count": null}\n')
@@ -929,7 +929,7 @@ def test_a_column_of_two_json_kinds_is_refused_at_its_line_not_read_as_text(
         spark: Any, tmp_path: Path, values: tuple[str, ...]) -> None:
     """A lake column has one type. `from_json` reads a number into a string column as its
     text (and Spark's inference makes a column of numbers and strings a string one), so `1`
-    became "1"; the old path's rule holds instead: the first value's kind is the column's, and
+    became "1"; the Python path's rule holds instead: the first value's kind is the column's, and
     another is a bad line."""
     path = _amounts(tmp_path / "feed.jsonl", values)
     with pytest.raises(ChangefeedError,

@@ -1,4 +1,4 @@
-"""Every Debezium format sample: the changefeed path on Spark (the JVM path, or the old path
+"""Every Debezium format sample: the changefeed path on Spark (the Spark path, or the Python path
 it hands a batch to) gives the encoder's updates and frontier, or the encoder's error."""
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # ~11 Spark conversions and 
 #: encoder. Strict xfails: each must start passing when its cause is fixed.
 KNOWN = {
     "derived-dbz-doc-mysql-payloads-schemaless.jsonl": (
-        "a change below a finished time: the encoder refuses it, the old path does not check "
+        "a change below a finished time: the encoder refuses it, the Python path does not check "
         "(documented in spark/changefeed/udf/)"),
 }
 SAMPLE_PATHS = [
     pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.name])]
                  if p.name in KNOWN else [])
     for p in sorted([*SAMPLES.glob("dbz-*.jsonl"), *SAMPLES.glob("derived-*.jsonl")])]
-#: Which path converts each sample: the JVM path, or the old one and why.
+#: Which path converts each sample: the Spark path, or the old one and why.
 PATHS = {
     "dbz-doc-mysql-create-with-schema.jsonl": "jvm",
     "dbz-doc-mysql-transaction-metadata.jsonl": "jvm",  # no changes: no updates (2c5795a)

@@ -1,5 +1,5 @@
 """The JVM changefeed path on YDB JSON agrees with `encode_changefeed`: the same updates and
-frontier, or the encoder's error (the batch then goes to the old path, which names the line).
+frontier, or the encoder's error (the batch then goes to the Python path, which names the line).
 Every YDB sample, and generated two-partition histories with barriers, replays after a consumer
 restart and late records below a barrier."""
 
@@ -31,7 +31,7 @@ from test_convert_samples import EXPECTED
 
 pytestmark = pytest.mark.spark
 
-#: The samples the JVM path converts; the others go to the old path (types it does not read,
+#: The samples the Spark path converts; the others go to the Python path (types it does not read,
 #: DEBEZIUM_JSON, bad lines).
 JVM_SAMPLES = {
     "ydb-test-json-initial-scan-updated-rows.jsonl", "ydb-test-json-initial-scan.jsonl",
@@ -40,7 +40,7 @@ JVM_SAMPLES = {
     "ydb-test-json-updates-add-drop-column.jsonl", "ydb-test-json-updates.jsonl",
 }
 YDB_SAMPLES = sorted([*SAMPLES.glob("ydb-*.jsonl"), *SAMPLES.glob("pattern-ydb-test-json-*.jsonl")])
-#: The old path names the first bad line as the encoder does, and counts the others.
+#: The Python path names the first bad line as the encoder does, and counts the others.
 _MORE = re.compile(r" \(and \d+ more bad lines? found\)$")
 
 
@@ -89,7 +89,7 @@ def test_sample_agrees_with_the_encoder(spark: Any, tmp_path: Path, path: Path) 
 
 @pytest.mark.parametrize("name", ["ydb-test-json-new-and-old-images.jsonl",
                                   "ydb-test-json-keys-only-uuid-key.jsonl"])
-def test_samples_on_the_jvm_path(spark: Any, tmp_path: Path, name: str) -> None:
+def test_samples_on_the_spark_path(spark: Any, tmp_path: Path, name: str) -> None:
     """New and old images, erases; a Uuid key and UNCHANGED columns (KEYS_ONLY)."""
     got, _ = compare(spark, [SAMPLES / name], tmp_path, EXPECTED[name][0], close=True)
     assert got is not None and got.path == "jvm", got and got.reason
@@ -151,7 +151,7 @@ def test_two_partitions_with_barriers_and_a_restart(spark: Any, tmp_path: Path,
     assert last is not None and (close or got.frontier == last)
 
 
-def test_a_late_record_is_named_by_the_old_path(spark: Any, tmp_path: Path) -> None:
+def test_a_late_record_is_named_by_the_python_path(spark: Any, tmp_path: Path) -> None:
     paths, _, _ = write_ydb(HISTORY, tmp_path)
     assert late_record(paths, 3)
     _, error = compare(spark, paths, tmp_path, YDB_TABLE, close=True)
@@ -213,11 +213,11 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
         spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, again: dict[str, Any],
         repeat: bool, chunk_bits: int) -> None:
     """A record of the key and position of an earlier one of its file, below the barrier
-    between them: a replay (converted on the JVM path) when its op and images are the earlier
-    one's, otherwise a bad line (the old path names it). The encoder skips the latter too, as
+    between them: a replay (converted on the Spark path) when its op and images are the earlier
+    one's, otherwise a bad line (the Python path names it). The encoder skips the latter too, as
     no newer than what its key has applied: the Spark paths' known difference
     (`spark/changefeed/ydb_path.py`). Two writes of other images are two rows at one position,
-    which the JVM path leaves to the old one as well. With chunks of one line
+    which the Spark path leaves to the old one as well. With chunks of one line
     (`times.CHUNK_BITS` 0), the barrier reaches the records after it only through the
     earlier chunks' highest (`times.highest_before`)."""
     monkeypatch.setattr(times, "CHUNK_BITS", chunk_bits)
@@ -241,7 +241,7 @@ def test_a_record_below_a_barrier_is_a_replay_only_if_it_repeats_one(
 def test_a_late_record_read_twice_is_no_replay(spark: Any, tmp_path: Path) -> None:
     """A record below its barrier, then the same record again: the second repeats the
     first, but the first repeats nothing (`KeyedConversion.java`: every record of that
-    identity lies below). The old path names the first."""
+    identity lies below). The Python path names the first."""
     lines = [{"update": {"name": "c"}, "key": [2], "ts": [11, 1]}, {"resolved": [20, 0]},
              {"update": {"name": "a"}, "key": [1], "ts": [10, 1]},
              {"update": {"name": "a"}, "key": [1], "ts": [10, 1]}]
@@ -262,7 +262,7 @@ def test_a_record_below_a_barrier_outside_the_converted_times(
     the frontier, which another partition holds back; or before `since`, committed already)
     never reaches the conversion that checks the others: the conversion counts it, and it is
     looked up among its file's earlier records after (`barriers.unrepeated_outside`). A
-    replay is converted on the JVM path; a record that repeats none goes to the old path,
+    replay is converted on the Spark path; a record that repeats none goes to the Python path,
     which names it."""
     looked_up: list[bool] = []
 
@@ -284,7 +284,7 @@ def test_a_record_below_a_barrier_outside_the_converted_times(
     since = 20 if outside == "since" else None
     if repeat and outside == "frontier":
         # The encoder refuses a repeat of a record it has not applied yet (one past the
-        # frontier: `ydb_path.py`'s known differences); the JVM path gives what the barrier
+        # frontier: `ydb_path.py`'s known differences); the Spark path gives what the barrier
         # rule on its own gives (`barrier_rule`, as where the parse's tasks cannot tell it).
         schema_file = tmp_path / "table.json"
         schema_file.write_text(json.dumps(YDB_TABLE))
@@ -309,11 +309,11 @@ def test_a_record_below_a_barrier_outside_the_converted_times(
 
 @pytest.mark.parametrize("copies", [[True], [False, True], [True, False, False]],
                          ids=["other", "same-then-other", "other-then-same"])
-def test_two_rows_for_one_key_at_one_position_go_to_the_old_path(
+def test_two_rows_for_one_key_at_one_position_go_to_the_python_path(
         spark: Any, tmp_path: Path, copies: list[bool]) -> None:
     """A record repeated at its position, once with another row (`copies`: after the record,
     each copy with its own row or another; the repeats of its own row are replays): the JVM
-    path hands the batch to the old path (the tie check of `keyed.java_convert`),
+    path hands the batch to the Python path (the tie check of `keyed.java_convert`),
     which gives the encoder's updates."""
     paths, _, _ = write_ydb(HISTORY, tmp_path)
     path, lines, at = next((path, lines, i) for path in paths
@@ -402,7 +402,7 @@ ACCEPTED = [
 
 def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path) -> None:
     """The parse step against `YdbParser`: a line it refuses sets `problem`, so the batch goes
-    to the old path; the lines it accepts do not. Both parses are exercised (see
+    to the Python path; the lines it accepts do not. Both parses are exercised (see
     `test_which_lines_take_the_typed_parse`)."""
     from changelake.errors import Location
     from changelake.formats.tableschema import TableSchema
@@ -557,7 +557,7 @@ def test_no_java_line_reader_for_key_columns_of_two_types(spark: Any) -> None:
 
 def test_lines_the_typed_parse_reads_as_orjson(spark: Any, tmp_path: Path) -> None:
     """A repeated name (the last counts), `-0.0`, a float beside a Uint64 beyond a long: the
-    JVM path converts them as the encoder does."""
+    Spark path converts them as the encoder does."""
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\n".join(TYPED_AS_ORJSON) + b"\n")
     got, _ = compare(spark, [path], tmp_path, LINE_TABLE, close=True)
@@ -642,7 +642,7 @@ def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, ta
     assert facts["timed"] and facts["barriers"] and (facts["untimed"] or table is TWO_KEY_TABLE)
 
 
-#: Samples of each kind of record the JVM path converts, and one Java leaves a line of.
+#: Samples of each kind of record the Spark path converts, and one Java leaves a line of.
 WHOLE_OR_NOT = ["ydb-test-json-new-and-old-images.jsonl", "ydb-test-json-keys-only-uuid-key.jsonl",
                 "ydb-test-json-updates.jsonl", "ydb-test-json-nan-inf.jsonl"]
 
@@ -654,7 +654,7 @@ def _by_name(rows: list[Any]) -> list[str]:
 
 
 def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path: Path) -> None:
-    """`ydb_path._ydb_parsed_by_java` on samples the JVM path converts (`WHOLE_OR_NOT`): where
+    """`ydb_path._ydb_parsed_by_java` on samples the Spark path converts (`WHOLE_OR_NOT`): where
     Java read every line, the checkpointed rows and the facts are the typed parse's
     (`ydb_items`, `LineFacts`); where it left one (NaN written as a string), None, and the
     typed parse reads the batch. Then a batch with a flawed line is named by the check."""

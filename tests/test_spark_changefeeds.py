@@ -68,7 +68,7 @@ def test_debezium_on_spark_matches_the_encoder(spark: Any, tmp_path: Path, histo
 
 
 def test_keys_equal_in_python_reach_one_group(spark: Any, tmp_path: Path) -> None:
-    """The old path groups by pickled keys: `1` and `1.0`, `0.0` and `-0.0` are spelled
+    """The Python path groups by pickled keys: `1` and `1.0`, `0.0` and `-0.0` are spelled
     alike first (they were two groups, so the update and the delete missed their rows)."""
     path = write_float_keys(tmp_path / "floats.jsonl")
     frames = changefeed_changes(lines_frame(spark, [path]), source="debezium", keys=["id"],

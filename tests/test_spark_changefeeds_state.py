@@ -79,7 +79,7 @@ def test_a_column_the_table_lacks_is_null_in_its_rows_on_both_paths(spark: Any,
     """The feed brings a column (`note`) the table does not have yet, a column the source
     added: the table's rows read it as null (`lake/schema.py`), as the encoder reads a state
     row without the field. Both Spark paths retract a key's previous row with it null; they
-    refused the batch before (the old path's "the state has no columns", the JVM path's
+    refused the batch before (the Python path's "the state has no columns", the Spark path's
     unresolved column)."""
     from changelake.spark.changefeed.pipeline import convert_frames
 

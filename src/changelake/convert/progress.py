@@ -94,7 +94,7 @@ def frontier_from(high: int, txs: Iterable[tuple[int | None, int, int | None]],
     holds it whole, as `DebeziumProgress` forgets one its frontier passed. A batch read from
     where a commit left off may meet one again, re-sent by a connector restart without its
     first events or its END: counted, it would look incomplete and hold the frontier below
-    the committed one on every batch from then on. (The JVM path restates this rule as
+    the committed one on every batch from then on. (The Spark path restates this rule as
     aggregates: `spark.changefeed.progress`.)"""
     frontier = high
     at_high: list[bool] = []

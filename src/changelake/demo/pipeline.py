@@ -127,7 +127,7 @@ def warm_up(workdir: Path, spark: Any) -> None:
     """The training run of the JVM's class archive (`spark.class_archive`): a small pipeline
     demo (a Materialize CDC log decoded on Spark into a keyed table over the embedded
     metastore, compaction, AS OF reads), and the same Debezium feed ingested on the
-    changefeed's JVM path, so that the classes both paths load are archived. Raises if a
+    changefeed's Spark path, so that the classes both paths load are archived. Raises if a
     check fails: an archive of a run that went wrong would miss classes, not be wrong."""
     from changelake.errors import ChangelakeError
     from changelake.lake import ingest

@@ -9,7 +9,7 @@ the Spark changefeed converter (Debezium, YDB), and commits the updates between 
 committed frontier and the input's (see `Table.commit`), so running it again on the same or
 overlapping input changes nothing. A changefeed's keyed conversion is checked by the commit's
 own write (`conversion.DeferredChecks`), not by a checkpoint of its updates before it; where a
-check fails, that write's files are removed and the old path converts the batch and commits
+check fails, that write's files are removed and the Python path converts the batch and commits
 (a table the first attempt created keeps its columns: the two paths decide them alike).
 `kafka_ingest.ingest_topics` is the same from Kafka
 topics (`ingest --kafka`), through `decode_materialize` and `commit_input` here, with the
@@ -206,7 +206,7 @@ def ingest(lake: Lake, table: str | TableIdentifier, inputs: Sequence[str | Path
                 decoded, result = convert_and_commit(None)
             except Unsupported as why:
                 # A check the commit's write settled failed (its files are removed, nothing
-                # committed): the old path converts the batch, as it would have before.
+                # committed): the Python path converts the batch, as it would have before.
                 decoded, result = convert_and_commit(str(why))
     step("done", 3, 3)
     return IngestReport(handle.name, not existing, result, decoded.upper.to_json(),

@@ -48,10 +48,10 @@ that holds the frontier back, as for Materialize CDC topics.
 
 The records are read on the executors (`kafka-cdc` with `output=records`, one task per
 partition's range) into lines (`changefeed.read.record_lines`: tombstones are no lines) and
-converted by the JVM path of `spark.changefeed.pipeline`. A batch that path does not cover is
+converted by the Spark path of `spark.changefeed.pipeline`. A batch that path does not cover is
 refused with its reason (a Debezium schema that changes inside the read, more than 1000
-truncates, ...: see `debezium_path.py`), after the old path has named its first bad record, if
-it has one, by topic, partition and offset; nothing is committed then. The table's current
+truncates, ...: see `debezium_path.py`), after the Python path has named its first bad record,
+if it has one, by topic, partition and offset; nothing is committed then. The table's current
 rows go to the conversion whether it is keyed or not: a truncate retracts them.
 
 Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, not a JSON
@@ -252,7 +252,8 @@ def _convert(spark: Any, lines: Any, source: str, key: Sequence[str],
     from changelake.spark.changefeed.pipeline import convert_lines
 
     try:
-        return convert_lines(spark, lines, source, key, table_json, old_path=False, **options)
+        return convert_lines(spark, lines, source, key, table_json, python_fallback=False,
+                             **options)
     except Unsupported as why:
         raise LakeError(f"ingest --kafka --from {source}: this read is not one the Spark "
                         f"conversion covers ({why}); nothing was committed. Convert the "

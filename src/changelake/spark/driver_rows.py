@@ -4,7 +4,7 @@ The steps put small tables of their own into their plans: the caller's file name
 (`read._names`), one row per chunk of lines (`times.chunks_of`), one per file block
 (`Lines.numbered`). `spark.createDataFrame(rows)` of classic PySpark makes such a table an RDD of
 pickled Python rows, which every job that reads it unpickles in Python workers: a worker start
-in a process that had none (every one-shot CLI command on the JVM path) and a Python task per
+in a process that had none (every one-shot CLI command on the Spark path) and a Python task per
 partition in every job after. Here the rows travel as one JSON text literal in the plan, read
 by `from_json` against their schema (`FAILFAST`: a value that does not fit its column fails the
 job, never turns into a null), so no job that reads them starts Python.

@@ -162,7 +162,7 @@ def quiet_glob_metadata_check(spark: SparkSession) -> None:
 SPARK_ERROR_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 """PySpark's loggers that write every exception PySpark raises, with its query context and
 Java stack trace, as JSON to stderr when it is raised: also the ones changelake catches and
-handles (a batch handed to the old path), and before the one line the CLI prints."""
+handles (a batch handed to the Python path), and before the one line the CLI prints."""
 
 
 def quiet_spark(spark: SparkSession) -> None:

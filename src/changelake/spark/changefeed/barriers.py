@@ -2,7 +2,7 @@
 lines), and the frontier.
 
 One input file is one topic partition (`encode_changefeed`). The rules are
-`convert.progress.PartitionFrontiers`, as the old path applies them
+`convert.progress.PartitionFrontiers`, as the Python path applies them
 (`convert.progress.barrier_violations`, `ydb_frontier`):
 
 * *Barriers*: a record whose position `[step, txId]` is below the highest barrier read before
@@ -68,7 +68,7 @@ from changelake.spark.jvm import java_class
 BROADCAST_BELOW = 500_000
 
 #: The problem of a batch that breaks the rule (a record below its partition's barrier that
-#: repeats no earlier record of its file): the old path then names the line.
+#: repeats no earlier record of its file): the Python path then names the line.
 BELOW_UNREPEATED = "bad: a record below its partition's barrier"
 
 

@@ -47,9 +47,9 @@ class Converted:
 
     changes: DataFrame  # (data struct, time long, diff long), consolidated
     frontier: int | None  # None: closed
-    path: str  # "jvm" or "python-udf" (the old path)
-    reason: str | None = None  # why the old path was taken
-    # The JVM path's lines that say where a re-read must start (`lake.kafka_changefeed`):
+    path: str  # "jvm" (the Spark path) or "python-udf" (the Python path)
+    reason: str | None = None  # why the Python path was taken
+    # The Spark path's lines that say where a re-read must start (`lake.kafka_changefeed`):
     # file_index, row, kind and time of every change (time: its CDCv2 time), of every
     # Debezium BEGIN/END (with its `tx`; time null), of every YDB barrier (time: its step).
     marks: DataFrame | None = None

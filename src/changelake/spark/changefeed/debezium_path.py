@@ -1,4 +1,4 @@
-"""A Debezium batch on the JVM path (PostgreSQL or MySQL payloads, with or without the schema
+"""A Debezium batch on the Spark path (PostgreSQL or MySQL payloads, with or without the schema
 wrapper): read, parse, facts, times, frontier, types, keyed conversion.
 
 The files are read on the executors (`read.py`) and parsed (`parse.py`: by the project's Java
@@ -25,7 +25,7 @@ keyed, each is a delete of every key at its time and position (`keyed.java_conve
 keys, each update is compensated at the next truncate (`unkeyed._compensated`), and the
 table's rows before the batch (`state`) are retracted at the first (`_truncated_rows`).
 
-Not covered yet (`Unsupported`: the old path converts the batch, `pipeline.py`): non-default
+Not covered yet (`Unsupported`: the Python path converts the batch, `pipeline.py`): non-default
 `UpsertOptions`, any line the Java line reader leaves (`DebeziumLine.java`: any bad line
 among them, a truncate with an image, logical messages), a key column that no image has, more
 than 1000 truncates, a truncate without keys over a table (`since`) whose rows are not given
@@ -36,11 +36,11 @@ by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect ty
 types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs
 between lines, and the lenient mode (`strict=False`).
 
-Where a covered batch may still differ from `encode_changefeed` (each shared with the old path
+Where a covered batch may still differ from `encode_changefeed` (each shared with the Python path
 unless said): a snapshot row read after a transaction that metadata finished is placed at that
 transaction's time, not one above (`times.py`); a change arriving after a later time was
 finished is converted, not refused; the table's rows are not checked for one row per key (the
-old path checks). This path only: a number beyond a double in a field no step reads
+Python path checks). This path only: a number beyond a double in a field no step reads
 (`ts_ms`) is accepted, which orjson refuses. An image value of another JSON kind than its
 column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
 path (`keyed._refused`), which holds the first value's kind to be the column's.
@@ -264,7 +264,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
                      table_schema: TableSchema | None = None, close: bool = False,
                      state: DataFrame | None = None, since: int | None = None,
                      defer: bool = False) -> Converted:
-    """A Debezium batch on the JVM path, or `Unsupported`. Without `keys`, the images are
+    """A Debezium batch on the Spark path, or `Unsupported`. Without `keys`, the images are
     converted as they are (`unkeyed.py`). `defer`: see `checked_conversion`."""
     steps = Steps(spark)
     batch = debezium_timed(spark, lines, table_schema=table_schema, close=close, state=state,
@@ -330,7 +330,7 @@ def _truncated_rows(state: DataFrame, columns: Sequence[ColumnSpec],
 
 def _no_updates(spark: SparkSession, table_schema: TableSchema | None) -> DataFrame:
     """The updates of a batch without changes (heartbeats, tombstones, transaction lines), as
-    the old path gives them: none, of the table schema's columns (each of its stated type,
+    the Python path gives them: none, of the table schema's columns (each of its stated type,
     else text), or of none without it (`lake.ingest.check_columns` then makes no table of
     it)."""
     fields = [] if table_schema is None else [

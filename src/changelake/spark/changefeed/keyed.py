@@ -121,8 +121,8 @@ def _first_char(raw: Column, name: str) -> Column:
 
 
 def _refused(raw: Column, value: Column, c: ColumnSpec) -> Column | None:
-    """What `from_json` reads into a plain column that the old path and orjson refuse: a
-    number, boolean, array or object read into a string column as its text (the old path
+    """What `from_json` reads into a plain column that the Python path and orjson refuse: a
+    number, boolean, array or object read into a string column as its text (the Python path
     refuses a value of another kind than its column's), a number beyond a double read as an
     infinity (orjson refuses the line; the text "Infinity" is one), and an integer beyond 64
     bits read exactly (orjson reads it as a float); for a Connect float read as text, a
@@ -169,7 +169,7 @@ def _image(raw: Column, parsed: Column, has_schema: Column,
         checked = decoded
         if "decimal" in (c.with_schema.kind, c.without_schema.kind):
             # A Connect Decimal written as a JSON number (decimal.format=NUMERIC) reads as its
-            # text here, which base64 cannot tell from a string: the old path decodes it.
+            # text here, which base64 cannot tell from a string: the Python path decodes it.
             number = _first_char(raw, c.name).isin("-", *"0123456789")
             checked = F.when(number, F.raise_error(F.lit(
                 f"column {c.name}: a decimal written as a JSON number"))).otherwise(checked)

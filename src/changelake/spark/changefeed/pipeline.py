@@ -1,9 +1,9 @@
-"""Changefeed lines converted on Spark: by the JVM path where it covers the batch, else by the
-old path on the same lines. `convert_frames` is what `lake.ingest.ingest` converts with.
+"""Changefeed lines converted on Spark: by the Spark path where it covers the batch, else by the
+Python path on the same lines. `convert_frames` is what `lake.ingest.ingest` converts with.
 
 The promise: the consolidated updates and the frontier `encode_changefeed` gives for the same
 lines (with the differences the two paths' modules list), or the first bad line named as the
-encoder names it. The JVM path is one module per format, each a sequence of steps that are
+encoder names it. The Spark path is one module per format, each a sequence of steps that are
 modules of their own, every import pointing down (`tests/test_spark_changefeed_imports.py`):
 
 * `debezium_path.py` and `ydb_path.py`: a batch of one format, step by step;
@@ -13,11 +13,13 @@ modules of their own, every import pointing down (`tests/test_spark_changefeed_i
   rule), `keyed.py` (the conversion), `unkeyed.py`, `progress.py` (the frontier);
 * `steps.py`: what a failed step means, and each step's time.
 
-What the JVM path does not cover raises `Unsupported` before anything is returned (checked by
-aggregates over the parsed batch, and by Spark refusing a value; with `defer`, the keyed
-conversion's checks when its updates are written), and `convert_lines` then holds the lines
+Which batches the Spark path takes, and why the others go to the Python path, is
+`dispatch.py`. What the Spark path does not cover raises `Unsupported` before anything is
+returned (checked by aggregates over the parsed batch, and by Spark refusing a value; with
+`defer`, the keyed conversion's checks when its updates are written), and `convert_lines`
+then holds the lines
 to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
-hands the batch to the old path, `spark.changefeed.udf.changefeed_changes`, on the same
+hands the batch to the Python path, `spark.changefeed.udf.changefeed_changes`, on the same
 executor-read lines, which names bad lines as `encode_changefeed` does (with the differences
 its docstring lists).
 """
@@ -52,8 +54,8 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
                    close: bool = False, python_path: bool = False, defer: bool = False,
                    reason: str | None = None) -> Converted:
     """Debezium or YDB JSON lines converted on Spark: consolidated updates and the frontier,
-    by the JVM path where it applies, else the old path on the same lines (see above).
-    `python_path` takes the old path whatever the batch (to compare the two: tests,
+    by the Spark path where it applies, else the Python path on the same lines (see above).
+    `python_path` takes the Python path whatever the batch (to compare the two: tests,
     benchmarks), and so does a `reason` (why: a deferred check failed, `defer`, see
     `checked_conversion`).
     `lake.ingest.ingest` converts with `defer`, the checks settled by its commit's write,
@@ -77,14 +79,15 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
 def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[str],
                   table_json: dict[str, Any] | None, *, state: DataFrame | None = None,
                   since: int | None = None, close: bool = False,
-                  old_path: bool = True, python_path: bool = False, defer: bool = False,
+                  python_fallback: bool = True, python_path: bool = False, defer: bool = False,
                   reason: str | None = None) -> Converted:
-    """`convert_frames` on lines already read. Without `old_path`, a batch the JVM path does
-    not cover is only read by the old path to name its first bad line (`ChangefeedError`);
+    """`convert_frames` on lines already read. Without `python_fallback`, a batch the Spark
+    path does not cover is only read by the Python path to name its first bad line
+    (`ChangefeedError`);
     one without a bad line raises `Unsupported`: for Kafka partitions (`read.record_lines`),
-    whose order across partitions the old path, reading file after file, does not keep.
-    With `python_path`, or a `reason`, the old path converts the batch, whatever it holds.
-    `defer`: the JVM path's keyed conversion is checked by the job that reads it
+    whose order across partitions the Python path, reading file after file, does not keep.
+    With `python_path`, or a `reason`, the Python path converts the batch, whatever it holds.
+    `defer`: the Spark path's keyed conversion is checked by the job that reads it
     (`Converted.checks`), not before it is returned."""
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     keys = list(key) or (list(schema.primary_key) if schema is not None else [])
@@ -114,7 +117,7 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
                                     since=since, close=close)
         changes = (frames.changes.groupBy("data", "time").agg(F.sum("diff").alias("diff"))
                    .where(F.col("diff") != 0))
-        if not old_path:
+        if not python_fallback:
             changes.count()  # the Python path names the first bad line, if there is one
             raise Unsupported(why)
         return Converted(changes, frames.frontier, "python-udf", why)

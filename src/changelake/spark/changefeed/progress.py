@@ -1,7 +1,7 @@
 """Step 6, progress: the Debezium frontier from aggregates; one row reaches the driver.
 
 The rule is `convert.progress.frontier_from` (see `DebeziumProgress`), evaluated over the whole
-batch as the old path does:
+batch as the Python path does:
 
 * `high`: the highest time a change brings with it (`Change.time`, the parser's: snapshot rows
   have none); no such change: frontier 0;

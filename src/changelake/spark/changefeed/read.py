@@ -20,7 +20,7 @@ the two number the same lines.
 
 `numbered` adds 1-based line numbers counted as `read_lines` counts them (blank lines count):
 the lines of the file's earlier blocks plus the place in the block. That takes one aggregate
-row per block to the driver and one more pass over the input, so only the old path, which
+row per block to the driver and one more pass over the input, so only the Python path, which
 names lines in its messages, asks for it.
 
 Kafka records are lines too (`record_lines`): each topic-partition is one `file` (named as

@@ -1,8 +1,8 @@
-"""How a step of the JVM path runs its Spark jobs: a failure read for what it means, and
+"""How a step of the Spark path runs its Spark jobs: a failure read for what it means, and
 each step's time.
 
 A job that fails in `guard` failed on the input (a value Spark refuses), so the batch is
-`Unsupported` and goes to the old path, which converts it or names its bad line. A job that
+`Unsupported` and goes to the Python path, which converts it or names its bad line. A job that
 fails because Spark ran short of memory or disk is no fault of the input, and no other path
 would fare better: that is a `ChangelakeError` saying so. `Steps` logs each step's seconds
 and Spark jobs at debug level (`benchmarks/bench_ingest.py` prints them).
@@ -57,11 +57,11 @@ def guard(action: Any) -> Any:
     checkpoint, the lake commit's write of a deferred conversion:
     `conversion.DeferredChecks.write`). A failure in it is a value Spark refuses (`from_json`
     in FAILFAST mode, a cast, base64, a decimal wider than 8 bytes): `Unsupported`, so that
-    the old path converts the batch or names the bad line.
+    the Python path converts the batch or names the bad line.
 
-    Spark short of memory or disk is no refusal: the old path holds more of the batch at once
+    Spark short of memory or disk is no refusal: the Python path holds more of the batch at once
     (and a JVM out of memory in local mode is going down), so that is a `ChangelakeError`
-    saying so, not a switch to the old path that would hide it."""
+    saying so, not a switch to the Python path that would hide it."""
     try:
         return action()
     except (Py4JJavaError, PySparkException) as error:

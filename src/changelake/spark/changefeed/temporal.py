@@ -17,7 +17,7 @@ columns converts in the JVM:
 Integer arithmetic only (`div` and `pmod`), so no value passes through a double, and
 no session time zone is involved: the date is counted in days, the time of day in seconds. A
 date outside years 1-9999 is an error (`raise_error`) as Python's `OverflowError` is, so that
-the batch goes to the old path, which names the line. `types.decode` applies them to columns
+the batch goes to the Python path, which names the line. `types.decode` applies them to columns
 whose Connect schema names these types (`types.connect_decoder`), read from JSON as bigint.
 """
 

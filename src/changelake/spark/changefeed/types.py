@@ -1,6 +1,6 @@
 """Step 3, types: the one place where a changefeed column gets its Spark type and its decoder.
 
-A column's *output* type (what the lake table holds) is, as in the old path
+A column's *output* type (what the lake table holds) is, as in the Python path
 (`spark/changefeed/udf/`, `parse.batch_columns`): the table schema's YDB type name
 (`spark_type`), else the state's (the lake table's) type, else what the feed's values say: the
 Kafka Connect field schema of the Debezium `schema` field or of the table schema's `debezium`
@@ -14,7 +14,7 @@ bigint; each is decoded by expressions that give exactly the text
 `formats.debezium.decode_value` gives (`temporal.py` for the temporal ones). Other logical
 types are read by their Connect type, as `decode_value` reads them (real Debezium's jsonb,
 timestamptz, uuid and enum columns are strings); those this path cannot yet decode in the JVM
-(`VariableScaleDecimal`'s struct, nested structs, arrays) raise `Unsupported`: the old path
+(`VariableScaleDecimal`'s struct, nested structs, arrays) raise `Unsupported`: the Python path
 converts those.
 """
 
@@ -35,7 +35,7 @@ from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.temporal import date_text, time_text, timestamp_text
 from changelake.spark.json_schema import infer_json_schema
 
-#: Output types this path handles (what the old path's Arrow conversion handles too).
+#: Output types this path handles (what the Python path's Arrow conversion handles too).
 SUPPORTED = frozenset({"bigint", "double", "boolean", "string", "decimal(20,0)"})
 _YDB_TYPES = {"Bool": "boolean", "Float": "double", "Double": "double", "Uint64": "decimal(20,0)"}
 _YDB_LONGS = frozenset({"Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16", "Uint32",

@@ -13,7 +13,7 @@ Images are typed first (`keyed.typed_images`), so two texts of one value (`1` an
 double column) are one image, as they are one frozen row to the Python converter.
 
 What the converter refuses sets `problem` on the change, so that the caller hands the batch to
-the old path, which names the line with the converter's own message: an update or delete
+the Python path, which names the line with the converter's own message: an update or delete
 without a before-image, an image holding Debezium's unavailable placeholder (TOAST).
 
 A truncate retracts, at its time, every row inserted and not yet retracted: each update is

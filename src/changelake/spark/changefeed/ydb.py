@@ -42,7 +42,7 @@ the others UNCHANGED (`update`) or null (`reset`). `ts` gives the position `pos`
 `step`. Names repeated in an object read as orjson reads them: the last one.
 
 Every line the Python parser refuses, and every line this path cannot read the Python way,
-sets `problem` (the caller hands the batch to the old path, which names the line as
+sets `problem` (the caller hands the batch to the Python path, which names the line as
 `encode_changefeed` does).
 
 Records without `ts` (no virtual timestamps) are placed by the encoder at the stream's current

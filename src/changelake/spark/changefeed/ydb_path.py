@@ -1,4 +1,4 @@
-"""A keyed YDB JSON batch on the JVM path: parse, barrier rule, frontier, keyed conversion.
+"""A keyed YDB JSON batch on the Spark path: parse, barrier rule, frontier, keyed conversion.
 
 `ydb_changes` parses the batch by the project's Java in the tasks where Java reads every line
 of it (the records YDB writes, with nothing the typed parse would find a problem in:
@@ -24,7 +24,7 @@ the same steps. The rule in the conversion saves the scan, its rescan and the lo
 what the marking adds to the conversion (benchmarks/README.md, "YDB's barrier rule checked
 by the conversion").
 
-Where it may differ from `encode_changefeed` (shared with the old path): a record below its
+Where it may differ from `encode_changefeed` (shared with the Python path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
 also skips one older than what its key already has applied, and refuses a repeat of a record
 it has not applied yet, one at or past the frontier). This path only: the repeat's op and
@@ -137,7 +137,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
                 table_schema: TableSchema, close: bool = False,
                 state: DataFrame | None = None, since: int | None = None,
                 defer: bool = False) -> Converted:
-    """A YDB JSON batch on the JVM path (`ydb.py`, `barriers.py`), or `Unsupported` (see
+    """A YDB JSON batch on the Spark path (`ydb.py`, `barriers.py`), or `Unsupported` (see
     `ydb.py` for what is covered). Every file of `read` is a partition stream, a file without
     lines too. `defer`: see `checked_conversion`."""
     steps = Steps(spark)

@@ -19,7 +19,7 @@ range (Uint64 beyond a long as `decimal(20,0)`); Float/Double a number or "nan"/
 Utf8/Uuid a string; null anything.
 
 Every line the Python parser refuses, and every line this parse cannot read the Python way,
-sets `problem` (the caller hands the batch to the old path, which names the line as
+sets `problem` (the caller hands the batch to the Python path, which names the line as
 `encode_changefeed` does): not one JSON object nesting at most four levels (strings aside),
 a line near the length limit, a surrogate escape, a byte-order mark or a replacement character
 (orjson refuses what Spark would repair or skip), duplicate names (the variant refuses them,
@@ -93,7 +93,7 @@ def _value(v: Column, path: str, base: str) -> tuple[Column, Column, Column]:
         ok = (((kind == "STRING") & text.isin("nan", "inf", "-inf"))
               | kind.isin("BIGINT", "DOUBLE") & ~F.isnan(exact) & (F.abs(exact) < float("inf"))
               | kind.startswith("DECIMAL"))
-        # "-0.0" reads as a decimal zero without its sign; let the old path read it.
+        # "-0.0" reads as a decimal zero without its sign; let the Python path read it.
         ok = ok & ~(kind.startswith("DECIMAL") & (value == 0) & F.col("value").contains("-0"))
     else:  # Utf8, Uuid
         value, ok = F.try_variant_get(v, path, "string"), kind == "STRING"

@@ -1,7 +1,7 @@
 """The old changefeed path: raw Debezium / YDB lines into CDCv2 changes and a frontier, with
 the pure-Python parsers and converters running inside Spark's Python workers.
 
-The JVM path (`changefeed.pipeline`) converts what it covers with column expressions and hands
+The Spark path (`changefeed.pipeline`) converts what it covers with column expressions and hands
 a batch it does not cover here, on the same executor-read lines. This path covers every line
 `encode_changefeed` accepts, at the price of a Python call per line and per key group. Its
 modules, a step each: `parse` (1, and the batch's columns), `progress` (2's barrier rule, 3),
@@ -16,9 +16,9 @@ None = closed), and `rejected` lines with the reason. The changes feed `changela
 On this path the rules are the Python specification's own: the pure-Python pieces run inside
 Spark, and the few rules that must be column expressions are written beside the Python rule
 they restate, in `changelake.convert`, where a test compares the two on generated feeds
-(`tests/test_convert_spark_rules.py`). The JVM path states the rules again, in column
-expressions and the project's Java; tests compare the Spark paths with `encode_changefeed`
-(`tests/test_spark_changefeeds.py`) and the Java readers with the column expressions
+(`tests/test_convert_spark_rules.py`). The Spark path states the rules again, in the
+project's Java and column expressions; tests compare both paths with `encode_changefeed`
+(`tests/test_spark_changefeeds.py`) and the Java line readers with the parser
 (`tests/test_spark_changefeed_jvm.py`):
 
 1. *Parse* (`parse.py`, `mapInPandas`, fully parallel): each line through `DebeziumParser` /

@@ -1,4 +1,4 @@
-"""Step 1 of the old path: each line through the Python parser (`DebeziumParser`,
+"""Step 1 of the Python path: each line through the Python parser (`DebeziumParser`,
 `YdbParser`) in a `mapInPandas` worker, into one row per item (`PARSED_DDL`), with what the
 partition saw of the image columns (`Seen`), which the driver merges into the batch's column
 names and types (`batch_columns`).

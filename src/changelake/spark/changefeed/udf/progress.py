@@ -1,4 +1,4 @@
-"""Steps 2 and 3 of the old path: the frontier, from a few aggregate rows with the encoder's
+"""Steps 2 and 3 of the Python path: the frontier, from a few aggregate rows with the encoder's
 own rules (Debezium's `frontier_from` and YDB's frontier of each file's last barrier, both
 restated as JVM aggregates), and YDB's barrier rule, one Python call per file
 (`barrier_violations`).
@@ -22,7 +22,7 @@ def debezium_frontier(parsed: DataFrame, changes: DataFrame, since: int | None =
     count); `since`, the table's committed frontier, before which no transaction holds the
     frontier back (a replay re-sent without its first events or its END).
 
-    The rule runs as aggregates in the JVM, as the JVM path's does
+    The rule runs as aggregates in the JVM, as the Spark path's does
     (`spark.changefeed.progress.debezium_frontier`): one row reaches the driver, whatever the
     number of transactions (they were each collected once)."""
     from pyspark.sql import functions as F

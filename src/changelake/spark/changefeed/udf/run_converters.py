@@ -1,4 +1,4 @@
-"""Step 4 of the old path: the changes through the Python converters, keyed (`convert_keyed`:
+"""Step 4 of the Python path: the changes through the Python converters, keyed (`convert_keyed`:
 a fresh `KeyedConverter` per key group, cogrouped with the state's rows of the keys the batch
 touches) or by their images (`convert_images`). A change that cannot be converted is a row
 with an `error` (`Failure`, `rows_table`), never an exception inside a worker, so that the
@@ -153,7 +153,7 @@ class KeyedJob:
 
 
 MAX_TRUNCATES = 10_000
-"""The most truncates one batch of the old path converts: each is collected to the driver and
+"""The most truncates one batch of the Python path converts: each is collected to the driver and
 shipped to every key's group (`KeyedJob.truncates`), so their number is bounded, not the
 input's to decide; a batch with more is refused in one line at the first truncate beyond it
 (a smaller batch is the way)."""

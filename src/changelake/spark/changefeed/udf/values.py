@@ -1,4 +1,4 @@
-"""The old path's values between Python and Spark: the Spark type of a parsed value
+"""The Python path's values between Python and Spark: the Spark type of a parsed value
 (`infer_kind`), whether a value fits its column's type (`fits`, `misfit`: a value Arrow would
 refuse inside a worker, where no line can be named), and its Arrow form on the way back
 (`to_arrow`, `arrow_type`). Changes travel between the steps pickled (`change_at`, `restore`).
