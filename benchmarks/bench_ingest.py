@@ -9,7 +9,7 @@ The same lines are
 
 * ingested with `changelake.lake.ingest.ingest` into a fresh keyed table, once on the Spark path
   (`changelake.spark.changefeed`) and, with `--old`, once on the Python path (Python UDF per key
-  group, `changelake.spark.changefeed.udf`): the benchmark points `ingest.convert_frames`
+  group, `changelake.spark.changefeed.python_path`): the benchmark points `ingest.convert_frames`
   at each;
 * read with Spark's JSON reader (explicit schema) and the `after` images written as Parquet:
   what a pipeline without exactly-once, keys or deletes would do with the same lines;

@@ -14,8 +14,8 @@ from pyspark.sql import types as T
 from changelake.errors import SchemaError
 from changelake.lake.arrow import ArrowUnavailable, arrow_type
 from changelake.lake.export.arrow import arrow_type as export_type
-from changelake.spark.changefeed.udf.values import ARROW_TYPES
-from changelake.spark.changefeed.udf.values import arrow_type as udf_type
+from changelake.spark.changefeed.python_path.values import ARROW_TYPES
+from changelake.spark.changefeed.python_path.values import arrow_type as udf_type
 
 MAPPED = [
     (T.BooleanType(), pa.bool_()), (T.ByteType(), pa.int8()), (T.ShortType(), pa.int16()),

@@ -1,4 +1,4 @@
-"""The Python path's Spark times (`spark.changefeed.udf.changes_in_time`) against the Python
+"""The Python path's Spark times (`spark.changefeed.python_path.changes_in_time`) against the Python
 rules they restate, on generated feeds: `convert.base.spark_transaction_time` against
 `DebeziumParser`'s transaction times, and `times.current_times` (in chunks of two lines to
 many) against `WindowedConverter.time_of` (see their docstrings for the domain: one batch, no
@@ -24,7 +24,7 @@ from changelake.errors import ChangefeedError, Location
 from changelake.formats.change import Change, Op, Resolved
 from changelake.formats.debezium import DebeziumParser
 from changelake.spark.changefeed import times
-from changelake.spark.changefeed.udf import changes_in_time
+from changelake.spark.changefeed.python_path import changes_in_time
 
 SOURCE = {"version": "1.4.0.Final", "connector": "postgresql", "name": "pg", "db": "db",
           "schema": "public", "table": "t"}

@@ -421,7 +421,7 @@ def _other_table_in_every_transaction(paths: list[Path]) -> None:
 
 
 def test_end_counts_the_tables_own_events_on_both_paths(spark: Any, tmp_path: Path) -> None:
-    from changelake.spark.changefeed.udf import changefeed_changes
+    from changelake.spark.changefeed.python_path import changefeed_changes
     from test_spark_changefeeds import lines_frame, python_workers
 
     python_workers.__wrapped__(spark)  # the Python path's Python workers: this interpreter

@@ -18,7 +18,7 @@ CHANGEFEED = Path(changelake.spark.changefeed.__file__).parent
 PACKAGE = "changelake.spark.changefeed"
 ORDER = ["dispatch", "read", "temporal", "times", "progress", "types", "parse", "keyed", "unkeyed",
          "ydb_variant", "ydb", "barriers", "steps", "conversion", "debezium_path", "ydb_path",
-         "udf", "pipeline"]
+         "python_path", "pipeline"]
 
 
 def test_every_module_is_placed_in_the_order():

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]  # ~11 Spark conversions and 
 KNOWN = {
     "derived-dbz-doc-mysql-payloads-schemaless.jsonl": (
         "a change below a finished time: the encoder refuses it, the Python path does not check "
-        "(documented in spark/changefeed/udf/)"),
+        "(documented in spark/changefeed/python_path/)"),
 }
 SAMPLE_PATHS = [
     pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[p.name])]

@@ -22,7 +22,7 @@ from changefeed_cases import (
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.protocol import collect
-from changelake.spark.changefeed.udf import changefeed_changes
+from changelake.spark.changefeed.python_path import changefeed_changes
 from conftest import seeded
 from test_convert_history import (
     PG_TABLE,

@@ -21,7 +21,7 @@ from changelake.errors import ChangefeedError
 from changelake.formats.change import NAN
 from changelake.formats.materialize import SetAside
 from changelake.protocol import collect
-from changelake.spark.changefeed.udf import changefeed_changes
+from changelake.spark.changefeed.python_path import changefeed_changes
 from changelake.values import thaw
 from test_convert_history import PG_COLUMNS, PG_TABLE, YDB_TABLE, write_pg, write_ydb
 from test_spark_changefeeds import (  # noqa: F401 - python_workers is an autouse fixture

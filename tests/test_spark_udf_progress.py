@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from changelake.convert.progress import frontier_from
 from changelake.convert.progress import ydb_frontier as frontier_of_barriers
-from changelake.spark.changefeed.udf.progress import debezium_frontier, ydb_frontier
+from changelake.spark.changefeed.python_path.progress import debezium_frontier, ydb_frontier
 from conftest import seeded
 
 CHANGES = "time long, tx string, tx_order long, tbl string"

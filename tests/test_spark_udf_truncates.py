@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from changelake.errors import ChangefeedError
-from changelake.spark.changefeed.udf import changefeed_changes, run_converters
+from changelake.spark.changefeed.python_path import changefeed_changes, run_converters
 from test_spark_changefeeds import lines_frame
 
 pytestmark = pytest.mark.spark

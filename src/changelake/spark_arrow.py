@@ -1,11 +1,11 @@
 """Spark's column types and Arrow's: the one mapping, and the widenings a lake column allows.
 
 Three places turn a Spark type into an Arrow one: the JVM-free reads (`lake.arrow`), the
-exports (`lake.export.arrow`) and the old changefeed path's Arrow-vectorized UDFs
-(`spark.changefeed.udf`). They must agree, or a value read one way would come back another: so
-they all ask `arrow_of`. The schema evolution (`lake.schema`) and the reads' projection of old
-files onto today's schema (`lake.arrow`) must agree on which type changes are widenings: so both
-ask `WIDENINGS`.
+exports (`lake.export.arrow`) and the changefeed's Python path's Arrow-vectorized UDFs
+(`spark.changefeed.python_path`). They must agree, or a value read one way would come back
+another: so they all ask `arrow_of`. The schema evolution (`lake.schema`) and the reads'
+projection of old files onto today's schema (`lake.arrow`) must agree on which type changes are
+widenings: so both ask `WIDENINGS`.
 
 Types are taken in their JSON form (as `StructType.json()` writes them: `long`, `integer`,
 `decimal(20,0)`, nested types as objects), and this module imports no pyspark: the JVM-free

@@ -17,7 +17,7 @@ frontier if that is later. For an initial snapshot that is time 0, before every 
 transaction; for a snapshot repeated mid-stream it is "now", which is what an upsert means.
 
 The times that a sequential reading derives from what came before are also derived on Spark,
-with windows over a batch (`changelake.spark.changefeed.udf`): the parser's time of a
+with windows over a batch (`changelake.spark.changefeed.python_path`): the parser's time of a
 transaction is a column expression here, beside the rule it restates
 (`spark_transaction_time`); `time_of` is `changelake.spark.changefeed.times.current_times`.
 `tests/test_convert_spark_rules.py` compares both with the Python on generated feeds.

@@ -107,7 +107,7 @@ class Change:
     #: `time` is its transaction's: the own time of the first event of the transaction the
     #: parser read (PostgreSQL without `sequence`, MySQL with a GTID or a transaction id that
     #: is no binlog position), not this event's. A parser per Spark partition sees only its
-    #: own first, so the old Spark path takes the batch's first over the events so marked
+    #: own first, so the Python path takes the batch's first over the events so marked
     #: (`convert.base.spark_transaction_time`).
     tx_timed: bool = False
 

@@ -26,8 +26,8 @@ SQL settings for a block), `checkpoint` (a plan run once and its result kept: `s
 `expressions` (column expressions built once per JVM), `driver_rows` (a few driver rows as a
 DataFrame the JVM reads, no Python worker), `json_schema` (Spark's JSON inference over a column,
 in the JVM), `jvm` (the project's Java classes), and
-`changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step; `changefeed/udf/` is
-the older Python path it hands what it does not cover to).
+`changefeed/` (Debezium and YDB feeds into CDCv2 updates, a module a step;
+`changefeed/python_path/` is the Python path it hands what it does not cover to).
 """
 
 from __future__ import annotations

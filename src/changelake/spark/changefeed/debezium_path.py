@@ -36,13 +36,13 @@ by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect ty
 types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs
 between lines, and the lenient mode (`strict=False`).
 
-Where a covered batch may still differ from `encode_changefeed` (each shared with the Python path
-unless said): a snapshot row read after a transaction that metadata finished is placed at that
-transaction's time, not one above (`times.py`); a change arriving after a later time was
+Where a covered batch may still differ from `encode_changefeed` (each shared with the Python
+path unless said): a snapshot row read after a transaction that metadata finished is placed at
+that transaction's time, not one above (`times.py`); a change arriving after a later time was
 finished is converted, not refused; the table's rows are not checked for one row per key (the
 Python path checks). This path only: a number beyond a double in a field no step reads
 (`ts_ms`) is accepted, which orjson refuses. An image value of another JSON kind than its
-column's, a number beyond a double or an integer beyond 64 bits in an image goes to the old
+column's, a number beyond a double or an integer beyond 64 bits in an image goes to the Python
 path (`keyed._refused`), which holds the first value's kind to be the column's.
 """
 

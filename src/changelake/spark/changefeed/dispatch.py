@@ -4,7 +4,7 @@ The promise: `choose` converts a batch on the Spark path (the project's Java and
 expressions: `debezium_path.py`, `ydb_path.py`, the main one) unless a reason is known before
 the batch is read (`reason_before_reading`) or the Spark path raises `Unsupported` on its way;
 then on the Python path, the specification (`formats/`, `convert/`) run in `mapInPandas`
-(`udf/`), on the same lines, which converts every batch `encode_changefeed` does and
+(`python_path/`), on the same lines, which converts every batch `encode_changefeed` does and
 names bad lines as it does. `pipeline.convert_lines` makes the choice with it. The reasons, as
 the code has them:
 

@@ -19,7 +19,7 @@ returned (checked by aggregates over the parsed batch, and by Spark refusing a v
 `defer`, the keyed conversion's checks when its updates are written), and `convert_lines`
 then holds the lines
 to the bounds (`read.Lines.check`, naming the first line out of them as the encoder does) and
-hands the batch to the Python path, `spark.changefeed.udf.changefeed_changes`, on the same
+hands the batch to the Python path, `spark.changefeed.python_path.changefeed_changes`, on the same
 executor-read lines, which names bad lines as `encode_changefeed` does (with the differences
 its docstring lists).
 """
@@ -41,9 +41,9 @@ from changelake.spark.changefeed.conversion import Converted
 from changelake.spark.changefeed.debezium_path import debezium_changes
 from changelake.spark.changefeed.dispatch import Unsupported, choose, reason_before_reading
 from changelake.spark.changefeed.parse import deferred_lines
+from changelake.spark.changefeed.python_path.parse import rejected_lines
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.steps import guard
-from changelake.spark.changefeed.udf.parse import rejected_lines
 from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
 from changelake.spark.changefeed.ydb_path import ydb_changes
 
@@ -106,7 +106,7 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
         # The Spark path's parse checks the bounds of a batch it converts; one it gives up on
         # (for whatever reason, a bad line included), or never reads, is checked here.
         lines.check()
-        from changelake.spark.changefeed.udf import changefeed_changes
+        from changelake.spark.changefeed.python_path import changefeed_changes
 
         numbered = lines.numbered().select("value", "file", "line")
         frames = changefeed_changes(numbered, source=source,  # type: ignore[arg-type]

@@ -25,9 +25,9 @@ window whose partitions are small, never one global window:
   highest time before the change in its own partition, as `kafka.changefeed` merges them.
   That running highest is `highest_before`, which YDB's barrier rule uses too (`barriers.py`).
 
-As in the Python path (`spark/changefeed/udf/`), the frontier is not part of the current time: a
-snapshot row that the encoder reads after a transaction finished by its END (frontier = its
-time + 1) is placed one below where the encoder places it.
+As in the Python path (`spark/changefeed/python_path/`), the frontier is not part of the
+current time: a snapshot row that the encoder reads after a transaction finished by its END
+(frontier = its time + 1) is placed one below where the encoder places it.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def current_times(spark: SparkSession, changes: DataFrame, *, untimed: int,
     highest time that `moves` (default: `time`) gives the changes before it, in the order of
     `stream` and then `row` (with `per_file`, only those of the same `stream[0]`), or 0.
     `untimed`: how many times are null (0 runs nothing). `(*stream, row)` names one change,
-    unless not `one_per_row`: the Python path (`udf/`) names its changes by `("file",)` and
+    unless not `one_per_row`: the Python path (`python_path/`) names its changes by `("file",)` and
     `line`, where an update that moves its key is two changes of one line (alike in time),
     and moves nothing by a logical message. `chunk_rows`: see `chunks_of`'s `rows`."""
     if not untimed:

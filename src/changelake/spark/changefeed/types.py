@@ -1,7 +1,7 @@
 """Step 3, types: the one place where a changefeed column gets its Spark type and its decoder.
 
 A column's *output* type (what the lake table holds) is, as in the Python path
-(`spark/changefeed/udf/`, `parse.batch_columns`): the table schema's YDB type name
+(`spark/changefeed/python_path/`, `parse.batch_columns`): the table schema's YDB type name
 (`spark_type`), else the state's (the lake table's) type, else what the feed's values say: the
 Kafka Connect field schema of the Debezium `schema` field or of the table schema's `debezium`
 entry (`connect_type`), else Spark's JSON inference over every image on the executors

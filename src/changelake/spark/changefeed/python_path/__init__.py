@@ -1,4 +1,4 @@
-"""The old changefeed path: raw Debezium / YDB lines into CDCv2 changes and a frontier, with
+"""The changefeed's Python path: raw Debezium / YDB lines into CDCv2 changes and a frontier, with
 the pure-Python parsers and converters running inside Spark's Python workers.
 
 The Spark path (`changefeed.pipeline`) converts what it covers with column expressions and hands
@@ -97,14 +97,18 @@ from changelake.convert.upsert import UpsertOptions
 from changelake.errors import ChangefeedError, Location, SchemaError
 from changelake.formats.change import Op
 from changelake.formats.tableschema import TableSchema
-from changelake.spark.changefeed.times import current_times
-from changelake.spark.changefeed.udf.parse import PARSED_DDL, batch_columns, parse_partition
-from changelake.spark.changefeed.udf.progress import (
+from changelake.spark.changefeed.python_path.parse import PARSED_DDL, batch_columns, parse_partition
+from changelake.spark.changefeed.python_path.progress import (
     barrier_check,
     debezium_frontier,
     ydb_frontier,
 )
-from changelake.spark.changefeed.udf.run_converters import as_data, convert_images, convert_keyed
+from changelake.spark.changefeed.python_path.run_converters import (
+    as_data,
+    convert_images,
+    convert_keyed,
+)
+from changelake.spark.changefeed.times import current_times
 from changelake.spark.checkpoint import stored
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from changelake.formats.change import Change, Op, Resolved, Skipped, TxBoundary,
 from changelake.formats.debezium import DebeziumParser
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
+from changelake.spark.changefeed.python_path.values import ARROW_TYPES, infer_kind
 from changelake.spark.changefeed.types import spark_type
-from changelake.spark.changefeed.udf.values import ARROW_TYPES, infer_kind
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -16,14 +16,14 @@ from changelake.convert.images import ImageConverter
 from changelake.convert.upsert import KeyedConverter, MemoryState, UpsertOptions
 from changelake.errors import ChangefeedError, Location, SchemaError
 from changelake.formats.change import Change, Op
-from changelake.spark.changefeed.types import state_column
-from changelake.spark.changefeed.udf.values import (
+from changelake.spark.changefeed.python_path.values import (
     arrow_type,
     change_at,
     from_spark,
     misfit,
     to_arrow,
 )
+from changelake.spark.changefeed.types import state_column
 from changelake.values import freeze
 
 if TYPE_CHECKING:
