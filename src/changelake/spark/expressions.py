@@ -1,11 +1,10 @@
 """Column expressions built once per JVM, for the steps that build many.
 
 A `Column` of classic PySpark is a JVM object, and every function that builds one (`F.when`,
-`column[name]`, `.alias`) is a round trip from the Python driver to the JVM. The Spark-functions
-parse of a Debezium batch (`changefeed.parse`) builds about 8,000 of them, and a YDB batch's
-parse more: driver time that every batch pays whatever its size, every micro-batch of `lake
-follow` and every small test. Built once, a small Debezium batch converts faster, the more
-so through the Spark functions' parse (`benchmarks/bench_fixed_cost.py`).
+`column[name]`, `.alias`) is a round trip from the Python driver to the JVM. A YDB batch's
+typed parse (`changefeed.ydb`) builds thousands of them: driver time that every batch pays
+whatever its size, every micro-batch of `lake follow` and every small test. Built once, a
+small batch converts faster (`benchmarks/bench_fixed_cost.py`).
 
 An unresolved expression names its columns and holds no DataFrame and no session, so the same
 objects serve every batch: `per_jvm` builds them at the first call and keeps them for as long
