@@ -1,4 +1,4 @@
-"""Debezium truncates on the JVM path: the same updates and frontier as `encode_changefeed`,
+"""Debezium truncates on the Spark path: the same updates and frontier as `encode_changefeed`,
 keyed (each truncate a delete of every key at its place, `KeyedConversion.java`) and without
 keys (each update compensated at the next truncate, `unkeyed._compensated`), and never on the
 Python path."""
@@ -55,13 +55,13 @@ def test_keyed_truncates_match_the_encoder(spark: Any, tmp_path: Path, history: 
                                            close: bool) -> None:
     paths, _, _ = write_pg(history, tmp_path)
     assert b'"op":"t"' in b"".join(p.read_bytes() for p in paths)
-    updates = check(spark, paths, tmp_path, PG_TABLE, close)  # asserts the JVM path
+    updates = check(spark, paths, tmp_path, PG_TABLE, close)  # asserts the Spark path
     assert any(diff < 0 for diff in updates.values())
 
 
 def test_a_truncate_retracts_rows_only_the_state_holds(spark: Any, tmp_path: Path) -> None:
     """Keys of the state that the batch has no event of, and keys it has events of before
-    and after the truncate: retracted at the truncate's time, by the JVM path."""
+    and after the truncate: retracted at the truncate's time, by the Spark path."""
     history = PgHistory({}, [[("insert", 101, ("ann", 1, "n1"))],
                              [("update", 7, ("cy", 5, "n7"), True), ("truncate",),
                               ("insert", 102, ("bob", 2, "n2"))]],
@@ -94,7 +94,7 @@ def test_generated_histories_with_truncates_match_the_encoder(
 def write_full_images(history: PgHistory, path: Path) -> Path:
     """`history` as a MySQL connector with FULL row images writes it (before images on
     updates and deletes), truncates as op t, with its connector restart's re-sent tail. A
-    transaction's events are rows of one binlog event (one `pos`): the JVM path's high water
+    transaction's events are rows of one binlog event (one `pos`): the Spark path's high water
     is the greatest own position of an event, where the encoder's is the greatest GTID time,
     so a transaction over several positions would end with another open frontier (not a
     truncate's matter)."""

@@ -29,7 +29,7 @@ Not covered yet (`Unsupported`: the Python path converts the batch, `pipeline.py
 `UpsertOptions`, any line the Java line reader leaves (`DebeziumLine.java`: any bad line
 among them, a truncate with an image, logical messages), a key column that no image has, more
 than 1000 truncates, a truncate without keys over a table (`since`) whose rows are not given
-(`state`; the old path refuses it too),
+(`state`; the Python path refuses it too),
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told apart
 by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect types and logical

@@ -366,7 +366,7 @@ def _with_state(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence
                        key_names(events.columns, len(keys)), "left")
 
 
-#: The most truncates one batch of the JVM path converts: they are collected to the driver
+#: The most truncates one batch of the Spark path converts: they are collected to the driver
 #: (`debezium_path.debezium_changes`) and handed to every task of the conversion, so their
 #: number is bounded; a batch with more goes to the Python path (which has its own bound,
 #: `udf.run_converters.MAX_TRUNCATES`).

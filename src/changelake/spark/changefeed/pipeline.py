@@ -63,7 +63,7 @@ def convert_frames(spark: SparkSession, inputs: Sequence[str | Path], source: st
 
     `state` holds the table's current rows (one per key): a keyed conversion takes a key's
     previous row from it, so an update or delete of a row committed earlier retracts it.
-    Without keys (one row per copy), the JVM path retracts them at a truncate.
+    Without keys (one row per copy), the Spark path retracts them at a truncate.
     `since` is the table's committed frontier: changes before it are already in `state`.
     `close`: the input is the whole feed, so every time in it is finished (the frontier is
     None); without it, the times the feed cannot show complete stay open."""
