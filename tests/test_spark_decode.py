@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,8 +21,10 @@ def R(k: int, v: int | None = None) -> object:
     return freeze({"k": k, "v": v})
 
 
+# 12 mangled histories in the default run (each several Spark jobs: about 2 s); the slow tier
+# asks for more (CHANGELAKE_SPARK_DECODE_EXAMPLES, set by .ci/slow).
 @settings(
-    max_examples=25,
+    max_examples=int(os.environ.get("CHANGELAKE_SPARK_DECODE_EXAMPLES", "12")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
