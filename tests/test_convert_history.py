@@ -246,12 +246,14 @@ def test_pg_history_round_trips(tmp_path_factory: pytest.TempPathFactory, histor
 # --------------------------------------------------------------- full images, no keys (MySQL)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=FIXTURE)
-@given(history=pg_histories())
-def test_full_before_images_convert_without_keys(tmp_path_factory: pytest.TempPathFactory,
-                                                 history: PgHistory) -> None:
-    """The same history as a MySQL connector with FULL row images writes it."""
-    directory = tmp_path_factory.mktemp("my")
+def write_full_images(history: PgHistory, path: Path, *, one_event: bool = False
+                      ) -> tuple[Path, dict[int, Any]]:
+    """`history` as a MySQL connector with FULL row images writes it (before images on
+    updates and deletes), truncates as op t, with its connector restart's re-sent tail; and
+    the rows at the end. A transaction's events are at one position each, or (`one_event`)
+    rows of one binlog event (one `pos`): the Spark path's high water is the greatest own
+    position of an event, where the encoder's is the greatest GTID time, so a transaction over
+    several positions ends with another open frontier on the two."""
     lines: list[bytes] = []
     state = dict(history.snapshot)
     source = {"connector": "mysql", "db": "inv", "table": "items", "server_id": 1}
@@ -259,13 +261,15 @@ def test_full_before_images_convert_without_keys(tmp_path_factory: pytest.TempPa
     for key in sorted(state):
         lines.append(orjson.dumps({"op": "r", "after": _json_row(key, state[key]), "source": {
             **source, "snapshot": "true", "file": "bin.000001", "pos": pos, "row": 0}}))
-    expected = Counter(_expected_row(k, v) for k, v in state.items())
     for ops in history.transactions:
         pos += 100
         src = {**source, "snapshot": "false", "file": "bin.000001", "gtid": f"g:{pos}"}
         for row, op in enumerate(ops):
-            s = {**src, "pos": pos + row}
-            if op[0] == "insert":
+            s = {**src, "pos": pos, "row": row} if one_event else {**src, "pos": pos + row}
+            if op[0] == "truncate":
+                lines.append(orjson.dumps({"op": "t", "source": s}))
+                state.clear()
+            elif op[0] == "insert":
                 lines.append(orjson.dumps({"op": "c", "after": _json_row(op[1], op[2]),
                                            "source": s}))
                 state[op[1]] = op[2]
@@ -280,11 +284,19 @@ def test_full_before_images_convert_without_keys(tmp_path_factory: pytest.TempPa
                 lines.append(orjson.dumps({"op": "u", "before": _json_row(op[1], state.pop(op[1])),
                                            "after": _json_row(op[2], op[3]), "source": s}))
                 state[op[2]] = op[3]
-    expected = Counter(_expected_row(k, v) for k, v in state.items())
     cut = int(history.replay[0] * len(lines))
     start = int(history.replay[1] * cut)
-    path = directory / "items.jsonl"
-    path.write_bytes(b"\n".join(lines[:cut] + lines[start:cut] + lines[cut:]))
+    path.write_bytes(b"\n".join(lines[:cut] + lines[start:cut] + lines[cut:]) + b"\n")
+    return path, state
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=FIXTURE)
+@given(history=pg_histories())
+def test_full_before_images_convert_without_keys(tmp_path_factory: pytest.TempPathFactory,
+                                                 history: PgHistory) -> None:
+    """The same history as a MySQL connector with FULL row images writes it."""
+    path, state = write_full_images(history, tmp_path_factory.mktemp("my") / "items.jsonl")
+    expected = Counter(_expected_row(k, v) for k, v in state.items())
     no_key = {**PG_TABLE, "primary_key": []}
     for keys, schema in ((None, no_key), (["id"], no_key), (None, PG_TABLE)):
         got = collect(encode_changefeed([path], source="debezium", keys=keys,

@@ -24,6 +24,7 @@ from test_convert_history import (
     PgHistory,
     _json_row,
     pg_histories,
+    write_full_images,
     write_pg,
 )
 from test_spark_changefeed_debezium import check
@@ -91,54 +92,13 @@ def test_generated_histories_with_truncates_match_the_encoder(
 # ---------------------------------------------------------------------------- without keys
 
 
-def write_full_images(history: PgHistory, path: Path) -> Path:
-    """`history` as a MySQL connector with FULL row images writes it (before images on
-    updates and deletes), truncates as op t, with its connector restart's re-sent tail. A
-    transaction's events are rows of one binlog event (one `pos`): the Spark path's high water
-    is the greatest own position of an event, where the encoder's is the greatest GTID time,
-    so a transaction over several positions would end with another open frontier (not a
-    truncate's matter)."""
-    lines: list[bytes] = []
-    state = dict(history.snapshot)
-    source = {"connector": "mysql", "db": "inv", "table": "items", "server_id": 1}
-    pos = 4
-    for key in sorted(state):
-        lines.append(orjson.dumps({"op": "r", "after": _json_row(key, state[key]), "source": {
-            **source, "snapshot": "true", "file": "bin.000001", "pos": pos, "row": 0}}))
-    for ops in history.transactions:
-        pos += 100
-        src = {**source, "snapshot": "false", "file": "bin.000001", "gtid": f"g:{pos}"}
-        for row, op in enumerate(ops):
-            s = {**src, "pos": pos, "row": row}  # one binlog event: GTID time is its pos
-            if op[0] == "truncate":
-                lines.append(orjson.dumps({"op": "t", "source": s}))
-                state.clear()
-            elif op[0] == "insert":
-                lines.append(orjson.dumps({"op": "c", "after": _json_row(op[1], op[2]),
-                                           "source": s}))
-                state[op[1]] = op[2]
-            elif op[0] == "update":
-                lines.append(orjson.dumps({"op": "u", "before": _json_row(op[1], state[op[1]]),
-                                           "after": _json_row(op[1], op[2]), "source": s}))
-                state[op[1]] = op[2]
-            elif op[0] == "delete":
-                lines.append(orjson.dumps({"op": "d", "before": _json_row(op[1], state.pop(op[1])),
-                                           "source": s}))
-            else:
-                lines.append(orjson.dumps({"op": "u", "before": _json_row(op[1], state.pop(op[1])),
-                                           "after": _json_row(op[2], op[3]), "source": s}))
-                state[op[2]] = op[3]
-    cut = int(history.replay[0] * len(lines))
-    start = int(history.replay[1] * cut)
-    path.write_bytes(b"\n".join(lines[:cut] + lines[start:cut] + lines[cut:]) + b"\n")
-    return path
 
 
 @pytest.mark.parametrize("history", TRUNCATE_CASES)
 @pytest.mark.parametrize("close", [False, True])
 def test_truncates_without_keys_match_the_encoder(spark: Any, tmp_path: Path,
                                                   history: PgHistory, close: bool) -> None:
-    path = write_full_images(history, tmp_path / "items.jsonl")
+    path = write_full_images(history, tmp_path / "items.jsonl", one_event=True)[0]
     updates = check(spark, [path], tmp_path, None, close, keys=[])
     assert any(diff < 0 for diff in updates.values())
     if close:  # and the rows left are the history's
@@ -172,7 +132,7 @@ def _plain_row(key: int, values: tuple[str, int, str]) -> tuple[tuple[str, Any],
 def test_generated_truncates_without_keys_match_the_encoder(
         spark: Any, tmp_path_factory: Any, history: PgHistory, close: bool) -> None:
     directory = tmp_path_factory.mktemp("full")
-    path = write_full_images(history, directory / "items.jsonl")
+    path = write_full_images(history, directory / "items.jsonl", one_event=True)[0]
     check(spark, [path], directory, None, close, keys=[])
 
 
@@ -248,7 +208,7 @@ def test_lake_ingest_across_a_truncate_equals_the_encoder_as_of_each_time(
         table.write_bytes(orjson.dumps(PG_TABLE))
         schema: dict[str, Any] | None = PG_TABLE
     else:
-        paths = [write_full_images(LAKE_HISTORY, tmp_path / "items.jsonl")]
+        paths = [write_full_images(LAKE_HISTORY, tmp_path / "items.jsonl", one_event=True)[0]]
         table = schema = None
     first, whole = _split(paths[0], 4)
     lake = Lake(spark, tmp_path / "lake")
