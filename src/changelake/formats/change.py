@@ -12,7 +12,7 @@ input line into exactly one `Item`:
 * `Skipped`: a well-formed message that carries no change (heartbeat, schema-change event, a
   key record, a non-transactional logical message), kept so that callers can count them.
 
-Row values are *plain JSON*, as elsewhere in changelake (see `avro_values.py`): decimals as
+Row values are *plain JSON*, as elsewhere in changelake (see `avro_values`): decimals as
 exact decimal strings, temporal values as ISO-8601 strings, bytes as strings of code points
 0-255. Two values need care:
 
