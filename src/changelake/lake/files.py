@@ -2,6 +2,10 @@
 leftovers removed), on a local directory or on any Hadoop FileSystem URI (`s3a://`,
 `hdfs://`, ...): the one place `lake/` touches storage outside Spark's readers and writers.
 
+Why one module of over 500 lines: every operation that differs between a local and a remote
+lake, side by side, so that a change to one is made to the other (the remote reads without a
+JVM included).
+
 A lake location is either a local `Path` (a plain path, or a `file:` URI) or a `RemotePath`:
 a URI with the few `pathlib.Path` methods the lake uses (`/`, `name`, `parent`, `exists`,
 `is_dir`, `iterdir`, `glob`, `rglob`, `read_text`, `write_text`, `mkdir`, `unlink`, `stat`),

@@ -1,5 +1,10 @@
 """Data-parallel CDCv2 decoding: the Reader's result, computed over DataFrames.
 
+Why one module of over 500 lines: the Reader's result over DataFrames is one argument (progress
+resolved on the driver by a real Reader, updates aggregated once on the executors, the two
+joined), and the errors it names must be the Reader's; split, the argument would be read in
+pieces.
+
 The pure-Python `Reader` consumes messages one at a time. Here the whole (mangled) log is
 already at hand as two DataFrames, so the same result is reached in a different order, without
 restating a single protocol rule:

@@ -1,5 +1,9 @@
 """Step 5, keyed conversion: each key's events in order, and the table's row, in the JVM.
 
+Why one module of over 500 lines: step 5 is one step: the images read against the columns'
+types, the keyed events built from them and their conversion pass the same columns from one to
+the next.
+
 Mirrors `convert.upsert.KeyedConverter` with the default `UpsertOptions` (order by position,
 tombstones ignored, deletes by op d), for the events at times in `[since, frontier)`:
 
