@@ -85,7 +85,6 @@ DEFAULT_CASES = {
     "test_lake_arrow_read.py::test_arrow_and_spark_read_the_same_rows": 1,
     "test_lake_ingest.py::"
     "test_a_value_spark_refuses_in_the_commits_write_goes_to_the_python_path": 1,
-    "test_lake_ingest.py::test_a_replayed_tail_lets_the_frontier_advance_on_the_python_path": 1,
     # The name rules are checked in-process on every bad name (test_parse_refuses, the API
     # test); the CLI's own processes need only show that it asks them first.
     "test_lake_names.py::test_cli_refuses_a_bad_table_name_before_anything_is_created": 5,
@@ -100,8 +99,6 @@ DEFAULT_CASES = {
     "test_capture_pg_ddl.py::test_a_column_added_while_the_capture_runs": 1,
     "test_capture_pg_ddl.py::test_a_change_of_a_logs_columns_is_refused": 2,
     "test_capture_pg_ddl.py::test_a_change_of_a_logs_columns_while_it_runs_is_refused": 2,
-    "test_lake_current_follower.py::"
-    "test_updates_is_checkpointed_every_few_versions_off_the_commit": 1,
     # The default run was over its 20 minutes (2026-12-03): one case each here, the rest in
     # the slow tier.
     "test_lake_delta.py::test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time": 1,
@@ -188,6 +185,29 @@ SLOW_TESTS = {
     "test_spark_jvm_jar.py::test_a_failed_build_is_one_error_line_from_the_command_line",
     # two real Maven builds at once: the rename into place is the same as one build's
     "test_spark_jvm_jar.py::test_processes_building_at_once_each_get_the_one_jar",
+    # The default run was at its 20 minutes again (2026-12-03, 1,201 s on 2 cores). Each of
+    # these has a faster default test of the same rule:
+    # the follower's checkpoints: test_commits_leave_current_to_the_follower_which_catches_up...
+    "test_lake_current_follower.py::"
+    "test_updates_is_checkpointed_every_few_versions_off_the_commit",
+    # a replayed tail on the Python path (now a rare fallback): on the Spark path in
+    # test_lake_kafka_changefeed.py's test_a_replayed_tail_after_a_cut_transaction_...
+    "test_lake_ingest.py::test_a_replayed_tail_lets_the_frontier_advance_on_the_python_path",
+    # a restarted kafka-cdc stream over deleted records: the same rule on Spark's connector in
+    # test_spark_kafka_connector.py's test_deleted_records_fail_the_read_unless_...
+    "test_spark_kafka_data_loss.py::test_a_restarted_stream_fails_on_deleted_records_or_skips_them",
+    # a second S3 writer: the lock object's conditional PUT in
+    # test_the_lock_object_is_made_by_a_conditional_put
+    "test_lake_s3.py::test_a_second_writer_is_refused_by_the_lock_object",
+    # missing S3 credentials: the same one-line StoreError in
+    # test_a_bucket_that_does_not_exist_is_one_line and test_a_store_that_cannot_be_reached...
+    "test_lake_s3.py::test_missing_credentials_are_one_line",
+    # a column the table lacks, also on the Python path: the Spark path's in
+    # test_state_on_spark_matches_the_encoder_with_a_memory_state
+    "test_spark_changefeeds_state.py::"
+    "test_a_column_the_table_lacks_is_null_in_its_rows_on_both_paths",
+    # the requests a commit makes: benchmarks/bench_s3.py measures them per commit
+    "test_lake_delta.py::test_a_writer_reads_previous_rows_from_current_not_every_update",
 }
 
 
