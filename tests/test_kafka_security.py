@@ -28,6 +28,7 @@ from changelake.kafka.security import (
     parse_properties,
     translate,
 )
+from conftest import decoded_history
 from kafka_helpers import SASL_PASSWORD, SASL_USER, new_topic, row_schema
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "materialize"
@@ -49,13 +50,6 @@ def cli(*args: str) -> Result:
 
 def printed(result: Result) -> str:
     return result.output + (result.stderr if result.stderr_bytes is not None else "")
-
-
-def history(result: Result) -> list[str]:
-    """What a `decode` printed, without the frontiers it passed on the way: which ones it prints
-    depends on how the partitions' records arrived, the updates and the last line do not."""
-    lines = result.output.splitlines()
-    return [line for line in lines[:-1] if not line.startswith('{"frontier"')] + lines[-1:]
 
 
 def one_error_line(result: Result, *secrets: str) -> str:
@@ -134,7 +128,8 @@ def test_encode_and_decode_through_sasl_and_a_wrong_password(broker: KafkaBroker
                "--kafka-config", str(properties))
     assert read.exit_code == 0, printed(read)
     plain = cli("decode", "--schema", SCHEMA, "--kafka", broker.bootstrap, "--topic", topic)
-    assert history(read) == history(plain) and '"diff"' in read.output
+    history = decoded_history(plain.output)
+    assert decoded_history(read.output) == history and '"diff"' in read.output
     assert SASL_PASSWORD not in printed(read)
     scram = tmp_path / "scram.properties"
     scram.write_text(
@@ -143,7 +138,7 @@ def test_encode_and_decode_through_sasl_and_a_wrong_password(broker: KafkaBroker
         f'username="{SASL_USER}" password="{SASL_PASSWORD}";\n')
     read = cli("decode", "--schema", SCHEMA, "--kafka", broker.sasl_bootstrap, "--topic", topic,
                "--kafka-config", str(scram))
-    assert read.exit_code == 0 and history(read) == history(plain), printed(read)
+    assert read.exit_code == 0 and decoded_history(read.output) == history, printed(read)
 
     wrong = SASL_PASSWORD + "-wrong"
     for args in (["decode", "--schema", SCHEMA, "--kafka", broker.sasl_bootstrap, "--topic",

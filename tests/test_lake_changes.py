@@ -41,7 +41,7 @@ from changelake.lake.ingest import ingest
 from changelake.local import decode_local
 from changelake.protocol import Antichain
 from changelake.spark.instants import with_instants
-from conftest import SAMPLES
+from conftest import SAMPLES, decoded_history
 from lake_history import (
     SCHEMA,
     Update,
@@ -357,18 +357,13 @@ def cli_changes(tmp_path: Path, *, avro: bool) -> None:
         path.write_bytes(out.stdout)
     assert out.stderr.decode().startswith("changes orders: the changes in [0, the end (closed))")
 
-    def history(output: bytes) -> tuple[list[bytes], bytes]:
-        """The update lines and the final frontier (intermediate frontier lines depend on
-        how the progress statements cut time)."""
-        printed = output.splitlines()
-        return [x for x in printed if not x.startswith(b'{"frontier"')], printed[-1]
-
     truth = run("decode", str(feed))
     assert truth.returncode == 0, truth.stderr
-    assert history(truth.stdout)[1] == b'{"frontier":[]}' and history(truth.stdout)[0]
+    updates, last = decoded_history(truth.stdout)
+    assert last == b'{"frontier":[]}' and updates
     again = run("decode", str(path))
     assert again.returncode == 0, again.stderr
-    assert history(again.stdout) == history(truth.stdout)
+    assert decoded_history(again.stdout) == decoded_history(truth.stdout)
 
     bad = run("changes", *lake, "--since", "0", "--history", "--avro", str(path))
     assert bad.returncode == 2 and b"does not go with --avro" in bad.stderr
