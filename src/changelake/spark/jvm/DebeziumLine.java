@@ -21,15 +21,16 @@ import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF1;
 
 /**
- * One Debezium line read in one streaming pass, into the item columns `parse.parse_items`
- * gives it (`parse.JVM_LINE_TYPE`: kind, op, time, transaction, position, table, images),
- * for a line in the shape a connector writes on which `parse._classify` finds no problem;
- * null ("defer") for every other line, which the caller leaves to the Spark functions.
+ * One Debezium line read in one streaming pass, into the item columns of the Spark path's
+ * parse (`parse.JVM_LINE_TYPE`: kind, op, time, transaction, position, table, images), for a
+ * line in the shape a connector writes that `formats.debezium.DebeziumParser` accepts; null
+ * ("defer") for every other line, whose batch the caller hands to the Python path.
  *
- * The promise: for a line this returns a row for, `parse_items` without it gives exactly the
- * same row (`tests/test_spark_changefeed_jvm.py` compares the two on samples, generated
+ * The promise: for a line this returns a row for, `DebeziumParser` (the specification) gives
+ * the same item (`tests/test_spark_changefeed_jvm.py` compares the two on samples, generated
  * histories, each rule's edges and random mutations). It keeps that promise by deferring
- * rather than deciding wherever the Spark functions' reading is subtle:
+ * rather than deciding wherever a reading is subtle (the rules below were first written
+ * against Spark's JSON functions, which read these lines before):
  * <ul>
  * <li>a line that is not one JSON object opening at its first byte and alone on the line, or
  * that Jackson refuses, or with a duplicate key in any object (Spark and orjson each keep
@@ -42,7 +43,7 @@ import org.apache.spark.sql.api.java.UDF1;
  * a heartbeat, a source `snapshot` not among the flags Debezium writes, a `gtid` unlike a
  * GTID;</li>
  * <li>a truncate (op t) with a before or after image;</li>
- * <li>every line `_classify` sets a `problem` on (an unknown op, a logical message, YDB's Debezium
+ * <li>every line the parser refuses or the Spark path does not convert (an unknown op, a logical message, YDB's Debezium
  * JSON, a negative or missing position, a sequence not in Debezium's shape, a bad binlog
  * position or transaction id, a delete with an after image, a change without one, a
  * boundary with a bad status, id, count or collection entry), a change that also has a
@@ -52,10 +53,10 @@ import org.apache.spark.sql.api.java.UDF1;
  * An object or array read into a string field (the images, the envelope's `schema`) is
  * re-written as Jackson's `copyCurrentStructure` re-writes it (`UniqueKeys.copy`, which also
  * holds it to the duplicate rule), as Spark's JSON reader does, so the texts agree byte for
- * byte (floats through a double, white space dropped). The regular expressions are
- * `_classify`'s, used as Spark uses them (`find`), but for `_SEQUENCE`, which every
- * PostgreSQL change has and `sequence` matches by hand; the text searches for a key followed
- * by a string (`parse._key_then`) are made by `keyThenString`.
+ * byte (floats through a double, white space dropped). The regular expressions are used as
+ * Spark used them (`find`), but for the PostgreSQL `sequence`, which every change has and
+ * `sequence` matches by hand; the text searches for a key followed by a string are made by
+ * `keyThenString`.
  */
 public final class DebeziumLine implements UDF1<byte[], Row> {
     private static final long serialVersionUID = 1L;
@@ -78,7 +79,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     private static final Pattern TX_FILE = Pattern.compile("(?:^|,)file=[^,]*\\.([0-9]+)(?:,|\\z)");
     private static final Pattern TX_POS = Pattern.compile("(?:^|,)pos=([0-9]+)(?:,|\\z)");
 
-    /** Thrown where the line is left to the Spark functions. */
+    /** Thrown where the line is left to the Python path. */
     private static final class Defer extends Exception {
         private static final long serialVersionUID = 1L;
         Defer() { super(null, null, false, false); }
@@ -138,7 +139,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
 
     /**
      * The line's item values in `JVM_LINE_TYPE`'s order (the images as their UTF-8 bytes, at
-     * `IMAGES`), or null where it is left to the Spark functions.
+     * `IMAGES`), or null where it is left to the Python path.
      */
     static Object[] read(byte[] line, Shapes shapes) {
         if (line == null) return null;
@@ -255,7 +256,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
     /**
      * A body with none of op, before, after, status and source: a schema change (a `ddl` or
      * `tableChanges` key) or a heartbeat (only `ts_*` keys), which the parser skips; any other
-     * is no Debezium event, left to the Spark functions.
+     * is no Debezium event, left to the Python path.
      */
     private static Object[] skipped(Body b, String schema) throws Defer {
         boolean ddl = b.keys.contains("ddl") || b.keys.contains("tableChanges");
@@ -264,7 +265,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
                              null, null, null, false, null, null, null};
     }
 
-    /** `parse._classify` for a change line it finds no problem on. */
+    /** A change line, as `DebeziumParser` reads one it accepts. */
     private static Object[] change(Body b, String schema, Shapes shapes) throws Defer {
         Src s = b.src;
         if (s == null) throw DEFER;  // bad: no source block
@@ -313,7 +314,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
             boolean byTxId = tx != null && tx.startsWith("file=");
             pos = new Long[] {number, s.pos, s.row == null ? 0L : s.row};
             Long txTime = null;
-            if (byTxId) {  // checked for snapshot rows too, as `_classify` checks them
+            if (byTxId) {  // checked for snapshot rows too, as the parser checks them
                 Matcher file = TX_FILE.matcher(tx), at = TX_POS.matcher(tx);
                 if (!file.find() || !at.find() || file.group(1).length() > 18
                     || at.group(1).length() > 18) throw DEFER;  // bad: transaction id
@@ -329,7 +330,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
                              shapes.of(b.afterShape, b.beforeShape)};
     }
 
-    /** `parse._classify` for a BEGIN or END line it finds no problem on. */
+    /** A BEGIN or END line, as `DebeziumParser` reads one it accepts. */
     private static Object[] boundary(Body b, String schema) throws Defer {
         if (b.src != null) throw DEFER;  // a source on a boundary: rare
         if (b.collections != null) {
