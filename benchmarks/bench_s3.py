@@ -1,7 +1,7 @@
 """A lake on S3 against the same lake on a local directory (issue 66): ingest, snapshot, and
 the object-store requests per commit as a table grows.
 
-The S3 store is moto's server on loopback (`tests/s3_server.py`), every request it answers
+The S3 store is moto's server on loopback (`tests/support/s3_server.py`), every request it answers
 counted by kind (GET, HEAD, PUT, LIST, DELETE, COPY, POST) with the time the server took to
 answer it. Each lake is measured by a child process of its own (a session is on one lake's
 metastore), one after the other in the same run, on the same files and the same settings:
@@ -41,10 +41,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent))
+
+from tests.support.s3_server import RequestCounts  # noqa: E402
 
 from bench_ingest import write_feed  # noqa: E402
-from s3_server import RequestCounts  # noqa: E402
 
 KINDS = RequestCounts.KINDS
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,24 +19,11 @@ os.environ.setdefault("CHANGELAKE_TABLE_FORMAT", "hive")
 
 # Every random test is seeded and says its seed. Hypothesis: derandomized (its generator is
 # seeded from each test's name and source), so a run is repeatable; a failure prints the
-# falsifying example, seeds drawn for `random.Random` included. Plain `random`: `seeded`.
-settings.register_profile("changelake", derandomize=True, print_blob=True)
+# falsifying example, seeds drawn for `random.Random` included. Plain
+# `random`: `support.seeding.seeded`. No deadline: an example's time is the machine's load,
+# not a property of the code (no timing assertions in unit tests).
+settings.register_profile("changelake", derandomize=True, print_blob=True, deadline=None)
 settings.load_profile("changelake")
-
-
-def seeded(seed: int) -> random.Random:
-    """A `random.Random` on `seed`, printed (pytest shows it with a failure) to reproduce it."""
-    print(f"random seed: {seed}")
-    return random.Random(seed)
-
-
-def decoded_history(output: str | bytes) -> tuple[list, str | bytes]:
-    """What a `decode` printed: its update lines and its last line (the final frontier). The
-    frontiers it passes on the way depend on how the progress statements cut time and how the
-    partitions' records arrived; the updates and the last line do not."""
-    lines = output.splitlines()
-    frontier: str | bytes = b'{"frontier"' if isinstance(output, bytes) else '{"frontier"'
-    return [line for line in lines if not line.startswith(frontier)], lines[-1]
 
 
 def pytest_report_header() -> str:
@@ -235,12 +221,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.slow)
 
 
-# Every fixture lives in the repository: the format samples (public examples of Debezium and
-# YDB messages, each with its origin in `.source.txt`) and the seed documents the examples are
-# cut from. A clone with nothing beside it runs the whole suite.
-DATA = Path(__file__).resolve().parent / "data"
-SAMPLES = DATA / "samples"
-SEEDS = DATA / "seeds"
 
 
 @pytest.fixture(scope="session")
@@ -327,20 +307,6 @@ def no_public_views(spark) -> Iterator[None]:
     drop()
 
 
-def execute(dsn: str, *statements: str) -> None:
-    """Run `statements` on the database at `dsn`, each committed (set-up SQL of the tests)."""
-    import psycopg2
-
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cursor:
-            for statement in statements:
-                cursor.execute(statement)
-    finally:
-        conn.close()
-
-
 @pytest.fixture(scope="session")
 def broker_server() -> Iterator[object]:
     """One Apache Kafka broker (KRaft, one node) for the test run, on 127.0.0.1
@@ -349,7 +315,7 @@ def broker_server() -> Iterator[object]:
     user, `kafka_helpers.SASL_USER`, whose password is made for the run. Killed at the end of
     the run, or with the test process."""
     from changelake.kafka.broker import KafkaBroker
-    from kafka_helpers import SASL_PASSWORD, SASL_USER
+    from tests.support.kafka_helpers import SASL_PASSWORD, SASL_USER
 
     with KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, die_with_parent=True) as running:
         yield running

@@ -15,8 +15,8 @@ from changelake.durable import replaced_whole, sync_tree
 from changelake.formats.materialize import write_json_lines
 from changelake.local import decode_local
 from changelake.simulate import mangle, random_history, write
-from conftest import seeded
-from sync_order import SyncLog, needs_strace, strace_command, strace_events
+from tests.support.seeding import seeded
+from tests.support.sync_order import SyncLog, needs_strace, strace_command, strace_events
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
 

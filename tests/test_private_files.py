@@ -23,7 +23,7 @@ from changelake.private import (
     private_folder,
     sweep_logs,
 )
-from conftest import SAMPLES
+from tests.support.paths import SAMPLES
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives a folder to another account")

@@ -20,7 +20,7 @@ The times that a sequential reading derives from what came before are also deriv
 with windows over a batch (`changelake.spark.changefeed.python_path`): the parser's time of a
 transaction is a column expression here, beside the rule it restates
 (`spark_transaction_time`); `time_of` is `changelake.spark.changefeed.times.current_times`.
-`tests/test_convert_spark_rules.py` compares both with the Python on generated feeds.
+`tests/convert/test_convert_spark_rules.py` compares both with the Python on generated feeds.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Nothing here imports Spark: the Spark layer resolves progress statements on the driver with
 this same code, so the protocol's rules are stated once, here; the few that the Spark decoder
 evaluates over a whole log have Spark SQL twins beside them in `rules.py`, which
-`tests/test_protocol_rules.py` checks in pairs.
+`tests/protocol/test_protocol_rules.py` checks in pairs.
 """
 
 from changelake.protocol.antichain import Antichain, FrontierLike, as_frontier

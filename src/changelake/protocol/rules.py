@@ -5,8 +5,8 @@ The `Reader` applies these rules one delivery at a time, in its hot loop. The Sp
 expressions over the aggregate of every delivery of one `(data, time)`, or of one time. Each
 rule is written here twice, side by side: a pure-Python function (the statement of the rule)
 and its `*_sql` twin, the same rule as Spark SQL text over named columns.
-`tests/test_protocol_rules.py` checks every pair on generated input, and the Python functions
-against the Reader itself.
+`tests/protocol/test_protocol_rules.py` checks every pair on generated input, and the Python
+functions against the Reader itself.
 
 The twins are SQL text, not `pyspark.sql.Column` objects, because every Column operation is a
 round trip from the Python driver to the JVM (a few milliseconds each on a loaded machine):

@@ -4,7 +4,7 @@ Spark names a local file by a URI (`_metadata.file_path`, `DataFrame.inputFiles`
 read error): `file:`, perhaps `//`, then the path percent-encoded (`file:/a%20b`). A `+` stays
 as it is, as Hadoop writes it, so it must not be read the way a form decoder reads it (as a
 space): a `+` in a path once dropped every line of that file. `local_path` reads a URI on the
-driver; the executors compare URIs, not paths (`changefeed.read`). `tests/test_spark_uris.py`
+driver; the executors compare URIs, not paths (`changefeed.read`). `tests/spark/test_spark_uris.py`
 holds it to what Spark writes.
 """
 

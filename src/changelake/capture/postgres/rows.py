@@ -50,7 +50,7 @@ UPDATE that changes nothing but a zero's sign (`0` to `-0` or back, every other 
 same) makes a retraction and an insertion of one row, which consolidate to nothing: the
 capture's output keeps the zero it had. Telling them apart would need rows whose equality is
 not Python's (a float type of its own, through every writer and reader of rows), so it is a
-limit of this version, (`tests/test_capture_pg_lake.py` pins it).
+limit of this version, (`tests/capture/test_capture_pg_lake.py` pins it).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def _first_problem(frame: DataFrame) -> str | None:
 def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
     """What the later steps need to know of the batch, from the tasks' `parse.TASK_FACTS`
     rows: what aggregates over all of the parsed lines give (`flawed`, `changes`, the least
-    and greatest `table` and `schema` of a change, ...; `tests/test_spark_changefeed_jvm.py`
+    and greatest `table` and `schema` of a change, ...; `tests/spark/test_spark_changefeed_jvm.py`
     holds them to such aggregates), with `_deferred` (the lines Java left) and `shapes`."""
     def pick(choose: Callable[..., Any], name: str) -> Any:
         values = [t[name] for t in tasks if t[name] is not None]

@@ -5,7 +5,7 @@ The promise: for every line it reads, the row holds what `formats.debezium.Debez
 table, the images as JSON text); every other line it leaves (`_deferred`), and the caller
 hands the batch to the Python path (`dispatch.py`), which reads it with that parser. The
 reader is `spark/jvm/DebeziumLine.java` (what it reads and what it leaves are listed there);
-`tests/test_spark_changefeed_jvm.py` compares its rows with the parser's items on the format
+`tests/spark/test_spark_changefeed_jvm.py` compares its rows with the parser's items on the format
 samples, generated histories, each rule's edges and random mutations of connector lines.
 
 `java_items` runs it over each task's lines (`JVM_LINES_CLASS`, `DebeziumLines.java`), into
@@ -82,7 +82,7 @@ def java_items(lines: DataFrame, *, udf: bool = False, chunk_bits: int | None = 
 
     The rows come from Java's own pass over each task's lines (`JVM_LINES_CLASS`), in the
     layout of the UDF's plan (`_java_read`, `_java_columns`), whose schema it is given: the
-    two are compared in `tests/test_spark_changefeed_jvm.py`. `udf`: that plan instead.
+    two are compared in `tests/spark/test_spark_changefeed_jvm.py`. `udf`: that plan instead.
 
     With `chunk_bits` (`times.CHUNK_BITS`, not with `udf`), also `_chunk`: on the last line of
     each chunk of lines that has a change, the row `times.chunks_of` aggregates for the chunk

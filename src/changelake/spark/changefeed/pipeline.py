@@ -4,7 +4,7 @@ Python path on the same lines. `convert_frames` is what `lake.ingest.ingest` con
 The promise: the consolidated updates and the frontier `encode_changefeed` gives for the same
 lines (with the differences the two paths' modules list), or the first bad line named as the
 encoder names it. The Spark path is one module per format, each a sequence of steps that are
-modules of their own, every import pointing down (`tests/test_spark_changefeed_imports.py`):
+modules of their own, every import pointing down (`tests/spark/test_spark_changefeed_imports.py`):
 
 * `debezium_path.py` and `ydb_path.py`: a batch of one format, step by step;
 * `conversion.py`: the keyed conversion both end in, checked by the job that reads it;

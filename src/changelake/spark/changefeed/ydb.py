@@ -355,7 +355,7 @@ def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSp
     The layout is the typed parse's, whose plan is made (not run) for its schema, with the
     Uint64 key columns and the positions as the Java conversion reads them
     (`keyed.java_ready_schema`): made as longs here, they are never decimals on their way to
-    it. The two are compared in `tests/test_spark_changefeed_ydb.py`."""
+    it. The two are compared in `tests/spark/test_spark_changefeed_ydb.py`."""
     spark = lines.sparkSession
     if java_line_reader(spark, schema, columns, line_struct(schema, columns)) is None:
         return None

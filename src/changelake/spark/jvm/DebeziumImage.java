@@ -25,7 +25,7 @@ import org.apache.spark.sql.api.java.UDF2;
  * Recorder profile: benchmarks/README.md, "The floor of a keyed conversion").
  *
  * The promise: for an image this returns a row for, `from_json` gives exactly the same row
- * and refuses nothing (`tests/test_spark_changefeed_image.py` compares the two). It keeps it
+ * and refuses nothing (`tests/spark/test_spark_changefeed_image.py` compares the two). It keeps it
  * by reading only what both read the one way, and deferring the rest:
  * <ul>
  * <li>an image that is not one JSON object alone in its text, that Jackson refuses, or with a

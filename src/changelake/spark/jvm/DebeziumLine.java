@@ -27,7 +27,7 @@ import org.apache.spark.sql.api.java.UDF1;
  * ("defer") for every other line, whose batch the caller hands to the Python path.
  *
  * The promise: for a line this returns a row for, `DebeziumParser` (the specification) gives
- * the same item (`tests/test_spark_changefeed_jvm.py` compares the two on samples, generated
+ * the same item (`tests/spark/test_spark_changefeed_jvm.py` compares the two on samples, generated
  * histories, each rule's edges and random mutations). It keeps that promise by deferring
  * rather than deciding wherever a reading is subtle (the rules below were first written
  * against Spark's JSON functions, which read these lines before):
@@ -355,7 +355,7 @@ public final class DebeziumLine implements UDF1<byte[], Row> {
      * regular expression: matching it was a noticeable share of Java's reading of a
      * PostgreSQL feed, every change line has one (a profile: benchmarks/README.md, "A change's
      * `sequence` read by hand; fewer, larger files a commit"), and
-     * `tests/test_spark_changefeed_jvm.py` holds the two to the same answers.
+     * `tests/spark/test_spark_changefeed_jvm.py` holds the two to the same answers.
      */
     static Long[] sequence(String text) {
         int n = text.length();

@@ -22,7 +22,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * The promise: the rows are exactly those of the UDF's plan over the same lines, and the two
  * summaries (`_chunk`, `_facts`, see `read`) are exactly the aggregates they stand for
- * (`tests/test_spark_changefeed_jvm.py` compares each with its counterpart). Why it
+ * (`tests/spark/test_spark_changefeed_jvm.py` compares each with its counterpart). Why it
  * pays: the UDF path decodes each line's bytes to Spark's text, casts it to binary (a copy),
  * runs `is_valid_utf8` over every byte, and has each returned `Row` converted field by field
  * (the images, the largest fields, decoded from UTF-8 into Java strings and encoded again).

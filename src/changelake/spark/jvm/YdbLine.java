@@ -26,7 +26,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * batch's parse (benchmarks/README.md).
  *
  * The promise: for a line this returns a row for, the expression holds and `from_json` gives
- * the same row (`tests/test_spark_changefeed_ydb.py`,
+ * the same row (`tests/spark/test_spark_changefeed_ydb.py`,
  * `test_the_java_line_reader_reads_as_the_typed_parse`, compares them). It keeps it by reading
  * only what is plainly simple, and deferring the rest:
  * <ul>

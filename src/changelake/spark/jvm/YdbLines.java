@@ -32,7 +32,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * typed parse's, its Uint64 keys and positions made as `keyed.java_ready` makes them where the
  * schema asks so (`k<i>_long` and `k<i>_negative` for `k<i>`, `pos` of longs: the sign bit
  * flipped, `flip`), so that no decimal is read between the parse and the Java conversion
- * (`tests/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
+ * (`tests/spark/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
  * what `barriers.LineFacts.aggregates` and the flaw count give over the task's lines. It
  * keeps it by reading a line only where `YdbLine` reads it (so the typed parse's expression
  * holds and `from_json` gives `YdbLine`'s struct) and leaving every line the typed parse finds
@@ -40,7 +40,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * A line with a `flaw` (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's
  * barrier rule within each block as it reads (`Blocks`): `_below` is exactly the records the
  * scan (`BarrierScan`) finds below their block's earlier barriers, and the block's highest
- * barrier is reported (`tests/test_spark_changefeed_barriers.py`).
+ * barrier is reported (`tests/spark/test_spark_changefeed_barriers.py`).
  *
  * Why: in a profile of YDB ingests, `YdbLine` itself was a large share of the parse job's
  * executor samples; most of the rest was the typed parse's expressions over its struct

@@ -16,10 +16,10 @@ None = closed), and `rejected` lines with the reason. The changes feed `changela
 On this path the rules are the Python specification's own: the pure-Python pieces run inside
 Spark, and the few rules that must be column expressions are written beside the Python rule
 they restate, in `changelake.convert`, where a test compares the two on generated feeds
-(`tests/test_convert_spark_rules.py`). The Spark path states the rules again, in the
+(`tests/convert/test_convert_spark_rules.py`). The Spark path states the rules again, in the
 project's Java and column expressions; tests compare both paths with `encode_changefeed`
-(`tests/test_spark_changefeeds.py`) and the Java line readers with the parser
-(`tests/test_spark_changefeed_jvm.py`):
+(`tests/spark/test_spark_changefeeds.py`) and the Java line readers with the parser
+(`tests/spark/test_spark_changefeed_jvm.py`):
 
 1. *Parse* (`parse.py`, `mapInPandas`, fully parallel): each line through `DebeziumParser` /
    `YdbParser`, into one row per item. Images, keys and positions travel pickled, so

@@ -1,0 +1,1 @@
+"""The tests: a package mirroring `src/changelake/` (see `support/__init__.py`)."""

@@ -1,0 +1,272 @@
+"""The README's tour and the docs' command blocks run as written against `examples/`, and
+print what the pages show (the markers: `tests/support/doc_blocks.py`).
+
+The commands run in-process (click's runner) in one copy of `examples/`, on the test run's
+SparkSession: a lake command opens the lake on that session instead of starting a JVM of its
+own, so the whole set costs a few Spark jobs, not a process each. A page repeats a command
+another page ran at the same point of its own sequence (the tour's ingests are on three
+pages): its output is taken from that run, which is what a fresh copy would print. An ingest
+run again to show that it changes nothing, and the SQL endpoint's blocks, are each a Spark
+job or a server of their own: the slow tier checks them, running the README's tour as a user
+does, a process per command, then `changelake sql` and beeline on its queries
+(`test_the_readme_tour_in_processes`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from tests.support.doc_blocks import (
+    CODE,
+    EXAMPLES,
+    README,
+    ROOT,
+    RUN_KINDS,
+    Block,
+    all_blocks,
+    commands,
+    matches,
+    sql_statements,
+)
+
+#: Blocks marked `not run` (a broker, a cluster, a database, S3, a server that runs until
+#: stopped): at most this many, so that examples stay runnable.
+MAX_NOT_RUN = 12
+
+#: Commands that change a lake, and those that do not open one (the rest read it).
+MUTATING = {"ingest", "compact", "export", "capture"}
+NO_LAKE = {"encode", "decode"}
+
+DATABASE = "shop"  # the examples' tables: dropped from the test session before and after
+
+
+def marked(kind: str) -> list[Block]:
+    return [b for b in all_blocks() if b.mark == "run" and b.detail == kind]
+
+
+def test_every_code_block_is_run_or_says_why_not() -> None:
+    code = [b for b in all_blocks() if b.language in CODE]
+    setup = code[0]
+    assert setup.path == README and setup.line == 3, "the README opens with the set-up block"
+    unmarked = [b.where for b in code[1:] if b.mark is None]
+    assert not unmarked, f"mark these blocks <!-- run: KIND --> or <!-- not run: why -->: " \
+                         f"{unmarked}"
+    kinds = Counter(b.detail for b in code if b.mark == "run")
+    assert set(kinds) <= RUN_KINDS, kinds
+    assert kinds["python-api"] == 3 and kinds["kafka-python"] == 1, kinds
+    assert kinds["cli"] >= 10 and kinds["sql"] >= 1, kinds
+    not_run = [b for b in code if b.mark == "not run"]
+    assert all(b.detail for b in not_run), "a `not run` mark says why"
+    assert len(not_run) <= MAX_NOT_RUN, [b.where for b in not_run]
+    print(f"code blocks: {len(code)}; run: {dict(kinds)}; not run: {len(not_run)}")
+
+
+def test_a_block_that_shows_a_file_is_that_file() -> None:
+    import json
+
+    shown = [b for b in all_blocks() if b.mark == "file"]
+    assert shown
+    for block in shown:
+        assert json.loads(block.text) == json.loads((ROOT / block.detail).read_text()), \
+            block.where
+
+
+def test_command_lines_name_real_commands_and_options() -> None:
+    """Every changelake command line of the pages (the `cli` blocks' and those of the blocks
+    that do not run, `bash` ones) names a real command and its real options (no invented
+    option), checked without running anything."""
+    import click
+
+    from changelake.cli import main
+
+    lines: list[tuple[str, list[str]]] = []
+    for block in marked("cli"):
+        lines.extend((block.where, list(c.argv)) for c in commands(block))
+    for block in all_blocks():
+        if block.language == "bash" and block.mark is not None:
+            text = block.text.replace("\\\n", " ")
+            for line in text.splitlines():
+                line = line.split("#", 1)[0].strip().rstrip("&").strip()
+                if line.startswith(".venv/bin/changelake "):
+                    lines.append((block.where, shlex.split(line)[1:]))
+    assert len(lines) >= 30
+    for where, words in lines:
+        cmd: click.Command = main
+        while isinstance(cmd, click.Group):
+            name = words.pop(0)
+            assert name in cmd.commands, f"{where}: no command {name}"
+            cmd = cmd.commands[name]
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        given = {w.split("=", 1)[0] for w in words if w.startswith("-") and w != "-"}
+        assert given <= known, f"{where}: {sorted(given - known)} not options of {cmd.name}"
+
+
+def changed(result: Result) -> bool:
+    """Whether a lake command changed the lake (an ingest of nothing new did not)."""
+    return ": nothing new" not in result.output
+
+
+def _drop_database(spark) -> None:
+    if spark.catalog.databaseExists(DATABASE):
+        for table in spark.catalog.listTables(DATABASE):
+            kind = "VIEW" if table.tableType == "VIEW" else "TABLE"
+            spark.sql(f"DROP {kind} IF EXISTS `{DATABASE}`.`{table.name}`")
+        spark.sql(f"DROP DATABASE IF EXISTS `{DATABASE}` CASCADE")
+
+
+class Sandbox:
+    """One copy of `examples/` where the pages' commands run in order. `history` is the lake
+    commands run in it so far that changed it. A page's lake command runs here if the page
+    ran the same lake commands before it; one that another page already ran at the same point
+    of its sequence gives that run's output (as a fresh copy would print it)."""
+
+    def __init__(self, root: Path, spark, monkeypatch: pytest.MonkeyPatch) -> None:
+        from changelake.cli import ingest as cli_ingest
+        from changelake.cli import maintain as cli_maintain
+        from changelake.cli import read as cli_read
+        from changelake.lake.catalog import Lake
+
+        self.root = root
+        shutil.copytree(EXAMPLES, root / "examples")
+        self.history: tuple[tuple[str, ...], ...] = ()
+        self.seen: dict[tuple, Result] = {}
+
+        def shared_lake(lake_dir, metastore_uri, master, conf, table_format=None):
+            return Lake(spark, lake_dir, storage=table_format)
+
+        for module in (cli_ingest, cli_read, cli_maintain):
+            monkeypatch.setattr(module, "open_lake", shared_lake)
+        monkeypatch.setattr(type(spark), "stop", lambda self: None)  # the commands' last step
+        monkeypatch.chdir(root)
+        self.env = {"CHANGELAKE_JVM_LOG": str(root / "jvm.log")}
+
+    def run(self, page_history: tuple, argv: tuple[str, ...], where: str) -> Result:
+        from changelake.cli import main
+
+        key = (page_history, argv)
+        if argv[0] not in NO_LAKE and key in self.seen:
+            return self.seen[key]
+        lake = argv[argv.index("--lake") + 1] if "--lake" in argv else None
+        assert argv[0] in NO_LAKE or not (self.root / str(lake)).exists() \
+            or page_history == self.history, (
+            f"{where}: {' '.join(argv)} runs on a lake made by {page_history}, but the "
+            f"sandbox's lake was made by {self.history}: give the page the same commands as "
+            "the tour, or teach this test a second sandbox")
+        started = time.monotonic()
+        result = CliRunner(env=self.env).invoke(main, list(argv), catch_exceptions=False)
+        print(f"{time.monotonic() - started:6.2f} s  {where}  {' '.join(argv)}")
+        if argv[0] not in NO_LAKE:
+            self.seen[key] = result
+            if argv[0] in MUTATING and changed(result):
+                self.history = (*self.history, argv)
+        return result
+
+
+@pytest.mark.spark
+def test_the_pages_commands_print_what_the_pages_show(spark, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _drop_database(spark)
+    try:
+        sandbox = Sandbox(tmp_path, spark, monkeypatch)
+        histories: dict[Path, tuple] = {}
+        ran = skipped = 0
+        for block in marked("cli"):
+            for command in commands(block):
+                page = histories.get(block.path, ())
+                if command.argv in page and any("nothing new" in line
+                                                for line in command.expected):
+                    # the same ingest again, shown to change nothing: a Spark job of its own,
+                    # so the slow tier's run of the README's tour checks it
+                    skipped += 1
+                    continue
+                result = sandbox.run(page, command.argv, block.where)
+                if command.argv[0] in MUTATING and changed(result):
+                    histories[block.path] = (*page, command.argv)
+                shown = result.output
+                if command.stdout_to is not None:  # the lines shown are then its stderr
+                    (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
+                    shown = result.stderr
+                # an example of an error shows its error line: exit status 2
+                failing = any(line.startswith("changelake: error:") for line in command.expected)
+                assert result.exit_code == (2 if failing else 0), (
+                    f"{block.where}: {' '.join(command.argv)}: exit {result.exit_code}\n"
+                    f"{result.output}")
+                if command.expected:
+                    assert matches(command.expected, shown), (
+                        f"{block.where}: {' '.join(command.argv)} printed\n{shown}\n"
+                        "but the page shows\n" + "\n".join(command.expected))
+                ran += 1
+        assert ran >= 15 and skipped <= 3, (ran, skipped)
+    finally:
+        _drop_database(spark)
+
+
+# ------------------------------------------------------------------------- the slow tier
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow  # a process per command, the SQL endpoint and beeline: minutes
+def test_the_readme_tour_in_processes(tmp_path: Path) -> None:
+    """The README's tour as a user types it: each command a process of its own on the lake's
+    embedded metastore (Delta tables, the product's default), then `changelake sql` and
+    beeline on the tour's SQL."""
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    venv = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "CHANGELAKE_TABLE_FORMAT"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    for block in [b for b in marked("cli") if b.path == README]:
+        for command in commands(block):
+            out = subprocess.run([str(venv / "changelake"), *command.argv], cwd=tmp_path,
+                                 capture_output=True, env=env, timeout=900)
+            assert out.returncode == 0, out.stderr.decode()[-3000:]
+            if command.stdout_to is not None:
+                (tmp_path / command.stdout_to).write_bytes(out.stdout)
+                shown = out.stderr.decode()
+            else:
+                shown = out.stdout.decode() + out.stderr.decode()
+            if command.expected:
+                assert matches(command.expected, shown), (command.argv, shown)
+    (block,) = [b for b in marked("sql") if b.path == README]
+    assert all(sql_statements(b) == sql_statements(block) for b in marked("sql")), \
+        "every sql block runs the README's queries (this test runs those)"
+    port = _free_port()
+    server = subprocess.Popen([str(venv / "changelake"), "sql", "--lake", "lake", "--port",
+                               str(port)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        line = server.stdout.readline().decode()  # printed once it accepts connections
+        assert f"jdbc:hive2://127.0.0.1:{port}/default" in line, server.stderr.read()[-3000:]
+        jars = Path(__import__("pyspark").__file__).parent / "jars"
+        beeline = subprocess.run(
+            ["java", "-cp", f"{jars}/*", "org.apache.hive.beeline.BeeLine", "-u",
+             f"jdbc:hive2://127.0.0.1:{port}/default", "--outputformat=csv2", "-e",
+             "; ".join(sql_statements(block))],
+            cwd=tmp_path, capture_output=True, timeout=600)
+        assert beeline.returncode == 0, beeline.stderr.decode()[-3000:]
+        text = beeline.stdout.decode()
+        assert "alice" in text and "erin" in text  # erin: deleted at 1400, there AS OF 1250
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+    assert server.returncode == 0

@@ -1,0 +1,140 @@
+"""`current` of Delta tables caught up in a thread of its own (`lake/current_follower.py`):
+commits return at the commit point, `current` never runs ahead of it, and after the block every
+table's `current` holds its last commit, equal to the truth computed in Python."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from changelake.lake import Lake, delta_storage
+from changelake.lake.current_follower import following
+from changelake.lake.delta_storage import current_path
+from changelake.spark import delta_txn
+from tests.support.lake_history import (
+    SCHEMA,
+    increments,
+    keyed_history,
+    messages,
+    rows_of,
+    state_at,
+    to_df,
+)
+
+pytestmark = pytest.mark.spark
+
+
+def unique(name: str) -> str:
+    """A table name no other test's lake registered in the session's metastore."""
+    return f"cf_{uuid.uuid4().hex[:10]}.{name}"
+
+
+@contextlib.contextmanager
+def calls_in_threads(name: str) -> Iterator[list[str]]:
+    """The names of the threads that call `delta_storage.<name>` in the block."""
+    threads: list[str] = []
+    real = getattr(delta_storage, name)
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, name, spy)
+        yield threads
+
+
+def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, tmp_path):
+    lake = Lake(spark, tmp_path / "lake")
+    rng = random.Random(5)
+    times = 6
+    history = keyed_history(rng, times, 12, 4)
+    msgs = messages(history, finish_every=2, rng=rng, last_time=times - 1)
+    seen: list[tuple[int, int | None]] = []  # (committed version, current's version) each commit
+    with calls_in_threads("catch_up") as applied_in, following(lake):
+        table = lake.create_table(unique("keyed"), SCHEMA, key=["id"], storage="delta")
+        for inc in increments(msgs, rng):
+            table.commit(to_df(spark, inc.updates), inc.lower, inc.upper)
+            state = table.state()
+            seen.append((state.version, delta_storage.transaction_version(
+                spark, current_path(table.directory))))
+            # `latest` is the committed version whether `current` has it yet or not.
+            assert rows_of(table.latest()) == state_at(history, state.upper - 1,
+                                                       keyed=True)
+    assert set(applied_in) == {"changelake-current"}  # never in the writer's thread
+    assert all(held is None or held <= version for version, held in seen)
+    assert any(held is None or held < version for version, held in seen)  # it did trail
+    last = table.state()
+    assert delta_storage.transaction_version(spark, current_path(table.directory)) == \
+        last.version
+    assert rows_of(table.current()) == state_at(history, times - 1, keyed=True)
+
+
+def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, tmp_path, monkeypatch):
+    lake = Lake(spark, tmp_path / "lake")
+    name = unique("fails")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+
+    def broken(*_args, **_kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(delta_storage, "catch_up", broken)
+    history = keyed_history(random.Random(2), 2, 5, 3)
+    with pytest.raises(OSError, match="disk full"), following(lake) as follower:
+        table = lake.table(name)
+        table.commit(to_df(spark, [u for u in history if u[1] == 0]), [0], [1])
+        follower.flush()
+    assert table.state().version == 1  # the commit itself stands; `current` trails it
+
+
+def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
+    lake = Lake(spark, tmp_path / "lake")
+    with pytest.raises(KeyError, match="mine"), following(lake):
+        raise KeyError("mine")
+    assert lake.current_follower is None
+
+
+
+@pytest.mark.parametrize("follow", [True, False])
+def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, tmp_path, follow,
+                                                                  monkeypatch):
+    monkeypatch.setattr(delta_txn, "CHECKPOINT_EVERY", 3)  # Delta's is 10: fewer commits
+    lake = Lake(spark, tmp_path / "lake")
+    with calls_in_threads("checkpoint_updates") as threads, \
+            following(lake) if follow else contextlib.nullcontext():
+        table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
+        for t in range(5):
+            table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
+            if follow:
+                lake.current_follower.flush()
+    log = delta_storage.updates_path(table.directory) / "_delta_log"
+    last = json.loads((log / "_last_checkpoint").read_text())
+    assert last["version"] >= 3
+    # Delta's own interval is out of reach: only the calls above wrote it.
+    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == \
+        [f"{last['version']:020d}.checkpoint.parquet"]
+    assert set(threads) == {"changelake-current" if follow else "MainThread"}
+    assert rows_of(table.current()) == state_at(
+        [((t, f"n{t}", t), t, 1) for t in range(5)], 4, keyed=True)
+
+
+def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, tmp_path):
+    lake = Lake(spark, tmp_path / "lake")
+    name = unique("killed")
+    rows = [((t, f"n{t}", t), t, 1) for t in range(3)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, "catch_up", lambda *_a, **_k: None)  # died before it
+        with following(lake):
+            table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+            for t in range(3):
+                table.commit(to_df(spark, [rows[t]]), [t], [t + 1])
+    restarted = Lake(spark, tmp_path / "lake").table(name)  # a new run, no follower yet
+    assert rows_of(restarted.current()) == Counter()  # `current` never got them
+    assert rows_of(restarted.latest()) == state_at(rows, 2, keyed=True)
