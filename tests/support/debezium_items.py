@@ -187,4 +187,5 @@ def aggregated_facts(items: Any) -> dict[str, Any]:
                  F.when(change & (F.col("after_raw").isNotNull()
                                   | F.col("before_raw").isNotNull()),
                         F.struct("file_index", "block", "row"))).alias("first"),
-        F.count_if(F.col("_deferred")).alias("_deferred")).first().asDict()
+        F.count_if(F.col("_deferred")).alias("_deferred"),
+        F.count(F.when(change & (F.col("op") == "t"), 1)).alias("truncates")).first().asDict()

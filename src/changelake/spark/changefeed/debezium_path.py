@@ -98,7 +98,8 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
 
     first = min((t for t in tasks if t["first_row"] is not None), default=None,
                 key=lambda t: (t["first_file_index"], t["first_block"], t["first_row"]))
-    counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred")
+    counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred",
+              "truncates")
     total = {n: sum(t[n] for t in tasks) for n in counts}
     return {
         "flawed": total["flawed"], "changes": total["changes"],
@@ -109,7 +110,7 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
         "first": None if first is None else Row(after_raw=first["first_after"],
                                                  before_raw=first["first_before"],
                                                  schema=first["first_schema"]),
-        "_deferred": total["_deferred"],
+        "_deferred": total["_deferred"], "truncates": total["truncates"],
         "shapes": sorted({s for t in tasks for s in t["shapes"]})}
 
 
@@ -215,6 +216,7 @@ class Timed:
     frontier: int | None  # None: closed
     marks: DataFrame  # see `Converted.marks`
     size: int  # the changes parsed: the most `changes` can hold, before keys move
+    truncates: int = 0  # the truncates parsed, `changes` holds at most as many
 
 
 def debezium_timed(spark: SparkSession, lines: Lines, *,
@@ -257,7 +259,7 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
         timed = timed.where(F.col("time") >= since)
-    return Timed(timed, columns, frontier, marks, int(facts["changes"]))
+    return Timed(timed, columns, frontier, marks, int(facts["changes"]), int(facts["truncates"]))
 
 
 def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
@@ -272,7 +274,7 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     if not batch.size:
         return Converted(_no_updates(spark, table_schema), batch.frontier, "jvm",
                          marks=batch.marks)
-    truncates = _truncates(batch.changes)
+    truncates = _truncates(batch.changes) if batch.truncates else []  # no job without one
     changes = batch.changes.where(F.col("op") != "t") if truncates else batch.changes
     if not keys:
         if truncates and state is None and since is not None:

@@ -55,7 +55,8 @@ CHUNK = T.StructType([T.StructField("file_index", T.IntegerType()),
 #: as its place and its three fields), the lines Java left and the shapes.
 TASK_FACTS = T.StructType([
     *(T.StructField(n, T.LongType()) for n in ("flawed", "changes", "untimed", "by_tx",
-                                               "metadata", "schemaless", "_deferred")),
+                                               "metadata", "schemaless", "_deferred",
+                                               "truncates")),
     *(T.StructField(n, T.StringType()) for n in ("table", "other_table", "schema",
                                                  "other_schema")),
     T.StructField("high", T.LongType()), T.StructField("first_file_index", T.IntegerType()),

@@ -90,10 +90,11 @@ public final class DebeziumLines {
      * `pipeline._facts` over one task's rows, as they are made: counts, least and greatest
      * texts (compared as Spark compares them, by their UTF-8 bytes), the greatest parser
      * time, the first change with an image (by place) and its images and schema; and the
-     * lines left (`_deferred`) and the shapes. Its row is `parse.TASK_FACTS`.
+     * lines left (`_deferred`), the truncates among the changes, and the shapes. Its row is
+     * `parse.TASK_FACTS`.
      */
     private static final class Facts {
-        long flawed, changes, untimed, byTx, metadata, schemaless, deferred;
+        long flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates;
         UTF8String table, otherTable, schema, otherSchema;
         Long high;
         Object[] first;  // file_index, block, row, after_raw, before_raw, schema
@@ -108,6 +109,7 @@ public final class DebeziumLines {
             if (out[SHAPE] != null) shapes.add((UTF8String) out[SHAPE]);
             if (!change) return;
             changes++;
+            if (TRUNCATE.equals(out[OP])) truncates++;
             // The changes' schemas only: a transaction topic's BEGIN/END and a heartbeat carry
             // schemas of their own (real Debezium with schemas.enable).
             schema = least(schema, schemaText);
@@ -145,14 +147,14 @@ public final class DebeziumLines {
         InternalRow summary() {
             Object[] f = first == null ? new Object[6] : first;
             return new GenericInternalRow(new Object[] {
-                flawed, changes, untimed, byTx, metadata, schemaless, deferred, table,
+                flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates, table,
                 otherTable, schema, otherSchema, high, f[0], f[1], f[2], f[3], f[4], f[5],
                 new GenericArrayData(shapes.toArray())});
         }
     }
 
     private static final UTF8String BEGIN = UTF8String.fromString("BEGIN"),
-        END = UTF8String.fromString("END");
+        END = UTF8String.fromString("END"), TRUNCATE = UTF8String.fromString("t");
 
     /** One chunk's `chunks_of` row, as its changes are read. */
     private static final class Chunk {
