@@ -31,3 +31,15 @@ def test_the_kafka_example_runs_as_written(tmp_path: Path) -> None:
         {"data": {"id": 5, "price": 12}, "time": 5, "diff": -1},
     ]
     assert lines[-1] == {"frontier": []}
+
+
+def test_the_broker_example_runs_as_written(tmp_path: Path) -> None:
+    """The guide's `KafkaBroker` example (`<!-- run: broker-python -->`) starts a broker with a
+    SASL listener, makes a compacted topic, kills the broker and starts it again, as written;
+    what it prints is the two addresses it serves on."""
+    (block,) = re.findall(r"<!-- run: broker-python -->\n```python\n(.*?)```",
+                          PAGE.read_text(), re.S)
+    done = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.fullmatch(r"127\.0\.0\.1:\d+ 127\.0\.0\.1:\d+\n", done.stdout), done.stdout

@@ -11,8 +11,12 @@ fence, which the tests read and a reader does not see:
   shows a `changelake: error:` line to fail with exit status 2.
 * `<!-- run: sql -->`: the SQL endpoint's example: the slow tier starts `changelake sql` on
   the tour's lake and runs its queries with beeline (each such block has the README's queries).
-* `<!-- run: python-api -->`, `<!-- run: kafka-python -->`: Python examples that
-  `tests/docs/test_readme_api.py` and `tests/docs/test_kafka_readme.py` run in fresh processes.
+* `<!-- run: kafka-cli -->`: `cli` blocks whose commands read topics of a broker the page
+  calls `broker:9092`: `test_the_kafka_blocks_run_on_a_broker` runs them on the test run's
+  Apache Kafka broker, its topics holding the feed of `examples/orders.jsonl`.
+* `<!-- run: python-api -->`, `<!-- run: kafka-python -->`, `<!-- run: broker-python -->`:
+  Python examples that `tests/docs/test_readme_api.py` and `tests/docs/test_kafka_readme.py`
+  run in fresh processes.
 * `<!-- file: PATH -->`: a JSON block that shows a file of the repository: it must be that
   file's content.
 * `<!-- not run: REASON -->`: a block that needs what a test run does not have (a broker, a
@@ -36,7 +40,7 @@ EXAMPLES = ROOT / "examples"
 
 #: Languages whose blocks are commands or code: each must be marked.
 CODE = {"bash", "console", "python", "sh", "shell"}
-RUN_KINDS = {"cli", "sql", "python-api", "kafka-python"}
+RUN_KINDS = {"cli", "kafka-cli", "sql", "python-api", "kafka-python", "broker-python"}
 PROMPT = "$ .venv/bin/changelake "
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")

@@ -69,6 +69,16 @@ def produce_raw(cluster: Cluster, topic: str, records: Sequence[tuple[int, bytes
     assert producer.flush(30) == 0
 
 
+def produce_keyed(cluster: Cluster, topic: str, records: Sequence[tuple[bytes, bytes]]
+                  ) -> None:
+    """Records (key, value) in order, to the partition the producer's partitioner picks by key
+    (as a Debezium connector writes a table topic)."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for key, value in records:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
 def raw_records(cluster: Cluster, topic: str, partitions: int, *,
                 isolation: str = "read_committed"
                 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
