@@ -324,7 +324,8 @@ def test_the_kafka_blocks_run_on_a_broker(spark, broker, tmp_path: Path,
                     (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
                     shown = result.stderr
                 assert result.exit_code == 0, f"{block.where}: exit {result.exit_code}\n{shown}"
-                assert not command.expected or matches(command.expected, shown.replace(broker.bootstrap, PAGE_BROKER)), (
+                shown = shown.replace(broker.bootstrap, PAGE_BROKER)
+                assert not command.expected or matches(command.expected, shown), (
                     f"{block.where}: {' '.join(command.argv)} printed\n{shown}\n"
                     "but the page shows\n" + "\n".join(command.expected))
                 ran += 1
