@@ -2,7 +2,8 @@
 `test_spark_cluster.standalone`) with the lake only on moto's S3 server: `ingest --from
 debezium` of files, `ingest --kafka` of a Debezium topic (librdkafka's mock cluster),
 `compact` and `snapshot`, run with `--master spark://...`, give the tables local mode gives
-(the topic's table made in local mode too; the files' rows are `test_lake_s3.EXPECTED`'s).
+(the topic's table made in local mode too; the files' rows are `test_lake_s3.EXPECTED`'s);
+`capture postgres --lake` from the embedded PostgreSQL gives the database's rows.
 
 The workers share no directory with the driver, and their environment has no AWS setting:
 the store's endpoint and key pair reach the executors the way a user gives them to the
@@ -87,3 +88,45 @@ def test_lake_commands_on_a_standalone_cluster_with_the_lake_on_s3(
     assert not any(SECRET_KEY.encode() in p.read_bytes() for p in logs)
     assert not any(SECRET_KEY.encode() in p.read_bytes()
                    for p in work_dirs[0].parent.glob("*.log"))
+
+
+@pytest.mark.timeout(2400)
+def test_capture_postgres_on_a_standalone_cluster_with_the_lake_on_s3(
+        s3: S3Server, spark_cluster: tuple[str, list[Path]], pg_dsn: str,
+        tmp_path: Path) -> None:
+    """`capture postgres --lake s3a://... --master spark://...`: the snapshot, then a resumed
+    capture of updates, deletes and a multi-statement transaction, committed by the
+    cluster's executors into the lake on S3; each time the table equals the database."""
+    from tests.lake.test_lake_s3_commands import database_rows, lake_rows
+    from tests.support.postgres import execute
+
+    url, work_dirs = spark_cluster
+    execute(pg_dsn,
+            "CREATE SCHEMA shop",
+            "CREATE TABLE shop.orders (id int PRIMARY KEY, item text NOT NULL, qty int)",
+            "INSERT INTO shop.orders SELECT g, 'item ' || g, g FROM generate_series(1, 40) g",
+            "CREATE PUBLICATION orders FOR TABLE shop.orders")
+    env = environment(s3, tmp_path)
+    env.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    lake = s3.lake("captured-on-cluster")
+    capture = ["capture", "postgres", "--lake", lake, "--master", url, "--conf",
+               "spark.executor.memory=768m", "--conf", "spark.executor.cores=1", "--dsn",
+               pg_dsn, "--publication", "orders", "--slot", "cluster_orders", "--until-idle",
+               "3"]
+    before = {app for work in work_dirs for app in work.iterdir()}
+    ok(run(*capture, "--create-slot", env=env))  # the snapshot, then idle
+    assert lake_rows(lake, env) == database_rows(pg_dsn)
+    # the capture's application ran tasks on the workers
+    apps = [app for work in work_dirs for app in work.iterdir() if app not in before]
+    assert any(b"Finished task" in p.read_bytes() for app in apps for p in app.rglob("stderr")
+               ), apps
+    execute(pg_dsn,
+            "UPDATE shop.orders SET qty = qty * 10 WHERE id % 3 = 0",
+            "DELETE FROM shop.orders WHERE id % 7 = 0",
+            "INSERT INTO shop.orders VALUES (41, 'late', NULL)",
+            "BEGIN; UPDATE shop.orders SET item = 'moved' WHERE id = 1; "
+            "DELETE FROM shop.orders WHERE id = 2; COMMIT")
+    ok(run(*capture, env=env))  # resumes from the slot's confirmed position
+    assert lake_rows(lake, env) == database_rows(pg_dsn)
+    logs = [p for work in work_dirs for p in work.rglob("*") if p.is_file()]
+    assert not any(SECRET_KEY.encode() in p.read_bytes() for p in logs)
