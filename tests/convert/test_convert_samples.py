@@ -170,11 +170,20 @@ def test_mysql_positions() -> None:
     assert change.snapshot is False  # 0.10's boolean snapshot
 
 
-def test_unknown_column_in_schemaless_debezium_is_schema_drift() -> None:
+def test_a_column_schemaless_debezium_adds_mid_feed_grows_the_columns() -> None:
+    """Line 3 adds `middle_name` (an ALTER TABLE ... ADD COLUMN while streaming): the columns
+    grow (issue 69); only a table schema that does not list it refuses it (schema drift)."""
+    path = SAMPLES / "dbz-test-serde-without-schema.jsonl"
+    final = collect(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False)).updates
+    # One position for all three lines: a tie the row without `middle_name` wins.
+    assert [list(thaw(data)) for data, _, _ in final] == [
+        ["id", "first_name", "last_name", "email", "middle_name"]]
+    table = {"columns": [{"name": c} for c in ("id", "first_name", "last_name", "email")],
+             "primary_key": ["id"]}
     with pytest.raises(ChangefeedError, match=r"line 3: columns \['middle_name'\]"):
-        list(encode_changefeed([SAMPLES / "dbz-test-serde-without-schema.jsonl"],
-                               source="debezium", keys=["id"], table_schema=None, close=True,
-                               lenient=False))
+        list(encode_changefeed([path], source="debezium", keys=["id"], table_schema=table,
+                               close=True, lenient=False))
 
 
 def test_ydb_values_nan_inf_and_big_uint64() -> None:

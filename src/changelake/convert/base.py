@@ -70,6 +70,9 @@ class WindowedConverter:
 
     def __init__(self, columns: Sequence[str] | None = None) -> None:
         self.columns: tuple[str, ...] | None = tuple(columns) if columns is not None else None
+        #: Columns given (a table schema's, or a batch's decided up front): an image column
+        #: beyond them is schema drift. Not given: they grow with the images (`_check_columns`).
+        self.fixed_columns = columns is not None
         self.stats = Stats()
         self._frontier = 0
         self._max_time = 0
@@ -117,7 +120,13 @@ class WindowedConverter:
     # ---------------------------------------------------------------------------- columns
 
     def _check_columns(self, change: Change) -> None:
-        """Fix the column list from the first image seen; later images must fit it."""
+        """The columns are those of the images in arrival order: the first image's, then each
+        column a later image adds (a source's `ALTER TABLE ... ADD COLUMN` while it streams)
+        appended where it first appears. A row frozen before a column appeared lacks it: it
+        reads null there (`freeze` fills a missing field with None, and a lake table reads an
+        added column null in earlier rows). A column a later image lacks (`DROP COLUMN`) stays,
+        null in the rows after. Given columns (a table schema's) are fixed: an image column
+        beyond them is schema drift, refused at its line."""
         for image in (change.after, change.before):
             if image is None:
                 continue
@@ -125,10 +134,12 @@ class WindowedConverter:
                 self.columns = tuple(image)
                 continue
             extra = [c for c in image if c not in self.columns]
-            if extra:
+            if extra and self.fixed_columns:
                 raise ChangefeedError(
                     f"columns {extra} are not among the table's columns {list(self.columns)} "
                     "(schema drift: give a table schema that lists them)", change.origin)
+            if extra:
+                self.columns = (*self.columns, *extra)
 
     def freeze_row(self, row: dict[str, Any], columns: Sequence[str]) -> Any:
         if any(row.get(c) is UNCHANGED for c in columns):

@@ -141,9 +141,71 @@ def _column_names(first: Any, schema: TableSchema | None) -> list[str]:
     if schema is not None:
         return list(schema.names)
     image = first["after_raw"] if first["after_raw"] is not None else first["before_raw"]
-    raw = list(orjson.loads(image))
-    fields = image_fields(first["schema"]) or {}
+    return _image_names(orjson.loads(image), image_fields(first["schema"]) or {})
+
+
+def _image_names(raw: Any, fields: dict[str, Any]) -> list[str]:
+    """An image's columns in the order `DebeziumParser._image` gives them: the line's schema
+    order first, then any field it does not list."""
     return [*(n for n in fields if n in raw), *(n for n in raw if n not in fields)]
+
+
+#: The most distinct (schema, image names) pairs a batch whose columns change may have; more
+#: goes to the Python path.
+MAX_SHAPES = 10_000
+
+
+def _union_names(changes: DataFrame) -> list[str]:
+    """Every image's columns in line order, each where it first appears (the columns
+    `WindowedConverter._check_columns` grows to: a column a source's `ALTER TABLE ... ADD
+    COLUMN` added mid-batch comes after the others; one it dropped stays). Read only when an
+    image has a column the first image lacks: one aggregate over the checkpoint, a row per
+    distinct (schema, names) pair of the batch to the driver."""
+    sides = [changes.where(F.col(raw).isNotNull()).select(
+        F.struct("file_index", "block", "row", F.lit(side).alias("side")).alias("place"),
+        "schema", F.expr(f"json_object_keys({raw})").alias("names"))
+        for side, raw in enumerate(("after_raw", "before_raw"))]
+    rows = guard(lambda: sides[0].unionByName(sides[1]).groupBy("schema", "names")
+                 .agg(F.min("place").alias("place")).limit(MAX_SHAPES + 1).collect())
+    if len(rows) > MAX_SHAPES:
+        raise Unsupported(f"unsupported: more than {MAX_SHAPES} image shapes in one batch")
+    names: list[str] = []
+    for row in sorted(rows, key=lambda r: tuple(r["place"])):
+        for n in _image_names(row["names"], image_fields(row["schema"]) or {}):
+            if n not in names:
+                names.append(n)
+    return names
+
+
+def _merged_connect(changes: DataFrame, facts: Any) -> dict[str, Any] | None:
+    """The batch's Connect field schemas by column. Where the lines' schemas differ (a source's
+    `ALTER TABLE` while it streams), each column's field must be one in every schema that has
+    it, or integral ones a lake widens (int8 .. int64 without a logical name: the widest);
+    anything else goes to the Python path, which reads each line by its own schema."""
+    if facts["schema"] == facts["other_schema"] or \
+            image_fields(facts["schema"]) == image_fields(facts["other_schema"]):
+        return image_fields(facts["schema"])
+    texts = guard(lambda: changes.select("schema").distinct().limit(MAX_SHAPES + 1).collect())
+    if len(texts) > MAX_SHAPES or any(t["schema"] is None for t in texts):
+        raise Unsupported("Debezium schemas that differ between lines")
+    merged: dict[str, Any] = {}
+    for text in texts:
+        for name, f in (image_fields(text["schema"]) or {}).items():
+            if name not in merged or merged[name] == f:
+                merged[name] = f
+                continue
+            old, new = merged[name], f
+            if not (_plain_integral(old) and _plain_integral(new)):
+                raise Unsupported(f"Debezium schemas that differ between lines on column {name}")
+            merged[name] = max(old, new, key=lambda g: _INTEGRAL.index(g["type"]))
+    return merged
+
+
+_INTEGRAL = ("int8", "int16", "int32", "int64")
+
+
+def _plain_integral(field: Any) -> bool:
+    return field.get("type") in _INTEGRAL and not field.get("name")
 
 
 def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
@@ -159,10 +221,7 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
         raise Unsupported("no row images in the batch")
     if len({n.lower() for n in names}) != len(names):  # Spark finds fields in any case
         raise Unsupported("column names that differ only in case")
-    if facts["schema"] != facts["other_schema"] and \
-            image_fields(facts["schema"]) != image_fields(facts["other_schema"]):
-        raise Unsupported("Debezium schemas that differ between lines")
-    connect = image_fields(facts["schema"])
+    connect = _merged_connect(changes, facts)
     inferred = inferred_from_shapes(facts["shapes"]) if "shapes" in facts else None
     if inferred is None:
         images = changes.select(F.col("after_raw").alias("value")).where("value IS NOT NULL") \
@@ -171,7 +230,11 @@ def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableS
         inferred = {f.name: f.dataType.simpleString() for f in
                     guard(lambda: infer_images(spark, images)).fields}
     drift = [n for n in inferred if n not in names]
-    if drift:
+    if drift and schema is None and facts["first"] is not None:
+        names = _union_names(changes)  # the columns grew mid-batch: an ALTER TABLE
+        if len({n.lower() for n in names}) != len(names):
+            raise Unsupported("column names that differ only in case")
+    elif drift:
         raise Unsupported(f"bad: columns {drift} beyond the table's (schema drift)")
     stated = {f.name: f.dataType.simpleString() for f in state.schema.fields} \
         if state is not None else {}

@@ -105,13 +105,19 @@ class Seen:
     first: tuple[str, int, tuple[str, ...]] | None = None
     kinds: dict[str, set[str]] = field(default_factory=dict)
     firsts: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # by (file, line)
+    #: Where each column first appears: (file, line, image (after 0, before 1), index).
+    places: dict[str, tuple[str, int, int, int]] = field(default_factory=dict)
 
     def observe(self, change: Change, file: str, line: int) -> None:
-        for image in (change.after, change.before):
+        for side, image in enumerate((change.after, change.before)):
             if image is None:
                 continue
             if self.first is None or (file, line) < self.first[:2]:
                 self.first = (file, line, tuple(image))
+            for index, name in enumerate(image):
+                place = (file, line, side, index)
+                if name not in self.places or place < self.places[name]:
+                    self.places[name] = place
             for name, value in image.items():
                 if value is not None and not isinstance(value, _Unchanged):
                     kind = infer_kind(value)
@@ -127,6 +133,14 @@ class Seen:
         for name, first in other.firsts.items():
             if name not in self.firsts or first < self.firsts[name]:
                 self.firsts[name] = first
+        for name, place in other.places.items():
+            if name not in self.places or place < self.places[name]:
+                self.places[name] = place
+
+    def names(self) -> list[str]:
+        """Every image's columns in (file, line) order, each where it first appears: the
+        columns `WindowedConverter._check_columns` grows to over the same lines."""
+        return sorted(self.places, key=self.places.__getitem__)
 
     def kind(self, name: str) -> str | None:
         """The Spark type of a column (None: no value seen): the one numeric type that holds
@@ -177,9 +191,11 @@ def _one_spelling(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def batch_columns(schema: TableSchema | None, parsed: DataFrame,
              state: DataFrame | None = None) -> list[tuple[str, str]]:
-    """Column names and Spark types. The names are the table schema's, else those of the first
-    image in (file, line) order, as the sequential encoder fixes them (a column beyond them is
-    schema drift, an error at its line), else the state's. The types are the table schema's,
+    """Column names and Spark types. The names are the table schema's (a column beyond them is
+    schema drift, an error at its line), else those of every image in (file, line) order, each
+    where it first appears, as the sequential encoder grows them (a column a source's `ALTER
+    TABLE ... ADD COLUMN` added mid-batch comes after the others; one it dropped stays, null in
+    later rows), else the state's. The types are the table schema's,
     else the state's (the table's, so that one batch's types cannot drift from the table's),
     else the one kind that holds every value of the batch (`Seen.kind`)."""
     seen = Seen()
@@ -190,7 +206,7 @@ def batch_columns(schema: TableSchema | None, parsed: DataFrame,
     if schema is not None:
         names = list(schema.names)
     elif seen.first is not None:
-        names = list(seen.first[2])
+        names = seen.names()
     else:
         names = list(stated)
     typed = {c.name: c.type for c in schema.columns} if schema is not None else {}
