@@ -107,6 +107,10 @@ SLOW_TESTS = {
     # reading of what real Debezium writes is test_debezium_real_samples.py's, in the default run
     "test_debezium_pipeline.py::"
     "test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database",
+    # ALTER TABLE under real Debezium (minutes): test_debezium_alter.py's generated feeds on
+    # both paths and into the lake in the default run
+    "test_debezium_alter_pipeline.py::"
+    "test_real_debezium_alter_table_add_and_drop_column_into_the_lake",
     # the archive a command maps: test_the_setups_archive_is_mapped_by_a_commands_jvm
     "test_class_archive.py::"
     "test_a_failing_training_run_leaves_the_archive_there_was_and_nothing_else",
