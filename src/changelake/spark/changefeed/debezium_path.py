@@ -33,8 +33,9 @@ than 1000 truncates, a truncate without keys over a table (`since`) whose rows a
 Kafka record dumps, Debezium key records, changes without a position (incremental snapshots),
 two writes of one key with different rows at the greatest position it has reached (told apart
 by a 64-bit hash of the row: `keyed.java_convert`), null keys, nested Connect types and logical
-types other than Decimal and the temporal ones (`temporal.py`), a Debezium schema that differs
-between lines, and the lenient mode (`strict=False`).
+types other than Decimal and the temporal ones (`temporal.py`), Debezium schemas that
+differ between lines other than by columns added or dropped or a widening (`_merged_connect`),
+and the lenient mode (`strict=False`).
 
 Where a covered batch may still differ from `encode_changefeed` (each shared with the Python
 path unless said): a snapshot row read after a transaction that metadata finished is placed at
@@ -180,7 +181,8 @@ def _union_names(changes: DataFrame) -> list[str]:
 def _merged_connect(changes: DataFrame, facts: Any) -> dict[str, Any] | None:
     """The batch's Connect field schemas by column. Where the lines' schemas differ (a source's
     `ALTER TABLE` while it streams), each column's field must be one in every schema that has
-    it, or integral ones a lake widens (int8 .. int64 without a logical name: the widest);
+    it, or ones a lake widens (int8 .. int64, float32 and float64, without a logical name: the
+    widest);
     anything else goes to the Python path, which reads each line by its own schema."""
     if facts["schema"] == facts["other_schema"] or \
             image_fields(facts["schema"]) == image_fields(facts["other_schema"]):
@@ -191,26 +193,46 @@ def _merged_connect(changes: DataFrame, facts: Any) -> dict[str, Any] | None:
     merged: dict[str, Any] = {}
     for text in texts:
         for name, f in (image_fields(text["schema"]) or {}).items():
-            if name not in merged or merged[name] == f:
+            if name not in merged or _read_alike(merged[name], f):
                 merged[name] = f
                 continue
-            old, new = merged[name], f
-            if not (_plain_integral(old) and _plain_integral(new)):
+            wider = _wider(merged[name], f)
+            if wider is None:
                 raise Unsupported(f"Debezium schemas that differ between lines on column {name}")
-            merged[name] = max(old, new, key=lambda g: _INTEGRAL.index(g["type"]))
+            merged[name] = wider
     return merged
 
 
-_INTEGRAL = ("int8", "int16", "int32", "int64")
+#: What of a Connect field says nothing of how its values are read (`connect_decoder`).
+_NOT_READ = ("optional", "default", "doc")
 
 
-def _plain_integral(field: Any) -> bool:
-    return field.get("type") in _INTEGRAL and not field.get("name")
+def _read_alike(old: Any, new: Any) -> bool:
+    def read(f: Any) -> Any:
+        return {k: v for k, v in f.items() if k not in _NOT_READ}
+    return bool(read(old) == read(new))
+
+
+#: Connect types a lake widens, each family narrowest first.
+_WIDENING = (("int8", "int16", "int32", "int64"), ("float32", "float64"))
+
+
+def _wider(old: Any, new: Any) -> Any:
+    """The wider of two plain (no logical name) Connect fields of one family, else None."""
+    if old.get("name") or new.get("name"):
+        return None
+    for family in _WIDENING:
+        if old.get("type") in family and new.get("type") in family:
+            return max(old, new, key=lambda g: family.index(g["type"]))
+    return None
 
 
 def _columns(spark: SparkSession, changes: DataFrame, facts: Any, schema: TableSchema | None,
              state: DataFrame | None) -> list[ColumnSpec]:
-    """Names and types (see `types.py`); drift (an image column beyond them) is a bad line."""
+    """Names and types (see `types.py`). The names are the table schema's, where drift (an
+    image column beyond them) is a bad line; else the first image's, grown by any column a
+    later image adds (`_union_names`: a source's `ALTER TABLE` while it streams), as the
+    specification grows them (`WindowedConverter._check_columns`)."""
     if facts["first"] is not None:
         names = _column_names(facts["first"], schema)
     elif schema is not None:  # changes, none with an image: truncates

@@ -17,10 +17,11 @@ the code has them:
   read, a truncate, a logical message, a Kafka record dump, a key record, a change without a
   position, a bad line, ...); changes of two tables;
 * Debezium columns (`debezium_path._columns`, `types.py`): no row image; column names that
-  differ only in case; Debezium schemas that differ between lines; an image column beyond the
-  table's (schema drift); a column type, Connect type, logical type or decimal scale it does
-  not convert; a column decoded two ways, a type decoded from text, or decoded on some lines
-  only; key columns that no image has;
+  differ only in case; Debezium schemas that differ between lines other than by columns
+  added or dropped or a widening (an `ALTER TABLE` while streaming: `_merged_connect`); an
+  image column beyond the table schema's (schema drift); a column type, Connect type,
+  logical type or decimal scale it does not convert; a column decoded two ways, a type
+  decoded from text, or decoded on some lines only; key columns that no image has;
 * YDB (`ydb.py`, `ydb_path.py`): key columns other than the table's primary key; column
   names that differ only in case; a YDB type or a column name it does not convert; a problem
   the parse sets on a line; records without `ts` beside records with `ts` or barriers; a
