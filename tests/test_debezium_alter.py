@@ -18,7 +18,7 @@ from changelake.spark.changefeed.pipeline import convert_frames
 
 pytestmark = pytest.mark.spark
 
-_TYPES = {"id": "int32", "s": "string", "n": "int32", "d": "string", "w": "int64"}
+_TYPES = {"id": "int32", "s": "string", "n": "int32", "f": "float32"}
 
 
 def _struct(columns: list[str], types: dict[str, str], field: str) -> dict[str, Any]:
@@ -232,3 +232,24 @@ def test_kafka_ingest_follows_the_alter_then_refuses_a_kind_change(spark: Any,
         got, want = ({tuple(r) for r in lake.table(t).as_of(170).collect()}
                      for t in (name, ref))
         assert got == want
+
+
+def test_a_float_widened_and_a_column_made_not_null_stay_on_the_spark_path(
+        spark: Any, tmp_path: Path) -> None:
+    """`ALTER COLUMN f TYPE double precision` (float32 to float64) and `SET NOT NULL` on `s`
+    (its field's `optional` changes) mid-batch: read alike, so the Spark path converts the
+    batch, to the specification's updates."""
+    a = ["id", "s", "f"]
+    narrow, wide = {"f": "float32"}, {"f": "float64"}
+    lines = [_line(a, "c", 110, None, _row(a, id=1, s="x", f=0.5), narrow),
+             _line(a, "c", 120, None, _row(a, id=2, s="y", f=1.5), narrow)]
+    late = orjson.loads(_line(a, "u", 130, _row(a, id=1, s="x", f=0.5),
+                              _row(a, id=1, s="x", f=2.25), wide))
+    for image in late["schema"]["fields"][:2]:
+        image["fields"][1]["optional"] = False
+    path = _write(tmp_path / "feed.jsonl", [*lines, orjson.dumps(late)])
+    messages = list(encode_changefeed([path], source="debezium", keys=["id"],
+                                      table_schema=None, close=True, lenient=False))
+    got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
+    assert got.path == "jvm", got.reason
+    assert spark_updates(got.changes) == python_updates(messages)
