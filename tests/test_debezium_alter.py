@@ -253,3 +253,44 @@ def test_a_float_widened_and_a_column_made_not_null_stay_on_the_spark_path(
     got = convert_frames(spark, [path], "debezium", ["id"], None, close=True)
     assert got.path == "jvm", got.reason
     assert spark_updates(got.changes) == python_updates(messages)
+
+
+def test_cli_ingest_takes_the_alter_and_refuses_a_kind_change_in_one_line(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`changelake ingest --from debezium` (in process, on the test's session): the feed with
+    ADD and DROP COLUMN is ingested; a later file whose `n` is text (`ALTER COLUMN n TYPE
+    text`) exits 2 with one line naming its file, line and the rule; nothing committed."""
+    from click.testing import CliRunner
+
+    from changelake.cli import ingest as cli_ingest
+    from changelake.cli import main
+    from changelake.lake import Lake
+
+    def shared_lake(lake_dir: Any, metastore_uri: Any, master: Any, conf: Any,
+                    table_format: Any = None) -> Lake:
+        return Lake(spark, lake_dir, storage=table_format)
+
+    monkeypatch.setattr(cli_ingest, "open_lake", shared_lake)
+    monkeypatch.setattr(type(spark), "stop", lambda self: None)
+    lake_dir = tmp_path / "lake"
+    name = "alter_cli.t"
+
+    def ingest(path: Path) -> Any:
+        return CliRunner().invoke(main, ["ingest", "--lake", str(lake_dir), "--table", name,
+                                         "--key", "id", "--from", "debezium", str(path)],
+                                  catch_exceptions=False)
+
+    done = ingest(_write(tmp_path / "feed.jsonl", alter_feed()))
+    assert done.exit_code == 0, done.output
+    rows = {tuple(r) for r in spark.table(name).collect()}
+    assert rows == {(1, None, 8), (2, "y", 7), (3, "z", None), (4, None, 9)}
+    b = ["id", "n"]
+    bad = _write(tmp_path / "bad.jsonl", [
+        *alter_feed(), _line(b, "c", 190, None, _row(b, id=5, n="seven"), {"n": "string"}),
+        _line(b, "c", 200, None, _row(b, id=6, n="six"), {"n": "string"})])
+    refused = ingest(bad)
+    assert refused.exit_code == 2, refused.output
+    err = refused.output.strip()
+    assert "\n" not in err and "bad.jsonl, line 9: column n of the after image is 'seven', " \
+        "not a bigint" in err, err
+    assert {tuple(r) for r in spark.table(name).collect()} == rows
