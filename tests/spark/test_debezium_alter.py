@@ -11,10 +11,10 @@ from typing import Any
 import orjson
 import pytest
 
-from changefeed_cases import python_updates, spark_updates
 from changelake.convert import encode_changefeed
 from changelake.errors import ChangefeedError
 from changelake.spark.changefeed.pipeline import convert_frames
+from tests.support.changefeed_cases import python_updates, spark_updates
 
 pytestmark = pytest.mark.spark
 
@@ -195,8 +195,8 @@ def test_kafka_ingest_follows_the_alter_then_refuses_a_kind_change(spark: Any,
     from changelake.kafka import MockCluster
     from changelake.lake import Lake, ingest
     from changelake.lake.kafka_changefeed import ingest_changefeed_topics
-    from kafka_helpers import new_topic
-    from test_kafka_changefeed import producer
+    from tests.kafka.test_kafka_changefeed import producer
+    from tests.support.kafka_helpers import new_topic
 
     lake = Lake(spark, tmp_path / "lake")
     lines = alter_feed()

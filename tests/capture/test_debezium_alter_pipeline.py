@@ -25,11 +25,11 @@ import psycopg2
 import pytest
 
 from changelake.capture.debezium import DebeziumConfig, DebeziumRunner
-from debezium_real import execute, wait_for_records
+from tests.support.debezium_real import execute, wait_for_records
 
 pytestmark = pytest.mark.spark
 
-WORKER = Path(__file__).resolve().parent / "debezium_lake_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "support" / "debezium_lake_worker.py"
 
 
 def _ingest(tmp_path: Path, broker: Any, prefix: str) -> tuple[list[tuple[Any, ...]], Any]:
