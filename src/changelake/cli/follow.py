@@ -138,8 +138,10 @@ def follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
     assert kafka is not None
 
     def progress(number: int, read: Any) -> None:
+        steps = ", ".join(f"{name} {seconds:.2f}" for name, seconds in read.steps.items())
         click.echo(f"changelake: round {number}: {report.topics_line(read)}; "
-                   f"{report.ingest_line(read.ingest)}", err=True)
+                   f"{report.ingest_line(read.ingest)}"
+                   + (f"; seconds: {steps}" if steps else ""), err=True)
         report_topic_set_aside(read, dead_letter_topic)
 
     check_topics(kafka, topics, dead_letter_topic)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,29 @@ from changelake.lake.table import DEFAULT_BUCKETS
 
 RoundProgress = Callable[[int, KafkaIngestReport], None]
 """progress(round number, the round's ingest report), after each round."""
+
+ROUND_STEPS = {"reading topics": "plan", "converting": "read", "committing": "convert",
+               "done": "commit"}
+"""A round's steps, by the `ingest_changefeed_topics` progress step that ends each: `plan`
+(the writer lock, the committed offsets and the partitions' ends), `read` (the records read
+and counted on the executors), `convert` (the conversion and the resume points), `commit`
+(the table's commit). A round's report carries their seconds (`KafkaIngestReport.steps`),
+those it reached: one with nothing new ends after `read`."""
+
+
+class _StepTimer:
+    """A `ProgressFn` keeping the seconds from a round's start to each step of it."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, description: str, _done: int, _total: int) -> None:
+        now = time.monotonic()
+        name = ROUND_STEPS.get(description)
+        if name is not None:
+            self.seconds[name] = round(now - self.last, 3)
+            self.last = now
 
 
 def follow_changefeed_topics(
@@ -67,10 +91,13 @@ def follow_changefeed_topics(
     while not control.stopping.is_set():
         started = time.monotonic()
         before = handle.load()
+        timer = _StepTimer()
         report = ingest_changefeed_topics(lake, handle.ident, bootstrap, topics, source=source,
                                           key=key, table_schema=table_schema, group=group,
                                           buckets=buckets, scd2=scd2, config=config,
-                                          lenient=lenient, dead_letter_topic=dead_letter_topic)
+                                          lenient=lenient, dead_letter_topic=dead_letter_topic,
+                                          progress=timer)
+        report = replace(report, steps=timer.seconds)
         rounds += 1
         after = handle.load()
         if after is not None and (before is None or after.version != before.version):
@@ -85,4 +112,4 @@ def follow_changefeed_topics(
     return FollowReport(handle.name, rounds, committed, "")  # no checkpoint: see above
 
 
-__all__ = ["RoundProgress", "follow_changefeed_topics"]
+__all__ = ["ROUND_STEPS", "RoundProgress", "follow_changefeed_topics"]

@@ -143,7 +143,7 @@ def ingest_changefeed_topics(
     for column in key:
         check_name(column, f"table {handle.name}: key column")
     step = progress or (lambda _d, _i, _n: None)
-    step("waiting for the table's writer lock", 0, 3)
+    step("waiting for the table's writer lock", 0, 4)
     with handle.writer() as writer, ExitStack() as cleanup:
         key = writer.changefeed_key(key, table_json)
         run = TopicsRun.begin(writer, cleanup, handle.name, bootstrap, names, format=source,
@@ -151,12 +151,13 @@ def ingest_changefeed_topics(
         state, committed, recorded, plans = run.state, run.committed, run.recorded, run.plans
         if committed is None:  # closed: no record can add anything
             return run.unchanged()
-        step("reading topics", 1, 3)
+        step("reading topics", 1, 4)
         dead_letters = make_dead_letter_topic(bootstrap, dead_letter_topic, config)
         partitions = [(topic, r.partition) for topic, ranges in plans for r in ranges]
         lines = translate_errors(_read, lake.spark, bootstrap, plans, partitions, config,
                                  reader)
         records = translate_errors(lines.raw.count)
+        step("converting", 2, 4)
         aside_count, aside = 0, []
         if lenient and records:
             lines, aside_count, aside = _set_aside(lines, source, table_json, key,
@@ -191,11 +192,11 @@ def ingest_changefeed_topics(
         reads = _partition_reads(plans, recorded, facts)
         offsets = replace(_offsets(bootstrap, recorded, reads), format=source)
         dead_lettered = send_dead_letters(bootstrap, dead_letters, aside, config)
-        step("committing", 2, 3)
+        step("committing", 3, 4)
         report = run.commit(writer, decoded, reads, offsets, records, key=key, buckets=buckets,
                             scd2=scd2, set_aside=aside, set_aside_count=aside_count,
                             dead_lettered=dead_lettered)
-    step("done", 3, 3)
+    step("done", 4, 4)
     return report
 
 

@@ -110,7 +110,8 @@ class KafkaIngestReport:
     """What `ingest --kafka` did: the ingest's report, each partition's read, the records
     read (`records`), and the offsets the commit recorded (None: nothing was committed).
     Lenient: how many records were set aside (`set_aside_count`), the first
-    `SET_ASIDE_SAMPLE` of them (`set_aside`), and how many went to the dead-letter topic."""
+    `SET_ASIDE_SAMPLE` of them (`set_aside`), and how many went to the dead-letter topic.
+    `steps`: where the run's time went, when timed."""
 
     ingest: IngestReport
     partitions: list[PartitionRead] = field(default_factory=list)
@@ -119,6 +120,9 @@ class KafkaIngestReport:
     set_aside: list[SetAside] = field(default_factory=list)
     set_aside_count: int = 0
     dead_lettered: int = 0
+    steps: dict[str, float] = field(default_factory=dict)
+    """Seconds each step of the run took, by name (`ingest --follow`'s rounds of a
+    changefeed fill it: `follow_changefeed.ROUND_STEPS`); empty where not timed."""
 
 
 def _needed(frontier: int) -> str:
