@@ -5,7 +5,7 @@ until SIGTERM / SIGINT (or --until-idle) and stops once the batch in flight has 
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +106,9 @@ def follow_files_or_topics(lake_dir: Path, metastore_uri: str | None, master: st
                                         max_files_per_trigger=max_files_per_trigger)
             address, kind = str(follow_dir.resolve()), None
         control = FollowControl()
-        cleanup.enter_context(_stopped_by_signals(control))
+        arm = cleanup.enter_context(_stopped_by_signals(control))
         lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
+        arm()  # over Spark's own SIGINT handler
         try:
             click.echo(f"changelake: following {address} into {ident}", err=True)
             result = follow(lake, ident, messages, address,
@@ -146,8 +147,9 @@ def follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
 
     check_topics(kafka, topics, dead_letter_topic)
     control = FollowControl()
-    with _stopped_by_signals(control):
+    with _stopped_by_signals(control) as arm:
         lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
+        arm()  # over Spark's own SIGINT handler
         try:
             click.echo(f"changelake: following {','.join(topics)} at {kafka} into {ident}",
                        err=True)
@@ -163,13 +165,23 @@ def follow_changefeed(lake_dir: Path, metastore_uri: str | None, master: str,
 
 
 @contextmanager
-def _stopped_by_signals(control: Any) -> Iterator[None]:
+def _stopped_by_signals(control: Any) -> Iterator[Callable[[], None]]:
     """SIGTERM and SIGINT ask `control` (a `FollowControl`) to stop, the batch or round in
-    flight committing first; the previous handlers come back at the end."""
-    previous = {sig: signal.signal(sig, lambda _s, _f: control.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    flight committing first; the previous handlers come back at the end. Yields `arm`, which
+    sets the handlers again: call it once the lake is open, since starting a SparkContext
+    sets its own SIGINT handler (cancel every job, raise KeyboardInterrupt), which would end
+    a Ctrl-C'd follow mid-round with exit 1 instead of after the round's commit."""
+    def stop(_signal: int, _frame: Any) -> None:
+        control.stop()
+
+    def arm() -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, stop)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    arm()
     try:
-        yield
+        yield arm
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
