@@ -127,9 +127,10 @@ def poll(lake: str, delta: bool, every: float, out: str, stop) -> None:
 @dataclass
 class Load:
     """The writers' transactions: per transaction, the wall time its commit returned, its LSN
-    bound (see the module docstring) and whether it is measured (due after the warm-up)."""
+    bound (see the module docstring), whether it is measured (due after the warm-up) and the id
+    of its row (the i-th due, in the order the commits returned)."""
 
-    rows: list[tuple[float, str, bool]] = field(default_factory=list)
+    rows: list[tuple[float, str, bool, int]] = field(default_factory=list)
     seconds: float = 0.0  # the measured part's wall time, its first due to its last commit
 
 
@@ -159,7 +160,7 @@ def write(dsn: str, rate: float, warmup: float, seconds: float, connections: int
                     time.sleep(due - now)
                 cursor.execute(INSERT, (i, i * 7, f"row {i}"))
                 lsn = cursor.fetchone()[0]
-                load.rows.append((time.time(), lsn, due >= measured_at))  # one atomic append
+                load.rows.append((time.time(), lsn, due >= measured_at, i))  # atomic
         except BaseException as error:
             failed.append(error)
             stopped.set()
@@ -313,7 +314,7 @@ def summarize(fmt: str, load: Load, polled: dict, lake: Path, log: Path) -> Resu
         return times[at] - committed
 
     delays, current_delays, measured = [], [], []
-    for committed, text, counted in load.rows:
+    for committed, text, counted, _id in load.rows:
         if counted:
             lsn = parse_lsn(text)
             measured.append(lsn)
