@@ -111,6 +111,11 @@ SLOW_TESTS = {
     # both paths and into the lake in the default run
     "test_debezium_alter_pipeline.py::"
     "test_real_debezium_alter_table_add_and_drop_column_into_the_lake",
+    # the freshness benchmark's core at 20 tx/s (real Debezium, a broker, `ingest --follow`
+    # as a process stopped by SIGINT; minutes): the same reading of real Debezium's records is
+    # test_debezium_real_samples.py's, the SIGINT stop test_follow_signals.py's
+    "test_debezium_freshness.py::"
+    "test_debezium_pipeline_at_a_tiny_rate_lands_the_database_in_the_lake",
     # the archive a command maps: test_the_setups_archive_is_mapped_by_a_commands_jvm
     "test_class_archive.py::"
     "test_a_failing_training_run_leaves_the_archive_there_was_and_nothing_else",
