@@ -44,7 +44,7 @@ round's commit step goes on to bring `current` up to the commit point).
         [--format delta|hive] [--conf KEY=VALUE] [--keep DIR]
 
 The machine is shared: give `uptime` with the figures. Smoke check: `--rate 20 --seconds 5`
-(about a minute and a half; `tests/test_debezium_freshness.py` runs it).
+(about a minute and a half; `tests/capture/test_debezium_freshness.py` runs it).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+from tests.support.paths import ROOT
+
+BENCHMARKS = ROOT / "benchmarks"
 
 pytestmark = pytest.mark.spark
 
