@@ -28,12 +28,13 @@ How it gets onto the JVM: the sources are the Maven module `jvm/spark-rules` (it
 tests of their rules). `scripts/install.sh` builds it (`python -m changelake.spark.jvm`, which
 runs `mvn -q -B package`) into this package, `changelake-spark-rules.jar`, package data that a
 wheel ships; its manifest records the digest of the sources and the PySpark version it was
-built from (`_digest`). `build_session` asks `jar()` for the jar and puts it on `spark.jars`
-before the JVM starts. `jar()` takes the packaged jar where its digest is the sources' (read
-from the manifest: no subprocess), else one built by Maven for these sources in a folder of
-this Python environment (`sys.prefix`, so `.venv` in a checkout; else this user's private
-temporary folder: `_folder`), named by the digest: a
-checkout whose Java changed since the install builds it again, once, without the tests. The
+built from, and in a checkout of the module's `pom.xml` and JUnit sources (`_digest`).
+`build_session` asks `jar()` for the jar and puts it on `spark.jars` before the JVM starts.
+`jar()` takes the packaged jar where its digest is the sources' (read from the manifest: no
+subprocess; `is_current`), else one built by Maven for these sources in a folder of this
+Python environment (`sys.prefix`, so `.venv` in a checkout; else this user's private
+temporary folder: `_folder`), named by the digest: a checkout whose Java, pom or JUnit tests
+changed since the install builds it again, once, without the tests. The
 jar is required on Spark: where it must be built and no Maven, no JDK 17+ (a JRE has no
 `javac`) or no module (`jvm/spark-rules/pom.xml`, in a checkout only) is found, or Maven fails,
 `jar()` raises a `ChangelakeError` saying so; and `register` and `java_class` raise one naming
@@ -79,14 +80,43 @@ BUILT_NAME = "changelake-spark-rules.jar"
 """The jar's name in Maven's build folder (the pom's `finalName`)."""
 
 
-def _digest() -> str:
-    """The sources' and PySpark's version's digest: a jar built from others is stale."""
+def _module_files(module: Path) -> list[Path]:
+    """What else the jar is built from, in `module`: its `pom.xml` (the dependencies'
+    versions, the compiler's options) and its JUnit tests' sources (a jar the install built
+    passed them)."""
+    tests = module / "src" / "test"
+    return [module / "pom.xml", *sorted(tests.rglob("*.java"))]
+
+
+def _digest(module: Path | None = None) -> str:
+    """The digest of what the jar is built from: a jar built from others is stale. The
+    sources' and PySpark's version's (16 hex digits), then, in a checkout (where `module`,
+    `MODULE` by default, has its `pom.xml`), `-` and the module's (`_module_files`, each
+    named by its path in the module). An installed package has no module, and cannot build
+    one: there the sources' digest is compared with the first part of the jar's
+    (`is_current`)."""
     import pyspark
 
+    module = MODULE if module is None else module
     h = hashlib.sha256(pyspark.__version__.encode())
     for source in SOURCES:
         h.update(source.read_bytes())
-    return h.hexdigest()[:16]
+    digest = h.hexdigest()[:16]
+    if not (module / "pom.xml").is_file():
+        return digest
+    m = hashlib.sha256()
+    for path in _module_files(module):
+        m.update(path.relative_to(module).as_posix().encode() + b"\0")
+        m.update(hashlib.sha256(path.read_bytes()).digest())
+    return f"{digest}-{m.hexdigest()[:16]}"
+
+
+def is_current(recorded: str | None, digest: str) -> bool:
+    """Whether a jar that records `recorded` (`recorded_digest`) is of what `_digest` gives
+    (`digest`): the same, or, without the module (no `-` in `digest`), the same sources."""
+    if recorded is None:
+        return False
+    return recorded == digest or ("-" not in digest and recorded.split("-")[0] == digest)
 
 
 def recorded_digest(path: Path) -> str | None:
@@ -134,7 +164,7 @@ def jar() -> Path:
     a `ChangelakeError` in one line where it cannot be built. Safe for processes starting at
     once: each builds in a folder of its own and renames the jar into place."""
     digest = _digest()
-    if recorded_digest(PACKAGED) == digest:
+    if is_current(recorded_digest(PACKAGED), digest):
         return PACKAGED
     target = _folder() / f"changelake-spark-rules-{digest}.jar"
     if target.exists():
@@ -204,7 +234,8 @@ def _state(path: Path) -> str:
     recorded = recorded_digest(path)
     if recorded is None:
         return "missing" if not path.exists() else "without a recorded digest"
-    return f"of other sources or another PySpark (digest {recorded}, not {_digest()})"
+    return (f"of other sources, another pom.xml or JUnit tests, or another PySpark (digest "
+            f"{recorded}, not {_digest()})")
 
 
 def _javac() -> str | None:

@@ -9,13 +9,13 @@ import sys
 import time
 
 from changelake.errors import ChangelakeError
-from changelake.spark.jvm import PACKAGED, _digest, build, recorded_digest
+from changelake.spark.jvm import PACKAGED, _digest, build, is_current, recorded_digest
 
 
 def main() -> int:
     """Build the packaged jar if it is missing or stale; the exit status."""
     digest = _digest()
-    if recorded_digest(PACKAGED) == digest:
+    if is_current(recorded_digest(PACKAGED), digest):
         print(f"changelake setup: {PACKAGED.name} is of these sources already ({digest})")
         return 0
     started = time.monotonic()
