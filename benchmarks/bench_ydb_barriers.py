@@ -109,8 +109,8 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         schema = TableSchema.from_json(YDB_TABLE)
         columns = ydb.ydb_columns(schema, ["id"])
-        items = stored(ydb.ydb_items(read_lines(spark, [str(p) for p in feed]).frame, schema,
-                                     columns))
+        items = stored(ydb.java_items(read_lines(spark, [str(p) for p in feed]).bounded,
+                                      schema, columns).drop("_below", "_deferred", "_facts"))
         print(f"{lines:,} YDB lines in 2 partitions, parsed and checkpointed; "
               f"master {args.master}")
         for n in range(1, args.rounds + 1):

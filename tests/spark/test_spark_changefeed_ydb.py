@@ -401,168 +401,21 @@ ACCEPTED = [
 ]
 
 
-def test_every_line_the_parser_refuses_has_a_problem(spark: Any, tmp_path: Path) -> None:
-    """The parse step against `YdbParser`: a line it refuses sets `problem`, so the batch goes
-    to the Python path; the lines it accepts do not. Both parses are exercised (see
-    `test_which_lines_take_the_typed_parse`)."""
-    from changelake.errors import Location
-    from changelake.formats.tableschema import TableSchema
-    from changelake.formats.ydb import YdbParser
-    from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
-
-    schema = TableSchema.from_json(LINE_TABLE)
-    parser = YdbParser(schema)
-    for line in REFUSED:
-        with pytest.raises(ChangefeedError):
-            parser.parse_line(line, Location("x", 1))
-    for line in ACCEPTED:
-        parser.parse_line(line, Location("x", 1))
-    path = tmp_path / "lines.jsonl"
-    path.write_bytes(b"\n".join(REFUSED + ACCEPTED) + b"\n")
-    items = ydb_items(read_lines(spark, [str(path)]).frame, schema, ydb_columns(schema, ["k"]),
-                      careful=True)
-    got = sorted((r["row"], r["problem"]) for r in items.select("row", "problem").collect())
-    refused = len(REFUSED)
-    assert [p is not None for _, p in got] == [True] * refused + [False] * len(ACCEPTED), \
-        [(n, p) for n, (_, p) in enumerate(got) if (p is None) == (n < refused)]
-
-
-#: The lines of REFUSED and ACCEPTED the typed parse reads: its own checks refuse the first
-#: nine (two bodies or none, no key, values beyond their type's range, a step beyond a long,
-#: an erase with a newImage); the others go the careful way.
-TYPED = [
-    b'{"key":[1],"update":{"v":4294967296}}', b'{"key":[1],"update":{"v":-1}}',
-    b'{"key":[18446744073709551616],"update":{}}', b'{"key":[1],"reset":{},"erase":{}}',
-    b'{"key":[1]}', b'{"update":{}}', b'{"key":[1],"update":{},"ts":[9223372036854775808,0]}',
-    b'{"key":[1],"erase":{},"newImage":{"v":1}}', b'{"key":[1],"update":{"d":1e400}}',
-    b'{"key":[18446744073709551615],"reset":{"d":1.5},"ts":[9223372036854775807,0]}',
-    b'{"resolved":[9223372036854775807,18446744073709551615]}',
-    b'{"key":[4],"update":{"s":"' + b'\\"' * 20000 + b'"}}', *TYPED_AS_ORJSON,
-]
-
-
-#: Lines of YDB's shapes that `_simple` leaves to the careful parse.
+#: Lines of YDB's shapes that an expression-built parse once left to a parse of its own:
+#: nulls in `update`, values of another kind, "nan", `-0`, escapes, what follows the object.
 CAREFUL = [b'{"key":[1],"update":{"s":null}}', b'{"key":[1],"update":{"s":1}}',
            b'{"key":[1],"update":{"d":"nan"}}', b'{"key":["1"],"update":{}}',
            b'{"key":[-0],"update":{}}', b'{"key":[1],"update":{"v":01}}',
            b'{"key":[1],"update":{}}{}', b'{"key":[1],"update":{"\\u0073":"a"}}']
 
 
-def test_which_lines_take_the_typed_parse(spark: Any, tmp_path: Path) -> None:
-    """`_simple` holds for the lines of YDB's shapes with values of their columns' kinds, and
-    not for what `from_json` would read otherwise (strings for numbers, floats for integers,
-    nulls in `update`, bodies with columns in an erase, "-inf", what follows the object)."""
-    from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.changefeed.ydb import _simple
-
-    assert set(TYPED) <= set(REFUSED + ACCEPTED)
-    lines = REFUSED + ACCEPTED + CAREFUL
-    path = tmp_path / "lines.jsonl"
-    path.write_bytes(b"\n".join(lines) + b"\n")
-    frame = read_lines(spark, [str(path)]).frame
-    simple = _simple(TableSchema.from_json(LINE_TABLE))
-    got = [r[1] for r in sorted(frame.select("row", simple).collect())]
-    assert [n for n, s in enumerate(got) if s] == [n for n, line in enumerate(lines)
-                                                   if line in TYPED]
-
-
-def _plain_lines(count: int) -> list[bytes]:
-    """LINE_TABLE records of every shape the typed parse reads, with values of their columns'
-    kinds (some beyond their YDB type's range), spelled without escapes."""
-    rng = seeded(20261127)
-    text = ["", "a", "é", "中文", "\U0001F600", "x" * 300, "tab", "O'Neil"]
-
-    def image(nulls: bool) -> dict[str, Any]:
-        values = {"v": rng.choice([0, 7, 2**32 - 1, 2**32, -1, None]),
-                  "s": rng.choice([*text, None]),
-                  "d": rng.choice([0.5, -0.0, 1e300, 5e-324, 3, -(2**70), rng.random(), None]),
-                  "f": rng.choice([True, False, None])}
-        return {n: v for n, v in values.items()
-                if rng.random() < 0.7 and (nulls or v is not None)}
-
-    lines = []
-    for _ in range(count):
-        if rng.random() < 0.1:
-            record: dict[str, Any] = {"resolved": [rng.randint(0, 2**63), rng.randint(0, 9)]}
-        else:
-            body = rng.choice(["update", "reset", "erase"])
-            record = {"key": [rng.choice([0, 1, 2**64 - 1, rng.randint(0, 2**40)])],
-                      body: {} if body == "erase" else image(body == "reset")}
-            if rng.random() < 0.7:
-                record["ts"] = [rng.randint(0, 2**64 - 1), rng.randint(0, 2**64 - 1)]
-            if body != "erase" and rng.random() < 0.3:
-                record["newImage"] = rng.choice([image(True), None])
-            if rng.random() < 0.3:
-                record["oldImage"] = rng.choice([image(True), None])
-        items = list(record.items())
-        rng.shuffle(items)
-        spaced = rng.random() < 0.3
-        lines.append(json.dumps(dict(items), ensure_ascii=False,
-                                separators=(", ", ": ") if spaced else (",", ":")).encode())
-    assert not any(b"\\" in line for line in lines)
-    return lines
-
-
-def test_the_java_line_reader_reads_as_the_typed_parse(spark: Any) -> None:
-    """`YdbLine.java` against `_simple` and `from_json`: on every line Java reads, the
-    expression holds and `from_json` gives the same struct (compared by `repr`: -0.0 is not
-    0.0); the plain lines are all Java's, and a line with an escape is not."""
-    from pyspark.sql import functions as F
-
-    from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed.ydb import (
-        _OPTIONS,
-        _simple,
-        java_line_reader,
-        line_struct,
-        ydb_columns,
-    )
-
-    schema = TableSchema.from_json(LINE_TABLE)
-    columns = ydb_columns(schema, ["k"])
-    ddl = line_struct(schema, columns)
-    java = java_line_reader(spark, schema, columns, ddl)
-    assert java is not None, "keys of one type"
-    function, spec = java
-    plain = _plain_lines(400)
-    twice = [b'{"key":[1],"key":[2],"update":{}}', b'{"key":[1],"update":{"v":1,"v":2}}',
-             b'{"key":[1],"reset":{"s":"a","v":1,"s":null}}']
-    lines = plain + REFUSED + ACCEPTED + CAREFUL + twice
-    frame = spark.createDataFrame([(i, t.decode(errors="replace")) for i, t in enumerate(lines)],
-                                  "i int, value string")
-    got = frame.select("i", F.call_function(function, "value", F.lit(spec)).alias("j"),
-                       _simple(schema).alias("simple"),
-                       F.from_json("value", ddl, _OPTIONS).alias("f")).orderBy("i").collect()
-    for line, row in zip(lines, got, strict=True):
-        if row["j"] is not None:
-            assert row["simple"], line
-            assert repr(row["j"]) == repr(row["f"]), (line, row["j"], row["f"])
-    read = {line for line, row in zip(lines, got, strict=True) if row["j"] is not None}
-    assert set(plain) <= read
-    assert not any(b"\\" in line for line in read)
-    assert b'{"key":[1],"reset":{},"erase":{}}' in read  # what the typed parse then refuses
-    assert not read & set(twice)  # a name twice in one object is left to `from_json`
-
-
-def test_no_java_line_reader_for_key_columns_of_two_types(spark: Any) -> None:
-    from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed.ydb import java_line_reader, line_struct, ydb_columns
-
-    table = {**LINE_TABLE, "primary_key": ["k", "v"]}
-    schema = TableSchema.from_json(table)
-    columns = ydb_columns(schema, ["k", "v"])
-    assert java_line_reader(spark, schema, columns, line_struct(schema, columns)) is None
-
-
-def test_lines_the_typed_parse_reads_as_orjson(spark: Any, tmp_path: Path) -> None:
-    """A repeated name (the last counts), `-0.0`, a float beside a Uint64 beyond a long: the
-    Spark path converts them as the encoder does."""
+def test_lines_read_as_orjson_reads_them(spark: Any, tmp_path: Path) -> None:
+    """A repeated name (the last counts: the Python path, as Java leaves it), `-0.0`, a float
+    beside a Uint64 beyond a long: converted as the encoder does."""
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\n".join(TYPED_AS_ORJSON) + b"\n")
     got, _ = compare(spark, [path], tmp_path, LINE_TABLE, close=True)
-    assert got is not None and got.path == "jvm", got and got.reason
+    assert got is not None
 
 
 #: A key of two columns, not in the table's order, of two YDB types with different ranges.
@@ -575,125 +428,92 @@ TWO_KEY_LINES = [b'{"key":[5,-1],"update":{"v":"x"},"ts":[3,1]}',
                  b'"reset":{"v":null},"oldImage":{"v":"z"}}', b'{"resolved":[7,0]}']
 
 
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("table, lines, partitions", [
     (LINE_TABLE, "all", 3), (TWO_KEY_TABLE, TWO_KEY_LINES, 1)],
     ids=["three-tasks", "two-column-key-one-task"])
-def test_the_task_reader_reads_as_the_typed_parse(spark: Any, tmp_path: Path, table: Any,
-                                                  lines: Any, partitions: int) -> None:
-    """`YdbLines.java` against the typed parse (`YdbLine` and `_typed_steps`' expressions):
-    the same schema, but for the keys and positions it makes as the Java conversion reads
-    them (`keyed.java_ready_schema`); on every line it reads, the same row (by `repr`: -0.0
-    is not 0.0), the typed parse's keys and positions made so by `keyed.java_ready`; it
-    leaves exactly the lines `YdbLine` leaves and those the typed parse finds a problem on,
-    and counts a flawed line; its tasks' facts are the aggregates over the rows it read."""
-    from pyspark.sql import functions as F
-
+def test_the_tasks_facts_count_their_lines(spark: Any, tmp_path: Path, table: Any,
+                                           lines: Any, partitions: int) -> None:
+    """`YdbLines.java`'s facts: one row a task, whose counts are those of the lines it read
+    and left (the rows themselves are held to the parser in
+    `test_spark_changefeed_ydb_jvm.py`), a flawed line counted as such and left."""
     from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed import keyed, ydb
-    from changelake.spark.changefeed.read import flaw, read_lines
+    from changelake.spark.changefeed import ydb
+    from changelake.spark.changefeed.read import read_lines
 
     if lines == "all":
-        plain = _plain_lines(300)
-        lines = plain + REFUSED + ACCEPTED + CAREFUL + [b'{"key":[1],"update":{"s":"\xff"}}']
+        lines = REFUSED + ACCEPTED + CAREFUL + [b'{"key":[1],"update":{"s":"\xff"}}']
     schema = TableSchema.from_json(table)
     columns = ydb.ydb_columns(schema, list(schema.primary_key))
     path = tmp_path / "lines.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     bounded = read_lines(spark, [str(path)]).bounded.repartition(partitions)
-    java = ydb.java_items(bounded, schema, columns)
-    assert java is not None, "keys of one type"
-    clean = bounded.where(flaw(F.col("value")).isNull())
-    typed = ydb._typed_items(clean, schema, columns, all_simple=False)
-    keys = len(schema.primary_key)
-    assert java.drop("_below", "_deferred", "_facts").schema \
-        == keyed.java_ready_schema(typed.schema, keys)
-    function, spec = ydb.java_line_reader(spark, schema, columns,
-                                          ydb.line_struct(schema, columns)) or ("", "")
-    udf = clean.select("row", F.call_function(function, "value", F.lit(spec)).isNotNull())
-    udf_reads = dict(udf.collect())
-    problems = dict(typed.select("row", "problem").collect())
-    # (A line with a problem may fail the other columns: a step beyond a long, cast to one.)
-    # (A line left to the careful parse has columns that mean nothing: not made into longs.)
-    by_row = {r["row"]: r for r in keyed.java_ready(
-        typed.where(F.col("problem").isNull() & (F.col("kind") != "careful")), keys).collect()}
-    got = java.collect()
+    got = ydb.java_items(bounded, schema, columns).collect()
     assert len(got) == len(lines)
     tasks = [r["_facts"] for r in got if r["_facts"] is not None]
     assert len(tasks) == min(partitions, len(lines))
     read = [r for r in got if not r["_deferred"]]
-    for r in got:
-        if r["row"] not in problems:  # the flawed line
-            assert r["_deferred"]
-            continue
-        want = by_row.get(r["row"])
-        expect_read = udf_reads[r["row"]] and problems[r["row"]] is None
-        assert r["_deferred"] == (not expect_read), (r, want)
-        if expect_read:
-            assert r["file"] is None  # the caller names files by `file_index`
-            java_only = {"file": None, "_below": None, "_deferred": None, "_facts": None}
-            assert repr(sorted((r.asDict() | java_only).items())) \
-                == repr(sorted((want.asDict() | java_only).items())), (r, want)
-    assert read and len(read) < len(lines)
+    assert all(r["kind"] == "left" for r in got if r["_deferred"])
+    assert all(r["file"] is None for r in got)  # the caller names files by `file_index`
     facts = {n: sum(t[n] for t in tasks) for n in ydb.TASK_COUNTS}
     assert facts == {
-        "flawed": len(lines) - len(problems), "deferred": len(lines) - len(read),
+        "flawed": sum(not _is_utf8(line) for line in lines), "deferred": len(lines) - len(read),
         "timed": sum(r["kind"] == "change" and r["has_ts"] for r in read),
         "untimed": sum(r["kind"] == "change" and not r["has_ts"] for r in read),
         "barriers": sum(r["kind"] == "resolved" for r in read)}
-    assert facts["timed"] and facts["barriers"] and (facts["untimed"] or table is TWO_KEY_TABLE)
+    assert read and len(read) < len(lines)
+    assert facts["barriers"] and (facts["untimed"] or table is TWO_KEY_TABLE)
 
 
-#: Samples of each kind of record the Spark path converts, and one Java leaves a line of.
-WHOLE_OR_NOT = ["ydb-test-json-new-and-old-images.jsonl", "ydb-test-json-keys-only-uuid-key.jsonl",
-                "ydb-test-json-updates.jsonl", "ydb-test-json-nan-inf.jsonl"]
+#: Samples of each kind of record the Spark path converts (NaN written as a string too).
+WHOLE = ["ydb-test-json-new-and-old-images.jsonl", "ydb-test-json-keys-only-uuid-key.jsonl",
+         "ydb-test-json-updates.jsonl", "ydb-test-json-nan-inf.jsonl"]
 
 
-def _by_name(rows: list[Any]) -> list[str]:
-    """Rows as sorted `repr`s of their columns by name (-0.0 is not 0.0), whatever their
-    columns' order."""
-    return sorted(repr(sorted(r.asDict().items())) for r in rows)
-
-
-def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path: Path) -> None:
-    """`ydb_path._ydb_parsed_by_java` on samples the Spark path converts (`WHOLE_OR_NOT`): where
-    Java read every line, the checkpointed rows and the facts are the typed parse's
-    (`ydb_items`, `LineFacts`); where it left one (NaN written as a string), None, and the
-    typed parse reads the batch. Then a batch with a flawed line is named by the check."""
-    from pyspark.sql import Observation
+def test_the_parse_reads_a_batch_in_one_job_shuffled_by_key(spark: Any, tmp_path: Path) -> None:
+    """`ydb_path._ydb_parsed_by_java` on samples the Spark path converts (`WHOLE`): a row
+    per record and barrier, shuffled by key into the partitions it foresaw, so that the
+    conversion's shuffle by key is planned away; the facts count the parser's items. Then a
+    batch with a flawed line is named by the check, and one with a line Java leaves is
+    `Unsupported`."""
     from pyspark.sql import functions as F
 
-    from changelake.errors import InputError
+    from changelake.errors import InputError, Location
+    from changelake.formats.change import Resolved
     from changelake.formats.tableschema import TableSchema
-    from changelake.spark.changefeed.barriers import LineFacts
-    from changelake.spark.changefeed.keyed import java_ready, key_names
+    from changelake.formats.ydb import YdbParser
+    from changelake.spark.changefeed.dispatch import Unsupported
+    from changelake.spark.changefeed.keyed import key_names
     from changelake.spark.changefeed.read import read_lines
-    from changelake.spark.changefeed.ydb import with_content, ydb_columns, ydb_items
-    from changelake.spark.changefeed.ydb_path import _YDB_NOT_STORED, _ydb_parsed_by_java
+    from changelake.spark.changefeed.ydb import with_content, ydb_columns
+    from changelake.spark.changefeed.ydb_path import _ydb_parsed_by_java
     from changelake.spark.settings import NOT_ADAPTIVE
     from changelake.spark.settings import settings as spark_settings
 
-    assert set(WHOLE_OR_NOT) <= JVM_SAMPLES
-    whole = []
-    for name in WHOLE_OR_NOT:
+    assert set(WHOLE) <= JVM_SAMPLES
+    for name in WHOLE:
         schema = TableSchema.from_json(EXPECTED[name][0])
         columns = ydb_columns(schema, list(schema.primary_key))
         lines = read_lines(spark, [str(SAMPLES / name)])
-        got = _ydb_parsed_by_java(lines, schema, columns)
-        observed = Observation()
-        typed = ydb_items(lines.frame, schema, columns, careful=True) \
-            .observe(observed, *LineFacts.aggregates())
-        # `ub` is all false on every record, so it is not stored (`_YDB_NOT_STORED`)
-        assert not any(any(r["ub"]) for r in typed.collect()), name
-        # Java makes the keys and positions as the Java conversion reads them
-        keys = len(schema.primary_key)
-        want = _by_name(java_ready(typed.drop(*_YDB_NOT_STORED), keys).collect())
-        if got is None:
-            assert ydb_items(lines.frame, schema, columns).where("kind = 'careful'").count()
-            continue
-        whole.append(name)
-        items, facts, blocks, partitions = got
-        assert _by_name(items.drop("_below").collect()) == want, name
+        items, facts, blocks, partitions = _ydb_parsed_by_java(lines, schema, columns)
+        parser = YdbParser(schema)
+        parsed = [parser.parse_line(line, Location(name, n)) for n, line in
+                  enumerate((SAMPLES / name).read_bytes().splitlines()) if line.strip()]
+        changes = [i for i in parsed if not isinstance(i, Resolved)]
+        assert (facts.timed, facts.untimed, facts.barriers) == (
+            sum(c.position is not None for c in changes),
+            sum(c.position is None for c in changes), len(parsed) - len(changes)), name
+        rows = items.collect()
+        assert len(rows) == len(parsed) and not any(r["_below"] for r in rows), name
         # shuffled by key by the parse's job: each key's records in one partition of those
+        keys = len(schema.primary_key)
         assert partitions is not None and items.rdd.getNumPartitions() == partitions, name
         placed = items.select(*key_names(items.columns, keys),
                               F.spark_partition_id().alias("p")).distinct().collect()
@@ -705,16 +525,18 @@ def test_the_batches_java_reads_whole_skip_the_typed_parse(spark: Any, tmp_path:
                 events, keys, conversion._partitions(spark, 1, partitions))
             plan = by_key._jdf.queryExecution().executedPlan().toString()
         assert "Exchange" not in plan, plan
-        assert facts == LineFacts.of(observed.get), name
-        assert blocks is not None and not any(r["_below"] for r in items.collect()), name
-    assert whole == WHOLE_OR_NOT[:-1]
-    name = WHOLE_OR_NOT[0]
+        assert blocks is not None, name
+    name = WHOLE[0]
     schema = TableSchema.from_json(EXPECTED[name][0])
+    columns = ydb_columns(schema, list(schema.primary_key))
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes((SAMPLES / name).read_bytes() + b'{"key":[1],"update":{"s":"\xff"}}\n')
     with pytest.raises(InputError, match=r"bad\.jsonl"):
-        _ydb_parsed_by_java(read_lines(spark, [str(bad)]), schema,
-                            ydb_columns(schema, list(schema.primary_key)))
+        _ydb_parsed_by_java(read_lines(spark, [str(bad)]), schema, columns)
+    left = tmp_path / "left.jsonl"
+    left.write_bytes((SAMPLES / name).read_bytes() + b'{"key":[null],"update":{}}\n')
+    with pytest.raises(Unsupported, match=r"1 line\(s\) the Java line reader leaves"):
+        _ydb_parsed_by_java(read_lines(spark, [str(left)]), schema, columns)
 
 
 def test_the_parse_shuffles_into_partitions_foreseen_from_the_files_lengths(

@@ -54,11 +54,12 @@ truncates, ...: see `debezium_path.py`), after the Python path has named its fir
 if it has one, by topic, partition and offset; nothing is committed then. The table's current
 rows go to the conversion whether it is keyed or not: a truncate retracts them.
 
-Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, not a JSON
-object, or marked bad by the parse) and converts the rest; a record set aside is never needed
-again, so the resume points pass it. As in `kafka_ingest`, each is reported (and, with a
-dead-letter topic, produced there before the commit: at least once) by the run that first reads
-it, and only by that one. What the conversion still refuses stops a lenient run too.
+Lenient mode sets bad records aside first (`pipeline.bad_lines`: not UTF-8, too long, or refused
+by the format's Python parser, among the lines Java leaves) and converts the rest; a record set
+aside is never needed again, so the resume points pass it. As in `kafka_ingest`, each is
+reported (and, with a dead-letter topic, produced there before the commit: at least once) by the
+run that first reads it, and only by that one. What the conversion still refuses stops a lenient
+run too.
 """
 
 from __future__ import annotations

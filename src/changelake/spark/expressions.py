@@ -1,8 +1,8 @@
 """Column expressions built once per JVM, for the steps that build many.
 
 A `Column` of classic PySpark is a JVM object, and every function that builds one (`F.when`,
-`column[name]`, `.alias`) is a round trip from the Python driver to the JVM. A YDB batch's
-typed parse (`changefeed.ydb`) builds thousands of them: driver time that every batch pays
+`column[name]`, `.alias`) is a round trip from the Python driver to the JVM. The keyed
+conversion's steps (`changefeed.keyed`) build many of them: driver time that every batch pays
 whatever its size, every micro-batch of `lake follow` and every small test. Built once, a
 small batch converts faster (`benchmarks/bench_fixed_cost.py`).
 

@@ -58,7 +58,6 @@ from changelake.spark.changefeed.keyed import (
 )
 from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
 from changelake.spark.driver_rows import driver_rows
-from changelake.spark.expressions import per_jvm
 from changelake.spark.jvm import java_class
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
@@ -74,30 +73,12 @@ BELOW_UNREPEATED = "bad: a record below its partition's barrier"
 
 @dataclass(frozen=True)
 class LineFacts:
-    """What the later steps need to know about a batch's parsed lines (`ydb.ydb_items`), from
-    aggregates observed as they are checkpointed (`aggregates`, then `of`)."""
+    """What the later steps need to know about a batch's parsed lines (`ydb.java_items`),
+    counted by its tasks (`ydb.TASK_COUNTS`)."""
 
-    problem: str | None  # the least of the lines' problems
-    careful: int  # lines `ydb.ydb_items` left to the careful parse
     timed: int  # records with `ts`
     untimed: int  # records without
     barriers: int
-
-    @staticmethod
-    @per_jvm
-    def aggregates() -> list[Column]:
-        """The aggregates `of` reads, to observe (`DataFrame.observe`) over the parsed lines."""
-        change = F.col("kind") == "change"
-        return [F.min("problem").alias("problem"),
-                F.count(F.when(F.col("kind") == "careful", 1)).alias("careful"),
-                F.count(F.when(change & F.col("has_ts"), 1)).alias("timed"),
-                F.count(F.when(change & ~F.col("has_ts"), 1)).alias("untimed"),
-                F.count(F.when(F.col("kind") == "resolved", 1)).alias("barriers")]
-
-    @staticmethod
-    def of(observed: dict[str, Any]) -> LineFacts:
-        return LineFacts(observed["problem"], *(int(observed[c]) for c in (
-            "careful", "timed", "untimed", "barriers")))
 
 
 @dataclass(frozen=True)
@@ -190,8 +171,8 @@ def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
     numbers the scan saw.
 
     None where the positions are of a type it does not compare, or the pass found a block's
-    rows split between partitions or out of order (a parse that reordered them: `ydb_items`'
-    careful lines are a union): the window then does it."""
+    rows split between partitions or out of order (a parse that reordered them): the window
+    then does it."""
     position = items.schema["pos"].dataType
     if not isinstance(position, T.ArrayType) \
             or position.elementType.simpleString() not in JAVA_POSITIONS:

@@ -23,10 +23,13 @@ the code has them:
   logical type or decimal scale it does not convert; a column decoded two ways, a type
   decoded from text, or decoded on some lines only; key columns that no image has;
 * YDB (`ydb.py`, `ydb_path.py`): key columns other than the table's primary key; column
-  names that differ only in case; a YDB type or a column name it does not convert; a problem
-  the parse sets on a line; records without `ts` beside records with `ts` or barriers; a
-  record below its partition's last barrier that repeats no earlier event of its file; a line
-  out of bounds that the bounds check did not find;
+  names that differ only in case; a YDB type or a column name it does not convert; from the
+  parse (`ydb_path._ydb_parsed_by_java`), a line over the bound or not UTF-8, and any line the
+  Java line reader leaves (`YdbLine.java`, `YdbLines.problems`: a bad line, DEBEZIUM_JSON, a
+  null in a key, a name twice in an object, an OLD_IMAGE record, a barrier beyond a long,
+  ...); records without `ts` beside records with `ts` or barriers; a record below its
+  partition's last barrier that repeats no earlier event of its file; a line out of bounds
+  that the bounds check did not find;
 * the conversion (`conversion.py`, `keyed.py`, `unkeyed.py`): a problem its checks find (a
   null key, a key it cannot tell, two rows for one key at one position, an image value of
   another kind than its column's, a retraction without a before image, ...); positions of a

@@ -9,7 +9,7 @@ modules of their own, every import pointing down (`tests/spark/test_spark_change
 * `debezium_path.py` and `ydb_path.py`: a batch of one format, step by step;
 * `conversion.py`: the keyed conversion both end in, checked by the job that reads it;
 * the steps: `read.py` (the files, read on the executors), `parse.py` and `ydb.py` (the
-  lines parsed), `types.py` (the columns' types), `times.py`, `barriers.py` (YDB's barrier
+  lines parsed by Java), `types.py` (the columns' types), `times.py`, `barriers.py` (YDB's barrier
   rule), `keyed.py` (the conversion), `unkeyed.py`, `progress.py` (the frontier);
 * `steps.py`: what a failed step means, and each step's time.
 
@@ -44,7 +44,8 @@ from changelake.spark.changefeed.parse import deferred_lines
 from changelake.spark.changefeed.python_path.parse import rejected_lines
 from changelake.spark.changefeed.read import Lines, flaw, read_lines
 from changelake.spark.changefeed.steps import guard
-from changelake.spark.changefeed.ydb import ydb_columns, ydb_items
+from changelake.spark.changefeed.ydb import deferred_lines as ydb_deferred_lines
+from changelake.spark.changefeed.ydb import ydb_columns
 from changelake.spark.changefeed.ydb_path import ydb_changes
 
 
@@ -129,36 +130,28 @@ def convert_lines(spark: SparkSession, lines: Lines, source: str, key: Sequence[
 def bad_lines(lines: Lines, source: str, table_json: dict[str, Any] | None,
               key: Sequence[str]) -> DataFrame:
     """The lines a lenient read sets aside before converting the rest: `file`, `file_index`,
-    `row` and `reason`. A line over the bound or not UTF-8; for Debezium, every line the Java
-    line reader leaves (`parse.deferred_lines`: few in a connector's feed) that the Python
-    parser (`DebeziumParser`, the specification, in `mapInPandas`) rejects, with the reason
-    the Python path gives it; for YDB, a line that is not a JSON object, and one the parse
-    marks bad (its problem starts with "bad"; `ydb.py`). What the conversion refuses later (a
-    line Java leaves that the parser accepts, a value Spark cannot read, an image column
-    beyond the table's) still stops the read: it is `Unsupported`. Checkpointed: few rows in
-    a good feed, read by the caller twice (to drop them, to report them)."""
-    value = F.col("value")
-    flawed = flaw(value)
+    `row` and `reason`. A line over the bound or not UTF-8; and every line the Java line reader
+    leaves (`parse.deferred_lines`, `ydb.deferred_lines`: few in a feed of the records the
+    tools write) that the Python parser (`DebeziumParser`, `YdbParser`: the specification, in
+    `mapInPandas`) rejects, with the reason the Python path gives it. What the conversion
+    refuses later (a line Java leaves that the parser accepts, a value Spark cannot read, an
+    image column beyond the table's) still stops the read: it is `Unsupported`, as is a YDB
+    table the Spark path does not read (`ydb.ydb_columns`). Checkpointed: few rows in a good
+    feed, read by the caller twice (to drop them, to report them)."""
+    flawed = flaw(F.col("value"))
     schema = TableSchema.from_json(table_json) if table_json is not None else None
     shape = F.when(flawed == 1, F.lit(TOO_LONG)).when(flawed == 2, F.lit("not UTF-8 text"))
-    if source != "ydb":
-        first = lines.bounded.select("file", "file_index", "row", shape.alias("reason")) \
-            .where(F.col("reason").isNotNull())
-        deferred = deferred_lines(lines.frame).select("file", "file_index", "row", "value")
-        out = T.StructType([*deferred.drop("value").schema.fields,
-                            T.StructField("reason", T.StringType())])
-        parsed = deferred.mapInPandas(partial(rejected_lines, source, schema), out)
-        return guard(lambda: first.unionByName(parsed).localCheckpoint())
-    shape = shape.when((F.trim(value) != "null") & F.json_object_keys(value).isNull(),
-                       F.lit("not a JSON object"))
     first = lines.bounded.select("file", "file_index", "row", shape.alias("reason")) \
         .where(F.col("reason").isNotNull())
-    rest = lines.frame.join(first.select("file_index", "row"), ["file_index", "row"],
-                            "left_anti")
-    if schema is None:
-        raise Unsupported("unsupported: YDB without a table schema")
-    keys = list(key) or list(schema.primary_key)
-    items = ydb_items(rest, schema, ydb_columns(schema, keys), careful=True)
-    parsed = items.where(F.col("problem").startswith("bad")) \
-        .select("file", "file_index", "row", F.col("problem").alias("reason"))
+    if source == "ydb":
+        if schema is None:
+            raise Unsupported("unsupported: YDB without a table schema")
+        keys = list(key) or list(schema.primary_key)
+        deferred = ydb_deferred_lines(lines.frame, schema, ydb_columns(schema, keys))
+    else:
+        deferred = deferred_lines(lines.frame)
+    deferred = deferred.select("file", "file_index", "row", "value")
+    out = T.StructType([*deferred.drop("value").schema.fields,
+                        T.StructField("reason", T.StringType())])
+    parsed = deferred.mapInPandas(partial(rejected_lines, source, schema), out)
     return guard(lambda: first.unionByName(parsed).localCheckpoint())

@@ -1,28 +1,26 @@
 """A keyed YDB JSON batch on the Spark path: parse, barrier rule, frontier, keyed conversion.
 
-`ydb_changes` parses the batch by the project's Java in the tasks where Java reads every line
-of it (the records YDB writes, with nothing the typed parse would find a problem in:
-`ydb.java_items`, `_ydb_parsed_by_java`), else with one typed `from_json` against the table
-schema's types where a line is provably simple (in Java where the line is plainly so), with the
-VARIANT parse otherwise (`ydb.py`, which says what it covers: records with virtual timestamps
-and barriers, or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns;
-the primary key as key). The parse's job also observes the checks' aggregates (the lines'
-bounds among them: a flawed line is counted, not parsed, and `Lines.check` names it). Where
-Java parsed the batch, that job shuffles the rows by key (`checkpoint.kept_shuffle`, into
-partitions foreseen from the files' size: `_parse_partitions`), and the conversion
-(`conversion.checked_conversion`) is that shuffle's reduce side: the rows are written and read
-once. Otherwise they are checkpointed (`checkpoint.stored`), then shuffled by the conversion.
+`ydb_changes` parses the batch by the project's Java in the tasks (`ydb.java_items`,
+`YdbLines.java`; `ydb.py` says what it covers: records with virtual timestamps and barriers,
+or a batch without either; Bool, integer, Float/Double, Utf8 and Uuid columns; the primary
+key as key). A batch with a line Java leaves (one the parser refuses, or one of the few it
+accepts that Java does not read: `YdbLine.java`) is `Unsupported`: the Python path converts
+it, or names its bad line. The parse's job also counts the checks' facts in the tasks (the
+lines' bounds among them: a flawed line is counted, not parsed, and `Lines.check` names it),
+and shuffles the rows by key (`checkpoint.kept_shuffle`, into partitions foreseen from the
+files' size: `_parse_partitions`), and the conversion (`conversion.checked_conversion`) is
+that shuffle's reduce side: the rows are written and read once.
 
-The barrier rule (`barriers.py`): where Java parsed the batch, its tasks mark each record
-below a barrier of its block's earlier lines and report each block's highest barrier, the
-driver marks those below an earlier block's (`barriers.Blocks`), and the conversion checks
-that each record below repeats an earlier one (the few outside the times it converts, it
-counts, and a join looks them up after it); elsewhere, one Java pass over each block of
-lines in read order (a window by chunk of lines where that does not apply) and a join of the
-few records below a barrier. The frontier comes from each file's highest barrier, found by
-the same steps. The rule in the conversion saves the scan, its rescan and the lookup, less
-what the marking adds to the conversion (benchmarks/README.md, "YDB's barrier rule checked
-by the conversion").
+The barrier rule (`barriers.py`): the parse's tasks mark each record below a barrier of its
+block's earlier lines and report each block's highest barrier, the driver marks those below
+an earlier block's (`barriers.Blocks`), and the conversion checks that each record below
+repeats an earlier one (the few outside the times it converts, it counts, and a join looks
+them up after it); where the tasks could not tell it (a block's rows out of order), one Java
+pass over each block of lines (a window by chunk of lines where that does not apply) and a
+join of the few records below a barrier. The frontier comes from each file's highest
+barrier, found by the same steps. The rule in the conversion saves the scan, its rescan and
+the lookup, less what the marking adds to the conversion (benchmarks/README.md, "YDB's
+barrier rule checked by the conversion").
 
 Where it may differ from `encode_changefeed` (shared with the Python path): a record below its
 partition's barrier is a replay only if it repeats an earlier record of its file (the encoder
@@ -55,10 +53,10 @@ from changelake.spark.changefeed.barriers import (
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
 from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import ColumnSpec, by_key, partitions_for
-from changelake.spark.changefeed.read import Lines, flaw
+from changelake.spark.changefeed.read import Lines
 from changelake.spark.changefeed.steps import Steps, guard
-from changelake.spark.changefeed.ydb import untimed_positions, with_content, ydb_columns, ydb_items
-from changelake.spark.checkpoint import kept_shuffle, stored
+from changelake.spark.changefeed.ydb import untimed_positions, with_content, ydb_columns
+from changelake.spark.checkpoint import kept_shuffle
 from changelake.spark.settings import UNKNOWN_SIZE
 
 #: A YDB batch's parsed columns not kept (as Debezium's `_FACTS_ONLY`): `file`, which no step
@@ -76,24 +74,18 @@ def _named_flaw(read: Lines) -> NoReturn:
 
 
 def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[ColumnSpec]
-                        ) -> tuple[DataFrame, LineFacts, Blocks | None, int] | None:
-    """A YDB batch's parsed lines as Java alone reads them (`ydb.java_items`), shuffled by
-    key (without `_YDB_NOT_STORED`; see below), and their facts, counted by the tasks and
-    observed by the same job: where Java read every line (the records YDB writes, without a
-    problem), that is the typed parse's result without its expressions over every line, with
-    `_below` (see `YdbLines.java`), and the barrier rule across its blocks (`barriers.Blocks`:
-    None where the tasks could not tell it). None where it left a line (or `ydb.java_items`
-    is None: keys of more than one type): the caller parses the batch the typed way, which
-    reads the lines Java leaves and names the problems.
-    A flawed line is named by `Lines.check`.
+                        ) -> tuple[DataFrame, LineFacts, Blocks | None, int]:
+    """A YDB batch's parsed lines as Java reads them (`ydb.java_items`), shuffled by key
+    (without `_YDB_NOT_STORED`; see below), and their facts, counted by the tasks and observed
+    by the same job, with `_below` (see `YdbLines.java`), and the barrier rule across its
+    blocks (`barriers.Blocks`: None where the tasks could not tell it). A flawed line is named
+    by `Lines.check`; a batch with a line Java leaves is `Unsupported`.
 
     The parse's job shuffles the rows by key (`checkpoint.kept_shuffle`), into the partitions
     `_parse_partitions` foresees (the last item returned), so the conversion reads them as
     its reduce side: they are written and read once, as the shuffle's files, not also as a
     checkpoint of their own."""
     java = ydb.java_items(read.bounded, schema, columns)
-    if java is None:
-        return None
     observed = Observation()
     parsed = java.observe(observed, F.collect_list("_facts").alias("tasks")) \
         .drop("_deferred", "_facts", *_YDB_NOT_STORED)
@@ -105,8 +97,10 @@ def _ydb_parsed_by_java(read: Lines, schema: TableSchema, columns: Sequence[Colu
     if count["flawed"]:
         _named_flaw(read)
     if count["deferred"]:
-        return None
-    return (items, LineFacts(None, 0, count["timed"], count["untimed"], count["barriers"]),
+        raise Unsupported(f"unsupported: {count['deferred']} line(s) the Java line reader "
+                          "leaves (a bad line, DEBEZIUM_JSON, an OLD_IMAGE record, a null in a "
+                          "key, ...: `YdbLine.java`)")
+    return (items, LineFacts(count["timed"], count["untimed"], count["barriers"]),
             Blocks.of(tasks), partitions)
 
 
@@ -142,35 +136,8 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
     lines too. `defer`: see `checked_conversion`."""
     steps = Steps(spark)
     columns = ydb_columns(table_schema, keys)
-    marked = flaw(F.col("value"))
-
-    def parsed(careful: bool) -> tuple[DataFrame, LineFacts]:
-        # The lines are held to their bounds by the parse's own job (`read.flaw`, counted as
-        # they pass), not by a pass of their own: a flawed line never reaches the parse, and
-        # `Lines.check` names it afterwards.
-        observed, flaws = Observation(), Observation()
-        lines = read.bounded.select("*", marked.alias("_flaw")) \
-            .observe(flaws, F.count("_flaw").alias("flawed")) \
-            .where(F.col("_flaw").isNull()).drop("_flaw")
-        items = guard(lambda: stored(ydb_items(lines, table_schema, columns, careful=careful)
-                                      .observe(observed, *LineFacts.aggregates())
-                                      .drop(*_YDB_NOT_STORED)))
-        if flaws.get["flawed"]:
-            _named_flaw(read)
-        return items, LineFacts.of(observed.get)
-
-    by_java = _ydb_parsed_by_java(read, table_schema, columns)
-    blocks: Blocks | None = None
-    partitions: int | None = None  # the parse's shuffle's, where the parse shuffled by key
-    if by_java is not None:
-        items, facts, blocks, partitions = by_java
-    else:
-        items, facts = parsed(careful=False)
-        if facts.careful:
-            items, facts = parsed(careful=True)
+    items, facts, blocks, partitions = _ydb_parsed_by_java(read, table_schema, columns)
     steps.done("read + parse + facts")
-    if facts.problem is not None:
-        raise Unsupported(facts.problem)
     if facts.untimed and (facts.timed or facts.barriers):
         raise Unsupported("records without ts beside records with ts or barriers")
     size = facts.timed + facts.untimed
@@ -183,7 +150,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         items, last = marked_below(items, blocks), blocks.last
     elif facts.barriers:
         rule = guard(lambda: barrier_rule(items, len(keys), size + facts.barriers,
-                                           read_order=partitions is None))
+                                           read_order=False))
         if rule.unrepeated:
             raise Unsupported(BELOW_UNREPEATED)
         last = rule.last

@@ -11,7 +11,8 @@ import java.math.BigInteger;
  * named as Spark SQL names it, and how `from_json` reads a value of the type's own JSON kind:
  * a string a string, a bigint an integer within 64 bits, a double any number within a double,
  * a boolean true or false, a decimal(20,0) an integer within the bounds the reader keeps to.
- * `read` gives null for every other value: the reader then leaves it to `from_json`.
+ * `read` gives null for every other value: the reader then leaves it (`DebeziumImage` to
+ * `from_json`, `YdbLine` the line to the Python path).
  */
 enum SparkType {
     STRING, BIGINT, DOUBLE, BOOLEAN, DECIMAL;

@@ -10,57 +10,59 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import org.apache.spark.sql.Row;
-import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.api.java.UDF2;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * One YDB changefeed JSON line read in one streaming pass into the struct the typed parse's
- * `from_json` gives it (`ydb._typed_items`: key, update, reset, erase, newImage, oldImage, ts,
- * resolved, _corrupt), for a line the typed parse's regular expression (`ydb._simple`) holds
- * for; null ("defer") for every other line, which the caller reads as before: the expression
- * decides whether it is simple, and `from_json` reads it.
+ * One YDB changefeed JSON line (`FORMAT = 'JSON'`) read in one streaming pass into its
+ * values (`values`), for `YdbLines`, which makes the rows of a batch of them; null ("left")
+ * for every line it does not read, which sends the batch to the Python path.
  *
- * Why: the expression and `from_json` (a char reader made for every line) were most of a YDB
- * batch's parse (benchmarks/README.md).
- *
- * The promise: for a line this returns a row for, the expression holds and `from_json` gives
- * the same row (`tests/spark/test_spark_changefeed_ydb.py`,
- * `test_the_java_line_reader_reads_as_the_typed_parse`, compares them). It keeps it by reading
- * only what is plainly simple, and deferring the rest:
+ * The promise: a line it reads is one `formats.ydb.YdbParser` (the specification) accepts,
+ * read into the same values, but for what `YdbLines.problems` then leaves
+ * (`tests/test_spark_changefeed_ydb_jvm.py` holds every line to a fresh parser's item). It
+ * keeps it by reading the records YDB writes and leaving the rest:
  * <ul>
- * <li>a line with a backslash, a byte-order mark or a replacement character anywhere (so every
- * name and string is spelled as its text, as the expression spells names; an escape the
- * expression refuses needs the text Jackson does not keep), or that Jackson refuses, or with a
- * name twice in one object;</li>
- * <li>anything the expression does not allow: a member other than key, update, reset, erase,
- * newImage, oldImage and ts, or resolved with anything else, or no member; a key that is not
- * an array of the key columns' kinds, one each; an object naming a key column or an unknown
- * one; a null in update or the key; an erase other than `{}`; a ts or resolved other than
- * two non-negative integers;</li>
- * <li>a value of another JSON kind than its column's (Bool true or false, Uint64 a
+ * <li>read: one JSON object of members key (an array of the key columns' values, one each),
+ * update, reset, newImage, oldImage (objects of non-key columns; the images may be null;
+ * a column null in update is set to null, one update does not name is unchanged), erase (an
+ * object, whatever it holds, as the parser ignores it), ts (two non-negative integers), in any
+ * order; or resolved alone; values of their columns' JSON kinds (Bool true or false, Uint64 a
  * non-negative integer written without a minus, the other integers an integer, Float and
- * Double a number, Utf8 and Uuid a string), or one beyond what `from_json` reads it as
- * (64 bits for the integers, 20 digits for a Uint64 or a ts, a finite double), where
- * `from_json` marks the line corrupt or reads an infinity;</li>
- * <li>a table whose key columns are of more than one Spark type (the caller registers
- * nothing then).</li>
+ * Double a number or one of the strings "nan", "inf", "-inf", Utf8 and Uuid a string); JSON's
+ * escapes, as orjson reads them;</li>
+ * <li>left as the parser refuses them: a line Jackson refuses or with something after the
+ * object; a member, name or value of another kind or shape; a string with an unpaired
+ * surrogate (an escape orjson refuses); a number beyond a double (orjson reads an integer
+ * beyond 64 bits as a float: a Float or Double column takes it), or beyond its column's
+ * type;</li>
+ * <li>left though the parser may accept them (rare or not of YDB's writing: the Python path
+ * reads them): DEBEZIUM_JSON (payload, value); a null in the key (the conversion refuses it);
+ * a Uint64 written `-0`; a name twice in one object; a byte-order mark anywhere; an update or
+ * reset beside a newImage, or beside an oldImage alone, whose columns are not of the table
+ * or not of their kinds (the parser reads neither then); and
+ * what `YdbLines.problems` leaves: an OLD_IMAGE record, a barrier beyond a long.</li>
  * </ul>
- * The caller holds the line to the length bound before calling (null is deferred).
+ * The caller holds the line to UTF-8 and to the length bound before calling.
  *
- * The table comes as the second argument (`Table`, read once and kept); the struct the caller
- * registers this with must be `ydb._typed_items`' `from_json` schema. `YdbLines` reads the
- * lines the same way (`values`) in its own pass over a task's lines.
+ * The table comes as `Table` (`ydb.java_table`'s text, read once a task).
  */
-public final class YdbLine implements UDF2<String, String, Row> {
-    private static final long serialVersionUID = 1L;
+public final class YdbLine {
+    private YdbLine() {}
 
     /** Names twice in one object are refused (`UniqueKeys`; no object nests in another). */
     private static final JsonFactory READ = new JsonFactory();
-    /** The integers `from_json` reads into a decimal(20,0): at most 20 digits. */
+    /** The integers read into a decimal(20,0): at most 20 digits (`YdbLines.problems` holds
+     * them to a Uint64's range). */
     private static final BigInteger GREATEST = BigInteger.TEN.pow(20).subtract(BigInteger.ONE);
     private static final BigInteger LEAST = GREATEST.negate();
+
+    /** A column update sets to null (one it does not name is null in its values: unchanged). */
+    static final Object NULL = new Object() {
+        @Override
+        public String toString() {
+            return "NULL";
+        }
+    };
 
     private static final byte BOOL = 0, UINT = 1, INT = 2, NUMBER = 3, STRING = 4;
 
@@ -89,13 +91,12 @@ public final class YdbLine implements UDF2<String, String, Row> {
     private static final Column PAIR = new Column(UINT, SparkType.DECIMAL);
 
     /**
-     * The table, as `ydb.java_line_reader` writes it: a JSON array of `[name, spark type, JSON
+     * The table, as `ydb.java_table` writes it: a JSON array of `[name, spark type, JSON
      * kind, key index (-1: not a key), low, high]` entries in the table's column order, low
      * and high null but for a YDB integer type narrower than a long. Kept: its key columns in
      * key order, its other columns in table order, and where each column of the table is.
      */
     static final class Table {
-        final String text;
         final List<Column> keys = new ArrayList<>();
         final Map<String, Integer> place = new HashMap<>();  // non-key name -> index
         final List<Column> others = new ArrayList<>();
@@ -103,7 +104,6 @@ public final class YdbLine implements UDF2<String, String, Row> {
         final int[] order;
 
         Table(String text) throws IOException {
-            this.text = text;
             Map<Integer, Column> byKey = new HashMap<>();
             List<Integer> places = new ArrayList<>();
             try (JsonParser p = READ.createParser(text)) {
@@ -152,79 +152,75 @@ public final class YdbLine implements UDF2<String, String, Row> {
             }
         }
 
-        /** The table `text` names: `last` if it is that one, else read. */
-        static Table of(String text, Table last) throws IOException {
-            return last != null && last.text.equals(text) ? last : new Table(text);
-        }
     }
 
-    /** Thrown where the line is left to the expression and `from_json`. */
+    /** Thrown where the line is left. */
     private static final class Defer extends Exception {
         private static final long serialVersionUID = 1L;
         Defer() { super(null, null, false, false); }
     }
     private static final Defer DEFER = new Defer();
 
-    /** The last table read (one call site per task, in practice). */
-    private transient Table table;
-
-    @Override
-    public Row call(String line, String spec) {
-        if (line == null || spec == null || !plain(line)) return null;
-        try {
-            Table t = Table.of(spec, table);
-            table = t;
-            Object[] v;
-            try (JsonParser p = READ.createParser(line)) {
-                v = read(p, t);
-            }
-            for (int i = 1; i <= 5; i++) {  // the bodies and images
-                if (v[i] != null) v[i] = RowFactory.create((Object[]) v[i]);
-            }
-            return RowFactory.create(v);
-        } catch (Defer | IOException | RuntimeException e) {
-            return null;
-        }
-    }
-
     /**
-     * `call`'s reading of a line (valid UTF-8, held to the bound) as values: the key's
-     * (`Object[]`, key order), update's, reset's, erase's, newImage's and oldImage's (each an
-     * `Object[]` of the non-key columns, in table order; null where the member is absent or
-     * null), ts and resolved (`BigDecimal[2]`), and null (`_corrupt`); or null where the line
-     * is left. Values are Java's: String, Long, Double, Boolean, BigDecimal.
+     * A line (valid UTF-8, held to the bound) read as values: the key's (`Object[]`, key
+     * order), update's, reset's, erase's, newImage's and oldImage's (each an `Object[]` of the
+     * non-key columns, in table order; null where the member is absent or null; in update,
+     * `NULL` for a column set to null, null for one it does not name), ts and resolved
+     * (`BigDecimal[2]`), and null (a place the rows' layout keeps); or null where the line is
+     * left. Values are Java's: String, Long, Double (NaN and the infinities too), Boolean,
+     * BigDecimal.
      */
     static Object[] values(UTF8String value, Table t) {
         try {
             JsonParser p;
+            boolean escaped = false;
             if (DebeziumLines.ascii(value)) {
                 byte[] bytes = value.getBytes();
-                for (byte b : bytes) if (b == '\\') return null;
+                for (byte b : bytes) {
+                    if (b == '\\') {
+                        escaped = true;
+                        break;
+                    }
+                }
                 p = READ.createParser(bytes);
             } else {
                 String line = value.toString();
-                if (!plain(line)) return null;
+                for (int i = 0, n = line.length(); i < n; i++) {
+                    char c = line.charAt(i);
+                    if (c == '\ufeff') return null;  // a byte-order mark: left
+                    if (c == '\\') escaped = true;
+                }
                 p = READ.createParser(line);
             }
             try (p) {
-                return read(p, t);
+                return read(p, t, escaped);
             }
         } catch (Defer | IOException | RuntimeException e) {
             return null;
         }
     }
 
-    /** No backslash, byte-order mark or replacement character anywhere (see the class
-     * comment: such a line is left). */
-    private static boolean plain(String line) {
-        for (int i = 0, n = line.length(); i < n; i++) {
-            char c = line.charAt(i);
-            if (c == '\\' || c == '\ufeff' || c == '\ufffd') return false;
+    /** `values` of a line given as text (tests). */
+    static Object[] values(String line, Table t) {
+        return line == null ? null : values(UTF8String.fromString(line), t);
+    }
+
+    /** No unpaired surrogate in `text` (orjson refuses the escape of one; Jackson reads it). */
+    static boolean paired(String text) {
+        for (int i = 0, n = text.length(); i < n; i++) {
+            char c = text.charAt(i);
+            if (Character.isHighSurrogate(c) && i + 1 < n
+                    && Character.isLowSurrogate(text.charAt(i + 1))) {
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                return false;
+            }
         }
         return true;
     }
 
-    private static Object[] read(JsonParser p, Table t) throws IOException, Defer {
+    private static Object[] read(JsonParser p, Table t, boolean escaped)
+            throws IOException, Defer {
         Object key = null, update = null, reset = null, erase = null, newImage = null,
             oldImage = null, ts = null, resolved = null;
         int members = 0;
@@ -237,20 +233,19 @@ public final class YdbLine implements UDF2<String, String, Row> {
             JsonToken v = p.nextToken();
             members++;
             switch (name) {
-                case "key": key = key(p, v, t); break;
-                case "update": update = image(p, v, t, false); break;
-                case "reset": reset = image(p, v, t, true); break;
-                case "erase":
-                    if (v != JsonToken.START_OBJECT || p.nextToken() != JsonToken.END_OBJECT) {
-                        throw DEFER;
-                    }
+                case "key": key = key(p, v, t, escaped); break;
+                case "update": update = image(p, v, t, true, escaped); break;
+                case "reset": reset = image(p, v, t, false, escaped); break;
+                case "erase":  // its members, whatever they are, mean nothing to the parser
+                    if (v != JsonToken.START_OBJECT) throw DEFER;
+                    p.skipChildren();
                     erase = new Object[t.others.size()];
                     break;
                 case "newImage":
-                    newImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true);
+                    newImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, false, escaped);
                     break;
                 case "oldImage":
-                    oldImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, true);
+                    oldImage = v == JsonToken.VALUE_NULL ? null : image(p, v, t, false, escaped);
                     break;
                 case "ts": ts = pair(p, v); break;
                 case "resolved": resolved = pair(p, v); break;
@@ -262,20 +257,22 @@ public final class YdbLine implements UDF2<String, String, Row> {
         return new Object[] {key, update, reset, erase, newImage, oldImage, ts, resolved, null};
     }
 
-    private static Object key(JsonParser p, JsonToken v, Table t) throws IOException, Defer {
+    private static Object key(JsonParser p, JsonToken v, Table t, boolean escaped)
+            throws IOException, Defer {
         if (v != JsonToken.START_ARRAY) throw DEFER;
         Object[] values = new Object[t.keys.size()];
         for (int i = 0; i < values.length; i++) {
             JsonToken e = p.nextToken();
             if (e == JsonToken.VALUE_NULL) throw DEFER;
-            values[i] = value(p, e, t.keys.get(i));
+            values[i] = value(p, e, t.keys.get(i), escaped);
         }
         if (p.nextToken() != JsonToken.END_ARRAY) throw DEFER;
         return values;
     }
 
-    private static Object[] image(JsonParser p, JsonToken v, Table t, boolean nulls)
-            throws IOException, Defer {
+    /** An object of non-key columns; `marked`: a null is `NULL` (update's), else null. */
+    private static Object[] image(JsonParser p, JsonToken v, Table t, boolean marked,
+                                  boolean escaped) throws IOException, Defer {
         if (v != JsonToken.START_OBJECT) throw DEFER;
         Object[] values = new Object[t.others.size()];
         UniqueKeys names = new UniqueKeys();
@@ -286,10 +283,10 @@ public final class YdbLine implements UDF2<String, String, Row> {
             if (at == null) throw DEFER;
             JsonToken e = p.nextToken();
             if (e == JsonToken.VALUE_NULL) {
-                if (!nulls) throw DEFER;
+                values[at] = marked ? NULL : null;
                 continue;
             }
-            values[at] = value(p, e, t.others.get(at));
+            values[at] = value(p, e, t.others.get(at), escaped);
         }
         return values;
     }
@@ -298,14 +295,14 @@ public final class YdbLine implements UDF2<String, String, Row> {
         if (v != JsonToken.START_ARRAY) throw DEFER;
         Object[] values = new BigDecimal[2];
         for (int i = 0; i < 2; i++) {
-            values[i] = value(p, p.nextToken(), PAIR);
+            values[i] = value(p, p.nextToken(), PAIR, false);
         }
         if (p.nextToken() != JsonToken.END_ARRAY) throw DEFER;
         return values;
     }
 
-    /** A value of its column's JSON kind, as `from_json` reads it into its Spark type. */
-    private static Object value(JsonParser p, JsonToken e, Column column)
+    /** A value of its column's JSON kind, as the parser reads it, in its Spark type. */
+    private static Object value(JsonParser p, JsonToken e, Column column, boolean escaped)
             throws IOException, Defer {
         boolean ofKind;
         switch (column.kind) {
@@ -319,12 +316,25 @@ public final class YdbLine implements UDF2<String, String, Row> {
                 break;
             case INT: ofKind = e == JsonToken.VALUE_NUMBER_INT; break;
             case NUMBER:
+                if (e == JsonToken.VALUE_STRING) return special(p.getText());
+                // an integer beyond 64 bits too: orjson reads it as a float
                 ofKind = e == JsonToken.VALUE_NUMBER_INT || e == JsonToken.VALUE_NUMBER_FLOAT;
                 break;
             default: ofKind = false;
         }
         Object value = ofKind ? column.type.read(p, e, LEAST, GREATEST) : null;
         if (value == null) throw DEFER;
+        if (escaped && value instanceof String text && !paired(text)) throw DEFER;
         return value;
+    }
+
+    /** A Float or Double written as a string: the three the parser reads. */
+    private static Double special(String text) throws Defer {
+        switch (text) {
+            case "nan": return Double.NaN;
+            case "inf": return Double.POSITIVE_INFINITY;
+            case "-inf": return Double.NEGATIVE_INFINITY;
+            default: throw DEFER;
+        }
     }
 }

@@ -23,31 +23,28 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
- * A YDB batch's lines read in the tasks into the rows of `ydb.ydb_items` (the typed parse:
- * `YdbLine` and then the expressions of `ydb._typed_steps`), as Spark's internal rows, for the
- * lines that read without a problem: the rows of a batch of the records YDB writes, without
- * the UDF's `Row`s, their conversion, or the expressions over every line.
+ * A YDB batch's lines read in the tasks into the rows of `ydb.java_items` (by `YdbLine`), as
+ * Spark's internal rows: the Spark path's one parse of a YDB batch.
  *
- * The promise: on every line it does not leave (`_deferred` false), the row is exactly the
- * typed parse's, its Uint64 keys and positions made as `keyed.java_ready` makes them where the
- * schema asks so (`k<i>_long` and `k<i>_negative` for `k<i>`, `pos` of longs: the sign bit
- * flipped, `flip`), so that no decimal is read between the parse and the Java conversion
- * (`tests/spark/test_spark_changefeed_ydb.py` compares them), and `_facts` is exactly
- * what `barriers.LineFacts.aggregates` and the flaw count give over the task's lines. It
- * keeps it by reading a line only where `YdbLine` reads it (so the typed parse's expression
- * holds and `from_json` gives `YdbLine`'s struct) and leaving every line the typed parse finds
- * a problem on (`problems`): the caller then parses the batch the typed way, which names it.
- * A line with a `flaw` (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's
- * barrier rule within each block as it reads (`Blocks`): `_below` is exactly the records the
- * scan (`BarrierScan`) finds below their block's earlier barriers, and the block's highest
- * barrier is reported (`tests/spark/test_spark_changefeed_barriers.py`).
+ * The promise: on every line it does not leave (`_deferred` false), the row is what
+ * `formats.ydb.YdbParser` (the specification) makes of the line, its Uint64 keys and
+ * positions made as `keyed.java_ready` makes them where the schema asks so (`k<i>_long` and
+ * `k<i>_negative` for `k<i>`, `pos` of longs: the sign bit flipped, `flip`), so that no
+ * decimal is read between the parse and the Java conversion
+ * (`tests/test_spark_changefeed_ydb_jvm.py` holds them to a fresh parser's items), and
+ * `_facts` is the counts over the task's lines. It keeps it by reading a line only where
+ * `YdbLine` reads it and leaving every one the parser refuses or this path does not convert
+ * (`problems`): the caller then hands the batch to the Python path. A line with a `flaw`
+ * (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's barrier rule within
+ * each block as it reads (`Blocks`): `_below` is exactly the records the scan
+ * (`BarrierScan`) finds below their block's earlier barriers, and the block's highest barrier
+ * is reported (`tests/test_spark_changefeed_barriers.py`).
  *
- * Why: in a profile of YDB ingests, `YdbLine` itself was a large share of the parse job's
- * executor samples; most of the rest was the typed parse's expressions over its struct
+ * Why here: in a profile of YDB ingests, the Spark expressions that once read these lines
  * (a row built per image, each value checked against its YDB type's range), the conversion of
- * the UDF's `Row`, the UTF-8 check and the cast to binary. Read here the parse step is faster;
- * at 11M lines, reading the text and writing the checkpoint are most of what is left
- * (benchmarks/README.md, "The floor of a keyed conversion").
+ * a UDF's `Row`, the UTF-8 check and the cast to binary were most of the parse job's executor
+ * samples; read here the parse step is faster (benchmarks/README.md, "The floor of a keyed
+ * conversion").
  */
 public final class YdbLines {
     private YdbLines() {}
@@ -65,7 +62,7 @@ public final class YdbLines {
 
     private static final UTF8String CHANGE = UTF8String.fromString("change"),
         RESOLVED = UTF8String.fromString("resolved"),
-        CAREFUL = UTF8String.fromString("careful"), DELETE = UTF8String.fromString("d"),
+        LEFT = UTF8String.fromString("left"), DELETE = UTF8String.fromString("d"),
         UPDATE = UTF8String.fromString("u"), WRITE = UTF8String.fromString("w");
     /** The greatest Uint64, and the greatest step (`protocol.time.MAX_TIME`). */
     private static final BigDecimal UINT64_MAX =
@@ -74,9 +71,10 @@ public final class YdbLines {
 
     /**
      * `lines` (file string, file_index, block, row, value string: in this order) read, as
-     * `schema` (`ydb_items`' columns, `_deferred` and `_facts`, as JSON; its names must be
-     * `HEAD`, the key columns, `TAIL`; a key column `k<i>` may come as `k<i>_long` and
-     * `k<i>_negative`, a Uint64's only, and `pos` as an array of longs). `table`:
+     * `schema` (`ydb.item_schema`'s columns, `_below`, `_deferred` and `_facts`, as JSON; its
+     * names must be `HEAD`, the key columns, `TAIL`; a key column `k<i>` may come as
+     * `k<i>_long` and `k<i>_negative`, a Uint64's only, and `pos` as an array of longs).
+     * `table`:
      * `ydb.java_table`'s. `maxLineBytes`: `read.MAX_LINE_BYTES`. `_facts` is null but on
      * each task's last line, where it is the task's counts: flawed, deferred, timed and
      * untimed changes, barriers; then `disorder` and `blocks` (see `Blocks`). `_below`: a
@@ -171,9 +169,7 @@ public final class YdbLines {
                     UTF8String value = line.isNullAt(4) ? null : line.getUTF8String(4);
                     boolean flaw = value != null
                         && DebeziumLines.flaw(value, maxLineBytes) != null;
-                    // Held to the typed parse's bound too (`ydb._simple`).
-                    Object[] p = flaw || value == null || value.numBytes() >= maxLineBytes - 1
-                        ? null : YdbLine.values(value, t);
+                    Object[] p = flaw || value == null ? null : YdbLine.values(value, t);
                     boolean read = p != null && !problems(p, t);
                     if (read) {
                         item(p, t, out);
@@ -194,10 +190,10 @@ public final class YdbLines {
                     }
                 }
 
-                /** A line left: the columns the typed parse never makes null, as it makes
-                 * them for a line it leaves to the careful parse (`ydb_items`). */
+                /** A line left: of kind "left", and the columns never null filled (their
+                 * values mean nothing: the caller drops the batch's rows). */
                 private void left(YdbLine.Table t, Object[] out) {
-                    out[KIND] = CAREFUL;
+                    out[KIND] = LEFT;
                     out[tail + BELOW] = false;
                     out[HAS_TS] = false;
                     out[tail + IS_DELETE] = false;
@@ -304,10 +300,11 @@ public final class YdbLines {
     }
 
     /**
-     * Whether the typed parse finds a problem on a line `YdbLine` read (`p`: its `values`),
-     * as `ydb._typed_steps`' `data_problem` and `resolved_problem` decide: not exactly one
-     * body, no key, a value beyond its YDB type's range, a ts or resolved beyond a Uint64, a
-     * step beyond a long, an erase with a newImage, an oldImage alone.
+     * Whether a line `YdbLine` read (`p`: its `values`) is left after all: one the parser
+     * refuses (not exactly one body, no key, a value beyond its YDB type's range, a ts or
+     * resolved beyond a Uint64, a step beyond a long, an erase with a newImage), or one it
+     * accepts that this path does not convert (an oldImage alone: OLD_IMAGE, whose after image
+     * is unknown; a barrier beyond a long).
      */
     static boolean problems(Object[] p, YdbLine.Table t) {
         Object[] key = (Object[]) p[0], update = (Object[]) p[1], reset = (Object[]) p[2],
@@ -342,8 +339,8 @@ public final class YdbLines {
         return true;
     }
 
-    /** `ydb._in_range`: a small integer within its YDB type, a Uint64 within 64 bits (the
-     * reader gives no infinite double). Null is in range. */
+    /** A small integer within its YDB type, a Uint64 within 64 bits (a double is in range:
+     * `YdbLine` reads no finite number beyond one). Null is in range. */
     private static boolean inRange(Object value, YdbLine.Column column) {
         if (value instanceof Long v) return !column.ranged || (v >= column.low && v <= column.high);
         if (value instanceof BigDecimal v) return v.compareTo(UINT64_MAX) <= 0;
@@ -376,12 +373,13 @@ public final class YdbLines {
 
     /** A value of `YdbLine.values` as Spark holds it. */
     private static Object internal(Object value) {
+        if (value == YdbLine.NULL) return null;
         if (value instanceof String text) return UTF8String.fromString(text);
         if (value instanceof BigDecimal d) return decimal(d);
         return value;  // null, Long, Double, Boolean
     }
 
-    /** `ydb._typed_steps`' `row`: the table's columns in order, the key's from `key`, the
+    /** A row of the table's columns in order, the key's from `key`, the
      * others from `image` (null: all null). */
     private static GenericInternalRow row(YdbLine.Table t, Object[] key, Object[] image) {
         Object[] out = new Object[t.order.length];
@@ -396,8 +394,8 @@ public final class YdbLines {
         return new GenericInternalRow(out);
     }
 
-    /** `ydb._typed_steps`' `flags`: per column, whether `update` (null: none) leaves it
-     * unchanged (names it not); false for the key's columns. */
+    /** Per column, whether `update` (null: none) leaves it unchanged (names it not; one it
+     * sets to null is `YdbLine.NULL`); false for the key's columns. */
     private static GenericInternalRow unchanged(YdbLine.Table t, Object[] update) {
         Object[] out = new Object[t.order.length];
         for (int i = 0; i < out.length; i++) {
