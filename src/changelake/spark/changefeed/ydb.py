@@ -126,13 +126,16 @@ def item_schema(schema: TableSchema, columns: Sequence[ColumnSpec]) -> T.StructT
     for a line Java leaves), problem (null), rpos (a barrier's position), has_ts, pos, time,
     the key columns k0.. (in key order), then for changes the event columns `keyed.convert`
     reads: is_delete, rank, op, a (the after image), ua (per column: whether `update` leaves
-    it unchanged), b (the before image), ub."""
+    it unchanged), b (the before image), ub. The columns `YdbLines` sets on every row (a
+    line's place, and what it sets on a line it leaves too) are not nullable."""
     typed = {c.name: T._parse_datatype_string(c.out_type) for c in columns}
     pair = T.ArrayType(T.DecimalType(20, 0))
 
     def struct(kind: T.DataType | None) -> T.StructType:
-        return T.StructType([T.StructField(c.name, kind or typed[c.name]) for c in columns])
+        return T.StructType([T.StructField(c.name, kind or typed[c.name], kind is None)
+                             for c in columns])
 
+    always = {"block", "row", "kind", "has_ts", "is_delete", "rank", "op", "ua", "ub"}
     head = [("file", T.StringType()), ("file_index", T.IntegerType()), ("block", T.LongType()),
             ("row", T.LongType()), ("kind", T.StringType()), ("problem", T.StringType()),
             ("rpos", pair), ("has_ts", T.BooleanType()), ("pos", pair), ("time", T.LongType())]
@@ -140,7 +143,7 @@ def item_schema(schema: TableSchema, columns: Sequence[ColumnSpec]) -> T.StructT
     rest = [("is_delete", T.BooleanType()), ("rank", T.IntegerType()), ("op", T.StringType()),
             ("a", struct(None)), ("ua", struct(T.BooleanType())), ("b", struct(None)),
             ("ub", struct(T.BooleanType()))]
-    return T.StructType([T.StructField(n, t) for n, t in head + keys + rest])
+    return T.StructType([T.StructField(n, t, n not in always) for n, t in head + keys + rest])
 
 
 def java_items(lines: DataFrame, schema: TableSchema, columns: Sequence[ColumnSpec]
