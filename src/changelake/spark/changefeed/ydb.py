@@ -13,8 +13,8 @@ every other line: one the parser refuses, and the few it accepts that Java does 
 (DEBEZIUM_JSON, a null in a key, an OLD_IMAGE record, ...). A batch with a line Java leaves
 goes to the Python path (`ydb_path.ydb_changes` raises `Unsupported`), which names a bad line
 as `encode_changefeed` does; a lenient read asks the parser about those lines only
-(`deferred_lines`, `pipeline.bad_lines`). `tests/test_spark_changefeed_ydb_jvm.py` holds every
-line Java reads to a fresh parser's item.
+(`deferred_lines`, `pipeline.bad_lines`). `tests/spark/test_spark_changefeed_ydb_jvm.py` holds
+every line Java reads to a fresh parser's item.
 
 What a record becomes is `YdbParser._record`'s rule: `{"resolved": [step, txId]}` a barrier at
 `rpos`; erase a delete, with before = key + oldImage; with newImage a write of key + newImage

@@ -19,7 +19,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  *
  * The promise: a line it reads is one `formats.ydb.YdbParser` (the specification) accepts,
  * read into the same values, but for what `YdbLines.problems` then leaves
- * (`tests/test_spark_changefeed_ydb_jvm.py` holds every line to a fresh parser's item). It
+ * (`tests/spark/test_spark_changefeed_ydb_jvm.py` holds every line to a fresh parser's item). It
  * keeps it by reading the records YDB writes and leaving the rest:
  * <ul>
  * <li>read: one JSON object of members key (an array of the key columns' values, one each),

@@ -31,14 +31,14 @@ import org.apache.spark.unsafe.types.UTF8String;
  * positions made as `keyed.java_ready` makes them where the schema asks so (`k<i>_long` and
  * `k<i>_negative` for `k<i>`, `pos` of longs: the sign bit flipped, `flip`), so that no
  * decimal is read between the parse and the Java conversion
- * (`tests/test_spark_changefeed_ydb_jvm.py` holds them to a fresh parser's items), and
+ * (`tests/spark/test_spark_changefeed_ydb_jvm.py` holds them to a fresh parser's items), and
  * `_facts` is the counts over the task's lines. It keeps it by reading a line only where
  * `YdbLine` reads it and leaving every one the parser refuses or this path does not convert
  * (`problems`): the caller then hands the batch to the Python path. A line with a `flaw`
  * (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's barrier rule within
  * each block as it reads (`Blocks`): `_below` is exactly the records the scan
  * (`BarrierScan`) finds below their block's earlier barriers, and the block's highest barrier
- * is reported (`tests/test_spark_changefeed_barriers.py`).
+ * is reported (`tests/spark/test_spark_changefeed_barriers.py`).
  *
  * Why here: in a profile of YDB ingests, the Spark expressions that once read these lines
  * (a row built per image, each value checked against its YDB type's range), the conversion of

@@ -22,10 +22,9 @@ from changelake.errors import ChangefeedError, Location
 from changelake.formats.change import UNCHANGED, Change, Op, Resolved
 from changelake.formats.tableschema import TableSchema
 from changelake.formats.ydb import YdbParser
-from conftest import SAMPLES
-from test_convert_history import YDB_TABLE, write_ydb, ydb_histories
-from test_convert_samples import EXPECTED
-from test_spark_changefeed_ydb import (
+from tests.convert.test_convert_history import YDB_TABLE, write_ydb, ydb_histories
+from tests.convert.test_convert_samples import EXPECTED
+from tests.spark.test_spark_changefeed_ydb import (
     ACCEPTED,
     CAREFUL,
     JVM_SAMPLES,
@@ -33,6 +32,7 @@ from test_spark_changefeed_ydb import (
     REFUSED,
     TYPED_AS_ORJSON,
 )
+from tests.support.paths import SAMPLES
 
 _WHERE = Location("line", 1)
 _OPS = {Op.DELETE: "d", Op.UPDATE: "u", Op.UPSERT: "w"}
