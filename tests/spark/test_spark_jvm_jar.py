@@ -103,9 +103,9 @@ def test_without_the_module_a_stale_jar_is_one_error(tmp_path: Path, monkeypatch
     monkeypatch.setattr(jvm, "PACKAGED", _jar_recording(tmp_path / "old.jar", "0" * 16))
     monkeypatch.setattr(jvm, "MODULE", tmp_path / "no-module")
     monkeypatch.setattr(jvm, "_folder", lambda: tmp_path)
-    with pytest.raises(ChangelakeError, match=r"is of other sources or another PySpark "
-                       r"\(digest 0{16}, not [0-9a-f]{16}\)\), and the Maven module .* is not "
-                       r"there: reinstall changelake"):
+    with pytest.raises(ChangelakeError, match=r"is of other sources, another pom.xml or JUnit "
+                       r"tests, or another PySpark \(digest 0{16}, not [0-9a-f]{16}\)\), and "
+                       r"the Maven module .* is not there: reinstall changelake"):
         jvm.jar()
 
 
