@@ -1,7 +1,8 @@
-"""YDB's barrier rule: the Java scan over the lines in read order (`barriers.scan_below`) finds
-exactly the records the window finds (`barriers._below`), and each file's highest barrier; it
-declines, rather than answers wrongly, where a block's rows are split between partitions or
-out of order; and a real read of files cut into many blocks takes the scan."""
+"""YDB's barrier rule: the window (`barriers._below`) finds the records below an earlier
+barrier of their file, and each file's highest barrier, across blocks; the parse's tasks and
+the driver mark the same records (`YdbLines.java`'s blocks, `barriers.marked_below`); and a
+real read of files cut into many blocks is checked by the conversion, or by the window where
+the blocks are not told."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import functions as F
 
 from changelake.spark.changefeed import barriers, ydb_path
 from tests.convert.test_convert_history import write_ydb
@@ -48,7 +48,7 @@ def generated(rng: random.Random) -> list[tuple[Any, ...]]:
 
 def by_block(spark: Any, rows: list[tuple[Any, ...]], partitions: int = 3) -> Any:
     """Each block's rows in one partition, in row order, as `read.py` reads a block; a
-    checkpoint, as the parse's is (`scan_below` reads its partitions by number)."""
+    checkpoint, as the parse's is."""
     return spark.createDataFrame(rows, ITEMS).repartition(partitions, "file_index", "block") \
         .sortWithinPartitions("file_index", "block", "row").localCheckpoint()
 
@@ -57,25 +57,35 @@ def found(frame: Any) -> set[tuple[int, int, int]]:
     return {(r[0], r[1], r[2]) for r in frame.select("file_index", "block", "row").collect()}
 
 
+def below_in_python(rows: list[tuple[Any, ...]]) -> tuple[set[tuple[int, int, int]], dict]:
+    """The rule read plainly: each file's lines in order (block, then row), the running
+    highest barrier, and the changes whose position is below it; and each file's highest."""
+    below, highest = set(), {}
+    for file, block, row, kind, pos, rpos, _ in sorted(rows, key=lambda r: r[:3]):
+        if kind == "resolved" and (file not in highest or rpos > highest[file]):
+            highest[file] = rpos
+        elif kind == "change" and file in highest and pos < highest[file]:
+            below.add((file, block, row))
+    return below, highest
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_the_scan_finds_what_the_window_finds(spark: Any, seed: int) -> None:
+def test_the_window_finds_what_the_rule_says(spark: Any, seed: int) -> None:
     rows = generated(random.Random(seed))
-    items = by_block(spark, rows)
-    scanned = barriers.scan_below(items, ("k0",))
-    assert scanned is not None
-    window = barriers._window_below(items, ("k0",), None)
-    expected = found(window.frame)
-    assert found(scanned.frame) == expected and scanned.count == len(expected)
-    assert scanned.last == window.last
+    window = barriers._window_below(by_block(spark, rows), ("k0",), None)
+    expected, highest = below_in_python(rows)
+    assert found(window.frame) == expected and window.count == len(expected)
+    assert window.last == highest
     # What it returns of each record is the record's own.
-    assert sorted(map(tuple, scanned.frame.select("file_index", "row", "pos", "k0").collect())) \
-        == sorted(map(tuple, window.frame.select("file_index", "row", "pos", "k0").collect()))
+    own = {(r[0], r[2]): (r[4], r[6]) for r in rows}
+    assert all(own[(r["file_index"], r["row"])] == (list(r["pos"]), r["k0"])
+               for r in window.frame.collect())
 
 
 def test_a_barrier_reaches_the_later_blocks_of_its_file_only(spark: Any) -> None:
-    """A record in a later block below the barrier of an earlier one is found through the
-    blocks' summaries (and once, though it is also below a barrier of its own block); the
-    other file's barrier does not reach it."""
+    """A record in a later block below the barrier of an earlier one is found (and once,
+    though it is also below a barrier of its own block); the other file's barrier does not
+    reach it."""
     def at(step: int) -> list[Decimal]:
         return [Decimal(step), Decimal(0)]
 
@@ -86,8 +96,7 @@ def test_a_barrier_reaches_the_later_blocks_of_its_file_only(spark: Any) -> None
             (0, 1000, 1003, "change", at(20), None, 3),
             (0, 1000, 1004, "change", at(55), None, 4),
             (1, 0, 0, "change", at(10), None, 5)]
-    scanned = barriers.scan_below(by_block(spark, rows), ("k0",))
-    assert scanned is not None
+    scanned = barriers._window_below(by_block(spark, rows), ("k0",), None)
     assert found(scanned.frame) == {(0, 1000, 1001), (0, 1000, 1003), (0, 1000, 1004)}
     assert scanned.count == 3 and scanned.last == {0: at(70)}
 
@@ -122,22 +131,7 @@ def test_the_blocks_mark_by_step_then_by_position(spark: Any, form: str) -> None
     assert found(marked.where("_below")) == {(0, 0, 1), (0, 10, 0), (0, 10, 3), (1, 0, 0)}
 
 
-def test_a_block_split_between_partitions_or_out_of_order_is_left_to_the_window(
-        spark: Any) -> None:
-    rows = [(0, 0, r, "change", [Decimal(r), Decimal(0)], None, r) for r in range(20)]
-    rows[5] = (0, 0, 5, "resolved", None, [Decimal(50), Decimal(0)], None)
-    ordered = by_block(spark, rows, partitions=1)
-    assert barriers.scan_below(ordered, ("k0",)) is not None
-    split = spark.createDataFrame(rows, ITEMS).repartition(4, "row") \
-        .sortWithinPartitions("row")
-    assert barriers.scan_below(split, ("k0",)) is None
-    backwards = spark.createDataFrame(rows, ITEMS).coalesce(1).sortWithinPartitions(
-        "file_index", "block", F.col("row").desc())
-    assert barriers.scan_below(backwards, ("k0",)) is None
-
-
-#: A history whose every line takes the typed parse (no nulls written, no NaN, no key beyond a
-#: long): its items are one pass over the lines, in read order, which the scan relies on.
+#: A history with no nulls written, no NaN, no key beyond a long.
 SIMPLE = {"scan": {1: ("a", 0.5), 2: ("b", 1.0)},
           "txs": [(1, [("update", 1, {"name": "c"}), ("reset", 2, {"score": 3.0})], True),
                   (1, [("erase", 1, {}), ("update", 2, {"score": 2.0})], False),
@@ -156,16 +150,9 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
     (nulls in update and NaN too), and the rule is checked by the conversion, the parse's
     tasks marking the records below their block's barriers and the driver those below an
     earlier block's (`barriers.Blocks`, `marked_below`); where that is not told (here made
-    so), the window finds the replays, with no scan first: the parse's job shuffled the
-    records by key (`checkpoint.kept_shuffle`), so no partition holds a block in read
-    order."""
-    scans: list[barriers.Below | None] = []
+    so), the window finds the replays."""
     windows: list[barriers.Below] = []
     marked: list[Any] = []
-
-    def scan(*args: Any) -> barriers.Below | None:
-        scans.append(scan_below(*args))
-        return scans[-1]
 
     def window(*args: Any) -> barriers.Below:
         windows.append(window_below(*args))
@@ -176,8 +163,7 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
         marked.append(barriers.marked_below(items, blocks))
         return marked[-1]
 
-    scan_below, window_below = barriers.scan_below, barriers._window_below
-    monkeypatch.setattr(barriers, "scan_below", scan)
+    window_below = barriers._window_below
     monkeypatch.setattr(barriers, "_window_below", window)
     monkeypatch.setattr(ydb_path, "marked_below", mark)
     if rule == "untold":
@@ -193,13 +179,12 @@ def test_files_read_in_many_blocks(spark: Any, tmp_path: Path, monkeypatch: pyte
         spark.conf.set("spark.sql.files.maxPartitionBytes", before)
     assert got is not None and got.path == "jvm", got and got.reason
     assert got.frontier == last
-    assert (len(marked), len(scans), len(windows)) == {
-        "conversion": (1, 0, 0), "untold": (0, 0, 1)}[rule]
+    assert (len(marked), len(windows)) == {"conversion": (1, 0), "untold": (0, 1)}[rule]
     if rule == "conversion":
         assert below[0] > 0
     else:
-        (found_below,) = windows or scans
-        assert found_below is not None and found_below.count > 0
+        (found_below,) = windows
+        assert found_below.count > 0
 
 
 @pytest.mark.parametrize("seed", [5, 6, 7])

@@ -8,15 +8,13 @@ One input file is one topic partition (`encode_changefeed`). The rules are
 * *Barriers*: a record whose position `[step, txId]` is below the highest barrier read before
   it in its file breaks the partition's guarantee (ydb#6985) and is a bad line, unless it
   repeats an earlier event of its file (`convert.images.event_identity`: position, op, key and
-  images), a replay after a consumer restart. When the batch has barriers, the running
-  highest barrier of each file finds the records below it: one pass of the project's Java
-  over the parsed lines in the order they were read (`scan_below`, `BarrierScan.java`: a
-  block of lines lies in one partition, so no shuffle, and the barrier step of a YDB ingest
-  was faster than the window's: benchmarks/README.md, "Figures moved out of docstrings"),
-  or where that does not apply (a parse that split a block between partitions, or reordered it)
+  images), a replay after a consumer restart. Where the conversion is not told the rule (see
+  below), the running highest barrier of each file finds the records below it:
   `times.highest_before`, a window by chunk of lines, the earlier chunks' highest carried by
   the driver (one window by file held a whole file in one task's buffer, and the driver's JVM
-  grew with the file: benchmarks/README.md, "Figures moved out of docstrings").
+  grew with the file: benchmarks/README.md, "Figures moved out of docstrings"). The parse's
+  job shuffles the records by key (`checkpoint.kept_shuffle`), so no partition holds a block
+  in read order for a scan to follow.
   Only the records below, few in a good feed (the replays), are then looked up among the
   earlier records of their file by their identity (`barrier_rule`: a join on the key, the
   position and a 64-bit hash of the op and images, `identity`).
@@ -26,11 +24,11 @@ One input file is one topic partition (`encode_changefeed`). The rules are
   (`Blocks`), which marks the rest (`marked_below`), and the keyed conversion, which reads each
   key's events in order anyway, finds each record below repeated among its key's events at
   its position (`keyed.java_convert`'s `barriers`). The records below at times it does not
-  convert, it only counts, and they are looked up as above (`unrepeated_outside`). No scan,
-  rescan or lookup of every record (benchmarks/README.md, "YDB's barrier rule checked by
-  the conversion").
+  convert, it only counts, and they are looked up as above (`unrepeated_outside`). No window
+  or lookup of every record (benchmarks/README.md, "YDB's barrier rule checked by the
+  conversion").
 * *Frontier*: each file's highest barrier (from what finds the records below: the blocks'
-  reports, the scan's summary rows, or the window's aggregate rows by chunk of lines:
+  reports, or the window's aggregate rows by chunk of lines:
   `Barriers.last`); 0 while some file has none, else the least of their steps.
 
 What the steps need to know of the parsed lines as a whole (`LineFacts`) is observed while the
@@ -49,7 +47,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from changelake.spark.changefeed.keyed import (
-    JAVA_POSITIONS,
     flipped,
     key_names,
     long_positions,
@@ -58,7 +55,6 @@ from changelake.spark.changefeed.keyed import (
 )
 from changelake.spark.changefeed.times import Chunks, chunks_of, highest_before
 from changelake.spark.driver_rows import driver_rows
-from changelake.spark.jvm import java_class
 
 #: Up to this many records below a barrier are broadcast to the join that looks them up: their
 #: narrow identity (places, key, position, a hash; about 130 bytes each in Spark's rows, so
@@ -138,9 +134,6 @@ def _below(items: DataFrame, keep: Sequence[str], partitions: int | None = None,
         .select("file_index", "block", "row", "pos", *keep)
 
 
-JVM_SCAN_CLASS = "changelake.jvm.BarrierScan"
-
-
 @dataclass(frozen=True)
 class Below:
     """The records below their file's running highest barrier, as `_below` finds them."""
@@ -148,99 +141,11 @@ class Below:
     frame: DataFrame  # file_index, block, row, pos, *keep; checkpointed
     count: int
     last: dict[int, Any]  # file_index: its highest barrier's position, for files with one
-    # The lines among which a record below may repeat an earlier one (kind, file_index, block,
-    # row, pos, *keep), where the scan narrowed them down; None: every line.
-    earlier: DataFrame | None = None
-
-
-def scan_below(items: DataFrame, keep: Sequence[str]) -> Below | None:
-    """`_below` (and each file's highest barrier) by one pass of the project's Java over the
-    parsed lines in the order they were read (`BarrierScan.java`), with no shuffle: a block
-    of lines lies in one partition, its rows in `row` order (`read.py`), so the running
-    highest barrier within a block is a scan. What a block's records owe to the barriers of
-    the file's earlier blocks comes from the scan's one summary row per block: only a block
-    whose least position is below the earlier blocks' highest (in a good feed, one that
-    holds replays of an earlier block's records) is read again, from that barrier, and only
-    the partition that holds it (`BarrierScan.rescan`), which was faster than a join that
-    found them among every record (benchmarks/README.md, "Figures moved out of docstrings").
-    And the lookup of the records below reads only the partitions
-    whose blocks' positions reach theirs (`Below.earlier`, `BarrierScan.only`).
-
-    `items` must be a checkpoint (the parse's, `stored`), or another plan whose partitions
-    hold the same rows each time it runs: the rescan and the lookup read partitions by the
-    numbers the scan saw.
-
-    None where the positions are of a type it does not compare, or the pass found a block's
-    rows split between partitions or out of order (a parse that reordered them): the window
-    then does it."""
-    position = items.schema["pos"].dataType
-    if not isinstance(position, T.ArrayType) \
-            or position.elementType.simpleString() not in JAVA_POSITIONS:
-        return None
-    scanner = java_class(items.sparkSession, JVM_SCAN_CLASS)
-    spark = items.sparkSession
-    lines = _narrow(items, keep).where(F.col("kind").isin("change", "resolved")).select(
-        F.col("file_index").cast("int"), F.col("block").cast("bigint"),
-        F.col("row").cast("bigint"), "kind", "pos", F.col("_barrier").cast(position), *keep)
-    counted = Observation()
-    scanned = DataFrame(scanner.scan(lines._jdf), spark) \
-        .observe(counted, *_counted(~F.col("_summary"))).localCheckpoint()
-    seen = counted.get
-    summaries = sorted(scanned.where("_summary").select(
-        "file_index", "block", "_high", "_low", "_top", "_disorder", "_partition").collect(),
-        key=lambda r: (r["file_index"], r["block"]))
-    across = _across_blocks([(r["file_index"], r["block"], r["_high"]) for r in summaries])
-    if across is None or any(r["_disorder"] for r in summaries) \
-            or any(r[c] is not None and None in r[c] for r in summaries for c in ("_low", "_top")):
-        return None
-    earlier_highest, last = across
-    crossing = []  # (file_index, block, the earlier blocks' highest barrier)
-    partitions = set()  # where the crossing blocks are
-    for r, earlier in zip(summaries, earlier_highest, strict=True):
-        low = r["_low"]
-        if earlier is not None and low is not None and list(low) < list(earlier):
-            crossing.append((r["file_index"], r["block"], earlier))
-            partitions.add(r["_partition"])
-    columns = ["file_index", "block", "row", "pos", *keep]
-    below = scanned.where(~F.col("_summary")).select(*columns)
-    if crossing:
-        # Those blocks' records below are all read again, from their bound: the scan's of
-        # them are left out, so none is counted twice.
-        bounds = driver_rows(spark, crossing, T.StructType([
-            T.StructField("file_index", T.IntegerType()), T.StructField("block", T.LongType()),
-            T.StructField("_bound", position)]))
-        again = DataFrame(scanner.rescan(lines._jdf, bounds._jdf, sorted(partitions)), spark)
-        counted = Observation()
-        below = below.join(F.broadcast(bounds.select("file_index", "block")),
-                           ["file_index", "block"], "left_anti") \
-            .unionByName(again.select(*columns)) \
-            .observe(counted, *_counted(F.lit(True))).localCheckpoint()
-        seen = counted.get
-    count = int(seen["n"])
-    if not count:
-        return Below(below, 0, last)
-    # A record below repeats an earlier one only at its own position: only the partitions
-    # holding a block whose positions reach from the least to the greatest of theirs can hold
-    # one (in a good feed, the blocks the replayed records were first read in).
-    least, most = list(seen["least"]), list(seen["most"])
-    if None in least or None in most:  # Python would not order them as Spark does
-        return Below(below, count, last)
-    near = sorted({r["_partition"] for r in summaries if r["_low"] is not None
-                   and list(r["_low"]) <= most and list(r["_top"]) >= least})
-    earlier = DataFrame(scanner.only(lines._jdf, near), spark)
-    return Below(below, count, last, earlier)
-
-
-def _counted(records: Column) -> list[Column]:
-    """What `scan_below` observes of the records below (`records` marks them among the rows):
-    how many, and the least and the greatest of their positions."""
-    return [F.count(F.when(records, 1)).alias("n"),
-            F.min(F.when(records, F.col("pos"))).alias("least"),
-            F.max(F.when(records, F.col("pos"))).alias("most")]
 
 
 def _window_below(items: DataFrame, keep: Sequence[str], size: int | None) -> Below:
-    """`scan_below` by `_below`'s window, where the scan does not apply."""
+    """The records below their file's running highest barrier, by `_below`'s window, and
+    each file's highest barrier."""
     partitions = None if size is None else partitions_for(items.sparkSession, size)
     chunks = _barrier_chunks(items, keep)
     last = {file: high for file, high in chunks.highest.items() if high is not None}
@@ -255,30 +160,24 @@ def unrepeated_below(items: DataFrame, keys: int, size: int | None = None) -> bo
     return barrier_rule(items, keys, size).unrepeated
 
 
-def barrier_rule(items: DataFrame, keys: int, size: int | None = None, *,
-                 read_order: bool = True) -> Barriers:
+def barrier_rule(items: DataFrame, keys: int, size: int | None = None) -> Barriers:
     """Whether some record below its file's barrier repeats no earlier record of its file (a
-    bad line), and each file's highest barrier. The records below are found by `scan_below`
-    (else `_below`'s window), each with its identity (the key, the position and
-    `identity`), and kept; in a good feed they are few (the replays), and are then
-    broadcast to the join that looks each one up among the earlier records of its file by its
-    identity (many are joined without broadcasting). Only the identity's narrow columns are
-    shuffled or broadcast, never the images: faster than when a join fetched each one's images
-    and a second shuffled every record's (benchmarks/README.md, "YDB's steps, and the barrier
-    rule's lookup without the images"). `size`, the batch's lines about,
-    spreads a window over partitions by it (`keyed.partitions_for`). Without `read_order`
-    (items shuffled by key: `checkpoint.kept_shuffle`), no partition holds a block in read
-    order, and the window does it without a scan first."""
+    bad line), and each file's highest barrier. The records below are found by `_below`'s
+    window, each with its identity (the key, the position and `identity`), and kept; in a
+    good feed they are few (the replays), and are then broadcast to the join that looks each
+    one up among the earlier records of its file by its identity (many are joined without
+    broadcasting). Only the identity's narrow columns are shuffled or broadcast, never the
+    images: faster than when a join fetched each one's images and a second shuffled every
+    record's (benchmarks/README.md, "YDB's steps, and the barrier rule's lookup without the
+    images"). `size`, the batch's lines about, spreads the window over partitions by it
+    (`keyed.partitions_for`)."""
     key = key_names(items.columns, keys)
     items = uint64_positions(items).withColumn("_same", identity())
-    scanned = scan_below(items, (*key, "_same")) if read_order else None
-    if scanned is None:
-        scanned = _window_below(items, (*key, "_same"), size)
+    scanned = _window_below(items, (*key, "_same"), size)
     below, count, last = scanned.frame, scanned.count, scanned.last
     if count == 0:
         return Barriers(False, last)
-    lines = items if scanned.earlier is None else scanned.earlier
-    return Barriers(_unrepeated(lines, below, count, keys), last)
+    return Barriers(_unrepeated(items, below, count, keys), last)
 
 
 def _unrepeated(lines: DataFrame, below: DataFrame, count: int, keys: int) -> bool:

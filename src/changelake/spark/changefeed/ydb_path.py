@@ -15,11 +15,10 @@ The barrier rule (`barriers.py`): the parse's tasks mark each record below a bar
 block's earlier lines and report each block's highest barrier, the driver marks those below
 an earlier block's (`barriers.Blocks`), and the conversion checks that each record below
 repeats an earlier one (the few outside the times it converts, it counts, and a join looks
-them up after it); where the tasks could not tell it (a block's rows out of order), one Java
-pass over each block of lines (a window by chunk of lines where that does not apply) and a
-join of the few records below a barrier. The frontier comes from each file's highest
-barrier, found by the same steps. The rule in the conversion saves the scan, its rescan and
-the lookup, less what the marking adds to the conversion (benchmarks/README.md, "YDB's
+them up after it); where the tasks could not tell it (a block's rows out of order), a window
+by chunk of lines and a join of the few records below a barrier. The frontier comes from each
+file's highest barrier, found by the same steps. The rule in the conversion saves the window
+and the lookup, less what the marking adds to the conversion (benchmarks/README.md, "YDB's
 barrier rule checked by the conversion").
 
 Where it may differ from `encode_changefeed` (shared with the Python path): a record below its
@@ -149,8 +148,7 @@ def ydb_changes(spark: SparkSession, read: Lines, *, keys: Sequence[str],
         assert blocks is not None
         items, last = marked_below(items, blocks), blocks.last
     elif facts.barriers:
-        rule = guard(lambda: barrier_rule(items, len(keys), size + facts.barriers,
-                                           read_order=False))
+        rule = guard(lambda: barrier_rule(items, len(keys), size + facts.barriers))
         if rule.unrepeated:
             raise Unsupported(BELOW_UNREPEATED)
         last = rule.last

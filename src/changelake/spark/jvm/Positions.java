@@ -8,7 +8,7 @@ import org.apache.spark.sql.types.DecimalType;
 
 /**
  * Positions (`pos`: arrays of bigint, or of decimal(20,0) for YDB's Uint64 steps) compared as
- * Spark orders arrays, so that the Java passes (`KeyedConversion`, `BarrierScan`) order
+ * Spark orders arrays, so that the Java passes (`KeyedConversion`, `YdbLines`' blocks) order
  * positions as Spark's own comparisons of the same columns do.
  */
 final class Positions {

@@ -36,9 +36,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * `YdbLine` reads it and leaving every one the parser refuses or this path does not convert
  * (`problems`): the caller then hands the batch to the Python path. A line with a `flaw`
  * (`read.flaw`) is never read; it is counted. Besides, it keeps YDB's barrier rule within
- * each block as it reads (`Blocks`): `_below` is exactly the records the scan
- * (`BarrierScan`) finds below their block's earlier barriers, and the block's highest barrier
- * is reported (`tests/spark/test_spark_changefeed_barriers.py`).
+ * each block as it reads (`Blocks`): `_below` is exactly the records below a barrier of their
+ * block's earlier lines (those `barriers._below`'s window finds within the block), and the
+ * block's highest barrier is reported (`tests/spark/test_spark_changefeed_barriers.py`).
  *
  * Why here: in a profile of YDB ingests, the Spark expressions that once read these lines
  * (a row built per image, each value checked against its YDB type's range), the conversion of

@@ -1,22 +1,17 @@
 """The project's own JVM code: Java sources shipped in this package, compiled into one jar.
 
-Why Java at all: the parse was the largest step of a Debezium ingest (about a third of its
-time at 1.1M events), and most of it was Spark's JSON functions (`from_json` against a wide
-nested schema, `json_object_keys`, regular expressions over the text) and the rules' column
-expressions over their result. One streaming pass of Jackson over the line in a Java UDF
-(`DebeziumLine.java`) applies the same rules with no Python on the executors, and the parse is
-faster (benchmarks/README.md, "Figures moved out of docstrings"). The same goes for the row
-images the conversion reads against the columns' types (`DebeziumImage.java`), which
-`from_json` read through a char reader made for every image, and for the YDB lines the typed
-parse reads (`YdbLine.java`), which a regular expression proved simple before `from_json` read
-them; a YDB batch whose every line Java reads is read in the tasks into the parsed rows
-(`YdbLines.java`, as `DebeziumLines.java` does for Debezium), with none of the expressions.
-And the keyed conversion (`KeyedConversion.java`, called through Py4J, not a UDF) makes one
-pass over each key's events where Spark's windows copied every event through four window
-operators, an explode and an aggregate, and the conversion step is faster (benchmarks/README.md,
-"Figures moved out of docstrings"). YDB's barrier rule (`BarrierScan.java`, also through Py4J)
-is one pass over each block of lines in read order where a window shuffled and sorted every
-record, and the step is faster (benchmarks/README.md, "Figures moved out of docstrings").
+What it holds: the Spark path's one implementation of the changefeed rules that run per line
+or per key on the executors (the Python path, `changefeed/python_path`, runs the
+specification itself for the batches this one refuses: `changefeed/dispatch.py`). The line
+readers (`DebeziumLine.java`, `YdbLine.java`) read each line in one streaming pass of Jackson
+into the specification's item, and leave what they do not read to the Python path; the tasks'
+passes over them (`DebeziumLines.java`, `YdbLines.java`) make the parsed rows and the facts
+the later steps need, and keep YDB's barrier rule within each block as they read. The row
+images are read against the columns' types by `DebeziumImage.java`, and the keyed conversion
+(`KeyedConversion.java`, called through Py4J, not a UDF) makes one pass over each key's
+events. Why Java and not Spark's functions: the same rules as column expressions (`from_json`
+against a wide nested schema, `json_object_keys`, regular expressions, window operators) were
+most of an ingest's time (benchmarks/README.md, "Figures moved out of docstrings").
 And a batch's checkpoints (`checkpoint.stored`) are kept as chunks of their rows' bytes
 (`StoredRows.java`), where Spark's `localCheckpoint` serialized each row as an object of its
 own; and a YDB batch's parsed rows are not stored at all, but kept as the shuffle by key that
