@@ -109,6 +109,9 @@ SLOW_TESTS = {
     "test_real_debezium_killed_and_restarted_into_the_lake_equals_the_database",
     # ALTER TABLE under real Debezium (minutes): test_debezium_alter.py's generated feeds on
     # both paths and into the lake in the default run
+    # the Kafka ALTER run (a topic, two ingests and a refusal: 25 s): the same rule on files
+    # through both paths and the lake is test_debezium_alter.py's other tests
+    "test_debezium_alter.py::test_kafka_ingest_follows_the_alter_then_refuses_a_kind_change",
     "test_debezium_alter_pipeline.py::"
     "test_real_debezium_alter_table_add_and_drop_column_into_the_lake",
     # the freshness benchmark's core at 20 tx/s (real Debezium, a broker, `ingest --follow`

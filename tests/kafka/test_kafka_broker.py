@@ -5,6 +5,7 @@ to the right password only, and a start that fails is one line naming the broker
 from __future__ import annotations
 
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,25 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     assert producer.flush(30) == 0
 
 
+def _watermarks(consumer: Consumer, topic: str) -> tuple[int, int]:
+    """The partition's offsets, asked again while the restarted broker is still electing its
+    leader (NOT_LEADER_FOR_PARTITION for a moment after a start, as a client sees it)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        except KafkaException as error:
+            retriable = error.args[0].code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
+                                                 KafkaError.LEADER_NOT_AVAILABLE)
+            if not retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def read_all(bootstrap: str, topic: str) -> list[bytes]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-all",
                          "enable.auto.commit": False})
-    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    low, high = _watermarks(consumer, topic)
     consumer.assign([TopicPartition(topic, 0, low)])
     out = []
     while len(out) < high - low:
