@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ from tests.support.doc_blocks import (
     ROOT,
     RUN_KINDS,
     Block,
+    Command,
     all_blocks,
     commands,
     matches,
@@ -174,6 +176,26 @@ class Sandbox:
         return result
 
 
+def check_shown(result: Result, command: Command, where: str, tmp_path: Path,
+                as_shown: Callable[[str], str] = lambda shown: shown) -> None:
+    """A block's command ran as the page shows it: its stdout in the file a `> FILE` names
+    (the lines shown are then its stderr), exit status 2 where the page shows an error line
+    and 0 otherwise, and the output the page shows (`as_shown`: the output as the page
+    would print it)."""
+    shown = result.output
+    if command.stdout_to is not None:
+        (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
+        shown = result.stderr
+    failing = any(line.startswith("changelake: error:") for line in command.expected)
+    assert result.exit_code == (2 if failing else 0), (
+        f"{where}: {' '.join(command.argv)}: exit {result.exit_code}\n{result.output}")
+    shown = as_shown(shown)
+    if command.expected:
+        assert matches(command.expected, shown), (
+            f"{where}: {' '.join(command.argv)} printed\n{shown}\n"
+            "but the page shows\n" + "\n".join(command.expected))
+
+
 @pytest.mark.spark
 def test_the_pages_commands_print_what_the_pages_show(spark, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -194,19 +216,7 @@ def test_the_pages_commands_print_what_the_pages_show(spark, tmp_path: Path,
                 result = sandbox.run(page, command.argv, block.where)
                 if command.argv[0] in MUTATING and changed(result):
                     histories[block.path] = (*page, command.argv)
-                shown = result.output
-                if command.stdout_to is not None:  # the lines shown are then its stderr
-                    (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
-                    shown = result.stderr
-                # an example of an error shows its error line: exit status 2
-                failing = any(line.startswith("changelake: error:") for line in command.expected)
-                assert result.exit_code == (2 if failing else 0), (
-                    f"{block.where}: {' '.join(command.argv)}: exit {result.exit_code}\n"
-                    f"{result.output}")
-                if command.expected:
-                    assert matches(command.expected, shown), (
-                        f"{block.where}: {' '.join(command.argv)} printed\n{shown}\n"
-                        "but the page shows\n" + "\n".join(command.expected))
+                check_shown(result, command, block.where, tmp_path)
                 ran += 1
         assert ran >= 15 and skipped <= 3, (ran, skipped)
     finally:
@@ -319,15 +329,8 @@ def test_the_kafka_blocks_run_on_a_broker(spark, broker, tmp_path: Path,
                 assert argv != command.argv or argv[0] in NO_LAKE, \
                     f"{block.where}: names no {PAGE_BROKER}"
                 result = sandbox.run((), argv, block.where)
-                shown = result.output
-                if command.stdout_to is not None:
-                    (tmp_path / command.stdout_to).write_bytes(result.stdout_bytes)
-                    shown = result.stderr
-                assert result.exit_code == 0, f"{block.where}: exit {result.exit_code}\n{shown}"
-                shown = shown.replace(broker.bootstrap, PAGE_BROKER)
-                assert not command.expected or matches(command.expected, shown), (
-                    f"{block.where}: {' '.join(command.argv)} printed\n{shown}\n"
-                    "but the page shows\n" + "\n".join(command.expected))
+                check_shown(result, command, block.where, tmp_path,
+                            lambda shown: shown.replace(broker.bootstrap, PAGE_BROKER))
                 ran += 1
         assert ran >= 2
     finally:
