@@ -10,7 +10,8 @@ would measure the codec, not the decoder.
 
 The session is Spark's default as far as partitioning goes (`spark.sql.shuffle.partitions`
 200, adaptive execution on), not the project's tuned one: `--shuffle-partitions` changes it.
-After one unmeasured warm-up of each, the pair below is measured `--repeat` times (default 3),
+After `--warmup` unmeasured rounds of each (default 3: the JVM's compiler is still making
+both faster over the first few), the pair below is measured `--repeat` times (default 3),
 alternating, and the median of the per-round ratios is reported (rows/s count input rows):
 
 * decode: `decode(updates, progress)` plus counting `Decoded.updates` (the result consumed
@@ -127,6 +128,7 @@ def main() -> int:
     parser.add_argument("--together", action="store_true",
                         help="an update's copies in one file, not anywhere")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
     parser.add_argument("--shuffle-partitions", type=int, default=200)
     parser.add_argument("--sample", type=int, default=1_000_000,
                         help="local Reader sample (0: skip)")
@@ -198,8 +200,9 @@ def main() -> int:
 
         scan, n_scan = timed("(b) scan count()", lambda: frames()[0].count())
         assert n_scan == deliveries
-        timed("warm-up: (a) (not measured)", run_dedup)
-        timed("warm-up: decode (not measured)", run_decode)
+        for _ in range(args.warmup):
+            timed("warm-up: (a) (not measured)", run_dedup)
+            timed("warm-up: decode (not measured)", run_decode)
         rounds: list[tuple[float, float]] = []
         alone: list[float] = []  # decode alone / dropDuplicates, per round
         smallest: list[float] = []  # one job of one row / dropDuplicates, per round

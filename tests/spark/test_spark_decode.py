@@ -188,7 +188,7 @@ def test_an_input_of_known_size_is_decoded_in_one_job(spark, tmp_path) -> None:
         assert len(context.statusTracker().getJobIdsForGroup("decode-known-size")) == 1
         plan = got._cached._jdf.queryExecution().executedPlan().toString()
         assert "AdaptiveSparkPlan" not in plan.split("InMemoryRelation", 1)[1], plan
-        assert "hashpartitioning(data#" in plan and f", {expected}), REPARTITION" in plan, plan
+        assert "hashpartitioning(_dnull#" in plan and f", {expected}), REPARTITION" in plan, plan
         assert got.frontier == Antichain([5]) == collect(log).frontier
         assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
         assert canonical(rows_of(got.pending)) == canonical([(R(3), 7, -1)])
@@ -226,7 +226,7 @@ def test_the_updates_are_shuffled_once_and_whole(spark) -> None:
         got.updates.count()  # the cached plan, final: its initial plan is printed after it
         plan = got._cached._jdf.queryExecution().executedPlan().toString()
         plan = plan.split("== Initial Plan ==")[0]
-        assert plan.count("Exchange hashpartitioning(data") == 1, plan
+        assert plan.count("Exchange hashpartitioning(") == 1, plan
         assert "partial_" not in plan.split("Exchange", 1)[1], plan
         assert "_file" not in plan.split("Exchange", 1)[1], plan
         assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
@@ -418,3 +418,56 @@ def test_same_result_without_adaptive_execution(spark) -> None:
             assert canonical(rows_of(got.updates)) == canonical(collect(log).updates)
     finally:
         spark.conf.set(key, before)
+
+
+_KEY_SCHEMAS = {
+    # data may be null, and so may its fields: its fields are grouped one by one, with a
+    # flag for a null `data` (a null struct and a struct of nulls are two rows)
+    "nullable": "data struct<k: bigint, v: double, m: map<string, bigint>>",
+    # data cannot be null: its fields alone
+    "not null": "data struct<k: bigint NOT NULL, v: double, m: map<string, bigint>> NOT NULL",
+    # a field that cannot be null in a struct that can: grouped whole (the struct made again
+    # from its fields would let the field be null; so would a map in it, grouped whole)
+    "whole": "data struct<k: bigint NOT NULL, v: double>",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(_KEY_SCHEMAS))
+def test_the_result_has_the_inputs_data_type_and_its_groups(spark, shape) -> None:
+    # However `data` is grouped (its fields as keys of their own, or whole), the result has
+    # the input's type exactly, and the groups are Spark's grouping of the whole struct:
+    # NaN one value, -0.0 the same as 0.0, a map's null value kept, a null `data` apart
+    # from a struct of nulls. The expected result is the one grouped whole (a field with
+    # metadata is grouped whole: `decoder._data_keys`).
+    from pyspark.sql.types import StructField, StructType
+
+    from changelake.spark.decoder import _data_keys
+
+    schema = spark.createDataFrame([], f"{_KEY_SCHEMAS[shape]}, time bigint, diff bigint").schema
+    nan, m = float("nan"), {"y": None}
+    rows = [({"k": 1, "v": nan, "m": m}, 1, 1), ({"k": 1, "v": nan, "m": m}, 1, 1),
+            ({"k": 1, "v": 0.0, "m": None}, 1, 1), ({"k": 1, "v": -0.0, "m": None}, 1, 1),
+            ({"k": 2, "v": None, "m": {"a": 1, "b": None}}, 2, -1),
+            ({"k": 2, "v": None, "m": {"b": None, "a": 1}}, 2, -1)]
+    if schema["data"].dataType["k"].nullable:
+        rows += [({"k": None, "v": None, "m": None}, 2, 1)] * 2
+    if schema["data"].nullable:
+        rows += [(None, 2, 1)] * 2
+    updates = spark.createDataFrame(rows, schema)
+    kind = schema["data"].dataType
+    marked = StructType([StructField(f.name, f.dataType, f.nullable, {"c": 1} if i == 0 else {})
+                         for i, f in enumerate(kind.fields)])
+    whole = spark.createDataFrame(
+        rows, StructType([StructField("data", marked, schema["data"].nullable),
+                          *schema.fields[1:]]))
+    assert _data_keys(whole.schema["data"]).data is None
+    assert (_data_keys(schema["data"]).data is None) == (shape == "whole")
+    progress = frames(spark, [Progress.make([0], [])])[1]  # every time covered, none counted
+    with decode(updates, progress, strict=False) as got, \
+            decode(whole, progress, strict=False) as expected:
+        assert got.updates.schema["data"] == schema["data"]
+        assert got.frontier == expected.frontier
+        assert sorted(map(repr, got.rejected.drop("reason").collect())) == \
+            sorted(map(repr, expected.rejected.drop("reason").collect()))
+        excess = got.rejected.where("rule = 'excess-updates'")
+        assert excess.count() == 3 + kind["k"].nullable + schema["data"].nullable

@@ -82,7 +82,7 @@ from changelake.spark.settings import NOT_ADAPTIVE, UNKNOWN_SIZE, settings
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 PROGRESS_COLUMNS = ("lower", "upper", "counts")
 LOCATION_COLUMNS = ("_file", "_line", "_offset", "_index")
@@ -495,22 +495,25 @@ def _decode(
     # the GROUP BY keeps this partitioning: no second exchange. Maps in `data` are grouped
     # as their sorted entries: Spark's own grouping of a map turns its null values into 0s.
     count = "" if partitions is None else f"{int(partitions)}, "
-    kind = updates.schema["data"].dataType
-    data, restored = grouping_sql(kind, "data"), restored_sql(kind, "data")  # "data" if no map
-    rows = (f"(SELECT /*+ REPARTITION({count}data, time) */ {data} AS data, time, diff "
-            "FROM {relevant})")
-    grouped = _sql(
-        f"SELECT {restored} AS data, time, {rules.summarize_sql()} FROM {rows} "
-        "GROUP BY data, time",
+    keys = _data_keys(updates.schema["data"])
+    names = ", ".join(keys.names)
+    rows = (f"(SELECT /*+ REPARTITION({count}{names}, time) */ {', '.join(keys.grouped)}, "
+            "time, diff FROM {relevant})")
+    aggregate = _sql(
+        f"SELECT {', '.join(keys.restored)}, time, {rules.summarize_sql()} FROM {rows} "
+        f"GROUP BY {names}, time",
         relevant=relevant,
     )
     if cache:  # released below if nothing reads it, or on any error
-        grouped = _persist_for_decode(grouped, adaptive=partitions is None)
+        aggregate = _persist_for_decode(aggregate, adaptive=partitions is None)
+    # The aggregate's rows with `data` made again (the aggregate itself where it is `data`).
+    grouped = aggregate if keys.data is None else aggregate.selectExpr(
+        f"{keys.data} AS data", "time", "lo", "hi", "zero")
     try:
         resolution = resolve()
     except BaseException:
         if cache:
-            grouped.unpersist()
+            aggregate.unpersist()
         raise
     covered_until = _single(resolution.progress_frontier)  # None: everything covered
     covers_anything = resolution.progress_frontier != start
@@ -518,7 +521,7 @@ def _decode(
     distinct: dict[int, int] = {}
     zeros = conflicts = 0
     if cache and not (strict or covers_anything):
-        grouped.unpersist()  # never built: no count is taken from it
+        aggregate.unpersist()  # never built: no count is taken from it
         cache = False
     if strict or covers_anything:  # else nothing can finish, and errors are only set aside
         covered = in_range if covered_until is None else f"{in_range} AND time < {covered_until}"
@@ -536,7 +539,7 @@ def _decode(
             stats = counts.collect()
         except BaseException:
             if cache:
-                grouped.unpersist()  # the caller never sees it: do not leak the cache
+                aggregate.unpersist()  # the caller never sees it: do not leak the cache
             raise
         zeros = sum(r["zeros"] for r in stats)
         conflicts = sum(r["conflicts"] for r in stats)
@@ -550,7 +553,7 @@ def _decode(
                          distinct)
         finally:
             if cache:
-                grouped.unpersist()  # the caller never sees it: do not leak the cache
+                aggregate.unpersist()  # the caller never sees it: do not leak the cache
 
     frontier = rules.frontier(resolution.progress_frontier, resolution.expected, distinct)
     until = _single(frontier)
@@ -570,8 +573,56 @@ def _decode(
         lambda: grouped.where(beyond).selectExpr(*_SETTLED),
         lambda: _rejected(spark, grouped, resolution.rejected, excess,
                           with_updates=with_updates),
-        grouped if cache and grouped.is_cached else None,
+        aggregate if cache and aggregate.is_cached else None,
     )
+
+
+@dataclass(frozen=True)
+class _DataKeys:
+    """How the aggregate groups the updates' `data`: the select-list texts that make its
+    grouping keys from an input row (`grouped`), the keys' names, the aggregate's select-list
+    texts for them (`restored`: maps made again, `map_grouping`), and the text that makes
+    `data` again from the aggregate's row (None: the aggregate holds `data` itself)."""
+
+    grouped: tuple[str, ...]
+    names: tuple[str, ...]
+    restored: tuple[str, ...]
+    data: str | None
+
+
+def _data_keys(field: StructField) -> _DataKeys:
+    """A struct's fields are grouping keys of their own, and a flag for a null struct where
+    `data` may be null: an aggregate keyed by plain columns (longs, strings), not by one
+    struct, is cheaper to build and to cache (Spark's hash map and its columnar cache take a
+    struct value as one opaque blob: benchmarks/README.md, "Spark decode", the many-file
+    shape). The fields grouped one by one are grouped as the struct is (null fields, NaN
+    and -0.0 normalized alike). Anything else, and a struct whose type the struct made again
+    would not keep exactly (a field's metadata; a field that cannot be null in a struct that
+    can: `struct(...)` gives its fields the nullability of their values), is grouped whole."""
+    from pyspark.sql.types import StructType
+
+    from changelake.spark.expressions import quote
+
+    kind = field.dataType
+    whole = not isinstance(kind, StructType) or not kind.fields or any(
+        f.metadata or (field.nullable and not f.nullable) for f in kind.fields)
+    if whole:
+        return _DataKeys((f"{grouping_sql(kind, 'data')} AS data",), ("data",),
+                         (f"{restored_sql(kind, 'data')} AS data",), None)
+    assert isinstance(kind, StructType)
+    names = [f"_d{i}" for i in range(len(kind.fields))]
+    grouped = [f"{grouping_sql(f.dataType, 'data.' + quote(f.name))} AS {n}"
+               for f, n in zip(kind.fields, names, strict=True)]
+    restored = [f"{restored_sql(f.dataType, n)} AS {n}"
+                for f, n in zip(kind.fields, names, strict=True)]
+    data = "struct(" + ", ".join(f"{n} AS {quote(f.name)}"
+                                 for f, n in zip(kind.fields, names, strict=True)) + ")"
+    if field.nullable:
+        grouped.insert(0, "data IS NULL AS _dnull")
+        restored.insert(0, "_dnull")
+        names.insert(0, "_dnull")
+        data = f"CASE WHEN _dnull THEN NULL ELSE {data} END"
+    return _DataKeys(tuple(grouped), tuple(names), tuple(restored), data)
 
 
 def _grouped_by_texts(frame: DataFrame, key: str, *aggregates: str) -> DataFrame:
