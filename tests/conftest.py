@@ -15,7 +15,14 @@ from hypothesis import settings
 # (`test_lake_delta.py`, `test_cli_lake_delta.py`, the writers race, kill -9, SQL AS OF,
 # TRUNCATE). `.ci/slow` runs the lake tests again with CHANGELAKE_TABLE_FORMAT=delta: each
 # lake test passes on both formats. Set the variable to run the default run on either.
-os.environ.setdefault("CHANGELAKE_TABLE_FORMAT", "hive")
+#
+# Where the lake tests make their lakes (`lake_root`, `tests/support/lake_roots.py`): local
+# directories, or with CHANGELAKE_TEST_LAKE=s3 prefixes on one moto S3 server for the run, whose
+# tables are then Delta tables (the product's default; a store refuses the Hive format).
+# `.ci/slow` runs the lake tests again that way; the default run makes no S3 lake there.
+from tests.support.lake_roots import LakeRoots, on_s3
+
+os.environ.setdefault("CHANGELAKE_TABLE_FORMAT", "delta" if on_s3() else "hive")
 
 # Every random test is seeded and says its seed. Hypothesis: derandomized (its generator is
 # seeded from each test's name and source), so a run is repeatable; a failure prints the
@@ -236,17 +243,62 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The one SparkSession of the test run, local[2], with an embedded Hive metastore."""
+def lake_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """With CHANGELAKE_TEST_LAKE=s3, the run's S3 server (`s3_server.S3Server`), else None.
+
+    Its key pair, endpoint and region go into this process's environment as the AWS SDK's
+    variables (the machine's own AWS_* left out), the way a user gives them to a command: the
+    SparkSession's S3A settings (`files.object_store_conf`) and every CLI process a test
+    starts take them from there. The remote lakes' local metastores go under the run's
+    temporary root (`CHANGELAKE_STATE_HOME`). Stopped, and the environment restored, at the
+    end of the run."""
+    if not on_s3():
+        yield None
+        return
+    from tests.support.s3_server import s3_server
+
+    saved = dict(os.environ)
+    with s3_server() as server:
+        for name in [n for n in os.environ if n.startswith("AWS_")]:
+            del os.environ[name]
+        os.environ.update(server.environment())
+        os.environ.setdefault("CHANGELAKE_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+        try:
+            yield server
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+@pytest.fixture
+def lake_root(lake_at) -> Path | str:
+    """The root of a test's lake: `tmp_path / "lake"`, or with CHANGELAKE_TEST_LAKE=s3 an
+    `s3a://` prefix of its own on the run's S3 server."""
+    return lake_at("lake")
+
+
+@pytest.fixture
+def lake_at(lake_store, tmp_path: Path, request: pytest.FixtureRequest) -> LakeRoots:
+    """`lake_at(name)`: the root of another lake of the test, as `lake_root` makes it."""
+    return LakeRoots(tmp_path, request.node.name, getattr(lake_store, "bucket", None))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory, lake_store: object) -> Iterator[object]:
+    """The one SparkSession of the test run, local[2], with an embedded Hive metastore (and
+    with CHANGELAKE_TEST_LAKE=s3, S3A on its classpath, its settings from the environment)."""
+    from changelake.lake.files import object_store_conf
     from changelake.spark.session import build_session
 
     root = tmp_path_factory.mktemp("spark")
+    conf = {"spark.sql.shuffle.partitions": "4"}
     session = build_session(
         "local[2]",
         app_name="changelake-tests",
         hive_metastore_dir=root / "metastore",
         warehouse_dir=root / "warehouse",
-        conf={"spark.sql.shuffle.partitions": "4"},
+        conf=object_store_conf(conf) if lake_store is not None else conf,
+        object_store=lake_store is not None,
     )
     yield session
     session.stop()

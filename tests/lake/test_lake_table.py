@@ -25,6 +25,7 @@ from tests.support.lake_history import (
     to_df,
     unkeyed_history,
 )
+from tests.support.lake_roots import local_only
 
 pytestmark = pytest.mark.spark
 
@@ -34,8 +35,8 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def deliver_and_check(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 18,
@@ -135,6 +136,7 @@ def test_exactly_once_rules(spark, lake):
         table.as_of(6)
 
 
+@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_compaction_touches_only_changed_buckets(spark, lake):
     """The Hive format's buckets and bases (a Delta table has neither)."""
     name = unique("buckets")
@@ -168,6 +170,7 @@ def test_scd2_history_view(spark, lake):
     assert history == {(1, "a", 5, 3, None), (2, "b", 2, 3, 4)}
 
 
+@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_replaced_files_are_deleted_only_when_no_recent_state_refers_to_them(spark, lake):
     from changelake.lake.commit import collect_garbage
     from changelake.lake.layout import file_set_leaves
@@ -214,6 +217,7 @@ def test_a_metastore_object_that_is_no_changelake_table_is_refused(spark, lake):
         lake.table(f"{database}.missing")
 
 
+@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     """`table.SEGMENT_DICTIONARY_BYTES`: a commit stops a column's Parquet dictionary at that
     size, where Parquet's default (1 MiB) holds every distinct value; a column of few values
