@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.support.lake_roots import lake_exists
 from tests.support.paths import SAMPLES
 
 CLI = [str(Path(sys.executable).parent / "changelake")]
@@ -30,10 +31,10 @@ def orders_feed(tmp_path: Path) -> Path:
     return feed
 
 
-def ingest_twice_and_snapshot(tmp_path: Path) -> list[str]:
+def ingest_twice_and_snapshot(tmp_path: Path, lake_root: Path | str) -> list[str]:
     """The essential sequence; returns the lake options for further commands."""
     feed = orders_feed(tmp_path)
-    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
+    lake = ["--lake", str(lake_root), "--master", "local[1]"]
     first = run("ingest", *lake, "--table", "orders", "--key", "order_id", str(feed))
     assert first.returncode == 0, first.stderr
     assert first.stderr.decode().strip().splitlines() == [
@@ -48,13 +49,13 @@ def ingest_twice_and_snapshot(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.slow  # about a minute of CLI processes; test_lake_names runs the CLI on a lake
-def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path) -> None:
-    ingest_twice_and_snapshot(tmp_path)
+def test_ingest_is_exactly_once_and_snapshot_reads_it(tmp_path: Path, lake_root) -> None:
+    ingest_twice_and_snapshot(tmp_path, lake_root)
 
 
 @pytest.mark.slow
-def test_ingest_snapshot_compact_status(tmp_path: Path) -> None:
-    lake = ingest_twice_and_snapshot(tmp_path)
+def test_ingest_snapshot_compact_status(tmp_path: Path, lake_root) -> None:
+    lake = ingest_twice_and_snapshot(tmp_path, lake_root)
     before = run("snapshot", *lake, "--table", "orders", "--as-of", "1", "--format", "csv")
     assert before.returncode == 0, before.stderr
     lines = before.stdout.decode().splitlines()
@@ -76,9 +77,9 @@ def test_ingest_snapshot_compact_status(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_scd2_history_from_the_cli(tmp_path: Path) -> None:
+def test_scd2_history_from_the_cli(tmp_path: Path, lake_root) -> None:
     feed = orders_feed(tmp_path)
-    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]"]
+    lake = ["--lake", str(lake_root), "--master", "local[1]"]
     assert run("ingest", *lake, "--table", "orders", "--key", "order_id", "--scd2",
                str(feed)).returncode == 0
     history = run("snapshot", *lake, "--table", "orders", "--history", "--format", "jsonl")
@@ -88,10 +89,11 @@ def test_scd2_history_from_the_cli(tmp_path: Path) -> None:
                         (3, 2, 0, None)]
 
 
-def test_a_command_that_reads_a_lake_refuses_a_path_that_holds_none(tmp_path: Path) -> None:
+def test_a_command_that_reads_a_lake_refuses_a_path_that_holds_none(tmp_path: Path,
+                                                                     lake_at) -> None:
     """A mistyped --lake is an error naming it, not an empty lake (status printed nothing,
     rc 0), and no command but ingest makes the directory (compact and snapshot did)."""
-    missing = tmp_path / "no-such-lake"
+    missing = lake_at("no-such-lake")
     for command in (["status"], ["snapshot", "--table", "t"], ["compact", "--table", "t"],
                     ["changes", "--table", "t", "--since", "0"],
                     ["export", "--table", "t", "--to", "delta", str(tmp_path / "d")],
@@ -99,4 +101,4 @@ def test_a_command_that_reads_a_lake_refuses_a_path_that_holds_none(tmp_path: Pa
         done = run(*command, "--lake", str(missing))
         assert done.returncode == 2, (command, done.stderr)
         assert f"no lake at {missing}" in done.stderr.decode(), command
-        assert not missing.exists(), command
+        assert not lake_exists(missing), command

@@ -31,13 +31,31 @@ def refuse_hive_on_remote(lake_dir: Any, table_format: str | None) -> None:
 def existing_lake(lake_dir: Path) -> None:
     """Every lake command but `ingest` (whose first run makes the lake) reads a lake that
     exists: a mistyped --lake is an error naming it, not an empty lake, and is not made.
-    (A remote lake is asked when its session starts: `files.probe`.)"""
+    A remote lake on `s3a://` with the key pair in the environment is asked here, without a
+    JVM (pyarrow's S3 file system, as `remote_engine` asks it); any other remote lake when
+    its session starts (`open_lake(..., existing=True)`)."""
+    import os
+
+    if not is_remote(lake_dir):
+        if not lake_dir.is_dir():
+            raise _no_lake(lake_dir)
+        return
+    scheme = str(lake_dir).split("://", 1)[0].lower()
+    if scheme in ("s3a", "s3") and os.environ.get("AWS_ACCESS_KEY_ID") and \
+            os.environ.get("AWS_SECRET_ACCESS_KEY"):
+        from changelake.lake.files import RemotePath, arrow_probe
+
+        root = RemotePath(str(lake_dir))
+        arrow_probe(root)
+        if not (root / "tables").is_dir():
+            raise _no_lake(lake_dir)
+
+
+def _no_lake(lake_dir: Any) -> Exception:
     from changelake.errors import LakeError
 
-    if is_remote(lake_dir):
-        return
-    if not lake_dir.is_dir():
-        raise LakeError(f"no lake at {lake_dir} (a lake is made by the first ingest into it)")
+    return LakeError(f"no lake at {redact(str(lake_dir))} (a lake is made by the first ingest "
+                     "into it)")
 
 
 def table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, ...]]:
@@ -53,14 +71,19 @@ def table_and_key(table: str, key: str | None = None) -> tuple[Any, tuple[str, .
 
 
 def open_lake(lake_dir: Path, metastore_uri: str | None, master: str, conf: dict,
-              table_format: str | None = None) -> Any:
-    """The lake on a Spark session whose logs keep to errors (`quiet_spark`)."""
+              table_format: str | None = None, *, existing: bool = False) -> Any:
+    """The lake on a Spark session whose logs keep to errors (`quiet_spark`). With
+    `existing` (a command that reads a lake: `existing_lake`), a remote lake without its
+    `tables` is refused as a local one is, the session stopped."""
     from changelake.lake.api import open_lake as open_on_spark
     from changelake.spark.session import quiet_spark
 
     lake = open_on_spark(lake_dir, master=master, metastore_uri=metastore_uri, conf=conf,
                          storage=table_format)
     quiet_spark(lake.spark)
+    if existing and is_remote(lake_dir) and not lake.tables_dir.is_dir():
+        lake.spark.stop()
+        raise _no_lake(lake_dir)
     return lake
 
 

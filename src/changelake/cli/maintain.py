@@ -38,7 +38,7 @@ def compact(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     ident, _ = table_and_key(table)
     since = checked_time(since, "--since")
     existing_lake(lake_dir)
-    lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = open_lake(lake_dir, metastore_uri, master, spark_conf, existing=True)
     try:
         with report.progress_bar(Console(stderr=True), f"compact {ident}") as step:
             result = api.compact(lake, ident, since=since, progress=step)

@@ -58,7 +58,7 @@ def snapshot(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf:
             return
     from changelake.lake import api
 
-    lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = open_lake(lake_dir, metastore_uri, master, spark_conf, existing=True)
     try:
         columns = api.snapshot_columns(lake, ident, history=history)
         report.write_snapshot(api.snapshot(lake, ident, as_of=as_of, history=history),
@@ -134,7 +134,7 @@ def changes(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: 
     since = checked_time(since, "--since")
     until = checked_time(until, "--until")
     existing_lake(lake_dir)
-    lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = open_lake(lake_dir, metastore_uri, master, spark_conf, existing=True)
     try:
         result = write_changes(lake.table(ident), sys.stdout.buffer, since=since,
                                until=until, snapshot=snapshot, avro=avro, history=history,
@@ -184,7 +184,7 @@ def export(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         check_catalog(target, warehouse)
     ident, _ = table_and_key(table)
     existing_lake(lake_dir)
-    lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
+    lake = open_lake(lake_dir, metastore_uri, master, spark_conf, existing=True)
     try:
         result = export_table(lake, ident, kind, target, **options)
     finally:
@@ -227,7 +227,7 @@ def status(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if result is None:
         from changelake.lake import api
 
-        lake = open_lake(lake_dir, metastore_uri, master, spark_conf)
+        lake = open_lake(lake_dir, metastore_uri, master, spark_conf, existing=True)
         try:
             result = api.lake_status(lake, live=live)
         finally:
