@@ -23,6 +23,9 @@ from hypothesis import settings
 from tests.support.lake_roots import LakeRoots, on_s3
 
 os.environ.setdefault("CHANGELAKE_TABLE_FORMAT", "delta" if on_s3() else "hive")
+if on_s3() and os.environ["CHANGELAKE_TABLE_FORMAT"].strip().lower() != "delta":
+    raise pytest.UsageError("CHANGELAKE_TEST_LAKE=s3 makes Delta tables: a store refuses the "
+                            "Hive format (leave CHANGELAKE_TABLE_FORMAT unset)")
 
 # Every random test is seeded and says its seed. Hypothesis: derandomized (its generator is
 # seeded from each test's name and source), so a run is repeatable; a failure prints the

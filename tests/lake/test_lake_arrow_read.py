@@ -46,6 +46,7 @@ from changelake.lake.layout import (
     write_pointer,
 )
 from tests.support.lake_history import increments, keyed_history, messages, to_df, unkeyed_history
+from tests.support.lake_roots import local_only
 from tests.support.seeding import seeded
 
 pytestmark = pytest.mark.spark
@@ -61,8 +62,8 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def printed(rows) -> Counter:
@@ -260,6 +261,8 @@ def test_instants_at_the_calendars_ends_and_at_any_depth_print_exactly(spark, la
     assert instant(first) == "0001-01-01T00:00:00+00:00"
 
 
+@local_only("a Hive-format table's manifests, commit pointer and flock (a store refuses the "
+            "Hive format)")
 def test_a_manifest_without_a_commit_is_never_read(spark, lake):
     """The crash windows of a commit: a manifest written before the view changed (in flight,
     or crashed there), and a view changed before the pointer. The Arrow path refuses both
@@ -403,6 +406,7 @@ def test_the_cli_names_the_jvm_log_variable_spark_reads():
 
 
 @pytest.mark.slow
+@local_only("a Hive-format table's commit pointer (a store refuses the Hive format)")
 def test_auto_falls_back_to_spark_and_spark_repairs_the_pointer(tmp_path: Path):
     """A lake made by the CLI (its embedded metastore): with the pointer gone (a table from
     before pointers), `auto` reads on Spark, prints what the Arrow path prints, and writes the

@@ -121,8 +121,8 @@ def changes_file(table: Table, tmp_path: Path, *, avro: bool = False, **options)
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def test_changes_of_a_compacted_keyed_table(spark, lake, tmp_path):
@@ -335,7 +335,7 @@ def run(*args: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, timeout=600, **kwargs)
 
 
-def cli_changes(tmp_path: Path, *, avro: bool) -> None:
+def cli_changes(tmp_path: Path, lake_root: Path | str, *, avro: bool) -> None:
     """The console script: a changefeed ingested, then `changes --since 0` as JSON lines (or
     an Avro file); `decode` of it prints the history `decode` of the original feed prints."""
     sample = SAMPLES / "derived-rw-debezium-postgres-values.jsonl"
@@ -343,7 +343,7 @@ def cli_changes(tmp_path: Path, *, avro: bool) -> None:
     assert encoded.returncode == 0, encoded.stderr
     feed = tmp_path / "orders.cdc.jsonl"
     feed.write_bytes(encoded.stdout)
-    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "--table", "orders"]
+    lake = ["--lake", str(lake_root), "--master", "local[1]", "--table", "orders"]
     ingested = run("ingest", *lake, "--key", "order_id", str(feed))
     assert ingested.returncode == 0, ingested.stderr
 
@@ -371,13 +371,13 @@ def cli_changes(tmp_path: Path, *, avro: bool) -> None:
 
 
 @pytest.mark.slow  # three Spark processes; the in-process tests above run by default
-def test_cli_changes_decode_to_the_ingested_history(tmp_path):
-    cli_changes(tmp_path, avro=False)
+def test_cli_changes_decode_to_the_ingested_history(tmp_path, lake_root):
+    cli_changes(tmp_path, lake_root, avro=False)
 
 
 @pytest.mark.slow
-def test_cli_changes_avro(tmp_path):
-    cli_changes(tmp_path, avro=True)
+def test_cli_changes_avro(tmp_path, lake_root):
+    cli_changes(tmp_path, lake_root, avro=True)
 
 
 def test_changes_of_many_times_hold_no_collection_of_them_in_the_driver(spark, lake):

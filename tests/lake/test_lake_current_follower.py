@@ -51,8 +51,8 @@ def calls_in_threads(name: str) -> Iterator[list[str]]:
         yield threads
 
 
-def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, tmp_path):
-    lake = Lake(spark, tmp_path / "lake")
+def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark, lake_root):
+    lake = Lake(spark, lake_root)
     rng = random.Random(5)
     times = 6
     history = keyed_history(rng, times, 12, 4)
@@ -77,8 +77,8 @@ def test_commits_leave_current_to_the_follower_which_catches_up_by_the_end(spark
     assert rows_of(table.current()) == state_at(history, times - 1, keyed=True)
 
 
-def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, tmp_path, monkeypatch):
-    lake = Lake(spark, tmp_path / "lake")
+def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, lake_root, monkeypatch):
+    lake = Lake(spark, lake_root)
     name = unique("fails")
     table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
 
@@ -94,8 +94,8 @@ def test_a_failed_catch_up_is_raised_in_the_writers_thread(spark, tmp_path, monk
     assert table.state().version == 1  # the commit itself stands; `current` trails it
 
 
-def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
-    lake = Lake(spark, tmp_path / "lake")
+def test_an_error_in_the_block_is_the_one_raised(spark, lake_root):
+    lake = Lake(spark, lake_root)
     with pytest.raises(KeyError, match="mine"), following(lake):
         raise KeyError("mine")
     assert lake.current_follower is None
@@ -103,10 +103,10 @@ def test_an_error_in_the_block_is_the_one_raised(spark, tmp_path):
 
 
 @pytest.mark.parametrize("follow", [True, False])
-def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, tmp_path, follow,
+def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, lake_root, follow,
                                                                   monkeypatch):
     monkeypatch.setattr(delta_txn, "CHECKPOINT_EVERY", 3)  # Delta's is 10: fewer commits
-    lake = Lake(spark, tmp_path / "lake")
+    lake = Lake(spark, lake_root)
     with calls_in_threads("checkpoint_updates") as threads, \
             following(lake) if follow else contextlib.nullcontext():
         table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
@@ -125,8 +125,8 @@ def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, tmp_pa
         [((t, f"n{t}", t), t, 1) for t in range(5)], 4, keyed=True)
 
 
-def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, tmp_path):
-    lake = Lake(spark, tmp_path / "lake")
+def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, lake_root):
+    lake = Lake(spark, lake_root)
     name = unique("killed")
     rows = [((t, f"n{t}", t), t, 1) for t in range(3)]
     with pytest.MonkeyPatch.context() as patch:
@@ -135,6 +135,6 @@ def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, tm
             table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
             for t in range(3):
                 table.commit(to_df(spark, [rows[t]]), [t], [t + 1])
-    restarted = Lake(spark, tmp_path / "lake").table(name)  # a new run, no follower yet
+    restarted = Lake(spark, lake_root).table(name)  # a new run, no follower yet
     assert rows_of(restarted.current()) == Counter()  # `current` never got them
     assert rows_of(restarted.latest()) == state_at(rows, 2, keyed=True)

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -30,6 +29,7 @@ from tests.support.lake_history import (
     to_df,
     unkeyed_history,
 )
+from tests.support.lake_roots import local_only
 
 pytestmark = pytest.mark.spark
 
@@ -39,8 +39,17 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
+
+
+def delta_table(path):
+    """delta-rs's handle on the Delta table at `path` (local, or on the run's S3 server)."""
+    from deltalake import DeltaTable
+
+    from changelake.lake.files import delta_uri, storage_options
+
+    return DeltaTable(delta_uri(path), storage_options=storage_options(path))
 
 
 def arrow_rows(table) -> Counter:
@@ -64,7 +73,6 @@ def deliver(spark, lake: Lake, *, keyed: bool, seed: int, times: int = 8):
 @pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "unkeyed"])
 def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake, keyed):
     import duckdb
-    from deltalake import DeltaTable
 
     times = 8
     history, name, table = deliver(spark, lake, keyed=keyed, seed=7 if keyed else 8,
@@ -77,7 +85,7 @@ def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake
     assert rows_of(spark.table(name)) == truth
     path = str(current_path(table.directory))
     assert rows_of(spark.read.format("delta").load(path)) == truth
-    delta = DeltaTable(path)
+    delta = delta_table(current_path(table.directory))
     assert arrow_rows(delta.to_pyarrow_table()) == truth
     dataset = delta.to_pyarrow_dataset()  # noqa: F841 (DuckDB reads it by its name)
     names = ", ".join(SCHEMA.fieldNames())
@@ -87,7 +95,7 @@ def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake
         assert rows_of(table.as_of(at)) == state_at(history, at, keyed=keyed), at
     # Both Delta tables record the committed version as the application's transaction.
     assert delta.transaction_version(APP_ID) == state.version
-    assert DeltaTable(str(updates_path(table.directory))).transaction_version(APP_ID) \
+    assert delta_table(updates_path(table.directory)).transaction_version(APP_ID) \
         == state.version
 
 
@@ -106,6 +114,7 @@ print(json.dumps(rows))
 
 
 @pytest.mark.slow  # a second JVM: 40 s of the default run's 20 minutes
+@local_only("a plain PySpark session with only Delta's jars has no S3A connector to read by")
 def test_a_plain_pyspark_session_with_only_deltas_jars_reads_the_rows(spark, lake, tmp_path):
     """No changelake code or settings: the table is Delta's own format."""
     from changelake.spark.maven import jars
@@ -144,25 +153,27 @@ def test_a_replayed_commit_changes_nothing_and_a_gap_is_refused(spark, lake):
     assert table.state().frontier == (4,)
 
 
-def rows_in_files(directory: Path) -> int:
-    """How many rows the Parquet files in `directory` hold, whether or not a log names them."""
+def rows_in_files(directory) -> int:
+    """How many rows the Parquet files in `directory` (a local or a remote path) hold, whether
+    or not a log names them."""
+    import io
+
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(p).metadata.num_rows for p in directory.glob("*.parquet"))
+    return sum(pq.ParquetFile(io.BytesIO(p.read_bytes())).metadata.num_rows
+               for p in directory.glob("*.parquet"))
 
 
 def test_a_commit_whose_checks_fail_leaves_no_row_and_no_version(spark, lake):
     """A commit's rows are written once, inside an open Delta transaction, before its checks
     settle (`delta_txn`): where they fail, the files are deleted and no version is made; a
     commit after it writes the same interval whole."""
-    from deltalake import DeltaTable
-
     name = unique("checks")
     table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
     table.commit(to_df(spark, [((1, "a", 1), 0, 1)]), 0, 1)
     updates = updates_path(table.directory)
     before = rows_in_files(updates)
-    version = DeltaTable(str(updates)).version()
+    version = delta_table(updates).version()
     wrote = []
 
     def failing(action):
@@ -175,7 +186,7 @@ def test_a_commit_whose_checks_fail_leaves_no_row_and_no_version(spark, lake):
         writer.commit(to_df(spark, later), 1, 2, write=failing)
     assert wrote == [before + 2]  # the rows were written before the checks settled
     assert rows_in_files(updates) == before
-    assert DeltaTable(str(updates)).version() == version
+    assert delta_table(updates).version() == version
     assert table.state().frontier == (1,)
     table.commit(to_df(spark, later), 1, 2)
     assert rows_of(spark.table(name)) == Counter({(2, "b", 2): 1})
@@ -338,6 +349,7 @@ def test_compaction_folds_only_once_the_changes_reach_a_fraction_of_the_base(spa
     assert state.folded and table.updates().where(F.col("_time") <= 4).count() == 40
 
 
+@local_only("a lake of Hive-format tables (a store refuses the Hive format)")
 def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, tmp_path, monkeypatch):
     """A lake whose tables were made in the Hive format (by a release before Delta was the
     default, or with `--format hive`) keeps reading and ingesting them as they are; a table

@@ -64,8 +64,8 @@ def unique(name: str) -> str:
 
 
 @pytest.fixture
-def lake(spark, tmp_path: Path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def pad(row: tuple, width: int) -> tuple:
@@ -400,14 +400,14 @@ def kill_during(args: list[str], delay: float) -> None:
 
 
 @pytest.mark.slow  # five Spark processes
-def test_cli_export_killed_and_run_again_is_exactly_once(tmp_path):
+def test_cli_export_killed_and_run_again_is_exactly_once(tmp_path, lake_root):
     from tests.support.lake_history import write_parts
 
     seed = random.randrange(1000)  # a new kill moment each run, printed to reproduce it
     print(f"seed {seed}")
     rng = seeded(seed)
     feed, parts = write_parts(tmp_path, rng)
-    lake = ["--lake", str(tmp_path / "lake"), "--master", "local[1]", "--table", "shop.orders"]
+    lake = ["--lake", str(lake_root), "--master", "local[1]", "--table", "shop.orders"]
     path = tmp_path / "orders.delta"
     export = ["export", *lake, "--to", "delta", str(path)]
     compared = 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pytest
 from changelake.errors import ChangelakeError, LakeError
 from changelake.formats.materialize import CdcSchema, write_json_lines
 from changelake.lake import Lake, arrow, ingest
+from changelake.lake.files import remove_tree
 from changelake.lake.follow import (
     CommitBatches,
     FollowControl,
@@ -87,7 +87,7 @@ def schema_file(tmp_path: Path) -> Path:
     return path
 
 
-def consolidated(lake_dir: Path, name: str) -> tuple[Counter, list]:
+def consolidated(lake_dir: Path | str, name: str) -> tuple[Counter, list]:
     """A table's committed updates, consolidated per (row, time), and its frontier: read from
     the files without Spark (`arrow.py`)."""
     ident = TableIdentifier.parse(name)
@@ -99,10 +99,11 @@ def consolidated(lake_dir: Path, name: str) -> tuple[Counter, list]:
     return nonzero(out), list(state.frontier)
 
 
-def one_shot(spark, tmp_path: Path, source: Path, schema: Path | None
+def one_shot(spark, lake_at, source: Path, schema: Path | None
              ) -> tuple[Counter, list]:
-    """The differential reference: `ingest` of every file at once, in a lake of its own."""
-    lake_dir = tmp_path / f"reference-{uuid.uuid4().hex[:6]}"
+    """The differential reference: `ingest` of every file at once, in a lake of its own
+    (`lake_at`, the `lake_at` fixture: where the test's other lakes are)."""
+    lake_dir = lake_at(f"reference-{uuid.uuid4().hex[:6]}")
     name = f"ref_{uuid.uuid4().hex[:8]}"
     ingest.ingest(Lake(spark, lake_dir), name, [source], schema=schema)
     return consolidated(lake_dir, name)
@@ -116,7 +117,7 @@ def nonzero(counter: Counter) -> Counter:
 
 
 @pytest.mark.parametrize("typed", [True, False], ids=["schema", "json-inferred"])
-def test_follow_equals_one_shot_ingest(spark, tmp_path, typed):
+def test_follow_equals_one_shot_ingest(spark, tmp_path, lake_at, typed):
     """Files appear while the query follows the directory (one per trigger at most); the
     table ends equal to a one-shot ingest of all of them, and each batch made one version.
     Without a schema, each batch types the JSON rows as the one-shot ingest types them all."""
@@ -124,7 +125,7 @@ def test_follow_equals_one_shot_ingest(spark, tmp_path, typed):
     parts = pieces(rng, 6 if typed else 3)
     source = tmp_path / "src"
     schema = schema_file(tmp_path) if typed else None
-    lake_dir = tmp_path / "lake"
+    lake_dir = lake_at("lake")
     for n, piece in enumerate(parts[:2]):
         drop(source, n, piece)
     lake = Lake(spark, lake_dir)
@@ -145,14 +146,14 @@ def test_follow_equals_one_shot_ingest(spark, tmp_path, typed):
                     progress=lambda b, step, _r: steps.append((b, step)))
     writer.join(timeout=5)
     assert report.batches == report.committed == len(parts)
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema)
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, schema)
     # one version per batch, each recording its batch id
     state = arrow.committed_state(lake_dir, TableIdentifier.parse(name))
     assert state.offsets.stream.batch == len(parts) - 1 and state.version == len(parts)
 
 
 def test_a_schema_file_of_the_rows_record_types_the_follow_as_it_types_ingest(spark,
-                                                                             tmp_path):
+                                                                             tmp_path, lake_at):
     """`--schema` may be a file of the rows' record, as `ingest` takes it (the follow read the
     file as the union's text, and the data source failed with an internal error); a file
     that is no schema is its one-line error before the query starts."""
@@ -161,26 +162,27 @@ def test_a_schema_file_of_the_rows_record_types_the_follow_as_it_types_ingest(sp
         drop(source, n, piece)
     record = tmp_path / "record.json"
     record.write_text(json.dumps(CDC.data_type))
-    lake_dir = tmp_path / "lake"
+    lake_dir = lake_at("lake")
     name = f"f_{uuid.uuid4().hex[:8]}"
     report = follow(Lake(spark, lake_dir), name, directory_source(source, schema=record),
                     str(source.resolve()), trigger_seconds=0.5, until_idle=3)
     assert report.committed >= 1
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, record)
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, record)
     bad = tmp_path / "bad.json"
     bad.write_text('{"type": "record"}')
     with pytest.raises(ChangelakeError, match=r"bad\.json: not a valid Avro schema"):
         directory_source(source, schema=bad)
 
 
-def test_new_spark_checkpoint_rereads_and_doubles_nothing(spark, tmp_path):
+def test_new_spark_checkpoint_rereads_and_doubles_nothing(spark, tmp_path, lake_at):
     """Spark's checkpoint deleted between runs: its batch ids start again at 0 under a new
     identity, so the table's mark of the old one skips nothing; every file is read again and
     the table takes only what it lacks."""
     rng = seeded(23)
     parts = pieces(rng, 3)
     source, schema = tmp_path / "src", schema_file(tmp_path)
-    lake = Lake(spark, tmp_path / "lake")
+    lake_dir = lake_at("lake")
+    lake = Lake(spark, lake_dir)
     name = f"n_{uuid.uuid4().hex[:8]}"
     drop(source, 0, parts[0])
     drop(source, 1, parts[1])
@@ -192,10 +194,10 @@ def test_new_spark_checkpoint_rereads_and_doubles_nothing(spark, tmp_path):
 
     assert run(1) == 2  # batches 0 and 1
     checkpoint = lake.handle(name).directory / "_follow"
-    shutil.rmtree(checkpoint / "spark")
+    remove_tree(checkpoint / "spark")
     drop(source, 2, parts[2])
     assert run(None) == 1  # batch 0 again: all three files, not skipped
-    assert consolidated(tmp_path / "lake", name) == one_shot(spark, tmp_path, source, schema)
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, schema)
     [states] = list((checkpoint / "state").iterdir())  # the old checkpoint's states are gone
     assert states.name == json.loads((checkpoint / "spark" / "metadata").read_text())["id"]
 
@@ -209,7 +211,8 @@ def _batch(spark, paths: list[Path]):
             .option("paths", json.dumps([str(p) for p in paths])).load())
 
 
-def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark, tmp_path):
+def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark, tmp_path,
+                                                                          lake_at):
     """The crash windows, driven by hand: a batch replayed after its lake commit commits
     nothing; a batch whose state was written but not committed (the lake commit lost) is
     recomputed from the state before it, identically."""
@@ -217,7 +220,7 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     parts = pieces(rng, 4)
     source, schema = tmp_path / "src", schema_file(tmp_path)
     files = [drop(source, n, piece) for n, piece in enumerate(parts)]
-    lake_dir, checkpoint = tmp_path / "lake", tmp_path / "checkpoint"
+    lake_dir, checkpoint = lake_at("lake"), tmp_path / "checkpoint"
     lake = Lake(spark, lake_dir)
     name = f"r_{uuid.uuid4().hex[:8]}"
     identity = "by-hand"
@@ -247,7 +250,7 @@ def test_replayed_batch_commits_nothing_and_uncommitted_one_is_recomputed(spark,
     assert consolidated(lake_dir, name) == after_one  # nothing of batch 2 committed
     assert (states / f"{2:012d}").is_dir()  # but its state is there
     sink(_batch(spark, files[3:]), 2)  # the replay
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema)
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, schema)
     assert sorted(p.name for p in states.iterdir()) == [f"{2:012d}"]
 
 
@@ -258,13 +261,13 @@ def _fail_at(step: str):
     return progress
 
 
-def test_bad_file_stops_the_follow_naming_it(spark, tmp_path):
+def test_bad_file_stops_the_follow_naming_it(spark, tmp_path, lake_root):
     """A file that is not Materialize CDC stops the query with the input error (the CLI's
     one line and exit status 2), naming the file, and nothing is committed."""
     source, schema = tmp_path / "src", schema_file(tmp_path)
     drop(source, 0, pieces(seeded(3), 2)[0])
     (source / "part-0001.jsonl").write_text('{"updates": [{"data": 1, "time": "x"}]}\n')
-    lake_dir = tmp_path / "lake"
+    lake_dir = lake_root
     name = f"b_{uuid.uuid4().hex[:8]}"
     with pytest.raises(ChangelakeError, match=r"part-0001\.jsonl"):
         follow(Lake(spark, lake_dir), name, directory_source(source, schema=schema),
@@ -272,14 +275,14 @@ def test_bad_file_stops_the_follow_naming_it(spark, tmp_path):
     assert not Lake(spark, lake_dir).exists(name)
 
 
-def test_table_ingested_from_topics_is_refused(spark, tmp_path):
+def test_table_ingested_from_topics_is_refused(spark, tmp_path, lake_root):
     from pyspark.sql.types import LongType, StructField, StructType
 
     from changelake.lake.layout import SourceOffsets
 
     source = tmp_path / "src"
     source.mkdir()
-    lake = Lake(spark, tmp_path / "lake")
+    lake = Lake(spark, lake_root)
     name = f"k_{uuid.uuid4().hex[:8]}"
     with lake.handle(name).writer() as writer:
         writer.create(StructType([StructField("id", LongType())]))
@@ -314,7 +317,7 @@ def env() -> dict[str, str]:
             "PYSPARK_PYTHON": sys.executable}
 
 
-def follow_args(lake_dir: Path, name: str, source: Path, schema: Path, *extra: str
+def follow_args(lake_dir: Path | str, name: str, source: Path, schema: Path, *extra: str
                 ) -> list[str]:
     return cli("ingest", "--lake", str(lake_dir), "--table", name, "--schema", str(schema),
                "--follow", str(source), "--trigger-seconds", "0.5",
@@ -383,17 +386,17 @@ def kill_mid_stream(first: Follower, rng, source: Path, parts: list) -> tuple[in
     return kill_at, delay
 
 
-def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
+def run_kill_restart(spark, tmp_path: Path, lake_at, seed: int) -> None:
     rng = seeded(seed)
     parts = pieces(rng, 5)
     source, schema = tmp_path / "src", schema_file(tmp_path)
-    lake_dir, name = tmp_path / "lake", "followed"
+    lake_dir, name = lake_at("lake"), "followed"
     drop(source, 0, parts[0])
     first = Follower(follow_args(lake_dir, name, source, schema))
     kill_at, delay = kill_mid_stream(first, rng, source, parts)
     second = Follower(follow_args(lake_dir, name, source, schema, "--until-idle", "4"))
     assert second.finish() == 0, "\n".join(second.lines[-20:])
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema), (
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, schema), (
         f"seed {seed}: killed at step {kill_at} + {delay}s\n" + "\n".join(
             first.lines[-8:] + second.lines[-10:]))
 
@@ -402,19 +405,19 @@ def run_kill_restart(spark, tmp_path: Path, seed: int) -> None:
 # slow tier (`.ci/slow`); the default run keeps the in-process crash windows above.
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
-def test_sigkill_and_restart_nothing_lost_nothing_doubled(spark, tmp_path, seed):
-    run_kill_restart(spark, tmp_path, seed)
+def test_sigkill_and_restart_nothing_lost_nothing_doubled(spark, tmp_path, lake_at, seed):
+    run_kill_restart(spark, tmp_path, lake_at, seed)
 
 
 @pytest.mark.slow
-def test_sigterm_finishes_the_batch_and_status_shows_the_lag(spark, tmp_path):
+def test_sigterm_finishes_the_batch_and_status_shows_the_lag(spark, tmp_path, lake_at):
     """SIGTERM inside a batch (its state just written): the batch commits, the process exits
     0. Files added afterwards are behind in `status` (both engines' JVM-free path), with the
     age of the oldest; a restart catches up to zero."""
     rng = seeded(19)
     parts = pieces(rng, 4)
     source, schema = tmp_path / "src", schema_file(tmp_path)
-    lake_dir, name = tmp_path / "lake", "termed"
+    lake_dir, name = lake_at("lake"), "termed"
     drop(source, 0, parts[0])
     first = Follower(follow_args(lake_dir, name, source, schema))
     first.wait_for(2)  # batch 0 started, its state written: a batch in flight
@@ -437,10 +440,10 @@ def test_sigterm_finishes_the_batch_and_status_shows_the_lag(spark, tmp_path):
     assert second.finish() == 0, "\n".join(second.lines[-20:])
     lag = status_lag(lake_dir)
     assert (lag["files_behind"], lag["seconds_behind"]) == (0, 0.0)
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, source, schema)
+    assert consolidated(lake_dir, name) == one_shot(spark, lake_at, source, schema)
 
 
-def status_lag(lake_dir: Path) -> dict:
+def status_lag(lake_dir: Path | str) -> dict:
     done = subprocess.run(cli("status", "--lake", str(lake_dir), "--engine", "arrow",
                               "--format", "jsonl"), capture_output=True, text=True, env=env(),
                           cwd=ROOT, timeout=120)

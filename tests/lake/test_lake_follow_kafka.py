@@ -167,7 +167,7 @@ def kill_and_restart_topic_follow(spark, cluster: MockCluster, tmp_path: Path,
         produce(n)
     second = Follower([*args, "--until-idle", "4"])
     assert second.finish() == 0, "\n".join(second.lines[-20:])
-    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path, reference, schema), (
+    assert consolidated(lake_dir, name) == one_shot(spark, tmp_path.joinpath, reference, schema), (
         f"seed {seed}: killed at step {kill_at} + {delay}s\n"
         + "\n".join(first.lines[-8:] + second.lines[-10:]))
 

@@ -43,8 +43,8 @@ SMALL_YDB = {"columns": [{"name": "id", "type": "Uint64"}, {"name": "name", "typ
 
 
 @pytest.fixture
-def lake(spark, tmp_path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def updates(lake: Lake, name: str, below: int | None = None) -> Counter:

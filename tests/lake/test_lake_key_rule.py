@@ -30,8 +30,8 @@ CDC = CdcSchema.for_fields([
 
 
 @pytest.fixture
-def lake(spark, tmp_path) -> Lake:
-    return Lake(spark, tmp_path / "lake")
+def lake(spark, lake_root) -> Lake:
+    return Lake(spark, lake_root)
 
 
 def write_log(path: Path, updates: list[tuple[tuple[int, str], int, int]], last_time: int
@@ -147,7 +147,7 @@ def test_a_nan_key_is_shown_as_snapshot_prints_it_not_as_null(spark, lake):
         lake.table(name).commit(updates, 0, 1)
 
 
-def test_the_command_line_says_it_in_one_line_with_the_keys_text(tmp_path):
+def test_the_command_line_says_it_in_one_line_with_the_keys_text(tmp_path, lake_root):
     """A timestamp key is shown as its instant, and found in the input, in any time zone."""
     import os
     import subprocess
@@ -167,7 +167,7 @@ def test_the_command_line_says_it_in_one_line_with_the_keys_text(tmp_path):
     with open(log, "wb") as fo:
         write_ocf(fo, writer.finish_through(1), CdcSchema.from_json(cdc_schema_around(row)))
     done = subprocess.run(
-        [sys.executable, "-m", "changelake", "ingest", "--lake", str(tmp_path / "lake"),
+        [sys.executable, "-m", "changelake", "ingest", "--lake", str(lake_root),
          "--table", "t", "--key", "at", str(log)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "TZ": "Asia/Tokyo"})
     assert done.returncode == 2, done.stderr

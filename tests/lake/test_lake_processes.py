@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.lake_history import write_parts
+from tests.support.lake_roots import LAKE_ENV, on_s3
 from tests.support.lake_worker import printed
 from tests.support.paths import SUPPORT
 from tests.support.seeding import seeded
@@ -86,9 +87,8 @@ def kill_at(args: list[str], marker: str, rng: random.Random) -> Worker:
     return worker
 
 
-def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) -> None:
+def crash_and_recover(lake: Path | str, seed: int, keyed: bool, kills: list[str]) -> None:
     rng = random.Random(seed)
-    lake = tmp_path / "lake"
     args = ["run", "--lake", str(lake), "--table", f"k{uuid.uuid4().hex[:8]}.t",
             "--seed", str(seed), *(["--keyed"] if keyed else [])]
     for marker in kills:
@@ -103,7 +103,7 @@ def crash_and_recover(tmp_path: Path, seed: int, keyed: bool, kills: list[str]) 
     assert result == {"frontier": 30, "since": 29, "ok": True, "as_of_ok": True}
 
 
-def kill_while_committing_then_compacting(tmp_path: Path) -> None:
+def kill_while_committing_then_compacting(lake: Path | str) -> None:
     seed = random.randrange(1000)  # a new kill point each run, printed to reproduce it
     rng = seeded(seed)
     # Killed while committing one of the first increments, then while compacting after the
@@ -112,33 +112,35 @@ def kill_while_committing_then_compacting(tmp_path: Path) -> None:
     lines = printed(seed, keyed=True)
     commit = rng.choice([line for line in lines if line in {f"COMMIT {n}" for n in range(1, 6)}])
     compacting = [line for line in lines if line in ("COMPACT 5", "COMPACT 8")]
-    crash_and_recover(tmp_path, seed, keyed=True,
+    crash_and_recover(lake, seed, keyed=True,
                       kills=[commit, rng.choice(compacting or ["COMPACT final"])])
 
 
 @pytest.mark.slow  # 60-85 s: CI's default run has 20 minutes
-def test_kill9_during_ingest_and_compaction_then_rerun(tmp_path):
-    kill_while_committing_then_compacting(tmp_path)
+def test_kill9_during_ingest_and_compaction_then_rerun(lake_root):
+    kill_while_committing_then_compacting(lake_root)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(on_s3(), reason=f"{LAKE_ENV}=s3: the test above, whose S3 lake's tables "
+                    "are Delta tables already")
 def test_kill9_during_ingest_and_compaction_then_rerun_on_delta(tmp_path, monkeypatch):
     """As above, with the worker's table in Delta's format: killed while committing (between
     the append to `updates` and the MERGE into `current`, among other points) and while
     compacting, the re-run finds the table whole and finishes it exactly once."""
     monkeypatch.setenv("CHANGELAKE_TABLE_FORMAT", "delta")
-    kill_while_committing_then_compacting(tmp_path)
+    kill_while_committing_then_compacting(tmp_path / "lake")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", range(1))  # one case: CI's time is shared
-def test_kill9_more(tmp_path, case):
+def test_kill9_more(lake_root, case):
     rng = random.Random(case)
     markers = [f"COMMIT {rng.randint(0, 10)}", f"COMPACT {rng.choice([2, 5, 8, 11])}",
                "COMPACT final"]
     lines = printed(100 + case, keyed=case % 2 == 0)
     assert set(markers) <= set(lines), (markers, lines)  # each kill point is one it reaches
-    crash_and_recover(tmp_path, 100 + case, keyed=case % 2 == 0,
+    crash_and_recover(lake_root, 100 + case, keyed=case % 2 == 0,
                       kills=sorted(rng.sample(markers, 2), key=markers.index))
 
 

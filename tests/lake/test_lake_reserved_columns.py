@@ -40,7 +40,7 @@ def test_ingest_of_a_cdc_log_with_a_time_column_is_one_line(tmp_path: Path) -> N
 
 # -- capture postgres ----------------------------------------------------------------------------
 
-def _capture(spark, dsn: str, lake_dir: Path, slot: str, until_idle: float = 0.3):
+def _capture(spark, dsn: str, lake_dir: Path | str, slot: str, until_idle: float = 0.3):
     from changelake.capture.postgres.to_lake import CaptureOptions, LakeCapture
     from changelake.lake.catalog import Lake
 
@@ -75,7 +75,7 @@ def _slots(dsn: str) -> list[str]:
 
 @pytest.mark.parametrize("column", ["_time", "_DIFF"])
 def test_capture_of_a_table_with_a_time_column_is_one_line_before_the_slot(
-        spark, pg_dsn: str, no_public_views, tmp_path: Path, column: str) -> None:
+        spark, pg_dsn: str, no_public_views, lake_root, column: str) -> None:
     """Refused before the slot is made (a lake that compares names case-insensitively, as
     Spark reads them): it had been refused only when the lake created the table, after the
     slot and its start marker, or (`_DIFF`) taken as a second `_diff`."""
@@ -84,7 +84,7 @@ def test_capture_of_a_table_with_a_time_column_is_one_line_before_the_slot(
     execute(pg_dsn, "CREATE TABLE fine (id int PRIMARY KEY)",
             f'CREATE TABLE odd (id int PRIMARY KEY, "{column}" bigint)',
             "INSERT INTO odd VALUES (1, 2)", "CREATE PUBLICATION p FOR TABLE fine, odd")
-    lake, run = _capture(spark, pg_dsn, tmp_path / "lake", "reserved")
+    lake, run = _capture(spark, pg_dsn, lake_root, "reserved")
     with pytest.raises(CaptureError) as refused:
         run()
     assert str(refused.value) == (
@@ -97,14 +97,14 @@ def test_capture_of_a_table_with_a_time_column_is_one_line_before_the_slot(
 
 def test_capture_refuses_a_time_column_added_while_it_runs(spark, pg_dsn: str,
                                                            no_public_views,
-                                                           tmp_path: Path) -> None:
+                                                           lake_root) -> None:
     """ADD COLUMN is the one change a lake table follows, but not of a lake's own name: the
     batch that brings it is refused, naming the table and column, before it is written."""
     from changelake.capture.postgres.rows import CaptureError
 
     execute(pg_dsn, "CREATE TABLE grows (id int PRIMARY KEY, v text)",
             "INSERT INTO grows VALUES (1, 'a')", "CREATE PUBLICATION p FOR TABLE grows")
-    lake, run = _capture(spark, pg_dsn, tmp_path / "lake", "grows", until_idle=60)
+    lake, run = _capture(spark, pg_dsn, lake_root, "grows", until_idle=60)
     failed: list[BaseException] = []
 
     def capture() -> None:

@@ -20,13 +20,13 @@ def rows(frame: object) -> list[tuple]:
     return sorted(tuple(r[c] for c in ORDER_COLUMNS) for r in frame.collect())  # type: ignore[attr-defined]
 
 
-def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path) -> None:
+def test_later_ingest_retracts_rows_committed_earlier(spark, tmp_path: Path, lake_root) -> None:
     feed = debezium_orders(random.Random(4), rows=15, transactions=40, replay=0)
     cut = len(feed.events) // 2
     first, rest = tmp_path / "part-1.jsonl", tmp_path / "part-2.jsonl"
     first.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[:cut]))
     rest.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in feed.events[cut:]))
-    lake = Lake(spark, tmp_path / "lake")
+    lake = Lake(spark, lake_root)
     table = "upserts.orders"
 
     one = ingest.ingest(lake, table, [first], key=["id"], source="debezium")
@@ -68,7 +68,7 @@ def _event(table: str, key: int, value: str, lsn: int) -> dict:
                        "sequence": f'["{lsn}", "{lsn}"]'}}
 
 
-def test_a_line_of_another_table_is_refused(spark, tmp_path: Path) -> None:
+def test_a_line_of_another_table_is_refused(spark, tmp_path: Path, lake_root) -> None:
     """A feed holds one table's events: a line of another (a topic shared by mistake) is
     refused as `encode --from debezium` refuses it, naming its line, with nothing committed.
     It had been converted as a row of the table, over the row of its key."""
@@ -76,7 +76,7 @@ def test_a_line_of_another_table_is_refused(spark, tmp_path: Path) -> None:
     feed.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in (
         _event("orders", 1, "order-1", 1000), _event("customers", 1, "customer-1", 1100),
         _event("orders", 2, "order-2", 1200))))
-    lake = Lake(spark, tmp_path / "lake")
+    lake = Lake(spark, lake_root)
     with pytest.raises(Exception, match=r"mixed\.jsonl, line 2: events of two tables, "
                        r"public\.orders and public\.customers: encode one table at a time"):
         ingest.ingest(lake, "orders", [feed], key=["id"], source="debezium", close=True)

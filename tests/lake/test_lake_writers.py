@@ -25,14 +25,14 @@ from tests.support.lake_history import changes_are_exactly_once, write_parts
 pytestmark = pytest.mark.spark
 
 
-def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2, storage: str | None = None
-         ) -> None:
+def race(spark, tmp_path: Path, lake_root: Path | str, seed: int, *, rounds: int = 2,
+         storage: str | None = None) -> None:
     """Writer A ingests part 1 then parts 1-2, writer B parts 1-2 then 1-3 (with `rounds=1`,
     only the last of each), a compaction runs every moment the lock is free."""
     print(f"seed {seed}")
     rng = random.Random(seed)
     feed, (p1, p2, p3) = write_parts(tmp_path, rng)
-    lake = Lake(spark, tmp_path / "lake", storage=storage)
+    lake = Lake(spark, lake_root, storage=storage)
     name = f"w{uuid.uuid4().hex[:8]}.orders"
     commits: list[tuple[int, int | None, bool]] = []
     errors: list[BaseException] = []
@@ -80,17 +80,17 @@ def race(spark, tmp_path: Path, seed: int, *, rounds: int = 2, storage: str | No
     assert changes_are_exactly_once(table)
 
 
-def test_two_first_ingests_and_a_compaction_at_once(spark, tmp_path):
-    race(spark, tmp_path, random.Random().randrange(10_000), rounds=1)
+def test_two_first_ingests_and_a_compaction_at_once(spark, tmp_path, lake_root):
+    race(spark, tmp_path, lake_root, random.Random().randrange(10_000), rounds=1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(3))
-def test_two_first_ingests_and_a_compaction_at_once_repeated(spark, tmp_path, seed):
-    race(spark, tmp_path, 900 + seed)
+def test_two_first_ingests_and_a_compaction_at_once_repeated(spark, tmp_path, lake_root, seed):
+    race(spark, tmp_path, lake_root, 900 + seed)
 
 
-def test_two_first_ingests_and_a_compaction_at_once_on_delta(spark, tmp_path):
+def test_two_first_ingests_and_a_compaction_at_once_on_delta(spark, tmp_path, lake_root):
     """The same race on a Delta table (`delta_storage`): one commit after another, from one
     committed version to the next, and `current` equal to the truth."""
-    race(spark, tmp_path, 0, rounds=1, storage="delta")
+    race(spark, tmp_path, lake_root, 0, rounds=1, storage="delta")
