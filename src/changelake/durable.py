@@ -152,3 +152,24 @@ def exclusive_lock(path: Path) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+@contextmanager
+def try_exclusive_lock(path: Path) -> Iterator[bool]:
+    """`exclusive_lock` without waiting: yields True with the `flock` held for the block, or
+    False at once where another holds it, or the file cannot be opened to lock (a directory
+    this process may not write to)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock

@@ -23,7 +23,10 @@ it (`repair_pointer`, which also removes manifests no commit reached, under the 
 One writer per table at a time: writers hold an exclusive `flock` on `_lock` in the table
 directory, which the kernel releases when the process dies (so kill -9 leaves no stale lock);
 on a remote lake (`files.is_remote`) the lock is the object `_lock` itself, made by a
-conditional PUT (`remote_writer_lock`).
+conditional PUT (`remote_writer_lock`), for both table formats. A Hive-format table's files
+(manifests, pointer, file sets) go through `files.py` likewise, so it lives on a remote lake
+as on a local one; its views are in the metastore of whoever committed, so several hosts
+share one only through a shared metastore service (`--metastore-uri`; `load_state`).
 A writer holds it from reading the committed state to its commit (see `Table.writer`).
 Readers take no lock: the view they resolved names files that stay until no retained state
 refers to them.
@@ -31,7 +34,6 @@ refers to them.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -44,10 +46,15 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from changelake.durable import SYNC_SLACK_SECONDS, exclusive_lock, sync_tree
+from changelake.durable import (
+    SYNC_SLACK_SECONDS,
+    exclusive_lock,
+    sync_tree,
+    try_exclusive_lock,
+)
 from changelake.errors import LakeError
 from changelake.lake import delta_storage
-from changelake.lake.files import create_exclusive, is_remote, remove_tree
+from changelake.lake.files import StoreError, create_exclusive, is_remote, remove_tree
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     TableState,
@@ -63,6 +70,7 @@ from changelake.lake.scd2 import scd2_sql
 from changelake.lake.schema import parse_struct
 from changelake.lake.sql import read_marker, state_sql, string_literal
 from changelake.private import process_alive
+from changelake.redact import redact
 
 DEFAULT_RETAIN = 2
 """States whose files survive garbage collection whatever their age: the current one and the
@@ -105,7 +113,13 @@ def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
                ) -> TableState | None:
     """The committed manifest of the table, or None: no such table (or one whose creation
     never reached its commit point). A Delta table's committed version is in Delta's log
-    (`delta_storage`); a Hive-format table's in its view's text."""
+    (`delta_storage`); a Hive-format table's in its view's text.
+
+    A remote lake's metastore may be another than the one its tables were committed in
+    (each machine keeps its own unless given a service, `files.local_home`): a Delta table
+    it lacks is registered at its first use; a Hive-format table whose commit point, the
+    view, is in another metastore (its commit pointer says it was committed) is a LakeError,
+    so that no writer takes it for a new table and overwrites it."""
     if is_delta(spark, ident):
         return delta_storage.load(spark, table_dir)
     if is_remote(table_dir) and view_text(spark, ident) is None:
@@ -114,7 +128,13 @@ def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
         state = delta_storage.load(spark, table_dir)
         if state is not None:
             delta_storage.register(spark, ident, table_dir)
-        return state
+            return state
+        if read_pointer(table_dir) is not None:
+            raise LakeError(
+                f"table {ident} ({redact(str(table_dir))}) is a Hive-format table committed "
+                "through another metastore (its views are there, not in this one): give "
+                "every command on the lake the same metastore service (--metastore-uri)")
+        return None
     version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
 
@@ -134,8 +154,8 @@ def writer_lock(table_dir: Path) -> Iterator[None]:
 
     `flock` belongs to an open file description, so taking it twice in one process (even on
     one thread) blocks forever: a writer takes it once (`Table.writer`) and passes the locked
-    handle inward. A table on a remote lake (`files.is_remote`) has no `flock`:
-    `remote_writer_lock` instead."""
+    handle inward. A table on a remote lake (`files.is_remote`), of either format, has no
+    `flock`: `remote_writer_lock` instead."""
     if is_remote(table_dir):
         with remote_writer_lock(table_dir):
             yield
@@ -163,18 +183,13 @@ def remote_writer_lock(table_dir: Path) -> Iterator[None]:
     process is gone is recognised and its lock taken over; one left by a killed writer on
     another host stays until someone deletes the object (the message says so)."""
     lock = table_dir / "_lock"
-    mine = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                       "since": time.time(), "token": uuid.uuid4().hex})
+    mine = _lock_record()
     wait = float(os.environ.get(LOCK_WAIT_ENV) or DEFAULT_LOCK_WAIT_SECONDS)
     deadline = time.monotonic() + wait
-    while not create_exclusive(lock, mine):
+    while not _take_remote_lock(lock, mine):
         holder = _lock_holder(lock)
         if holder is None:
             continue  # released meanwhile: try again at once
-        if holder.get("host") == socket.gethostname() and not _alive(holder.get("pid")):
-            if _lock_holder(lock) == holder:  # still the dead one's: take it over
-                lock.unlink(missing_ok=True)
-            continue
         if time.monotonic() >= deadline:
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                   time.gmtime(float(holder.get("since") or 0)))
@@ -187,8 +202,58 @@ def remote_writer_lock(table_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        if _lock_holder(lock) == json.loads(mine):
-            lock.unlink(missing_ok=True)
+        _release_remote_lock(lock, mine)
+
+
+@contextmanager
+def try_writer_lock(table_dir: Path) -> Iterator[bool]:
+    """The writer lock if nobody holds it now: yields True with it held for the block, or
+    False at once (nothing waited for, nothing taken), also where it cannot be taken at all
+    (a lake directory this process may not write to). For work that may be left to a later
+    writer (`repair_pointer`)."""
+    if is_remote(table_dir):
+        lock = table_dir / "_lock"
+        mine = _lock_record()
+        try:
+            taken = _take_remote_lock(lock, mine)
+        except StoreError:  # e.g. read-only credentials
+            taken = False
+        if not taken:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            _release_remote_lock(lock, mine)
+        return
+    with try_exclusive_lock(table_dir / "_lock") as held:
+        yield held
+
+
+def _lock_record() -> str:
+    """What a remote lock object holds: who took it, when, and a token of this taking."""
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "since": time.time(), "token": uuid.uuid4().hex})
+
+
+def _take_remote_lock(lock: Path, mine: str) -> bool:
+    """One attempt at the lock object: created holding `mine`, or taken over from a holder
+    on this host whose process is gone (then created again). False: someone else holds it."""
+    while not create_exclusive(lock, mine):
+        holder = _lock_holder(lock)
+        if holder is None:
+            continue  # released meanwhile: try again at once
+        if holder.get("host") == socket.gethostname() and not _alive(holder.get("pid")):
+            if _lock_holder(lock) == holder:  # still the dead one's: take it over
+                lock.unlink(missing_ok=True)
+            continue
+        return False
+    return True
+
+
+def _release_remote_lock(lock: Path, mine: str) -> None:
+    if _lock_holder(lock) == json.loads(mine):
+        lock.unlink(missing_ok=True)
 
 
 def _lock_holder(lock: Path) -> dict | None:
@@ -294,37 +359,28 @@ def repair_pointer(spark: SparkSession, ident: TableIdentifier, table_dir: Path)
     commit point; the next run would overwrite them) are removed, so a reader without the
     metastore can trust the pointer again. Returns whether anything changed.
 
-    Only with the writer lock taken without waiting (a writer in flight is left alone: its own
-    commit writes the pointer), and only when the lake directory is writable: a read must not
-    fail because of it."""
-    if is_remote(table_dir):
-        return False  # a remote lake holds Delta tables only (`table.check_remote_storage`)
+    Only with the writer lock taken without waiting (`try_writer_lock`: a writer in flight is
+    left alone, its own commit writes the pointer), and only when the lake directory is
+    writable: a read must not fail because of it. On a local or a remote lake alike."""
     if not (table_dir / "_state").is_dir() or is_delta(spark, ident):
         return False  # a Delta table has no pointer: Delta's log is the commit point
     try:
-        fd = os.open(table_dir / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError:
+        with try_writer_lock(table_dir) as held:
+            if not held:
+                return False
+            version = committed_version(spark, ident)
+            if version is None or not manifest_path(table_dir, version).exists():
+                return False
+            changed = False
+            for newer in (v for v in manifest_versions(table_dir) if v > version):
+                manifest_path(table_dir, newer).unlink(missing_ok=True)
+                changed = True
+            if read_pointer(table_dir) != version:
+                write_pointer(table_dir, version)
+                changed = True
+            return changed
+    except (OSError, StoreError):
         return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        version = committed_version(spark, ident)
-        if version is None or not manifest_path(table_dir, version).exists():
-            return False
-        changed = False
-        for newer in (v for v in manifest_versions(table_dir) if v > version):
-            manifest_path(table_dir, newer).unlink(missing_ok=True)
-            changed = True
-        if read_pointer(table_dir) != version:
-            write_pointer(table_dir, version)
-            changed = True
-        return changed
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def collect_garbage(table_dir: Path, state: TableState, retain: int = DEFAULT_RETAIN,
