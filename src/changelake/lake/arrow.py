@@ -71,7 +71,7 @@ import pyarrow.dataset
 import pyarrow.parquet as pq
 
 from changelake.errors import LakeError
-from changelake.lake.files import delta_uri, lake_root, storage_options
+from changelake.lake.files import delta_uri, lake_root, parquet_source, storage_options
 from changelake.lake.follow_lag import follow_status
 from changelake.lake.identifier import IDENTIFIER, TableIdentifier
 from changelake.lake.layout import (
@@ -275,7 +275,8 @@ def read_file_set(fs: FileSet, state: TableState, directory: Path, schema: pa.Sc
     parts = []
     for path in parquet_files(directory / fs.path):
         # ParquetFile, not read_table: that goes through pyarrow.dataset, which imports pandas
-        with pq.ParquetFile(path, coerce_int96_timestamp_unit="us") as parquet:
+        with parquet_source(path) as source, \
+                pq.ParquetFile(source, coerce_int96_timestamp_unit="us") as parquet:
             data = parquet.read(columns=wanted)
         columns = []
         for field in schema:

@@ -214,6 +214,9 @@ class RemotePath:
 
     def rglob(self, pattern: str) -> Iterator[RemotePath]:
         """Every file below whose name matches `pattern` (one listing of the prefix)."""
+        if _no_jvm():
+            return iter(sorted((p for p in _arrow_list(self, recursive=True)
+                                if fnmatch.fnmatchcase(p.name, pattern)), key=str))
         fs, path = self._java()
         try:
             files = _call(self, lambda: fs.listFiles(path, True))
@@ -354,12 +357,17 @@ def _arrow_status(path: RemotePath) -> Any | None:
                            getLen=lambda: info.size or 0, getModificationTime=lambda: mtime)
 
 
-def _arrow_list(path: RemotePath) -> list[RemotePath]:
+def _arrow_list(path: RemotePath, *, recursive: bool = False) -> list[RemotePath]:
+    """The children of `path` (`recursive`: every file below it)."""
     import pyarrow.fs as pafs
 
-    selector = pafs.FileSelector(_arrow_key(path), allow_not_found=True)
+    selector = pafs.FileSelector(_arrow_key(path), allow_not_found=True, recursive=recursive)
     found = _arrow_call(path, lambda fs: fs.get_file_info(selector))
-    return [path / info.base_name for info in found]
+    if not recursive:
+        return [path / info.base_name for info in found]
+    top = _arrow_key(path).rstrip("/") + "/"
+    return [path / info.path[len(top):] for info in found
+            if info.type == pafs.FileType.File and info.path.startswith(top)]
 
 
 def _arrow_read(path: RemotePath) -> bytes:
