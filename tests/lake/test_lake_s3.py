@@ -1,9 +1,10 @@
 """A lake on S3 (`--lake s3a://bucket/prefix`), against moto's S3 server on loopback, through
 the real console script: every lake command once, with the results a local lake gives; a
 lake that cannot be reached, a bucket that does not exist and missing credentials each one
-line naming the URI (exit 2, no traceback, no secret); a Hive-format table refused there;
-a second writer refused cleanly by the table's lock object; and (slow tier) Debezium ingests
-killed with SIGKILL while they hold the table and run again, nothing lost or doubled.
+line naming the URI (exit 2, no traceback, no secret); a Hive-format table there too;
+a second writer refused cleanly by the table's lock object, in either format; and (slow
+tier) Debezium ingests killed with SIGKILL while they hold the table and run again, nothing
+lost or doubled.
 (`ingest --follow` on an S3 lake: `test_lake_s3_follow.py`.)
 
 The key pair and the endpoint reach the commands in the AWS SDK's environment variables only
@@ -46,7 +47,7 @@ def environment(s3: S3Server, tmp_path: Path, *, credentials: bool = True) -> di
     env = command_environment(s3, credentials=credentials)
     env["CHANGELAKE_STATE_HOME"] = str(tmp_path / "state")  # the remote lakes' metastores
     env["CHANGELAKE_LOCK_WAIT_SECONDS"] = "2"
-    env.pop("CHANGELAKE_TABLE_FORMAT", None)  # a remote lake's tables are Delta tables
+    env.pop("CHANGELAKE_TABLE_FORMAT", None)  # Delta tables, unless a test names the format
     return env
 
 
@@ -207,28 +208,38 @@ def test_missing_credentials_are_one_line(s3: S3Server, tmp_path: Path) -> None:
     assert "AWS_ACCESS_KEY_ID" in line, line
 
 
-def test_a_hive_format_table_is_refused_on_a_remote_lake(s3: S3Server, tmp_path) -> None:
-    """Its commits need a local file lock: refused before Spark starts, nothing written."""
+def test_a_hive_format_table_on_s3(s3: S3Server, tmp_path: Path) -> None:
+    """A Hive-format table lives on a remote lake too: ingested, read without a JVM (its
+    commit pointer, manifests and segments through pyarrow's S3 file system; on Spark: the
+    lake tests with CHANGELAKE_TEST_LAKE=s3 CHANGELAKE_TABLE_FORMAT=hive), its
+    files on the store and its lock object released. Its views are in the metastore that
+    committed it: a command with another metastore (another machine's, without a shared
+    `--metastore-uri`) is refused in one line, and never takes the table for a new one."""
     uri = s3.lake("hive")
     env = environment(s3, tmp_path)
-    refused(run("ingest", "--lake", uri, "--table", "t", "--key", "order_id", "--from",
-                "debezium", "--close", "--format", "hive", str(SAMPLE), env=env), uri)
-    env["CHANGELAKE_TABLE_FORMAT"] = "hive"
-    refused(run("ingest", "--lake", uri, "--table", "t", "--key", "order_id", "--from",
-                "debezium", "--close", str(SAMPLE), env=env), uri)
-    assert s3.keys("hive/") == []
+    common = ["--lake", uri, "--master", "local[1]"]
+    ok(run("ingest", *common, "--table", "shop.orders", "--key", "order_id", "--from",
+           "debezium", "--close", "--format", "hive", str(SAMPLE), env=env))
+    assert pairs(run("snapshot", *common, "--table", "shop.orders", "--format", "jsonl",
+                     "--engine", "arrow", env=env)) == NOW
+    keys = s3.keys("hive/")
+    assert "hive/tables/shop/orders/_state/COMMITTED" in keys
+    assert any(k.startswith("hive/tables/shop/orders/seg/") for k in keys)
+    assert not any("_delta_log" in k or k.endswith("/_lock") for k in keys)
+    elsewhere = {**env, "CHANGELAKE_STATE_HOME": str(tmp_path / "elsewhere")}
+    line = refused(run("ingest", *common, "--table", "shop.orders", "--key", "order_id",
+                       "--from", "debezium", "--close", "--format", "hive", str(SAMPLE),
+                       env=elsewhere), uri)
+    assert "another metastore" in line and "--metastore-uri" in line, line
+    assert s3.keys("hive/") == keys
 
 
-def test_the_metastore_service_and_a_hive_follow_are_refused_on_a_remote_lake(
-        s3: S3Server, tmp_path: Path) -> None:
-    """`changelake metastore` serves a local lake directory, and a Hive-format table cannot
-    live on a remote lake (`ingest --follow` runs there: `test_lake_s3_follow.py`): each is
-    one line, before anything is made (a URI taken for a path would make a local `s3a:`
-    folder)."""
+def test_the_metastore_service_is_refused_on_a_remote_lake(s3: S3Server, tmp_path: Path
+                                                           ) -> None:
+    """`changelake metastore` serves a local lake directory: one line, before anything is
+    made (a URI taken for a path would make a local `s3a:` folder)."""
     uri = s3.lake("follow")
     env = environment(s3, tmp_path)
-    refused(run("ingest", "--lake", uri, "--table", "t", "--follow", str(tmp_path),
-                "--format", "hive", cwd=tmp_path, env=env), uri)
     refused(run("metastore", "--lake", uri, cwd=tmp_path, env=env), uri)
     assert s3.keys("follow/") == [] and not (tmp_path / "s3a:").exists()
 
@@ -236,19 +247,23 @@ def test_the_metastore_service_and_a_hive_follow_are_refused_on_a_remote_lake(
 # -------------------------------------------------------------------------- two writers
 
 
-def test_a_second_writer_is_refused_by_the_lock_object(s3: S3Server, tmp_path) -> None:
+@pytest.mark.parametrize("table_format", ["delta", "hive"])
+def test_a_second_writer_is_refused_by_the_lock_object(s3: S3Server, tmp_path,
+                                                       table_format: str) -> None:
     """A writer on another host holds the table's lock object: an ingest waits
     (CHANGELAKE_LOCK_WAIT_SECONDS), then fails in one line naming the holder, with nothing
-    written; the lock stays the holder's."""
-    uri = s3.lake("locked")
-    lock = "locked/tables/shop/orders/_lock"
+    written; the lock stays the holder's. Either table format: both lock so on a store."""
+    prefix = f"locked-{table_format}"
+    uri = s3.lake(prefix)
+    lock = f"{prefix}/tables/shop/orders/_lock"
     held = json.dumps({"host": "another-host", "pid": 4242, "since": 0, "token": "x"})
     s3.client().put_object(Bucket=s3.bucket, Key=lock, Body=held.encode())
     line = refused(run("ingest", "--lake", uri, "--master", "local[1]", "--table",
                        "shop.orders", "--key", "order_id", "--from", "debezium", "--close",
-                       str(SAMPLE), env=environment(s3, tmp_path)), uri)
+                       "--format", table_format, str(SAMPLE), env=environment(s3, tmp_path)),
+                   uri)
     assert "another writer" in line and "another-host" in line, line
-    assert s3.keys("locked/") == [lock]
+    assert s3.keys(f"{prefix}/") == [lock]
     assert s3.client().get_object(Bucket=s3.bucket, Key=lock)["Body"].read() == held.encode()
 
 

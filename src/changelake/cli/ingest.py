@@ -11,7 +11,7 @@ import click
 from changelake.cli.follow import TopicFollow, follow_changefeed, follow_files_or_topics
 from changelake.cli.group import main, user_errors
 from changelake.cli.ingest_sources import check_topics, ingest_source
-from changelake.cli.lake_access import open_lake, refuse_hive_on_remote, table_and_key
+from changelake.cli.lake_access import open_lake, table_and_key
 from changelake.cli.options import kafka_security_options, lake_options, table_format_option
 from changelake.cli.set_aside import report_topic_set_aside
 
@@ -121,8 +121,6 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
         from changelake.formats.tableschema import read_table_json
 
         read_table_json(schema_path)  # a bad table schema is named before Spark starts
-    if way.follow:
-        refuse_hive_on_remote(lake_dir, table_format)
     if way.follow and way.changefeed:
         follow_changefeed(lake_dir, metastore_uri, master, spark_conf, ident, columns, source,
                           schema_path, scd2, kafka, tuple(topics), group, trigger_seconds,
@@ -140,7 +138,6 @@ def ingest(lake_dir: Path, metastore_uri: str | None, master: str, spark_conf: d
     if way.kafka:
         assert kafka is not None
         check_topics(kafka, topics, dead_letter_topic)
-    refuse_hive_on_remote(lake_dir, table_format)
     lake = open_lake(lake_dir, metastore_uri, master, spark_conf, table_format)
     try:
         with report.progress_bar(Console(stderr=True), f"ingest {ident}") as step:

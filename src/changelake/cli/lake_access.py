@@ -1,5 +1,5 @@
 """The lake and table a command names: checked before Spark starts (a mistyped lake, a bad
-table name, a Hive table on a remote lake, an engine a remote lake cannot use), then opened."""
+table name, an engine a remote lake cannot use), then opened."""
 
 from __future__ import annotations
 
@@ -8,24 +8,6 @@ from typing import Any
 
 from changelake.cli.options import is_remote
 from changelake.redact import redact
-
-
-def refuse_hive_on_remote(lake_dir: Any, table_format: str | None) -> None:
-    """A Hive-format table on a remote lake (`--format hive`, or the default from
-    CHANGELAKE_TABLE_FORMAT) is refused before Spark starts (`table.check_remote_storage`
-    refuses it again where a table is made)."""
-    if not is_remote(lake_dir):
-        return
-    import os
-
-    from changelake.errors import LakeError
-
-    chosen = table_format or os.environ.get("CHANGELAKE_TABLE_FORMAT", "").strip().lower()
-    if chosen == "hive":
-        raise LakeError(f"lake {redact(str(lake_dir))}: a Hive-format table cannot live on a "
-                        "remote lake (its commits need a local file lock); create Delta "
-                        "tables there (--format delta, or leave CHANGELAKE_TABLE_FORMAT "
-                        "unset)")
 
 
 def existing_lake(lake_dir: Path) -> None:

@@ -41,7 +41,7 @@ from changelake.errors import LakeError
 from changelake.formats.tableschema import TableSchema
 from changelake.lake import delta_storage
 from changelake.lake.commit import DEFAULT_RETAIN, commit_state, load_state, writer_lock
-from changelake.lake.files import is_remote, remove_tree
+from changelake.lake.files import remove_tree
 from changelake.lake.identifier import TableIdentifier, check_name
 from changelake.lake.key_rule import check_one_row_per_key
 from changelake.lake.layout import (
@@ -157,17 +157,6 @@ def clear_dir(path: Path) -> None:
     """Remove an uncommitted leftover before writing to the same name."""
     if path.exists():
         remove_tree(path)
-
-
-def check_remote_storage(name: str, directory: Path, storage: str) -> None:
-    """A table on a remote lake (`files.is_remote`) is a Delta table: a Hive-format table's
-    commit point is a metastore view over file sets whose writer lock and garbage collection
-    assume a local directory (`flock`, listings a store may not keep consistent with its
-    writes), so one is refused there in one line, before anything is written."""
-    if storage == HIVE_STORAGE and is_remote(directory):
-        raise LakeError(f"table {name}: a Hive-format table cannot live on a remote lake "
-                        f"({directory}): its commits need a local file lock; create it as a "
-                        "Delta table (--format delta, or leave CHANGELAKE_TABLE_FORMAT unset)")
 
 
 class Table:
@@ -390,7 +379,6 @@ class TableWriter:
             raise LakeError(f"table {self.name} already exists")
         storage = storage or self.table.storage or default_storage()
         check_storage(storage, f"table {self.name}")
-        check_remote_storage(self.name, self.table.directory, storage)
         for column in key:
             check_name(column, f"table {self.name}: key column")
         if buckets < 1:
