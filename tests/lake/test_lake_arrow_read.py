@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import shutil
 import subprocess
 import sys
 import threading
@@ -261,8 +260,6 @@ def test_instants_at_the_calendars_ends_and_at_any_depth_print_exactly(spark, la
     assert instant(first) == "0001-01-01T00:00:00+00:00"
 
 
-@local_only("a Hive-format table's manifests, commit pointer and flock (a store refuses the "
-            "Hive format)")
 def test_a_manifest_without_a_commit_is_never_read(spark, lake):
     """The crash windows of a commit: a manifest written before the view changed (in flight,
     or crashed there), and a view changed before the pointer. The Arrow path refuses both
@@ -278,7 +275,7 @@ def test_a_manifest_without_a_commit_is_never_read(spark, lake):
 
     # a commit that wrote its file set and manifest, and not (yet) the view: rows doubled
     segment = state.segments()[0]
-    shutil.copytree(directory / segment.path, directory / "seg/2-9")
+    spark.read.parquet(str(directory / segment.path)).write.parquet(str(directory / "seg/2-9"))
     ghost = state.next("commit", frontier=(9,),
                        files=(*state.files, replace(segment, path="seg/2-9", lower=2, upper=9)))
     write_manifest(directory, ghost)
@@ -406,7 +403,7 @@ def test_the_cli_names_the_jvm_log_variable_spark_reads():
 
 
 @pytest.mark.slow
-@local_only("a Hive-format table's commit pointer (a store refuses the Hive format)")
+@local_only("a lake the CLI makes in tmp_path, whose files the test changes in place")
 def test_auto_falls_back_to_spark_and_spark_repairs_the_pointer(tmp_path: Path):
     """A lake made by the CLI (its embedded metastore): with the pointer gone (a table from
     before pointers), `auto` reads on Spark, prints what the Arrow path prints, and writes the

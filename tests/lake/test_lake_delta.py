@@ -349,13 +349,13 @@ def test_compaction_folds_only_once_the_changes_reach_a_fraction_of_the_base(spa
     assert state.folded and table.updates().where(F.col("_time") <= 4).count() == 40
 
 
-@local_only("a lake of Hive-format tables (a store refuses the Hive format)")
-def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, tmp_path, monkeypatch):
+def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, lake_root,
+                                                                  monkeypatch):
     """A lake whose tables were made in the Hive format (by a release before Delta was the
     default, or with `--format hive`) keeps reading and ingesting them as they are; a table
     it gains later is a Delta table, the default."""
     monkeypatch.delenv("CHANGELAKE_TABLE_FORMAT", raising=False)
-    root = tmp_path / "lake"
+    root = lake_root
     old = Lake(spark, root, storage="hive")
     name, new_name = unique("old"), unique("new")
     old.create_table(name, SCHEMA, key=["id"]).commit(

@@ -21,7 +21,6 @@ from changelake.values import freeze
 from tests.kafka.test_kafka_changefeed import Feed, pg_feed
 from tests.support.changefeed_cases import python_updates
 from tests.support.lake_history import keyed_history, messages, state_at
-from tests.support.lake_roots import LAKE_ENV, on_s3
 from tests.support.paths import SAMPLES
 
 pytestmark = pytest.mark.spark
@@ -48,14 +47,10 @@ def lake(spark, lake_root) -> Lake:
 
 
 @pytest.fixture
-def hive_lake(spark, tmp_path) -> Lake:
+def hive_lake(spark, lake_at) -> Lake:
     """A lake of Hive-format tables, for the tests that look at its files (a Delta table's
-    files and their clean-up on a failed write are `test_lake_delta.py`'s). Not on S3: a
-    store refuses the Hive format."""
-    if on_s3():
-        pytest.skip(f"{LAKE_ENV}=s3: a Hive-format table's files (a store refuses the Hive "
-                    "format)")
-    return Lake(spark, tmp_path / "hive-lake", storage="hive")
+    files and their clean-up on a failed write are `test_lake_delta.py`'s); on S3 too."""
+    return Lake(spark, lake_at("hive-lake"), storage="hive")
 
 
 def test_ingest_materialize_exactly_once(spark, lake, tmp_path):

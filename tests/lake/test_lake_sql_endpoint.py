@@ -37,7 +37,6 @@ from changelake.lake.arrow import plain
 from changelake.lake.catalog import Lake
 from changelake.lake.layout import Origin
 from changelake.lake.sql_endpoint import Endpoint, function_name, register_as_of, start
-from tests.support.lake_roots import local_only
 from tests.support.paths import SUPPORT
 from tests.support.sql_endpoint_lake import META, ORDERS, TIMES, build
 from tests.support.sql_endpoint_lake import as_of_answers as snapshot_answers
@@ -52,8 +51,7 @@ def multiset(rows: list[dict[str, Any]], columns: list[str]) -> Counter:
 
 
 @pytest.mark.parametrize("storage", [
-    pytest.param("hive", marks=local_only("a Hive-format table (a store refuses the format)")),
-    "delta"])
+    "hive", "delta"])
 def test_as_of_function_is_snapshot_as_of(spark, lake_root, storage: str) -> None:
     """The quick case: a keyed table updated once, read before and after, and refused at its
     frontier; the session a server needs. Both table formats."""

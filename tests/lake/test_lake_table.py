@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import random
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,6 @@ from tests.support.lake_history import (
     to_df,
     unkeyed_history,
 )
-from tests.support.lake_roots import local_only
 
 pytestmark = pytest.mark.spark
 
@@ -136,7 +134,6 @@ def test_exactly_once_rules(spark, lake):
         table.as_of(6)
 
 
-@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_compaction_touches_only_changed_buckets(spark, lake):
     """The Hive format's buckets and bases (a Delta table has neither)."""
     name = unique("buckets")
@@ -170,7 +167,6 @@ def test_scd2_history_view(spark, lake):
     assert history == {(1, "a", 5, 3, None), (2, "b", 2, 3, 4)}
 
 
-@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_replaced_files_are_deleted_only_when_no_recent_state_refers_to_them(spark, lake):
     from changelake.lake.commit import collect_garbage
     from changelake.lake.layout import file_set_leaves
@@ -217,7 +213,6 @@ def test_a_metastore_object_that_is_no_changelake_table_is_refused(spark, lake):
         lake.table(f"{database}.missing")
 
 
-@local_only("a Hive-format table's files (a store refuses the Hive format)")
 def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     """`table.SEGMENT_DICTIONARY_BYTES`: a commit stops a column's Parquet dictionary at that
     size, where Parquet's default (1 MiB) holds every distinct value; a column of few values
@@ -226,6 +221,7 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
+    from changelake.lake.files import parquet_source
     from changelake.lake.table import SEGMENT_DICTIONARY_BYTES
     from changelake.spark.settings import settings
 
@@ -237,10 +233,11 @@ def test_a_segment_gives_up_a_dictionary_at_its_size(spark, lake, tmp_path):
         F.lit(0).cast("long").alias("_time"), F.lit(1).cast("long").alias("_diff"),
     ).coalesce(1)
 
-    def dictionary_bytes(files: list[Path]) -> dict[str, int]:
+    def dictionary_bytes(files: list) -> dict[str, int]:
         """Each column's dictionary page's length (header included), 0 without one."""
         (file,) = files
-        group = pq.ParquetFile(file).metadata.row_group(0)
+        with parquet_source(file) as source:
+            group = pq.ParquetFile(source).metadata.row_group(0)
         return {c.path_in_schema: c.data_page_offset - c.dictionary_page_offset
                 if c.has_dictionary_page else 0
                 for c in map(group.column, range(group.num_columns))}

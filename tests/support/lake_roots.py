@@ -6,10 +6,11 @@ check a lake on object storage (issue 66).
 endpoint in this process's environment (the AWS SDK's variables, as a user gives them to a
 command: `s3_server.S3Server.environment`), so the SparkSession's S3A settings and every CLI
 process a test starts take them from there; no secret on a command line. The tables are then
-Delta tables, the product's default (a Hive-format table is refused on a store).
+Delta tables, the product's default, or Hive-format ones with `CHANGELAKE_TABLE_FORMAT=hive`
+(`tests/conftest.py`).
 
 A test that checks what has no meaning on a store (a local file's size, mode, `fsync`, a
-`flock`, a Hive-format table) says so with `local_only(reason)`.
+`flock`) says so with `local_only(reason)`.
 """
 
 from __future__ import annotations
