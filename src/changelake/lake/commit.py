@@ -293,9 +293,10 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
 
     Durable before told (`durable.py`): a Hive-format table's file sets are synced by their
     writers before this is called, the manifest (and a new table's directories) before the
-    commit point, the pointer after it. A Delta table's log store syncs nothing: what the
-    append and the MERGE changed is synced after them, before this returns, so the caller
-    acknowledges its source (a slot, group offsets) only after it."""
+    commit point, the pointer after it (on a remote lake each is an object whose PUT is
+    durable once acknowledged, and `sync_tree` has nothing to do). A Delta table's log store
+    syncs nothing: what the append and the MERGE changed is synced after them, before this
+    returns, so the caller acknowledges its source (a slot, group offsets) only after it."""
     started = time.time() - SYNC_SLACK_SECONDS
     write_manifest(table_dir, state)
     if expected is None:  # a new table: its directory in the lake before the view names it

@@ -19,10 +19,10 @@ point (see `commit.py`) names that version, so a manifest written by a run that 
 its commit is never read, and the next run overwrites it.
 
 After the commit point the writer also records the version in the *commit pointer*
-`_state/COMMITTED` (write-then-rename, fsynced): a hint for readers without the metastore (see
-`arrow.py`, which says when the hint can be trusted). It is written only after the commit
-point, so the version it names has been committed; it may lag behind (a crash between the two,
-or a commit in flight), never run ahead.
+`_state/COMMITTED` (write-then-rename, fsynced; on a store one PUT): a hint for readers
+without the metastore (see `arrow.py`, which says when the hint can be trusted). It is written
+only after the commit point, so the version it names has been committed; it may lag behind (a
+crash between the two, or a commit in flight), never run ahead.
 
 Times are the lake's integer times; a frontier is stored as an `Antichain` of at most one
 integer (the empty antichain: the feed is closed, every time is final).
@@ -307,7 +307,8 @@ def pointer_path(table_dir: Path) -> Path:
 
 def write_pointer(table_dir: Path, version: int) -> None:
     """Record `version` as committed (call only after its commit point): temp file, fsync,
-    rename, fsync of the directory, so a reader sees the old pointer or the new, whole."""
+    rename, fsync of the directory (on a store one PUT: `files.replace_whole`), so a reader
+    sees the old pointer or the new, whole."""
     replace_whole(pointer_path(table_dir), json.dumps({"version": int(version)}) + "\n")
 
 
