@@ -105,6 +105,65 @@ def test_unchanged_keeps_the_stored_value_and_is_never_written() -> None:
     assert conv.stats.unresolved == 1
 
 
+def test_a_moved_key_takes_the_unchanged_values_of_the_row_its_delete_removed() -> None:
+    """`UPDATE ... SET id = 10 WHERE id = 3` with `note` unchanged: Debezium's delete of 3
+    and create of 10 at one position (one WAL record). 10's `note` is 3's as it stood just
+    before: from an earlier event of 3 in the same transaction, or from the state."""
+    conv = keyed()
+    out = run(conv, [ch(Op.CREATE, after=row(3, "a", "long"), pos=1, time=1),
+                     ch(Op.UPDATE, after=row(3, "b", "longer"), pos=2, time=2),
+                     ch(Op.DELETE, before=row(3), pos=3, time=2),
+                     ch(Op.CREATE, after=row(10, "b", UNCHANGED), pos=3, time=2)])
+    assert state_of(out) == {(10, "b", "longer"): 1}
+    assert conv.stats.unresolved == 0
+    state = MemoryState.from_rows([row(3, "a", "stored")], ("id",), COLUMNS)
+    conv = KeyedConverter(UpsertOptions(keys=("id",)), columns=COLUMNS, state=state)
+    out = run(conv, [ch(Op.DELETE, before=row(3), pos=3, time=2),
+                     ch(Op.CREATE, after=row(10, "a", UNCHANGED), pos=3, time=2)])
+    assert state_of(out, {freeze(row(3, "a", "stored"), COLUMNS): 1}) == {(10, "a", "stored"): 1}
+
+
+def test_key_moves_apart_and_in_a_row_each_take_their_own_row() -> None:
+    """Two moves in one transaction, each at its own position, then 10 moved again to 20 in
+    a later one: each create takes the row its own delete removed; a replay changes
+    nothing."""
+    events = [ch(Op.CREATE, after=row(3, "c", "three"), pos=1, time=1),
+              ch(Op.CREATE, after=row(4, "d", "four"), pos=2, time=1),
+              ch(Op.DELETE, before=row(3), pos=5, time=5),
+              ch(Op.CREATE, after=row(10, "c", UNCHANGED), pos=5, time=5),
+              ch(Op.DELETE, before=row(4), pos=6, time=5),
+              ch(Op.CREATE, after=row(11, "d", UNCHANGED), pos=6, time=5),
+              ch(Op.DELETE, before=row(10), pos=8, time=8),
+              ch(Op.CREATE, after=row(20, "c", UNCHANGED), pos=8, time=8)]
+    conv = keyed()
+    out = run(conv, events + events[2:])
+    assert state_of(out) == {(20, "c", "three"): 1, (11, "d", "four"): 1}
+    assert conv.stats.unresolved == 0
+
+
+def test_what_is_not_a_key_move_keeps_its_unresolved_values() -> None:
+    """A move whose old key has no row (nothing before, no state) leaves the values
+    unresolved; a create beside deletes of two keys at its position is no move; a move
+    without a placeholder is as without the rule."""
+    conv = keyed()
+    out = run(conv, [ch(Op.DELETE, before=row(3), pos=3, time=2),
+                     ch(Op.CREATE, after=row(10, "a", UNCHANGED), pos=3, time=2)])
+    assert state_of(out) == {(10, "a", None): 1}
+    assert conv.stats.unresolved == 1
+    conv = keyed()
+    out = run(conv, [ch(Op.CREATE, after=row(3, "c", "three"), pos=1, time=1),
+                     ch(Op.CREATE, after=row(4, "d", "four"), pos=2, time=1),
+                     ch(Op.DELETE, before=row(3), pos=3, time=2),
+                     ch(Op.DELETE, before=row(4), pos=3, time=2),
+                     ch(Op.CREATE, after=row(10, "a", UNCHANGED), pos=3, time=2)])
+    assert state_of(out) == {(10, "a", None): 1}
+    conv = keyed()
+    out = run(conv, [ch(Op.CREATE, after=row(3, "c", "three"), pos=1, time=1),
+                     ch(Op.DELETE, before=row(3), pos=3, time=2),
+                     ch(Op.CREATE, after=row(10, "c", "new"), pos=3, time=2)])
+    assert state_of(out) == {(10, "c", "new"): 1}
+
+
 def test_ignore_null_updates() -> None:
     events = [ch(Op.CREATE, after=row(1, "a", "n"), pos=1), ch(Op.UPDATE, after=row(1, "b"),
                                                               pos=2)]

@@ -22,6 +22,15 @@ Where the state has no row for a key, the conversion retracts nothing: a before-
 feed describes a row the output never held. Such a before-image still fills `UNCHANGED` columns
 of the new row, and only if neither has a value does the column become null (counted in
 `stats.unresolved`).
+
+A key move (`key_moves`): PostgreSQL's `UPDATE ... SET id = 10 WHERE id = 3` reaches Debezium as
+one WAL record, which it sends as a delete of 3 and a create of 10 at one position, the create's
+unchanged TOAST columns `__debezium_unavailable_value`. A create that shares its time and
+position with the delete of exactly one other key (and no other key created there) takes, as
+its before-image, the row the delete removed: the old key's row as it stood just before, from
+the events applied before it or from the state, as an update takes its own key's. Its
+`UNCHANGED` columns then keep the old key's values; where the old key had no row either, they
+stay unresolved.
 """
 
 from __future__ import annotations
@@ -252,15 +261,24 @@ class KeyedConverter(WindowedConverter):
             for key in unknown:
                 self._known[key] = _Entry(found.get(key))
         out: list[Update] = []
+        moves = key_moves((p.time, p.change.position, p.change.op, p.extra["effect"].kind,
+                           p.extra["effect"].key) for p in ready)
+        moved: dict[tuple[int, tuple[int, ...]], Record] = {}
         for p in ready:
             effect: _Effect = p.extra["effect"]
             if effect.kind == "truncate":
                 out.extend(self._truncate(p))
             else:
-                out.extend(self._apply_one(p, effect))
+                out.extend(self._apply_one(p, effect, moves, moved))
         return out
 
-    def _apply_one(self, p: Pending, effect: _Effect) -> list[Update]:
+    def _apply_one(self, p: Pending, effect: _Effect,
+                   moves: Mapping[tuple[int, tuple[int, ...]], tuple[Key, Key]] | None = None,
+                   moved: dict[tuple[int, tuple[int, ...]], Record] | None = None
+                   ) -> list[Update]:
+        """One event applied. `moves` (`key_moves`) and `moved`, the rows the moves' deletes
+        removed, by their `(time, position)`: an applied delete that is a move's keeps its
+        key's row there, and the move's create takes it as its before-image (`_merge`)."""
         assert effect.key is not None
         entry = self._known[effect.key]
         if self._floor is not None and _gt(self._floor, p.sequence):
@@ -276,9 +294,18 @@ class KeyedConverter(WindowedConverter):
                 self.stats.stale += 1
                 return []
         previous = entry.row
+        at = (p.time, p.change.position)
+        move = moves.get(at) if moves else None
         new: Record | None = None
+        if effect.kind == "delete" and move is not None and move[0] == effect.key \
+                and previous is not None and moved is not None:
+            moved[at] = previous
         if effect.kind == "write":
-            new = self._merge(effect, previous)
+            taken = None
+            if move is not None and move[1] == effect.key and p.change.op is Op.CREATE \
+                    and moved is not None:
+                taken = moved.get(at)
+            new = self._merge(effect, previous, taken)
         entry.row, entry.sequence, entry.tiebreak = new, p.sequence, p.tiebreak
         self.stats.applied += 1
         if new == previous:
@@ -290,10 +317,15 @@ class KeyedConverter(WindowedConverter):
             out.append((new, p.time, 1))
         return out
 
-    def _merge(self, effect: _Effect, previous: Record | None) -> Record:
+    def _merge(self, effect: _Effect, previous: Record | None,
+               moved: Record | None = None) -> Record:
+        """The row a write makes: the after-image, its `UNCHANGED` columns (and with
+        `ignore_null_updates` its nulls) taken from the key's previous row, else from the
+        before-image: the event's own, or for a key move's create (`moved`) the row its
+        delete removed (`key_moves`)."""
         columns = self.output_columns
         after = effect.after or {}
-        before = effect.before or {}
+        before: Mapping[str, Any] = dict(moved) if moved is not None else effect.before or {}
         row: dict[str, Any] = {}
         for c in columns:
             value = after.get(c)
@@ -356,6 +388,35 @@ def unkeyed(change: Change, keys: Sequence[str]) -> ChangefeedError:
     return ChangefeedError(f"cannot tell the key {list(keys)} of this {change.op.value} "
                            f"event: neither its key, after nor before image has it{hint}",
                            change.origin)
+
+
+def key_moves(events: Iterable[tuple[int, tuple[int, ...] | None, Op, str, Key | None]]
+              ) -> dict[tuple[int, tuple[int, ...]], tuple[Key, Key]]:
+    """The key moves among `events`, each `(time, position, op, effect kind, key)`: by
+    `(time, position)`, `(old key, new key)` where exactly one key is deleted there (any
+    delete: op d, or the delete half of `split_moved_key`) and exactly one other key is
+    created (op c). PostgreSQL writes one WAL record for an `UPDATE` of a row's key, which
+    Debezium sends as that delete and that create at the record's position (its LSN, in the
+    transaction of `sequence[0]`, the time): nothing else is at that position, a replay of it
+    aside (the same keys again). Events without a position are never a move.
+
+    Public because keyed conversion on Spark finds the same moves (`spark.changefeed.
+    moves`) and hands the old key's row to the create as its before-image."""
+    deleted: dict[tuple[int, tuple[int, ...]], set[Key]] = {}
+    created: dict[tuple[int, tuple[int, ...]], set[Key]] = {}
+    for time, position, op, kind, key in events:
+        if position is None or key is None:
+            continue
+        if kind == "delete":
+            deleted.setdefault((time, position), set()).add(key)
+        elif kind == "write" and op is Op.CREATE:
+            created.setdefault((time, position), set()).add(key)
+    moves: dict[tuple[int, tuple[int, ...]], tuple[Key, Key]] = {}
+    for at, new in created.items():
+        old = deleted.get(at)
+        if old is not None and len(old) == 1 and len(new) == 1 and old != new:
+            moves[at] = (next(iter(old)), next(iter(new)))
+    return moves
 
 
 def split_moved_key(change: Change, keys: Sequence[str]) -> tuple[Change, Change] | None:
