@@ -188,4 +188,8 @@ def aggregated_facts(items: Any) -> dict[str, Any]:
                                   | F.col("before_raw").isNotNull()),
                         F.struct("file_index", "block", "row"))).alias("first"),
         F.count_if(F.col("_deferred")).alias("_deferred"),
-        F.count(F.when(change & (F.col("op") == "t"), 1)).alias("truncates")).first().asDict()
+        F.count(F.when(change & (F.col("op") == "t"), 1)).alias("truncates"),
+        F.count(F.when(change & (F.col("op") == "c") & (
+            F.col("after_raw").contains("__debezium_unavailable_value")
+            | F.col("after_raw").contains("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==")
+            | F.col("after_raw").contains("\\u")), 1)).alias("placeheld")).first().asDict()

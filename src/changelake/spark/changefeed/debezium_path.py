@@ -62,6 +62,7 @@ from changelake.spark.changefeed import times
 from changelake.spark.changefeed.conversion import Converted, checked_conversion
 from changelake.spark.changefeed.dispatch import Unsupported
 from changelake.spark.changefeed.keyed import MAX_TRUNCATES, ColumnSpec, typed_events
+from changelake.spark.changefeed.moves import with_moves
 from changelake.spark.changefeed.parse import java_items
 from changelake.spark.changefeed.progress import debezium_frontier
 from changelake.spark.changefeed.read import Lines
@@ -100,7 +101,7 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
     first = min((t for t in tasks if t["first_row"] is not None), default=None,
                 key=lambda t: (t["first_file_index"], t["first_block"], t["first_row"]))
     counts = ("flawed", "changes", "untimed", "by_tx", "metadata", "schemaless", "_deferred",
-              "truncates")
+              "truncates", "placeheld")
     total = {n: sum(t[n] for t in tasks) for n in counts}
     return {
         "flawed": total["flawed"], "changes": total["changes"],
@@ -112,6 +113,7 @@ def _merged_facts(tasks: Sequence[Any]) -> dict[str, Any]:
                                                  before_raw=first["first_before"],
                                                  schema=first["first_schema"]),
         "_deferred": total["_deferred"], "truncates": total["truncates"],
+        "placeheld": total["placeheld"],
         "shapes": sorted({s for t in tasks for s in t["shapes"]})}
 
 
@@ -302,6 +304,7 @@ class Timed:
     marks: DataFrame  # see `Converted.marks`
     size: int  # the changes parsed: the most `changes` can hold, before keys move
     truncates: int = 0  # the truncates parsed, `changes` holds at most as many
+    placeheld: int = 0  # the creates parsed that may hold the placeholder (`moves.py`)
 
 
 def debezium_timed(spark: SparkSession, lines: Lines, *,
@@ -344,7 +347,8 @@ def debezium_timed(spark: SparkSession, lines: Lines, *,
         timed = timed.where(F.col("time") < frontier)
     if since is not None:
         timed = timed.where(F.col("time") >= since)
-    return Timed(timed, columns, frontier, marks, int(facts["changes"]), int(facts["truncates"]))
+    return Timed(timed, columns, frontier, marks, int(facts["changes"]), int(facts["truncates"]),
+                 int(facts["placeheld"]))
 
 
 def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
@@ -379,9 +383,12 @@ def debezium_changes(spark: SparkSession, lines: Lines, *, keys: Sequence[str],
     absent = [k for k in keys if k not in {c.name for c in batch.columns}]
     if absent:  # the encoder may still tell them from the key records, or names the line
         raise Unsupported(f"key columns {absent} that no image has")
-    converted, checks = checked_conversion(typed_events(changes, batch.columns, keys),
-                                           batch.columns, keys, state, batch.size, defer=defer,
-                                           truncates=[(t, pos) for t, pos, _ in truncates])
+    events = typed_events(changes, batch.columns, keys)
+    keyed_truncates = [(t, pos) for t, pos, _ in truncates]
+    if batch.placeheld:  # a create that may be a key move's (`moves.py`)
+        events = with_moves(events, batch.columns, keys, state, truncates=keyed_truncates)
+    converted, checks = checked_conversion(events, batch.columns, keys, state, batch.size,
+                                           defer=defer, truncates=keyed_truncates)
     steps.done("events, ties, conversion")
     return Converted(converted, batch.frontier, "jvm", marks=batch.marks, checks=checks)
 

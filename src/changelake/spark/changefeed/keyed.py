@@ -241,7 +241,8 @@ def _image_steps(columns: tuple[ColumnSpec, ...], java: tuple[str, str] | None
 def typed_events(changes: DataFrame, columns: Sequence[ColumnSpec],
                  keys: Sequence[str]) -> DataFrame:
     """One row per keyed event: `k0..`, `is_delete`, `rank`, `a`/`b` (values), `ua`/`ub`
-    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way). The
+    (UNCHANGED flags), `problem` (set when the key cannot be told the Python way), `create`
+    (op c: what a key move's create is, `moves.py`). The
     expressions are built once per JVM (`expressions.per_jvm`)."""
     return selected(typed_images(changes, columns), _event_steps(tuple(columns), tuple(keys)))
 
@@ -286,11 +287,12 @@ def _event_steps(columns: tuple[ColumnSpec, ...], keys: tuple[str, ...]
                                    event(a_key, F.lit(False), no_before, no_flags))) \
         .otherwise(F.array(event(key, F.col("op") == "d", b, ub)))
     return (["file_index", "block", "row", "time", "pos", "a", "ua",
-             problem.alias("problem"), F.explode(events).alias("ev")],
+             (F.col("op") == "c").alias("create"), problem.alias("problem"),
+             F.explode(events).alias("ev")],
             ["file_index", "block", "row", "time", "pos", "problem",
              *[F.col(f"ev.k{i}").alias(f"k{i}") for i in range(len(keys))],
              "ev.is_delete", F.when(F.col("ev.is_delete"), 0).otherwise(1).alias("rank"),
-             "a", "ua", "ev.b", "ev.ub", F.xxhash64("a", "ua").alias("content")])
+             "a", "ua", "ev.b", "ev.ub", F.xxhash64("a", "ua").alias("content"), "create"])
 
 
 TIED = "unsupported: two rows for one key at one position"
@@ -436,18 +438,9 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
     from changelake.spark.jvm import java_class
 
     converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
-    ready = java_ready(events, len(keys))
-    with_state = unchanged_before(_with_state(ready, columns, keys, state), columns)
-    kcols = [F.col(name) for name in key_names(ready.columns, len(keys))]
-    rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
-            F.col("_outside").cast("boolean")] if barriers else []
-    ordered = with_state.select(
-        *kcols, F.col("time").cast("bigint"), "pos",
-        F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
-        F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
-    order = ordered.columns[:len(kcols) + 3]
-    converted = DataFrame(converter.convert(ordered.sortWithinPartitions(*order)._jdf,
-                                            len(kcols), barriers, truncates_text(truncates)),
+    ready, ordered, kcols = _ordered(events, columns, keys, state, barriers=barriers)
+    converted = DataFrame(converter.convert(ordered._jdf, kcols, barriers,
+                                            truncates_text(truncates)),
                           events.sparkSession)
     if not truncates or state is None:
         return converted
@@ -461,6 +454,39 @@ def java_convert(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequenc
         F.lit(None).cast("boolean").alias("tied"),
         F.lit(None).cast("boolean").alias("unrepeated"),
         F.lit(None).cast("bigint").alias("outside")))
+
+
+def _ordered(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+             state: DataFrame | None, *, barriers: bool = False
+             ) -> tuple[DataFrame, DataFrame, int]:
+    """`events` `java_ready`, and as `KeyedConversion.java` reads them: with their key's row
+    in `state` (`st`), in its columns' order, sorted within their partitions by key, time,
+    position and rank; and how many key columns they have."""
+    ready = java_ready(events, len(keys))
+    with_state = unchanged_before(_with_state(ready, columns, keys, state), columns)
+    kcols = [F.col(name) for name in key_names(ready.columns, len(keys))]
+    rule = [F.col("_below").cast("boolean"), F.col("_same").cast("bigint"),
+            F.col("_outside").cast("boolean")] if barriers else []
+    ordered = with_state.select(
+        *kcols, F.col("time").cast("bigint"), "pos",
+        F.col("rank").cast("int"), F.col("is_delete").cast("boolean"), "a", "ua", "b", "ub",
+        F.col("content").cast("bigint"), F.col("problem").cast("string"), "st", *rule)
+    order = ordered.columns[:len(kcols) + 3]
+    return ready, ordered.sortWithinPartitions(*order), len(kcols)
+
+
+def java_removed(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
+                 state: DataFrame | None, *, truncates: Sequence[Truncate] = ()) -> DataFrame:
+    """`(data struct, time, pos)`: the row each applied delete of `events` removed, as it
+    stood just before, where its key had one (`KeyedConversion.removed`: the rules of
+    `java_convert`, which `events` come as to it, partitioned by key; no updates). Positions
+    come as `java_ready` makes them. `moves.py` hands a key move's to its create."""
+    from changelake.spark.jvm import java_class
+
+    converter = java_class(events.sparkSession, JVM_CONVERSION_CLASS)
+    _, ordered, kcols = _ordered(events, columns, keys, state)
+    return DataFrame(converter.removed(ordered._jdf, kcols, truncates_text(truncates)),
+                     events.sparkSession)
 
 
 def java_ready(events: DataFrame, keys: int) -> DataFrame:

@@ -56,7 +56,7 @@ CHUNK = T.StructType([T.StructField("file_index", T.IntegerType()),
 TASK_FACTS = T.StructType([
     *(T.StructField(n, T.LongType()) for n in ("flawed", "changes", "untimed", "by_tx",
                                                "metadata", "schemaless", "_deferred",
-                                               "truncates")),
+                                               "truncates", "placeheld")),
     *(T.StructField(n, T.StringType()) for n in ("table", "other_table", "schema",
                                                  "other_schema")),
     T.StructField("high", T.LongType()), T.StructField("first_file_index", T.IntegerType()),

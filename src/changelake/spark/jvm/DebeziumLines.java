@@ -90,11 +90,13 @@ public final class DebeziumLines {
      * `pipeline._facts` over one task's rows, as they are made: counts, least and greatest
      * texts (compared as Spark compares them, by their UTF-8 bytes), the greatest parser
      * time, the first change with an image (by place) and its images and schema; and the
-     * lines left (`_deferred`), the truncates among the changes, and the shapes. Its row is
-     * `parse.TASK_FACTS`.
+     * lines left (`_deferred`), the truncates among the changes, the creates that may hold
+     * Debezium's unavailable placeholder (`placeheld`: the creates of a key move,
+     * `moves.py`), and the shapes. Its row is `parse.TASK_FACTS`.
      */
     private static final class Facts {
-        long flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates;
+        long flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates,
+            placeheld;
         UTF8String table, otherTable, schema, otherSchema;
         Long high;
         Object[] first;  // file_index, block, row, after_raw, before_raw, schema
@@ -110,6 +112,10 @@ public final class DebeziumLines {
             if (!change) return;
             changes++;
             if (TRUNCATE.equals(out[OP])) truncates++;
+            if (CREATE.equals(out[OP]) && out[AFTER_RAW] != null
+                    && mayHoldPlaceholder((UTF8String) out[AFTER_RAW])) {
+                placeheld++;
+            }
             // The changes' schemas only: a transaction topic's BEGIN/END and a heartbeat carry
             // schemas of their own (real Debezium with schemas.enable).
             schema = least(schema, schemaText);
@@ -147,14 +153,30 @@ public final class DebeziumLines {
         InternalRow summary() {
             Object[] f = first == null ? new Object[6] : first;
             return new GenericInternalRow(new Object[] {
-                flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates, table,
+                flawed, changes, untimed, byTx, metadata, schemaless, deferred, truncates,
+                placeheld, table,
                 otherTable, schema, otherSchema, high, f[0], f[1], f[2], f[3], f[4], f[5],
                 new GenericArrayData(shapes.toArray())});
         }
     }
 
     private static final UTF8String BEGIN = UTF8String.fromString("BEGIN"),
-        END = UTF8String.fromString("END"), TRUNCATE = UTF8String.fromString("t");
+        END = UTF8String.fromString("END"), TRUNCATE = UTF8String.fromString("t"),
+        CREATE = UTF8String.fromString("c"),
+        PLACEHOLDER = UTF8String.fromString("__debezium_unavailable_value"),
+        PLACEHOLDER_B64 = UTF8String.fromString("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+        ESCAPE = UTF8String.fromString("\\u");
+
+    /**
+     * Whether an image's text may hold a value that reads as the placeholder: it holds the
+     * placeholder's text or its base64 as they are, or a backslash-u escape, which could
+     * spell either otherwise (no other escape could: neither holds a quote, a backslash, a slash
+     * or a control character). Never false where a value is one.
+     */
+    static boolean mayHoldPlaceholder(UTF8String image) {
+        return image.contains(PLACEHOLDER) || image.contains(PLACEHOLDER_B64)
+            || image.contains(ESCAPE);
+    }
 
     /** One chunk's `chunks_of` row, as its changes are read. */
     private static final class Chunk {

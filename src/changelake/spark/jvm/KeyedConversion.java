@@ -103,6 +103,23 @@ public final class KeyedConversion {
     }
 
     /**
+     * The rows the applied deletes of `events` removed (columns as `convert` reads them, no
+     * barriers), as `data struct, time bigint, pos array`: for each delete applied to a key
+     * that had a row, that row as it stood just before, at the delete's time and position; no
+     * update. `moves.py` hands the row a key move's delete removed to its create, as
+     * `convert.upsert.KeyedConverter` does (`key_moves`).
+     */
+    public static Dataset<Row> removed(Dataset<Row> events, int keys, String truncates) {
+        StructType in = events.schema();
+        StructType data = (StructType) in.fields()[keys + 4].dataType();
+        StructType out = new StructType(new StructField[] {
+            DataTypes.createStructField("data", data, false),
+            DataTypes.createStructField("time", DataTypes.LongType, true),
+            DataTypes.createStructField("pos", in.fields()[keys + 1].dataType(), true)});
+        return run(events, keys, false, truncates, true, out);
+    }
+
+    /**
      * `convert`, with `truncates`: the batch's truncates as text, `time:p0,p1,...` each,
      * separated by `;`, in `(time, pos)` order (positions of longs, as `java_ready` makes
      * them); empty for none (see the class comment).
@@ -111,21 +128,28 @@ public final class KeyedConversion {
                                        String truncates) {
         StructType in = events.schema();
         StructType data = (StructType) in.fields()[keys + 4].dataType();
-        StructType out = new StructType(new StructField[] {
+        return run(events, keys, barriers, truncates, false, new StructType(new StructField[] {
             DataTypes.createStructField("data", data, true),
             DataTypes.createStructField("time", DataTypes.LongType, true),
             DataTypes.createStructField("diff", DataTypes.LongType, false),
             DataTypes.createStructField("problem", DataTypes.StringType, true),
             DataTypes.createStructField("tied", DataTypes.BooleanType, true),
             DataTypes.createStructField("unrepeated", DataTypes.BooleanType, true),
-            DataTypes.createStructField("outside", DataTypes.LongType, true)});
+            DataTypes.createStructField("outside", DataTypes.LongType, true)}));
+    }
+
+    private static Dataset<Row> run(Dataset<Row> events, int keys, boolean barriers,
+                                    String truncates, boolean removed, StructType out) {
+        StructType in = events.schema();
+        StructType data = (StructType) in.fields()[keys + 4].dataType();
         DataType[] keyTypes = new DataType[keys];
         for (int i = 0; i < keys; i++) keyTypes[i] = in.fields()[i].dataType();
         DataType position = ((org.apache.spark.sql.types.ArrayType) in.fields()[keys + 1]
             .dataType()).elementType();
         RDD<InternalRow> rows = events.queryExecution().toRdd();
         RDD<InternalRow> updates = rows.toJavaRDD()
-            .mapPartitions(new Partition(keyTypes, position, data, barriers, truncates)).rdd();
+            .mapPartitions(new Partition(keyTypes, position, data, barriers, truncates,
+                                         removed)).rdd();
         return events.sparkSession().internalCreateDataFrame(updates, out, false);
     }
 
@@ -138,19 +162,21 @@ public final class KeyedConversion {
         private final StructType data;
         private final boolean barriers;
         private final String truncates;
+        private final boolean removed;
 
         Partition(DataType[] keyTypes, DataType position, StructType data, boolean barriers,
-                  String truncates) {
+                  String truncates, boolean removed) {
             this.keyTypes = keyTypes;
             this.position = position;
             this.data = data;
             this.barriers = barriers;
             this.truncates = truncates;
+            this.removed = removed;
         }
 
         @Override
         public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
-            return new Updates(rows, keyTypes, position, data, barriers, truncates);
+            return new Updates(rows, keyTypes, position, data, barriers, truncates, removed);
         }
     }
 
@@ -183,6 +209,8 @@ public final class KeyedConversion {
         private long outside;
         private boolean reported;
         private final boolean barriers;
+        // `removed`: the rows the applied deletes removed are handed on, no update (`removed`).
+        private final boolean removedRows;
         // The batch's truncates in order (`truncateTimes`, `truncatePositions`), and the next
         // one the current key has not met yet.
         private final long[] truncateTimes;
@@ -217,8 +245,10 @@ public final class KeyedConversion {
         private long sumsTime;
 
         Updates(Iterator<InternalRow> rows, DataType[] keyTypes, DataType position,
-                StructType data, boolean barriers, String truncates) {
+                StructType data, boolean barriers, String truncates, boolean removedRows) {
             this.rows = rows;
+            this.removedRows = removedRows;
+            this.reported = removedRows;  // the updates' pass reports the problems
             String[] items = truncates.isEmpty() ? new String[0] : truncates.split(";");
             this.truncateTimes = new long[items.length];
             this.truncatePositions = new ArrayData[items.length];
@@ -346,7 +376,7 @@ public final class KeyedConversion {
                 sumsTime = time;
             }
             segment++;
-            if (previous != null) sums.merge(previous, -1L, Long::sum);
+            if (previous != null && !removedRows) sums.merge(previous, -1L, Long::sum);
             previous = null;
             lastDelete = true;
         }
@@ -469,6 +499,15 @@ public final class KeyedConversion {
                     }
                 }
                 now = row(values);
+            }
+            if (removedRows) {
+                if (delete && previous != null) {
+                    ready.add(new GenericInternalRow(new Object[] {
+                        previous, time, pos == null ? null : pos.copy()}));
+                }
+                previous = now;
+                lastDelete = delete;
+                return;
             }
             // `previous` is the table's row until the key's first applied event
             if (previous != null) sums.merge(previous, -1L, Long::sum);
