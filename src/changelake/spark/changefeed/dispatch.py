@@ -33,7 +33,8 @@ the code has them:
 * the conversion (`conversion.py`, `keyed.py`, `unkeyed.py`): a problem its checks find (a
   null key, a key it cannot tell, two rows for one key at one position, an image value of
   another kind than its column's, a retraction without a before image, ...); positions of a
-  type the Java conversion does not take; and in any step, a value Spark refuses
+  type the Java conversion does not take; more than `moves.MAX_CHAINED` key moves of one
+  batch whose old key another move made (`moves.py`); and in any step, a value Spark refuses
   (`steps.guard`).
 
 A reason that starts with "bad" names a line the encoder refuses too; the Python path then

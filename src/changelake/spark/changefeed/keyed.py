@@ -25,7 +25,8 @@ tombstones ignored, deletes by op d), for the events at times in `[since, fronti
 * *Rows* (`_merge`): a written column is the after image's value; an UNCHANGED one keeps the
   key's previous row's value, which is the last real value written since the key's last
   applied delete (`segment`), else the table's row (state) when no delete was applied yet, else
-  the first write's before image value, else null.
+  the first write's before image value, else null. A key move's create comes with the row its
+  delete removed as its before image (`moves.py`, `convert.upsert.key_moves`).
 * *Updates*: each applied event retracts the key's previous row (the state's for the first)
   and inserts its own (a delete none), at its time; equal pairs cancel when consolidated.
 * *Truncates* (a Debezium batch's few, `MAX_TRUNCATES`): to each key, a delete at the
