@@ -132,6 +132,11 @@ class KeyedConverter(WindowedConverter):
         self._floor: Any = None  # sequence of the latest truncate
         self._last_position: tuple[int, ...] | None = None
         self._arrivals = 0
+        #: Not None: every applied delete with a position keeps here, by its `(time,
+        #: position)`, the row it removed (where its key had one). The Python path on Spark
+        #: converts each key apart and hands a key move's to its create this way
+        #: (`spark.changefeed.python_path.run_converters`), as `key_moves` does in one.
+        self.removed: dict[tuple[int, tuple[int, ...]], Record] | None = None
 
     # ---------------------------------------------------------------------------- columns
 
@@ -300,6 +305,9 @@ class KeyedConverter(WindowedConverter):
         if effect.kind == "delete" and move is not None and move[0] == effect.key \
                 and previous is not None and moved is not None:
             moved[at] = previous
+        if effect.kind == "delete" and self.removed is not None and previous is not None \
+                and p.change.position is not None:
+            self.removed[at] = previous
         if effect.kind == "write":
             taken = None
             if move is not None and move[1] == effect.key and p.change.op is Op.CREATE \

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from changelake.convert.images import ImageConverter
@@ -24,6 +24,7 @@ from changelake.spark.changefeed.python_path.values import (
     to_arrow,
 )
 from changelake.spark.changefeed.types import state_column
+from changelake.spark.checkpoint import stored
 from changelake.values import freeze
 
 if TYPE_CHECKING:
@@ -119,25 +120,45 @@ class KeyedJob:
             failures.append(Failure(error.location, error.reason))
         return rows_table(updates, list(self.columns), failures)
 
-    def group(self, changes: pa.Table, state: pa.Table | None) -> pa.Table:
-        """One key: its changes and (cogrouped) its row in the state table."""
+    def group(self, changes: pa.Table, state: pa.Table | None, *,
+              removed: bool = False) -> pa.Table:
+        """One key: its changes and (cogrouped) its row in the state table. A change with
+        `moved` (a key move's create, `_with_moves`) takes that row as its before-image.
+        `removed`: the rows the key's applied deletes removed (`REMOVED_DDL`), no updates."""
         key_column = changes.column("key") if changes.num_rows else state.column("key")
         key = pickle.loads(key_column[0].as_py())
         rows = {}
         if state is not None and state.num_rows:
             if state.num_rows > 1:
+                if removed:  # the conversion's own pass reports it
+                    return _removed_table({})
                 return rows_table([], list(self.columns), [Failure(None, (
                     f"the state has {state.num_rows} rows for key {list(key)}: a table's "
                     "current state has one row per key"))])
             rows[key] = self.row([state.column(f"s{i}")[0].as_py()
                                   for i in range(len(self.stored))])
         converter = self.converter(rows)
+        if removed:
+            converter.removed = {}
         kinds = dict(self.columns)
         failures: list[Failure] = []
-        for item, time in zip(changes.column("item").to_pylist(),
-                              changes.column("time").to_pylist(), strict=True):
+        moved = changes.column("moved").to_pylist() if "moved" in changes.column_names \
+            else [None] * changes.num_rows
+        for item, time, row in zip(changes.column("item").to_pylist(),
+                                   changes.column("time").to_pylist(), moved, strict=True):
             change = change_at(item, time)
-            push(converter, change, misfit(change, kinds), failures)
+            refused = misfit(change, kinds)
+            if row is not None and change.op is Op.CREATE:
+                change = replace(change, before=dict(pickle.loads(row)))
+            push(converter, change, refused, failures)
+        if removed:
+            try:
+                for change in self.truncates:
+                    converter.push(change)
+                converter.advance(self.frontier)
+            except ChangefeedError:
+                pass  # the conversion's own pass names it
+            return _removed_table(converter.removed or {})
         return self.finish(converter, failures)
 
     def truncated(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -150,6 +171,75 @@ class KeyedJob:
                 row = self.row(values)
                 rows[tuple(freeze(from_spark(values[i])) for i in index)] = row
             yield from self.finish(self.converter(rows), []).to_batches()
+
+
+#: The rows a key's applied deletes removed (`KeyedJob.group`'s `removed`): at `time` and
+#: `pos` (the position pickled, as the parse pickles it), `moved` the row pickled.
+REMOVED_DDL = "time long, pos binary, moved binary"
+
+#: The most key moves of one batch whose old key another move of it made: each takes one more
+#: pass over the moved keys' groups (`_with_moves`).
+MAX_CHAINED = 16
+
+
+def _removed_table(removed: dict[Any, Any]) -> pa.Table:
+    import pyarrow as pa
+
+    at = list(removed)
+    return pa.table({"time": pa.array([t for t, _ in at], type=pa.int64()),
+                     "pos": pa.array([pickle.dumps(p) for _, p in at], type=pa.binary()),
+                     "moved": pa.array([pickle.dumps(r) for r in removed.values()],
+                                       type=pa.binary())})
+
+
+def _key_moves(changes: DataFrame) -> DataFrame:
+    """`(time, pos, old, new)`: the key moves among the keyed `changes` (`key`, `op`, `pos`,
+    `time`: the parse's, pickled), as `convert.upsert.key_moves` finds them."""
+    from pyspark.sql import functions as F
+
+    deleted = F.col("op") == Op.DELETE.value
+    marks = changes.where((F.col("pos") != F.lit(bytearray(pickle.dumps(None))))
+                          & F.col("op").isin(Op.DELETE.value, Op.CREATE.value))
+    grouped = marks.groupBy("time", "pos").agg(
+        F.min(F.when(deleted, F.col("key"))).alias("old"),
+        F.max(F.when(deleted, F.col("key"))).alias("old_last"),
+        F.min(F.when(~deleted, F.col("key"))).alias("new"),
+        F.max(F.when(~deleted, F.col("key"))).alias("new_last"))
+    return grouped.where(F.col("old").isNotNull() & F.col("new").isNotNull()
+                         & (F.col("old") == F.col("old_last"))
+                         & (F.col("new") == F.col("new_last"))
+                         & (F.col("old") != F.col("new"))).select("time", "pos", "old", "new")
+
+
+def _with_moves(keyed: DataFrame, grouped: Any) -> DataFrame:
+    """`keyed` (`key`, `item`, `time`, `op`, `pos`) with `moved`: for a key move's create,
+    the row its delete removed (pickled), which `KeyedJob.group` takes as its before-image,
+    as `KeyedConverter` does with both in one converter (`convert.upsert.key_moves`). The
+    groups of each key are converted apart, so the old keys' groups go first, through
+    `grouped(frame, removed=True)`, once more per move whose old key another move made (its
+    row is made of that one's), up to `MAX_CHAINED`."""
+    from pyspark.sql import functions as F
+
+    moves = stored(_key_moves(keyed))
+    chained = moves.alias("m").join(moves.alias("o"), F.col("m.old") == F.col("o.new"),
+                                    "left_semi").count()
+    if chained > MAX_CHAINED:
+        raise ChangefeedError(
+            f"more than {MAX_CHAINED} key moves of one batch whose old key another move made: "
+            "each takes a pass of its own (rule: at most so many a batch); convert fewer "
+            "files at once")
+    sources = keyed.join(moves.select(F.col("old").alias("key")).distinct(), "key",
+                         "left_semi")
+    targets = moves.select("time", "pos", F.col("new").alias("key"))
+    handed = None
+    for _ in range(chained + 1):
+        current = sources if handed is None else \
+            sources.join(handed, ["time", "pos", "key"], "left")
+        removed = grouped(current, removed=True)
+        handed = stored(removed.join(targets, ["time", "pos"])
+                        .select("time", "pos", "key", "moved"))
+    assert handed is not None
+    return keyed.join(handed, ["time", "pos", "key"], "left")
 
 
 MAX_TRUNCATES = 10_000
@@ -176,6 +266,10 @@ def _truncates(changes: DataFrame) -> tuple[Change, ...]:
     return tuple(change_at(r["item"], r["time"]) for r in rows)
 
 
+#: The columns of a key's changes that its group reads (and `moved`, where there is one).
+_GROUPED = ("key", "item", "time")
+
+
 def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tuple[str, str]],
                    frontier: int | None, state: DataFrame | None) -> DataFrame:
     from pyspark.sql import functions as F
@@ -186,12 +280,16 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
     stored = KeyedConverter(options, columns=names).output_columns if names else ()
     truncates = _truncates(changes)
     job = KeyedJob(options, tuple(columns), stored, frontier, truncates)
-    keyed = changes.where(F.col("key").isNotNull()).select("key", "item", "time")
+    keyed = changes.where(F.col("key").isNotNull()).select("key", "item", "time", "op", "pos")
     if state is None:
         # Lambdas: Spark tells the kinds of grouped function apart by their parameters, and
         # counts a bound method's `self`.
-        return keyed.groupBy("key").applyInArrow(lambda t: job.group(t, None),
-                                                 output_ddl(columns))
+        def alone(frame: DataFrame, *, removed: bool = False) -> DataFrame:
+            return frame.select(*_GROUPED, *(["moved"] if "moved" in frame.columns else [])) \
+                .groupBy("key").applyInArrow(lambda t: job.group(t, None, removed=removed),
+                                             REMOVED_DDL if removed else output_ddl(columns))
+
+        return alone(_with_moves(keyed, alone))
 
     kinds = dict(columns)
     present = {c.lower() for c in state.columns}
@@ -221,8 +319,14 @@ def convert_keyed(changes: DataFrame, options: UpsertOptions, columns: list[tupl
     on = [rows[f"s{stored.index(k)}"].eqNullSafe(batch_keys[f"k{i}"])
           for i, k in enumerate(options.keys)]
     matched = rows.join(batch_keys, on, "inner").select("key", *rows.columns)
-    out = keyed.groupBy("key").cogroup(matched.groupBy("key")) \
-        .applyInArrow(lambda t, s: job.group(t, s), output_ddl(columns))
+
+    def with_state(frame: DataFrame, *, removed: bool = False) -> DataFrame:
+        return frame.select(*_GROUPED, *(["moved"] if "moved" in frame.columns else [])) \
+            .groupBy("key").cogroup(matched.groupBy("key")) \
+            .applyInArrow(lambda t, s: job.group(t, s, removed=removed),
+                          REMOVED_DDL if removed else output_ddl(columns))
+
+    out = with_state(_with_moves(keyed, with_state))
     if truncates:
         untouched = rows.join(batch_keys, on, "left_anti")
         out = out.unionByName(untouched.mapInArrow(job.truncated, output_ddl(columns)))
