@@ -17,7 +17,7 @@ from tests.support.package_imports import package_imports
 CHANGEFEED = Path(changelake.spark.changefeed.__file__).parent
 PACKAGE = "changelake.spark.changefeed"
 ORDER = ["dispatch", "read", "temporal", "times", "progress", "types", "parse", "keyed", "unkeyed",
-         "ydb", "barriers", "steps", "conversion", "debezium_path", "ydb_path",
+         "ydb", "barriers", "steps", "conversion", "moves", "debezium_path", "ydb_path",
          "python_path", "pipeline"]
 
 

@@ -25,6 +25,10 @@ keyed, each is a delete of every key at its time and position (`keyed.java_conve
 keys, each update is compensated at the next truncate (`unkeyed._compensated`), and the
 table's rows before the batch (`state`) are retracted at the first (`_truncated_rows`).
 
+Key moves (`moves.py`): where the parse saw a create that may hold Debezium's unavailable
+placeholder (`placeheld`), each create of a key move takes the row its delete removed as its
+before-image before the conversion, as `convert.upsert.key_moves` states.
+
 Not covered yet (`Unsupported`: the Python path converts the batch, `pipeline.py`): non-default
 `UpsertOptions`, any line the Java line reader leaves (`DebeziumLine.java`: any bad line
 among them, a truncate with an image, logical messages), a key column that no image has, more

@@ -8,6 +8,7 @@ modules of their own, every import pointing down (`tests/spark/test_spark_change
 
 * `debezium_path.py` and `ydb_path.py`: a batch of one format, step by step;
 * `conversion.py`: the keyed conversion both end in, checked by the job that reads it;
+* `moves.py`: Debezium's key moves, each create given the row its delete removed, before it;
 * the steps: `read.py` (the files, read on the executors), `parse.py` and `ydb.py` (the
   lines parsed by Java), `types.py` (the columns' types), `times.py`, `barriers.py` (YDB's barrier
   rule), `keyed.py` (the conversion), `unkeyed.py`, `progress.py` (the frontier);
