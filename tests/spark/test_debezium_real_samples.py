@@ -119,3 +119,22 @@ def test_identical_rows_of_a_keyless_table_in_a_snapshot_are_all_kept() -> None:
     for data, _, diff in _encoded("tags", []).updates:
         final[(data["tag"], data["n"])] += diff
     assert +final == Counter({("c", 3): 1, ("d", 4): 1}) and not -final
+
+
+def test_a_key_moved_across_two_files_keeps_the_value(tmp_path: Path) -> None:
+    """The delete of 3 and the create of 10 in two files (two partitions of the topic, by
+    key, as Kafka keeps them), the transaction topic last: the move's transaction is open
+    until its END, so both are converted together and 10 takes 3's `big`."""
+    values = [orjson.loads(line)["value"]
+              for line in (SAMPLES / "real.public.items.jsonl").read_bytes().splitlines()]
+    moved = [v for v in values if v is not None and (v["payload"]["after"] or {}).get("id")
+             == 10 and v["payload"]["op"] == "c"]
+    paths = [tmp_path / "rest.jsonl", tmp_path / "moved.jsonl", TRANSACTIONS]
+    paths[0].write_bytes(b"".join(orjson.dumps(v) + b"\n" for v in values if v not in moved))
+    paths[1].write_bytes(b"".join(orjson.dumps(v) + b"\n" for v in moved))
+    updates = collect(list(encode_changefeed(paths, source="debezium", keys=["id"],
+                                             table_schema=None, close=False,
+                                             lenient=False))).updates
+    created = [dict(data)["big"] for data, _, diff in updates if dict(data)["id"] == 10
+               and diff > 0]
+    assert created == ["y" * 4000]
