@@ -46,7 +46,10 @@ project's Java and column expressions; tests compare both paths with `encode_cha
    key's changes go through a fresh `KeyedConverter` whose `State` holds that key's row, which
    orders them, drops replays and stale events, resolves UNCHANGED from the state's row, and
    emits the updates at times below the frontier. Truncates reach every key's group, and the
-   state rows of keys the batch does not touch (`mapInArrow`, no shuffle). The state is joined
+   state rows of keys the batch does not touch (`mapInArrow`, no shuffle). A key move's create
+   (`convert.upsert.key_moves`, found with column expressions) meets its delete in no group:
+   the old keys' groups go first and give the rows their deletes removed, which the creates'
+   groups take as their before-images (`run_converters._with_moves`). The state is joined
    by key in Spark (the batch's keys typed like the table's columns), so only the touched rows
    reach Python. Without keys, an `ImageConverter` per Arrow batch of distinct events.
 5. *Failures* inside a worker (schema drift, a value that does not fit its column's Spark type,

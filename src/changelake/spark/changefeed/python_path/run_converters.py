@@ -1,6 +1,7 @@
 """Step 4 of the Python path: the changes through the Python converters, keyed (`convert_keyed`:
 a fresh `KeyedConverter` per key group, cogrouped with the state's rows of the keys the batch
-touches) or by their images (`convert_images`). A change that cannot be converted is a row
+touches; a key move's create given the row its delete removed, `_with_moves`) or by their
+images (`convert_images`). A change that cannot be converted is a row
 with an `error` (`Failure`, `rows_table`), never an exception inside a worker, so that the
 driver can name its line.
 """
