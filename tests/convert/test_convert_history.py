@@ -94,10 +94,10 @@ def pg_histories(draw: Any, truncates: bool = False) -> PgHistory:
             elif kind == "delete":
                 del state[key]
                 ops.append(("delete", key))
-            else:
+            else:  # the note unchanged is TOASTed: the placeholder (`key_moves`), or not
                 next_id += 1
                 state[next_id] = state.pop(key)
-                ops.append(("rekey", key, next_id, state[next_id]))
+                ops.append(("rekey", key, next_id, state[next_id], draw(st.booleans())))
         transactions.append(ops)
     return PgHistory(snapshot, transactions,
                      (draw(st.floats(0, 1)), draw(st.floats(0, 1))), draw(st.booleans()),
@@ -189,7 +189,8 @@ def write_pg(history: PgHistory, directory: Path) -> tuple[list[Path], list[int]
             else:
                 lines.append((event("d", {**key_only, "id": op[1]}, None), index))
                 lines.append((b"null", index))
-                lines.append((event("c", None, _json_row(op[2], op[3])), index))
+                lines.append((event("c", None, _json_row(op[2], op[3],
+                                                         toast=len(op) > 4 and op[4])), index))
                 del state[op[1]]
                 state[op[2]] = op[3]
         commit = lsn + 8
