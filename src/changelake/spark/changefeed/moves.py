@@ -20,7 +20,7 @@ bound them), up to `MAX_CHAINED`; beyond, `Unsupported`.
 
 `debezium_path` runs this only where the parse saw a create that may hold the placeholder
 (`placeheld`, `DebeziumLines.mayHoldPlaceholder`): a batch without one plans nothing here.
-What is collected to the driver: one count.
+What is collected to the driver: whether there is a move, and one count.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ def with_moves(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[
     names = [f"k{i}" for i in range(n)]
     events = guard(lambda: checkpoint(events))  # read again by each pass: made once
     moves = guard(lambda: checkpoint(key_moves(events, columns, n)))
+    if guard(moves.isEmpty):
+        return events
     chained = guard(lambda: moves.alias("m").join(
         moves.alias("o"), F.col("m.old") == F.col("o.new"), "left_semi").count())
     if chained > MAX_CHAINED:

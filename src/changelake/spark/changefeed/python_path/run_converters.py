@@ -222,6 +222,8 @@ def _with_moves(keyed: DataFrame, grouped: Any) -> DataFrame:
     from pyspark.sql import functions as F
 
     moves = stored(_key_moves(keyed))
+    if moves.isEmpty():
+        return keyed
     chained = moves.alias("m").join(moves.alias("o"), F.col("m.old") == F.col("o.new"),
                                     "left_semi").count()
     if chained > MAX_CHAINED:
