@@ -15,6 +15,7 @@ does, a process per command, then `changelake sql` and beeline on its queries
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -45,7 +46,7 @@ from tests.support.doc_blocks import (
 
 #: Blocks marked `not run` (a broker, a cluster, a database, S3, a server that runs until
 #: stopped): at most this many, so that examples stay runnable.
-MAX_NOT_RUN = 6
+MAX_NOT_RUN = 4
 
 #: Commands that change a lake, and those that do not open one (the rest read it; `export`
 #: reads the lake and writes its target, outside it).
@@ -353,3 +354,132 @@ def test_the_kafka_blocks_run_on_a_broker(spark, broker, tmp_path: Path,
     finally:
         _drop_database(spark)
 
+
+# ------------------------------------------- the shell blocks (the slow tier: processes)
+
+
+class Shell:
+    """A `bash` block's lines run as a user types them into one shell, in a copy of
+    `examples/` with `.venv` (this run's) beside it: each line (with its continuation lines)
+    by `bash -c`, which must exit 0; an `export` line sets the environment of the lines
+    after it; a line ending in `&` runs in the background, the next line starting once it
+    printed its first line (a server saying it is up), and is stopped (SIGTERM, as Ctrl-C)
+    at the end, which it must survive with exit status 0. `given` replaces the block's
+    placeholders (`...`, a host) with this run's values before a line runs."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        shutil.copytree(EXAMPLES, root / "examples")
+        (root / ".venv").symlink_to(Path(sys.executable).parent.parent)
+        self.root, self.env = root, env
+        self.background: list[subprocess.Popen] = []
+
+    @staticmethod
+    def lines(block: Block) -> list[str]:
+        text = block.text.replace("\\\n", " ")
+        return [line for line in text.splitlines() if line.split("#", 1)[0].strip()]
+
+    def run(self, block: Block, given: dict[str, str]) -> list[str]:
+        """The block's lines run in order; each line's output (stdout, then stderr)."""
+        outputs = []
+        for line in self.lines(block):
+            for placeholder, value in given.items():
+                line = line.replace(placeholder, value)
+            if line.startswith("export "):
+                for word in shlex.split(line, comments=True)[1:]:
+                    name, value = word.split("=", 1)
+                    self.env[name] = value
+                outputs.append("")
+                continue
+            started = time.monotonic()
+            if line.rstrip().endswith("&"):
+                server = subprocess.Popen(
+                    ["bash", "-c", f"exec {line.rstrip().rstrip('&')}"], cwd=self.root,
+                    env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    start_new_session=True)
+                self.background.append(server)
+                said = server.stdout.readline().decode()
+                assert said and server.poll() is None, \
+                    f"{block.where}: {line}: {said}{server.stderr.read().decode()[-3000:]}"
+                outputs.append(said)
+            else:
+                out = subprocess.run(["bash", "-c", line], cwd=self.root, env=self.env,
+                                     capture_output=True, timeout=900)
+                assert out.returncode == 0, \
+                    f"{block.where}: {line}: exit {out.returncode}\n" \
+                    f"{out.stderr.decode()[-3000:]}"
+                outputs.append(out.stdout.decode() + out.stderr.decode())
+            print(f"{time.monotonic() - started:6.2f} s  {block.where}  {line}")
+        return outputs
+
+    def stop(self) -> None:
+        """Stop the background processes (SIGTERM); each must exit 0."""
+        for server in self.background:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        codes = [server.returncode for server in self.background]
+        assert codes == [0] * len(codes), codes
+
+
+def shown_for(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The output the README's tour shows for a command of it (at its first run)."""
+    return next(c for b in marked("cli") if b.path == README for c in commands(b)
+                if c.argv == argv).expected
+
+
+def _without_aws(env: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in env.items()
+           if not k.startswith("AWS_") and k != "CHANGELAKE_TABLE_FORMAT"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.slow  # a Spark process per command, on moto's S3 server in this process
+def test_the_s3_block_runs_on_an_s3_server(tmp_path: Path) -> None:
+    """The `s3-shell` block (the storage guide's lake on object storage) runs as written on
+    moto's S3 server (`tests/support/s3_server.py`), which holds the bucket the block names:
+    its `export` lines get the server's key pair and endpoint for their placeholders, and
+    its snapshot prints what the README's tour shows for the same table on a local lake."""
+    from tests.support.s3_server import ACCESS_KEY, NO_INSTANCE_METADATA, SECRET_KEY, s3_server
+
+    (block,) = marked("s3-shell")
+    bucket = re.search(r"s3a://([^/]+)/", block.text).group(1)
+    with s3_server(bucket) as s3:
+        env = {**_without_aws(dict(os.environ)), **NO_INSTANCE_METADATA,
+               "CHANGELAKE_STATE_HOME": str(tmp_path / "state")}  # the remote lake's metastore
+        shell = Shell(tmp_path, env)
+        given = {"AWS_ACCESS_KEY_ID=...": f"AWS_ACCESS_KEY_ID={ACCESS_KEY}",
+                 "AWS_SECRET_ACCESS_KEY=...": f"AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+                 "AWS_ENDPOINT_URL=http://127.0.0.1:9000": f"AWS_ENDPOINT_URL={s3.endpoint}"}
+        for placeholder in given:
+            assert placeholder in block.text, f"{block.where}: no {placeholder}"
+        outputs = shell.run(block, given)
+        assert s3.keys("lake/tables/shop/orders/")
+    assert all(SECRET_KEY not in out for out in outputs)
+    snapshot = ("snapshot", "--lake", "lake", "--table", "shop.orders", "--format", "csv")
+    assert matches(shown_for(snapshot), outputs[-1]), outputs[-1]
+
+
+@pytest.mark.slow  # the metastore service and a Spark process per command
+def test_the_metastore_block_runs_with_the_service(tmp_path: Path) -> None:
+    """The `metastore-shell` block (the operating guide's metastore service): the service
+    started in the background on a free port (the block's 9083 may be taken on a test
+    machine), the commands after it through the service, each printing what the README's
+    tour shows for the same command on the embedded metastore; then the service stopped."""
+    (block,) = marked("metastore-shell")
+    shell = Shell(tmp_path, _without_aws(dict(os.environ)))
+    port = _free_port()
+    try:
+        outputs = shell.run(block, {"9083": str(port)})
+    finally:
+        shell.stop()
+    assert f"listening on 127.0.0.1:{port}" in outputs[0], outputs[0]
+    for line, out in zip(shell.lines(block)[1:], outputs[1:], strict=True):
+        words = shlex.split(line, comments=True)[1:]
+        at = words.index("--metastore-uri")
+        del words[at:at + 2]
+        assert matches(shown_for(tuple(words)), out), (line, out)
