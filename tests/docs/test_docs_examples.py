@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,9 +45,9 @@ from tests.support.doc_blocks import (
     sql_statements,
 )
 
-#: Blocks marked `not run` (a broker, a cluster, a database, S3, a server that runs until
-#: stopped): at most this many, so that examples stay runnable.
-MAX_NOT_RUN = 4
+#: Blocks marked `not run` (a Spark cluster, PostgreSQL with Kafka and Debezium, the set-up
+#: itself): at most this many, so that examples stay runnable.
+MAX_NOT_RUN = 3
 
 #: Commands that change a lake, and those that do not open one (the rest read it; `export`
 #: reads the lake and writes its target, outside it).
@@ -483,3 +484,96 @@ def test_the_metastore_block_runs_with_the_service(tmp_path: Path) -> None:
         at = words.index("--metastore-uri")
         del words[at:at + 2]
         assert matches(shown_for(tuple(words)), out), (line, out)
+
+
+@pytest.mark.slow  # a PostgreSQL server of its own and a capture's Spark process
+@pytest.mark.timeout(1200)
+def test_the_capture_block_runs_on_postgres(tmp_path: Path) -> None:
+    """The `postgres-shell` block (the PostgreSQL guide's capture into a lake) runs as written
+    on an embedded PostgreSQL (`wal_level = logical`) where it names one: database `shop`,
+    role `capture` (a replication role that must give its password, scram-sha-256), a table
+    `public.orders` of `examples/orders.jsonl`'s first rows and publication `shop_pub`; the
+    DSN's host is this server's address, `PGPASSWORD=...` the role's password. The capture
+    runs until stopped: once the slot confirms a transaction made after it started (the
+    slot is confirmed after the lake commit), it is stopped as Ctrl-C does (SIGINT), and
+    the lake table holds the snapshot's rows and the transaction's."""
+    import psycopg2
+
+    from changelake.capture.postgres.server import EmbeddedPostgres
+    from tests.support.postgres import execute
+
+    (block,) = marked("postgres-shell")
+    password = "capture-pw-7d1e"
+    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="changelake-test-pg-docs-"))).start()
+    try:
+        execute(server.dsn, f"CREATE ROLE capture LOGIN REPLICATION PASSWORD '{password}'",
+                "CREATE DATABASE shop OWNER capture")
+        hba = server.data / "pg_hba.conf"
+        hba.write_text("host all capture 127.0.0.1/32 scram-sha-256\n"
+                       "host replication capture 127.0.0.1/32 scram-sha-256\n"
+                       + hba.read_text())
+        execute(server.dsn, "SELECT pg_reload_conf()")
+        owner = f"{server.dsn_for('shop').replace('user=postgres', 'user=capture')} " \
+                f"password='{password}'"
+        execute(owner, "CREATE TABLE orders (id int PRIMARY KEY, customer text, "
+                       "amount_cents int, status text)",
+                "INSERT INTO orders VALUES (1, 'alice', 2500, 'new'), (2, 'bob', 1200, 'new')",
+                "CREATE PUBLICATION shop_pub FOR TABLE orders")
+        shell = Shell(tmp_path, {k: v for k, v in _without_aws(dict(os.environ)).items()
+                                 if not k.startswith("PG")})
+        given = {"host=db.internal": f"host=127.0.0.1 port={server.port}",
+                 "PGPASSWORD=...": f"PGPASSWORD={shlex.quote(password)}"}
+        (export, capture) = shell.lines(block)
+        for placeholder, value in given.items():
+            assert placeholder in block.text, f"{block.where}: no {placeholder}"
+            export = export.replace(placeholder, value)
+            capture = capture.replace(placeholder, value)
+        assert export.startswith("export ") and "capture postgres" in capture
+        shell.env.update(w.split("=", 1) for w in shlex.split(export, comments=True)[1:])
+        started = time.monotonic()
+        process = subprocess.Popen(["bash", "-c", f"exec {capture}"], cwd=tmp_path,
+                                   env=shell.env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            slot = "SELECT confirmed_flush_lsn FROM pg_replication_slots " \
+                   "WHERE slot_name = 'changelake_shop'"
+            admin = psycopg2.connect(server.dsn_for("shop"))
+            admin.autocommit = True
+            with admin.cursor() as cursor:
+                while True:  # the slot is made once the capture's checks pass
+                    assert process.poll() is None, process.stderr.read().decode()[-3000:]
+                    assert time.monotonic() - started < 600
+                    cursor.execute(slot)
+                    if cursor.fetchone():
+                        break
+                    time.sleep(1)
+                cursor.execute("INSERT INTO orders VALUES (3, 'carol', 9900, 'new')")
+                cursor.execute("SELECT pg_current_wal_lsn()")
+                (written,) = cursor.fetchone()
+                while True:  # confirmed: committed into the lake, synced
+                    assert process.poll() is None, process.stderr.read().decode()[-3000:]
+                    assert time.monotonic() - started < 900
+                    cursor.execute(f"SELECT ({slot}) >= %s::pg_lsn", (written,))
+                    if cursor.fetchone()[0]:
+                        break
+                    time.sleep(1)
+            admin.close()
+            print(f"{time.monotonic() - started:6.2f} s  {block.where}  {capture}")
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGINT)
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        read = subprocess.run([".venv/bin/changelake", "snapshot", "--lake", "lake", "--table",
+                               "public.orders", "--format", "csv"], cwd=tmp_path, env=shell.env,
+                              capture_output=True, timeout=600)
+        assert read.returncode == 0, read.stderr.decode()[-3000:]
+        assert read.stdout.decode().splitlines() == [
+            "id,customer,amount_cents,status", "1,alice,2500,new", "2,bob,1200,new",
+            "3,carol,9900,new"], read.stdout.decode()
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)

@@ -14,17 +14,19 @@ fence, which the tests read and a reader does not see:
 * `<!-- run: kafka-cli -->`: `cli` blocks whose commands read topics of a broker the page
   calls `broker:9092`: `test_the_kafka_blocks_run_on_a_broker` runs them on the test run's
   Apache Kafka broker, its topics holding the feed of `examples/orders.jsonl`.
-* `<!-- run: s3-shell -->`, `<!-- run: metastore-shell -->`: `bash` blocks that
-  `test_docs_examples.py`'s slow tier runs a line at a time in bash (`Shell`), as a user
-  types them: on moto's S3 server (the block's `export` placeholders given the server's key
-  pair and endpoint), and with the metastore service started in the background.
+* `<!-- run: s3-shell -->`, `<!-- run: metastore-shell -->`, `<!-- run: postgres-shell -->`:
+  `bash` blocks that `test_docs_examples.py`'s slow tier runs a line at a time in bash
+  (`Shell`), as a user types them: on moto's S3 server (the block's `export` placeholders
+  given the server's key pair and endpoint), with the metastore service started in the
+  background, and on an embedded PostgreSQL that holds what the block names (its host and
+  `PGPASSWORD` given that server's), the capture stopped by SIGINT once it has committed.
 * `<!-- run: python-api -->`, `<!-- run: kafka-python -->`, `<!-- run: broker-python -->`:
   Python examples that `tests/docs/test_readme_api.py` and `tests/docs/test_kafka_readme.py`
   run in fresh processes.
 * `<!-- file: PATH -->`: a JSON block that shows a file of the repository: it must be that
   file's content.
-* `<!-- not run: REASON -->`: a block that needs what a test run does not have (a broker, a
-  cluster, S3 credentials); counted, so they stay few.
+* `<!-- not run: REASON -->`: a block that needs what a test run does not have (a Spark
+  cluster, a Debezium connector, a fresh checkout); counted, so they stay few.
 
 The README's first block (the two set-up commands, which CI itself runs: `.ci/run`) is the one
 block left unmarked.
@@ -45,7 +47,7 @@ EXAMPLES = ROOT / "examples"
 #: Languages whose blocks are commands or code: each must be marked.
 CODE = {"bash", "console", "python", "sh", "shell"}
 RUN_KINDS = {"cli", "kafka-cli", "sql", "python-api", "kafka-python", "broker-python",
-             "s3-shell", "metastore-shell"}
+             "s3-shell", "metastore-shell", "postgres-shell"}
 PROMPT = "$ .venv/bin/changelake "
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
