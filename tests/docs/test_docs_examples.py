@@ -25,7 +25,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,9 @@ from tests.support.doc_blocks import (
     sql_statements,
 )
 
-#: Blocks marked `not run` (a Spark cluster, PostgreSQL with Kafka and Debezium, the set-up
-#: itself): at most this many, so that examples stay runnable.
-MAX_NOT_RUN = 3
+#: Blocks marked `not run` (a Spark cluster, the set-up itself): at most this many, so that
+#: examples stay runnable.
+MAX_NOT_RUN = 2
 
 #: Commands that change a lake, and those that do not open one (the rest read it; `export`
 #: reads the lake and writes its target, outside it).
@@ -486,6 +487,21 @@ def test_the_metastore_block_runs_with_the_service(tmp_path: Path) -> None:
         assert matches(shown_for(tuple(words)), out), (line, out)
 
 
+@contextmanager
+def _embedded_postgres() -> Iterator:
+    """A PostgreSQL server of the test's own (`wal_level = logical`), stopped and removed
+    after (in a folder of its own: the server's account must reach it, see conftest)."""
+    from changelake.capture.postgres.server import EmbeddedPostgres
+
+    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="changelake-test-pg-docs-")))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)
+
+
 @pytest.mark.slow  # a PostgreSQL server of its own and a capture's Spark process
 @pytest.mark.timeout(1200)
 def test_the_capture_block_runs_on_postgres(tmp_path: Path) -> None:
@@ -499,13 +515,11 @@ def test_the_capture_block_runs_on_postgres(tmp_path: Path) -> None:
     the lake table holds the snapshot's rows and the transaction's."""
     import psycopg2
 
-    from changelake.capture.postgres.server import EmbeddedPostgres
     from tests.support.postgres import execute
 
     (block,) = marked("postgres-shell")
     password = "capture-pw-7d1e"
-    server = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="changelake-test-pg-docs-"))).start()
-    try:
+    with _embedded_postgres() as server:
         execute(server.dsn, f"CREATE ROLE capture LOGIN REPLICATION PASSWORD '{password}'",
                 "CREATE DATABASE shop OWNER capture")
         hba = server.data / "pg_hba.conf"
@@ -574,6 +588,57 @@ def test_the_capture_block_runs_on_postgres(tmp_path: Path) -> None:
         assert read.stdout.decode().splitlines() == [
             "id,customer,amount_cents,status", "1,alice,2500,new", "2,bob,1200,new",
             "3,carol,9900,new"], read.stdout.decode()
-    finally:
-        server.stop()
-        shutil.rmtree(server.directory, ignore_errors=True)
+
+
+@pytest.mark.slow  # a PostgreSQL server of its own, the run's broker and Debezium's JVM
+@pytest.mark.timeout(900)
+def test_the_debezium_runner_block_runs(broker, tmp_path: Path) -> None:
+    """The `debezium-python` block (the Debezium guide's `DebeziumRunner`) runs as written,
+    in a fresh Python, on an embedded PostgreSQL holding what it names (database `shop`,
+    replication role `cdc`, which owns table `public.orders`; Debezium makes publication
+    `shop` and slot `shop`) and on the run's Apache Kafka broker: the DSN's host and
+    `broker:9092` are given this run's addresses, and its `...` (your code while the log
+    streams) waits until the table's topic holds the table's two rows (`start()` returns
+    once Debezium streams, which may be before the snapshot's last records are sent; a
+    stop before they are re-snapshots at the next start). After `stop()`: the topic holds
+    the snapshot of each row, once, and the state folder Debezium's offsets."""
+    from tests.support.debezium_real import topic_records
+    from tests.support.postgres import execute
+
+    (block,) = marked("debezium-python")
+    topics = ["shop.public.orders", "shop.transaction"]
+    def delete_topics() -> None:  # the kafka-cli blocks' topics have these names too
+        existing = broker.admin().list_topics(timeout=30).topics
+        for topic in topics:
+            if topic in existing:
+                broker.delete_topic(topic)
+
+    delete_topics()
+    with _embedded_postgres() as server:
+        execute(server.dsn, "CREATE ROLE cdc LOGIN REPLICATION",
+                "CREATE DATABASE shop OWNER cdc")
+        owner = server.dsn_for("shop").replace("user=postgres", "user=cdc")
+        execute(owner, "CREATE TABLE orders (id int PRIMARY KEY, customer text, "
+                       "amount_cents int, status text)",
+                "INSERT INTO orders VALUES (1, 'alice', 2500, 'new'), (2, 'bob', 1200, 'new')")
+        wait = ("from tests.support.debezium_real import wait_for_records; "
+                f"wait_for_records({broker.bootstrap!r}, {topics[0]!r}, 2)")
+        given = {"host=db ": f"host=127.0.0.1 port={server.port} ",
+                 "broker:9092": broker.bootstrap, "\n    ...\n": f"\n    {wait}\n"}
+        code = block.text
+        for placeholder, value in given.items():
+            assert placeholder in code, f"{block.where}: no {placeholder!r}"
+            code = code.replace(placeholder, value)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT),
+                                             env.get("PYTHONPATH", "")])
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        print(f"{time.monotonic() - started:6.2f} s  {block.where}  DebeziumRunner")
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = sorted((r["value"]["payload"]["after"]["id"], r["value"]["payload"]["op"])
+                      for r in topic_records(broker.bootstrap, topics[0], timeout=60))
+        assert rows == [(1, "r"), (2, "r")], rows  # r: a snapshot read
+        assert [p for p in (tmp_path / "dbz-state").iterdir() if "offset" in p.name]
+    delete_topics()

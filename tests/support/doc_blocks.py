@@ -20,13 +20,16 @@ fence, which the tests read and a reader does not see:
   given the server's key pair and endpoint), with the metastore service started in the
   background, and on an embedded PostgreSQL that holds what the block names (its host and
   `PGPASSWORD` given that server's), the capture stopped by SIGINT once it has committed.
+* `<!-- run: debezium-python -->`: the Debezium guide's `DebeziumRunner` example, which the
+  slow tier runs in a fresh Python on an embedded PostgreSQL and the run's Kafka broker (its
+  `...` given a wait for the table's snapshot in Kafka).
 * `<!-- run: python-api -->`, `<!-- run: kafka-python -->`, `<!-- run: broker-python -->`:
   Python examples that `tests/docs/test_readme_api.py` and `tests/docs/test_kafka_readme.py`
   run in fresh processes.
 * `<!-- file: PATH -->`: a JSON block that shows a file of the repository: it must be that
   file's content.
 * `<!-- not run: REASON -->`: a block that needs what a test run does not have (a Spark
-  cluster, a Debezium connector, a fresh checkout); counted, so they stay few.
+  cluster, a fresh checkout); counted, so they stay few.
 
 The README's first block (the two set-up commands, which CI itself runs: `.ci/run`) is the one
 block left unmarked.
@@ -47,7 +50,7 @@ EXAMPLES = ROOT / "examples"
 #: Languages whose blocks are commands or code: each must be marked.
 CODE = {"bash", "console", "python", "sh", "shell"}
 RUN_KINDS = {"cli", "kafka-cli", "sql", "python-api", "kafka-python", "broker-python",
-             "s3-shell", "metastore-shell", "postgres-shell"}
+             "s3-shell", "metastore-shell", "postgres-shell", "debezium-python"}
 PROMPT = "$ .venv/bin/changelake "
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
