@@ -10,6 +10,12 @@ run again to show that it changes nothing, and the SQL endpoint's blocks, are ea
 job or a server of their own: the slow tier checks them, running the README's tour as a user
 does, a process per command, then `changelake sql` and beeline on its queries
 (`test_the_readme_tour_in_processes`).
+
+The blocks that need a server, a database or a cluster run in the slow tier too, as written,
+on servers the tests start, the blocks' placeholders (`...` of an `export`, a host name, a
+port) given this run's values: the `bash` ones a line at a time in bash (`Shell`: the S3,
+metastore service, PostgreSQL capture and cluster blocks), the `DebeziumRunner` example in
+a fresh Python. Only the set-up itself is not run (`MAX_NOT_RUN`): CI runs it.
 """
 
 from __future__ import annotations
@@ -46,9 +52,9 @@ from tests.support.doc_blocks import (
     sql_statements,
 )
 
-#: Blocks marked `not run` (a Spark cluster, the set-up itself): at most this many, so that
+#: Blocks marked `not run` (the set-up itself, which CI runs): at most this many, so that
 #: examples stay runnable.
-MAX_NOT_RUN = 2
+MAX_NOT_RUN = 1
 
 #: Commands that change a lake, and those that do not open one (the rest read it; `export`
 #: reads the lake and writes its target, outside it).
@@ -642,3 +648,56 @@ def test_the_debezium_runner_block_runs(broker, tmp_path: Path) -> None:
         assert rows == [(1, "r"), (2, "r")], rows  # r: a snapshot read
         assert [p for p in (tmp_path / "dbz-state").iterdir() if "offset" in p.name]
     delete_topics()
+
+
+@pytest.mark.slow  # a standalone cluster, a metastore service and the driver: minutes
+@pytest.mark.timeout(1500)
+def test_the_cluster_block_runs_on_a_standalone_cluster(tmp_path: Path) -> None:
+    """The `cluster-shell` block (the cluster guide's ingest with `--master spark://...`)
+    runs as written on what it names: a standalone cluster on 127.0.0.1
+    (`test_spark_cluster.standalone`: a master and two workers, each offering the executor
+    memory the block asks for), its lake on moto's S3 server (the bucket it names; the key
+    pair and endpoint in the environment, as the storage guide's block sets them, the
+    workers started without any) and a metastore service of a local lake of its own
+    (`changelake metastore`); the master's and the service's addresses are this run's, and
+    `orders/` is a directory holding `examples/orders.jsonl`. Without `--close` its last
+    transaction (at 1900) is not final: the table holds the rows before it, the tour's keys
+    with their earlier statuses."""
+    from changelake.lake import metastore
+    from tests.spark.test_spark_cluster import standalone
+    from tests.support.s3_server import NO_INSTANCE_METADATA, s3_server
+
+    (block,) = marked("cluster-shell")
+    bucket = re.search(r"s3a://([^/]+)/", block.text).group(1)
+    memory = re.search(r"spark\.executor\.memory=(\w+)", block.text).group(1)
+    base = {**_without_aws(dict(os.environ)), **NO_INSTANCE_METADATA}
+    (tmp_path / "cluster").mkdir()
+    with s3_server(bucket) as s3, \
+            standalone(tmp_path / "cluster", base, memory=memory) as (url, _), \
+            metastore.start(tmp_path / "hms") as service:
+        env = {**base, **s3.environment(), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable,
+               "CHANGELAKE_STATE_HOME": str(tmp_path / "state")}
+        shell = Shell(tmp_path / "work", env)
+        (shell.root / "orders").mkdir()
+        shutil.copy(EXAMPLES / "orders.jsonl", shell.root / "orders")
+        given = {"spark://spark-master:7077": url,
+                 "thrift://127.0.0.1:9083": service.uri}
+        for placeholder in given:
+            assert placeholder in block.text, f"{block.where}: no {placeholder}"
+        (out,) = shell.run(block, given)
+        # read through the service on Spark (not pyarrow's S3 reader, whose AWS SDK teardown
+        # at exit has aborted the process after a correct output: tests/lake/test_lake_s3.py)
+        read = subprocess.run(
+            [".venv/bin/changelake", "snapshot", "--lake", f"s3a://{bucket}/lake",
+             "--metastore-uri", service.uri, "--table", "shop.orders", "--format", "csv",
+             "--engine", "spark"],
+            cwd=shell.root, env=env, capture_output=True, timeout=900)
+    assert read.returncode == 0, read.stderr.decode()[-3000:]
+    assert out.splitlines()[0] == \
+        "shop.orders: created, committed 37 updates at times [0, 1900) as version 1", out
+    snapshot = ("snapshot", "--lake", "lake", "--table", "shop.orders", "--format", "csv")
+    keys = [line.split(",")[0] for line in shown_for(snapshot)]
+    assert [line.split(",")[0] for line in read.stdout.decode().splitlines()] == keys, \
+        read.stdout.decode()
+    assert "1,alice,2500,shipped" in read.stdout.decode().splitlines()  # delivered at 1900

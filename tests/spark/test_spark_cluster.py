@@ -57,11 +57,11 @@ def _wait_for(predicate, what: str, bound: float = 90.0) -> None:
 
 
 @contextmanager
-def standalone(root: Path, environment: dict[str, str] | None = None
+def standalone(root: Path, environment: dict[str, str] | None = None, *, memory: str = "1g"
                ) -> Iterator[tuple[str, list[Path]]]:
-    """A master and two workers (one core, 1 GiB each) on 127.0.0.1, their logs and work
-    directories under `root`, their environment `environment` (default this process's):
-    (the master's URL, the workers' work directories); stopped on exit."""
+    """A master and two workers (one core, `memory` for executors each) on 127.0.0.1, their
+    logs and work directories under `root`, their environment `environment` (default this
+    process's): (the master's URL, the workers' work directories); stopped on exit."""
     home = _spark_home()
     # Without SPARK_SCALA_VERSION a worker looks for a source build and cannot launch
     # executors ("Cannot find any build directories"): PySpark ships no RELEASE layout.
@@ -97,7 +97,7 @@ def standalone(root: Path, environment: dict[str, str] | None = None
             work.mkdir()
             start(
                 f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--cores", "1", "--memory", "1g", "--work-dir", str(work),
+                "--cores", "1", "--memory", memory, "--work-dir", str(work),
                 "--webui-port", str(_free_port()), url,
             )
         _wait_for(lambda: master_log.read_bytes().count(b"Registering worker") >= 2,

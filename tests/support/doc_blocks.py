@@ -14,12 +14,14 @@ fence, which the tests read and a reader does not see:
 * `<!-- run: kafka-cli -->`: `cli` blocks whose commands read topics of a broker the page
   calls `broker:9092`: `test_the_kafka_blocks_run_on_a_broker` runs them on the test run's
   Apache Kafka broker, its topics holding the feed of `examples/orders.jsonl`.
-* `<!-- run: s3-shell -->`, `<!-- run: metastore-shell -->`, `<!-- run: postgres-shell -->`:
-  `bash` blocks that `test_docs_examples.py`'s slow tier runs a line at a time in bash
-  (`Shell`), as a user types them: on moto's S3 server (the block's `export` placeholders
-  given the server's key pair and endpoint), with the metastore service started in the
-  background, and on an embedded PostgreSQL that holds what the block names (its host and
-  `PGPASSWORD` given that server's), the capture stopped by SIGINT once it has committed.
+* `<!-- run: s3-shell -->`, `<!-- run: metastore-shell -->`, `<!-- run: postgres-shell -->`,
+  `<!-- run: cluster-shell -->`: `bash` blocks that `test_docs_examples.py`'s slow tier runs
+  a line at a time in bash (`Shell`), as a user types them: on moto's S3 server (the block's
+  `export` placeholders given the server's key pair and endpoint), with the metastore service
+  started in the background, on an embedded PostgreSQL that holds what the block names (its
+  host and `PGPASSWORD` given that server's; the capture stopped by SIGINT once it has
+  committed), and on a standalone cluster with the lake on S3 and a metastore service (the
+  master's and the service's addresses given this run's).
 * `<!-- run: debezium-python -->`: the Debezium guide's `DebeziumRunner` example, which the
   slow tier runs in a fresh Python on an embedded PostgreSQL and the run's Kafka broker (its
   `...` given a wait for the table's snapshot in Kafka).
@@ -28,8 +30,8 @@ fence, which the tests read and a reader does not see:
   run in fresh processes.
 * `<!-- file: PATH -->`: a JSON block that shows a file of the repository: it must be that
   file's content.
-* `<!-- not run: REASON -->`: a block that needs what a test run does not have (a Spark
-  cluster, a fresh checkout); counted, so they stay few.
+* `<!-- not run: REASON -->`: a block that needs what a test run does not have (a fresh
+  checkout, for the set-up itself); counted, so they stay few.
 
 The README's first block (the two set-up commands, which CI itself runs: `.ci/run`) is the one
 block left unmarked.
@@ -50,7 +52,8 @@ EXAMPLES = ROOT / "examples"
 #: Languages whose blocks are commands or code: each must be marked.
 CODE = {"bash", "console", "python", "sh", "shell"}
 RUN_KINDS = {"cli", "kafka-cli", "sql", "python-api", "kafka-python", "broker-python",
-             "s3-shell", "metastore-shell", "postgres-shell", "debezium-python"}
+             "s3-shell", "metastore-shell", "postgres-shell", "debezium-python",
+             "cluster-shell"}
 PROMPT = "$ .venv/bin/changelake "
 
 _FENCE = re.compile(r"^```([\w-]*)\s*$")
