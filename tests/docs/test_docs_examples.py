@@ -446,6 +446,14 @@ def _without_aws(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _emptied(s3) -> None:
+    """The server's bucket without objects: moto's backend is one per process, so what an
+    earlier test's server stored under the bucket's name is still there."""
+    client = s3.client()
+    for key in s3.keys(""):
+        client.delete_object(Bucket=s3.bucket, Key=key)
+
+
 @pytest.mark.slow  # a Spark process per command, on moto's S3 server in this process
 def test_the_s3_block_runs_on_an_s3_server(tmp_path: Path) -> None:
     """The `s3-shell` block (the storage guide's lake on object storage) runs as written on
@@ -457,6 +465,7 @@ def test_the_s3_block_runs_on_an_s3_server(tmp_path: Path) -> None:
     (block,) = marked("s3-shell")
     bucket = re.search(r"s3a://([^/]+)/", block.text).group(1)
     with s3_server(bucket) as s3:
+        _emptied(s3)
         env = {**_without_aws(dict(os.environ)), **NO_INSTANCE_METADATA,
                "CHANGELAKE_STATE_HOME": str(tmp_path / "state")}  # the remote lake's metastore
         shell = Shell(tmp_path, env)
@@ -675,6 +684,7 @@ def test_the_cluster_block_runs_on_a_standalone_cluster(tmp_path: Path) -> None:
     with s3_server(bucket) as s3, \
             standalone(tmp_path / "cluster", base, memory=memory) as (url, _), \
             metastore.start(tmp_path / "hms") as service:
+        _emptied(s3)
         env = {**base, **s3.environment(), "SPARK_LOCAL_IP": "127.0.0.1",
                "PYSPARK_PYTHON": sys.executable,
                "CHANGELAKE_STATE_HOME": str(tmp_path / "state")}
