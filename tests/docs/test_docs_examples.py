@@ -170,7 +170,8 @@ class Sandbox:
         self.history: tuple[tuple[str, ...], ...] = ()
         self.seen: dict[tuple, Result] = {}
 
-        def shared_lake(lake_dir, metastore_uri, master, conf, table_format=None):
+        def shared_lake(lake_dir, metastore_uri, master, conf, table_format=None, *,
+                        existing=False):
             return Lake(spark, lake_dir, storage=table_format)
 
         for module in (cli_ingest, cli_read, cli_maintain):

@@ -267,7 +267,7 @@ def test_cli_ingest_takes_the_alter_and_refuses_a_kind_change_in_one_line(
     from changelake.lake import Lake
 
     def shared_lake(lake_dir: Any, metastore_uri: Any, master: Any, conf: Any,
-                    table_format: Any = None) -> Lake:
+                    table_format: Any = None, *, existing: bool = False) -> Lake:
         return Lake(spark, lake_dir, storage=table_format)
 
     monkeypatch.setattr(cli_ingest, "open_lake", shared_lake)
