@@ -286,8 +286,8 @@ def lake_at(lake_store, tmp_path: Path, request: pytest.FixtureRequest) -> LakeR
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory, lake_store: object) -> Iterator[object]:
-    """The one SparkSession of the test run, local[2], with an embedded Hive metastore (and
-    with CHANGELAKE_TEST_LAKE=s3, S3A on its classpath, its settings from the environment)."""
+    """The one SparkSession of the test run, local[2], with an embedded Hive metastore and
+    S3A on its classpath (with CHANGELAKE_TEST_LAKE=s3, its settings from the environment)."""
     from changelake.lake.files import object_store_conf
     from changelake.spark.session import build_session
 
@@ -299,7 +299,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory, lake_store: object) -> Itera
         hive_metastore_dir=root / "metastore",
         warehouse_dir=root / "warehouse",
         conf=object_store_conf(conf) if lake_store is not None else conf,
-        object_store=lake_store is not None,
+        object_store=True,  # S3A on the classpath: test_lake_s3.py's in-process commands
     )
     yield session
     session.stop()

@@ -1,5 +1,7 @@
-"""A lake on S3 (`--lake s3a://bucket/prefix`), against moto's S3 server on loopback, through
-the real console script: every lake command once, with the results a local lake gives; a
+"""A lake on S3 (`--lake s3a://bucket/prefix`), against moto's S3 server on loopback: every
+lake command once, with the results a local lake gives (in the default run through click in
+this process on the test run's session, `InProcess`; in the slow tier through the real
+console script, a process each), and an ingest killed with SIGKILL then run again; a
 lake that cannot be reached, a bucket that does not exist and missing credentials each one
 line naming the URI (exit 2, no traceback, no secret); a Hive-format table there too;
 a second writer refused cleanly by the table's lock object, in either format; and (slow
@@ -7,8 +9,9 @@ tier) Debezium ingests killed with SIGKILL while they hold the table and run aga
 lost or doubled.
 (`ingest --follow` on an S3 lake: `test_lake_s3_follow.py`.)
 
-The key pair and the endpoint reach the commands in the AWS SDK's environment variables only
-(`s3_server.command_environment`), never on a command line."""
+The key pair and the endpoint reach the command processes in the AWS SDK's environment
+variables only (`s3_server.command_environment`), never on a command line; `InProcess` sets
+them on the shared session's Hadoop configuration for its test, then unsets them."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -62,10 +66,13 @@ def pairs(out: subprocess.CompletedProcess) -> list[tuple[int, int]]:
                   for r in map(orjson.loads, ok(out).stdout.splitlines()))
 
 
-def every_command(lake: str, env: dict[str, str], work: Path) -> dict[str, object]:
-    """Every lake command once on `lake`: what each gave, comparable between lakes."""
+def every_command(lake: str, env: dict[str, str], work: Path, *, run: Any = run,
+                  database: str = "shop") -> dict[str, object]:
+    """Every lake command once on `lake`: what each gave, comparable between lakes. `run`
+    runs one command (`run`: a process of the console script; `InProcess`: click in this
+    process, on the test run's session); the tables are `database`'s `orders` and `copy`."""
     common = ["--lake", lake, "--master", "local[1]"]
-    table = ["--table", "shop.orders"]
+    table = ["--table", f"{database}.orders"]
     got: dict[str, object] = {}
     ok(run("ingest", *common, *table, "--key", "order_id", "--from", "debezium", "--close",
            str(SAMPLE), env=env))
@@ -80,13 +87,14 @@ def every_command(lake: str, env: dict[str, str], work: Path) -> dict[str, objec
         (u["time"], u["diff"], u["data"]["order_id"]["long"], u["data"]["product_id"]["long"])
         for line in changes.stdout.splitlines() for u in orjson.loads(line).get("array", ()))
     # the change feed, as Materialize CDC files, into a second table
-    ok(run("ingest", *common, "--table", "shop.copy", "--key", "order_id", "--schema",
-           str(schema), str(log), env=env))
-    got["copy"] = pairs(run("snapshot", *common, "--table", "shop.copy", "--format", "jsonl",
-                            env=env))
+    copy = ["--table", f"{database}.copy"]
+    ok(run("ingest", *common, *copy, "--key", "order_id", "--schema", str(schema), str(log),
+           env=env))
+    got["copy"] = pairs(run("snapshot", *common, *copy, "--format", "jsonl", env=env))
     ok(run("compact", *common, *table, env=env))
     status = ok(run("status", *common, "--format", "jsonl", env=env))
-    got["status"] = sorted((r["name"], r["rows"], r["frontier"], r["since"])
+    got["status"] = sorted((r["name"].replace(database, "shop", 1), r["rows"], r["frontier"],
+                            r["since"])
                            for r in map(orjson.loads, status.stdout.splitlines()))
     return got
 
@@ -141,6 +149,81 @@ def test_every_lake_command_on_s3(s3: S3Server, tmp_path: Path) -> None:
     """ingest (Debezium, and Materialize CDC files), snapshot now and AS OF, changes,
     compact and status, with the lake only on the S3 server: the local lake's results."""
     assert every_command(s3.lake("every"), environment(s3, tmp_path), tmp_path) == EXPECTED
+
+
+class InProcess:
+    """`every_command`'s `run` in this process: each command through click on the test
+    run's SparkSession (its lake opened on that session, which S3A reaches the server
+    through: `fs.s3a.*` set on its Hadoop configuration for the test, then unset), giving
+    what a process would (exit status, stdout, stderr). The lake on the store is the
+    product's; only the JVM is shared, so that the default run checks every command on S3
+    in seconds rather than a Spark process each (the slow tier runs them as processes)."""
+
+    KEYS = ("fs.s3a.endpoint", "fs.s3a.path.style.access", "fs.s3a.endpoint.region",
+            "fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.connection.ssl.enabled")
+
+    def __init__(self, spark: Any, s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+        from changelake.cli import ingest as cli_ingest
+        from changelake.cli import maintain as cli_maintain
+        from changelake.cli import read as cli_read
+        from changelake.lake.catalog import Lake
+
+        def on_this_session(lake_dir: Any, metastore_uri: Any, master: Any, conf: Any,
+                            table_format: Any = None, *, existing: bool = False) -> Lake:
+            return Lake(spark, lake_dir, storage=table_format)
+
+        for module in (cli_ingest, cli_read, cli_maintain):
+            monkeypatch.setattr(module, "open_lake", on_this_session)
+        monkeypatch.setattr(type(spark), "stop", lambda self: None)  # the commands' last step
+        for name, value in s3.environment().items():  # delta-rs's and pyarrow's settings
+            monkeypatch.setenv(name, value)
+        self.hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        env = s3.environment()
+        values = (env["AWS_ENDPOINT_URL"], "true", env["AWS_REGION"], ACCESS_KEY, SECRET_KEY,
+                  "false")
+        for key, value in zip(self.KEYS, values, strict=True):
+            self.hadoop.set(key, value)
+
+    def close(self) -> None:
+        for key in self.KEYS:
+            self.hadoop.unset(key)
+
+    def __call__(self, *args: str, env: dict[str, str], cwd: Path | None = None
+                 ) -> subprocess.CompletedProcess:
+        from click.testing import CliRunner
+
+        from changelake.cli import main
+
+        result = CliRunner(env=env).invoke(main, list(args))
+        assert result.exception is None or isinstance(result.exception, SystemExit), (
+            repr(result.exception))
+        return subprocess.CompletedProcess(args, result.exit_code, result.stdout_bytes,
+                                           result.stderr_bytes)
+
+
+@pytest.mark.spark
+def test_every_lake_command_on_s3_in_this_process(s3: S3Server, spark: Any, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ingest (Debezium, and Materialize CDC files), snapshot now and AS OF, changes,
+    compact and status on a lake only on the S3 server, into Delta tables: the local lake's
+    results (`EXPECTED`), no secret in the lake's objects."""
+    database = "s3_every"
+    spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    run_here = InProcess(spark, s3, monkeypatch)
+    try:
+        env = {"CHANGELAKE_TABLE_FORMAT": "delta"}
+        assert every_command(s3.lake("here"), env, tmp_path, run=run_here,
+                             database=database) == EXPECTED
+    finally:
+        run_here.close()
+        spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    keys = s3.keys("here/")
+    assert any(k.startswith(f"here/tables/{database}/orders/updates/_delta_log/")
+               for k in keys), keys[:20]
+    for key in keys:
+        if key.endswith((".json", ".crc")):
+            body = s3.client().get_object(Bucket=s3.bucket, Key=key)["Body"].read()
+            assert SECRET_KEY.encode() not in body and ACCESS_KEY.encode() not in body
 
 
 @pytest.mark.slow  # the same commands twice: sixteen Spark processes
@@ -429,6 +512,73 @@ def test_kill9_of_debezium_ingests_into_an_s3_lake(s3: S3Server, tmp_path) -> No
     got = pairs_of_orders(run("snapshot", "--lake", uri, "--table", "shop.orders",
                               "--format", "jsonl", "--engine", "arrow", env=env))
     assert got == want
+
+
+@pytest.mark.spark
+def test_kill9_of_an_ingest_into_an_s3_lake_then_its_rerun(s3: S3Server, spark: Any,
+                                                            tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """The default run's kill -9 on S3 (the slow tier's, above, kills two of three
+    deliveries): an `ingest` process SIGKILLed while it holds the table's lock object, then
+    the same delivery again (in this process, on the test run's session): the lock object is
+    taken over, and the table's updates are the feed's, each once, its rows the feed's last
+    state."""
+    import random as _random
+
+    from changelake.lake import arrow
+    from changelake.lake.identifier import TableIdentifier
+    from changelake.simulate import debezium_orders
+    from tests.support.seeding import seeded
+
+    rng = seeded(6605)
+    feed = debezium_orders(_random.Random(rng.randrange(1 << 30)), rows=15, transactions=40,
+                           replay=3)
+    cut = rng.randrange(5, len(feed.events) - 5)
+    parts = []
+    for n, events in enumerate((feed.events[:cut], feed.events[cut:])):
+        part = tmp_path / f"part-{n}.jsonl"
+        part.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        parts.append(str(part))
+    database = "s3_killed"
+    uri, env = s3.lake("killed-once"), environment(s3, tmp_path)
+    env["CHANGELAKE_LOCK_WAIT_SECONDS"] = "120"  # the killed JVM's exit, then the takeover
+    env["CHANGELAKE_TABLE_FORMAT"] = "delta"
+    lock = f"killed-once/tables/{database}/orders/_lock"
+    ident = TableIdentifier.parse(f"{database}.orders")
+
+    def ingest(files: list[str], *extra: str) -> list[str]:
+        return ["ingest", "--lake", uri, "--master", "local[1]", "--table", f"{database}.orders",
+                "--key", "id", "--from", "debezium", *extra, *files]
+
+    spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    run_here = InProcess(spark, s3, monkeypatch)
+    try:
+        ok(run_here(*ingest(parts[:1]), env=env))
+        killed = killed_while_writing(ingest(parts, "--close"), env, s3, lock,
+                                      rng.uniform(0.2, 1.5))
+        left = lock in s3.keys(lock)
+        assert killed and left, (killed, left)  # killed while it held the table
+        ok(run_here(*ingest(parts, "--close"), env=env))  # the delivery again
+        assert lock not in s3.keys(lock)  # taken over, and released
+        state = arrow.committed_state(uri, ident)
+        rows = arrow.updates(state, ident.directory(arrow.lake_tables_dir(uri))).to_pylist()
+        now = pairs_of_orders(run_here("snapshot", "--lake", uri, "--table",
+                                       f"{database}.orders", "--format", "jsonl", env=env))
+    finally:
+        run_here.close()
+        spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    per_row_time: dict[tuple, int] = {}
+    per_key: dict[int, int] = {}
+    for r in rows:
+        row = (r["id"], r["customer"], r["amount_cents"], r["status"])
+        per_row_time[(*row, r["_time"])] = per_row_time.get((*row, r["_time"]), 0) + r["_diff"]
+        per_key[r["id"]] = per_key.get(r["id"], 0) + r["_diff"]
+    assert all(d in (-1, 1) for d in per_row_time.values() if d), per_row_time
+    assert all(d in (0, 1) for d in per_key.values()), per_key
+    final = feed.states[-1][1]
+    assert now == sorted((r["id"], r["customer"], r["amount_cents"], r["status"])
+                         for r in final.values())
 
 
 def pairs_of_orders(out: subprocess.CompletedProcess) -> list[tuple]:
