@@ -226,6 +226,33 @@ def test_every_lake_command_on_s3_in_this_process(s3: S3Server, spark: Any, tmp_
             assert SECRET_KEY.encode() not in body and ACCESS_KEY.encode() not in body
 
 
+@pytest.mark.spark
+def test_a_table_the_metastore_remembers_but_the_store_lost_is_made_again(
+        s3: S3Server, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote lake's metastore is kept on this machine (`files.local_home`) and outlives
+    the lake's objects (the prefix emptied, or the same URI on another store): an ingest
+    then makes the table again rather than failing on the registration left behind."""
+    database = "s3_lost"
+    spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+    run_here = InProcess(spark, s3, monkeypatch)
+    env = {"CHANGELAKE_TABLE_FORMAT": "delta"}
+    ingest = ["ingest", "--lake", s3.lake("lost"), "--table", f"{database}.orders", "--key",
+              "order_id", "--from", "debezium", "--close", str(SAMPLE)]
+    snapshot = ["snapshot", "--lake", s3.lake("lost"), "--table", f"{database}.orders",
+                "--format", "jsonl"]
+    try:
+        ok(run_here(*ingest, env=env))
+        for key in s3.keys("lost/"):
+            s3.client().delete_object(Bucket=s3.bucket, Key=key)
+        remembered = spark._jsparkSession.sharedState().externalCatalog()
+        assert remembered.tableExists(database, "orders")
+        ok(run_here(*ingest, env=env))
+        assert pairs(run_here(*snapshot, env=env)) == NOW
+    finally:
+        run_here.close()
+        spark.sql(f"DROP DATABASE IF EXISTS {database} CASCADE")
+
+
 @pytest.mark.slow  # the same commands twice: sixteen Spark processes
 @pytest.mark.timeout(3600)
 def test_an_s3_lake_equals_a_local_lake(s3: S3Server, tmp_path: Path) -> None:

@@ -181,6 +181,14 @@ def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     logical = logical_schema(state.versions)
     columns = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in logical.fields)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
+    if not _is_delta_table(spark, current_path(table_dir)):
+        # A registration the lake no longer backs (a remote lake's metastore is kept on this
+        # machine, `files.local_home`, and outlives the lake's objects): made again. Dropped
+        # from the metastore itself: Delta's DROP TABLE resolves the table, and finds no log.
+        session = spark._jsparkSession  # type: ignore[attr-defined]
+        session.sharedState().externalCatalog().dropTable(ident.database, ident.name, True,
+                                                          False)
+        session.sessionState().catalog().invalidateAllCachedTables()
     key = ",".join(state.key)
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {ident.quoted} ({columns}) USING delta "
@@ -189,6 +197,12 @@ def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
         f"'changelake.key' = {string_literal(key)})")
     empty = spark.createDataFrame([], _with_meta(write_struct))
     _append(empty, updates_path(table_dir), state.version, create=True)
+
+
+def _is_delta_table(spark: SparkSession, path: Path) -> bool:
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    return bool(jvm.io.delta.tables.DeltaTable.isDeltaTable(
+        spark._jsparkSession, str(path_literal(path))))  # type: ignore[attr-defined]
 
 
 def register(spark: SparkSession, ident: TableIdentifier, table_dir: Path) -> None:
