@@ -378,21 +378,16 @@ def test_lenient_sets_bad_records_aside_once_and_dead_letters_them(
 # ------------------------------------------------------------------ follow, in process and CLI
 
 
-def _table_updates(lake_dir: Path, table: str) -> tuple[dict, Counter]:
-    """The committed manifest of a table a CLI run made, and its updates, from its files."""
-    import json
+def _table_updates(lake_dir: Path, table: str) -> tuple[Any, Counter]:
+    """The committed manifest of a table a CLI run made, and its updates, read as the reads
+    without a JVM read them (either table format)."""
+    from changelake.lake import arrow
+    from changelake.lake.identifier import TableIdentifier
 
-    import pyarrow.parquet as pq
-
-    directory = lake_dir / "tables" / "default" / table
-    states = sorted((directory / "_state").glob("v*.json"), key=lambda p: int(p.stem[1:]))
-    state = json.loads(states[-1].read_text())
-    out: Counter = Counter()
-    for fs in state["files"]:
-        for path in sorted((directory / fs["path"]).rglob("*.parquet")):
-            for r in pq.read_table(path).to_pylist():
-                out[tuple(sorted((k, str(v)) for k, v in r.items()))] += 1
-    return state, out
+    ident = TableIdentifier.parse(table)
+    state = arrow.committed_state(lake_dir, ident)
+    rows = arrow.updates(state, ident.directory(arrow.lake_tables_dir(lake_dir))).to_pylist()
+    return state, Counter(tuple(sorted((k, str(v)) for k, v in r.items())) for r in rows)
 
 
 @pytest.mark.slow
@@ -435,12 +430,12 @@ def test_cli_follow_killed_and_restarted_then_closed(
     assert again.returncode == 0, again.stderr.decode()
     assert b"round 1: read " in again.stderr
     state, rows = _table_updates(lake_dir, "t")
-    frontier = state["frontier"][0]
+    frontier = state.frontier[0]
     assert rows == updates(lake, ref, below=frontier)
     closing = subprocess.run([*base, "--close"], capture_output=True, timeout=600)
     assert closing.returncode == 0, closing.stderr.decode()
     state, rows = _table_updates(lake_dir, "t")
-    assert state["frontier"] == [] and rows == updates(lake, ref)
+    assert state.frontier == () and rows == updates(lake, ref)
     status = subprocess.run([*cli, "status", "--lake", str(lake_dir), "--format", "jsonl",
                              "--master", "local[1]", "--live"], capture_output=True,
                             timeout=300)

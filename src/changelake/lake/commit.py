@@ -129,12 +129,16 @@ def load_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path
         if state is not None:
             delta_storage.register(spark, ident, table_dir)
             return state
-        if read_pointer(table_dir) is not None:
+        if read_pointer(table_dir) is None:
+            return None
+        # The pointer is written after the view: a first commit that made both since the view
+        # was asked above (a writer racing this read, through this metastore) shows its
+        # view now; none means the view is in another metastore.
+        if view_text(spark, ident) is None:
             raise LakeError(
                 f"table {ident} ({redact(str(table_dir))}) is a Hive-format table committed "
                 "through another metastore (its views are there, not in this one): give "
                 "every command on the lake the same metastore service (--metastore-uri)")
-        return None
     version = committed_version(spark, ident)
     return None if version is None else read_manifest(table_dir, version)
 
