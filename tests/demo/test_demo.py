@@ -3,6 +3,8 @@ must be able to fail."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,48 @@ def test_debezium_demo_equals_the_database_and_the_capture(spark, pg_dsn: str, b
     checks = demo.ingest(spark, lake) + dbz.check(spark, pg_dsn, lake, times=4, seed=3)
     failed = [c.name for c in checks if not c.passed]
     assert not failed and len(checks) == 3 * len(dbz.TABLES) + 1, (failed, demo.steps)
+
+
+def _demo_on(lake: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    cli = str(Path(sys.executable).parent / "changelake")
+    return subprocess.run([cli, "demo", "--no-postgres", "--updates", "2000", "--rows", "40",
+                           "--transactions", "60", "--lake", lake, "--master", "local[1]"],
+                          capture_output=True, text=True, env=env, timeout=1200)
+
+
+@pytest.mark.slow  # a Spark process on the S3 server (two minutes)
+@pytest.mark.timeout(1500)
+def test_the_demo_runs_with_its_lake_on_s3(tmp_path: Path) -> None:
+    """`changelake demo --lake s3a://...` (issue 66): the pipeline demo's lake only on moto's
+    S3 server, its checks passing; a second run on the same prefix is refused in one line
+    before anything runs."""
+    from tests.support.s3_server import SECRET_KEY, command_environment, s3_server
+
+    with s3_server() as s3:
+        env = command_environment(s3)
+        env["CHANGELAKE_STATE_HOME"] = str(tmp_path / "state")
+        done = _demo_on(s3.lake("demo"), env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "FAILED" not in done.stdout and done.stdout.count("OK:") >= 5, done.stdout
+        assert any(k.startswith("demo/tables/demo/orders/") for k in s3.keys("demo/"))
+        again = _demo_on(s3.lake("demo"), env)
+        assert again.returncode == 2 and again.stderr.strip().splitlines() == [
+            "changelake: error: demo: --lake s3a://lake-bucket/demo already holds a lake; "
+            "give the demo a directory or prefix of its own"], again.stderr
+        assert SECRET_KEY not in done.stdout + done.stderr + again.stderr
+
+
+def test_the_demo_refuses_a_lake_that_holds_one(tmp_path: Path) -> None:
+    """A --lake with tables in it is refused before anything runs (the demo's checks count
+    on tables of their own)."""
+    from click.testing import CliRunner
+
+    from changelake.cli import main
+
+    (tmp_path / "lake" / "tables").mkdir(parents=True)
+    result = CliRunner().invoke(main, ["demo", "--lake", str(tmp_path / "lake"),
+                                       "--workdir", str(tmp_path / "work")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"changelake: error: demo: --lake {tmp_path / 'lake'} already holds a lake; give the "
+        "demo a directory or prefix of its own")

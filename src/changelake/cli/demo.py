@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from changelake.cli.group import main, user_errors
-from changelake.cli.options import spark_options
+from changelake.cli.options import LakeLocation, spark_options
 
 
 @main.command()
@@ -20,6 +20,11 @@ from changelake.cli.options import spark_options
               help="Transactions in the pipeline demo's changefeed.")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where to keep the demo's files and lake (default: a temporary directory).")
+@click.option("--lake", "lake", type=LakeLocation(), default=None,
+              help="The demo's lake, which must hold no lake yet: a directory, or a Hadoop "
+                   "FileSystem URI such as s3a://BUCKET/PREFIX (credentials and endpoint as "
+                   "for every lake command: docs/guides/storage.md). Default: "
+                   "WORKDIR/pipeline/lake.")
 @click.option("--protocol-only", is_flag=True, help="Skip the Spark and lake parts.")
 @click.option("--postgres/--no-postgres", default=True, show_default=True,
               help="Run the PostgreSQL parts (an embedded server): changelake's own "
@@ -32,7 +37,7 @@ from changelake.cli.options import spark_options
 @spark_options
 @user_errors
 def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | None,
-         protocol_only: bool, postgres: bool, dsn: str | None, master: str,
+         lake: Path | str | None, protocol_only: bool, postgres: bool, dsn: str | None, master: str,
          spark_conf: dict) -> None:
     """Run the pipeline on generated data and check it: a mangled CDCv2 log decoded exactly;
     a Debezium changefeed through CDCv2, an at-least-once log, exactly-once lake ingest,
@@ -44,11 +49,12 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
     capture's tables, now and AS OF several transactions.
 
     \b
-    Example (about 4 minutes on 2 cores; --protocol-only: seconds):
+    Example (about 8 minutes on 2 cores; --protocol-only: seconds):
       changelake demo
+      changelake demo --no-postgres --lake s3a://my-bucket/changelake-demo
     Docs: docs/getting-started.md (The demo)."""
     from changelake.demo.run import run_demo
 
     run_demo(seed=seed, updates=updates, rows=rows, transactions=transactions,
-             workdir=workdir, protocol_only=protocol_only, postgres=postgres, dsn=dsn,
+             workdir=workdir, lake=lake, protocol_only=protocol_only, postgres=postgres, dsn=dsn,
              master=master, spark_conf=spark_conf)

@@ -51,13 +51,13 @@ def _truth(state: dict[int, dict]) -> list[tuple]:
 
 def run_pipeline_demo(
     workdir: Path, spark: Any, *, seed: int = 0, rows: int = 200, transactions: int = 300,
-    table: str = "demo.orders", deliveries: int = 3,
+    table: str = "demo.orders", deliveries: int = 3, lake: Path | str | None = None,
 ) -> PipelineResult:
     """Debezium changefeed -> CDCv2 -> an at-least-once log -> exactly-once lake ingest in
     several deliveries, compaction between them -> checks against the generated truth.
 
-    `spark` is a session with Hive support (the CLI builds one on the lake's embedded
-    metastore; tests pass theirs).
+    `spark` is a session with Hive support (the CLI builds one on the lake's metastore; tests
+    pass theirs); the lake is `lake` (a directory or a remote URI; default: `workdir/lake`).
     """
     from changelake.convert import encode_changefeed
     from changelake.lake import api, ingest
@@ -87,7 +87,7 @@ def run_pipeline_demo(
     schema_file = workdir / "orders.avsc"
     schema_file.write_bytes(orjson.dumps(schema.avro))
 
-    lake = Lake(spark, workdir / "lake")
+    lake = Lake(spark, workdir / "lake" if lake is None else lake)
     delivered: list[Path] = []
     for i, part in enumerate(parts):
         delivered += write_log_files(logdir, [part], schema, prefix="delivery-", start=i)
