@@ -370,3 +370,18 @@ def test_a_hive_lake_keeps_its_tables_and_makes_new_ones_in_delta(spark, lake_ro
     fresh.commit(to_df(spark, [((7, "g", 7), 0, 1)]), 0, 1)
     assert fresh.state().storage == "delta"
     assert rows_of(spark.table(new_name)) == Counter({(7, "g", 7): 1})
+
+
+def test_a_creation_killed_before_deltas_first_commit_is_made_again(spark, lake):
+    """A first ingest killed before Delta's first commit on `current` leaves files there but
+    no Delta log (seen: `_delta_log/_staged_commits`), over which Delta refuses to create a
+    table; the next creation removes them and makes the table (the manifest written before
+    the commit point is replaced as any uncommitted one is)."""
+    name = unique("killed")
+    log = current_path(lake.handle(name).directory) / "_delta_log"
+    (log / "_staged_commits").mkdir(parents=True)
+    (log / ".00000000000000000000.json.tmp").write_text("{}")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    table.commit(to_df(spark, [((1, "a", 5), 0, 1)]), 0, 1)
+    assert rows_of(spark.table(name)) == Counter({(1, "a", 5): 1})
+    assert not (log / ".00000000000000000000.json.tmp").exists()

@@ -54,7 +54,7 @@ from pyspark.sql.types import StructType
 
 from changelake.durable import SYNC_SLACK_SECONDS, sync_tree
 from changelake.errors import LakeError
-from changelake.lake.files import delta_uri, storage_options
+from changelake.lake.files import delta_uri, remove_tree, storage_options
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.layout import (
     DELTA_APP_ID,
@@ -177,14 +177,18 @@ def create(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
            state: TableState, write_struct: StructType) -> None:
     """Create `current` (registered as `ident`) and `updates`, empty; the append that creates
     `updates` records version `state.version` (the commit point of the creation). A creation
-    that crashed before it left at most a registered, empty `current`, which is reused."""
+    that crashed before it left a registered, empty `current`, which is reused, or files
+    without a Delta log there, which are removed first."""
     logical = logical_schema(state.versions)
     columns = ", ".join(f"{quote(f.name)} {sql_type(f.dataType)}" for f in logical.fields)
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{ident.database}`")
     if not _is_delta_table(spark, current_path(table_dir)):
-        # A registration the lake no longer backs (a remote lake's metastore is kept on this
-        # machine, `files.local_home`, and outlives the lake's objects): made again. Dropped
+        # No Delta log at `current`: nothing was ever committed there. What a creation killed
+        # before Delta's first commit left (files Delta refuses to create a table over) is
+        # removed, and a registration the lake no longer backs (a remote lake's metastore is
+        # kept on this machine, `files.local_home`, and outlives the lake's objects) dropped,
         # from the metastore itself: Delta's DROP TABLE resolves the table, and finds no log.
+        remove_tree(current_path(table_dir))
         session = spark._jsparkSession  # type: ignore[attr-defined]
         session.sharedState().externalCatalog().dropTable(ident.database, ident.name, True,
                                                           False)
