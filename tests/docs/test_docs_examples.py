@@ -425,15 +425,20 @@ class Shell:
     def stop(self) -> None:
         """Stop the background processes (SIGTERM); each must exit 0."""
         for server in self.background:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+            stop_group(server, signal.SIGTERM)
         codes = [server.returncode for server in self.background]
         assert codes == [0] * len(codes), codes
+
+
+def stop_group(process: subprocess.Popen, sig: int) -> None:
+    """`sig` to a running process's group, then SIGKILL if it has not exited in 2 minutes."""
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def shown_for(argv: tuple[str, ...]) -> tuple[str, ...]:
@@ -592,13 +597,7 @@ def test_the_capture_block_runs_on_postgres(tmp_path: Path) -> None:
             admin.close()
             print(f"{time.monotonic() - started:6.2f} s  {block.where}  {capture}")
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGINT)
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, signal.SIGINT)
         read = subprocess.run([".venv/bin/changelake", "snapshot", "--lake", "lake", "--table",
                                "public.orders", "--format", "csv"], cwd=tmp_path, env=shell.env,
                               capture_output=True, timeout=600)
