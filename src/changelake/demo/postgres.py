@@ -326,17 +326,20 @@ def capture_command(dsn: str, lake: Path, *, create: bool, until_idle: float,
 
 
 def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
-                        timeout: float = 900.0) -> Capture:
+                        timeout: float = 900.0, log: Path | None = None) -> Capture:
     """The capture as `changelake capture postgres` processes: the first is killed with SIGKILL
     at a seeded moment after it has confirmed some of the stream, the second resumes from the
-    lake's frontier and runs until the database has been quiet for a few seconds."""
+    lake's frontier and runs until the database has been quiet for a few seconds. Their
+    output goes to `log` (default: `capture.log` beside a local lake)."""
 
-    def run(dsn: str, lake: Path, workload: Workload) -> list[tuple[str, str]]:
+    def run(dsn: str, lake: Path | str, workload: Workload) -> list[tuple[str, str]]:
         rng = random.Random(seed)
-        log = lake.parent / "capture.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        if log is None and not isinstance(lake, Path):
+            raise ValueError("a remote lake's capture needs a local log file")
+        log_file = log if log is not None else lake.parent / "capture.log"
+        log_file.parent.mkdir(parents=True, exist_ok=True)
         steps: list[tuple[str, str]] = []
-        with log.open("ab") as out:
+        with log_file.open("ab") as out:
             # Its own process group, so that the kill takes it whole, Spark's JVM included (a
             # JVM left running would hold the lake's embedded metastore from the restart).
             command, env = capture_command(dsn, lake, create=True, until_idle=60,
@@ -361,7 +364,7 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
             workload.streaming.set()
             if first.poll() is not None:
                 raise RuntimeError(f"the first capture ended by itself (exit {first.returncode})"
-                                   f" before it could be killed; see {log}")
+                                   f" before it could be killed; see {log_file}")
             kill_group(first)
             steps.append(("capture 1, killed with SIGKILL mid-stream",
                           f"after {time.monotonic() - started:.1f} s, slot confirmed to "
@@ -376,7 +379,8 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
                 code = second.wait(timeout=timeout)
                 runs += 1
                 if code != 0:
-                    raise RuntimeError(f"the restarted capture failed (exit {code}); see {log}")
+                    raise RuntimeError(f"the restarted capture failed (exit {code}); "
+                                       f"see {log_file}")
                 if done_before:
                     break
                 workload.finish()

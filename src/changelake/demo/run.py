@@ -82,7 +82,8 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
             with console.status("PostgreSQL: a workload runs while changelake and Debezium "
                                 "capture it (each killed once, restarted) ..."):
                 captured = pg.run_postgres_capture(
-                    dsn, lake_dir, pg.capture_killed_once(seed, spark_args), seed=seed,
+                    dsn, lake_dir, pg.capture_killed_once(
+                        seed, spark_args, log=where / "pipeline" / "capture.log"), seed=seed,
                     before_workload=debezium.start)
             with console.status("Debezium: sending the last transaction, stopping ..."):
                 debezium.finish()
