@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from changelake.cli.group import main, user_errors
+from changelake.cli.lake_access import remote_lake_held
 from changelake.cli.options import LakeLocation, spark_options
 
 
@@ -55,6 +56,20 @@ def demo(seed: int, updates: int, rows: int, transactions: int, workdir: Path | 
     Docs: docs/getting-started.md (The demo)."""
     from changelake.demo.run import run_demo
 
+    if lake is not None and not protocol_only:
+        _refuse_a_lake(lake)
     run_demo(seed=seed, updates=updates, rows=rows, transactions=transactions,
              workdir=workdir, lake=lake, protocol_only=protocol_only, postgres=postgres, dsn=dsn,
              master=master, spark_conf=spark_conf)
+
+
+def _refuse_a_lake(lake: Path | str) -> None:
+    """The demo's checks count on tables of their own: a `--lake` that already holds a lake
+    (its `tables`) is refused before anything runs. A remote lake `remote_lake_held` cannot
+    ask is not asked."""
+    from changelake.errors import ChangelakeError
+
+    held = (lake / "tables").exists() if isinstance(lake, Path) else remote_lake_held(lake)
+    if held:
+        raise ChangelakeError(f"demo: --lake {lake} already holds a lake; give the demo a "
+                              "directory or prefix of its own")

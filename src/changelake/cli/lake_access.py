@@ -13,24 +13,30 @@ from changelake.redact import redact
 def existing_lake(lake_dir: Path) -> None:
     """Every lake command but `ingest` (whose first run makes the lake) reads a lake that
     exists: a mistyped --lake is an error naming it, not an empty lake, and is not made.
-    A remote lake on `s3a://` with the key pair in the environment is asked here, without a
-    JVM (pyarrow's S3 file system, as `remote_engine` asks it); any other remote lake when
-    its session starts (`open_lake(..., existing=True)`)."""
-    import os
-
+    A remote lake `remote_lake_held` cannot ask is asked when its session starts
+    (`open_lake(..., existing=True)`)."""
     if not is_remote(lake_dir):
         if not lake_dir.is_dir():
             raise _no_lake(lake_dir)
-        return
-    scheme = str(lake_dir).split("://", 1)[0].lower()
+    elif remote_lake_held(str(lake_dir)) is False:
+        raise _no_lake(lake_dir)
+
+
+def remote_lake_held(lake_uri: str) -> bool | None:
+    """Whether the remote lake at `lake_uri` holds tables, asked without a JVM (pyarrow's S3
+    file system, as `remote_engine` asks it) where it is on `s3a://` and the key pair is in
+    the environment; None otherwise (only its session can ask)."""
+    import os
+
+    scheme = lake_uri.split("://", 1)[0].lower()
     if scheme in ("s3a", "s3") and os.environ.get("AWS_ACCESS_KEY_ID") and \
             os.environ.get("AWS_SECRET_ACCESS_KEY"):
         from changelake.lake.files import RemotePath, arrow_probe
 
-        root = RemotePath(str(lake_dir))
+        root = RemotePath(lake_uri)
         arrow_probe(root)
-        if not (root / "tables").is_dir():
-            raise _no_lake(lake_dir)
+        return (root / "tables").is_dir()
+    return None
 
 
 def _no_lake(lake_dir: Any) -> Exception:

@@ -326,20 +326,17 @@ def capture_command(dsn: str, lake: Path, *, create: bool, until_idle: float,
 
 
 def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
-                        timeout: float = 900.0, log: Path | None = None) -> Capture:
+                        timeout: float = 900.0, log: Path) -> Capture:
     """The capture as `changelake capture postgres` processes: the first is killed with SIGKILL
     at a seeded moment after it has confirmed some of the stream, the second resumes from the
     lake's frontier and runs until the database has been quiet for a few seconds. Their
-    output goes to `log` (default: `capture.log` beside a local lake)."""
+    output goes to the local file `log` (the lake may be remote)."""
 
     def run(dsn: str, lake: Path | str, workload: Workload) -> list[tuple[str, str]]:
         rng = random.Random(seed)
-        if log is None and not isinstance(lake, Path):
-            raise ValueError("a remote lake's capture needs a local log file")
-        log_file = log if log is not None else lake.parent / "capture.log"
-        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log.parent.mkdir(parents=True, exist_ok=True)
         steps: list[tuple[str, str]] = []
-        with log_file.open("ab") as out:
+        with log.open("ab") as out:
             # Its own process group, so that the kill takes it whole, Spark's JVM included (a
             # JVM left running would hold the lake's embedded metastore from the restart).
             command, env = capture_command(dsn, lake, create=True, until_idle=60,
@@ -364,7 +361,7 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
             workload.streaming.set()
             if first.poll() is not None:
                 raise RuntimeError(f"the first capture ended by itself (exit {first.returncode})"
-                                   f" before it could be killed; see {log_file}")
+                                   f" before it could be killed; see {log}")
             kill_group(first)
             steps.append(("capture 1, killed with SIGKILL mid-stream",
                           f"after {time.monotonic() - started:.1f} s, slot confirmed to "
@@ -379,8 +376,7 @@ def capture_killed_once(seed: int, spark_args: Sequence[str] = (), *,
                 code = second.wait(timeout=timeout)
                 runs += 1
                 if code != 0:
-                    raise RuntimeError(f"the restarted capture failed (exit {code}); "
-                                       f"see {log_file}")
+                    raise RuntimeError(f"the restarted capture failed (exit {code}); see {log}")
                 if done_before:
                     break
                 workload.finish()

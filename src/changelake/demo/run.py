@@ -21,7 +21,7 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
     """Run the parts (`protocol`; unless `protocol_only`, `pipeline` on a local Spark session
     and, if `postgres`, the `postgres` capture and `debezium` beside it, on one database and
     its workload) in `workdir` (default: a temporary directory), their lake tables in `lake`
-    (a directory or a remote URI that holds no lake yet; default: in `workdir`), printing
+    (a directory or a remote URI; default: in `workdir`), printing
     each one's figures and checks. The broker, Debezium and the embedded database are
     stopped in every path."""
     from contextlib import ExitStack
@@ -52,8 +52,6 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
         if protocol_only:
             return
         lake_dir = where / "pipeline" / "lake" if lake is None else lake
-        if lake is not None:
-            _refuse_a_lake(lake)
         captured = debezium = None
         if postgres:
             # Before this process opens the lake: the capture processes each hold the lake's
@@ -132,29 +130,6 @@ def run_demo(*, seed: int, updates: int, rows: int, transactions: int, workdir: 
             pg.clean_up(captured.dsn, tables=all(passed for _, passed in checks))
         if not all(passed for _, passed in checks):
             raise DemoMismatch("a lake table differs from its source's truth")
-
-
-def _refuse_a_lake(lake: Path | str) -> None:
-    """The demo's checks count on tables of its own: a `--lake` that already holds a lake
-    (its `tables`) is refused before anything runs. Asked of the store without a JVM where
-    the lake is on `s3a://` and the key pair is in the environment; a remote lake reached
-    otherwise is not asked."""
-    import os
-
-    from changelake.lake.files import RemotePath, arrow_probe
-
-    if isinstance(lake, Path):
-        held = (lake / "tables").exists()
-    elif str(lake).split("://", 1)[0].lower() in ("s3a", "s3") and \
-            os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        root = RemotePath(str(lake))
-        arrow_probe(root)
-        held = (root / "tables").is_dir()
-    else:
-        held = False
-    if held:
-        raise ChangelakeError(f"demo: --lake {lake} already holds a lake; give the demo a "
-                              "directory or prefix of its own")
 
 
 def print_steps(console: Any, title: str, steps: list[tuple[str, str]]) -> None:
