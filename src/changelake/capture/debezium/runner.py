@@ -169,8 +169,9 @@ def _utf16(c: str) -> list[int]:
 class DebeziumRunner:
     """The runner as a child process: `start()` (returns once Debezium reads the log, its
     initial snapshot read: Debezium's streaming metrics say `Connected`; the snapshot's last
-    records may still be on their way to Kafka), `stop()` (SIGTERM: the engine stores the
-    offsets of what Kafka holds), `kill()` (SIGKILL), and again `start()`, resuming from the
+    records may still be on their way to Kafka), `stop()` (SIGTERM: the batch in flight is
+    finished and its offsets stored, nothing later is sent; the stored offsets are those of
+    what Kafka holds), `kill()` (SIGKILL), and again `start()`, resuming from the
     same `state`. A context manager kills what is left at its end. Debezium's log goes to
     `state/debezium.log`."""
 
@@ -243,8 +244,9 @@ class DebeziumRunner:
         return redact(text, known=self.config.dsn).strip() or "(no log)"
 
     def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM and wait: the engine stops after the batch in flight and stores its
-        offsets. Returns the exit status (0: stopped cleanly); SIGKILL after `timeout`."""
+        """SIGTERM and wait: the runner finishes the batch in flight (sent, acknowledged,
+        its offsets stored), sends nothing after it, and stops the engine. Returns the exit
+        status (0: stopped cleanly); SIGKILL after `timeout`."""
         if self.process is None:
             return 0
         if self.process.poll() is None:

@@ -20,6 +20,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.ReentrantLock;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -63,9 +64,10 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  *
  * <p>On stdout, one line per event of the runner's life ({@code changelake-debezium: started},
  * {@code ... polling}, {@code ... streaming} once the initial snapshot is sent and the log is
- * read, {@code ... stopped}); Debezium's and Kafka's log on stderr. SIGTERM
- * stops the engine, which stores the offsets of what was sent. Exit status 0 after a stop, 1
- * when the engine failed, 2 for a bad command line.
+ * read, {@code ... stopped}); Debezium's and Kafka's log on stderr. SIGTERM lets the batch in
+ * flight finish (sent, acknowledged, its offsets stored), hands no further batch to Kafka, and
+ * stops the engine: the offsets stored are those of everything Kafka holds. Exit status 0
+ * after a stop, 1 when the engine failed, 2 for a bad command line.
  */
 public final class Runner {
     private static final PrintStream OUT = System.out;
@@ -150,6 +152,7 @@ public final class Runner {
                 .build();
         Thread hook = new Thread(() -> {
             try {
+                sender.close();
                 engine.close();
                 done.await(60, TimeUnit.SECONDS);
             } catch (IOException | InterruptedException e) {
@@ -213,6 +216,9 @@ public final class Runner {
         private final Admin admin;
         private final int partitions;
         private final Set<String> known = new HashSet<>();
+        /** Held while a batch is sent and marked; {@link #close()} waits for it. */
+        private final ReentrantLock batch = new ReentrantLock();
+        private volatile boolean closed;
 
         Sender(KafkaProducer<byte[], byte[]> producer, Admin admin, int partitions) {
             this.producer = producer;
@@ -228,6 +234,32 @@ public final class Runner {
         @Override
         public void handleBatch(List<ChangeEvent<byte[], byte[]>> records,
                                 DebeziumEngine.RecordCommitter<ChangeEvent<byte[], byte[]>> committer)
+                throws InterruptedException {
+            batch.lockInterruptibly();
+            try {
+                if (!closed) {
+                    send(records, committer);
+                }
+                // Closed: nothing of this batch is sent or marked; the next start sends it.
+            } finally {
+                batch.unlock();
+            }
+        }
+
+        /**
+         * Waits (up to a minute) for the batch in flight to be sent and marked, so that its
+         * offsets are stored before the engine stops, and refuses every later batch.
+         */
+        void close() throws InterruptedException {
+            boolean held = batch.tryLock(60, TimeUnit.SECONDS);
+            closed = true;
+            if (held) {
+                batch.unlock();
+            }
+        }
+
+        private void send(List<ChangeEvent<byte[], byte[]>> records,
+                          DebeziumEngine.RecordCommitter<ChangeEvent<byte[], byte[]>> committer)
                 throws InterruptedException {
             List<Future<RecordMetadata>> sent = new ArrayList<>(records.size());
             for (ChangeEvent<byte[], byte[]> record : records) {
