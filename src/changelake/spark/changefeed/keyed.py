@@ -43,6 +43,7 @@ the conversion's time; the pass holds nothing but one key's updates at one time
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -269,9 +270,11 @@ def _event_steps(columns: tuple[ColumnSpec, ...], keys: tuple[str, ...]
     a_key = [a[k] for k in keys]
     b_key = [b[k] for k in keys]
     key = [F.when(a_ok, ak).otherwise(bk) for ak, bk in zip(a_key, b_key, strict=True)]
-    moved = (F.col("op") == "u") & b_ok & ~b_null & a_ok & ~a_null & ~F.reduce(
-        F.array(*[ak.eqNullSafe(bk) for ak, bk in zip(a_key, b_key, strict=True)]),
-        F.lit(True), lambda acc, x: acc & x)
+    # The keys' equality as plain ANDs: a higher-order function (`F.reduce` over an array)
+    # is interpreted, and takes the explode below out of whole-stage code generation.
+    same_key = functools.reduce(lambda acc, x: acc & x, [
+        ak.eqNullSafe(bk) for ak, bk in zip(a_key, b_key, strict=True)], F.lit(True))
+    moved = (F.col("op") == "u") & b_ok & ~b_null & a_ok & ~a_null & ~same_key
     problem = (F.when(a_ok & a_null, "unsupported: a null key")
                .when(~a_ok & b_ok & b_null, "unsupported: a null key")
                .when(~a_ok & ~b_ok, "bad: cannot tell the key"))

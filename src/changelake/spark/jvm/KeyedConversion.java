@@ -11,7 +11,9 @@ import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.InternalRow$;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
+import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -187,6 +189,29 @@ public final class KeyedConversion {
     private record Written(int segment, Object value) {}
 
     /**
+     * Reads a value of one type from a row or struct, null where it is null: Spark's accessor
+     * for the type, made once. `InternalRow.get(i, type)` finds the type's physical form on
+     * every call, which in Spark 4.2 reads the session's SQL conf each time (a new conf object
+     * on an executor thread): most of what a value read cost.
+     */
+    @FunctionalInterface
+    private interface Getter {
+        Object get(SpecializedGetters row, int ordinal);
+
+        static Getter of(DataType type) {
+            scala.Function2<SpecializedGetters, Object, Object> read =
+                InternalRow$.MODULE$.getAccessor(type, true);
+            return (row, ordinal) -> read.apply(row, ordinal);
+        }
+
+        static Getter[] of(DataType[] types) {
+            Getter[] out = new Getter[types.length];
+            for (int i = 0; i < types.length; i++) out[i] = of(types[i]);
+            return out;
+        }
+    }
+
+    /**
      * The updates of one partition, as the caller pulls them: the events are read one at a
      * time, and a key's updates at one time are summed and handed on when the next event is
      * at another time or of another key (updates at two times never cancel). So what is held
@@ -195,9 +220,9 @@ public final class KeyedConversion {
      */
     private static final class Updates implements Iterator<InternalRow> {
         private final Iterator<InternalRow> rows;
-        private final DataType[] keyTypes;
+        private final Getter[] keyValues;
         private final DataType position;
-        private final DataType[] types;
+        private final Getter[] dataValues;
         private final int n;
         private final int keys;
         private final UnsafeProjection unsafe;
@@ -261,12 +286,13 @@ public final class KeyedConversion {
                 truncatePositions[i] = new GenericArrayData(pos);
             }
             this.barriers = barriers;
-            this.keyTypes = keyTypes;
+            this.keyValues = Getter.of(keyTypes);
             this.position = position;
             this.keys = keyTypes.length;
             this.n = data.fields().length;
-            this.types = new DataType[n];
+            DataType[] types = new DataType[n];
             for (int i = 0; i < n; i++) types[i] = data.fields()[i].dataType();
+            this.dataValues = Getter.of(types);
             this.unsafe = UnsafeProjection.create(types);
         }
 
@@ -326,7 +352,7 @@ public final class KeyedConversion {
         /** A new key, whose first event is `row`. */
         private void start(InternalRow row) {
             key = new Object[keys];
-            for (int i = 0; i < keys; i++) key[i] = normal(copied(row.get(i, keyTypes[i])));
+            for (int i = 0; i < keys; i++) key[i] = normal(copied(keyValues[i].get(row, i)));
             stateValues = row.isNullAt(ordinal(10)) ? null
                 : values(row.getStruct(ordinal(10), n));
             seen = null;
@@ -487,7 +513,7 @@ public final class KeyedConversion {
                     boolean unchanged = ua == null || ua.isNullAt(i) || ua.getBoolean(i);
                     if (!unchanged) {
                         real[i] = new Written(segment,
-                            a == null ? null : normal(copied(a.get(i, types[i]))));
+                            a == null ? null : normal(copied(dataValues[i].get(a, i))));
                     }
                     if (real[i] != null && real[i].segment() == segment) {
                         values[i] = real[i].value();
@@ -519,7 +545,7 @@ public final class KeyedConversion {
         /** The values of a struct, each copied out of the row's buffer, floats made one. */
         private Object[] values(InternalRow struct) {
             Object[] out = new Object[n];
-            for (int i = 0; i < n; i++) out[i] = normal(copied(struct.get(i, types[i])));
+            for (int i = 0; i < n; i++) out[i] = normal(copied(dataValues[i].get(struct, i)));
             return out;
         }
 
@@ -529,7 +555,7 @@ public final class KeyedConversion {
 
         private boolean sameKey(InternalRow row) {
             for (int i = 0; i < keys; i++) {
-                Object v = normal(row.get(i, keyTypes[i]));
+                Object v = normal(keyValues[i].get(row, i));
                 if (v == null ? key[i] != null : !v.equals(key[i])) return false;
             }
             return true;
