@@ -32,9 +32,11 @@ def startup_figures(log: str) -> list[tuple[str, float, float]]:
 
 
 def ingest_figures(log: str) -> list[tuple[str, float, float]]:
-    """(events, plain Delta write seconds, ingest seconds) of the quiet-machine Delta run."""
-    section = log[log.index(INGEST_SECTION):]
-    section = section[: section.index("\n## ", 1)]
+    """(events, plain Delta write seconds, ingest seconds) of the last quiet-machine Delta
+    run logged."""
+    section = log[log.rindex(INGEST_SECTION):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     return [(n, float(plain), float(ingest)) for n, plain, ingest in INGEST_ROW.findall(section)]
 
 
