@@ -1,5 +1,9 @@
 """The Delta Lake back end of a lake table: two Delta tables and the manifests beside them.
 
+Why one module of over 500 lines: the commit point in `updates`' log, `current` following it,
+and the schema rules both obey are one protocol over two Delta logs; split, each half would
+restate the other's invariants.
+
     tables/DB/NAME/current/     the table's rows now (one per key; an unkeyed table's multiset),
                                 a Delta table registered in the metastore as DB.NAME, so that
                                 `spark.table`, `spark.read.format("delta")`, delta-rs and DuckDB
@@ -491,8 +495,6 @@ def _unkeyed_merge(logical: StructType, live: list[str], rows: str, target: str)
             f"ON s._del AND {on} WHEN MATCHED THEN DELETE "
             f"WHEN NOT MATCHED AND NOT s._del THEN INSERT ({listed}) "
             f"VALUES ({', '.join(f's.{c}' for c in cols)})")
-
-
 
 
 def optimize(spark: SparkSession, table_dir: Path, retain_hours: float | None) -> None:
