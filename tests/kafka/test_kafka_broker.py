@@ -103,6 +103,24 @@ def test_a_broker_that_cannot_start_is_one_line_naming_its_log(tmp_path: Path) -
     assert (tmp_path / "bad" / "broker.log").stat().st_size > 0
 
 
+def test_a_failed_start_in_a_folder_of_its_own_keeps_the_log_it_names() -> None:
+    """A broker that makes its own folder keeps it when its start fails: the error names the
+    log in it (the setup's class archive run failed so once, and its log was gone)."""
+    import re
+    import shutil
+
+    with pytest.raises(BrokerError) as failure, \
+            KafkaBroker(settings={"process.roles": "nonsense"}, die_with_parent=True):
+        pass
+    named = re.search(r"its log: (\S+broker\.log)", str(failure.value))
+    assert named is not None, failure.value
+    log = Path(named.group(1))
+    try:
+        assert log.stat().st_size > 0
+    finally:
+        shutil.rmtree(log.parent, ignore_errors=True)
+
+
 def test_the_setup_fetches_once_and_without_maven_says_so_in_one_line(tmp_path: Path) -> None:
     import re
 

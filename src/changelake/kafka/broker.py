@@ -18,7 +18,8 @@ What it promises:
   with itself registered; `bootstrap` is then its PLAINTEXT address, `127.0.0.1:PORT`.
 * Everything it writes is in one folder of this user's (mode 0700, `private.private_folder`):
   `server.properties`, the log4j2 configuration, the data (`data/`) and the JVM's output,
-  `broker.log`. A start that fails raises `BrokerError` in one line naming that log.
+  `broker.log`. A start that fails raises `BrokerError` in one line naming that log, and the
+  folder is kept for it to be read (one the broker made too).
 * `stop()` asks the broker to shut down (SIGTERM: a clean shutdown, its logs flushed and
   closed), `kill()` kills it (SIGKILL); `start()` again runs it on the same folder, data and
   ports: a broker restart, as clients see it (connections refused, then the same address back).
@@ -464,6 +465,9 @@ class KafkaBroker:
     def __enter__(self) -> KafkaBroker:
         try:
             return self.start()
+        except BrokerError:
+            self.kill()  # the folder stays, even one it made: the error names its log
+            raise
         except BaseException:
             self.close()
             raise
