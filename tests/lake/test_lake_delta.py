@@ -99,6 +99,30 @@ def test_every_reader_sees_the_rows_and_as_of_is_exact_at_every_time(spark, lake
         == state.version
 
 
+@pytest.mark.parametrize("layout", ["by_key", "shuffled"])
+def test_a_first_commit_of_a_whole_history_lands_each_keys_latest_row(spark, lake, layout):
+    """`current`'s first rows (`delta_storage._first_rows`: each run of one key's updates
+    reduced to its latest, then the window by key) equal the truth whatever order the
+    commit's files hold the updates in: each key's updates together, as a conversion writes
+    them, or spread over the files in a random order, where no run reduces."""
+    rng = random.Random(11)
+    times = 12
+    history = keyed_history(rng, times, 60, 25)
+    ordered = sorted(history, key=lambda u: (u[0][0], u[1], u[2]))  # by key, time, diff
+    if layout == "shuffled":
+        rng.shuffle(ordered)
+    name = unique(f"first_{layout}")
+    table = lake.create_table(name, SCHEMA, key=["id"], storage="delta")
+    # By key: runs of each key's updates in three files; shuffled: over four, in any order.
+    frame = to_df(spark, ordered)
+    updates = frame.coalesce(3) if layout == "by_key" else frame.repartition(4)
+    table.commit(updates, 0, times)
+    truth = state_at(history, times - 1, keyed=True)
+    assert sum(1 for _, _, diff in history if diff < 0) > 0  # some retractions
+    assert rows_of(spark.table(name)) == truth
+    assert arrow_rows(delta_table(current_path(table.directory)).to_pyarrow_table()) == truth
+
+
 PLAIN_READER = """
 import json, sys
 from pyspark.sql import SparkSession

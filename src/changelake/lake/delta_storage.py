@@ -50,6 +50,7 @@ can read it; a MERGE rewrites the files holding the keys it changes.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -84,6 +85,7 @@ from changelake.spark.map_grouping import has_map
 
 STORAGE = "delta"
 APP_ID = DELTA_APP_ID
+LATEST_ROWS_CLASS = "changelake.jvm.LatestRows"
 
 CURRENT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
@@ -385,10 +387,8 @@ def catch_up(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
             _append_once(spark, None, current_path(table_dir), state.version)
         elif state.keyed and _is_empty(current_path(table_dir)):
             # Nothing to match (a table's first rows): the latest rows appended, no join.
-            cols = ", ".join(quote(f.name) for f in logical.fields)
-            latest = spark.sql(f"SELECT {cols} FROM ({_latest_per_key(state, logical, rows)}) s "
-                               "WHERE NOT _del")
-            _append_once(spark, latest, current_path(table_dir), state.version)
+            _append_once(spark, _first_rows(spark, state, logical, rows),
+                         current_path(table_dir), state.version)
         elif state.keyed:
             spark.sql(_keyed_merge(state, logical, rows, target))
         else:
@@ -455,6 +455,28 @@ def _latest_per_key(state: TableState, logical: StructType, rows: str) -> str:
     return (f"SELECT {', '.join(cols)}, _diff <= 0 AS _del FROM (SELECT *, row_number() "
             f"OVER (PARTITION BY {key} ORDER BY _time DESC, _diff DESC) AS _rank FROM "
             f"({rows}) u) r WHERE _rank = 1")
+
+
+def _first_rows(spark: SparkSession, state: TableState, logical: StructType,
+                rows: str) -> DataFrame:
+    """A keyed table's rows after `rows` (SQL: updates on the logical schema) where it held
+    none before: each key's latest update unless it is a retraction. The updates are first
+    reduced to each run of one key's latest (`LatestRows.java`: a table's files hold each
+    key's updates together, so a pass keeps about one row a key), then `_latest_per_key`'s
+    window, unchanged, sorts what is left instead of every update."""
+    from changelake.spark.jvm import java_class
+
+    runs = java_class(spark, LATEST_ROWS_CLASS).ofRuns(
+        spark.sql(rows)._jdf, list(state.key), "_time", "_diff")
+    view = f"changelake_runs_{uuid.uuid4().hex}"
+    DataFrame(runs, spark).createOrReplaceTempView(view)
+    cols = ", ".join(quote(f.name) for f in logical.fields)
+    latest = _latest_per_key(state, logical, f"SELECT * FROM {view}")
+    try:
+        return spark.sql(f"SELECT {cols} FROM ({latest}) s WHERE NOT _del")
+    finally:
+        # The plan is resolved: the frame reads what the view named without it.
+        spark.catalog.dropTempView(view)
 
 
 def _keyed_merge(state: TableState, logical: StructType, rows: str, target: str) -> str:
