@@ -121,6 +121,14 @@ def test_a_first_commit_of_a_whole_history_lands_each_keys_latest_row(spark, lak
     assert sum(1 for _, _, diff in history if diff < 0) > 0  # some retractions
     assert rows_of(spark.table(name)) == truth
     assert arrow_rows(delta_table(current_path(table.directory)).to_pyarrow_table()) == truth
+    # `updates` keeps file statistics of `_time` alone (`UPDATES_PROPERTIES`).
+    import pyarrow as pa
+
+    updates = delta_table(updates_path(table.directory))
+    assert updates.metadata().configuration["delta.dataSkippingStatsColumns"] == "_time"
+    adds = pa.table(updates.get_add_actions(flatten=True)).to_pydict()
+    assert adds["min._time"] and None not in adds["min._time"], adds.keys()
+    assert all(v is None for v in adds.get("min.name", [])), adds["min.name"]
 
 
 PLAIN_READER = """

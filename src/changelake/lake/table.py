@@ -61,6 +61,7 @@ from changelake.lake.sql import state_sql, union_sql
 from changelake.protocol import Antichain
 from changelake.protocol.antichain import FrontierLike, as_frontier
 from changelake.spark.delta_txn import StagedAppend
+from changelake.spark.settings import settings
 
 if TYPE_CHECKING:
     from changelake.lake.current_follower import CurrentFollower
@@ -113,6 +114,15 @@ def write_segment(rows: DataFrame, target: Path) -> None:
     Spark's writer does not sync them: a writer that commits them calls `sync_tree` first."""
     rows.write.option("parquet.dictionary.page.size", SEGMENT_DICTIONARY_BYTES) \
         .parquet(str(target))
+
+
+def write_staged(staged: StagedAppend, rows: DataFrame) -> None:
+    """Write `rows` as the files of a Delta table's open transaction, with a segment's
+    dictionary bound (`SEGMENT_DICTIONARY_BYTES`): Delta's writer takes Parquet's settings
+    from the session's conf, not from options."""
+    with settings(rows.sparkSession, {"parquet.dictionary.page.size":
+                                      str(SEGMENT_DICTIONARY_BYTES)}):
+        staged.write(rows)
 
 
 ProgressFn = Callable[[str, int, int], None]
@@ -505,7 +515,7 @@ class TableWriter:
         observed = rows.observe(seen, F.count(F.lit(1)).alias("rows"),
                                 F.max("_time").alias("t_max"))
         try:
-            (write or _run)(lambda: staged.write(observed))
+            (write or _run)(lambda: write_staged(staged, observed))
             count, t_max = int(seen.get["rows"]), seen.get["t_max"]
             _check_inside(name, t_max, committed, up)
             new, _struct = state.struct_id(struct_json(evolution.write_struct))
