@@ -11,9 +11,7 @@ import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.InternalRow$;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
-import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -188,28 +186,6 @@ public final class KeyedConversion {
     /** A column's value and the segment it was written in. */
     private record Written(int segment, Object value) {}
 
-    /**
-     * Reads a value of one type from a row or struct, null where it is null: Spark's accessor
-     * for the type, made once. `InternalRow.get(i, type)` finds the type's physical form on
-     * every call, which in Spark 4.2 reads the session's SQL conf each time (a new conf object
-     * on an executor thread): most of what a value read cost.
-     */
-    @FunctionalInterface
-    private interface Getter {
-        Object get(SpecializedGetters row, int ordinal);
-
-        static Getter of(DataType type) {
-            scala.Function2<SpecializedGetters, Object, Object> read =
-                InternalRow$.MODULE$.getAccessor(type, true);
-            return (row, ordinal) -> read.apply(row, ordinal);
-        }
-
-        static Getter[] of(DataType[] types) {
-            Getter[] out = new Getter[types.length];
-            for (int i = 0; i < types.length; i++) out[i] = of(types[i]);
-            return out;
-        }
-    }
 
     /**
      * The updates of one partition, as the caller pulls them: the events are read one at a

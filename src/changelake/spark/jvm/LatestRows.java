@@ -8,8 +8,6 @@ import org.apache.spark.api.java.function.FlatMapFunction;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
-import org.apache.spark.sql.catalyst.InternalRow$;
-import org.apache.spark.sql.catalyst.expressions.SpecializedGetters;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructType;
@@ -74,23 +72,20 @@ public final class LatestRows {
         private final int[] keyAt;
         private final int timeAt;
         private final int diffAt;
-        private final scala.Function2<SpecializedGetters, Object, Object>[] keyValues;
+        private final Getter[] keyValues;
         private Object[] runKey;
         private InternalRow best;
         private InternalRow ready;
 
-        @SuppressWarnings("unchecked")
         Latest(Iterator<InternalRow> rows, StructType schema, int[] keyAt, int timeAt,
                int diffAt) {
             this.rows = rows;
             this.keyAt = keyAt;
             this.timeAt = timeAt;
             this.diffAt = diffAt;
-            // Spark's accessor per key column, made once (see `KeyedConversion`'s `Getter`).
-            this.keyValues = new scala.Function2[keyAt.length];
+            this.keyValues = new Getter[keyAt.length];
             for (int i = 0; i < keyAt.length; i++) {
-                keyValues[i] = InternalRow$.MODULE$.getAccessor(
-                    schema.fields()[keyAt[i]].dataType(), true);
+                keyValues[i] = Getter.of(schema.fields()[keyAt[i]].dataType());
             }
         }
 
@@ -125,14 +120,14 @@ public final class LatestRows {
 
         private boolean sameKey(InternalRow row) {
             for (int i = 0; i < keyAt.length; i++) {
-                if (!Objects.equals(keyValues[i].apply(row, keyAt[i]), runKey[i])) return false;
+                if (!Objects.equals(keyValues[i].get(row, keyAt[i]), runKey[i])) return false;
             }
             return true;
         }
 
         private Object[] key(InternalRow row) {
             Object[] out = new Object[keyAt.length];
-            for (int i = 0; i < keyAt.length; i++) out[i] = copied(keyValues[i].apply(row, keyAt[i]));
+            for (int i = 0; i < keyAt.length; i++) out[i] = copied(keyValues[i].get(row, keyAt[i]));
             return out;
         }
 
