@@ -19,7 +19,6 @@ import org.apache.spark.sql.catalyst.util.GenericArrayData;
 import org.apache.spark.sql.classic.Dataset;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
-import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.types.UTF8String;
@@ -186,7 +185,6 @@ public final class KeyedConversion {
     /** A column's value and the segment it was written in. */
     private record Written(int segment, Object value) {}
 
-
     /**
      * The updates of one partition, as the caller pulls them: the events are read one at a
      * time, and a key's updates at one time are summed and handed on when the next event is
@@ -328,7 +326,7 @@ public final class KeyedConversion {
         /** A new key, whose first event is `row`. */
         private void start(InternalRow row) {
             key = new Object[keys];
-            for (int i = 0; i < keys; i++) key[i] = normal(copied(keyValues[i].get(row, i)));
+            for (int i = 0; i < keys; i++) key[i] = normal(keyValues[i].copy(row, i));
             stateValues = row.isNullAt(ordinal(10)) ? null
                 : values(row.getStruct(ordinal(10), n));
             seen = null;
@@ -489,7 +487,7 @@ public final class KeyedConversion {
                     boolean unchanged = ua == null || ua.isNullAt(i) || ua.getBoolean(i);
                     if (!unchanged) {
                         real[i] = new Written(segment,
-                            a == null ? null : normal(copied(dataValues[i].get(a, i))));
+                            a == null ? null : normal(dataValues[i].copy(a, i)));
                     }
                     if (real[i] != null && real[i].segment() == segment) {
                         values[i] = real[i].value();
@@ -521,7 +519,7 @@ public final class KeyedConversion {
         /** The values of a struct, each copied out of the row's buffer, floats made one. */
         private Object[] values(InternalRow struct) {
             Object[] out = new Object[n];
-            for (int i = 0; i < n; i++) out[i] = normal(copied(dataValues[i].get(struct, i)));
+            for (int i = 0; i < n; i++) out[i] = normal(dataValues[i].copy(struct, i));
             return out;
         }
 
@@ -548,13 +546,6 @@ public final class KeyedConversion {
         private int compare(ArrayData x, ArrayData y) {
             return Positions.compare(x, y, position);
         }
-    }
-
-    /** A value that outlives the row it was read from. */
-    private static Object copied(Object value) {
-        if (value instanceof UTF8String s) return s.clone();
-        if (value instanceof Decimal d) return d.clone();
-        return value;
     }
 
     /** -0.0 and every NaN made one value each, as Spark's grouping makes them. */

@@ -9,9 +9,7 @@ import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.classic.Dataset;
-import org.apache.spark.sql.types.Decimal;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * Each key's latest row, its partial step: every run of consecutive rows of one key reduced to
@@ -127,7 +125,7 @@ public final class LatestRows {
 
         private Object[] key(InternalRow row) {
             Object[] out = new Object[keyAt.length];
-            for (int i = 0; i < keyAt.length; i++) out[i] = copied(keyValues[i].get(row, keyAt[i]));
+            for (int i = 0; i < keyAt.length; i++) out[i] = keyValues[i].copy(row, keyAt[i]);
             return out;
         }
 
@@ -142,15 +140,6 @@ public final class LatestRows {
             boolean bn = b.isNullAt(at);
             if (an || bn) return an == bn ? 0 : an ? -1 : 1;
             return Long.compare(a.getLong(at), b.getLong(at));
-        }
-
-        private static Object copied(Object value) {
-            if (value instanceof UTF8String s) return s.clone();
-            if (value instanceof Decimal d) return d.clone();
-            if (value instanceof InternalRow r) return r.copy();
-            if (value instanceof org.apache.spark.sql.catalyst.util.ArrayData a) return a.copy();
-            if (value instanceof org.apache.spark.sql.catalyst.util.MapData m) return m.copy();
-            return value;
         }
     }
 }
