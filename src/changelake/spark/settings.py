@@ -27,9 +27,18 @@ LOCAL_CONF: dict[str, str] = {
     # Spark sums the checksums where either is on (`ShuffleExchangeExec`): both off.
     "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
     "spark.sql.shuffle.orderIndependentChecksum.enableFullRetryOnMismatch": "false",
+    "spark.python.unix.domain.socket.enabled": "true",
 }
-"""A local session's defaults besides `DEFAULT_CONF`: loopback only, and no row checksums
-of the shuffles' map output. Spark 4.3 sums a checksum of every row a shuffle writes, to tell
+"""A local session's defaults besides `DEFAULT_CONF`: loopback only, Unix domain sockets
+between Python and the JVM, and no row checksums of the shuffles' map output.
+
+Over loopback TCP, a local iterator's exchange (`toLocalIterator`: Python asks for a
+partition, the JVM answers with it and then a short end marker) stalls once a partition
+until Python's delayed acknowledgement lets the JVM's socket send the marker (Nagle's
+algorithm); a Unix domain socket has neither, and the statements of a `decode` are read in
+half the time (benchmarks/README.md, "Spark decode", 2026-12-04).
+
+Without row checksums: Spark 4.3 sums a checksum of every row a shuffle writes, to tell
 a retried map task that wrote other rows (a nondeterministic stage) and retry the stages
 after it; a local session's one executor is the driver, whose shuffle files no other
 executor fetches, so it loses none to retry. The checksums were a share of the task time
