@@ -138,3 +138,30 @@ def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, la
     restarted = Lake(spark, lake_root).table(name)  # a new run, no follower yet
     assert rows_of(restarted.current()) == Counter()  # `current` never got them
     assert rows_of(restarted.latest()) == state_at(rows, 2, keyed=True)
+
+
+def test_a_writer_reads_current_and_the_commits_it_trails_folded_in(spark, lake_root):
+    """A writer's previous rows (`TableWriter.current`, which a changefeed's conversion takes
+    each key's old row from) while `current` trails: `current` at the version it holds and
+    the updates committed after it, folded per key; equal to the truth at every commit,
+    inserts, updates and deletes of keys `current` has and has not."""
+    lake = Lake(spark, lake_root)
+    rng = random.Random(11)
+    times = 8
+    history = keyed_history(rng, times, 10, 5)
+    table = lake.create_table(unique("folded"), SCHEMA, key=["id"], storage="delta")
+    table.commit(to_df(spark, [u for u in history if u[1] < 3]), [0], [3])  # `current` has it
+    held = table.state().version
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(delta_storage, "catch_up", lambda *_a, **_k: None)  # it trails from here
+        with following(lake):
+            for t in range(3, times):
+                table.commit(to_df(spark, [u for u in history if u[1] == t]), [t], [t + 1])
+                assert delta_storage.transaction_version(
+                    spark, current_path(table.directory)) == held
+                with table.writer() as writer:
+                    # Read through `current`, not every update merged on read.
+                    assert delta_storage.current_at(spark, table.directory,
+                                                    writer.committed()) is not None
+                    assert rows_of(writer.current()) == state_at(history, t, keyed=True), t
+    assert rows_of(table.current()) == state_at(history, 2, keyed=True)  # never caught up

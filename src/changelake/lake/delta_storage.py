@@ -141,14 +141,17 @@ def _delta_rs(path: Path, version: int | None = None):
 
 def current_at(spark: SparkSession, table_dir: Path, state: TableState) -> DataFrame | None:
     """A keyed table's rows at the committed `state`, read from `current` at the Delta
-    version of it that recorded `state.version` (pinned: a `current_follower` MERGE after
-    it is not seen), on the logical schema; None where `current` does not hold that version
-    (it trails: a follower's MERGE to come, or a crash between the two commits).
+    version of it that recorded the changelake version it holds (pinned: a
+    `current_follower` MERGE after it is not seen), on the logical schema. Where that
+    version trails `state` (a follower's MERGE to come, or a crash between the two commits),
+    the updates committed after it are folded in on read, each key's latest as `catch_up`'s
+    MERGE would apply them (`_latest_rows`). None where `current` holds no version yet.
 
-    What a writer reads a key's previous row from (`TableWriter.current`): the rows now,
-    not every retained update merged on read, so that a commit reads as much as the table
-    holds now, not as much as it has ever been given (every file of `updates` until a
-    compaction folds them: on an object store, a GET each, per commit)."""
+    What a writer reads a key's previous row from (`TableWriter.current`): the rows now and
+    the commits `current` has still to apply, not every retained update merged on read, so
+    that a commit reads as much as the table holds now and what changed since, not as much
+    as it has ever been given (every file of `updates` until a compaction folds them: on an
+    object store, a GET each, per commit)."""
     if not state.keyed:
         return None
     path = current_path(table_dir)
@@ -160,13 +163,25 @@ def current_at(spark: SparkSession, table_dir: Path, state: TableState) -> DataF
         log = _delta_rs(path)
     except TableNotFoundError:
         return None
-    if log.transaction_version(APP_ID) != state.version:
+    applied = log.transaction_version(APP_ID)
+    if applied is None or applied > state.version:
         return None
     frame = spark.read.format("delta").option("versionAsOf", log.version()).load(str(path))
     have = {c.lower(): c for c in frame.columns}
-    return frame.select(*[
+    logical = logical_schema(state.versions)
+    rows = frame.select(*[
         (F.col(quote(have[f.name.lower()])) if f.name.lower() in have else F.lit(None))
-        .cast(f.dataType).alias(f.name) for f in logical_schema(state.versions).fields])
+        .cast(f.dataType).alias(f.name) for f in logical.fields])
+    if applied == state.version:
+        return rows
+    lower = read_manifest(table_dir, applied).upper
+    if lower is None or lower == state.upper:
+        return rows  # nothing committed after it (a closed stream: nothing can be)
+    # `current`'s rows come before every update after it: a time below the interval's.
+    before = rows.selectExpr("*", f"CAST({int(lower) - 1} AS BIGINT) AS _time",
+                             "CAST(1 AS BIGINT) AS _diff")
+    after = spark.sql(interval_sql(state, table_dir, lower, state.upper))
+    return _latest_rows(spark, state, logical, before.unionByName(after))
 
 
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
@@ -472,8 +487,15 @@ def _first_rows(spark: SparkSession, state: TableState, logical: StructType,
 
     runs = java_class(spark, LATEST_ROWS_CLASS).ofRuns(
         spark.sql(rows)._jdf, list(state.key), "_time", "_diff")
-    view = f"changelake_runs_{uuid.uuid4().hex}"
-    DataFrame(runs, spark).createOrReplaceTempView(view)
+    return _latest_rows(spark, state, logical, DataFrame(runs, spark))
+
+
+def _latest_rows(spark: SparkSession, state: TableState, logical: StructType,
+                 updates: DataFrame) -> DataFrame:
+    """Each key's row after `updates` (on the logical schema, with `_time` and `_diff`):
+    its latest update unless that is a retraction (`_latest_per_key`)."""
+    view = f"changelake_rows_{uuid.uuid4().hex}"
+    updates.createOrReplaceTempView(view)
     cols = ", ".join(quote(f.name) for f in logical.fields)
     latest = _latest_per_key(state, logical, f"SELECT * FROM {view}")
     try:
