@@ -50,6 +50,7 @@ can read it; a MERGE rewrites the files holding the keys it changes.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from pathlib import Path
 
@@ -144,8 +145,9 @@ def current_at(spark: SparkSession, table_dir: Path, state: TableState) -> DataF
     version of it that recorded the changelake version it holds (pinned: a
     `current_follower` MERGE after it is not seen), on the logical schema. Where that
     version trails `state` (a follower's MERGE to come, or a crash between the two commits),
-    the updates committed after it are folded in on read, each key's latest as `catch_up`'s
-    MERGE would apply them (`_latest_rows`). None where `current` holds no version yet.
+    the updates committed after it are folded in on read as `catch_up`'s MERGE would apply
+    them: a key they touch has its latest row there (`_latest_rows`), or none. None where
+    `current` holds no version yet.
 
     What a writer reads a key's previous row from (`TableWriter.current`): the rows now and
     the commits `current` has still to apply, not every retained update merged on read, so
@@ -177,11 +179,14 @@ def current_at(spark: SparkSession, table_dir: Path, state: TableState) -> DataF
     lower = read_manifest(table_dir, applied).upper
     if lower is None or lower == state.upper:
         return rows  # nothing committed after it (a closed stream: nothing can be)
-    # `current`'s rows come before every update after it: a time below the interval's.
-    before = rows.selectExpr("*", f"CAST({int(lower) - 1} AS BIGINT) AS _time",
-                             "CAST(1 AS BIGINT) AS _diff")
+    # The keys the later updates touch take their latest row from them (or are gone); the
+    # others keep `current`'s, found by an anti join on the keys (as the MERGE matches
+    # them, null-safe), with no sort of the table's rows.
     after = spark.sql(interval_sql(state, table_dir, lower, state.upper))
-    return _latest_rows(spark, state, logical, before.unionByName(after))
+    touched = functools.reduce(lambda a, b: a & b, (
+        F.col(f"c.{quote(k)}").eqNullSafe(F.col(f"t.{quote(k)}")) for k in state.key))
+    kept = rows.alias("c").join(after.alias("t"), touched, "left_anti")
+    return kept.unionByName(_latest_rows(spark, state, logical, after))
 
 
 def committed_version(spark: SparkSession, table_dir: Path) -> int | None:
