@@ -4,6 +4,7 @@ to the right password only, and a start that fails is one line naming the broker
 
 from __future__ import annotations
 
+import base64
 import stat
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from changelake.kafka.broker import BrokerError, KafkaBroker
+from changelake.kafka.broker import BrokerError, KafkaBroker, _cluster_id
 from tests.support.kafka_helpers import SASL_PASSWORD, SASL_USER, new_topic
 from tests.support.paths import ROOT
 
@@ -154,3 +155,12 @@ def test_the_setups_class_archive_is_mapped_by_the_brokers_jvm(broker: KafkaBrok
                            "-cp", f"{jar_folder()}/*", "-version"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_cluster_id_is_never_taken_for_an_option() -> None:
+    """`kafka-storage format -t ID` refuses an id starting with "-" (one random UUID in 64 in
+    URL-safe base64): the setup's class archive and a test's broker then failed to start."""
+    ids = [_cluster_id() for _ in range(5000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert {len(base64.urlsafe_b64decode(i + "==")) for i in ids} == {16}
+    assert len(set(ids)) == len(ids)

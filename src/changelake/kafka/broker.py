@@ -200,8 +200,12 @@ def free_ports(count: int) -> list[int]:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in URL-safe base64, as `kafka-storage random-uuid`."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID in URL-safe base64, as `kafka-storage random-uuid`,
+    and, as Kafka's `Uuid.randomUuid`, never one starting with "-": `kafka-storage format -t`
+    would take it for an option and refuse to format (one id in 64)."""
+    while (text := base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode())[0] == "-":
+        pass
+    return text
 
 
 LOG4J2 = """\
