@@ -142,9 +142,10 @@ def test_latest_reads_the_commits_a_killed_runs_follower_never_applied(spark, la
 
 def test_a_writer_reads_current_and_the_commits_it_trails_folded_in(spark, lake_root):
     """A writer's previous rows (`TableWriter.current`, which a changefeed's conversion takes
-    each key's old row from) while `current` trails: `current` at the version it holds and
-    the updates committed after it, folded per key; equal to the truth at every commit,
-    inserts, updates and deletes of keys `current` has and has not."""
+    each key's old row from), and a reader's (`Table.latest`), while `current` trails:
+    `current` at the version it holds and the updates committed after it, folded per key;
+    equal to the truth at every commit, inserts, updates and deletes of keys `current` has
+    and has not."""
     lake = Lake(spark, lake_root)
     rng = random.Random(11)
     times = 8
@@ -164,4 +165,8 @@ def test_a_writer_reads_current_and_the_commits_it_trails_folded_in(spark, lake_
                     assert delta_storage.current_at(spark, table.directory,
                                                     writer.committed()) is not None
                     assert rows_of(writer.current()) == state_at(history, t, keyed=True), t
+                # A reader's rows at the committed version (`Table.latest`): the same fold.
+                with calls_in_threads("current_at") as folds:
+                    latest = table.latest()
+                assert folds and rows_of(latest) == state_at(history, t, keyed=True), t
     assert rows_of(table.current()) == state_at(history, 2, keyed=True)  # never caught up

@@ -229,13 +229,17 @@ class Table:
 
     def latest(self) -> DataFrame:
         """The rows at the committed version: `current()` where it holds that version, else
-        (a Delta table whose `current` trails its commits: `current_follower.py`) merged on
-        read from its updates, as AS OF the frontier reads them."""
+        (a Delta table whose `current` trails its commits: `current_follower.py`) `current`
+        with the commits it trails folded in (`delta_storage.current_at`), or, where it holds
+        none, merged on read from the updates, as AS OF the frontier reads them."""
         state = self.state()
         if state.storage == delta_storage.STORAGE:
             applied = delta_storage.transaction_version(
                 self.spark, delta_storage.current_path(self.directory))
             if applied is None or applied < state.version:
+                held = delta_storage.current_at(self.spark, self.directory, state)
+                if held is not None:
+                    return held
                 return self.spark.sql(state_sql(state, self.directory, marker=False))
         return self.current()
 
