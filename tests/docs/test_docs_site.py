@@ -12,12 +12,13 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
+
+from tests.support.devtools import Page
 
 ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).parent / "mkdocs"
@@ -216,15 +217,18 @@ def test_a_page_renders_with_its_diagrams(served: str, tmp_path: Path, page: str
 def test_the_search_box_finds_frontier(served: str, tmp_path: Path) -> None:
     """The search box, given "frontier" (`?q=`, as a shared search link opens it), lists
     matching pages, the Concepts page among them."""
-    # The search index is built by a web worker, on wall time rather than Chromium's virtual
-    # time: on a loaded machine (the whole suite running) a dump can come before it; ask
-    # again, up to six times, a little later each time.
-    for attempt in range(6):
-        dom = chromium(tmp_path, "--dump-dom", f"{served}/?q=frontier")
-        found = re.search(r'class="md-search-result__meta">(\d+) matching document', dom)
-        if found:
-            break
-        time.sleep(attempt + 1)
-    assert found and int(found.group(1)) > 0, dom[-3000:]
-    items = re.findall(r'<li class="md-search-result__item">.*?</li>', dom, re.S)
+    # The search index is built by a web worker, on wall time, which a `--dump-dom` does not
+    # wait for (it dumps when Chromium's virtual time runs out: on a loaded machine, before
+    # the index). So the page is asked over the DevTools protocol until it lists results.
+    browser = [a for a in HEADLESS if not a.startswith("--virtual-time-budget")]
+    meta = "(document.querySelector('.md-search-result__meta') || {}).textContent || ''"
+    assert CHROMIUM is not None
+    with Page(CHROMIUM, [*browser, f"--user-data-dir={tmp_path / 'profile'}"],
+              f"{served}/?q=frontier", tmp_path) as page:
+        found = page.wait_for(f"/matching document/.test({meta}) && {meta}", 120)
+        items = page.evaluate("Array.from(document.querySelectorAll("
+                              "'.md-search-result__item'), e => e.textContent)")
+        shown = page.evaluate(meta)
+    counted = re.match(r"(\d+) matching document", found or "")
+    assert counted and int(counted.group(1)) > 0, shown
     assert any("Concepts" in item for item in items), items[:3]
