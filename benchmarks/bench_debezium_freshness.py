@@ -12,7 +12,11 @@ public.events --key id --from debezium --kafka B --topic P.public.events,P.trans
 (a row of id -1) makes the topics and the table before the load; then the load is
 `bench_capture_freshness.write`'s: `--connections` connections (default one) in autocommit
 taking turns, single-row INSERTs paced against the wall clock at `--rate` a second, `--warmup`
-seconds unmeasured, `--seconds` measured, each transaction's commit time recorded.
+seconds unmeasured, `--seconds` measured, each transaction's commit time recorded. The
+warm-up is a minute by default: a round's fixed cost is the planning of its Spark jobs
+(Catalyst, Delta), code the JVM compiles only once it has run a few dozen times, and over the
+first minute the rounds shrink by about a third (the report gives the warm-up's rounds beside
+the measured window's: a follower runs for hours, and is measured as it runs then).
 
 When a transaction is visible: the ingest gives each update a time (an LSN Debezium reported,
 `formats/debezium.py`), and a table's committed frontier passes it exactly when a reader sees
@@ -40,7 +44,7 @@ They add up to the delay. Then, for Delta, `current +`: until `current` has it t
 round's commit step goes on to bring `current` up to the commit point).
 
     .venv/bin/python benchmarks/bench_debezium_freshness.py [--rate 200] [--seconds 60]
-        [--warmup 10] [--poll 0.05] [--trigger-seconds 1] [--connections 1]
+        [--warmup 60] [--poll 0.05] [--trigger-seconds 1] [--connections 1]
         [--format delta|hive] [--conf KEY=VALUE] [--keep DIR]
 
 The machine is shared: give `uptime` with the figures. Smoke check: `--rate 20 --seconds 5`
@@ -222,6 +226,7 @@ class Result:
     current_after: list[float]  # from the poll that saw it committed to `current`'s
     dbz_split: tuple[list[float], list[float]]  # commit -> source.ts_ms's, -> ts_ms's
     rounds: list[Round]  # the rounds of the measured window
+    warmup: list[Round]  # the rounds that committed the warm-up's transactions
     poll_cost: float
     lake_rows: int
     database_rows: int
@@ -466,6 +471,7 @@ def summarize(dsn: str, bootstrap: str, prefix: str, lake: Path, load: Load, pol
                   current_delays=current_delays, pieces=pieces, current_after=current_after,
                   dbz_split=(dbz_source, dbz_ts),
                   rounds=[committed[k] for k in sorted(used)],
+                  warmup=[r for r in committed[1:min(used, default=1)] if r.records],
                   poll_cost=statistics.mean(polled["costs"]), lake_rows=len(held),
                   database_rows=len(database), equal=held == database, notes=notes)
 
@@ -508,6 +514,11 @@ def report(result: Result, rate: float, args: argparse.Namespace, load_avg: str)
               f"{statistics.mean(x.records for x in rounds):,.0f} records each, a round "
               f"{statistics.mean(sum(x.steps.values()) for x in rounds):.2f} s, one every "
               f"{statistics.mean(gaps) if gaps else float('nan'):.2f} s")
+    if r.warmup:
+        took = [sum(x.steps.values()) for x in r.warmup]
+        print(f"rounds of the warm-up ({args.warmup:g} s): {len(took)}, a round "
+              f"{statistics.mean(took):.2f} s (the first {took[0]:.2f} s, the last "
+              f"{took[-1]:.2f} s)")
     print(f"poll {r.poll_cost * 1000:.1f} ms; lake {r.lake_rows:,} rows, database "
           f"{r.database_rows:,}: {'equal' if r.equal else 'DIFFERENT'}")
     for note in r.notes:
@@ -524,8 +535,8 @@ def main() -> int:
                              "default 200 and 1000)")
     parser.add_argument("--seconds", type=float, default=60.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=None,
-                        help="seconds of the same load before measuring (default 10, or "
-                             "--seconds if shorter)")
+                        help="seconds of the same load before measuring (default 60, or "
+                             "--seconds if shorter: see above)")
     parser.add_argument("--poll", type=float, default=0.05, help="seconds between polls")
     parser.add_argument("--trigger-seconds", type=float, default=1.0,
                         help="the ingest's --trigger-seconds (default 1)")
@@ -540,7 +551,7 @@ def main() -> int:
     args = parser.parse_args()
     rates = args.rate or [200.0, 1000.0]
     if args.warmup is None:
-        args.warmup = min(10.0, args.seconds)
+        args.warmup = min(60.0, args.seconds)
     from changelake.capture.postgres.server import EmbeddedPostgres
     from changelake.kafka.broker import KafkaBroker
 

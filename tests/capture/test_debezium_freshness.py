@@ -7,6 +7,7 @@ line carried its steps' seconds."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,3 +40,6 @@ def test_debezium_pipeline_at_a_tiny_rate_lands_the_database_in_the_lake(
     assert len(result.delays) == 100 and min(result.delays) > 0
     assert result.rounds and all(set(r.steps) == set(bench.STEPS) for r in result.rounds)
     assert all(len(v) == 100 for v in result.pieces.values()), result.notes
+    # The warm-up's rounds (their records, before the measured window's) are reported apart.
+    assert all(w.records and w.number < result.rounds[0].number for w in result.warmup)
+    bench.report(result, 20, argparse.Namespace(trigger_seconds=0.5, poll=0.05, warmup=2), "")

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from deltalake import DeltaTable
 
 from changelake.lake import Lake, delta_storage
 from changelake.lake.current_follower import following
@@ -102,25 +103,33 @@ def test_an_error_in_the_block_is_the_one_raised(spark, lake_root):
 
 
 
-@pytest.mark.parametrize("follow", [True, False])
-def test_updates_is_checkpointed_every_few_versions_off_the_commit(spark, lake_root, follow,
-                                                                  monkeypatch):
+@pytest.mark.parametrize("follow", ["merge", "checkpoints", None])
+def test_both_logs_are_checkpointed_every_few_versions_off_the_commit(spark, lake_root, follow,
+                                                                    monkeypatch):
     monkeypatch.setattr(delta_txn, "CHECKPOINT_EVERY", 3)  # Delta's is 10: fewer commits
     lake = Lake(spark, lake_root)
-    with calls_in_threads("checkpoint_updates") as threads, \
-            following(lake) if follow else contextlib.nullcontext():
+    with calls_in_threads("checkpoint_logs") as threads, \
+            calls_in_threads("catch_up") as merged_in, \
+            following(lake, merge=follow == "merge") if follow else contextlib.nullcontext():
         table = lake.create_table(unique("log"), SCHEMA, key=["id"], storage="delta")
         for t in range(5):
             table.commit(to_df(spark, [((t, f"n{t}", t), t, 1)]), [t], [t + 1])
             if follow:
                 lake.current_follower.flush()
-    log = delta_storage.updates_path(table.directory) / "_delta_log"
-    last = json.loads((log / "_last_checkpoint").read_text())
-    assert last["version"] >= 3
-    # Delta's own interval is out of reach: only the calls above wrote it.
-    assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == \
-        [f"{last['version']:020d}.checkpoint.parquet"]
-    assert set(threads) == {"changelake-current" if follow else "MainThread"}
+            if follow != "merge":  # the commit brought `current` up before it returned
+                assert delta_storage.transaction_version(spark, current_path(
+                    table.directory)) == table.load().version
+    for path in (delta_storage.updates_path(table.directory), current_path(table.directory)):
+        log = path / "_delta_log"
+        last = json.loads((log / "_last_checkpoint").read_text())
+        assert last["version"] >= 3
+        # Delta's own interval is out of reach: only the calls above wrote it.
+        assert sorted(p.name for p in log.glob("*.checkpoint.parquet")) == \
+            [f"{last['version']:020d}.checkpoint.parquet"]
+        assert DeltaTable(str(path)).metadata().configuration["delta.checkpointInterval"] == \
+            delta_storage.NO_CHECKPOINT_INTERVAL
+    assert set(threads) == {"MainThread" if follow is None else "changelake-current"}
+    assert set(merged_in) == {"changelake-current" if follow == "merge" else "MainThread"}
     assert rows_of(table.current()) == state_at(
         [((t, f"n{t}", t), t, 1) for t in range(5)], 4, keyed=True)
 

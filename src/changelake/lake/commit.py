@@ -280,7 +280,8 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
                  state: TableState, *, expected: int | None,
                  retain: int = DEFAULT_RETAIN, rows: DataFrame | None = None,
                  write_struct: StructType | None = None,
-                 replace_where: str | None = None, with_current: bool = True) -> int:
+                 replace_where: str | None = None, with_current: bool = True,
+                 checkpoint: bool = True) -> int:
     """Make `state` the committed version of the table, with the writer lock held: write its
     manifest, replace the view (the commit point), replace the history view if the table keeps
     one, and collect garbage. Returns how many file sets garbage collection deleted.
@@ -288,7 +289,8 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
     A Delta table (`state.storage`) commits by appending `rows` (its new updates, None: none)
     to its updates table instead (`delta_storage`), replacing those `replace_where` matches
     (compaction); `write_struct` is the physical schema a Delta table is created with;
-    without `with_current`, its `current` is left behind the commit for the caller to catch up
+    without `with_current`, its `current` is left behind the commit for the caller to catch up,
+    and without `checkpoint` the logs' checkpoints that are due are left to it too
     (`current_follower.py`).
 
     `expected` is the version `state` was derived from (None: the table is being created);
@@ -316,7 +318,8 @@ def commit_state(spark: SparkSession, ident: TableIdentifier, table_dir: Path,
                                  write_struct or parse_struct(state.versions[-1].struct))
         else:
             delta_storage.commit(spark, ident, table_dir, state, rows,
-                                 replace_where=replace_where, with_current=with_current)
+                                 replace_where=replace_where, with_current=with_current,
+                                 checkpoint=checkpoint)
         delta_storage.sync(table_dir, None if expected is None else started)
         _history_view(spark, ident, table_dir, state)
         return 0

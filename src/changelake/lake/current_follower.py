@@ -1,4 +1,5 @@
-"""Bringing Delta tables' `current` up to their commits in a thread of its own.
+"""Bringing Delta tables' `current` up to their commits, and their logs' checkpoints, in a
+thread of its own.
 
 A Delta table commits at the append to `updates` (`delta_storage.py`); `current`, what every
 other engine reads, follows by a MERGE that is most of a small commit's time. A writer that
@@ -15,14 +16,18 @@ version, as after a crash between a commit and its MERGE (the next catch-up appl
 missing). The commit point, and so what a source is told (a slot, offsets), does not wait for
 it: `current` is derived from `updates`.
 
-It also writes the checkpoints of `updates` (`delta_storage.checkpoint_updates`), which Delta
-would write inside every tenth commit, a Spark job the commit point would wait for.
+It also writes the checkpoints of both tables' logs (`delta_storage.checkpoint_logs`), which
+Delta would write inside every tenth commit, a Spark job the commit would wait for. A writer
+whose MERGE is better inline (`following(lake, merge=False)`: on two cores a MERGE beside the
+writer's jobs slows both, `follow_changefeed.py`) hands this thread the checkpoints alone:
+its commits still bring `current` up before they return, and none of them waits for a
+checkpoint, or for the read of the log that tells whether one is due.
 
 What it holds: the latest committed state per table still to apply (a newer commit replaces an
-older request: one MERGE covers both), and the first error a catch-up raised, which the next
-`request`, `flush` or `close` raises in the writer's thread. A catch-up that fails because
-another process's commit (which catches up inline) moved `current` to the same version or past
-it is no error.
+older request: one MERGE covers both), and the first error a catch-up or checkpoint raised,
+which the next `request`, `flush` or `close` raises in the writer's thread. A catch-up that
+fails because another process's commit (which catches up inline) moved `current` to the same
+version or past it is no error.
 
 The thread runs its Spark jobs on a session of its own (`SparkSession.newSession`: the same
 context, catalog and Delta log cache, its own SQL settings), since `catch_up` sets Delta's
@@ -64,11 +69,15 @@ class _Request:
 
 
 class CurrentFollower:
-    """A thread that applies Delta tables' committed versions to their `current` tables."""
+    """A thread that applies Delta tables' committed versions to their `current` tables
+    (unless `merge` is false: their commits do) and writes their logs' checkpoints."""
 
-    def __init__(self, spark: SparkSession, *, interval: float = INTERVAL_SECONDS) -> None:
+    def __init__(self, spark: SparkSession, *, interval: float = INTERVAL_SECONDS,
+                 merge: bool = True) -> None:
         self._spark = _own_session(spark)
         self._interval = interval
+        self.merges = merge
+        """Whether this thread brings `current` up (else each commit does, inline)."""
         self._pending: dict[str, _Request] = {}
         self._busy = False
         self._hurry = False  # a flush or close waits: no pause before the next catch-up
@@ -80,7 +89,8 @@ class CurrentFollower:
         self._thread.start()
 
     def request(self, ident: TableIdentifier, table_dir: Path, state: TableState) -> None:
-        """Bring `current` of the table at `table_dir` to `state` (just committed)."""
+        """Bring `current` of the table at `table_dir` to `state` (just committed), unless
+        the commit did, and write the checkpoints due."""
         with self._cond:
             self._raise()
             if self._closed:
@@ -145,14 +155,15 @@ class CurrentFollower:
     def _apply(self, request: _Request) -> None:
         spark, path = self._spark, current_path(request.table_dir)
         started = time.time() - SYNC_SLACK_SECONDS
-        try:
-            delta_storage.catch_up(spark, request.ident, request.table_dir, request.state)
-        except Exception:
-            applied = delta_storage.transaction_version(spark, path)
-            if applied is None or applied < request.state.version:
-                raise
-            return  # another writer's commit caught it up meanwhile
-        delta_storage.checkpoint_updates(spark, request.table_dir)
+        if self.merges:
+            try:
+                delta_storage.catch_up(spark, request.ident, request.table_dir, request.state)
+            except Exception:
+                applied = delta_storage.transaction_version(spark, path)
+                if applied is None or applied < request.state.version:
+                    raise
+                return  # another writer's commit caught it up meanwhile
+        delta_storage.checkpoint_logs(spark, request.table_dir)
         delta_storage.sync(request.table_dir, started)
 
 
@@ -171,11 +182,12 @@ def _own_session(spark: SparkSession) -> SparkSession:
 
 
 @contextlib.contextmanager
-def following(lake) -> Iterator[CurrentFollower]:
-    """`lake`'s Delta commits leave `current` to a `CurrentFollower` for the block; at its
-    end `current` is caught up (after an error in the block, only the catch-up in progress
-    is finished, and the block's error is the one raised)."""
-    follower = CurrentFollower(lake.spark)
+def following(lake, *, merge: bool = True) -> Iterator[CurrentFollower]:
+    """`lake`'s Delta commits leave `current` (unless `merge` is false) and their logs'
+    checkpoints to a `CurrentFollower` for the block; at its end `current` is caught up and
+    the checkpoints due written (after an error in the block, only the work in progress is
+    finished, and the block's error is the one raised)."""
+    follower = CurrentFollower(lake.spark, merge=merge)
     lake.current_follower = follower
     try:
         yield follower

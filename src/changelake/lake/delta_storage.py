@@ -88,19 +88,25 @@ STORAGE = "delta"
 APP_ID = DELTA_APP_ID
 LATEST_ROWS_CLASS = "changelake.jvm.LatestRows"
 
+NO_CHECKPOINT_INTERVAL = str(2**31 - 1)
+"""`delta.checkpointInterval` out of reach: no commit writes a checkpoint (a Spark job over the
+table's state that the commit would wait for); `checkpoint_logs` writes them instead."""
+
 CURRENT_PROPERTIES = {
     "delta.enableChangeDataFeed": "true",
     "delta.enableDeletionVectors": "false",
+    "delta.checkpointInterval": NO_CHECKPOINT_INTERVAL,
 }
-"""`current`'s table properties: Delta readers get its row-level changes (Change Data Feed),
-and no deletion vectors, which delta-rs's Arrow reader cannot read yet."""
+"""`current`'s table properties: Delta readers get its row-level changes (Change Data Feed);
+no deletion vectors, which delta-rs's Arrow reader cannot read yet; no checkpoint written by
+a MERGE (`checkpoint_logs` writes them, as `updates`')."""
 
 UPDATES_PROPERTIES = {"delta.enableDeletionVectors": "false",
-                      "delta.checkpointInterval": str(2**31 - 1),
+                      "delta.checkpointInterval": NO_CHECKPOINT_INTERVAL,
                       "delta.dataSkippingStatsColumns": "_time"}
 """`updates`' table properties: no deletion vectors; no checkpoint written by a commit (a
-Spark job the commit point would wait for): `checkpoint_updates` writes them, after the
-commit (a writer that leaves `current` to a thread of its own leaves them to it too); and
+Spark job the commit point would wait for): `checkpoint_logs` writes them, after the
+commit (a writer with a `current_follower` leaves them to its thread); and
 file statistics of `_time` alone, the column every read of `updates` selects by (AS OF, an
 interval, a fold), not of every column up to Delta's 32 (strings among them), which the
 writer computes row by row."""
@@ -306,10 +312,10 @@ def stage(spark: SparkSession, table_dir: Path, schema: StructType) -> StagedApp
 
 def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: TableState,
            rows: DataFrame | StagedAppend | None, *, replace_where: str | None = None,
-           with_current: bool = True) -> None:
+           with_current: bool = True, checkpoint: bool = True) -> None:
     """Append `rows` (the new updates, on the write schema plus `_time`, `_diff`; None: none)
     to `updates` as version `state.version` (the commit point), then (`with_current`) bring
-    `current` to it.
+    `current` to it, then (`checkpoint`) write the tables' checkpoints that are due.
     `replace_where`: the updates it matches are replaced by `rows` (compaction's fold).
 
     `rows` may be a `StagedAppend` whose files are written: they are synced, then committed
@@ -338,13 +344,17 @@ def commit(spark: SparkSession, ident: TableIdentifier, table_dir: Path, state: 
             _append(rows, path, state.version, replace_where=replace_where)
     if with_current:
         catch_up(spark, ident, table_dir, state)
-        checkpoint_updates(spark, table_dir)
+    if checkpoint:
+        checkpoint_logs(spark, table_dir)
 
 
-def checkpoint_updates(spark: SparkSession, table_dir: Path) -> None:
-    """A checkpoint of `updates` every `delta_txn.CHECKPOINT_EVERY` versions
-    (`UPDATES_PROPERTIES`), so its log's readers replay a few commits at most."""
+def checkpoint_logs(spark: SparkSession, table_dir: Path) -> None:
+    """A checkpoint of `updates` and of `current` every `delta_txn.CHECKPOINT_EVERY` versions
+    of each (`UPDATES_PROPERTIES`, `CURRENT_PROPERTIES`), so their logs' readers replay a few
+    commits at most. (A `current` created before it had the property is checkpointed by its
+    MERGEs as well, and is seldom due here.)"""
     delta_txn.checkpoint_if_due(spark, str(updates_path(table_dir)))
+    delta_txn.checkpoint_if_due(spark, str(current_path(table_dir)))
 
 
 def _widened(held: StructType, new: StructType) -> list[str]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from changelake.errors import LakeError
 from changelake.lake.catalog import Lake
+from changelake.lake.current_follower import following
 from changelake.lake.follow import FollowControl, FollowReport
 from changelake.lake.identifier import TableIdentifier
 from changelake.lake.kafka_changefeed import ingest_changefeed_topics
@@ -86,29 +87,33 @@ def follow_changefeed_topics(
         raise LakeError(f"trigger interval {trigger_seconds} s: it must be positive")
     control = control or FollowControl()
     handle = lake.handle(table)
-    rounds = committed = 0
-    last_new = time.monotonic()
-    while not control.stopping.is_set():
-        started = time.monotonic()
-        before = handle.load()
-        timer = _StepTimer()
-        report = ingest_changefeed_topics(lake, handle.ident, bootstrap, topics, source=source,
-                                          key=key, table_schema=table_schema, group=group,
-                                          buckets=buckets, scd2=scd2, config=config,
-                                          lenient=lenient, dead_letter_topic=dead_letter_topic,
-                                          progress=timer)
-        report = replace(report, steps=timer.seconds)
-        rounds += 1
-        after = handle.load()
-        if after is not None and (before is None or after.version != before.version):
-            committed += 1
-        if report.records and (before is None or before.offsets != after.offsets):
-            last_new = time.monotonic()
-        if progress is not None:
-            progress(rounds, report)
-        if until_idle is not None and time.monotonic() - last_new >= until_idle:
-            break
-        control.stopping.wait(max(0.0, trigger_seconds - (time.monotonic() - started)))
+    # The MERGE into a Delta table's `current` stays in the round (beside the rounds it took
+    # the same two cores and made them slower); the logs' checkpoints, a Spark job in every
+    # tenth round otherwise, are a thread's (`current_follower.py`).
+    with following(lake, merge=False):
+        rounds = committed = 0
+        last_new = time.monotonic()
+        while not control.stopping.is_set():
+            started = time.monotonic()
+            before = handle.load()
+            timer = _StepTimer()
+            report = ingest_changefeed_topics(lake, handle.ident, bootstrap, topics, source=source,
+                                              key=key, table_schema=table_schema, group=group,
+                                              buckets=buckets, scd2=scd2, config=config,
+                                              lenient=lenient, dead_letter_topic=dead_letter_topic,
+                                              progress=timer)
+            report = replace(report, steps=timer.seconds)
+            rounds += 1
+            after = handle.load()
+            if after is not None and (before is None or after.version != before.version):
+                committed += 1
+            if report.records and (before is None or before.offsets != after.offsets):
+                last_new = time.monotonic()
+            if progress is not None:
+                progress(rounds, report)
+            if until_idle is not None and time.monotonic() - last_new >= until_idle:
+                break
+            control.stopping.wait(max(0.0, trigger_seconds - (time.monotonic() - started)))
     return FollowReport(handle.name, rounds, committed, "")  # no checkpoint: see above
 
 

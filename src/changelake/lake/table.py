@@ -182,7 +182,8 @@ class Table:
         """The back end the table is created with if a writer creates it (None: the
         default); an existing table keeps its own."""
         self.follower = follower
-        """Where a Delta commit hands `current`'s catch-up (None: the commit does it)."""
+        """Where a Delta commit hands `current`'s catch-up (unless `follower.merges` is
+        false) and its logs' checkpoints (None: the commit does both)."""
 
     def __repr__(self) -> str:
         return f"Table({self.ident.display!r}, {str(self._tables)!r})"
@@ -377,7 +378,8 @@ class TableWriter:
         removed = commit_state(self.spark, self.table.ident, self.table.directory, state,
                                expected=expected, retain=retain, rows=rows,
                                write_struct=write_struct, replace_where=replace_where,
-                               with_current=follower is None)
+                               with_current=follower is None or not follower.merges,
+                               checkpoint=follower is None)
         if follower is not None and expected is not None and state.storage == delta_storage.STORAGE:
             follower.request(self.table.ident, self.table.directory, state)
         self.state = state
