@@ -10,8 +10,10 @@ would measure the codec, not the decoder.
 
 The session is Spark's default as far as partitioning goes (`spark.sql.shuffle.partitions`
 200, adaptive execution on), not the project's tuned one: `--shuffle-partitions` changes it.
-After `--warmup` unmeasured rounds of each (default 3: the JVM's compiler is still making
-both faster over the first few), the pair below is measured `--repeat` times (default 3),
+After `--warmup` unmeasured rounds of each (default 12: the JVM's compiler goes on making
+both faster over the first dozen, the decode, which plans more on the driver, the more; at 1M
+input rows the ratio after 3 was 1.15-1.30x and after 12-15 1.04-1.05x: benchmarks/README.md,
+2026-12-04 night), the pair below is measured `--repeat` times (default 3),
 alternating, and the median of the per-round ratios is reported (rows/s count input rows):
 
 * decode: `decode(updates, progress)` plus counting `Decoded.updates` (the result consumed
@@ -128,7 +130,7 @@ def main() -> int:
     parser.add_argument("--together", action="store_true",
                         help="an update's copies in one file, not anywhere")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
+    parser.add_argument("--warmup", type=int, default=12, help="unmeasured rounds first")
     parser.add_argument("--shuffle-partitions", type=int, default=200)
     parser.add_argument("--sample", type=int, default=1_000_000,
                         help="local Reader sample (0: skip)")
