@@ -525,8 +525,8 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     """The keyed events go into as many partitions as keep each near `EVENTS_PER_PARTITION`
     (else the windows' sorts grow with the batch), never fewer than the session's; spread
     thin, they still convert to the encoder's updates. Those come in fewer partitions, the
-    files the lake's write makes of them (`files_for`: one per `EVENTS_PER_FILE` events, at
-    least the session's default parallelism)."""
+    files the lake's write makes of them (`files_for`: one per `EVENTS_PER_FILE` events, in
+    whole waves of the session's default parallelism)."""
     from changelake.formats.tableschema import TableSchema
     from changelake.spark.changefeed import conversion, keyed
     from changelake.spark.changefeed.debezium_path import debezium_timed
@@ -536,9 +536,11 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
     cores = spark.sparkContext.defaultParallelism
     per_file = conversion.EVENTS_PER_FILE
     assert conversion.files_for(spark, 0, 8) == min(8, cores)
-    assert conversion.files_for(spark, per_file * 5, 8) == max(5, cores)
-    assert conversion.files_for(spark, per_file * 5 + 1, 8) == max(6, cores)
-    assert conversion.files_for(spark, per_file * 50, 8) == 8
+    assert conversion.files_for(spark, per_file * cores, 4 * cores) == cores
+    # One event more than a wave of files holds: a whole second wave, not one file alone.
+    assert conversion.files_for(spark, per_file * cores + 1, 4 * cores) == 2 * cores
+    assert conversion.files_for(spark, per_file * 3 * cores, 4 * cores) == 3 * cores
+    assert conversion.files_for(spark, per_file * 50 * cores, 8) == 8
     assert conversion.files_for(spark, per_file * 50, 1) == 1
     paths, _, _ = write_pg(PG_CASES[0], tmp_path)
     with settings(spark, {"spark.sql.shuffle.partitions": "3"}):
@@ -558,7 +560,8 @@ def test_a_large_batch_is_spread_over_more_key_partitions(spark: Any, tmp_path: 
         converted, deferred = conversion.checked_conversion(events, batch.columns, ["id"],
                                                             None, batch.size)
         assert deferred is None  # settled: the updates are checkpointed
-        assert converted.rdd.getNumPartitions() == -(-batch.size // 2) < batch.size
+        files = -(-batch.size // (2 * cores)) * cores  # whole waves of two events a file
+        assert converted.rdd.getNumPartitions() == files < batch.size
         check(spark, paths, tmp_path, PG_TABLE, close=False)
 
 

@@ -95,9 +95,11 @@ EVENTS_PER_FILE = 1_000_000
 
 def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     """How many partitions the updates of `events` keyed events, converted in `partitions`,
-    are coalesced into: one per `EVENTS_PER_FILE` events, at least the session's default
-    parallelism (its cores, or `spark.default.parallelism`: 4 in `settings.DEFAULT_CONF`), at
-    most `partitions`.
+    are coalesced into: one per `EVENTS_PER_FILE` events, rounded up to a multiple of the
+    session's default parallelism (its cores, or `spark.default.parallelism`: 4 in
+    `settings.DEFAULT_CONF`), at most `partitions`. The tasks then come in whole waves: 11
+    tasks of about 3 s each on 2 cores ran the last one alone (benchmarks/README.md, "the
+    conversion's tasks in whole waves").
 
     The conversion's partitions are small (`keyed.EVENTS_PER_PARTITION`: its sorts' memory;
     and at least the session's shuffle partitions), and the job that reads the updates (the
@@ -115,7 +117,8 @@ def files_for(spark: SparkSession, events: int, partitions: int) -> int:
     (`benchmarks/bench_commit_files.py`; benchmarks/README.md, "A change's `sequence` read by
     hand; fewer, larger files a commit")."""
     cores = spark.sparkContext.defaultParallelism
-    return min(partitions, max(cores, -(-events // EVENTS_PER_FILE)))
+    waves = max(1, -(-events // (EVENTS_PER_FILE * cores)))
+    return min(partitions, waves * cores)
 
 
 def checked_conversion(events: DataFrame, columns: Sequence[ColumnSpec], keys: Sequence[str],
