@@ -277,6 +277,33 @@ def test_a_replayed_tail_after_a_cut_transaction_lets_the_frontier_advance(
     assert updates(lake, name) == updates(lake, ref)
 
 
+def test_the_resume_points_are_one_job(spark: Any) -> None:
+    """Where each partition resumes (`_resume_facts`, see the module docstring) comes from one
+    Spark job however many stages its query has: a follow runs it every round, and adaptive
+    execution made each stage a job of its own (five, each with its own fixed cost)."""
+    from changelake.lake.kafka_changefeed import _resume_facts
+
+    marks = spark.createDataFrame([
+        (0, "BEGIN", 0, None, "tx1"), (0, "change", 1, 5, "tx1"), (0, "END", 2, None, "tx1"),
+        (0, "BEGIN", 3, None, "tx2"), (0, "change", 4, 12, "tx2"), (0, "END", 5, None, "tx2"),
+        (1, "change", 7, 3, None),
+    ], "file_index int, kind string, row long, time long, tx string")
+    partitions = [("t", 0), ("t", 1)]
+    context = spark.sparkContext
+    for absorbed, expected in ((10, {("t", 0): (3, 12), ("t", 1): (None, 3)}),
+                               (None, {("t", 0): (None, 12), ("t", 1): (None, 3)})):
+        group = f"resume-{absorbed}-{uuid.uuid4().hex[:6]}"
+        context.setJobGroup(group, group)
+        try:
+            # tx1 is committed (its change is below 10): partition 0 resumes at tx2's BEGIN,
+            # before its change at 12; partition 1's change is committed, nothing is needed.
+            assert _resume_facts(marks, absorbed, partitions) == expected
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)
+        assert len(context.statusTracker().getJobIdsForGroup(group)) == 1
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+
+
 def test_a_bad_record_is_named_by_topic_partition_and_offset_and_nothing_commits(
         cluster: MockCluster, lake: Lake, tmp_path: Path) -> None:
     feed = pg_feed(5, transactions=6, metadata=False)

@@ -284,6 +284,8 @@ def _resume_facts(marks: Any, absorbed: int | None, partitions: Sequence[tuple[s
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    from changelake.spark.settings import NOT_ADAPTIVE, settings
+
     change = F.col("kind") == "change"
     barrier = F.col("kind") == "resolved"
     reached = [F.max(F.when(change, F.col("time"))).alias("high"),
@@ -293,20 +295,26 @@ def _resume_facts(marks: Any, absorbed: int | None, partitions: Sequence[tuple[s
         return first, row["step"] if row["step"] is not None else row["high"]
 
     if absorbed is None:  # closed: no record is needed again
-        return {partitions[r["file_index"]]: facts(r, None)
-                for r in marks.groupBy("file_index").agg(*reached).collect()}
+        with settings(marks.sparkSession, NOT_ADAPTIVE):  # one job, as below
+            rows = marks.groupBy("file_index").agg(*reached).collect()
+        return {partitions[r["file_index"]]: facts(r, None) for r in rows}
     done = marks.where(change & (F.col("time") < absorbed) & F.col("tx").isNotNull()) \
         .select("tx").distinct().withColumn("_done", F.lit(True))
     tx_event = F.col("kind").isin("BEGIN", "END")
     last_done = F.max(F.when(tx_event & F.col("_done"), F.col("row"))) \
         .over(Window.partitionBy("file_index"))
     after = tx_event & F.col("_done").isNull() & (F.col("row") > F.coalesce(last_done, F.lit(-1)))
-    rows = (marks.join(done, "tx", "left")
-            .select("file_index", "kind", "row", "time", F.when(after, F.col("row")).alias("_tx"))
-            .groupBy("file_index").agg(
-                F.min(F.when(change & (F.col("time") >= absorbed), F.col("row"))).alias("needed"),
-                F.min("_tx").alias("tx"), F.max(F.when(barrier, F.col("row"))).alias("barrier"),
-                *reached).collect())
+    # One job: adaptive execution would run each of the query's stages as a job of its own,
+    # five for a follow's round of a few thousand records (benchmarks/README.md).
+    with settings(marks.sparkSession, NOT_ADAPTIVE):
+        rows = (marks.join(done, "tx", "left")
+                .select("file_index", "kind", "row", "time",
+                        F.when(after, F.col("row")).alias("_tx"))
+                .groupBy("file_index").agg(
+                    F.min(F.when(change & (F.col("time") >= absorbed), F.col("row")))
+                    .alias("needed"),
+                    F.min("_tx").alias("tx"), F.max(F.when(barrier, F.col("row")))
+                    .alias("barrier"), *reached).collect())
     out = {}
     for row in rows:
         firsts = [row[c] for c in ("needed", "tx", "barrier") if row[c] is not None]

@@ -27,6 +27,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from changelake.spark.settings import NOT_ADAPTIVE, settings
+
 
 def debezium_frontier(changes: DataFrame, items: DataFrame, high: int | None,
                       metadata: bool, table: str | None = None, since: int | None = None
@@ -61,10 +63,14 @@ def held_frontier(txs: DataFrame, time: Column, complete: Column, high: int) -> 
     complete. `txs` has a row per transaction, `time` its time (null: not known yet) and
     `complete` whether all its counted events are in."""
     at_high = time == F.lit(high)
-    row = txs.agg(
-        F.min(F.when(time.isNotNull() & ~complete, time)).alias("held"),
-        F.count(F.when(at_high, 1)).alias("at_high"),
-        F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
+    # One job: adaptive execution would run each of the query's stages as a job of its own,
+    # five for a handful of rows in a follow's round (benchmarks/README.md, "a round's small
+    # queries in one job each").
+    with settings(txs.sparkSession, NOT_ADAPTIVE):
+        row = txs.agg(
+            F.min(F.when(time.isNotNull() & ~complete, time)).alias("held"),
+            F.count(F.when(at_high, 1)).alias("at_high"),
+            F.count(F.when(at_high & complete, 1)).alias("complete_at_high")).first()
     frontier = high if row["held"] is None else min(high, row["held"])
     if row["at_high"] and row["at_high"] == row["complete_at_high"] and frontier == high:
         frontier = high + 1
