@@ -29,6 +29,28 @@ def test_the_local_test_session_writes_no_row_checksums(spark):
     assert not conf.shuffleChecksumMismatchFullRetryEnabled()
 
 
+def test_generated_code_compiled_once_stays_compiled_past_sparks_default_cache(spark):
+    """A query's generated classes are compiled once and found again after many other
+    queries: the session's code cache holds more than Spark's default 100 classes
+    (`spark.sql.codegen.cache.maxEntries`), which a follow's rounds outgrew, compiling most
+    of their classes again every round. Here 150 queries of distinct code (each literal is
+    written into the code), then the first again: Spark counts no new compilation."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    compiled = metrics.METRIC_COMPILATION_TIME()  # a histogram: one update per compilation
+
+    def query(i: int) -> None:
+        spark.range(3).selectExpr(f"id * {1000 + i} + {2000 + i} AS v").collect()
+
+    query(0)
+    before = compiled.getCount()
+    for i in range(1, 151):
+        query(i)
+    assert compiled.getCount() - before >= 150  # each query compiled code of its own
+    after = compiled.getCount()
+    query(0)
+    assert compiled.getCount() == after
+
+
 def test_the_collector_is_a_local_sessions_own_and_yields_to_the_callers(monkeypatch):
     for variable in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
         monkeypatch.delenv(variable, raising=False)

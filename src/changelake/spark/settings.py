@@ -65,6 +65,13 @@ DEFAULT_CONF: dict[str, str] = {
     # cores with the writer's instead of holding them until they finish (FIFO); jobs of one
     # pool still run first come, first served.
     "spark.scheduler.mode": "FAIR",
+    # Spark keeps the classes it compiles for generated code (keyed by their source) in a
+    # cache of 100 by default. A follow's round plans about twenty queries of its own and
+    # Delta's, whose stages and tasks make more distinct classes than that, so each round
+    # compiled most of them again: a fifth of the process's CPU samples were Janino's at
+    # 1,000 transactions a second (benchmarks/README.md, "Generated code compiled once").
+    # Bounded all the same: a long follow's cache stops at this many classes.
+    "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
 
